@@ -1,0 +1,189 @@
+"""Settings for Iris Web: one file, driven by environment variables.
+
+The defaults run on a bare laptop: SQLite in ``var/``, and an embedded file-system Celery broker
+so no Redis is needed. Production sets ``IRIS_DATABASE_URL`` (PostgreSQL) and ``IRIS_REDIS_URL``.
+Every ``IRIS_*`` variable is read here, once, and documented in README.md.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    return int(value) if value.strip() else default
+
+
+DATA_DIR = Path(os.environ.get("IRIS_DATA_DIR", BASE_DIR / "var"))
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+SECRET_KEY = os.environ.get("IRIS_SECRET_KEY", "insecure-dev-key-change-me-in-production")
+DEBUG = env_bool("IRIS_DEBUG", False)
+ALLOWED_HOSTS = [h for h in os.environ.get("IRIS_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h]
+CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("IRIS_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "django_htmx",
+    "template_partials",
+    "scheduler",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "iris_web.urls"
+WSGI_APPLICATION = "iris_web.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database ------------------------------------------------------------------------------------
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.environ.get("IRIS_DATABASE_URL") or f"sqlite:///{DATA_DIR / 'iris.sqlite3'}",
+        conn_max_age=env_int("IRIS_DB_CONN_MAX_AGE", 60),
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Writers take the lock at BEGIN, so a transaction never fails half-way on lock upgrade;
+    # WAL lets the console read while the tick writes.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
+    DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+USE_THOUSAND_SEPARATOR = False
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "staticfiles"
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "login"
+
+# --- Redis, cache, Celery ------------------------------------------------------------------------
+REDIS_URL = os.environ.get("IRIS_REDIS_URL", "")
+
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CELERY_BROKER_URL = REDIS_URL
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    # An embedded broker: messages are files in var/broker, shared by every process on this host.
+    broker_dir = DATA_DIR / "broker"
+    for sub in ("queue", "processed"):
+        (broker_dir / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(broker_dir / "queue"),
+        "data_folder_out": str(broker_dir / "queue"),
+        "processed_folder": str(broker_dir / "processed"),
+        "store_processed": False,
+    }
+
+# Seconds between scheduling ticks (Celery beat). A submission also triggers a prompt tick.
+TICK_SECONDS = env_int("IRIS_TICK_SECONDS", 5)
+# A tick that has not started within this many seconds of being queued is dropped; the next
+# one is already on its way. Seconds a tick lease is held before another tick may take it over.
+TICK_LEASE_SECONDS = env_int("IRIS_TICK_LEASE_SECONDS", 60)
+
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+CELERY_BEAT_SCHEDULE = {
+    "scheduling-tick": {
+        "task": "scheduler.tick",
+        "schedule": float(TICK_SECONDS),
+        "options": {"expires": float(TICK_SECONDS)},
+    },
+}
+
+# --- Scheduler policy ----------------------------------------------------------------------------
+# Path of the cluster config (TOML or YAML): budget defaults, user tiers, backends.
+CLUSTER_CONFIG = os.environ.get("IRIS_CLUSTER_CONFIG", "")
+MAX_TASKS_PER_JOB_PER_CYCLE = env_int("IRIS_MAX_TASKS_PER_JOB_PER_CYCLE", 4)
+MAX_ASSIGNMENTS_PER_WORKER = env_int("IRIS_MAX_ASSIGNMENTS_PER_WORKER", 4)
+MAX_BUILDING_TASKS = env_int("IRIS_MAX_BUILDING_TASKS", 8)
+
+# --- API -----------------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Iris Web API",
+    "DESCRIPTION": "Submit work, read the queue and budgets, and steer the Iris scheduler.",
+    "VERSION": "1",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("IRIS_LOG_LEVEL", "INFO")},
+}

@@ -1,0 +1,1 @@
+"""The scheduler app: Iris's scheduling policy, per-user budgets, and the console."""

@@ -1,0 +1,9 @@
+"""App configuration."""
+
+from django.apps import AppConfig
+
+
+class SchedulerConfig(AppConfig):
+    name = "scheduler"
+    verbose_name = "Iris scheduler"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,273 @@
+"""Frozen value types the core decides over, and the decision it returns.
+
+These are the only shapes that cross the boundary between the pure core and the Django shell:
+``scheduler.snapshot`` builds a :class:`ClusterSnapshot` from rows, ``scheduler.core.wire`` builds
+one from JSON, and both hand it to :func:`scheduler.core.decision.decide`.
+
+Names differ on purpose from the ORM models (``JobSpec`` vs ``Job``), so a reader always knows
+which world a line lives in. Times are integer milliseconds since the epoch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from scheduler.core.bands import Band
+
+
+class TaskState(str, Enum):
+    PENDING = "pending"
+    ASSIGNED = "assigned"
+    BUILDING = "building"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    KILLED = "killed"
+    WORKER_FAILED = "worker_failed"
+    UNSCHEDULABLE = "unschedulable"
+    PREEMPTED = "preempted"
+    COSCHED_FAILED = "cosched_failed"
+
+
+# Tasks holding a worker slot and counting towards spend.
+ACTIVE_STATES = frozenset({TaskState.ASSIGNED, TaskState.BUILDING, TaskState.RUNNING})
+# ASSIGNED and BUILDING tasks occupy a worker's build slots.
+BUILDING_STATES = frozenset({TaskState.ASSIGNED, TaskState.BUILDING})
+NON_TERMINAL_STATES = ACTIVE_STATES | {TaskState.PENDING}
+TERMINAL_STATES = frozenset(TaskState) - NON_TERMINAL_STATES
+
+
+class JobState(str, Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    KILLED = "killed"
+    UNSCHEDULABLE = "unschedulable"
+    PREEMPTED = "preempted"
+    COSCHED_FAILED = "cosched_failed"
+
+
+TERMINAL_JOB_STATES = frozenset(
+    {
+        JobState.SUCCEEDED,
+        JobState.FAILED,
+        JobState.KILLED,
+        JobState.UNSCHEDULABLE,
+        JobState.PREEMPTED,
+        JobState.COSCHED_FAILED,
+    }
+)
+
+
+class DeviceType(str, Enum):
+    CPU = "cpu"
+    GPU = "gpu"
+    TPU = "tpu"
+
+
+# A job asking for this variant accepts any variant of its device type.
+ANY_VARIANT = "auto"
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """What accelerator a task needs or a worker offers. CPU devices have no variant and count 0."""
+
+    type: DeviceType = DeviceType.CPU
+    variant: str | None = None
+    count: int = 0
+
+    @property
+    def gpu_count(self) -> int:
+        return self.count if self.type is DeviceType.GPU else 0
+
+    @property
+    def tpu_count(self) -> int:
+        return self.count if self.type is DeviceType.TPU else 0
+
+
+CPU_DEVICE = Device()
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """Per-task request: CPU in millicores, memory in bytes, and a device."""
+
+    cpu_millicores: int = 0
+    memory_bytes: int = 0
+    device: Device = CPU_DEVICE
+
+
+class ConstraintOp(str, Enum):
+    EQ = "eq"
+    NE = "ne"
+    IN = "in"
+    EXISTS = "exists"
+
+
+@dataclass(frozen=True, slots=True)
+class Constraint:
+    """A predicate over worker attributes. Hard constraints filter; soft ones rank (1 point each).
+
+    ``value`` is a string for eq/ne, a tuple of strings for in, and None for exists.
+    """
+
+    key: str
+    op: ConstraintOp
+    value: str | tuple[str, ...] | None = None
+    soft: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetDefaults:
+    """What applies to a user with no budget row. ``budget_limit`` 0 means unlimited."""
+
+    budget_limit: int = 1000
+    max_band: Band = Band.INTERACTIVE
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Per-tick caps. A value of 0 means unlimited for every cap."""
+
+    # Bounds CPU time per tick on huge jobs; gangs are exempt (they place all-or-nothing).
+    max_tasks_per_job_per_cycle: int = 4
+    # New assignments one worker may take in one tick.
+    max_assignments_per_worker: int = 4
+    # Tasks ASSIGNED or BUILDING on one worker at once (image pulls and setup are expensive).
+    max_building_tasks: int = 8
+    budget_defaults: BudgetDefaults = field(default_factory=BudgetDefaults)
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSpec:
+    """A user's effective budget (row or defaults, already raised by any active uplift grant)."""
+
+    user: str
+    budget_limit: int
+    max_band: Band
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSpec:
+    """A worker's total capacity. Use is derived from the tasks and attempts bound to it."""
+
+    id: str
+    cpu_millicores: int
+    memory_bytes: int
+    device: Device = CPU_DEVICE
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    healthy: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A job as the scheduler sees it. ``band`` is the requested band, resolved once at submit."""
+
+    id: str
+    user: str
+    band: Band
+    parent: str | None
+    submitted_at_ms: int
+    root_submitted_at_ms: int
+    replicas: int = 1
+    resources: Resources = field(default_factory=Resources)
+    group_by: str | None = None
+    constraints: tuple[Constraint, ...] = ()
+    scheduling_deadline_ms: int | None = None
+    max_retries_preemption: int = 100
+    max_retries_failure: int = 0
+
+    @property
+    def depth(self) -> int:
+        """``/alice/train`` has depth 1, ``/alice/train/eval`` depth 2."""
+        return self.id.count("/") - 1
+
+    @property
+    def is_gang(self) -> bool:
+        return self.group_by is not None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSnapshot:
+    """A non-terminal task. ``band`` is the band stamped at assignment (None while pending).
+
+    ``unfinished_attempt_worker`` names a worker that still runs an earlier attempt of this task
+    (preempted, failed or lost but not yet confirmed finished): its resources stay committed there.
+    """
+
+    id: str
+    job_id: str
+    index: int
+    state: TaskState = TaskState.PENDING
+    worker: str | None = None
+    band: Band | None = None
+    preemption_count: int = 0
+    unfinished_attempt_worker: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """Everything one tick decides over, read at one instant ``now_ms``."""
+
+    now_ms: int
+    config: SchedulerConfig
+    budgets: Mapping[str, BudgetSpec]
+    workers: tuple[WorkerSpec, ...]
+    jobs: Mapping[str, JobSpec]
+    tasks: tuple[TaskSnapshot, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# The decision
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    task: str
+    worker: str
+    band: Band
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    victim: str
+    preemptor: str
+    worker: str
+    victim_band: Band
+    preemptor_band: Band
+
+
+@dataclass(frozen=True, slots=True)
+class Unschedulable:
+    task: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAfter:
+    """A task's state after the decision. Pending and finished tasks have no worker and no band."""
+
+    state: TaskState
+    worker: str | None
+    band: Band | None
+    preemption_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome of one tick. See docs/snapshot-format.md for the JSON form."""
+
+    spend: Mapping[str, int]
+    effective_bands: Mapping[str, Band]
+    order: tuple[str, ...]
+    assignments: tuple[Assignment, ...]
+    preemptions: tuple[Preemption, ...]
+    unschedulable: tuple[Unschedulable, ...]
+    # Reason objects from scheduler.core.explain; ``.text()`` renders them for people.
+    pending_reasons: Mapping[str, object]
+    after: Mapping[str, TaskAfter]
+    jobs_after: Mapping[str, JobState]

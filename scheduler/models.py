@@ -1,0 +1,265 @@
+"""ORM models: fields, constraints and indexes. No scheduling policy lives here.
+
+The policy is in ``scheduler.core``; ``scheduler.snapshot`` turns these rows into core types.
+Bands are stored as their rank (SYSTEM=0 ... BATCH=3) so SQL ordering matches scheduling order.
+Times the scheduler compares (submission, deadlines) are integer epoch milliseconds, as in the
+core; human-facing audit times are datetimes.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from scheduler.core.bands import Band
+from scheduler.core.types import DeviceType, JobState, TaskState
+
+BAND_CHOICES = [(b.value, b.name) for b in Band]
+TASK_STATE_CHOICES = [(s.value, s.name) for s in TaskState]
+JOB_STATE_CHOICES = [(s.value, s.name) for s in JobState]
+DEVICE_CHOICES = [(d.value, d.name) for d in DeviceType]
+
+MAX_ID_LENGTH = 255
+
+
+class UserBudget(models.Model):
+    """A user's budget. No row means the cluster's ``budget_defaults`` apply.
+
+    ``user_id`` is the budget identity (the Django username), deliberately not a foreign key:
+    tiers from the cluster config may name users before they first sign in.
+    """
+
+    user_id = models.CharField(primary_key=True, max_length=150)
+    # Resource-value points; 0 means unlimited.
+    budget_limit = models.PositiveBigIntegerField(default=0)
+    max_band = models.PositiveSmallIntegerField(choices=BAND_CHOICES, default=Band.INTERACTIVE)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: limit {self.budget_limit}, max {Band(self.max_band).name}"
+
+
+class Worker(models.Model):
+    """A host that runs tasks. Capacity is total; use is derived from tasks and attempts."""
+
+    name = models.CharField(max_length=MAX_ID_LENGTH, unique=True)
+    backend = models.CharField(max_length=32, default="local")
+    healthy = models.BooleanField(default=True)
+    draining = models.BooleanField(default=False)
+    cpu_millicores = models.PositiveBigIntegerField()
+    memory_bytes = models.PositiveBigIntegerField()
+    device_type = models.CharField(max_length=8, choices=DEVICE_CHOICES, default=DeviceType.CPU.value)
+    device_variant = models.CharField(max_length=64, blank=True, default="")
+    device_count = models.PositiveIntegerField(default=0)
+    # Free-form string attributes: tpu-name, tpu-worker-id, region, zone, ...
+    attributes = models.JSONField(default=dict, blank=True)
+    registered_at = models.DateTimeField(auto_now_add=True)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Job(models.Model):
+    """A submitted job: ``replicas`` identical tasks. ``band`` is the requested band, immutable."""
+
+    name = models.CharField(max_length=MAX_ID_LENGTH, unique=True, help_text="Hierarchical id, e.g. /alice/train")
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="children")
+    # Budget identity: the submitter of the root job.
+    user = models.CharField(max_length=150, db_index=True)
+    submitted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    band = models.PositiveSmallIntegerField(choices=BAND_CHOICES)
+    state = models.CharField(max_length=16, choices=JOB_STATE_CHOICES, default=JobState.PENDING.value)
+    depth = models.PositiveSmallIntegerField()
+    submitted_at_ms = models.BigIntegerField()
+    root_submitted_at_ms = models.BigIntegerField()
+    replicas = models.PositiveIntegerField(default=1)
+    cpu_millicores = models.PositiveBigIntegerField(default=0)
+    memory_bytes = models.PositiveBigIntegerField(default=0)
+    device_type = models.CharField(max_length=8, choices=DEVICE_CHOICES, default=DeviceType.CPU.value)
+    device_variant = models.CharField(max_length=64, blank=True, default="")
+    device_count = models.PositiveIntegerField(default=0)
+    # Coscheduling: tasks place all-or-nothing on workers sharing this attribute's value.
+    group_by = models.CharField(max_length=64, null=True, blank=True)
+    # [{"key", "op", "value", "soft"}], as in the snapshot format.
+    constraints = models.JSONField(default=list, blank=True)
+    scheduling_deadline_ms = models.BigIntegerField(null=True, blank=True)
+    max_retries_preemption = models.PositiveIntegerField(default=100)
+    max_retries_failure = models.PositiveIntegerField(default=0)
+    command = models.JSONField(default=list, blank=True)
+    # The submission as received, kept for audit (includes --system-reason).
+    submission_argv = models.JSONField(default=list, blank=True)
+    system_reason = models.CharField(max_length=500, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["state", "user"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Task(models.Model):
+    """One replica of a job. ``band`` is stamped with the effective band at assignment."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="tasks")
+    index = models.PositiveIntegerField()
+    state = models.CharField(max_length=16, choices=TASK_STATE_CHOICES, default=TaskState.PENDING.value)
+    worker = models.ForeignKey(Worker, null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks")
+    band = models.PositiveSmallIntegerField(choices=BAND_CHOICES, null=True, blank=True)
+    preemption_count = models.PositiveIntegerField(default=0)
+    failure_count = models.PositiveIntegerField(default=0)
+    # Number of attempts made so far; the current attempt is the one with this number.
+    attempt_count = models.PositiveIntegerField(default=0)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["job", "index"], name="task_unique_index_per_job")]
+        indexes = [models.Index(fields=["state"]), models.Index(fields=["worker", "state"])]
+
+    @property
+    def name(self) -> str:
+        return f"{self.job.name}/{self.index}"
+
+    def __str__(self) -> str:
+        return f"task {self.job_id}/{self.index}"
+
+
+class Attempt(models.Model):
+    """One try at running a task on a worker. It holds capacity until ``finished_at`` is set."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    worker = models.ForeignKey(Worker, null=True, blank=True, on_delete=models.SET_NULL, related_name="attempts")
+    state = models.CharField(max_length=16, choices=TASK_STATE_CHOICES)
+    band = models.PositiveSmallIntegerField(choices=BAND_CHOICES)
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["task", "number"], name="attempt_unique_number_per_task")]
+        indexes = [
+            models.Index(
+                fields=["worker"], name="attempt_unfinished_by_worker", condition=models.Q(finished_at__isnull=True)
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of task {self.task_id}"
+
+
+class TickRecord(models.Model):
+    """One scheduling tick: when, how long, what it did, and a spend sample per user."""
+
+    started_at = models.DateTimeField(db_index=True)
+    now_ms = models.BigIntegerField()
+    duration_ms = models.FloatField()
+    decide_ms = models.FloatField(default=0)
+    pending = models.PositiveIntegerField(default=0)
+    assigned = models.PositiveIntegerField(default=0)
+    preempted = models.PositiveIntegerField(default=0)
+    expired = models.PositiveIntegerField(default=0)
+    # {user: spend points} at the start of the tick, for spend-over-time charts.
+    spend = models.JSONField(default=dict)
+    # {user: effective budget limit} at the start of the tick (0 = unlimited).
+    limits = models.JSONField(default=dict)
+    # The latest tick's explanation of the queue (see scheduler.snapshot.explanation_to_json);
+    # cleared on older ticks so only one copy is kept.
+    explanation = models.JSONField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"tick {self.pk} at {self.started_at:%Y-%m-%d %H:%M:%S}"
+
+
+class PreemptionEvent(models.Model):
+    """A victim task evicted so a higher-band preemptor could run."""
+
+    tick = models.ForeignKey(TickRecord, null=True, blank=True, on_delete=models.SET_NULL, related_name="preemptions")
+    victim = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="preempted_by_events")
+    preemptor = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="preempted_events")
+    victim_band = models.PositiveSmallIntegerField(choices=BAND_CHOICES)
+    preemptor_band = models.PositiveSmallIntegerField(choices=BAND_CHOICES)
+    worker = models.ForeignKey(Worker, null=True, on_delete=models.SET_NULL, related_name="+")
+    reason = models.CharField(max_length=500)
+    created_at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+class SchedulerLease(models.Model):
+    """A named lease taken by compare-and-set, so two ticks never run at once.
+
+    Beat alone is no guarantee (a slow tick overlaps the next one; two beats may run by
+    mistake). A tick that dies leaves the lease to expire after ``TICK_LEASE_SECONDS``.
+    """
+
+    name = models.CharField(primary_key=True, max_length=32)
+    holder = models.CharField(max_length=64, blank=True, default="")
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} held by {self.holder or 'nobody'}"
+
+
+class UpliftGrant(models.Model):
+    """A time-bounded raise of a user's ``max_band`` and/or ``budget_limit``.
+
+    A researcher requests one; an admin approves (which sets ``starts_at``/``expires_at``) or
+    denies it. While approved and unexpired, the effective budget is the best of the row (or the
+    defaults) and every active grant.
+    """
+
+    class State(models.TextChoices):
+        REQUESTED = "requested"
+        APPROVED = "approved"
+        DENIED = "denied"
+        EXPIRED = "expired"
+
+    user_id = models.CharField(max_length=150, db_index=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    max_band = models.PositiveSmallIntegerField(choices=BAND_CHOICES, null=True, blank=True)
+    # Resource-value points; 0 means unlimited; null means "not raised by this grant".
+    budget_limit = models.PositiveBigIntegerField(null=True, blank=True)
+    reason = models.TextField()
+    duration_seconds = models.PositiveIntegerField()
+    state = models.CharField(max_length=16, choices=State.choices, default=State.REQUESTED)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_note = models.TextField(blank=True, default="")
+    starts_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["state", "expires_at"])]
+
+    def __str__(self) -> str:
+        return f"uplift {self.pk} for {self.user_id} ({self.state})"
+
+
+class AuditEntry(models.Model):
+    """Who changed a budget or a grant, what it was before and after, when and why."""
+
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # Free text so system actors (config reconciliation, grant expiry) can be named too.
+    actor_name = models.CharField(max_length=150)
+    action = models.CharField(max_length=64)
+    target = models.CharField(max_length=255)
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    reason = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.actor_name} {self.action} {self.target}"

@@ -1,0 +1,269 @@
+"""The one boundary adapter: database rows -> core types, and a decision -> what the console reads.
+
+``load_snapshot`` reads everything a tick decides over with a fixed number of queries, whatever
+the size of the cluster, and returns the :class:`ClusterSnapshot` together with the id maps the
+shell needs to write the decision back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db.models import Q
+
+from scheduler import budgets
+from scheduler.core.bands import Band
+from scheduler.core.types import (
+    ACTIVE_STATES,
+    TERMINAL_JOB_STATES,
+    TERMINAL_STATES,
+    ClusterSnapshot,
+    Constraint,
+    ConstraintOp,
+    Decision,
+    Device,
+    DeviceType,
+    JobSpec,
+    Resources,
+    SchedulerConfig,
+    TaskSnapshot,
+    TaskState,
+    WorkerSpec,
+)
+from scheduler.models import Attempt, Job, Task, Worker
+
+TERMINAL_TASK_VALUES = [s.value for s in TERMINAL_STATES]
+ACTIVE_TASK_VALUES = [s.value for s in ACTIVE_STATES]
+TERMINAL_JOB_VALUES = [s.value for s in TERMINAL_JOB_STATES]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRow:
+    """What the shell needs to write a task back: its primary key and its state when read."""
+
+    pk: int
+    job_pk: int
+    state: str
+    worker_pk: int | None
+    attempt_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedSnapshot:
+    snapshot: ClusterSnapshot
+    tasks: dict[str, TaskRow]
+    job_pks: dict[str, int]
+    worker_pks: dict[str, int]
+
+
+def scheduler_config() -> SchedulerConfig:
+    return SchedulerConfig(
+        max_tasks_per_job_per_cycle=settings.MAX_TASKS_PER_JOB_PER_CYCLE,
+        max_assignments_per_worker=settings.MAX_ASSIGNMENTS_PER_WORKER,
+        max_building_tasks=settings.MAX_BUILDING_TASKS,
+        budget_defaults=budgets.budget_defaults(),
+    )
+
+
+def device_from_columns(device_type: str, variant: str, count: int) -> Device:
+    kind = DeviceType(device_type)
+    if kind is DeviceType.CPU:
+        return Device()
+    return Device(type=kind, variant=variant or None, count=count)
+
+
+def constraints_from_json(raw: list[dict]) -> tuple[Constraint, ...]:
+    """Stored constraints were validated at submission; this only converts them."""
+    result = []
+    for item in raw:
+        value = item.get("value")
+        if isinstance(value, list):
+            value = tuple(value)
+        result.append(Constraint(key=item["key"], op=ConstraintOp(item["op"]), value=value, soft=bool(item.get("soft"))))
+    return tuple(result)
+
+
+def load_snapshot(now_ms: int) -> LoadedSnapshot:
+    """Read the cluster in five queries: workers, jobs, tasks, unfinished attempts, budgets."""
+    workers: list[WorkerSpec] = []
+    worker_names: dict[int, str] = {}
+    worker_pks: dict[str, int] = {}
+    for pk, name, healthy, draining, cpu, mem, dtype, variant, count, attributes in Worker.objects.order_by(
+        "name"
+    ).values_list(
+        "pk",
+        "name",
+        "healthy",
+        "draining",
+        "cpu_millicores",
+        "memory_bytes",
+        "device_type",
+        "device_variant",
+        "device_count",
+        "attributes",
+    ):
+        worker_names[pk] = name
+        worker_pks[name] = pk
+        workers.append(
+            WorkerSpec(
+                id=name,
+                cpu_millicores=cpu,
+                memory_bytes=mem,
+                device=device_from_columns(dtype, variant, count),
+                attributes={str(k): str(v) for k, v in (attributes or {}).items()},
+                healthy=healthy and not draining,
+            )
+        )
+
+    # Attempts that still hold capacity: not the task's live attempt, and not yet confirmed finished.
+    unfinished = {
+        task_pk: worker_pk
+        for task_pk, worker_pk in Attempt.objects.filter(finished_at__isnull=True, worker__isnull=False)
+        .exclude(state__in=ACTIVE_TASK_VALUES)
+        .values_list("task_id", "worker_id")
+    }
+
+    job_rows = Job.objects.filter(
+        ~Q(state__in=TERMINAL_JOB_VALUES)
+        | Q(pk__in=Attempt.objects.filter(finished_at__isnull=True, worker__isnull=False)
+            .exclude(state__in=ACTIVE_TASK_VALUES)
+            .values("task__job_id"))
+    ).values_list(
+        "pk",
+        "name",
+        "user",
+        "band",
+        "parent__name",
+        "submitted_at_ms",
+        "root_submitted_at_ms",
+        "replicas",
+        "cpu_millicores",
+        "memory_bytes",
+        "device_type",
+        "device_variant",
+        "device_count",
+        "group_by",
+        "constraints",
+        "scheduling_deadline_ms",
+        "max_retries_preemption",
+        "max_retries_failure",
+    )
+    jobs: dict[str, JobSpec] = {}
+    job_names: dict[int, str] = {}
+    job_pks: dict[str, int] = {}
+    resources_cache: dict[tuple, Resources] = {}
+    for (
+        pk,
+        name,
+        user,
+        band,
+        parent,
+        submitted,
+        root_submitted,
+        replicas,
+        cpu,
+        mem,
+        dtype,
+        variant,
+        count,
+        group_by,
+        constraints,
+        deadline,
+        retries_preemption,
+        retries_failure,
+    ) in job_rows:
+        key = (cpu, mem, dtype, variant, count)
+        resources = resources_cache.get(key)
+        if resources is None:
+            resources = resources_cache[key] = Resources(cpu, mem, device_from_columns(dtype, variant, count))
+        job_names[pk] = name
+        job_pks[name] = pk
+        jobs[name] = JobSpec(
+            id=name,
+            user=user,
+            band=Band(band),
+            parent=parent,
+            submitted_at_ms=submitted,
+            root_submitted_at_ms=root_submitted,
+            replicas=replicas,
+            resources=resources,
+            group_by=group_by or None,
+            constraints=constraints_from_json(constraints) if constraints else (),
+            scheduling_deadline_ms=deadline,
+            max_retries_preemption=retries_preemption,
+            max_retries_failure=retries_failure,
+        )
+
+    tasks: list[TaskSnapshot] = []
+    rows: dict[str, TaskRow] = {}
+    task_rows = Task.objects.filter(
+        ~Q(state__in=TERMINAL_TASK_VALUES)
+        | Q(pk__in=Attempt.objects.filter(finished_at__isnull=True, worker__isnull=False)
+            .exclude(state__in=ACTIVE_TASK_VALUES)
+            .values("task_id"))
+    ).values_list("pk", "job_id", "index", "state", "worker_id", "band", "preemption_count", "attempt_count")
+    for pk, job_pk, index, state, worker_pk, band, preemption_count, attempt_count in task_rows:
+        job_name = job_names.get(job_pk)
+        if job_name is None:  # a job finished between our two reads; it is not ours to decide
+            continue
+        task_id = f"{job_name}/{index}"
+        unfinished_worker = unfinished.get(pk)
+        tasks.append(
+            TaskSnapshot(
+                id=task_id,
+                job_id=job_name,
+                index=index,
+                state=TaskState(state),
+                worker=worker_names.get(worker_pk) if worker_pk else None,
+                band=Band(band) if band is not None and state != TaskState.PENDING.value else None,
+                preemption_count=preemption_count,
+                unfinished_attempt_worker=worker_names.get(unfinished_worker) if unfinished_worker else None,
+            )
+        )
+        rows[task_id] = TaskRow(pk, job_pk, state, worker_pk, attempt_count)
+
+    snapshot = ClusterSnapshot(
+        now_ms=now_ms,
+        config=scheduler_config(),
+        budgets=budgets.effective_budgets(now_ms),
+        workers=tuple(workers),
+        jobs=jobs,
+        tasks=tuple(tasks),
+    )
+    return LoadedSnapshot(snapshot=snapshot, tasks=rows, job_pks=job_pks, worker_pks=worker_pks)
+
+
+def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision) -> dict:
+    """The queue as the console shows it: every still-pending task's band, position and reason.
+
+    Shape: ``{"tasks": {task_id: [effective band rank, position in band (1-based), reason index]},
+    "reasons": [text, ...], "band_counts": {rank: n}}``. Reasons are interned because thousands
+    of tasks usually share a handful of them.
+    """
+    assigned = {a.task for a in decision.assignments}
+    reasons: list[str] = []
+    reason_index: dict[str, int] = {}
+    positions: dict[int, int] = {}
+    tasks: dict[str, list] = {}
+    ordered = list(decision.order)
+    seen = set(ordered)
+    # Pending tasks held back by the gates are queued after the ones that passed.
+    ordered.extend(t for t in decision.pending_reasons if t not in seen)
+    for task_id in ordered:
+        if task_id in assigned or task_id not in decision.pending_reasons:
+            continue
+        band = int(decision.effective_bands.get(task_id, Band.INTERACTIVE))
+        positions[band] = positions.get(band, 0) + 1
+        text = reason_text(decision.pending_reasons[task_id])
+        index = reason_index.get(text)
+        if index is None:
+            index = reason_index[text] = len(reasons)
+            reasons.append(text)
+        tasks[task_id] = [band, positions[band], index]
+    return {"tasks": tasks, "reasons": reasons, "band_counts": {str(k): v for k, v in sorted(positions.items())}}
+
+
+def reason_text(reason: object) -> str:
+    text = getattr(reason, "text", None)
+    return text() if callable(text) else str(reason)

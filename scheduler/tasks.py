@@ -1,0 +1,10 @@
+"""Celery tasks: one-line wrappers around the shell. They take ids, never model instances."""
+
+from celery import shared_task
+
+from scheduler.tick import run_tick
+
+
+@shared_task(name="scheduler.tick", ignore_result=True)
+def tick() -> None:
+    run_tick()

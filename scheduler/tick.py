@@ -1,0 +1,314 @@
+"""The imperative shell around the core: lease -> load -> decide -> apply in one transaction.
+
+Two ticks never run at once: each takes the ``tick`` lease by compare-and-set and checks it
+still holds it inside its write transaction (a fencing check), so a tick that stalled past its
+lease cannot commit over a newer one. A tick that dies half-way rolls back entirely.
+
+Writes made while the tick decided are not overwritten: inside the transaction the shell
+re-reads the state of every task it is about to change (with ``FOR UPDATE`` on PostgreSQL) and
+drops any change whose task moved since the snapshot (a whole gang if one member moved).
+
+Every write is one statement per kind (``executemany`` or a set-based update), so the number
+of statements per tick does not grow with the number of tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from scheduler.core.decision import decide
+from scheduler.core.types import ACTIVE_STATES, TERMINAL_JOB_STATES, Decision, JobState, TaskState
+from scheduler.models import Attempt, Job, PreemptionEvent, SchedulerLease, Task, TickRecord
+from scheduler.snapshot import LoadedSnapshot, explanation_to_json, load_snapshot
+
+log = logging.getLogger(__name__)
+
+LEASE_NAME = "tick"
+ACTIVE_VALUES = {s.value for s in ACTIVE_STATES}
+TERMINAL_JOB_VALUES = sorted(s.value for s in TERMINAL_JOB_STATES)
+
+
+class LeaseLost(RuntimeError):
+    """Another tick took the lease while this one was deciding; this one must not commit."""
+
+
+@dataclass(frozen=True)
+class TickOutcome:
+    tick_id: int
+    decision: Decision
+    assigned: int
+    preempted: int
+    expired: int
+    skipped_conflicts: int
+    duration_ms: float
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+# --- the lease ------------------------------------------------------------------------------------
+
+
+def acquire_lease(holder: str, now: datetime) -> bool:
+    """Take the tick lease if it is free or expired. True when this holder now owns it."""
+    SchedulerLease.objects.get_or_create(name=LEASE_NAME)
+    expires = now + timedelta(seconds=settings.TICK_LEASE_SECONDS)
+    taken = (
+        SchedulerLease.objects.filter(name=LEASE_NAME)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__lte=now))
+        .update(holder=holder, expires_at=expires)
+    )
+    return taken == 1
+
+
+def release_lease(holder: str) -> None:
+    SchedulerLease.objects.filter(name=LEASE_NAME, holder=holder).update(holder="", expires_at=None)
+
+
+def confirm_lease(holder: str) -> None:
+    """Inside the write transaction: fail unless this holder still owns the lease."""
+    still_ours = SchedulerLease.objects.filter(name=LEASE_NAME, holder=holder).update(
+        expires_at=timezone.now() + timedelta(seconds=settings.TICK_LEASE_SECONDS)
+    )
+    if still_ours != 1:
+        raise LeaseLost(f"tick {holder} lost its lease before commit")
+
+
+# --- the tick -------------------------------------------------------------------------------------
+
+
+def run_tick(now: int | None = None) -> TickOutcome | None:
+    """Run one scheduling tick. Returns None when another tick holds the lease."""
+    holder = uuid.uuid4().hex
+    started = time.perf_counter()
+    wall = timezone.now()
+    if not acquire_lease(holder, wall):
+        log.info("tick skipped: another tick holds the lease")
+        return None
+    try:
+        tick_now = now if now is not None else now_ms()
+        loaded = load_snapshot(tick_now)
+        decide_started = time.perf_counter()
+        decision = decide(loaded.snapshot)
+        decide_ms = (time.perf_counter() - decide_started) * 1000
+        with transaction.atomic():
+            confirm_lease(holder)
+            outcome = apply_decision(loaded, decision, wall, started, decide_ms)
+    finally:
+        release_lease(holder)
+    log.info(
+        "tick %s: %d assigned, %d preempted, %d expired, %d conflicts, %.0f ms (decide %.0f ms)",
+        outcome.tick_id,
+        outcome.assigned,
+        outcome.preempted,
+        outcome.expired,
+        outcome.skipped_conflicts,
+        outcome.duration_ms,
+        decide_ms,
+    )
+    return outcome
+
+
+# --- applying a decision --------------------------------------------------------------------------
+
+
+def current_task_states(pks: list[int]) -> dict[int, tuple[str, int | None]]:
+    """Re-read (state, worker) of the given tasks in one statement, locking them on PostgreSQL."""
+    if not pks:
+        return {}
+    table = Task._meta.db_table
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"SELECT id, state, worker_id FROM {table} WHERE id = ANY(%s) FOR UPDATE", [pks])
+        else:
+            # json_each takes the whole id list as one parameter, whatever its length.
+            cursor.execute(
+                f"SELECT t.id, t.state, t.worker_id FROM {table} t JOIN json_each(%s) j ON t.id = j.value",
+                [json_list(pks)],
+            )
+        return {pk: (state, worker) for pk, state, worker in cursor.fetchall()}
+
+
+def json_list(values: list[int]) -> str:
+    return "[" + ",".join(str(int(v)) for v in values) + "]"
+
+
+def executemany(sql: str, rows: list[tuple]) -> None:
+    if rows:
+        with connection.cursor() as cursor:
+            cursor.executemany(sql, rows)
+
+
+def apply_decision(
+    loaded: LoadedSnapshot, decision: Decision, wall: datetime, started: float, decide_ms: float
+) -> TickOutcome:
+    """Write the decision. Must run inside ``transaction.atomic``."""
+    rows = loaded.tasks
+    changed = [t for t in decision.after if t in rows]
+    current = current_task_states([rows[t].pk for t in changed])
+
+    # A task that moved since the snapshot is left alone; for a gang, the whole job's changes go.
+    moved_jobs: set[int] = set()
+    for task_id in changed:
+        row = rows[task_id]
+        if current.get(row.pk) != (row.state, row.worker_pk):
+            moved_jobs.add(row.job_pk)
+    gang_jobs = {name for name, job in loaded.snapshot.jobs.items() if job.is_gang}
+
+    def keep(task_id: str) -> bool:
+        row = rows[task_id]
+        if current.get(row.pk) != (row.state, row.worker_pk):
+            return False
+        job_name = task_id.rsplit("/", 1)[0]
+        return not (job_name in gang_jobs and row.job_pk in moved_jobs)
+
+    kept = {t for t in changed if keep(t)}
+    skipped = len(changed) - len(kept)
+
+    tick = TickRecord.objects.create(
+        started_at=wall,
+        now_ms=loaded.snapshot.now_ms,
+        duration_ms=0,
+        decide_ms=decide_ms,
+        pending=sum(1 for t in loaded.snapshot.tasks if t.state is TaskState.PENDING),
+        spend=dict(decision.spend),
+        limits=limits_sample(loaded, decision),
+        explanation=explanation_to_json(loaded.snapshot, decision),
+    )
+
+    assignments = [a for a in decision.assignments if a.task in kept]
+    assigned_tasks = {a.task for a in assignments}
+    preemptions = [p for p in decision.preemptions if p.victim in kept]
+    preemptor_of = {p.victim: p.preemptor for p in preemptions}
+    expired = [u for u in decision.unschedulable if u.task in kept]
+
+    task_table = Task._meta.db_table
+    attempt_table = Attempt._meta.db_table
+
+    # Tasks: one UPDATE statement, executed per changed row.
+    task_updates = []
+    attempt_closes = []
+    for task_id in kept:
+        after = decision.after[task_id]
+        row = rows[task_id]
+        attempt_count = row.attempt_count + (1 if task_id in assigned_tasks else 0)
+        task_updates.append(
+            (
+                after.state.value,
+                loaded.worker_pks[after.worker] if after.worker else None,
+                int(after.band) if after.band is not None else None,
+                after.preemption_count,
+                attempt_count,
+                wall,
+                row.pk,
+            )
+        )
+        if row.state in ACTIVE_VALUES and after.state.value not in ACTIVE_VALUES and row.attempt_count:
+            if task_id in preemptor_of:
+                attempt_state, error = TaskState.PREEMPTED.value, f"Preempted by {preemptor_of[task_id]}"
+            elif after.state is TaskState.COSCHED_FAILED:
+                attempt_state, error = TaskState.COSCHED_FAILED.value, "A gang member was preempted for good"
+            else:
+                attempt_state, error = TaskState.PREEMPTED.value, "Requeued: a gang member was preempted"
+            attempt_closes.append((attempt_state, error, row.pk, row.attempt_count))
+    executemany(
+        f"UPDATE {task_table} SET state = %s, worker_id = %s, band = %s, preemption_count = %s, "
+        f"attempt_count = %s, updated_at = %s WHERE id = %s",
+        task_updates,
+    )
+    # The attempt of a task leaving ASSIGNED/BUILDING/RUNNING keeps holding its worker's capacity
+    # (finished_at stays empty) until the worker confirms the process ended.
+    executemany(
+        f"UPDATE {attempt_table} SET state = %s, error = %s WHERE task_id = %s AND number = %s",
+        attempt_closes,
+    )
+    executemany(
+        f"INSERT INTO {attempt_table} (task_id, number, worker_id, state, band, created_at, error) "
+        f"VALUES (%s, %s, %s, %s, %s, %s, '')",
+        [
+            (
+                rows[a.task].pk,
+                rows[a.task].attempt_count + 1,
+                loaded.worker_pks[a.worker],
+                TaskState.ASSIGNED.value,
+                int(a.band),
+                wall,
+            )
+            for a in assignments
+        ],
+    )
+    executemany(
+        f"INSERT INTO {PreemptionEvent._meta.db_table} "
+        f"(tick_id, victim_id, preemptor_id, victim_band, preemptor_band, worker_id, reason, created_at) "
+        f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+        [
+            (
+                tick.pk,
+                rows[p.victim].pk,
+                rows[p.preemptor].pk,
+                int(p.victim_band),
+                int(p.preemptor_band),
+                loaded.worker_pks.get(p.worker),
+                f"Preempted by {p.preemptor} ({p.preemptor_band.name} over {p.victim_band.name})",
+                wall,
+            )
+            for p in preemptions
+            if p.preemptor in rows
+        ],
+    )
+
+    job_table = Job._meta.db_table
+    kept_jobs = {task_id.rsplit("/", 1)[0] for task_id in kept}
+    placeholders = ", ".join(["%s"] * len(TERMINAL_JOB_VALUES))
+    executemany(
+        f"UPDATE {job_table} SET state = %s, finished_at = %s WHERE id = %s AND state NOT IN ({placeholders})",
+        [
+            (state.value, wall, loaded.job_pks[job], *TERMINAL_JOB_VALUES)
+            for job, state in decision.jobs_after.items()
+            if job in loaded.job_pks and job in kept_jobs
+        ],
+    )
+    executemany(
+        f"UPDATE {job_table} SET state = %s WHERE id = %s AND state = %s",
+        [
+            (JobState.RUNNING.value, pk, JobState.PENDING.value)
+            for pk in sorted({rows[a.task].job_pk for a in assignments})
+        ],
+    )
+    # Only the newest tick keeps the (large) queue explanation.
+    TickRecord.objects.filter(explanation__isnull=False, pk__lt=tick.pk).update(explanation=None)
+
+    duration_ms = (time.perf_counter() - started) * 1000
+    TickRecord.objects.filter(pk=tick.pk).update(
+        duration_ms=duration_ms, assigned=len(assignments), preempted=len(preemptions), expired=len(expired)
+    )
+    return TickOutcome(
+        tick_id=tick.pk,
+        decision=decision,
+        assigned=len(assignments),
+        preempted=len(preemptions),
+        expired=len(expired),
+        skipped_conflicts=skipped,
+        duration_ms=duration_ms,
+    )
+
+
+def limits_sample(loaded: LoadedSnapshot, decision: Decision) -> dict[str, int]:
+    """Each spending or budgeted user's effective limit this tick (0 = unlimited)."""
+    default = loaded.snapshot.config.budget_defaults.budget_limit
+    users = set(decision.spend) | set(loaded.snapshot.budgets)
+    return {
+        user: (loaded.snapshot.budgets[user].budget_limit if user in loaded.snapshot.budgets else default)
+        for user in sorted(users)
+    }
+

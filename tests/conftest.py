@@ -1,0 +1,68 @@
+"""Shared test configuration: markers for integration tests, and what CI requires to run.
+
+``postgres`` tests run only when the database is PostgreSQL; ``redis`` tests only when a Redis
+server answers at ``IRIS_TEST_REDIS_URL``; ``browser`` tests only when Chromium and Playwright
+are installed. Locally these skip with a reason. CI sets ``IRIS_REQUIRE_MARKERS`` (for example
+``postgres,redis,browser``): then a skipped test carrying one of those markers fails the run,
+so a green CI always means they ran.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from urllib.parse import urlparse
+
+import pytest
+from django.conf import settings
+
+REDIS_TEST_URL = os.environ.get("IRIS_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+CHROMIUM = os.environ.get("IRIS_CHROMIUM", shutil.which("chromium") or shutil.which("chromium-browser") or "")
+REQUIRED = {m.strip() for m in os.environ.get("IRIS_REQUIRE_MARKERS", "").split(",") if m.strip()}
+
+
+def redis_available() -> bool:
+    url = urlparse(REDIS_TEST_URL)
+    try:
+        with socket.create_connection((url.hostname or "127.0.0.1", url.port or 6379), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def browser_available() -> bool:
+    if not CHROMIUM:
+        return False
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def pytest_collection_modifyitems(config, items):
+    is_postgres = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+    have_redis = redis_available()
+    have_browser = browser_available()
+    for item in items:
+        if "postgres" in item.keywords and not is_postgres:
+            item.add_marker(pytest.mark.skip(reason="needs PostgreSQL: set IRIS_DATABASE_URL=postgresql://..."))
+        if "redis" in item.keywords and not have_redis:
+            item.add_marker(pytest.mark.skip(reason=f"needs Redis at {REDIS_TEST_URL}"))
+        if "browser" in item.keywords and not have_browser:
+            item.add_marker(pytest.mark.skip(reason="needs Chromium (apt-get install chromium) and playwright"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and REQUIRED:
+        required_here = sorted(m for m in REQUIRED if m in item.keywords)
+        if required_here:
+            report.outcome = "failed"
+            report.longrepr = (
+                f"{item.nodeid} was skipped, but IRIS_REQUIRE_MARKERS requires {', '.join(required_here)} "
+                f"tests to run: {report.longrepr}"
+            )
