@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py reconcile_budgets
 
 # The console on http://127.0.0.1:8000 and the scheduler (Celery worker with beat).
 run: setup

@@ -156,6 +156,13 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(TICK_SECONDS),
         "options": {"expires": float(TICK_SECONDS)},
     },
+    # Approved uplift grants past their expiry become expired (and audited). Budgets already
+    # ignore an expired grant, so a minute's delay only affects what lists show.
+    "expire-uplifts": {
+        "task": "scheduler.expire_uplifts",
+        "schedule": 60.0,
+        "options": {"expires": 60.0},
+    },
 }
 
 # --- Scheduler policy ----------------------------------------------------------------------------

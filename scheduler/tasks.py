@@ -1,10 +1,17 @@
 """Celery tasks: one-line wrappers around the shell. They take ids, never model instances."""
 
 from celery import shared_task
+from django.utils import timezone
 
+from scheduler import grants
 from scheduler.tick import run_tick
 
 
 @shared_task(name="scheduler.tick", ignore_result=True)
 def tick() -> None:
     run_tick()
+
+
+@shared_task(name="scheduler.expire_uplifts", ignore_result=True)
+def expire_uplifts() -> None:
+    grants.expire_uplifts(timezone.now())
