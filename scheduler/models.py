@@ -263,3 +263,44 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.actor_name} {self.action} {self.target}"
+
+
+class DispatchIntent(models.Model):
+    """The outbox: what must be started or stopped where, written in the same transaction as the
+    decision that needs it, and delivered after commit.
+
+    An intent names its attempt by (task, attempt number), so delivering it twice is harmless:
+    backends start an attempt at most once. Failed deliveries retry with backoff and stay
+    visible to operators.
+    """
+
+    class Kind(models.TextChoices):
+        START = "start"
+        STOP = "stop"
+
+    class State(models.TextChoices):
+        PENDING = "pending"  # not yet handed to the backend (or waiting to retry)
+        DELIVERED = "delivered"  # the backend has it (a local agent fetched it, a pod was created)
+        DONE = "done"  # the backend confirmed it took effect
+        FAILED = "failed"  # gave up after too many tries; an operator must look
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="intents")
+    attempt_number = models.PositiveIntegerField()
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    worker = models.ForeignKey(Worker, null=True, blank=True, on_delete=models.SET_NULL, related_name="intents")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
+    reason = models.CharField(max_length=500, blank=True, default="")
+    tries = models.PositiveIntegerField(default=0)
+    next_try_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["task", "attempt_number", "kind"], name="intent_once_per_attempt_and_kind")
+        ]
+        indexes = [models.Index(fields=["state", "next_try_at"]), models.Index(fields=["worker", "state"])]
+
+    def __str__(self) -> str:
+        return f"{self.kind} attempt {self.attempt_number} of task {self.task_id} ({self.state})"

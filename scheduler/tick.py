@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from scheduler.core.decision import decide
 from scheduler.core.types import ACTIVE_STATES, TERMINAL_JOB_STATES, Decision, JobState, TaskState
-from scheduler.models import Attempt, Job, PreemptionEvent, SchedulerLease, Task, TickRecord
+from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, SchedulerLease, Task, TickRecord
 from scheduler.snapshot import LoadedSnapshot, explanation_to_json, load_snapshot
 
 log = logging.getLogger(__name__)
@@ -220,7 +220,7 @@ def apply_decision(
                 attempt_state, error = TaskState.COSCHED_FAILED.value, "A gang member was preempted for good"
             else:
                 attempt_state, error = TaskState.PREEMPTED.value, "Requeued: a gang member was preempted"
-            attempt_closes.append((attempt_state, error, row.pk, row.attempt_count))
+            attempt_closes.append((attempt_state, error, row.pk, row.attempt_count, row.worker_pk))
     executemany(
         f"UPDATE {task_table} SET state = %s, worker_id = %s, band = %s, preemption_count = %s, "
         f"attempt_count = %s, updated_at = %s WHERE id = %s",
@@ -230,7 +230,7 @@ def apply_decision(
     # (finished_at stays empty) until the worker confirms the process ended.
     executemany(
         f"UPDATE {attempt_table} SET state = %s, error = %s WHERE task_id = %s AND number = %s",
-        attempt_closes,
+        [close[:4] for close in attempt_closes],
     )
     executemany(
         f"INSERT INTO {attempt_table} (task_id, number, worker_id, state, band, created_at, error) "
@@ -264,6 +264,23 @@ def apply_decision(
             )
             for p in preemptions
             if p.preemptor in rows
+        ],
+    )
+
+    # The outbox, in the same transaction: start every new attempt, stop every attempt that ended.
+    intent_table = DispatchIntent._meta.db_table
+    executemany(
+        f"INSERT INTO {intent_table} (task_id, attempt_number, kind, worker_id, state, reason, tries, "
+        f"last_error, created_at) VALUES (%s, %s, %s, %s, %s, %s, 0, '', %s)",
+        [
+            (rows[a.task].pk, rows[a.task].attempt_count + 1, DispatchIntent.Kind.START.value,
+             loaded.worker_pks[a.worker], DispatchIntent.State.PENDING.value, "assigned", wall)
+            for a in assignments
+        ]
+        + [
+            (task_pk, number, DispatchIntent.Kind.STOP.value, worker_pk, DispatchIntent.State.PENDING.value,
+             error, wall)
+            for _, error, task_pk, number, worker_pk in attempt_closes
         ],
     )
 
