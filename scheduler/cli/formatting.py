@@ -1,0 +1,479 @@
+"""Render API answers for people: aligned tables and ``label  value`` blocks.
+
+Every function takes the decoded JSON exactly as the server sent it and returns text; nothing
+here talks to the server. Missing fields render as ``-`` so a newer or older server still
+prints something sensible.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+Column = tuple[str, Callable[[dict], Any]]
+
+BINARY_UNITS = (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10))
+
+
+def as_json(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=False)
+
+
+# --- cells ----------------------------------------------------------------------------------------
+
+
+def pick(obj: Any, *keys: str, default: Any = None) -> Any:
+    """The first present, non-null value among ``keys`` (dotted paths allowed)."""
+    if not isinstance(obj, dict):
+        return default
+    for key in keys:
+        value: Any = obj
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is not None:
+            return value
+    return default
+
+
+def cell(value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list | tuple):
+        return ", ".join(cell(v) for v in value) or "-"
+    if isinstance(value, dict):
+        return text_of(value)
+    return str(value)
+
+
+def text_of(value: Any) -> str:
+    """A reason or explanation the server may send as a string or as ``{"text": ...}``."""
+    if isinstance(value, dict):
+        for key in ("text", "message", "reason", "summary"):
+            if isinstance(value.get(key), str):
+                return value[key]
+        return ", ".join(f"{k}={cell(v)}" for k, v in value.items())
+    return cell(value)
+
+
+def band(value: Any) -> str:
+    return value.upper() if isinstance(value, str) else cell(value)
+
+
+def when(value: Any) -> str:
+    """ISO timestamps shortened to the second: ``2026-05-01 12:00:03Z``."""
+    if not isinstance(value, str) or "T" not in value:
+        return cell(value)
+    date, _, time = value.partition("T")
+    zone = "Z" if value.endswith(("Z", "+00:00")) else ""
+    return f"{date} {time[:8]}{zone}"
+
+
+def size(value: Any) -> str:
+    """Bytes as ``16Gi``; strings the server already formatted are kept."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return cell(value)
+    for unit, factor in BINARY_UNITS:
+        if value >= factor and value % factor == 0:
+            return f"{value // factor}{unit}"
+    for unit, factor in BINARY_UNITS:
+        if value >= factor:
+            return f"{value / factor:.1f}{unit}"
+    return str(value)
+
+
+def seconds(value: Any) -> str:
+    """A duration in seconds as ``2h``, ``1h30m``, ``45s``."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return cell(value)
+    remaining = int(value)
+    parts = []
+    for unit, length in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if remaining >= length:
+            parts.append(f"{remaining // length}{unit}")
+            remaining %= length
+    return "".join(parts) or "0s"
+
+
+def limit(value: Any) -> str:
+    return "unlimited" if value == 0 else cell(value)
+
+
+def device(job: dict) -> str:
+    dev = pick(job, "device")
+    if isinstance(dev, dict):
+        kind = dev.get("type") or "cpu"
+        if kind == "cpu":
+            return ""
+        return f"{kind} {dev.get('variant') or 'any'} x{dev.get('count') if dev.get('count') is not None else '?'}"
+    kind = pick(job, "device_type")
+    if kind and kind != "cpu":
+        return f"{kind} {pick(job, 'device_variant', default='any')} x{pick(job, 'device_count', default='?')}"
+    return ""
+
+
+def cpu(job: dict) -> Any:
+    cores = pick(job, "cpu", "resources.cpu")
+    if cores is None:
+        millis = pick(job, "cpu_millicores", "resources.cpu_millicores")
+        cores = millis / 1000 if isinstance(millis, int | float) else None
+    return cores
+
+
+def resources(job: dict) -> str:
+    parts = []
+    cores = cpu(job)
+    if cores:
+        parts.append(f"{cell(cores)} cpu")
+    memory = pick(job, "memory", "memory_bytes", "resources.memory", "resources.memory_bytes")
+    if memory:
+        parts.append(size(memory))
+    if dev := device(job):
+        parts.append(dev)
+    return ", ".join(parts) or "-"
+
+
+def job_id(job: Any) -> str:
+    if isinstance(job, str):
+        return job
+    return cell(pick(job, "id", "job_id", "name"))
+
+
+# --- layouts --------------------------------------------------------------------------------------
+
+
+def results(page: Any) -> list[dict]:
+    """The rows of a paginated answer (``{"count", "results"}``) or of a plain list."""
+    if isinstance(page, dict) and isinstance(page.get("results"), list):
+        return page["results"]
+    if isinstance(page, list):
+        return page
+    return []
+
+
+def table(rows: Sequence[dict], columns: Sequence[Column], empty: str = "(none)") -> str:
+    if not rows:
+        return empty
+    grid = [[header for header, _ in columns]]
+    grid += [[cell(getter(row)) for _, getter in columns] for row in rows]
+    widths = [max(len(line[i]) for line in grid) for i in range(len(columns))]
+    return "\n".join(
+        "  ".join(value.ljust(width) for value, width in zip(line, widths, strict=True)).rstrip() for line in grid
+    )
+
+
+def fields(pairs: Iterable[tuple[str, Any]]) -> str:
+    """``label  value`` lines, labels aligned; pairs whose value is None are left out."""
+    shown = [(label, value if isinstance(value, str) else cell(value)) for label, value in pairs if value is not None]
+    if not shown:
+        return ""
+    width = max(len(label) for label, _ in shown)
+    return "\n".join(f"{label.ljust(width)}  {value}" for label, value in shown)
+
+
+def page_footer(page: Any, shown: int) -> str:
+    """``12 of 340 shown; next: --page 2`` when the answer is one page of several."""
+    if not isinstance(page, dict) or "count" not in page:
+        return ""
+    total = page.get("count")
+    if not page.get("next") and not page.get("previous"):
+        return f"{total} in all" if total != shown else ""
+    current = _page_number(page)
+    hint = f"; next: --page {current + 1}" if page.get("next") else ""
+    return f"{shown} of {total} shown (page {current}){hint}"
+
+
+def _page_number(page: dict) -> int:
+    from urllib.parse import parse_qs, urlparse
+
+    if page.get("next"):
+        number = parse_qs(urlparse(page["next"]).query).get("page", ["2"])[0]
+        return int(number) - 1 if number.isdigit() else 1
+    if page.get("previous"):
+        number = parse_qs(urlparse(page["previous"]).query).get("page", ["0"])[0]
+        return int(number) + 1 if number.isdigit() else 2
+    return 1
+
+
+def with_footer(body: str, page: Any) -> str:
+    footer = page_footer(page, len(results(page)))
+    return f"{body}\n{footer}" if footer else body
+
+
+# --- one renderer per answer ----------------------------------------------------------------------
+
+JOB_COLUMNS: list[Column] = [
+    ("JOB", job_id),
+    ("USER", lambda j: pick(j, "user")),
+    ("BAND", lambda j: band(pick(j, "band", "priority"))),
+    ("STATE", lambda j: pick(j, "state")),
+    ("REPLICAS", lambda j: pick(j, "replicas")),
+    ("RESOURCES", resources),
+    ("SUBMITTED", lambda j: when(pick(j, "submitted_at", "created_at"))),
+]
+
+TASK_COLUMNS: list[Column] = [
+    ("TASK", lambda t: pick(t, "index", "id", "name")),
+    ("STATE", lambda t: pick(t, "state")),
+    ("BAND", lambda t: band(pick(t, "band", "effective_band"))),
+    ("WORKER", lambda t: pick(t, "worker")),
+    ("ATTEMPTS", lambda t: pick(t, "attempt_count", "attempts") if not isinstance(pick(t, "attempts"), list) else len(t["attempts"])),
+    ("PREEMPTED", lambda t: pick(t, "preemption_count")),
+    ("FAILURES", lambda t: pick(t, "failure_count")),
+]
+
+PREEMPTION_COLUMNS: list[Column] = [
+    ("WHEN", lambda p: when(pick(p, "created_at", "at"))),
+    ("VICTIM", lambda p: pick(p, "victim", "victim_task")),
+    ("BY", lambda p: pick(p, "preemptor", "preemptor_task")),
+    ("BANDS", lambda p: f"{band(pick(p, 'victim_band'))} < {band(pick(p, 'preemptor_band'))}"),
+    ("WORKER", lambda p: pick(p, "worker")),
+    ("REASON", lambda p: pick(p, "reason")),
+]
+
+
+def job_list(page: Any) -> str:
+    return with_footer(table(results(page), JOB_COLUMNS, empty="No jobs."), page)
+
+
+def job_detail(job: dict) -> str:
+    head = fields(
+        [
+            ("job", job_id(job)),
+            ("user", pick(job, "user")),
+            ("submitted by", pick(job, "submitted_by")),
+            ("parent", pick(job, "parent")),
+            ("band", band(pick(job, "band", "priority"))),
+            ("state", pick(job, "state")),
+            ("replicas", pick(job, "replicas")),
+            ("resources", resources(job)),
+            ("group by", pick(job, "group_by")),
+            ("constraints", _constraints(pick(job, "constraints"))),
+            ("command", _command(pick(job, "command"))),
+            ("system reason", pick(job, "system_reason") or None),
+            ("submitted", when(pick(job, "submitted_at", "created_at"))),
+            ("finished", when(pick(job, "finished_at")) if pick(job, "finished_at") else None),
+        ]
+    )
+    tasks = pick(job, "tasks")
+    if isinstance(tasks, list):
+        head += "\n\nTasks:\n" + table(tasks, TASK_COLUMNS)
+    return head
+
+
+def _command(command: Any) -> Any:
+    if isinstance(command, list):
+        import shlex
+
+        return shlex.join(str(c) for c in command) or None
+    return command
+
+
+def _constraints(constraints: Any) -> Any:
+    if not isinstance(constraints, list) or not constraints:
+        return None
+    shown = []
+    for c in constraints:
+        if not isinstance(c, dict):
+            shown.append(cell(c))
+            continue
+        key, op, value = c.get("key"), c.get("op", "eq"), c.get("value")
+        text = {
+            "eq": f"{key}={cell(value)}",
+            "ne": f"{key}!={cell(value)}",
+            "in": f"{key} in ({cell(value)})",
+            "exists": f"{key} exists",
+        }.get(op, f"{key} {op} {cell(value)}")
+        shown.append(text + (" (soft)" if c.get("soft") else ""))
+    return "; ".join(shown)
+
+
+def explanation(data: dict) -> str:
+    downgrade = pick(data, "downgrade")
+    effective = band(pick(data, "effective_band"))
+    if downgrade:
+        effective += f" (downgraded: {text_of(downgrade)})"
+    position, length = pick(data, "position"), pick(data, "band_queue_length")
+    queue_line = None
+    if position is not None:
+        queue_line = f"{position} of {cell(length)} in the {band(pick(data, 'effective_band'))} queue"
+    spend, budget = pick(data, "spend"), pick(data, "limit")
+    head = fields(
+        [
+            ("job", job_id(pick(data, "job", default=""))),
+            ("requested band", band(pick(data, "requested_band"))),
+            ("effective band", effective),
+            ("spend / limit", f"{cell(spend)} / {limit(budget)}" if spend is not None or budget is not None else None),
+            ("queue position", queue_line),
+            ("pending reason", text_of(pick(data, "pending_reason")) if pick(data, "pending_reason") else None),
+        ]
+    )
+    parts = [head]
+    change = pick(data, "what_would_change")
+    if change:
+        items = change if isinstance(change, list) else [change]
+        parts.append("What would change it:\n" + "\n".join(f"  - {text_of(item)}" for item in items))
+    tasks = pick(data, "tasks")
+    if isinstance(tasks, list) and tasks:
+        parts.append("Tasks:\n" + table(tasks, TASK_COLUMNS + [("WHY", lambda t: text_of(pick(t, "reason", "pending_reason")) if pick(t, "reason", "pending_reason") else None)]))
+    preemptions = pick(data, "preemptions")
+    if isinstance(preemptions, list):
+        parts.append("Preemptions suffered:\n" + table(preemptions, PREEMPTION_COLUMNS))
+    return "\n\n".join(p for p in parts if p)
+
+
+QUEUE_COLUMNS: list[Column] = [
+    ("POS", lambda t: pick(t, "position", "rank")),
+    ("BAND", lambda t: band(pick(t, "effective_band", "band"))),
+    ("TASK", lambda t: pick(t, "task", "id", "name")),
+    ("USER", lambda t: pick(t, "user")),
+    ("REQUESTED", lambda t: band(pick(t, "requested_band"))),
+    ("RESOURCES", resources),
+    ("PENDING REASON", lambda t: text_of(pick(t, "pending_reason", "reason")) if pick(t, "pending_reason", "reason") else None),
+]
+
+
+def queue(page: Any) -> str:
+    return with_footer(table(results(page), QUEUE_COLUMNS, empty="The queue is empty."), page)
+
+
+BUDGET_COLUMNS: list[Column] = [
+    ("USER", lambda b: pick(b, "user", "user_id")),
+    ("SPEND", lambda b: pick(b, "spend")),
+    ("LIMIT", lambda b: limit(pick(b, "budget_limit", "limit"))),
+    ("MAX BAND", lambda b: band(pick(b, "max_band"))),
+    ("SOURCE", lambda b: pick(b, "source")),
+]
+
+
+def budget(data: dict) -> str:
+    grants = pick(data, "grants", "active_grants", "uplifts")
+    body = fields(
+        [
+            ("user", pick(data, "user", "user_id")),
+            ("spend", pick(data, "spend")),
+            ("budget limit", limit(pick(data, "budget_limit", "limit"))),
+            ("max band", band(pick(data, "max_band"))),
+            ("effective band", band(pick(data, "effective_band")) if pick(data, "effective_band") else None),
+            ("source", pick(data, "source")),
+        ]
+    )
+    if isinstance(grants, list) and grants:
+        body += "\n\nActive uplifts:\n" + table(grants, UPLIFT_COLUMNS)
+    return body
+
+
+def budget_list(page: Any) -> str:
+    return with_footer(table(results(page), BUDGET_COLUMNS, empty="No budget rows: the defaults apply to everyone."), page)
+
+
+UPLIFT_COLUMNS: list[Column] = [
+    ("ID", lambda g: pick(g, "id")),
+    ("USER", lambda g: pick(g, "user", "user_id")),
+    ("STATE", lambda g: pick(g, "state")),
+    ("MAX BAND", lambda g: band(pick(g, "max_band"))),
+    ("LIMIT", lambda g: limit(pick(g, "budget_limit")) if pick(g, "budget_limit") is not None else None),
+    ("DURATION", lambda g: seconds(pick(g, "duration_seconds"))),
+    ("EXPIRES", lambda g: when(pick(g, "expires_at"))),
+    ("REASON", lambda g: pick(g, "reason")),
+]
+
+
+def uplift(grant: dict) -> str:
+    return fields(
+        [
+            ("uplift", pick(grant, "id")),
+            ("user", pick(grant, "user", "user_id")),
+            ("state", pick(grant, "state")),
+            ("max band", band(pick(grant, "max_band")) if pick(grant, "max_band") else None),
+            ("budget limit", limit(pick(grant, "budget_limit")) if pick(grant, "budget_limit") is not None else None),
+            ("duration", seconds(pick(grant, "duration_seconds"))),
+            ("reason", pick(grant, "reason")),
+            ("requested by", pick(grant, "requested_by")),
+            ("decided by", pick(grant, "decided_by")),
+            ("note", pick(grant, "decision_note", "note") or None),
+            ("starts", when(pick(grant, "starts_at")) if pick(grant, "starts_at") else None),
+            ("expires", when(pick(grant, "expires_at")) if pick(grant, "expires_at") else None),
+        ]
+    )
+
+
+def uplift_list(page: Any) -> str:
+    return with_footer(table(results(page), UPLIFT_COLUMNS, empty="No uplift grants."), page)
+
+
+WORKER_COLUMNS: list[Column] = [
+    ("WORKER", lambda w: pick(w, "name", "id")),
+    ("BACKEND", lambda w: pick(w, "backend")),
+    ("HEALTHY", lambda w: pick(w, "healthy")),
+    ("DRAINING", lambda w: pick(w, "draining")),
+    ("CPU", lambda w: cpu(w)),
+    ("MEMORY", lambda w: size(pick(w, "memory", "memory_bytes"))),
+    ("DEVICE", lambda w: device(w) or None),
+    ("RUNNING", lambda w: pick(w, "running_tasks", "active_tasks", "tasks")),
+    ("HEARTBEAT", lambda w: when(pick(w, "last_heartbeat"))),
+]
+
+
+def worker_list(page: Any) -> str:
+    return with_footer(table(results(page), WORKER_COLUMNS, empty="No workers registered."), page)
+
+
+def worker(data: dict) -> str:
+    return fields(
+        [
+            ("worker", pick(data, "name", "id")),
+            ("healthy", pick(data, "healthy")),
+            ("draining", pick(data, "draining")),
+        ]
+    )
+
+
+def tick(data: dict) -> str:
+    return fields(
+        [
+            ("tick", pick(data, "id", "tick_id")),
+            ("started", when(pick(data, "started_at")) if pick(data, "started_at") else None),
+            ("duration", f"{cell(pick(data, 'duration_ms'))} ms" if pick(data, "duration_ms") is not None else None),
+            ("pending", pick(data, "pending")),
+            ("assigned", pick(data, "assigned")),
+            ("preempted", pick(data, "preempted")),
+            ("expired", pick(data, "expired")),
+            ("skipped", pick(data, "skipped", "skipped_conflicts")),
+        ]
+    ) or "Tick run."
+
+
+def me(data: dict) -> str:
+    return fields(
+        [
+            ("user", pick(data, "username", "user")),
+            ("role", pick(data, "role")),
+            ("max band", band(pick(data, "budget.max_band", "max_band")) if pick(data, "budget.max_band", "max_band") else None),
+        ]
+    )
+
+
+AUDIT_COLUMNS: list[Column] = [
+    ("WHEN", lambda a: when(pick(a, "created_at"))),
+    ("ACTOR", lambda a: pick(a, "actor_name", "actor")),
+    ("ACTION", lambda a: pick(a, "action")),
+    ("TARGET", lambda a: pick(a, "target")),
+    ("BEFORE", lambda a: _compact(pick(a, "before"))),
+    ("AFTER", lambda a: _compact(pick(a, "after"))),
+    ("REASON", lambda a: pick(a, "reason")),
+]
+
+
+def _compact(value: Any) -> Any:
+    if isinstance(value, dict):
+        return " ".join(f"{k}={cell(v)}" for k, v in value.items())
+    return value
+
+
+def audit_list(page: Any) -> str:
+    return with_footer(table(results(page), AUDIT_COLUMNS, empty="No audit entries."), page)
