@@ -171,6 +171,10 @@ CLUSTER_CONFIG = os.environ.get("IRIS_CLUSTER_CONFIG", "")
 MAX_TASKS_PER_JOB_PER_CYCLE = env_int("IRIS_MAX_TASKS_PER_JOB_PER_CYCLE", 4)
 MAX_ASSIGNMENTS_PER_WORKER = env_int("IRIS_MAX_ASSIGNMENTS_PER_WORKER", 4)
 MAX_BUILDING_TASKS = env_int("IRIS_MAX_BUILDING_TASKS", 8)
+# Admission limits (RESOURCE_EXHAUSTED beyond them), as in Iris: tasks in one job, and unfinished
+# (pending or active) tasks per budget identity, counting the new job's replicas.
+MAX_REPLICAS_PER_JOB = env_int("IRIS_MAX_REPLICAS_PER_JOB", 10_000)
+MAX_ACTIVE_TASKS_PER_USER = env_int("IRIS_MAX_ACTIVE_TASKS_PER_USER", 16_000)
 
 # --- API -----------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
@@ -180,11 +184,20 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # Every error leaves as {"code", "message", "details"}; see scheduler/errors.py.
+    "EXCEPTION_HANDLER": "scheduler.errors.api_exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Iris Web API",
     "DESCRIPTION": "Submit work, read the queue and budgets, and steer the Iris scheduler.",
     "VERSION": "1",
+    # One schema component per shared choice set (bands, task/job/grant states).
+    "ENUM_NAME_OVERRIDES": {
+        "BandEnum": "scheduler.api.serializers.BAND_WIRE",
+        "TaskStateEnum": "scheduler.api.serializers.TASK_STATES",
+        "JobStateEnum": "scheduler.api.serializers.JOB_STATES",
+        "GrantStateEnum": "scheduler.api.serializers.GRANT_STATES",
+    },
 }
 
 LOGGING = {

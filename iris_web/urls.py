@@ -9,7 +9,12 @@ urlpatterns = [
     path("", include("scheduler.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("api/v1/", include("scheduler.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),
 ]
+
+# JSON errors for /api/ paths no view answers; Django's own pages elsewhere.
+handler404 = "scheduler.errors.handler404"
+handler500 = "scheduler.errors.handler500"

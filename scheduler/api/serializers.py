@@ -1,0 +1,550 @@
+"""API serializers, every one with explicit fields.
+
+Two kinds live here. *Output* serializers render rows and read models. *Request* serializers
+describe request bodies and query strings for the OpenAPI schema; bodies are validated by the
+services (``scheduler.services.parse_*``), so the API, the console and the admin share one set
+of rules and one wording of every message. Query-string filters are validated here.
+"""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
+from rest_framework import serializers
+
+from scheduler.core.bands import BANDS_IN_ORDER, Band
+from scheduler.core.types import JobState, TaskState
+from scheduler.models import UpliftGrant
+
+BAND_WIRE = [b.wire for b in BANDS_IN_ORDER]
+BAND_SCHEMA = {"type": "string", "enum": BAND_WIRE}
+NULLABLE_BAND_SCHEMA = {"type": "string", "enum": [*BAND_WIRE, None], "nullable": True}
+TASK_STATES = [s.value for s in TaskState]
+JOB_STATES = [s.value for s in JobState]
+GRANT_STATES = [s.value for s in UpliftGrant.State]
+DEVICE_TYPES = ["cpu", "gpu", "tpu"]
+
+
+# --- shared fields --------------------------------------------------------------------------------
+
+
+@extend_schema_field(BAND_SCHEMA)
+class BandField(serializers.Field):
+    """A band rank rendered as its lower-case name."""
+
+    def to_representation(self, value):
+        return Band.parse(value).wire
+
+
+@extend_schema_field(NULLABLE_BAND_SCHEMA)
+class NullableBandField(serializers.Field):
+    def __init__(self, **kwargs):
+        kwargs.setdefault("allow_null", True)
+        super().__init__(**kwargs)
+
+    def to_representation(self, value):
+        return None if value is None else Band.parse(value).wire
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "integer", "minimum": 0, "description": "bytes"},
+            {"type": "string", "example": "16Gi", "description": "a size: 512Mi, 16Gi, 2G, 1.5Gi"},
+        ]
+    }
+)
+class MemoryField(serializers.Field):
+    """Bytes as an integer, or a size string (documentation only: services parse it)."""
+
+
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string"},
+            {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        ],
+        "nullable": True,
+        "description": "a string for eq/ne, a list of strings for in, absent for exists",
+    }
+)
+class ConstraintValueField(serializers.Field):
+    pass
+
+
+class ErrorSerializer(serializers.Serializer):
+    """Every error response: a stable code, a human message, and details (``field`` when one is at fault)."""
+
+    code = serializers.ChoiceField(
+        choices=[
+            "INVALID_ARGUMENT", "UNAUTHENTICATED", "PERMISSION_DENIED", "NOT_FOUND", "FAILED_PRECONDITION",
+            "RESOURCE_EXHAUSTED", "INTERNAL",
+        ]
+    )
+    message = serializers.CharField()
+    details = serializers.DictField(child=serializers.JSONField())
+
+
+class DeviceSerializer(serializers.Serializer):
+    type = serializers.ChoiceField(choices=DEVICE_TYPES, default="cpu")
+    variant = serializers.CharField(required=False, help_text="e.g. h100, v5p-8; gpu/tpu only")
+    count = serializers.IntegerField(required=False, min_value=1, help_text="chips; gpu/tpu only")
+
+
+def device_json(device_type: str, variant: str, count: int) -> dict:
+    if device_type == "cpu":
+        return {"type": "cpu"}
+    return {"type": device_type, "variant": variant, "count": count}
+
+
+class ConstraintSerializer(serializers.Serializer):
+    key = serializers.CharField(help_text="a worker attribute: device-type, device-variant, tpu-name, zone, ...")
+    op = serializers.ChoiceField(choices=["eq", "ne", "in", "exists"], default="eq")
+    value = ConstraintValueField(required=False)
+    soft = serializers.BooleanField(default=False, help_text="soft constraints rank workers; hard ones filter")
+
+
+# --- tokens and me --------------------------------------------------------------------------------
+
+
+class TokenRequestSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    password = serializers.CharField(style={"input_type": "password"})
+
+
+class TokenSerializer(serializers.Serializer):
+    token = serializers.CharField()
+    username = serializers.CharField()
+    role = serializers.ChoiceField(choices=["admin", "operator", "researcher"])
+
+
+# --- uplift grants --------------------------------------------------------------------------------
+
+
+class UpliftSerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="pk")
+    user = serializers.CharField(source="user_id")
+    state = serializers.ChoiceField(choices=GRANT_STATES)
+    max_band = NullableBandField()
+    budget_limit = serializers.IntegerField(allow_null=True, help_text="points; 0 = unlimited; null = not raised")
+    reason = serializers.CharField()
+    duration_seconds = serializers.IntegerField()
+    requested_by = serializers.SerializerMethodField()
+    decided_by = serializers.SerializerMethodField()
+    decided_at = serializers.DateTimeField(allow_null=True)
+    decision_note = serializers.CharField()
+    starts_at = serializers.DateTimeField(allow_null=True)
+    expires_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_requested_by(self, grant) -> str | None:
+        return grant.requested_by.username if grant.requested_by else None
+
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_decided_by(self, grant) -> str | None:
+        return grant.decided_by.username if grant.decided_by else None
+
+
+class UpliftRequestSerializer(serializers.Serializer):
+    user = serializers.CharField(required=False, help_text="defaults to you; researchers ask only for themselves")
+    max_band = serializers.ChoiceField(choices=BAND_WIRE, required=False)
+    budget_limit = serializers.IntegerField(required=False, min_value=0, help_text="points; 0 = unlimited")
+    reason = serializers.CharField()
+    duration_seconds = serializers.IntegerField(min_value=60, max_value=90 * 24 * 3600)
+
+
+class UpliftDecisionSerializer(serializers.Serializer):
+    duration_seconds = serializers.IntegerField(
+        required=False, min_value=60, max_value=90 * 24 * 3600, help_text="approve only; defaults to the requested duration"
+    )
+    note = serializers.CharField(required=False, allow_blank=True)
+
+
+class UpliftFilterSerializer(serializers.Serializer):
+    user = serializers.CharField(required=False, max_length=150)
+    state = serializers.ChoiceField(choices=GRANT_STATES, required=False)
+
+
+# --- budgets --------------------------------------------------------------------------------------
+
+
+class BudgetSerializer(serializers.Serializer):
+    """A user's budget: configured (row or defaults), effective now (with grants), live spend."""
+
+    user = serializers.CharField()
+    has_row = serializers.BooleanField(help_text="false: the cluster defaults apply")
+    budget_limit = serializers.IntegerField(help_text="points; 0 = unlimited")
+    max_band = BandField()
+    effective_budget_limit = serializers.IntegerField(help_text="after active uplift grants; 0 = unlimited")
+    effective_max_band = BandField()
+    spend = serializers.IntegerField(help_text="points held by active tasks requested above BATCH, right now")
+    effective_band = BandField(help_text="the band INTERACTIVE work of this user runs as now")
+    over_budget = serializers.BooleanField()
+    grants = UpliftSerializer(many=True, help_text="open grants: requested, or approved and not expired")
+
+
+class BudgetUpdateSerializer(serializers.Serializer):
+    budget_limit = serializers.IntegerField(required=False, min_value=0, help_text="points; 0 = unlimited")
+    max_band = serializers.ChoiceField(choices=BAND_WIRE, required=False)
+    reason = serializers.CharField(help_text="why; kept in the audit log")
+
+
+class MeSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    role = serializers.ChoiceField(choices=["admin", "operator", "researcher"])
+    budget = BudgetSerializer()
+
+
+class AuditEntrySerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="pk")
+    actor = serializers.CharField(source="actor_name")
+    action = serializers.CharField()
+    target = serializers.CharField()
+    before = serializers.JSONField(allow_null=True)
+    after = serializers.JSONField(allow_null=True)
+    reason = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+# --- jobs -----------------------------------------------------------------------------------------
+
+
+class JobSubmitSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="'train' or '/alice/train'; with parent, one segment. No ':'")
+    parent = serializers.CharField(required=False, allow_null=True, help_text="job id of the parent, e.g. /alice/train")
+    priority = serializers.ChoiceField(
+        choices=BAND_WIRE, required=False, allow_null=True,
+        help_text="omitted: interactive for a root, the parent's band for a child",
+    )
+    system_reason = serializers.CharField(
+        required=False, allow_blank=True, help_text="required for system: must name hero, finelog or iris work"
+    )
+    replicas = serializers.IntegerField(required=False, min_value=1, default=1)
+    cpu = serializers.FloatField(required=False, min_value=0, default=1, help_text="cores per task")
+    memory = MemoryField(required=False, help_text="per task; default 1Gi")
+    device = DeviceSerializer(required=False)
+    group_by = serializers.CharField(
+        required=False, allow_null=True, help_text="coscheduling attribute (e.g. tpu-name): all tasks or none"
+    )
+    constraints = ConstraintSerializer(many=True, required=False)
+    scheduling_timeout_seconds = serializers.FloatField(
+        required=False, allow_null=True, min_value=1, help_text="pending longer than this: unschedulable"
+    )
+    max_retries_preemption = serializers.IntegerField(required=False, min_value=0, default=100)
+    max_retries_failure = serializers.IntegerField(required=False, min_value=0, default=0)
+    command = serializers.ListField(child=serializers.CharField(allow_blank=True), required=False)
+    argv = serializers.ListField(
+        child=serializers.CharField(allow_blank=True), required=False, help_text="the client's argv, kept for audit"
+    )
+
+
+class WhatIfRequestSerializer(JobSubmitSerializer):
+    user = serializers.CharField(required=False, help_text="ask as another user (admins and operators); default you")
+
+
+class ResourcesSerializer(serializers.Serializer):
+    cpu = serializers.FloatField(help_text="cores")
+    cpu_millicores = serializers.IntegerField()
+    memory_bytes = serializers.IntegerField()
+    device = DeviceSerializer()
+
+
+def job_resources(job) -> dict:
+    return {
+        "cpu": job.cpu_millicores / 1000,
+        "cpu_millicores": job.cpu_millicores,
+        "memory_bytes": job.memory_bytes,
+        "device": device_json(job.device_type, job.device_variant, job.device_count),
+    }
+
+
+class JobSummarySerializer(serializers.Serializer):
+    id = serializers.CharField(source="name")
+    user = serializers.CharField(help_text="budget identity: the root job's submitter")
+    band = BandField(help_text="the requested band, fixed at submission")
+    state = serializers.ChoiceField(choices=JOB_STATES)
+    parent = serializers.SerializerMethodField()
+    depth = serializers.IntegerField()
+    replicas = serializers.IntegerField()
+    resources = serializers.SerializerMethodField()
+    group_by = serializers.CharField(allow_null=True)
+    submitted_at_ms = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    finished_at = serializers.DateTimeField(allow_null=True)
+    task_counts = serializers.SerializerMethodField()
+
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_parent(self, job) -> str | None:
+        return job.parent.name if job.parent_id else None
+
+    @extend_schema_field(ResourcesSerializer)
+    def get_resources(self, job) -> dict:
+        return job_resources(job)
+
+    @extend_schema_field({"type": "object", "additionalProperties": {"type": "integer"}})
+    def get_task_counts(self, job) -> dict:
+        counts = getattr(job, "task_counts", None)
+        if counts is None:
+            counts = {}
+            for task in job.tasks.all():
+                counts[task.state] = counts.get(task.state, 0) + 1
+        return dict(sorted(counts.items()))
+
+
+class AttemptSerializer(serializers.Serializer):
+    number = serializers.IntegerField()
+    worker = serializers.SerializerMethodField()
+    state = serializers.ChoiceField(choices=TASK_STATES)
+    band = BandField()
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True, help_text="empty while the worker may still run it")
+    exit_code = serializers.IntegerField(allow_null=True)
+    error = serializers.CharField()
+
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_worker(self, attempt) -> str | None:
+        return attempt.worker.name if attempt.worker_id else None
+
+
+class TaskSerializer(serializers.Serializer):
+    id = serializers.SerializerMethodField()
+    index = serializers.IntegerField()
+    state = serializers.ChoiceField(choices=TASK_STATES)
+    band = NullableBandField(help_text="stamped at assignment (effective band); null while pending")
+    worker = serializers.SerializerMethodField()
+    preemption_count = serializers.IntegerField()
+    failure_count = serializers.IntegerField()
+    attempts = AttemptSerializer(many=True)
+
+    def get_id(self, task) -> str:
+        return f"{self.context['job_name']}/{task.index}"
+
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_worker(self, task) -> str | None:
+        return task.worker.name if task.worker_id else None
+
+
+class JobDetailSerializer(JobSummarySerializer):
+    constraints = ConstraintSerializer(many=True)
+    scheduling_deadline_ms = serializers.IntegerField(allow_null=True)
+    max_retries_preemption = serializers.IntegerField()
+    max_retries_failure = serializers.IntegerField()
+    command = serializers.ListField(child=serializers.CharField())
+    submission_argv = serializers.ListField(child=serializers.CharField())
+    system_reason = serializers.CharField()
+    submitted_by = serializers.SerializerMethodField()
+    children = serializers.SerializerMethodField()
+    tasks = serializers.SerializerMethodField()
+
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_submitted_by(self, job) -> str | None:
+        return job.submitted_by.username if job.submitted_by_id else None
+
+    @extend_schema_field({"type": "array", "items": {"type": "string"}})
+    def get_children(self, job) -> list[str]:
+        return [child.name for child in job.children.all()]
+
+    @extend_schema_field(TaskSerializer(many=True))
+    def get_tasks(self, job) -> list[dict]:
+        return TaskSerializer(job.tasks.all(), many=True, context={"job_name": job.name}).data
+
+
+class JobFilterSerializer(serializers.Serializer):
+    user = serializers.CharField(required=False, max_length=150)
+    band = serializers.ChoiceField(choices=BAND_WIRE, required=False)
+    state = serializers.ChoiceField(choices=JOB_STATES, required=False)
+
+
+class CancelSerializer(serializers.Serializer):
+    id = serializers.CharField(help_text="the cancelled job")
+    state = serializers.ChoiceField(choices=JOB_STATES)
+    killed_jobs = serializers.ListField(child=serializers.CharField(), help_text="this job and its unfinished descendants")
+    killed_tasks = serializers.IntegerField()
+
+
+class DowngradeSerializer(serializers.Serializer):
+    spend = serializers.IntegerField()
+    limit = serializers.IntegerField()
+    text = serializers.CharField()
+
+
+class ExplainTaskSerializer(serializers.Serializer):
+    task = serializers.CharField()
+    state = serializers.ChoiceField(choices=TASK_STATES)
+    band = NullableBandField(help_text="effective band if pending, stamped band if placed")
+    worker = serializers.CharField(allow_null=True)
+    position = serializers.IntegerField(allow_null=True)
+    pending_reason = serializers.CharField(allow_null=True)
+
+
+class ExplainPreemptionSerializer(serializers.Serializer):
+    victim = serializers.CharField()
+    preemptor = serializers.CharField()
+    preemptor_band = BandField()
+    worker = serializers.CharField(allow_null=True)
+    at = serializers.DateTimeField()
+    reason = serializers.CharField()
+
+
+class ExplainSerializer(serializers.Serializer):
+    job = serializers.CharField()
+    user = serializers.CharField()
+    state = serializers.ChoiceField(choices=JOB_STATES)
+    requested_band = BandField()
+    effective_band = BandField(help_text="the band its pending tasks queue in now")
+    downgrade = DowngradeSerializer(allow_null=True)
+    spend = serializers.IntegerField()
+    limit = serializers.IntegerField(help_text="effective budget limit; 0 = unlimited")
+    position = serializers.IntegerField(allow_null=True, help_text="of its first pending task, in its band's queue")
+    band_queue_length = serializers.IntegerField(allow_null=True)
+    pending_reason = serializers.CharField(allow_null=True)
+    tick = serializers.IntegerField(allow_null=True, help_text="the tick the queue positions come from")
+    tasks = ExplainTaskSerializer(many=True)
+    preemptions = ExplainPreemptionSerializer(many=True)
+    what_would_change = serializers.CharField()
+
+
+# --- queue ----------------------------------------------------------------------------------------
+
+
+class QueueEntrySerializer(serializers.Serializer):
+    task = serializers.CharField()
+    job = serializers.CharField()
+    user = serializers.CharField()
+    band = BandField(help_text="effective band")
+    requested_band = NullableBandField()
+    position = serializers.IntegerField(help_text="1-based, within the band")
+    resources = ResourcesSerializer(allow_null=True, help_text="per task")
+    pending_reason = serializers.CharField()
+    state = serializers.ChoiceField(choices=TASK_STATES, allow_null=True, help_text="now (the queue is as of the tick)")
+
+
+class QueueFilterSerializer(serializers.Serializer):
+    band = serializers.ChoiceField(choices=BAND_WIRE, required=False)
+    user = serializers.CharField(required=False, max_length=150)
+    job = serializers.CharField(required=False, max_length=255)
+
+
+# --- workers --------------------------------------------------------------------------------------
+
+
+class WorkerSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    backend = serializers.CharField()
+    healthy = serializers.BooleanField()
+    draining = serializers.BooleanField()
+    cpu = serializers.SerializerMethodField()
+    cpu_millicores = serializers.IntegerField()
+    memory_bytes = serializers.IntegerField()
+    device = serializers.SerializerMethodField()
+    attributes = serializers.DictField(child=serializers.CharField())
+    registered_at = serializers.DateTimeField()
+    last_heartbeat = serializers.DateTimeField(allow_null=True)
+    active_tasks = serializers.SerializerMethodField()
+
+    def get_cpu(self, worker) -> float:
+        return worker.cpu_millicores / 1000
+
+    @extend_schema_field(DeviceSerializer)
+    def get_device(self, worker) -> dict:
+        return device_json(worker.device_type, worker.device_variant, worker.device_count)
+
+    @extend_schema_field({"type": "integer", "nullable": True})
+    def get_active_tasks(self, worker) -> int | None:
+        return getattr(worker, "active_tasks", None)
+
+
+class WorkerRegisterSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    cpu = serializers.FloatField(min_value=0, help_text="cores")
+    memory = MemoryField()
+    device = DeviceSerializer(required=False)
+    attributes = serializers.DictField(child=serializers.CharField(), required=False)
+    backend = serializers.CharField(required=False, default="local")
+
+
+class HeartbeatSerializer(serializers.Serializer):
+    healthy = serializers.BooleanField(required=False, default=True)
+
+
+# --- preemptions and ticks ------------------------------------------------------------------------
+
+
+class PreemptionSerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="pk")
+    victim = serializers.SerializerMethodField()
+    preemptor = serializers.SerializerMethodField()
+    victim_band = BandField()
+    preemptor_band = BandField()
+    worker = serializers.SerializerMethodField()
+    tick = serializers.IntegerField(source="tick_id", allow_null=True)
+    reason = serializers.CharField()
+    at = serializers.DateTimeField(source="created_at")
+
+    def get_victim(self, event) -> str:
+        return f"{event.victim.job.name}/{event.victim.index}"
+
+    def get_preemptor(self, event) -> str:
+        return f"{event.preemptor.job.name}/{event.preemptor.index}"
+
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_worker(self, event) -> str | None:
+        return event.worker.name if event.worker_id else None
+
+
+class PreemptionFilterSerializer(serializers.Serializer):
+    user = serializers.CharField(required=False, max_length=150, help_text="the victim's user")
+    band = serializers.ChoiceField(choices=BAND_WIRE, required=False, help_text="the victim's band")
+    since = serializers.DateTimeField(required=False, help_text="ISO 8601")
+    job = serializers.CharField(required=False, max_length=255, help_text="the victim's job id")
+
+
+class TickSerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="pk")
+    started_at = serializers.DateTimeField()
+    now_ms = serializers.IntegerField()
+    duration_ms = serializers.FloatField()
+    decide_ms = serializers.FloatField()
+    pending = serializers.IntegerField()
+    assigned = serializers.IntegerField()
+    preempted = serializers.IntegerField()
+    expired = serializers.IntegerField()
+
+
+class TickFilterSerializer(serializers.Serializer):
+    limit = serializers.IntegerField(required=False, min_value=1, max_value=500, default=20)
+
+
+class TickRunSerializer(serializers.Serializer):
+    tick_id = serializers.IntegerField()
+    assigned = serializers.IntegerField()
+    preempted = serializers.IntegerField()
+    expired = serializers.IntegerField()
+    skipped_conflicts = serializers.IntegerField()
+    duration_ms = serializers.FloatField()
+
+
+# --- what-if --------------------------------------------------------------------------------------
+
+
+class WhatIfErrorSerializer(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+
+
+@extend_schema_serializer(component_name="WhatIf")
+class WhatIfSerializer(serializers.Serializer):
+    accepted = serializers.BooleanField()
+    error = WhatIfErrorSerializer(allow_null=True)
+    job = serializers.CharField(allow_null=True, help_text="the id the job would get")
+    requested_band = NullableBandField()
+    effective_band = NullableBandField()
+    spend = serializers.IntegerField(allow_null=True)
+    limit = serializers.IntegerField(allow_null=True)
+    position = serializers.IntegerField(allow_null=True, help_text="in its band's queue, if it would wait")
+    would_place = serializers.BooleanField()
+    worker = serializers.CharField(allow_null=True, help_text="where its first task would go")
+    would_preempt = serializers.ListField(child=serializers.CharField())
+    pending_reason = serializers.CharField(allow_null=True)
+

@@ -1,0 +1,37 @@
+"""API routes under /api/v1/ (namespaced ``api``).
+
+Job ids contain slashes, so their routes match the id as a path; custom verbs follow a colon,
+which job names may not contain. Anything unmatched gets a JSON 404.
+"""
+
+from django.urls import path, re_path
+
+from scheduler.api import views
+
+app_name = "api"
+
+# A job id without its leading slash, e.g. alice/train/eval. Never contains ':'.
+JOB = r"(?P<job_id>[^:]+)"
+
+urlpatterns = [
+    path("tokens/", views.TokenView.as_view(), name="tokens"),
+    path("me/", views.MeView.as_view(), name="me"),
+    path("jobs/", views.JobsView.as_view(), name="jobs"),
+    re_path(rf"^jobs/{JOB}:cancel$", views.JobCancelView.as_view(), name="job-cancel"),
+    re_path(rf"^jobs/{JOB}:explain$", views.JobExplainView.as_view(), name="job-explain"),
+    re_path(rf"^jobs/{JOB}$", views.JobDetailView.as_view(), name="job"),
+    path("queue/", views.QueueView.as_view(), name="queue"),
+    path("budgets/", views.BudgetsView.as_view(), name="budgets"),
+    re_path(r"^budgets/(?P<user>[^/:]+)$", views.BudgetView.as_view(), name="budget"),
+    path("uplifts/", views.UpliftsView.as_view(), name="uplifts"),
+    re_path(r"^uplifts/(?P<id>[0-9]+):approve$", views.UpliftApproveView.as_view(), name="uplift-approve"),
+    re_path(r"^uplifts/(?P<id>[0-9]+):deny$", views.UpliftDenyView.as_view(), name="uplift-deny"),
+    path("audit/", views.AuditView.as_view(), name="audit"),
+    path("workers/", views.WorkersView.as_view(), name="workers"),
+    re_path(r"^workers/(?P<name>[^/:]+):heartbeat$", views.WorkerHeartbeatView.as_view(), name="worker-heartbeat"),
+    re_path(r"^workers/(?P<name>[^/:]+):drain$", views.WorkerDrainView.as_view(), name="worker-drain"),
+    path("preemptions/", views.PreemptionsView.as_view(), name="preemptions"),
+    path("ticks/", views.TicksView.as_view(), name="ticks"),
+    path("what-if/", views.WhatIfView.as_view(), name="what-if"),
+    re_path(r"^.*$", views.NotFoundView.as_view(), name="not-found"),
+]

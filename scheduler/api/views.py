@@ -1,0 +1,575 @@
+"""API views: thin. Reads go through ``scheduler.queries``, writes through ``scheduler.services``.
+
+A view parses the query string (filter serializers), calls one query or one service, and renders
+an output serializer. Errors are raised, never built here: ``scheduler.errors`` renders them.
+Job ids contain slashes, so job routes take the id as a path and custom verbs follow a colon
+(``jobs/alice/train:cancel``), as in Google's API design guide.
+"""
+
+from __future__ import annotations
+
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.parsers import JSONParser
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+from rest_framework.throttling import AnonRateThrottle
+from rest_framework.views import APIView
+
+from scheduler import queries, roles, services
+from scheduler.api import serializers as s
+from scheduler.api.permissions import IsAdmin, IsResearcher, ReadAnyWriteAdmin, ReadAnyWriteOperator
+from scheduler.core.bands import Band
+from scheduler.errors import InvalidArgument, NotFound, PermissionDenied
+from scheduler.models import UpliftGrant
+
+# Error statuses most operations can answer; views narrow or widen this.
+COMMON_ERRORS = ("400", "401", "403", "404")
+
+
+class IrisSchema(AutoSchema):
+    """Adds the JSON error responses each view declares (``error_statuses``) to its operations."""
+
+    def _get_response_bodies(self, direction="response"):
+        responses = super()._get_response_bodies(direction)
+        for code in getattr(self.view, "error_statuses", COMMON_ERRORS):
+            if code not in responses:
+                responses[code] = self._get_response_for_code(s.ErrorSerializer, code, direction=direction)
+        return responses
+
+
+class Pagination(PageNumberPagination):
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 500
+
+
+PAGE_PARAMETERS = [
+    OpenApiParameter("page", int, description="1-based page number"),
+    OpenApiParameter("page_size", int, description=f"items per page (default {Pagination.page_size}, at most 500)"),
+]
+
+
+def paginated(item: type[serializers.Serializer], name: str, **extra_fields) -> serializers.Serializer:
+    """The ``{count, next, previous, results}`` envelope around ``item`` as a named schema component."""
+    return inline_serializer(
+        name=name,
+        fields={
+            "count": serializers.IntegerField(),
+            "next": serializers.URLField(allow_null=True),
+            "previous": serializers.URLField(allow_null=True),
+            "results": item(many=True),
+            **extra_fields,
+        },
+    )
+
+
+def path_parameter(name: str, description: str) -> OpenApiParameter:
+    return OpenApiParameter(name, str, OpenApiParameter.PATH, description=description)
+
+
+JOB_ID = path_parameter("job_id", "job id without the leading slash, e.g. alice/train or alice/train/eval")
+
+
+class IrisView(APIView):
+    """Base of every API view: JSON bodies only, signed-in users, errors declared for the schema."""
+
+    parser_classes = [JSONParser]
+    permission_classes = [IsResearcher]
+    schema = IrisSchema()
+    error_statuses = COMMON_ERRORS
+
+    def filters(self, serializer_class: type[serializers.Serializer]) -> dict:
+        serializer = serializer_class(data=self.request.query_params)
+        serializer.is_valid(raise_exception=True)
+        return serializer.validated_data
+
+    def body(self) -> dict:
+        data = self.request.data
+        if not isinstance(data, dict):
+            raise InvalidArgument("expected a JSON object as the request body")
+        return data
+
+    def paginate(self, items, serializer_class, **extra):
+        paginator = Pagination()
+        page = paginator.paginate_queryset(items, self.request, view=self)
+        response = paginator.get_paginated_response(serializer_class(page, many=True).data)
+        response.data.update(extra)
+        return response
+
+
+def band_or_none(value: str | None) -> Band | None:
+    return Band.parse(value) if value else None
+
+
+def job_name_from_path(job_id: str) -> str:
+    """A job id from the URL; anything that cannot be a job id simply names no job."""
+    try:
+        return services.normalize_job_id(job_id, "job")
+    except InvalidArgument:
+        raise NotFound(f"job {job_id!r} does not exist", field="job") from None
+
+
+# --- tokens and me --------------------------------------------------------------------------------
+
+
+class TokenThrottle(AnonRateThrottle):
+    """Slows password guessing; no settings needed."""
+
+    rate = "30/minute"
+
+
+class TokenView(IrisView):
+    authentication_classes = []
+    permission_classes = [AllowAny]
+    throttle_classes = [TokenThrottle]
+    error_statuses = ("400", "401", "429")
+
+    @extend_schema(
+        operation_id="tokens_create",
+        summary="Exchange a username and password for an API token",
+        request=s.TokenRequestSerializer,
+        responses={200: s.TokenSerializer},
+        auth=[],
+        tags=["auth"],
+    )
+    def post(self, request):
+        data = self.body()
+        key, user = services.mint_token(data.get("username"), data.get("password"))
+        return Response({"token": key, "username": user.username, "role": roles.role_name(user)})
+
+
+class MeView(IrisView):
+    error_statuses = ("401",)
+
+    @extend_schema(operation_id="me_retrieve", summary="Who you are, your role and your budget",
+                   responses={200: s.MeSerializer}, tags=["auth"])
+    def get(self, request):
+        budget = queries.budget_view(request.user.username)
+        return Response(
+            s.MeSerializer({"username": request.user.username, "role": roles.role_name(request.user), "budget": budget}).data
+        )
+
+
+# --- jobs -----------------------------------------------------------------------------------------
+
+
+class JobsView(IrisView):
+    error_statuses = ("400", "401", "403", "404", "409", "429")
+
+    @extend_schema(
+        operation_id="jobs_list",
+        summary="List jobs, newest first",
+        parameters=[s.JobFilterSerializer, *PAGE_PARAMETERS],
+        responses={200: paginated(s.JobSummarySerializer, "PaginatedJobList")},
+        tags=["jobs"],
+    )
+    def get(self, request):
+        f = self.filters(s.JobFilterSerializer)
+        qs = queries.jobs(user=f.get("user"), band=band_or_none(f.get("band")), state=f.get("state"))
+        paginator = Pagination()
+        page = paginator.paginate_queryset(qs, request, view=self)
+        counts = queries.task_counts([job.pk for job in page])
+        for job in page:
+            job.task_counts = counts[job.pk]
+        return paginator.get_paginated_response(s.JobSummarySerializer(page, many=True).data)
+
+    @extend_schema(
+        operation_id="jobs_create",
+        summary="Submit a job",
+        description=(
+            "Band rules: omitted priority is interactive for a root and the parent's band for a child; "
+            "system and production are for admins (system needs a reason naming hero, finelog or iris); "
+            "a band above your max_band is refused with PERMISSION_DENIED (never downgraded here). "
+            "Limits give RESOURCE_EXHAUSTED."
+        ),
+        request=s.JobSubmitSerializer,
+        responses={201: s.JobDetailSerializer},
+        tags=["jobs"],
+    )
+    def post(self, request):
+        job = services.submit_job(request.user, self.body())
+        detail = queries.job_detail(job.name)
+        return Response(s.JobDetailSerializer(detail).data, status=status.HTTP_201_CREATED)
+
+
+class JobDetailView(IrisView):
+    error_statuses = ("401", "404")
+
+    @extend_schema(operation_id="jobs_retrieve", summary="A job with its tasks and their attempts",
+                   parameters=[JOB_ID], responses={200: s.JobDetailSerializer}, tags=["jobs"])
+    def get(self, request, job_id: str):
+        name = job_name_from_path(job_id)
+        job = queries.job_detail(name)
+        if job is None:
+            raise NotFound(f"job {name} does not exist", field="job")
+        return Response(s.JobDetailSerializer(job).data)
+
+
+class JobCancelView(IrisView):
+    error_statuses = ("401", "403", "404", "409")
+
+    @extend_schema(
+        operation_id="jobs_cancel",
+        summary="Cancel a job and its unfinished descendants (owner or admin)",
+        parameters=[JOB_ID],
+        request=None,
+        responses={200: s.CancelSerializer},
+        tags=["jobs"],
+    )
+    def post(self, request, job_id: str):
+        outcome = services.cancel_job(request.user, job_name_from_path(job_id))
+        return Response(
+            s.CancelSerializer(
+                {"id": outcome.job, "state": "killed", "killed_jobs": outcome.killed_jobs,
+                 "killed_tasks": outcome.killed_tasks}
+            ).data
+        )
+
+
+class JobExplainView(IrisView):
+    error_statuses = ("401", "404")
+
+    @extend_schema(
+        operation_id="jobs_explain",
+        summary="Why a job runs or waits where it does: bands with the numbers, queue position, preemptions",
+        parameters=[JOB_ID],
+        responses={200: s.ExplainSerializer},
+        tags=["jobs"],
+    )
+    def get(self, request, job_id: str):
+        name = job_name_from_path(job_id)
+        job = queries.jobs().filter(name=name).first()
+        if job is None:
+            raise NotFound(f"job {name} does not exist", field="job")
+        return Response(s.ExplainSerializer(queries.explain_job(job)).data)
+
+
+# --- queue ----------------------------------------------------------------------------------------
+
+
+class QueueView(IrisView):
+    error_statuses = ("400", "401", "404")
+
+    @extend_schema(
+        operation_id="queue_list",
+        summary="Pending tasks by effective band in scheduling order (as of the newest tick)",
+        parameters=[s.QueueFilterSerializer, *PAGE_PARAMETERS],
+        responses={
+            200: paginated(
+                s.QueueEntrySerializer,
+                "PaginatedQueue",
+                tick=serializers.IntegerField(allow_null=True, help_text="the tick the order comes from"),
+                tick_at=serializers.DateTimeField(allow_null=True),
+                band_counts=serializers.DictField(child=serializers.IntegerField(), help_text="pending tasks per band"),
+            )
+        },
+        tags=["queue"],
+    )
+    def get(self, request):
+        f = self.filters(s.QueueFilterSerializer)
+        job = f.get("job")
+        if job:
+            try:
+                job = services.normalize_job_id(job, "job")
+            except InvalidArgument:
+                job = "/" + job.strip("/")  # cannot be a job id: matches nothing
+        tick, explanation = queries.latest_explanation()
+        entries = queries.queue_entries(explanation, band=band_or_none(f.get("band")), user=f.get("user"), job=job)
+        paginator = Pagination()
+        page = paginator.paginate_queryset(entries, request, view=self)
+        rows = queries.queue_task_rows(page)
+        data = []
+        for e in page:
+            row = rows.get(e.task)
+            data.append(
+                {"task": e.task, "job": e.job, "user": e.user, "band": e.band, "position": e.position,
+                 "requested_band": row.job.band if row else None,
+                 "resources": s.job_resources(row.job) if row else None,
+                 "pending_reason": e.reason, "state": row.state if row else None}
+            )
+        response = paginator.get_paginated_response(s.QueueEntrySerializer(data, many=True).data)
+        band_counts = {Band(int(rank)).wire: n for rank, n in explanation.get("band_counts", {}).items()}
+        response.data.update(
+            {"tick": tick.pk if tick else None, "tick_at": tick.started_at if tick else None, "band_counts": band_counts}
+        )
+        return response
+
+
+# --- budgets --------------------------------------------------------------------------------------
+
+
+class BudgetsView(IrisView):
+    error_statuses = ("401",)
+
+    @extend_schema(
+        operation_id="budgets_list",
+        summary="Every user with a budget row, an open grant or spend, with live spend",
+        responses={200: s.BudgetSerializer(many=True)},
+        tags=["budgets"],
+    )
+    def get(self, request):
+        return Response(s.BudgetSerializer(queries.budget_views(), many=True).data)
+
+
+USER = path_parameter("user", "the budget identity (username)")
+
+
+class BudgetView(IrisView):
+    permission_classes = [ReadAnyWriteAdmin]
+    error_statuses = ("400", "401", "403", "404")
+
+    @extend_schema(operation_id="budgets_retrieve", summary="One user's budget, effective values and spend",
+                   parameters=[USER], responses={200: s.BudgetSerializer}, tags=["budgets"])
+    def get(self, request, user: str):
+        if not queries.user_is_known(user):
+            raise NotFound(f"no user, budget, grant or job named {user!r}", field="user")
+        return Response(s.BudgetSerializer(queries.budget_view(user)).data)
+
+    @extend_schema(
+        operation_id="budgets_update",
+        summary="Set a user's budget (admins); omitted values keep their current value",
+        parameters=[USER],
+        request=s.BudgetUpdateSerializer,
+        responses={200: s.BudgetSerializer},
+        tags=["budgets"],
+    )
+    def put(self, request, user: str):
+        data = self.body()
+        unknown = sorted(set(data) - {"budget_limit", "max_band", "reason"})
+        if unknown:
+            raise InvalidArgument("unknown field; known fields are budget_limit, max_band, reason", field=unknown[0])
+        row = services.set_budget(
+            request.user, user, budget_limit=data.get("budget_limit"), max_band=data.get("max_band"),
+            reason=data.get("reason"),
+        )
+        return Response(s.BudgetSerializer(queries.budget_view(row.user_id)).data)
+
+
+# --- uplift grants --------------------------------------------------------------------------------
+
+
+class UpliftsView(IrisView):
+    error_statuses = ("400", "401", "403", "404")
+
+    @extend_schema(
+        operation_id="uplifts_list",
+        summary="Uplift grants, newest first (researchers see their own)",
+        parameters=[s.UpliftFilterSerializer, *PAGE_PARAMETERS],
+        responses={200: paginated(s.UpliftSerializer, "PaginatedUpliftList")},
+        tags=["uplifts"],
+    )
+    def get(self, request):
+        f = self.filters(s.UpliftFilterSerializer)
+        user = f.get("user")
+        if not roles.is_operator(request.user):
+            if user and user != request.user.username:
+                raise PermissionDenied("researchers see only their own uplifts", field="user")
+            user = request.user.username
+        return self.paginate(queries.uplift_grants(user=user, state=f.get("state")), s.UpliftSerializer)
+
+    @extend_schema(
+        operation_id="uplifts_create",
+        summary="Request a time-bounded raise of max_band and/or budget_limit",
+        request=s.UpliftRequestSerializer,
+        responses={201: s.UpliftSerializer},
+        tags=["uplifts"],
+    )
+    def post(self, request):
+        data = self.body()
+        unknown = sorted(set(data) - {"user", "max_band", "budget_limit", "reason", "duration_seconds"})
+        if unknown:
+            raise InvalidArgument(
+                "unknown field; known fields are user, max_band, budget_limit, reason, duration_seconds",
+                field=unknown[0],
+            )
+        grant = services.request_uplift(
+            request.user, user=data.get("user"), max_band=data.get("max_band"),
+            budget_limit=data.get("budget_limit"), reason=data.get("reason"),
+            duration_seconds=data.get("duration_seconds"),
+        )
+        return Response(s.UpliftSerializer(grant).data, status=status.HTTP_201_CREATED)
+
+
+GRANT_ID = OpenApiParameter("id", int, OpenApiParameter.PATH, description="the grant's id")
+
+
+class UpliftDecisionView(IrisView):
+    permission_classes = [IsAdmin]
+    error_statuses = ("400", "401", "403", "404", "409")
+    approve = True
+
+    def post(self, request, id: str):
+        data = self.body()
+        unknown = sorted(set(data) - {"duration_seconds", "note"} - ({"duration_seconds"} if not self.approve else set()))
+        if unknown:
+            raise InvalidArgument("unknown field; known fields are duration_seconds, note", field=unknown[0])
+        if self.approve:
+            grant = services.approve_uplift(request.user, id, duration_seconds=data.get("duration_seconds"),
+                                            note=data.get("note"))
+        else:
+            grant = services.deny_uplift(request.user, id, note=data.get("note"))
+        return Response(s.UpliftSerializer(grant).data)
+
+
+class UpliftApproveView(UpliftDecisionView):
+    approve = True
+
+    @extend_schema(operation_id="uplifts_approve", summary="Approve a requested grant (admins): it starts now",
+                   parameters=[GRANT_ID], request=s.UpliftDecisionSerializer, responses={200: s.UpliftSerializer},
+                   tags=["uplifts"])
+    def post(self, request, id: str):
+        return super().post(request, id)
+
+
+class UpliftDenyView(UpliftDecisionView):
+    approve = False
+
+    @extend_schema(operation_id="uplifts_deny", summary="Deny a requested grant (admins)",
+                   parameters=[GRANT_ID], request=s.UpliftDecisionSerializer, responses={200: s.UpliftSerializer},
+                   tags=["uplifts"])
+    def post(self, request, id: str):
+        return super().post(request, id)
+
+
+class AuditView(IrisView):
+    permission_classes = [IsAdmin]
+    error_statuses = ("401", "403", "404")
+
+    @extend_schema(operation_id="audit_list", summary="Budget and grant changes, newest first (admins)",
+                   parameters=PAGE_PARAMETERS, responses={200: paginated(s.AuditEntrySerializer, "PaginatedAuditList")},
+                   tags=["budgets"])
+    def get(self, request):
+        return self.paginate(queries.audit_entries(), s.AuditEntrySerializer)
+
+
+# --- workers --------------------------------------------------------------------------------------
+
+
+WORKER = path_parameter("name", "the worker's name")
+
+
+class WorkersView(IrisView):
+    permission_classes = [ReadAnyWriteOperator]
+    error_statuses = ("400", "401", "403")
+
+    @extend_schema(operation_id="workers_list", summary="Workers with capacity and active task counts",
+                   responses={200: s.WorkerSerializer(many=True)}, tags=["workers"])
+    def get(self, request):
+        return Response(s.WorkerSerializer(queries.workers_with_load(), many=True).data)
+
+    @extend_schema(
+        operation_id="workers_register",
+        summary="Register or update a worker by name (operators); 201 when new",
+        request=s.WorkerRegisterSerializer,
+        responses={200: s.WorkerSerializer, 201: s.WorkerSerializer},
+        tags=["workers"],
+    )
+    def post(self, request):
+        data = self.body()
+        unknown = sorted(set(data) - {"name", "cpu", "memory", "device", "attributes", "backend"})
+        if unknown:
+            raise InvalidArgument("unknown field; known fields are name, cpu, memory, device, attributes, backend",
+                                  field=unknown[0])
+        worker, created = services.register_worker(
+            request.user, name=data.get("name"), cpu=data.get("cpu"), memory=data.get("memory"),
+            device=data.get("device"), attributes=data.get("attributes"), backend=data.get("backend") or "local",
+        )
+        worker = queries.workers_with_load().get(pk=worker.pk)
+        return Response(s.WorkerSerializer(worker).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+
+
+class WorkerHeartbeatView(IrisView):
+    permission_classes = [ReadAnyWriteOperator]
+    error_statuses = ("400", "401", "403", "404")
+
+    @extend_schema(operation_id="workers_heartbeat", summary="Record a worker's heartbeat (operators)",
+                   parameters=[WORKER], request=s.HeartbeatSerializer, responses={200: s.WorkerSerializer},
+                   tags=["workers"])
+    def post(self, request, name: str):
+        data = self.body()
+        worker = services.heartbeat_worker(request.user, name, healthy=data.get("healthy", True))
+        return Response(s.WorkerSerializer(worker).data)
+
+
+class WorkerDrainView(IrisView):
+    permission_classes = [ReadAnyWriteOperator]
+    error_statuses = ("400", "401", "403", "404")
+
+    @extend_schema(operation_id="workers_drain", summary="Stop placing new work on a worker (operators)",
+                   parameters=[WORKER], request=None, responses={200: s.WorkerSerializer}, tags=["workers"])
+    def post(self, request, name: str):
+        worker = services.drain_worker(request.user, name)
+        return Response(s.WorkerSerializer(worker).data)
+
+
+# --- preemptions, ticks, what-if ------------------------------------------------------------------
+
+
+class PreemptionsView(IrisView):
+    error_statuses = ("400", "401", "404")
+
+    @extend_schema(
+        operation_id="preemptions_list",
+        summary="Preemption history, newest first",
+        parameters=[s.PreemptionFilterSerializer, *PAGE_PARAMETERS],
+        responses={200: paginated(s.PreemptionSerializer, "PaginatedPreemptionList")},
+        tags=["queue"],
+    )
+    def get(self, request):
+        f = self.filters(s.PreemptionFilterSerializer)
+        job = f.get("job")
+        if job:
+            job = "/" + job.strip("/")
+        qs = queries.preemptions(user=f.get("user"), band=band_or_none(f.get("band")), since=f.get("since"), job=job)
+        return self.paginate(qs, s.PreemptionSerializer)
+
+
+class TicksView(IrisView):
+    permission_classes = [ReadAnyWriteOperator]
+    error_statuses = ("400", "401", "403", "409")
+
+    @extend_schema(operation_id="ticks_list", summary="Recent scheduling ticks, newest first",
+                   parameters=[s.TickFilterSerializer], responses={200: s.TickSerializer(many=True)}, tags=["ticks"])
+    def get(self, request):
+        f = self.filters(s.TickFilterSerializer)
+        return Response(s.TickSerializer(queries.recent_ticks(f["limit"]), many=True).data)
+
+    @extend_schema(
+        operation_id="ticks_run",
+        summary="Run one scheduling tick now (operators); 409 while another tick runs",
+        request=None,
+        responses={200: s.TickRunSerializer},
+        tags=["ticks"],
+    )
+    def post(self, request):
+        outcome = services.run_tick_now(request.user)
+        return Response(s.TickRunSerializer(outcome).data)
+
+
+class WhatIfView(IrisView):
+    error_statuses = ("400", "401", "403", "404")
+
+    @extend_schema(
+        operation_id="what_if",
+        summary="What would happen if this job were submitted now? Writes nothing",
+        request=s.WhatIfRequestSerializer,
+        responses={200: s.WhatIfSerializer},
+        tags=["jobs"],
+    )
+    def post(self, request):
+        answer = services.what_if(request.user, self.body())
+        return Response(s.WhatIfSerializer(answer).data)
+
+
+class NotFoundView(IrisView):
+    """Any /api/v1/ path no route matches: a JSON 404 for every method (and no schema entry)."""
+
+    permission_classes = [AllowAny]
+    authentication_classes = []
+    schema = None
+
+    def initial(self, request, *args, **kwargs):
+        raise NotFound(f"no API endpoint at {request.path}")
