@@ -129,13 +129,14 @@ else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     # An embedded broker: messages are files in var/broker, shared by every process on this host.
     broker_dir = DATA_DIR / "broker"
-    for sub in ("queue", "processed"):
+    for sub in ("queue", "processed", "control"):
         (broker_dir / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(broker_dir / "queue"),
         "data_folder_out": str(broker_dir / "queue"),
         "processed_folder": str(broker_dir / "processed"),
+        "control_folder": str(broker_dir / "control"),
         "store_processed": False,
     }
 
