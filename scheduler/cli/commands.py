@@ -28,6 +28,12 @@ UPLIFT_STATES = ["requested", "approved", "denied", "expired"]
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 DURATION_RE = re.compile(r"(\d+)([smhdw])")
 
+
+
+class UsageError(Exception):
+    """A combination of arguments argparse cannot express; exit 2 like argparse's own errors."""
+
+
 Handler = Callable[[Session, argparse.Namespace], tuple[Any, Callable[[Any], str]]]
 
 
@@ -156,7 +162,7 @@ def drop_none(body: dict) -> dict:
 
 def cmd_login(session: Session, args: argparse.Namespace):
     stored = read_credentials()
-    server = args.server or ask("Server", os.environ.get("IRIS_SERVER") or stored.get("server") or DEFAULT_SERVER)
+    server = getattr(args, "server", None) or ask("Server", os.environ.get("IRIS_SERVER") or stored.get("server") or DEFAULT_SERVER)
     username = args.username or ask("Username", stored.get("username") or getpass.getuser())
     password = args.password if args.password is not None else getpass.getpass("Password: ")
     session = Session(server=normalize_server(server))
@@ -233,10 +239,14 @@ def cmd_job_explain(session: Session, args: argparse.Namespace):
 
 
 def cmd_job_cancel(session: Session, args: argparse.Namespace):
-    job = session.post(job_path(args.job) + ":cancel")
-    return job, lambda j: f"Cancelled {fmt.job_id(j) if isinstance(j, dict) else args.job}" + (
-        f" (now {j['state']})." if isinstance(j, dict) and j.get("state") else "."
-    )
+    answer = session.post(job_path(args.job) + ":cancel")
+
+    def render(a: dict) -> str:
+        jobs, tasks = fmt.pick(a, "killed_jobs", default=[]), fmt.pick(a, "killed_tasks")
+        extra = f" with {len(jobs) - 1} descendant job(s)" if len(jobs) > 1 else ""
+        return f"Cancelled {fmt.job_id(a)}{extra}" + (f": {tasks} task(s) killed." if tasks is not None else ".")
+
+    return answer, render
 
 
 def cmd_queue(session: Session, args: argparse.Namespace):
@@ -249,10 +259,12 @@ def cmd_budget_show(session: Session, args: argparse.Namespace):
 
 
 def cmd_budget_list(session: Session, args: argparse.Namespace):
-    return session.get("budgets/", page=args.page), fmt.budget_list
+    return session.get("budgets/"), fmt.budget_list
 
 
 def cmd_uplift_request(session: Session, args: argparse.Namespace):
+    if args.max_band is None and args.budget_limit is None:
+        raise UsageError("give --max-band and/or --budget-limit: what should the uplift raise?")
     body = drop_none(
         {
             "user": args.user,
@@ -271,13 +283,10 @@ def cmd_uplift_list(session: Session, args: argparse.Namespace):
 
 
 def cmd_admin_budget_set(session: Session, args: argparse.Namespace):
-    budget_limit, max_band = args.limit, args.max_band
-    if budget_limit is None or max_band is None:
-        # Setting one value keeps the other: fill it from the user's current budget.
-        current = session.get(f"budgets/{args.user}")
-        budget_limit = fmt.pick(current, "budget_limit", "limit") if budget_limit is None else budget_limit
-        max_band = fmt.pick(current, "max_band") if max_band is None else max_band
-    body = {"budget_limit": budget_limit, "max_band": max_band, "reason": args.reason}
+    if args.limit is None and args.max_band is None:
+        raise UsageError("give --limit and/or --max-band")
+    # The server keeps a value the request leaves out.
+    body = drop_none({"budget_limit": args.limit, "max_band": args.max_band, "reason": args.reason})
     return session.put(f"budgets/{args.user}", body), lambda b: "Budget set.\n\n" + fmt.budget(b)
 
 
@@ -299,7 +308,7 @@ def cmd_tick(session: Session, args: argparse.Namespace):
 
 
 def cmd_worker_list(session: Session, args: argparse.Namespace):
-    return session.get("workers/", page=args.page), fmt.worker_list
+    return session.get("workers/"), fmt.worker_list
 
 
 def cmd_worker_drain(session: Session, args: argparse.Namespace):
@@ -399,7 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     budgets = group("budget", "read budgets")
     command(budgets, "show", cmd_budget_show, "a user's effective budget and spend (default: yours)").add_argument("user", nargs="?", metavar="USER")
-    command(budgets, "list", cmd_budget_list, "every budget row with live spend").add_argument("--page", type=positive_int, metavar="N")
+    command(budgets, "list", cmd_budget_list, "every user with a budget row, an open uplift or spend")
 
     uplifts = group("uplift", "ask for a temporary raise of your max band or budget")
     p = command(uplifts, "request", cmd_uplift_request, "request an uplift (an admin approves it)")
@@ -415,7 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     admin = group("admin", "admin verbs: budgets, uplift decisions, the audit log")
     admin_budget = group("budget", "set budgets", parent=admin)
-    p = command(admin_budget, "set", cmd_admin_budget_set, "set a user's budget row (a value left out is kept)")
+    p = command(admin_budget, "set", cmd_admin_budget_set, "set a user's budget row (a value left out keeps its current value)")
     p.add_argument("user", metavar="USER")
     p.add_argument("--limit", type=non_negative_int, metavar="N", help="resource-value points, 0 = unlimited")
     p.add_argument("--max-band", choices=BANDS)
@@ -432,7 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     command(sub, "tick", cmd_tick, "run one scheduling tick now (operators)")
     workers = group("worker", "list and drain workers (operators)")
-    command(workers, "list", cmd_worker_list, "workers with capacity and health").add_argument("--page", type=positive_int, metavar="N")
+    command(workers, "list", cmd_worker_list, "workers with capacity and health")
     command(workers, "drain", cmd_worker_drain, "stop placing new tasks on a worker").add_argument("name", metavar="NAME")
     return parser
 
@@ -465,12 +474,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         session = Session.from_environment(getattr(args, "server", None))
         answer, render = args.handler(session, args)
+    except UsageError as exc:
+        print(f"iris: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except CliError as exc:
         report(exc, login_hint=args.handler is not cmd_login)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
-    print(fmt.as_json(answer) if getattr(args, "json", False) else render(answer))
+    try:
+        print(fmt.as_json(answer) if getattr(args, "json", False) else render(answer))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `iris ... | head`: the reader left; not an error worth a traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return EXIT_OK
 
 

@@ -104,7 +104,7 @@ def limit(value: Any) -> str:
 
 
 def device(job: dict) -> str:
-    dev = pick(job, "device")
+    dev = pick(job, "device", "resources.device")
     if isinstance(dev, dict):
         kind = dev.get("type") or "cpu"
         if kind == "cpu":
@@ -211,10 +211,18 @@ JOB_COLUMNS: list[Column] = [
     ("USER", lambda j: pick(j, "user")),
     ("BAND", lambda j: band(pick(j, "band", "priority"))),
     ("STATE", lambda j: pick(j, "state")),
-    ("REPLICAS", lambda j: pick(j, "replicas")),
+    ("TASKS", lambda j: task_counts(j)),
     ("RESOURCES", resources),
     ("SUBMITTED", lambda j: when(pick(j, "submitted_at", "created_at"))),
 ]
+
+
+def task_counts(job: dict) -> str:
+    """``2 running, 2 pending`` from ``{"running": 2, "pending": 2}``; else the replica count."""
+    counts = pick(job, "task_counts")
+    if isinstance(counts, dict) and counts:
+        return ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return cell(pick(job, "replicas"))
 
 TASK_COLUMNS: list[Column] = [
     ("TASK", lambda t: pick(t, "index", "id", "name")),
@@ -227,12 +235,21 @@ TASK_COLUMNS: list[Column] = [
 ]
 
 PREEMPTION_COLUMNS: list[Column] = [
-    ("WHEN", lambda p: when(pick(p, "created_at", "at"))),
-    ("VICTIM", lambda p: pick(p, "victim", "victim_task")),
-    ("BY", lambda p: pick(p, "preemptor", "preemptor_task")),
-    ("BANDS", lambda p: f"{band(pick(p, 'victim_band'))} < {band(pick(p, 'preemptor_band'))}"),
+    ("WHEN", lambda p: when(pick(p, "at", "created_at"))),
+    ("VICTIM", lambda p: pick(p, "victim")),
+    ("BY", lambda p: pick(p, "preemptor")),
+    ("BY BAND", lambda p: band(pick(p, "preemptor_band"))),
     ("WORKER", lambda p: pick(p, "worker")),
     ("REASON", lambda p: pick(p, "reason")),
+]
+
+EXPLAIN_TASK_COLUMNS: list[Column] = [
+    ("TASK", lambda t: pick(t, "task", "id")),
+    ("STATE", lambda t: pick(t, "state")),
+    ("BAND", lambda t: band(pick(t, "band"))),
+    ("WORKER", lambda t: pick(t, "worker")),
+    ("POS", lambda t: pick(t, "position")),
+    ("PENDING REASON", lambda t: pick(t, "pending_reason")),
 ]
 
 
@@ -250,11 +267,14 @@ def job_detail(job: dict) -> str:
             ("band", band(pick(job, "band", "priority"))),
             ("state", pick(job, "state")),
             ("replicas", pick(job, "replicas")),
+            ("tasks", task_counts(job) if pick(job, "task_counts") else None),
             ("resources", resources(job)),
             ("group by", pick(job, "group_by")),
             ("constraints", _constraints(pick(job, "constraints"))),
             ("command", _command(pick(job, "command"))),
             ("system reason", pick(job, "system_reason") or None),
+            ("submitted as", _command(pick(job, "submission_argv"))),
+            ("children", pick(job, "children") or None),
             ("submitted", when(pick(job, "submitted_at", "created_at"))),
             ("finished", when(pick(job, "finished_at")) if pick(job, "finished_at") else None),
         ]
@@ -319,7 +339,7 @@ def explanation(data: dict) -> str:
         parts.append("What would change it:\n" + "\n".join(f"  - {text_of(item)}" for item in items))
     tasks = pick(data, "tasks")
     if isinstance(tasks, list) and tasks:
-        parts.append("Tasks:\n" + table(tasks, TASK_COLUMNS + [("WHY", lambda t: text_of(pick(t, "reason", "pending_reason")) if pick(t, "reason", "pending_reason") else None)]))
+        parts.append("Tasks:\n" + table(tasks, EXPLAIN_TASK_COLUMNS))
     preemptions = pick(data, "preemptions")
     if isinstance(preemptions, list):
         parts.append("Preemptions suffered:\n" + table(preemptions, PREEMPTION_COLUMNS))
@@ -338,37 +358,62 @@ QUEUE_COLUMNS: list[Column] = [
 
 
 def queue(page: Any) -> str:
-    return with_footer(table(results(page), QUEUE_COLUMNS, empty="The queue is empty."), page)
+    body = with_footer(table(results(page), QUEUE_COLUMNS, empty="The queue is empty."), page)
+    tick_id = pick(page, "tick")
+    if tick_id is None:
+        return body + "\n(No tick has explained the queue yet: positions appear after the next tick.)"
+    counts = pick(page, "band_counts", default={})
+    per_band = ", ".join(f"{band(b)} {n}" for b, n in counts.items()) if isinstance(counts, dict) else ""
+    head = f"As of tick {tick_id} ({when(pick(page, 'tick_at'))})" + (f": {per_band} pending" if per_band else "")
+    return f"{head}\n{body}"
+
+
+def budget_source(b: dict) -> str:
+    """``row``/``defaults``, plus ``+ uplift`` when an active grant raises the configured values."""
+    source = "row" if pick(b, "has_row") else "defaults"
+    raised = (
+        pick(b, "effective_budget_limit") not in (None, pick(b, "budget_limit"))
+        or pick(b, "effective_max_band") not in (None, pick(b, "max_band"))
+    )
+    return f"{source} + uplift" if raised else source
+
+
+def effective_limit(b: dict) -> str:
+    return limit(pick(b, "effective_budget_limit", "budget_limit", "limit"))
 
 
 BUDGET_COLUMNS: list[Column] = [
     ("USER", lambda b: pick(b, "user", "user_id")),
     ("SPEND", lambda b: pick(b, "spend")),
-    ("LIMIT", lambda b: limit(pick(b, "budget_limit", "limit"))),
-    ("MAX BAND", lambda b: band(pick(b, "max_band"))),
-    ("SOURCE", lambda b: pick(b, "source")),
+    ("LIMIT", effective_limit),
+    ("MAX BAND", lambda b: band(pick(b, "effective_max_band", "max_band"))),
+    ("INTERACTIVE RUNS AS", lambda b: band(pick(b, "effective_band"))),
+    ("SOURCE", budget_source),
 ]
 
 
 def budget(data: dict) -> str:
-    grants = pick(data, "grants", "active_grants", "uplifts")
+    configured = f"{limit(pick(data, 'budget_limit'))}, max {band(pick(data, 'max_band'))} ({budget_source(data).split(' ')[0]})"
     body = fields(
         [
             ("user", pick(data, "user", "user_id")),
             ("spend", pick(data, "spend")),
-            ("budget limit", limit(pick(data, "budget_limit", "limit"))),
-            ("max band", band(pick(data, "max_band"))),
-            ("effective band", band(pick(data, "effective_band")) if pick(data, "effective_band") else None),
-            ("source", pick(data, "source")),
+            ("budget limit", effective_limit(data)),
+            ("max band", band(pick(data, "effective_max_band", "max_band"))),
+            ("configured", configured if "uplift" in budget_source(data) else None),
+            ("over budget", pick(data, "over_budget")),
+            ("interactive runs as", band(pick(data, "effective_band")) if pick(data, "effective_band") else None),
+            ("source", budget_source(data)),
         ]
     )
+    grants = pick(data, "grants")
     if isinstance(grants, list) and grants:
-        body += "\n\nActive uplifts:\n" + table(grants, UPLIFT_COLUMNS)
+        body += "\n\nOpen uplifts:\n" + table(grants, UPLIFT_COLUMNS)
     return body
 
 
 def budget_list(page: Any) -> str:
-    return with_footer(table(results(page), BUDGET_COLUMNS, empty="No budget rows: the defaults apply to everyone."), page)
+    return with_footer(table(results(page), BUDGET_COLUMNS, empty="No budgets to show: no rows, open uplifts or spend; the defaults apply to everyone."), page)
 
 
 UPLIFT_COLUMNS: list[Column] = [
@@ -438,7 +483,7 @@ def tick(data: dict) -> str:
         [
             ("tick", pick(data, "id", "tick_id")),
             ("started", when(pick(data, "started_at")) if pick(data, "started_at") else None),
-            ("duration", f"{cell(pick(data, 'duration_ms'))} ms" if pick(data, "duration_ms") is not None else None),
+            ("duration", f"{pick(data, 'duration_ms'):.1f} ms" if isinstance(pick(data, "duration_ms"), int | float) else None),
             ("pending", pick(data, "pending")),
             ("assigned", pick(data, "assigned")),
             ("preempted", pick(data, "preempted")),
@@ -453,26 +498,40 @@ def me(data: dict) -> str:
         [
             ("user", pick(data, "username", "user")),
             ("role", pick(data, "role")),
-            ("max band", band(pick(data, "budget.max_band", "max_band")) if pick(data, "budget.max_band", "max_band") else None),
+            ("max band", band(pick(data, "budget.effective_max_band", "budget.max_band")) if isinstance(pick(data, "budget"), dict) else None),
+            ("budget limit", effective_limit(data["budget"]) if isinstance(pick(data, "budget"), dict) else None),
+            ("spend", pick(data, "budget.spend")),
         ]
     )
 
 
 AUDIT_COLUMNS: list[Column] = [
     ("WHEN", lambda a: when(pick(a, "created_at"))),
-    ("ACTOR", lambda a: pick(a, "actor_name", "actor")),
+    ("ACTOR", lambda a: pick(a, "actor", "actor_name")),
     ("ACTION", lambda a: pick(a, "action")),
     ("TARGET", lambda a: pick(a, "target")),
-    ("BEFORE", lambda a: _compact(pick(a, "before"))),
-    ("AFTER", lambda a: _compact(pick(a, "after"))),
+    ("CHANGE", lambda a: change(pick(a, "before"), pick(a, "after"))),
     ("REASON", lambda a: pick(a, "reason")),
 ]
 
 
-def _compact(value: Any) -> Any:
-    if isinstance(value, dict):
-        return " ".join(f"{k}={cell(v)}" for k, v in value.items())
-    return value
+def change(before: Any, after: Any) -> str:
+    """Only what changed: ``max_band interactive->batch, budget_limit 100->500``."""
+    if not isinstance(after, dict):
+        return cell(after)
+    old = before if isinstance(before, dict) else {}
+    parts = [
+        f"{key} {_short(old.get(key))}->{_short(value)}" if key in old else f"{key} {_short(value)}"
+        for key, value in after.items()
+        if (key in old and old[key] != value) or (key not in old and value is not None)
+    ]
+    return ", ".join(parts) or "(no change)"
+
+
+def _short(value: Any) -> str:
+    if value is None:
+        return "none"
+    return when(value)[:16] if isinstance(value, str) and "T" in value else cell(value)
 
 
 def audit_list(page: Any) -> str:
