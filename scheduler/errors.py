@@ -46,6 +46,9 @@ class ServiceError(Exception):
     status = 500
 
     def __init__(self, message: str, *, field: str | None = None, details: Mapping[str, Any] | None = None):
+        # A message about one field names it, so a person sees which one at a glance.
+        if field is not None and field not in message:
+            message = f"{field}: {message}"
         super().__init__(message)
         self.message = message
         self.details: dict[str, Any] = dict(details or {})
@@ -64,7 +67,7 @@ class InvalidArgument(ServiceError):
     code, status = "INVALID_ARGUMENT", 400
 
     def __init__(self, message: str, *, field: str | None = None, details: Mapping[str, Any] | None = None):
-        # Messages about one field start with its name, so a person sees which one at a glance.
+        # Validation messages always start with the field ("replicas: must be at least 1").
         if field is not None and not message.startswith(f"{field}:"):
             message = f"{field}: {message}"
         super().__init__(message, field=field, details=details)

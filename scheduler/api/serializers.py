@@ -68,7 +68,8 @@ class MemoryField(serializers.Field):
     }
 )
 class ConstraintValueField(serializers.Field):
-    pass
+    def to_representation(self, value):
+        return value
 
 
 class ErrorSerializer(serializers.Serializer):

@@ -25,6 +25,12 @@ PERSONAS = ("anonymous", "alice", "bob", "olivia", "ada")
 
 
 @pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    """PBKDF2's deliberate slowness is not under test here; four personas per test add up."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
 def _fresh_cache():
     """Throttle counters live in the cache; tests must not share them."""
     cache.clear()

@@ -1,0 +1,348 @@
+"""Submitting jobs: ids and ownership, the band rules, limits, validation, and atomicity."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from scheduler import services
+from scheduler.core.bands import Band
+from scheduler.models import AuditEntry, Job, Task, UserBudget
+from tests.api.conftest import GIB, error_of, make_worker, run_tasks, submit
+
+JOBS = "/api/v1/jobs/"
+MAX_BAND_MESSAGE = (
+    "Budget identity 'alice' cannot submit INTERACTIVE jobs (max band: BATCH). Use --priority batch, "
+    "check that you are signed in as the right user, or request an uplift."
+)
+
+
+def post(client, body):
+    return client.post(JOBS, body, format="json")
+
+
+def rejected(response, status: int, code: str, field: str | None = None) -> dict:
+    assert response.status_code == status, response.content
+    body = error_of(response)
+    assert body["code"] == code
+    if field is not None:
+        assert body["details"].get("field") == field, body
+        assert field in body["message"], body
+    return body
+
+
+# --- ids and ownership ----------------------------------------------------------------------------
+
+
+def test_root_without_priority_is_interactive_under_the_callers_name(as_alice):
+    response = post(as_alice, {"name": "train"})
+    assert response.status_code == 201
+    job = response.json()
+    assert job["id"] == "/alice/train"
+    assert job["band"] == "interactive"
+    assert job["user"] == "alice"
+    assert job["depth"] == 1
+    assert job["submitted_by"] == "alice"
+
+
+def test_full_root_id_under_own_name_is_accepted(as_alice):
+    assert post(as_alice, {"name": "/alice/train"}).json()["id"] == "/alice/train"
+
+
+def test_root_id_naming_another_user_is_permission_denied(as_alice):
+    rejected(post(as_alice, {"name": "/bob/train"}), 403, "PERMISSION_DENIED", "name")
+    assert not Job.objects.exists()
+
+
+def test_admin_may_submit_under_another_name_and_it_bills_there(as_ada):
+    job = post(as_ada, {"name": "/alice/train"}).json()
+    assert (job["id"], job["user"], job["submitted_by"]) == ("/alice/train", "alice", "ada")
+
+
+def test_child_inherits_the_parents_stored_band_and_root_time(as_alice, alice):
+    parent = submit(alice, "train", priority="batch")
+    response = post(as_alice, {"name": "eval", "parent": "alice/train"})
+    assert response.status_code == 201
+    child = Job.objects.get(name="/alice/train/eval")
+    assert child.band == Band.BATCH
+    assert child.depth == 2
+    assert child.parent == parent
+    assert child.root_submitted_at_ms == parent.root_submitted_at_ms
+    assert child.submitted_at_ms > parent.submitted_at_ms
+
+
+def test_full_id_with_more_segments_creates_a_child(as_alice, alice):
+    submit(alice, "train")
+    assert post(as_alice, {"name": "/alice/train/eval"}).json()["parent"] == "/alice/train"
+
+
+def test_child_added_by_an_admin_bills_to_the_root_submitter(as_ada, alice):
+    submit(alice, "train")
+    child = post(as_ada, {"name": "eval", "parent": "/alice/train"}).json()
+    assert (child["user"], child["submitted_by"]) == ("alice", "ada")
+
+
+def test_child_of_someone_elses_job_is_permission_denied(as_bob, alice):
+    submit(alice, "train")
+    rejected(post(as_bob, {"name": "eval", "parent": "alice/train"}), 403, "PERMISSION_DENIED", "parent")
+
+
+def test_child_of_a_finished_job_is_failed_precondition(as_alice, alice):
+    submit(alice, "train")
+    services.cancel_job(alice, "/alice/train")
+    rejected(post(as_alice, {"name": "eval", "parent": "alice/train"}), 409, "FAILED_PRECONDITION", "parent")
+
+
+def test_child_of_a_missing_job_is_not_found(as_alice):
+    rejected(post(as_alice, {"name": "eval", "parent": "alice/nothing"}), 404, "NOT_FOUND", "parent")
+
+
+def test_an_existing_job_id_is_failed_precondition(as_alice, alice):
+    submit(alice, "train")
+    rejected(post(as_alice, {"name": "train"}), 409, "FAILED_PRECONDITION", "name")
+
+
+# --- bands ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("persona", ["alice", "olivia"])
+@pytest.mark.parametrize("band", ["system", "production"])
+def test_admin_bands_are_permission_denied_to_everyone_else(clients, persona, band):
+    body = rejected(
+        post(clients[persona], {"name": "x", "priority": band, "system_reason": "hero run"}),
+        403, "PERMISSION_DENIED", "priority",
+    )
+    assert band.upper() in body["message"]
+
+
+def test_admin_may_submit_production(as_ada):
+    assert post(as_ada, {"name": "serve", "priority": "production"}).json()["band"] == "production"
+
+
+@pytest.mark.parametrize("reason", ["hero run; commit=abc", "Finelog backfill", "IRIS controller upgrade", "the-hero"])
+def test_system_accepts_a_reason_naming_hero_finelog_or_iris(as_ada, reason):
+    response = post(as_ada, {"name": "hero", "priority": "system", "system_reason": reason})
+    assert response.status_code == 201, response.content
+    assert response.json()["band"] == "system"
+
+
+@pytest.mark.parametrize("reason", ["", "superhero", "heroic effort", "irises", "urgent"])
+def test_system_without_such_a_reason_is_invalid_argument(as_ada, reason):
+    rejected(
+        post(as_ada, {"name": "hero", "priority": "system", "system_reason": reason}),
+        400, "INVALID_ARGUMENT", "system_reason",
+    )
+
+
+def test_system_reason_is_kept_in_the_stored_argv(as_ada):
+    post(as_ada, {"name": "hero", "priority": "system", "system_reason": "hero run; commit=abc",
+                  "argv": ["iris", "job", "run", "--", "python", "hero.py"]})
+    job = Job.objects.get(name="/ada/hero")
+    assert job.system_reason == "hero run; commit=abc"
+    assert job.submission_argv[-2:] == ["--system-reason", "hero run; commit=abc"]
+    assert job.submission_argv[:3] == ["iris", "job", "run"]
+
+
+@pytest.fixture
+def alice_max_batch(alice):
+    UserBudget.objects.create(user_id="alice", budget_limit=1000, max_band=Band.BATCH)
+
+
+@pytest.mark.parametrize("body", [{"name": "x", "priority": "interactive"}, {"name": "x"}], ids=["explicit", "omitted"])
+def test_interactive_above_max_band_is_refused_with_what_to_do(as_alice, alice_max_batch, body):
+    error = rejected(post(as_alice, body), 403, "PERMISSION_DENIED", "priority")
+    assert error["message"] == MAX_BAND_MESSAGE
+    assert not Job.objects.exists()
+
+
+def test_batch_within_max_band_is_accepted(as_alice, alice_max_batch):
+    assert post(as_alice, {"name": "x", "priority": "batch"}).json()["band"] == "batch"
+
+
+def test_an_approved_uplift_of_max_band_allows_interactive(as_alice, alice, ada, alice_max_batch):
+    grant = services.request_uplift(alice, max_band="interactive", reason="demo", duration_seconds=3600)
+    services.approve_uplift(ada, grant.pk)
+    assert post(as_alice, {"name": "x"}).json()["band"] == "interactive"
+
+
+def test_over_budget_never_rejects_and_never_downgrades_at_submission(as_alice, alice):
+    UserBudget.objects.create(user_id="alice", budget_limit=10, max_band=Band.INTERACTIVE)
+    running = submit(alice, "running", cpu=8, memory="64Gi")
+    run_tasks(running, make_worker())
+    response = post(as_alice, {"name": "more"})
+    assert response.status_code == 201
+    assert response.json()["band"] == "interactive"
+
+
+# --- limits ---------------------------------------------------------------------------------------
+
+
+def test_replicas_above_the_per_job_limit_are_resource_exhausted(as_alice, settings):
+    settings.MAX_REPLICAS_PER_JOB = 5
+    rejected(post(as_alice, {"name": "big", "replicas": 6}), 429, "RESOURCE_EXHAUSTED", "replicas")
+    assert post(as_alice, {"name": "ok", "replicas": 5}).status_code == 201
+
+
+def test_active_tasks_above_the_per_user_limit_are_resource_exhausted(as_alice, as_bob, alice, ada, settings):
+    settings.MAX_ACTIVE_TASKS_PER_USER = 10
+    submit(alice, "first", replicas=6)
+    services.submit_job(ada, {"name": "child", "parent": "/alice/first", "replicas": 2})  # bills to alice
+    body = rejected(post(as_alice, {"name": "more", "replicas": 3}), 429, "RESOURCE_EXHAUSTED", "replicas")
+    assert body["details"]["active_tasks"] == 8
+    assert post(as_alice, {"name": "fits", "replicas": 2}).status_code == 201
+    assert post(as_bob, {"name": "other", "replicas": 10}).status_code == 201  # per user
+
+
+def test_finished_tasks_do_not_count_towards_the_active_limit(as_alice, alice, settings):
+    settings.MAX_ACTIVE_TASKS_PER_USER = 4
+    submit(alice, "done", replicas=4)
+    services.cancel_job(alice, "/alice/done")
+    assert post(as_alice, {"name": "next", "replicas": 4}).status_code == 201
+
+
+# --- validation -----------------------------------------------------------------------------------
+
+
+INVALID = [
+    ({}, "name"),
+    ({"name": ""}, "name"),
+    ({"name": "a:b"}, "name"),
+    ({"name": "has space"}, "name"),
+    ({"name": "a/b"}, "name"),
+    ({"name": "x", "priority": "urgent"}, "priority"),
+    ({"name": "x", "priority": 7}, "priority"),
+    ({"name": "x", "memory": "lots"}, "memory"),
+    ({"name": "x", "memory": -1}, "memory"),
+    ({"name": "x", "cpu": "fast"}, "cpu"),
+    ({"name": "x", "cpu": -1}, "cpu"),
+    ({"name": "x", "replicas": 0}, "replicas"),
+    ({"name": "x", "replicas": "many"}, "replicas"),
+    ({"name": "x", "replicas": 1.5}, "replicas"),
+    ({"name": "x", "device": "h100"}, "device"),
+    ({"name": "x", "device": {"type": "fpga"}}, "device.type"),
+    ({"name": "x", "device": {"type": "gpu", "count": 8}}, "device.variant"),
+    ({"name": "x", "device": {"type": "gpu", "variant": "h100"}}, "device.count"),
+    ({"name": "x", "device": {"type": "tpu", "variant": "v5p-8", "count": 0}}, "device.count"),
+    ({"name": "x", "constraints": "zone=a"}, "constraints"),
+    ({"name": "x", "constraints": [{"op": "eq", "value": "a"}]}, "constraints[0].key"),
+    ({"name": "x", "constraints": [{"key": "zone", "op": "near", "value": "a"}]}, "constraints[0].op"),
+    ({"name": "x", "constraints": [{"key": "zone", "op": "in", "value": "a"}]}, "constraints[0].value"),
+    ({"name": "x", "constraints": [{"key": "zone", "op": "exists", "value": "a"}]}, "constraints[0].value"),
+    ({"name": "x", "constraints": [{"key": "zone", "op": "eq"}]}, "constraints[0].value"),
+    ({"name": "x", "constraints": [{"key": "zone", "value": "a", "soft": "yes"}]}, "constraints[0].soft"),
+    ({"name": "x", "command": "python train.py"}, "command"),
+    ({"name": "x", "argv": [1, 2]}, "argv[0]"),
+    ({"name": "x", "max_retries_failure": -1}, "max_retries_failure"),
+    ({"name": "x", "max_retries_preemption": "lots"}, "max_retries_preemption"),
+    ({"name": "x", "scheduling_timeout_seconds": 0}, "scheduling_timeout_seconds"),
+    ({"name": "x", "system_reason": "nul\x00byte"}, "system_reason"),
+    ({"name": "x", "colour": "red"}, "colour"),
+]
+
+
+@pytest.mark.parametrize(("body", "field"), INVALID, ids=[f"{f}:{b}" for b, f in INVALID])
+def test_malformed_submissions_are_invalid_argument_naming_the_field(as_alice, body, field):
+    body_json = rejected(post(as_alice, body), 400, "INVALID_ARGUMENT", field)
+    assert body_json["message"].startswith(f"{field}:")
+
+
+def test_a_body_that_is_not_an_object_is_invalid_argument(as_alice):
+    rejected(post(as_alice, ["train"]), 400, "INVALID_ARGUMENT")
+
+
+@pytest.mark.parametrize(
+    ("memory", "expected"),
+    [("16Gi", 16 * GIB), ("512Mi", 512 << 20), ("2G", 2_000_000_000), ("1.5Gi", 3 * GIB // 2), (1024, 1024),
+     ("1024", 1024), ("64GiB", 64 * GIB)],
+)
+def test_memory_accepts_bytes_and_sizes(as_alice, memory, expected):
+    assert post(as_alice, {"name": "x", "memory": memory}).json()["resources"]["memory_bytes"] == expected
+
+
+def test_the_whole_spec_is_stored(as_alice):
+    response = post(
+        as_alice,
+        {
+            "name": "train", "replicas": 4, "cpu": 1.5, "memory": "16Gi",
+            "device": {"type": "TPU", "variant": "v5p-8", "count": 4}, "group_by": "tpu-name",
+            "constraints": [{"key": "zone", "op": "in", "value": ["a", "b"]}, {"key": "region", "value": "us", "soft": True}],
+            "scheduling_timeout_seconds": 600, "max_retries_preemption": 3, "max_retries_failure": 1,
+            "command": ["python", "train.py"], "argv": ["iris", "job", "run"],
+        },
+    )
+    assert response.status_code == 201, response.content
+    job = Job.objects.get(name="/alice/train")
+    assert (job.cpu_millicores, job.memory_bytes) == (1500, 16 * GIB)
+    assert (job.device_type, job.device_variant, job.device_count) == ("tpu", "v5p-8", 4)
+    assert job.group_by == "tpu-name"
+    assert job.constraints == [
+        {"key": "zone", "op": "in", "value": ["a", "b"], "soft": False},
+        {"key": "region", "op": "eq", "value": "us", "soft": True},
+    ]
+    assert job.scheduling_deadline_ms == job.submitted_at_ms + 600_000
+    assert (job.max_retries_preemption, job.max_retries_failure) == (3, 1)
+    assert job.command == ["python", "train.py"]
+    assert job.submission_argv == ["iris", "job", "run"]
+    assert list(job.tasks.order_by("index").values_list("index", "state")) == [(i, "pending") for i in range(4)]
+
+
+def test_defaults_are_one_core_one_gib_cpu_device(as_alice):
+    job = post(as_alice, {"name": "x"}).json()
+    assert job["resources"] == {"cpu": 1.0, "cpu_millicores": 1000, "memory_bytes": GIB, "device": {"type": "cpu"}}
+    assert (job["replicas"], job["task_counts"]) == (1, {"pending": 1})
+
+
+def test_submission_times_are_strictly_increasing(alice):
+    # A job from a clock ahead of ours: later submissions still sort after it.
+    first = submit(alice, "a")
+    Job.objects.filter(pk=first.pk).update(submitted_at_ms=services.current_ms() + 60_000)
+    times = [submit(alice, f"j{i}").submitted_at_ms for i in range(5)]
+    last = Job.objects.get(pk=first.pk).submitted_at_ms
+    for t in times:
+        assert t > last
+        last = t
+
+
+# --- atomicity and the prompt tick ----------------------------------------------------------------
+
+
+REJECTIONS = [
+    ({"name": "x", "priority": "production"}, 403),
+    ({"name": "x", "priority": "batch", "replicas": 20_000}, 429),
+    ({"name": "x", "priority": "batch", "device": {"type": "gpu"}}, 400),
+    ({"name": "dup", "priority": "batch"}, 409),
+    ({"name": "x", "priority": "interactive"}, 403),
+]
+
+
+@pytest.mark.parametrize(("body", "status"), REJECTIONS, ids=[str(s) for _, s in REJECTIONS])
+def test_a_rejected_submission_writes_nothing(as_alice, alice, alice_max_batch, body, status,
+                                              django_capture_on_commit_callbacks):
+    submit(alice, "dup", priority="batch")
+    before = (Job.objects.count(), Task.objects.count(), AuditEntry.objects.count())
+    with django_capture_on_commit_callbacks() as callbacks:
+        assert post(as_alice, body).status_code == status
+    assert (Job.objects.count(), Task.objects.count(), AuditEntry.objects.count()) == before
+    assert callbacks == []
+
+
+def test_a_prompt_tick_is_requested_after_commit(as_alice, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks() as callbacks:
+        assert post(as_alice, {"name": "x"}).status_code == 201
+    assert callbacks == [services.request_prompt_tick]
+
+
+def test_a_broker_outage_never_fails_a_submission(as_alice, monkeypatch, caplog, django_capture_on_commit_callbacks):
+    from scheduler import tasks
+
+    def broker_down(*args, **kwargs):
+        raise ConnectionRefusedError("broker down")
+
+    monkeypatch.setattr(tasks.tick, "apply_async", broker_down)  # the broker is the external here
+    with caplog.at_level(logging.WARNING, logger="scheduler.services"):
+        with django_capture_on_commit_callbacks(execute=True):
+            response = post(as_alice, {"name": "x"})
+    assert response.status_code == 201
+    assert Job.objects.filter(name="/alice/x").exists()
+    assert "could not enqueue a prompt tick" in caplog.text
