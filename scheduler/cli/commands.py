@@ -19,7 +19,15 @@ from collections.abc import Callable
 from typing import Any
 
 from scheduler.cli import formatting as fmt
-from scheduler.cli.client import DEFAULT_SERVER, CliError, Session, normalize_server, read_credentials, write_credentials
+from scheduler.cli.client import (
+    DEFAULT_SERVER,
+    CliError,
+    Session,
+    credentials_path,
+    normalize_server,
+    read_credentials,
+    write_credentials,
+)
 from scheduler.core.bands import Band
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
@@ -179,8 +187,6 @@ def cmd_login(session: Session, args: argparse.Namespace):
 
 
 def cmd_logout(session: Session, args: argparse.Namespace):
-    from scheduler.cli.client import credentials_path
-
     path = credentials_path()
     existed = path.exists()
     path.unlink(missing_ok=True)

@@ -312,6 +312,21 @@ def _constraints(constraints: Any) -> Any:
     return "; ".join(shown)
 
 
+BAND_ORDER = ("system", "production", "interactive", "batch")
+
+
+def queue_band(data: dict) -> str:
+    """The band of the job's front-most queued task (the one ``position`` is about)."""
+    queued = [
+        t for t in pick(data, "tasks", default=[]) if isinstance(t, dict) and t.get("position") is not None
+    ]
+    if not queued:
+        return band(pick(data, "effective_band"))
+    rank = {name: i for i, name in enumerate(BAND_ORDER)}
+    front = min(queued, key=lambda t: (rank.get(t.get("band"), len(rank)), t["position"]))
+    return band(front.get("band") or pick(data, "effective_band"))
+
+
 def explanation(data: dict) -> str:
     downgrade = pick(data, "downgrade")
     effective = band(pick(data, "effective_band"))
@@ -320,7 +335,12 @@ def explanation(data: dict) -> str:
     position, length = pick(data, "position"), pick(data, "band_queue_length")
     queue_line = None
     if position is not None:
-        queue_line = f"{position} of {cell(length)} in the {band(pick(data, 'effective_band'))} queue"
+        # Positions come from the last tick, whose band may differ from the effective band now
+        # (spend moved since): name the band the position was counted in.
+        tick_id = pick(data, "tick")
+        queue_line = f"{position} of {cell(length)} in the {queue_band(data)} queue" + (
+            f" (as of tick {tick_id})" if tick_id is not None else ""
+        )
     spend, budget = pick(data, "spend"), pick(data, "limit")
     head = fields(
         [

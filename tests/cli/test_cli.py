@@ -240,11 +240,6 @@ def test_a_taken_job_name_is_a_failed_precondition(iris):
     assert result.err.startswith("FAILED_PRECONDITION: job /alice/train already exists")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="API bug: ConstraintValueField has no to_representation, so a job with constraints is "
-    "created but the 201 response is a 500 (scheduler/api/serializers.py)",
-)
 def test_job_run_sends_hard_and_soft_constraints(iris):
     iris.use_token("alice")
 
