@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from django.db.models import Count, Prefetch, Q, QuerySet
+from django.utils import timezone
 
 from scheduler import budgets as budget_rules
 from scheduler.core.bands import Band
@@ -52,10 +52,6 @@ API_TERMINAL_JOB_VALUES = sorted(s.value for s in TERMINAL_JOB_STATES)
 OPEN_GRANT_STATES = (UpliftGrant.State.REQUESTED, UpliftGrant.State.APPROVED)
 
 
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
 def budget_defaults() -> BudgetDefaults:
     return budget_rules.budget_defaults()
 
@@ -89,11 +85,11 @@ def live_spend(users: list[str] | None = None) -> dict[str, int]:
 
 def effective_budget_for(user: str, at_ms: int | None = None) -> BudgetSpec:
     """One user's effective budget: row (or defaults) raised by active grants. Two queries."""
-    at_ms = at_ms if at_ms is not None else now_ms()
+    # Not truncated to milliseconds: a grant approved a moment ago must already count.
+    at = timezone.now() if at_ms is None else datetime.fromtimestamp(at_ms / 1000, tz=UTC)
     defaults = budget_defaults()
     row = UserBudget.objects.filter(user_id=user).values_list("budget_limit", "max_band").first()
     limit, band = row if row else (defaults.budget_limit, int(defaults.max_band))
-    at = datetime.fromtimestamp(at_ms / 1000, tz=UTC)
     for grant_limit, grant_band in UpliftGrant.objects.filter(
         user_id=user, state=UpliftGrant.State.APPROVED, starts_at__lte=at, expires_at__gt=at
     ).values_list("budget_limit", "max_band"):
@@ -126,15 +122,18 @@ class BudgetView:
 
 def budget_views(users: list[str] | None = None) -> list[BudgetView]:
     """Every user with a budget row, an open grant or spend (or just ``users``). Four queries."""
-    at_ms = now_ms()
+    at = timezone.now()
     defaults = budget_defaults()
     rows_qs = UserBudget.objects.all()
-    grants_qs = UpliftGrant.objects.filter(state__in=OPEN_GRANT_STATES).order_by("-created_at", "-pk")
+    grants_qs = (
+        UpliftGrant.objects.filter(state__in=OPEN_GRANT_STATES)
+        .select_related("requested_by", "decided_by")
+        .order_by("-created_at", "-pk")
+    )
     if users is not None:
         rows_qs = rows_qs.filter(user_id__in=users)
         grants_qs = grants_qs.filter(user_id__in=users)
     rows = {u: (limit, band) for u, limit, band in rows_qs.values_list("user_id", "budget_limit", "max_band")}
-    at = datetime.fromtimestamp(at_ms / 1000, tz=UTC)
     open_grants: dict[str, list[UpliftGrant]] = {}
     for grant in grants_qs:
         if grant.state == UpliftGrant.State.APPROVED and grant.expires_at and grant.expires_at <= at:

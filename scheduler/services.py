@@ -489,19 +489,18 @@ def max_band_message(user: str, band: Band, max_band: Band) -> str:
     )
 
 
-def plan_submission(actor, request: JobRequest, *, now_ms: int | None = None) -> SubmissionPlan:
+def plan_submission(actor, request: JobRequest) -> SubmissionPlan:
     """Apply every submission rule without writing; raise the first rule broken.
 
     Order (as Iris): identity and ownership, band, limits, then the job id being free.
     """
     require_authenticated(actor)
-    now_ms = now_ms if now_ms is not None else current_ms()
     job_id, parent, user = _resolve_job_id(actor, request)
     if len(job_id) > MAX_ID_LENGTH - 8:  # leaves room for "/<task index>"
         raise InvalidArgument(f"job id {job_id!r} is too long", field="name")
 
     band = request.priority if request.priority is not None else (Band(parent.band) if parent else Band.INTERACTIVE)
-    effective = queries.effective_budget_for(user, now_ms)
+    effective = queries.effective_budget_for(user)
     if band in ADMIN_BANDS:
         if not roles.is_admin(actor):
             raise PermissionDenied(
@@ -563,7 +562,7 @@ def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
         with transaction.atomic():
             lock_submissions()
             now_ms = current_ms()
-            plan = plan_submission(actor, request, now_ms=now_ms)
+            plan = plan_submission(actor, request)
             last = Job.objects.aggregate(last=Max("submitted_at_ms"))["last"]
             submitted = now_ms if last is None else max(now_ms, last + 1)
             parent = plan.parent
