@@ -27,6 +27,11 @@ def env_int(name: str, default: int) -> int:
     return int(value) if value.strip() else default
 
 
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name, "")
+    return float(value) if value.strip() else default
+
+
 DATA_DIR = Path(os.environ.get("IRIS_DATA_DIR", BASE_DIR / "var"))
 DATA_DIR.mkdir(parents=True, exist_ok=True)
 
@@ -165,6 +170,39 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": 60.0,
         "options": {"expires": 60.0},
     },
+}
+
+# --- Dispatch and worker agents (scheduler/dispatch.py, scheduler/reports.py, scheduler/agent/) ----
+# Seconds between outbox drains on beat. A tick that starts or stops work also requests a drain
+# right after it commits; this is the backstop when that message is lost.
+DISPATCH_SECONDS = env_float("IRIS_DISPATCH_SECONDS", 2)
+# Delivery tries before an intent is FAILED (and a START's attempt is ended as worker-lost).
+DISPATCH_MAX_TRIES = env_int("IRIS_DISPATCH_MAX_TRIES", 8)
+# Seconds before the first retry of a failed delivery; doubles per try, capped at 5 minutes.
+DISPATCH_RETRY_SECONDS = env_float("IRIS_DISPATCH_RETRY_SECONDS", 2)
+# An intent not done this many seconds after it was written is listed as stuck for operators.
+DISPATCH_STUCK_SECONDS = env_int("IRIS_DISPATCH_STUCK_SECONDS", 60)
+# A worker agent silent for longer than this is lost: its attempts end WORKER_FAILED and retry.
+WORKER_GRACE_SECONDS = env_float("IRIS_WORKER_GRACE_SECONDS", 30)
+# Seconds a stopped task gets between SIGTERM and SIGKILL.
+STOP_GRACE_SECONDS = env_float("IRIS_STOP_GRACE_SECONDS", 10)
+# Seconds between an agent's heartbeats (agents also receive their orders in the answer).
+AGENT_HEARTBEAT_SECONDS = env_float("IRIS_AGENT_HEARTBEAT_SECONDS", 2)
+# The API token `manage.py iris_worker` uses when given no --token or --token-file.
+AGENT_TOKEN = os.environ.get("IRIS_AGENT_TOKEN", "")
+# Where agents write task logs (<task pk>/<attempt>.log) and the log view reads them.
+TASK_LOG_DIR = DATA_DIR / "logs"
+# Workers are checked this often for missed heartbeats.
+WORKER_CHECK_SECONDS = max(1.0, min(5.0, WORKER_GRACE_SECONDS / 3))
+CELERY_BEAT_SCHEDULE["dispatch-outbox"] = {
+    "task": "scheduler.dispatch",
+    "schedule": DISPATCH_SECONDS,
+    "options": {"expires": DISPATCH_SECONDS},
+}
+CELERY_BEAT_SCHEDULE["check-workers"] = {
+    "task": "scheduler.check_workers",
+    "schedule": WORKER_CHECK_SECONDS,
+    "options": {"expires": WORKER_CHECK_SECONDS},
 }
 
 # --- Scheduler policy ----------------------------------------------------------------------------

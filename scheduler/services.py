@@ -28,7 +28,7 @@ from django.db.models import Max, Q
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
-from scheduler import grants, queries, roles
+from scheduler import dispatch, grants, queries, roles
 from scheduler.budget_tiers import budget_state
 from scheduler.core.bands import ADMIN_BANDS, BAND_NAMES, Band
 from scheduler.core.types import (
@@ -657,9 +657,12 @@ def cancel_job(actor, job_id: str) -> CancelOutcome:
         now = timezone.now()
         tree = Job.objects.filter(Q(pk=job.pk) | Q(name__startswith=f"{name}/")).exclude(state__in=TERMINAL_JOB_VALUES)
         jobs = dict(tree.values_list("pk", "name"))
-        Attempt.objects.filter(task__job_id__in=list(jobs), state__in=ACTIVE_VALUES).update(
-            state=TaskState.KILLED.value, error=f"Killed by {actor.username}"
+        active = Attempt.objects.filter(task__job_id__in=list(jobs), state__in=ACTIVE_VALUES)
+        # Their processes still run: STOP intents tell the workers (delivered after commit).
+        dispatch.write_stop_intents(
+            active.values_list("task_id", "number", "worker_id"), f"Killed by {actor.username}", now
         )
+        active.update(state=TaskState.KILLED.value, error=f"Killed by {actor.username}")
         killed_tasks = Task.objects.filter(job_id__in=list(jobs), state__in=NON_TERMINAL_VALUES).update(
             state=TaskState.KILLED.value, worker=None, updated_at=now
         )

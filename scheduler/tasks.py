@@ -15,3 +15,18 @@ def tick() -> None:
 @shared_task(name="scheduler.expire_uplifts", ignore_result=True)
 def expire_uplifts() -> None:
     grants.expire_uplifts(timezone.now())
+
+
+@shared_task(name="scheduler.dispatch", ignore_result=True)
+def dispatch() -> None:
+    from scheduler import dispatch as outbox
+
+    outbox.drain()
+
+
+@shared_task(name="scheduler.check_workers", ignore_result=True)
+def check_workers() -> None:
+    from scheduler import reports
+
+    reports.check_workers()
+    reports.sync_backends()

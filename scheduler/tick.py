@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from scheduler.core.decision import decide
 from scheduler.core.types import ACTIVE_STATES, TERMINAL_JOB_STATES, Decision, JobState, TaskState
+from scheduler.dispatch import request_dispatch
 from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, SchedulerLease, Task, TickRecord
 from scheduler.snapshot import LoadedSnapshot, explanation_to_json, load_snapshot
 
@@ -104,6 +105,10 @@ def run_tick(now: int | None = None) -> TickOutcome | None:
         with transaction.atomic():
             confirm_lease(holder)
             outcome = apply_decision(loaded, decision, wall, started, decide_ms)
+            if outcome.assigned or outcome.preempted:
+                # Deliver the new START/STOP intents right after commit; a broker outage is
+                # logged, never raised (beat drains the outbox every IRIS_DISPATCH_SECONDS).
+                transaction.on_commit(request_dispatch, robust=True)
     finally:
         release_lease(holder)
     log.info(

@@ -1,0 +1,8 @@
+"""The worker agent: runs on a worker host and executes the attempts the scheduler places there.
+
+``manage.py iris_worker`` starts one. It registers its worker over the agent API, heartbeats,
+receives start and stop orders in the heartbeat responses, runs each attempt at most once as a
+subprocess (its own session, its own log file), stops it with SIGTERM then SIGKILL after the
+grace period, and reports every transition back. It imports nothing from Django: ``client``
+speaks HTTP, ``process`` manages one attempt's process, ``worker`` is the loop tying them.
+"""

@@ -1,0 +1,105 @@
+"""Backends: where tasks run. The registry maps ``Worker.backend`` names to backend instances.
+
+The contract is in :mod:`scheduler.backends.base`. Backends are found by name so that a job is
+routed by where its workers live: a START or STOP for an attempt on worker W goes to the
+backend named by ``W.backend``. Built-in backends are imported lazily by dotted path, so a
+backend's client library (``kubernetes``, ``google-cloud-tpu``) is only imported where used.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from scheduler.backends.base import (
+    AttemptRef,
+    AttemptReport,
+    AttemptStatus,
+    Backend,
+    BackendError,
+    Delivery,
+    PermanentBackendError,
+    StartOrder,
+    StopOrder,
+)
+
+__all__ = [
+    "AttemptRef",
+    "AttemptReport",
+    "AttemptStatus",
+    "Backend",
+    "BackendError",
+    "Delivery",
+    "PermanentBackendError",
+    "StartOrder",
+    "StopOrder",
+    "UnknownBackend",
+    "backend_names",
+    "get_backend",
+    "heartbeat_backend_names",
+    "register_backend",
+    "unregister_backend",
+]
+
+# name -> "module.path.ClassName". Other backends add their entry here (or call register_backend).
+BUILTIN_BACKENDS: dict[str, str] = {
+    "local": "scheduler.backends.local.LocalBackend",
+}
+
+_paths: dict[str, str] = dict(BUILTIN_BACKENDS)
+_instances: dict[str, Backend] = {}
+
+
+class UnknownBackend(BackendError):
+    """No backend is registered under a worker's backend name. Retried: a deploy may add it."""
+
+
+def register_backend(name: str, backend: Backend | str) -> None:
+    """Register (or replace) a backend under ``name``: an instance, or a dotted class path."""
+    _instances.pop(name, None)
+    if isinstance(backend, str):
+        _paths[name] = backend
+    else:
+        _paths[name] = f"{type(backend).__module__}.{type(backend).__qualname__}"
+        _instances[name] = backend
+
+
+def unregister_backend(name: str) -> None:
+    """Forget a registered backend (tests); built-in names fall back to their built-in class."""
+    _instances.pop(name, None)
+    if name in BUILTIN_BACKENDS:
+        _paths[name] = BUILTIN_BACKENDS[name]
+    else:
+        _paths.pop(name, None)
+
+
+def backend_names() -> list[str]:
+    return sorted(_paths)
+
+
+def get_backend(name: str) -> Backend:
+    """The backend instance for a ``Worker.backend`` name. Raises :class:`UnknownBackend`."""
+    instance = _instances.get(name)
+    if instance is not None:
+        return instance
+    path = _paths.get(name)
+    if path is None:
+        raise UnknownBackend(f"no backend named {name!r}; known: {', '.join(backend_names())}")
+    module_name, _, class_name = path.rpartition(".")
+    try:
+        cls = getattr(import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise UnknownBackend(f"backend {name!r} ({path}) cannot be loaded: {exc}") from exc
+    instance = _instances[name] = cls()
+    return instance
+
+
+def heartbeat_backend_names() -> list[str]:
+    """Names of backends whose workers heartbeat (and so can be declared lost when silent)."""
+    names = []
+    for name in backend_names():
+        try:
+            if get_backend(name).heartbeats:
+                names.append(name)
+        except UnknownBackend:
+            continue
+    return names
