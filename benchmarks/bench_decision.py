@@ -1,0 +1,92 @@
+"""Time the pure scheduling decision on synthetic clusters.
+
+Usage (from the repository root)::
+
+    python benchmarks/bench_decision.py            # 1k/10k/100k pending x 100/1k/10k workers
+    python benchmarks/bench_decision.py --quick    # small sizes only, for a smoke run
+    python benchmarks/bench_decision.py --sizes 100000x10000 --runs 7
+
+Only ``decide`` is timed (the snapshot is built from the generator's JSON beforehand), as the
+median of ``--runs`` runs, with the garbage collector enabled as in production. The full tick
+on a database is measured separately by the shell's benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks.synthetic import generate  # noqa: E402
+from scheduler.core.decision import decide  # noqa: E402
+from scheduler.core.wire import snapshot_from_json  # noqa: E402
+
+FULL_SIZES = [(p, w) for p in (1_000, 10_000, 100_000) for w in (100, 1_000, 10_000)]
+QUICK_SIZES = [(1_000, 100), (10_000, 1_000)]
+# The target from issue 2: the decision at 100k pending x 10k workers within this many seconds.
+TARGET_SECONDS = 0.5
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    pending, _, workers = text.lower().partition("x")
+    return int(pending), int(workers)
+
+
+def measure(pending: int, workers: int, runs: int, seed: int) -> dict:
+    snapshot = snapshot_from_json(generate(pending=pending, workers=workers, seed=seed))
+    timings = []
+    decision = None
+    for _ in range(runs):
+        started = time.perf_counter()
+        decision = decide(snapshot)
+        timings.append(time.perf_counter() - started)
+    return {
+        "pending": pending,
+        "workers": workers,
+        "running": sum(1 for t in snapshot.tasks if t.state.value == "running"),
+        "median_s": statistics.median(timings),
+        "min_s": min(timings),
+        "max_s": max(timings),
+        "order": len(decision.order),
+        "assigned": len(decision.assignments),
+        "preempted": len(decision.preemptions),
+        "expired": len(decision.unschedulable),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes only")
+    parser.add_argument("--sizes", nargs="*", type=parse_size, help="sizes as PENDINGxWORKERS")
+    parser.add_argument("--runs", type=int, default=5, help="runs per size (median reported)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    sizes = args.sizes or (QUICK_SIZES if args.quick else FULL_SIZES)
+
+    print(f"# decide() on synthetic clusters; Python {platform.python_version()}, {os.cpu_count()} CPUs, {args.runs} runs")
+    header = f"| {'pending':>8} | {'workers':>7} | {'running':>7} | {'median s':>8} | {'min s':>6} | {'max s':>6} | {'order':>6} | {'assigned':>8} | {'preempted':>9} | {'expired':>7} |"
+    print(header)
+    print("|" + "|".join("-" * (len(cell)) for cell in header.split("|")[1:-1]) + "|")
+    slow = False
+    for pending, workers in sizes:
+        r = measure(pending, workers, args.runs, args.seed)
+        print(
+            f"| {r['pending']:>8,} | {r['workers']:>7,} | {r['running']:>7,} | {r['median_s']:>8.3f} | {r['min_s']:>6.3f} | "
+            f"{r['max_s']:>6.3f} | {r['order']:>6,} | {r['assigned']:>8,} | {r['preempted']:>9,} | {r['expired']:>7,} |",
+            flush=True,
+        )
+        if pending >= 100_000 and workers >= 10_000 and r["median_s"] > TARGET_SECONDS:
+            slow = True
+    if slow:
+        print(f"target missed: 100k x 10k must decide within {TARGET_SECONDS} s")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

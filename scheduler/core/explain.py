@@ -1,0 +1,479 @@
+"""Why a task is still pending, and why a task runs in a lower band, as data.
+
+Every reason is a frozen dataclass with a stable ``code``, the numbers behind it, and a
+``text()`` that renders it for people ("need 64 GiB, at most 12 GiB free"). Nothing is
+formatted until ``text()`` is called, and the text is computed once per object.
+
+Reasons are computed once per shape or job and shared by every task they apply to, so
+explaining 100,000 pending tasks costs O(shapes × workers + jobs), not O(tasks × workers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import ClassVar, Union
+
+from scheduler.core.bands import Band
+from scheduler.core.budget import GIB, MILLICORES_PER_CORE
+from scheduler.core.ordering import JobQueue
+from scheduler.core.placement import Shape, ShapeBook, WorkerPool
+from scheduler.core.types import Constraint, ConstraintOp, TaskSnapshot
+
+MIB = 1 << 20
+
+
+def number(n: int) -> str:
+    """``12400`` -> ``12,400``."""
+    return f"{n:,}"
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{number(n)} {one if n == 1 else many}"
+
+
+def format_cores(millicores: int) -> str:
+    """``8000`` -> ``8 cores``, ``500`` -> ``0.5 cores``; negative amounts show as 0."""
+    millicores = max(millicores, 0)
+    if millicores % MILLICORES_PER_CORE == 0:
+        return _plural(millicores // MILLICORES_PER_CORE, "core", "cores")
+    return f"{millicores / MILLICORES_PER_CORE:,.3g} cores"
+
+
+def format_memory(n_bytes: int) -> str:
+    """GiB with at most one decimal (MiB below 1 GiB); negative amounts show as 0."""
+    n_bytes = max(n_bytes, 0)
+    if n_bytes >= GIB:
+        gib = n_bytes / GIB
+        return f"{gib:,.0f} GiB" if n_bytes % GIB == 0 else f"{gib:,.1f} GiB"
+    return f"{n_bytes / MIB:,.0f} MiB"
+
+
+RESOURCE_FORMAT = {
+    "cpu": ("CPU", format_cores),
+    "memory": ("memory", format_memory),
+    "gpu": ("GPUs", lambda n: _plural(max(n, 0), "GPU", "GPUs")),
+    "tpu": ("TPU chips", lambda n: _plural(max(n, 0), "TPU chip", "TPU chips")),
+}
+
+
+def constraint_text(c: Constraint) -> str:
+    if c.op is ConstraintOp.EQ:
+        return f"{c.key}={c.value}"
+    if c.op is ConstraintOp.NE:
+        return f"{c.key}!={c.value}"
+    if c.op is ConstraintOp.IN:
+        return f"{c.key} in ({', '.join(c.value)})"
+    return f"{c.key} exists"
+
+
+def deadline_text(deadline_ms: int, now_ms: int) -> str:
+    """The UNSCHEDULABLE reason of an expired task: names the deadline and how long ago it passed."""
+    when = datetime.fromtimestamp(deadline_ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    late_s = (now_ms - deadline_ms) // 1000
+    minutes, seconds = divmod(late_s, 60)
+    hours, minutes = divmod(minutes, 60)
+    ago = f"{hours}h {minutes}m {seconds}s" if hours else f"{minutes}m {seconds}s" if minutes else f"{seconds}s"
+    return f"Scheduling deadline exceeded: the deadline {when} (scheduling_deadline_ms={deadline_ms}) passed {ago} before this tick"
+
+
+# -- causes -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NoHealthyWorkers:
+    code: ClassVar[str] = "no_healthy_workers"
+
+    def text(self) -> str:
+        return "No healthy workers available"
+
+
+@dataclass(frozen=True, slots=True)
+class NoMatchingWorker:
+    """No healthy worker satisfies the hard constraints (including the automatic device ones)."""
+
+    constraints: tuple[str, ...]
+    code: ClassVar[str] = "constraints_match_nothing"
+
+    def text(self) -> str:
+        return f"No healthy worker matches constraints [{', '.join(self.constraints)}]"
+
+
+@dataclass(frozen=True, slots=True)
+class InsufficientResource:
+    """The most common blocker among matching workers is this resource.
+
+    ``need`` is the per-task request and ``best_free`` the most any matching worker has free
+    (in millicores, bytes or devices); ``workers`` of the ``matching`` workers are short of it.
+    """
+
+    resource: str
+    need: int
+    best_free: int
+    workers: int
+    matching: int
+
+    @property
+    def code(self) -> str:
+        return f"insufficient_{self.resource}"
+
+    def text(self) -> str:
+        label, fmt = RESOURCE_FORMAT[self.resource]
+        return (
+            f"Insufficient {label}: need {fmt(self.need)}, at most {fmt(self.best_free)} free; "
+            f"{number(self.workers)} of {_plural(self.matching, 'matching worker', 'matching workers')} short"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BuildSlotsFull:
+    """Matching workers already run ``limit`` ASSIGNED or BUILDING tasks."""
+
+    workers: int
+    matching: int
+    limit: int
+    code: ClassVar[str] = "build_slots"
+
+    def text(self) -> str:
+        return (
+            f"Waiting for build slots: {number(self.workers)} of "
+            f"{_plural(self.matching, 'matching worker', 'matching workers')} at the limit of "
+            f"{number(self.limit)} concurrent builds"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentCapReached:
+    """Matching workers already took ``limit`` new tasks this tick."""
+
+    workers: int
+    matching: int
+    limit: int
+    code: ClassVar[str] = "assignment_cap"
+
+    def text(self) -> str:
+        return (
+            f"{number(self.workers)} of {_plural(self.matching, 'matching worker', 'matching workers')} "
+            f"already took {number(self.limit)} new tasks this cycle"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GangGroupTooSmall:
+    need: int
+    group_by: str
+    largest: int
+    code: ClassVar[str] = "gang_group_too_small"
+
+    def text(self) -> str:
+        return (
+            f"Coscheduling: need {number(self.need)} workers in same '{self.group_by}' group, "
+            f"largest group has {number(self.largest)}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GangNoRoom:
+    """Groups are big enough, but no group has ``need`` hosts with room; the best has ``best``."""
+
+    need: int
+    group_by: str
+    best: int
+    code: ClassVar[str] = "gang_no_room"
+
+    def text(self) -> str:
+        return (
+            f"Coscheduling: need {number(self.need)} workers with room in one '{self.group_by}' group, "
+            f"best group has {number(self.best)}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RoomFreedThisCycle:
+    """It would fit now: room was freed by preemption after it was considered."""
+
+    code: ClassVar[str] = "next_cycle"
+
+    def text(self) -> str:
+        return "Schedulable — waiting for next scheduling cycle"
+
+
+@dataclass(frozen=True, slots=True)
+class PerJobCap:
+    limit: int
+    code: ClassVar[str] = "per_job_cap"
+
+    def text(self) -> str:
+        return f"Held back by the per-job limit: at most {number(self.limit)} tasks of a job are scheduled per cycle"
+
+
+@dataclass(frozen=True, slots=True)
+class JobExhausted:
+    """An earlier task of the same job did not fit, so the rest of the job waits for the next tick."""
+
+    task: str
+    cause: Cause
+    code: ClassVar[str] = "job_exhausted"
+
+    def text(self) -> str:
+        return f"Waiting: earlier task {self.task} of this job did not fit this cycle ({self.cause.text()})"
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingBehind:
+    """It would have fitted at tick start; ``ahead`` higher-priority tasks placed this tick took the room."""
+
+    ahead: int
+    cause: Cause
+    code: ClassVar[str] = "waiting_behind"
+
+    def text(self) -> str:
+        return (
+            f"Waiting behind {_plural(self.ahead, 'higher-priority task', 'higher-priority tasks')} "
+            f"placed this cycle; now: {self.cause.text()}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Preempted:
+    """Evicted this tick by ``by``; back in the queue."""
+
+    by: str
+    code: ClassVar[str] = "preempted"
+
+    def text(self) -> str:
+        return f"Preempted by {self.by}; waiting to be rescheduled"
+
+
+@dataclass(frozen=True, slots=True)
+class Requeued:
+    """A member of the same gang was preempted, so the whole gang goes back to the queue."""
+
+    member: str
+    code: ClassVar[str] = "gang_requeued"
+
+    def text(self) -> str:
+        return f"Requeued: gang member {self.member} was preempted"
+
+
+Cause = Union[
+    NoHealthyWorkers,
+    NoMatchingWorker,
+    InsufficientResource,
+    BuildSlotsFull,
+    AssignmentCapReached,
+    GangGroupTooSmall,
+    GangNoRoom,
+    RoomFreedThisCycle,
+    PerJobCap,
+    JobExhausted,
+    WaitingBehind,
+    Preempted,
+    Requeued,
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Downgrade:
+    """The user is over budget, so pending work requested in ``requested`` runs as ``effective``."""
+
+    requested: Band
+    effective: Band
+    spend: int
+    limit: int
+    code: ClassVar[str] = "budget_downgrade"
+
+    def text(self) -> str:
+        return f"{self.requested.name} runs as {self.effective.name}: spend {number(self.spend)} > limit {number(self.limit)}"
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReason:
+    """Everything said about one pending task: the cause, its place in its band, any downgrade.
+
+    ``position`` is 1-based within ``band`` among the ``band_size`` tasks that passed the gates
+    in that band (None for tasks held back by the gates or put back in the queue this tick).
+    """
+
+    cause: Cause
+    band: Band | None = None
+    position: int | None = None
+    band_size: int | None = None
+    downgrade: Downgrade | None = None
+    _text: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def code(self) -> str:
+        return self.cause.code
+
+    def text(self) -> str:
+        if self._text is None:
+            parts = [self.cause.text()]
+            if self.position is not None and self.band is not None:
+                parts.append(f"position {number(self.position)} of {number(self.band_size or 0)} in {self.band.name}")
+            if self.downgrade is not None:
+                parts.append(self.downgrade.text())
+            object.__setattr__(self, "_text", "; ".join(parts))
+        return self._text
+
+
+# -- computing reasons --------------------------------------------------------------------------
+
+
+class Explainer:
+    """Causes per shape (solo) and per (shape, group_by, size) (gang), from the final capacity."""
+
+    def __init__(self, pool: WorkerPool, book: ShapeBook) -> None:
+        self.pool = pool
+        self.book = book
+        self._solo: dict[int, tuple[Cause, bool]] = {}
+        self._gang: dict[tuple, tuple[Cause, bool]] = {}
+
+    def solo_cause(self, shape: Shape) -> tuple[Cause, bool]:
+        """(why one more task of ``shape`` does not fit now, whether it would have at tick start)."""
+        cached = self._solo.get(shape.id)
+        if cached is None:
+            cached = self._solo[shape.id] = self._compute_solo(shape)
+        return cached
+
+    def _no_worker(self, shape: Shape) -> Cause | None:
+        if not self.pool.by_id:
+            return NoHealthyWorkers()
+        if not shape.cands:
+            return NoMatchingWorker(tuple(constraint_text(c) for c in shape.hard))
+        return None
+
+    def _compute_solo(self, shape: Shape) -> tuple[Cause, bool]:
+        cause = self._no_worker(shape)
+        if cause is not None:
+            return cause, False
+        pool = self.pool
+        ma, mb = pool.max_assign, pool.max_building
+        cpu, mem, gpu, tpu = pool.cpu, pool.mem, pool.gpu, pool.tpu
+        c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
+        blocked = [0] * 6  # assignment cap, build slots, cpu, memory, gpu, tpu (check order)
+        fit_now = 0
+        for w in shape.cands:
+            if pool.assigned[w] >= ma:
+                blocked[0] += 1
+            elif pool.building[w] >= mb:
+                blocked[1] += 1
+            elif cpu[w] < c:
+                blocked[2] += 1
+            elif mem[w] < m:
+                blocked[3] += 1
+            elif gpu[w] < g:
+                blocked[4] += 1
+            elif tpu[w] < u:
+                blocked[5] += 1
+            else:
+                fit_now += 1
+        fit_at_start = self._any_fits_at_start(shape.cands, shape)
+        if fit_now:
+            return RoomFreedThisCycle(), fit_at_start
+        worst = max(range(6), key=lambda i: (blocked[i], -i))
+        matching = len(shape.cands)
+        if worst == 0:
+            return AssignmentCapReached(blocked[0], matching, ma), fit_at_start
+        if worst == 1:
+            return BuildSlotsFull(blocked[1], matching, mb), fit_at_start
+        resource, need, free = (("cpu", c, cpu), ("memory", m, mem), ("gpu", g, gpu), ("tpu", u, tpu))[worst - 2]
+        best_free = max(free[w] for w in shape.cands)
+        return InsufficientResource(resource, need, best_free, blocked[worst], matching), fit_at_start
+
+    def _count_fit_at_start(self, workers: Sequence[int], shape: Shape) -> int:
+        """How many of ``workers`` had a build slot and room for one task of ``shape`` at tick start."""
+        pool = self.pool
+        mb, building = pool.max_building, pool.start_building
+        cpu, mem, gpu, tpu = pool.start_cpu, pool.start_mem, pool.start_gpu, pool.start_tpu
+        c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
+        return sum(
+            1 for w in workers if building[w] < mb and cpu[w] >= c and mem[w] >= m and gpu[w] >= g and tpu[w] >= u
+        )
+
+    def _any_fits_at_start(self, workers: Sequence[int], shape: Shape) -> bool:
+        pool = self.pool
+        mb, building = pool.max_building, pool.start_building
+        cpu, mem, gpu, tpu = pool.start_cpu, pool.start_mem, pool.start_gpu, pool.start_tpu
+        c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
+        return any(building[w] < mb and cpu[w] >= c and mem[w] >= m and gpu[w] >= g and tpu[w] >= u for w in workers)
+
+    def gang_cause(self, shape: Shape, group_by: str, n: int) -> tuple[Cause, bool]:
+        key = (shape.id, group_by, n)
+        cached = self._gang.get(key)
+        if cached is None:
+            cached = self._gang[key] = self._compute_gang(shape, group_by, n)
+        return cached
+
+    def _compute_gang(self, shape: Shape, group_by: str, n: int) -> tuple[Cause, bool]:
+        cause = self._no_worker(shape)
+        if cause is not None:
+            return cause, False
+        groups = self.book.groups(shape, group_by)
+        largest = max((len(g.members) for g in groups), default=0)
+        if largest < n:
+            return GangGroupTooSmall(n, group_by, largest), False
+        fits = self.pool.fits
+        big = [g for g in groups if len(g.members) >= n]
+        best = max(sum(1 for w in g.members if fits(w, shape)) for g in big)
+        fit_at_start = any(self._count_fit_at_start(g.members, shape) >= n for g in big)
+        if best >= n:
+            return RoomFreedThisCycle(), fit_at_start
+        return GangNoRoom(n, group_by, best), fit_at_start
+
+
+def explain_pending(
+    queues: Sequence[JobQueue],
+    bands: Mapping[Band, Sequence[TaskSnapshot]],
+    assigned: set[str],
+    explainer: Explainer,
+    downgrades: Mapping[str, Downgrade],
+    max_tasks_per_job: int,
+) -> dict[str, PendingReason]:
+    """A reason for every task that was pending at tick start and is not assigned.
+
+    ``queues`` are the jobs in priority order (expired ones are skipped: their tasks are
+    unschedulable); ``downgrades`` maps a job id to its downgrade, if any. Tasks of one job share
+    reason objects: one for its first unplaced task, one for the tasks after it (the job was
+    exhausted), one for the tasks held back by the per-job cap.
+    """
+    first_unplaced: dict[str, tuple[Band, int, int, int]] = {}
+    ahead = 0
+    for band, tasks in bands.items():
+        size = len(tasks)
+        for i, task in enumerate(tasks):
+            if task.id in assigned:
+                ahead += 1
+            elif task.job_id not in first_unplaced:
+                first_unplaced[task.job_id] = (band, i + 1, size, ahead)
+
+    # (tasks, reason) pairs, turned into one dict at the end (far cheaper than per-job updates).
+    shared: list[tuple[Sequence[TaskSnapshot], PendingReason]] = []
+    held_cause = PerJobCap(max_tasks_per_job)
+    for queue in queues:
+        if queue.expired:
+            continue
+        job_id = queue.spec.id
+        downgrade = downgrades.get(job_id)
+        placed = first_unplaced.get(job_id)
+        if placed is not None:
+            band, position, size, before = placed
+            unplaced = [t for t in queue.passed if t.id not in assigned]
+            if queue.gang:
+                cause, fit_at_start = explainer.gang_cause(queue.shape, queue.spec.group_by, len(queue.passed))
+            else:
+                cause, fit_at_start = explainer.solo_cause(queue.shape)
+            if fit_at_start and before and not isinstance(cause, RoomFreedThisCycle):
+                cause = WaitingBehind(before, cause)
+            head = PendingReason(cause, band, position, size, downgrade)
+            if queue.gang:
+                shared.append((unplaced, head))
+            else:
+                shared.append((unplaced[:1], head))
+                if len(unplaced) > 1:
+                    rest = PendingReason(JobExhausted(unplaced[0].id, cause), band, position, size, downgrade)
+                    shared.append((unplaced[1:], rest))
+        if queue.held:
+            shared.append((queue.held, PendingReason(held_cause, downgrade=downgrade)))
+    return {task.id: reason for tasks, reason in shared for task in tasks}

@@ -1,0 +1,123 @@
+"""Gates and the scheduling order of pending work.
+
+Pending tasks are grouped per job (:class:`JobQueue`) because every ordering key except the task
+index is a property of the job: sorting jobs and then tasks by index is the global sort
+``(requested band, -depth, root submitted, submitted, job id, task index)`` at a fraction of the
+cost of sorting tasks. The gates then drop expired jobs and cap how many tasks of each non-gang
+job go forward this tick; what passes is grouped by *effective* band and interleaved
+round-robin across users, lower spend first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from scheduler.core.bands import BANDS_IN_ORDER, Band
+from scheduler.core.types import JobSpec, TaskSnapshot
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True, eq=False)
+class JobQueue:
+    """One job's pending work during one tick (mutable scratch, never leaves the core).
+
+    ``pending`` holds the job's tasks that were PENDING at tick start, by index. The gates split
+    them into ``passed`` (go on to placement) and ``held`` (over the per-job cap); an expired
+    job passes nothing. Placement fills in ``shape`` and, when a task of the job does not fit,
+    ``failed_task`` (the rest of the job then waits for the next tick). ``gang`` caches
+    whether the job is coscheduled.
+    """
+
+    spec: JobSpec
+    band: Band
+    pending: list[TaskSnapshot] = field(default_factory=list)
+    passed: list[TaskSnapshot] = field(default_factory=list)
+    held: list[TaskSnapshot] = field(default_factory=list)
+    expired: bool = False
+    shape: object | None = None
+    failed_task: str | None = None
+    gang: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.gang = self.spec.group_by is not None
+
+
+def job_sort_key(job: JobSpec) -> tuple[int, int, int, int, str]:
+    """Priority of a job's tasks before budgets: requested band, deeper first, older tree, older job.
+
+    Equal submission times tie-break by job id; tasks of one job then go by index.
+    """
+    return (int(job.band), -job.depth, job.root_submitted_at_ms, job.submitted_at_ms, job.id)
+
+
+def is_expired(job: JobSpec, now_ms: int) -> bool:
+    """A job with a scheduling deadline expires at the deadline itself (``now >= deadline``)."""
+    return job.scheduling_deadline_ms is not None and now_ms >= job.scheduling_deadline_ms
+
+
+def apply_gates(queues: Iterable[JobQueue], now_ms: int, max_tasks_per_job: int) -> list[JobQueue]:
+    """Split each queue's pending tasks into passed and held; return the expired queues.
+
+    An expired job passes nothing (its pending tasks become UNSCHEDULABLE). A non-gang job
+    passes at most ``max_tasks_per_job`` tasks, lowest index first; 0 means unlimited. Gangs
+    are exempt because they place all-or-nothing.
+    """
+    expired = []
+    for queue in queues:
+        if is_expired(queue.spec, now_ms):
+            queue.expired = True
+            expired.append(queue)
+        elif max_tasks_per_job and not queue.gang and len(queue.pending) > max_tasks_per_job:
+            queue.passed = queue.pending[:max_tasks_per_job]
+            queue.held = queue.pending[max_tasks_per_job:]
+        else:
+            queue.passed = queue.pending
+    return expired
+
+
+def round_robin(buckets: Mapping[Hashable, Sequence[T]], spend: Mapping[str, int]) -> list[T]:
+    """Interleave per-user buckets: users by ascending spend (missing = 0), round k takes each
+    user's k-th item. The sort is stable, so users with equal spend keep the buckets' order
+    (first appearance)."""
+    users = sorted(buckets, key=lambda user: spend.get(user, 0))
+    if len(users) == 1:
+        return list(buckets[users[0]])
+    out: list[T] = []
+    active = [buckets[user] for user in users]
+    k = 0
+    while active:
+        out.extend([items[k] for items in active])
+        k += 1
+        active = [items for items in active if len(items) > k]
+    return out
+
+
+def interleave_by_user(items: Iterable[T], user_of: Callable[[T], str], spend: Mapping[str, int]) -> list[T]:
+    """Round-robin ``items`` across users, lower spend first; each user's items keep their order."""
+    buckets: dict[str, list[T]] = {}
+    for item in items:
+        buckets.setdefault(user_of(item), []).append(item)
+    return round_robin(buckets, spend)
+
+
+def scheduling_order(queues: Sequence[JobQueue], spend: Mapping[str, int]) -> dict[Band, list[TaskSnapshot]]:
+    """The passed tasks of ``queues`` (already in job priority order), per effective band.
+
+    Bands never mix: each band's list is interleaved across users on its own. Returns the
+    non-empty bands in rank order.
+    """
+    per_band: dict[Band, dict[str, list[TaskSnapshot]]] = {}
+    for queue in queues:
+        if queue.passed:
+            users = per_band.get(queue.band)
+            if users is None:
+                users = per_band[queue.band] = {}
+            bucket = users.get(queue.spec.user)
+            if bucket is None:
+                users[queue.spec.user] = list(queue.passed)
+            else:
+                bucket.extend(queue.passed)
+    return {band: round_robin(per_band[band], spend) for band in BANDS_IN_ORDER if band in per_band}

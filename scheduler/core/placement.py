@@ -1,0 +1,494 @@
+"""Fitting tasks and gangs onto workers, band by band.
+
+Within a band, gangs go first (all-or-nothing inside one ``group_by`` group), then solo tasks
+first-fit in scheduling order. Doing this per band, rather than every gang of every band before
+any solo task as Iris does, means a BATCH gang can never take a host an INTERACTIVE task needed.
+
+Speed comes from two facts that hold during one placement pass: capacity only shrinks and the
+per-worker counts only grow. So a worker that cannot fit a request now never fits it later in
+the pass. Every distinct request (*shape*: resources plus constraints) keeps one first-fit cursor
+into its sorted candidate list, shared by all jobs with that shape, and a gang shape keeps one
+cursor into its group list. The whole pass costs O(shapes × workers + tasks) instead of
+O(tasks × workers). The preemption pass frees capacity and therefore does not use the cursors.
+
+Worker indices (positions in ``ClusterSnapshot.workers``) are used in place of ids throughout.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from scheduler.core.bands import Band
+from scheduler.core.ordering import JobQueue
+from scheduler.core.types import (
+    ANY_VARIANT,
+    ClusterSnapshot,
+    Constraint,
+    ConstraintOp,
+    DeviceType,
+    JobSpec,
+    Resources,
+    TaskSnapshot,
+    TaskState,
+)
+
+# A cap configured as 0 means unlimited; internally it is this (larger than any count).
+UNLIMITED = sys.maxsize
+# Attributes every worker exposes for constraints, derived from its device.
+DEVICE_TYPE_KEY = "device-type"
+DEVICE_VARIANT_KEY = "device-variant"
+# Hosts of a gang group are used in this attribute's order (numeric when it parses).
+TPU_WORKER_ID_KEY = "tpu-worker-id"
+
+
+class WorkerPool:
+    """Free capacity and per-worker counts of every worker, mutated as work is placed.
+
+    ``cpu``/``mem``/``gpu``/``tpu`` hold what is free: total minus the requests of tasks active
+    on the worker and of earlier attempts not yet confirmed finished there. ``building`` counts
+    ASSIGNED and BUILDING tasks, ``assigned`` the assignments made this tick. Only healthy
+    workers are placement targets (``by_id`` lists them in id order); ``rank`` is a worker's
+    position in that order, the final tie-break everywhere. The ``start_*`` lists keep the
+    capacity at tick start for explanations.
+    """
+
+    __slots__ = (
+        "ids",
+        "index",
+        "healthy",
+        "attrs",
+        "device_type",
+        "variant",
+        "cpu",
+        "mem",
+        "gpu",
+        "tpu",
+        "building",
+        "assigned",
+        "max_building",
+        "max_assign",
+        "by_id",
+        "rank",
+        "start_cpu",
+        "start_mem",
+        "start_gpu",
+        "start_tpu",
+        "start_building",
+    )
+
+    def __init__(
+        self,
+        snapshot: ClusterSnapshot,
+        active_by_job: Mapping[str, Sequence[TaskSnapshot]],
+        unfinished: Iterable[TaskSnapshot],
+    ) -> None:
+        workers = snapshot.workers
+        self.ids = [w.id for w in workers]
+        self.index = {w.id: i for i, w in enumerate(workers)}
+        self.healthy = [w.healthy for w in workers]
+        self.device_type = [w.device.type for w in workers]
+        self.variant = [w.device.variant for w in workers]
+        self.attrs = [worker_attributes(w.attributes, w.device.type, w.device.variant) for w in workers]
+        self.cpu = [w.cpu_millicores for w in workers]
+        self.mem = [w.memory_bytes for w in workers]
+        self.gpu = [w.device.gpu_count for w in workers]
+        self.tpu = [w.device.tpu_count for w in workers]
+        self.building = [0] * len(workers)
+        self.assigned = [0] * len(workers)
+        config = snapshot.config
+        self.max_building = config.max_building_tasks or UNLIMITED
+        self.max_assign = config.max_assignments_per_worker or UNLIMITED
+        self.by_id = sorted((i for i in range(len(workers)) if workers[i].healthy), key=self.ids.__getitem__)
+        self.rank = [UNLIMITED] * len(workers)
+        for position, i in enumerate(self.by_id):
+            self.rank[i] = position
+
+        jobs = snapshot.jobs
+        index = self.index
+        running = TaskState.RUNNING
+        cpu, mem, gpu, tpu, building = self.cpu, self.mem, self.gpu, self.tpu, self.building
+        for job_id, tasks in active_by_job.items():
+            c, m, g, u = request_tuple(jobs[job_id].resources)
+            for task in tasks:
+                w = index.get(task.worker)
+                if w is not None:
+                    cpu[w] -= c
+                    mem[w] -= m
+                    gpu[w] -= g
+                    tpu[w] -= u
+                    if task.state is not running:
+                        building[w] += 1
+        for task in unfinished:
+            w = index.get(task.unfinished_attempt_worker)
+            if w is not None:
+                c, m, g, u = request_tuple(jobs[task.job_id].resources)
+                self.cpu[w] -= c
+                self.mem[w] -= m
+                self.gpu[w] -= g
+                self.tpu[w] -= u
+
+        self.start_cpu = list(self.cpu)
+        self.start_mem = list(self.mem)
+        self.start_gpu = list(self.gpu)
+        self.start_tpu = list(self.tpu)
+        self.start_building = list(self.building)
+
+    def has_build_slot(self, w: int) -> bool:
+        """Fewer than ``max_building_tasks`` ASSIGNED or BUILDING tasks on ``w``."""
+        return self.building[w] < self.max_building
+
+    def has_room(self, w: int, shape: Shape) -> bool:
+        """Enough free CPU, memory, GPUs and TPU chips on ``w`` for one task of ``shape`` (no caps)."""
+        return (
+            self.cpu[w] >= shape.cpu and self.mem[w] >= shape.mem and self.gpu[w] >= shape.gpu and self.tpu[w] >= shape.tpu
+        )
+
+    def fits(self, w: int, shape: Shape) -> bool:
+        """Whether one more task of ``shape`` fits on worker ``w`` right now (caps included)."""
+        return (
+            self.assigned[w] < self.max_assign
+            and self.building[w] < self.max_building
+            and self.cpu[w] >= shape.cpu
+            and self.mem[w] >= shape.mem
+            and self.gpu[w] >= shape.gpu
+            and self.tpu[w] >= shape.tpu
+        )
+
+    def take(self, w: int, shape: Shape) -> None:
+        """Place one task of ``shape`` on ``w``: it holds the resources and a build slot."""
+        self.cpu[w] -= shape.cpu
+        self.mem[w] -= shape.mem
+        self.gpu[w] -= shape.gpu
+        self.tpu[w] -= shape.tpu
+        self.assigned[w] += 1
+        self.building[w] += 1
+
+    def release(self, w: int, cpu: int, mem: int, gpu: int, tpu: int) -> None:
+        """Give back a preempted RUNNING task's resources (it held no build slot)."""
+        self.cpu[w] += cpu
+        self.mem[w] += mem
+        self.gpu[w] += gpu
+        self.tpu[w] += tpu
+
+
+def worker_attributes(attributes: Mapping[str, str], device_type: DeviceType, variant: str | None) -> dict[str, str]:
+    """A worker's attributes plus ``device-type`` and (for accelerators) ``device-variant``."""
+    attrs = dict(attributes)
+    attrs[DEVICE_TYPE_KEY] = device_type.value
+    if variant is not None:
+        attrs[DEVICE_VARIANT_KEY] = variant
+    else:
+        attrs.pop(DEVICE_VARIANT_KEY, None)
+    return attrs
+
+
+def request_tuple(resources: Resources) -> tuple[int, int, int, int]:
+    """(cpu millicores, memory bytes, GPUs, TPU chips) of one task."""
+    device = resources.device
+    return (resources.cpu_millicores, resources.memory_bytes, device.gpu_count, device.tpu_count)
+
+
+def hard_constraints(job: JobSpec) -> tuple[Constraint, ...]:
+    """The job's hard constraints plus the automatic device ones, in a canonical order.
+
+    An accelerator job gets ``device-type = <type>`` and, unless its variant is ``auto``,
+    ``device-variant = <variant>``; an explicit hard constraint on either key replaces the
+    automatic one (for example an ``in`` over several variants). CPU jobs get neither, so they
+    may run on accelerator hosts.
+    """
+    explicit = [c for c in job.constraints if not c.soft]
+    keys = {c.key for c in explicit}
+    device = job.resources.device
+    if device.type is not DeviceType.CPU:
+        if DEVICE_TYPE_KEY not in keys:
+            explicit.append(Constraint(DEVICE_TYPE_KEY, ConstraintOp.EQ, device.type.value))
+        if device.variant and device.variant != ANY_VARIANT and DEVICE_VARIANT_KEY not in keys:
+            explicit.append(Constraint(DEVICE_VARIANT_KEY, ConstraintOp.EQ, device.variant))
+    return tuple(sorted(set(explicit), key=_constraint_order))
+
+
+def soft_constraints(job: JobSpec) -> tuple[Constraint, ...]:
+    return tuple(sorted({c for c in job.constraints if c.soft}, key=_constraint_order))
+
+
+def _constraint_order(c: Constraint) -> tuple[str, str, str]:
+    return (c.key, c.op.value, repr(c.value))
+
+
+def filter_workers(workers: list[int], attrs: Sequence[Mapping[str, str]], c: Constraint) -> list[int]:
+    """The workers of ``workers`` whose attributes satisfy ``c`` (same semantics as
+    :func:`constraint_matches`, one specialised pass per operator)."""
+    key, value, op = c.key, c.value, c.op
+    if key == DEVICE_VARIANT_KEY and (value == ANY_VARIANT or (op is ConstraintOp.IN and ANY_VARIANT in value)):
+        return [w for w in workers if constraint_matches(attrs[w], c)]
+    if op is ConstraintOp.EQ:
+        return [w for w in workers if attrs[w].get(key) == value]
+    if op is ConstraintOp.NE:
+        return [w for w in workers if attrs[w].get(key) != value]
+    if op is ConstraintOp.IN:
+        allowed = frozenset(value)
+        return [w for w in workers if attrs[w].get(key) in allowed]
+    return [w for w in workers if key in attrs[w]]
+
+
+def constraint_matches(attrs: Mapping[str, str], c: Constraint) -> bool:
+    """Whether a worker with ``attrs`` satisfies ``c``.
+
+    ``ne`` holds when the attribute is missing. A ``device-variant`` constraint naming ``auto``
+    matches any variant (but still needs an accelerator).
+    """
+    value = attrs.get(c.key)
+    op = c.op
+    if op is ConstraintOp.EQ:
+        return value is not None and (value == c.value or (c.value == ANY_VARIANT and c.key == DEVICE_VARIANT_KEY))
+    if op is ConstraintOp.NE:
+        return value != c.value
+    if op is ConstraintOp.IN:
+        if value is None:
+            return False
+        return value in c.value or (ANY_VARIANT in c.value and c.key == DEVICE_VARIANT_KEY)
+    return value is not None
+
+
+@dataclass(slots=True, eq=False)
+class Shape:
+    """A distinct request: per-task resources and the healthy workers its hard constraints allow.
+
+    ``cands`` is sorted by soft-constraint score (descending), then worker id. ``pos`` is the
+    first-fit cursor: every candidate before it failed to fit this shape earlier in the
+    placement pass.
+    """
+
+    id: int
+    cpu: int
+    mem: int
+    gpu: int
+    tpu: int
+    resources: Resources
+    hard: tuple[Constraint, ...]
+    soft: tuple[Constraint, ...]
+    cands: list[int]
+    pos: int = 0
+    cand_set: frozenset[int] | None = None
+
+    def candidate_set(self) -> frozenset[int]:
+        if self.cand_set is None:
+            self.cand_set = frozenset(self.cands)
+        return self.cand_set
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """Workers sharing one value of a gang's ``group_by`` attribute, in ``tpu-worker-id`` order."""
+
+    value: str
+    members: tuple[int, ...]
+
+
+class ShapeBook:
+    """Memoised shapes, candidate lists and gang groups for one tick."""
+
+    def __init__(self, pool: WorkerPool) -> None:
+        self.pool = pool
+        self._by_request: dict[tuple, Shape] = {}
+        self._by_identity: dict[tuple[int, int], Shape] = {}
+        self._candidates: dict[tuple, list[int]] = {}
+        self._groups: dict[tuple, list[Group]] = {}
+        self._postings: dict[str, dict[str, list[int]]] = {}
+        self.shapes: list[Shape] = []
+        self.gang_cursor: dict[tuple, int] = {}
+
+    def shape_of(self, job: JobSpec) -> Shape:
+        """The shared shape of a job's tasks (one per distinct resources and constraints)."""
+        # Snapshots share Resources and constraint tuples between jobs, and the snapshot keeps
+        # them alive for the whole decision, so identity is a valid (and much cheaper) first key.
+        same = (id(job.resources), id(job.constraints))
+        shape = self._by_identity.get(same)
+        if shape is not None:
+            return shape
+        key = (job.resources, job.constraints)
+        shape = self._by_request.get(key)
+        if shape is None:
+            hard = hard_constraints(job)
+            soft = soft_constraints(job)
+            cpu, mem, gpu, tpu = request_tuple(job.resources)
+            shape = Shape(len(self.shapes), cpu, mem, gpu, tpu, job.resources, hard, soft, self.candidates(hard, soft))
+            self.shapes.append(shape)
+            self._by_request[key] = shape
+        self._by_identity[same] = shape
+        return shape
+
+    def candidates(self, hard: tuple[Constraint, ...], soft: tuple[Constraint, ...]) -> list[int]:
+        """Healthy workers matching every hard constraint, best soft score first, then by id."""
+        key = (hard, soft)
+        cands = self._candidates.get(key)
+        if cands is not None:
+            return cands
+        pool = self.pool
+        attrs = pool.attrs
+        rest = list(hard)
+        base = pool.by_id
+        # Start from the smallest posting list among the equality constraints.
+        for c in hard:
+            if c.op is ConstraintOp.EQ and not (c.key == DEVICE_VARIANT_KEY and c.value == ANY_VARIANT):
+                posting = self._posting(c.key).get(c.value, [])
+                if len(posting) < len(base) or base is pool.by_id:
+                    base, chosen = posting, c
+        if base is not pool.by_id:
+            rest.remove(chosen)
+        cands = list(base)
+        for c in rest:
+            cands = filter_workers(cands, attrs, c)
+        if soft:
+            score = Counter()
+            for c in soft:
+                score.update(filter_workers(cands, attrs, c))
+            rank = pool.rank
+            cands.sort(key=lambda w: (-score[w], rank[w]))
+        self._candidates[key] = cands
+        return cands
+
+    def _posting(self, key: str) -> dict[str, list[int]]:
+        posting = self._postings.get(key)
+        if posting is None:
+            posting = {}
+            attrs = self.pool.attrs
+            for w in self.pool.by_id:
+                value = attrs[w].get(key)
+                if value is not None:
+                    posting.setdefault(value, []).append(w)
+            self._postings[key] = posting
+        return posting
+
+    def groups(self, shape: Shape, group_by: str) -> list[Group]:
+        """The shape's candidates grouped by ``group_by``, ranked for gang placement.
+
+        Groups go by total soft-constraint score (descending), then group value; workers
+        without the attribute belong to no group. Members are in ``tpu-worker-id`` order.
+        """
+        key = (shape.hard, shape.soft, group_by)
+        groups = self._groups.get(key)
+        if groups is not None:
+            return groups
+        attrs = self.pool.attrs
+        by_value: dict[str, list[int]] = {}
+        for w in shape.cands:
+            value = attrs[w].get(group_by)
+            if value is not None:
+                by_value.setdefault(value, []).append(w)
+        scored = []
+        for value, members in by_value.items():
+            members.sort(key=self.host_order)
+            score = sum(constraint_matches(attrs[w], c) for w in members for c in shape.soft) if shape.soft else 0
+            scored.append((-score, value, Group(value, tuple(members))))
+        scored.sort(key=lambda item: (item[0], item[1]))
+        groups = self._groups[key] = [group for _, _, group in scored]
+        return groups
+
+    def host_order(self, w: int) -> tuple[int, int, str, int]:
+        """Sort key of a host inside a gang group: ``tpu-worker-id`` numerically when it parses,
+        else as text, hosts without it last; then worker id."""
+        raw = self.pool.attrs[w].get(TPU_WORKER_ID_KEY)
+        rank = self.pool.rank[w]
+        if raw is None:
+            return (2, 0, "", rank)
+        try:
+            return (0, int(raw), "", rank)
+        except ValueError:
+            return (1, 0, raw, rank)
+
+
+def place(
+    bands: Mapping[Band, Sequence[TaskSnapshot]],
+    queues: Mapping[str, JobQueue],
+    pool: WorkerPool,
+    book: ShapeBook,
+) -> list[tuple[TaskSnapshot, int]]:
+    """Place the ordered tasks band by band; return (task, worker index) in placement order.
+
+    Within a band: gangs in order of their first task, each all-or-nothing; then solo tasks
+    first-fit. Once a task of a solo job finds no worker, the job's ``failed_task`` is set and
+    its later tasks wait (other jobs go on: no head-of-line blocking).
+    """
+    out: list[tuple[TaskSnapshot, int]] = []
+    cpu, mem, gpu, tpu = pool.cpu, pool.mem, pool.gpu, pool.tpu
+    assigned, building = pool.assigned, pool.building
+    max_assign, max_building = pool.max_assign, pool.max_building
+    get_queue = queues.__getitem__
+    gang_jobs = {job_id for job_id, queue in queues.items() if queue.gang and queue.passed}
+    for tasks in bands.values():
+        if gang_jobs:
+            gangs = {}
+            for task in tasks:
+                if task.job_id in gang_jobs and task.job_id not in gangs:
+                    gangs[task.job_id] = get_queue(task.job_id)
+            for queue in gangs.values():
+                place_gang(queue, pool, book, out)
+        for task in tasks:
+            queue = get_queue(task.job_id)
+            if queue.gang or queue.failed_task is not None:
+                continue
+            shape = queue.shape
+            cands = shape.cands
+            p = shape.pos
+            n = len(cands)
+            c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
+            while p < n:
+                w = cands[p]
+                if (
+                    assigned[w] < max_assign
+                    and building[w] < max_building
+                    and cpu[w] >= c
+                    and mem[w] >= m
+                    and gpu[w] >= g
+                    and tpu[w] >= u
+                ):
+                    break
+                p += 1
+            else:
+                shape.pos = p
+                queue.failed_task = task.id
+                continue
+            shape.pos = p
+            cpu[w] -= c
+            mem[w] -= m
+            gpu[w] -= g
+            tpu[w] -= u
+            assigned[w] += 1
+            building[w] += 1
+            out.append((task, w))
+    return out
+
+
+def place_gang(queue: JobQueue, pool: WorkerPool, book: ShapeBook, out: list[tuple[TaskSnapshot, int]]) -> bool:
+    """Place all of a gang's passed tasks inside one group, or none of them.
+
+    The first group (in rank order) with at least as many fitting hosts as tasks wins; the
+    hosts are taken in ``tpu-worker-id`` order and zipped with the tasks by index. Per-worker
+    caps apply to gangs as to any placement. A group that fails a shape for ``n`` tasks cannot
+    succeed later in the pass, so the cursor per (shape, group_by, n) only moves forward.
+    """
+    shape = queue.shape
+    tasks = queue.passed
+    n = len(tasks)
+    group_by = queue.spec.group_by
+    groups = book.groups(shape, group_by)
+    key = (shape.id, group_by, n)
+    gi = book.gang_cursor.get(key, 0)
+    fits = pool.fits
+    while gi < len(groups):
+        members = groups[gi].members
+        if len(members) >= n:
+            fitting = [w for w in members if fits(w, shape)]
+            if len(fitting) >= n:
+                book.gang_cursor[key] = gi
+                for task, w in zip(tasks, fitting):
+                    pool.take(w, shape)
+                    out.append((task, w))
+                return True
+        gi += 1
+    book.gang_cursor[key] = gi
+    return False

@@ -1,0 +1,666 @@
+"""The preemption pass: evicting lower-band RUNNING work for pending work that did not fit.
+
+Rules (issue 2, "Preemption"):
+
+- Victims are RUNNING tasks on healthy workers, compared by the band *stamped* at their
+  assignment; a candidate only evicts victims in a strictly lower band (higher rank). Effective
+  BATCH candidates never preempt. A task never preempts a task of its own job.
+- A solo candidate evicts only solo victims of its own device variant (CPU work only CPU work;
+  ``auto`` any variant of its type), on a worker that matches its hard constraints, has a free
+  build slot and cannot already fit it. It takes the first single victim in (lowest band,
+  cheapest) order that frees enough room. Where no single victim does (better than Iris, which
+  then gives up), it evicts the fewest victims on one worker that do: add lowest band first,
+  then cheapest, until the task fits, then drop any victim the fit does not need (last added
+  first); ties go to the lower total value, then the worker id.
+- A gang candidate, once per gang: first a whole lower-band slice of its variant (another gang's
+  RUNNING tasks) with enough hosts in one group that fit the gang once the slice is gone;
+  else the cheapest lower-band solo squatters (any variant) on the hosts of one group, all or
+  nothing. Either way the gang's tasks are assigned to the claimed hosts in this decision.
+- Every preemptor is assigned to the worker it freed, in the same decision; each victim is
+  claimed once; capacity is updated after every eviction and placement. A preemptor needs a
+  build slot on that worker but is exempt from the per-tick assignment cap, so lower-band work
+  placed earlier in the tick can never block a higher band's preemption (Iris ignores that
+  cap here too).
+
+Victims tie-break by (lowest band, cheapest, job id, task index).
+
+Speed: solo victims are indexed per worker as *groups*: the tasks of one job with one stamped
+band on one worker are interchangeable, so choosing victims on a worker costs O(groups) however
+many tasks run there. For solo candidates, one heap per (shape, band) holds each worker's best
+eviction, seeded lazily with lower bounds; an eviction or placement on a worker bumps its
+version and is appended to a change log, and a heap re-examines only the workers logged since it
+last looked. A candidate whose (shape, band) has nothing left to evict costs O(1). Gang
+searches memoise failure per (shape, group_by, size, band) until the next eviction anywhere.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import groupby
+from operator import attrgetter
+from typing import NamedTuple
+
+from scheduler.core.bands import BANDS_IN_ORDER, Band
+from scheduler.core.budget import resource_value
+from scheduler.core.ordering import JobQueue
+from scheduler.core.placement import Shape, ShapeBook, WorkerPool, request_tuple
+from scheduler.core.types import ANY_VARIANT, Device, DeviceType, JobSpec, TaskSnapshot, TaskState
+
+# (device type, variant) of a task for variant matching; None for CPU-only work.
+VariantKey = tuple[str, str] | None
+# Marks an entry whose victims are not computed yet: its key is a lower bound of the worker's real
+# key (the first victim it could evict at all), so the worker is examined only when the search
+# reaches it. Evictions only remove victims, which only raises a worker's real key, so a lower
+# bound never becomes wrong.
+LOWER_BOUND = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One running task's request and value; shared by every job with the same resources."""
+
+    cpu: int
+    mem: int
+    gpu: int
+    tpu: int
+    value: int
+
+
+@dataclass(slots=True, eq=False)
+class VictimGroup:
+    """The RUNNING tasks of one solo job with one stamped band on one worker, by index.
+
+    They are interchangeable victims; the lowest indices are taken first.
+    """
+
+    neg_band: int
+    value: int
+    job_id: str
+    info: Request
+    variant: VariantKey
+    worker: int
+    members: list[TaskSnapshot]
+
+    @property
+    def band(self) -> int:
+        return -self.neg_band
+
+
+class SliceMember(NamedTuple):
+    task: TaskSnapshot
+    band: int
+    # -1 when the task runs on an unknown or unhealthy worker (the slice cannot be evicted).
+    worker: int
+
+
+@dataclass(slots=True, eq=False)
+class Slice:
+    """The RUNNING tasks of one gang job, evicted together or not at all."""
+
+    job_id: str
+    info: Request
+    variant: VariantKey
+    members: list[SliceMember] = field(default_factory=list)
+    claimed: bool = False
+    max_band: int = 0
+    min_band: int = 0
+    value: int = 0
+    usable: bool = True
+
+    def seal(self) -> None:
+        """Compute the aggregates once all members are in."""
+        bands = [m.band for m in self.members]
+        self.max_band = max(bands)
+        self.min_band = min(bands)
+        self.value = self.info.value * len(self.members)
+        self.usable = all(m.worker >= 0 for m in self.members)
+
+
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """``victim`` (stamped ``victim_band``) is evicted from worker index ``worker`` for ``preemptor``."""
+
+    victim: TaskSnapshot
+    victim_band: Band
+    preemptor: TaskSnapshot
+    worker: int
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionPlan:
+    evictions: tuple[Eviction, ...] = ()
+    placements: tuple[tuple[TaskSnapshot, int], ...] = ()
+
+
+def preemptor_variant(device: Device) -> VariantKey:
+    """A candidate's variant; ``auto`` (or none given) stands for any variant of its type."""
+    if device.type is DeviceType.CPU:
+        return None
+    return (device.type.value, device.variant or ANY_VARIANT)
+
+
+def victim_variant(device: Device, worker_variant: str | None) -> VariantKey:
+    """A running task's variant; one that asked for ``auto`` has the variant of its worker."""
+    if device.type is DeviceType.CPU:
+        return None
+    if _takes_worker_variant(device):
+        return (device.type.value, worker_variant or ANY_VARIANT)
+    return (device.type.value, device.variant)
+
+
+def _takes_worker_variant(device: Device) -> bool:
+    """An accelerator job that asked for any variant runs as its worker's variant."""
+    return device.type is not DeviceType.CPU and (not device.variant or device.variant == ANY_VARIANT)
+
+
+def variant_matches(preemptor: VariantKey, victim: VariantKey) -> bool:
+    if preemptor is None or victim is None:
+        return preemptor is victim
+    return preemptor[0] == victim[0] and (preemptor[1] == ANY_VARIANT or preemptor[1] == victim[1])
+
+
+# A choice of victims on one worker: (group, how many of its first members).
+Picks = list[tuple[VictimGroup, int]]
+
+
+@dataclass(slots=True, eq=False)
+class _Search:
+    """The next best eviction for one (shape, band).
+
+    ``bounds`` is the shared, sorted list of lower-bound entries for the band and variant;
+    ``pos`` is how far this search has walked it. ``heap`` holds exact entries
+    ``(key, worker, version, picks)`` of the workers walked so far and of workers that changed.
+    ``seen`` is how far into the change log the search has looked.
+    """
+
+    bounds: list
+    pos: int
+    heap: list
+    seen: int
+
+
+class PreemptionPass:
+    """One preemption pass over the candidates of one tick (mutates ``pool``)."""
+
+    def __init__(
+        self,
+        pool: WorkerPool,
+        book: ShapeBook,
+        queues: Mapping[str, JobQueue],
+        jobs: Mapping[str, JobSpec],
+        active_by_job: Mapping[str, Sequence[TaskSnapshot]],
+        min_rank: int,
+    ) -> None:
+        self.pool = pool
+        self.book = book
+        self.queues = queues
+        self.version = [0] * len(pool.ids)
+        self.log: list[int] = []
+        self.epoch = 0
+        self.evictions: list[Eviction] = []
+        self.placements: list[tuple[TaskSnapshot, int]] = []
+        # Per worker, its solo victim groups in eviction order (lowest band, cheapest, job id).
+        self.solo: dict[int, list[VictimGroup]] = {}
+        self.slices: dict[str, Slice] = {}
+        self.victim_jobs: set[str] = set()
+        # Workers with solo victims of each variant.
+        self.workers_by_variant: dict[VariantKey, set[int]] = {}
+        self._bounds: dict[tuple[int, VariantKey], list] = {}
+        self._searches: dict[tuple[int, int], _Search] = {}
+        self._gang_failed: dict[tuple, int] = {}
+        self._slices_by_variant: dict[VariantKey, list[Slice]] = {}
+        self._squat_groups: dict[tuple, list] = {}
+        self._index_victims(jobs, active_by_job, min_rank)
+
+    def _index_victims(
+        self, jobs: Mapping[str, JobSpec], active_by_job: Mapping[str, Sequence[TaskSnapshot]], min_rank: int
+    ) -> None:
+        """Index the RUNNING tasks whose stamped band is below ``min_rank`` (the best
+        candidate's band): solo ones as groups per (worker, band), gangs as slices."""
+        pool = self.pool
+        index = pool.index
+        healthy = pool.healthy
+        running = TaskState.RUNNING
+        # Keyed by identity: the snapshot keeps every Resources alive during the decision.
+        requests: dict[int, Request] = {}
+        for job_id, active in active_by_job.items():
+            tasks = [t for t in active if t.state is running and t.worker is not None]
+            if not tasks:
+                continue
+            job = jobs[job_id]
+            requested_rank = int(job.band)
+            stamped = set(map(_band_of, tasks))
+            ranks = {requested_rank if b is None else int(b) for b in stamped}
+            if max(ranks) <= min_rank:
+                continue
+            info = requests.get(id(job.resources))
+            if info is None:
+                info = requests[id(job.resources)] = Request(*request_tuple(job.resources), resource_value(job.resources))
+            device = job.resources.device
+            if job.group_by is not None:
+                members = []
+                for task in sorted(tasks, key=_task_index):
+                    w = index.get(task.worker, -1)
+                    if w >= 0 and not healthy[w]:
+                        w = -1
+                    members.append(SliceMember(task, requested_rank if task.band is None else int(task.band), w))
+                live = [m.worker for m in members if m.worker >= 0]
+                piece = Slice(job_id, info, victim_variant(device, pool.variant[live[0]] if live else None), members)
+                piece.seal()
+                self.slices[job_id] = piece
+                self.victim_jobs.add(job_id)
+                continue
+            solo = self.solo
+            auto = _takes_worker_variant(device)
+            fixed = victim_variant(device, None)
+            for rank in ranks:
+                if rank <= min_rank:
+                    continue
+                same_band = tasks if len(ranks) == 1 else [t for t in tasks if (requested_rank if t.band is None else int(t.band)) == rank]
+                for worker, on_worker in groupby(sorted(same_band, key=_worker_then_index), key=_worker_of):
+                    w = index.get(worker)
+                    if w is None or not healthy[w]:
+                        continue
+                    variant = victim_variant(device, pool.variant[w]) if auto else fixed
+                    group = VictimGroup(-rank, info.value, job_id, info, variant, w, list(on_worker))
+                    worker_groups = solo.get(w)
+                    if worker_groups is None:
+                        solo[w] = [group]
+                    else:
+                        worker_groups.append(group)
+                    workers = self.workers_by_variant.get(variant)
+                    if workers is None:
+                        self.workers_by_variant[variant] = {w}
+                    else:
+                        workers.add(w)
+            self.victim_jobs.add(job_id)
+        for worker_groups in self.solo.values():
+            worker_groups.sort(key=_group_order)
+
+    # -- the pass -----------------------------------------------------------------------------
+
+    def run(self, candidates: Sequence[TaskSnapshot]) -> PreemptionPlan:
+        """Try every candidate in scheduling order (so bands ascend: stop at the first BATCH one)."""
+        attempted_gangs: set[str] = set()
+        queues = self.queues
+        for task in candidates:
+            queue = queues[task.job_id]
+            if queue.band is Band.BATCH:
+                break
+            if queue.spec.group_by is not None:
+                if queue.spec.id not in attempted_gangs:
+                    attempted_gangs.add(queue.spec.id)
+                    self._gang(queue)
+            else:
+                self._solo(task, queue)
+        return PreemptionPlan(tuple(self.evictions), tuple(self.placements))
+
+    def _touch(self, w: int) -> None:
+        self.version[w] += 1
+        self.log.append(w)
+
+    def _claim(self, picks: Picks, preemptor: TaskSnapshot) -> None:
+        """Evict the first ``k`` members of each picked group; give back their resources."""
+        pool = self.pool
+        for group, k in picks:
+            taken = group.members[:k]
+            del group.members[:k]
+            w = group.worker
+            info = group.info
+            pool.release(w, info.cpu * k, info.mem * k, info.gpu * k, info.tpu * k)
+            band = BANDS_IN_ORDER[group.band]
+            self.evictions.extend(Eviction(task, band, preemptor, w) for task in taken)
+            if not group.members:
+                self.solo[w].remove(group)
+
+    def _place(self, task: TaskSnapshot, w: int, shape: Shape) -> None:
+        self.pool.take(w, shape)
+        self.placements.append((task, w))
+
+    # -- solo ---------------------------------------------------------------------------------
+
+    def _solo(self, task: TaskSnapshot, queue: JobQueue) -> bool:
+        shape = queue.shape
+        rank = int(queue.band)
+        variant = preemptor_variant(shape.resources.device)
+        if queue.spec.id in self.victim_jobs:
+            # Its own running tasks are off limits, so the shared per-shape heap does not apply.
+            entries = [self._solo_entry(w, shape, rank, variant, queue.spec.id) for w in shape.cands if self.solo.get(w)]
+            best = min((e for e in entries if e is not None), default=None)
+        else:
+            best = self._best_from_heap(shape, rank, variant)
+        if best is None:
+            return False
+        _, w, _, picks = best
+        self._claim(picks, task)
+        self._place(task, w, shape)
+        self._touch(w)
+        self.epoch += 1
+        return True
+
+    def _lower_bounds(self, rank: int, variant: VariantKey) -> list:
+        """Per worker with victims a candidate of ``rank`` and ``variant`` may evict: the key of
+        the first such victim, and the total (cpu, mem, gpu, tpu) all of them would free.
+
+        Returned as entries ``(key, worker, LOWER_BOUND, totals)`` in ascending key order.
+        """
+        key = (rank, variant)
+        bounds = self._bounds.get(key)
+        if bounds is None:
+            workers: set[int] = set()
+            for victim_variant_, members in self.workers_by_variant.items():
+                if variant_matches(variant, victim_variant_):
+                    workers |= members
+            bounds = []
+            for w in workers:
+                first = None
+                cpu = mem = gpu = tpu = 0
+                for group in self.solo.get(w, ()):
+                    if group.band <= rank:
+                        break
+                    if variant_matches(variant, group.variant):
+                        if first is None:
+                            first = (1, group.neg_band, group.value, group.job_id, group.members[0].index)
+                        i, k = group.info, len(group.members)
+                        cpu += i.cpu * k
+                        mem += i.mem * k
+                        gpu += i.gpu * k
+                        tpu += i.tpu * k
+                if first is not None:
+                    bounds.append((first, w, LOWER_BOUND, (cpu, mem, gpu, tpu)))
+            bounds.sort()
+            self._bounds[key] = bounds
+        return bounds
+
+    def _best_from_heap(self, shape: Shape, rank: int, variant: VariantKey):
+        """The best eviction for one task of ``shape`` in band ``rank``, or None.
+
+        Walks the sorted lower bounds only until the best exact entry found so far is no worse
+        than the next bound, so a (shape, band) costs work in proportion to how far down the
+        ranking its evictions go. Workers that have room already, have no build slot, or could
+        not make room even by evicting every eligible victim are skipped on the walk (if that
+        changes, the change log brings them back).
+        """
+        key = (shape.id, rank)
+        search = self._searches.get(key)
+        if search is None:
+            search = self._searches[key] = _Search(self._lower_bounds(rank, variant), 0, [], len(self.log))
+        members = shape.candidate_set()
+        heap = search.heap
+        if search.seen < len(self.log):
+            for w in set(self.log[search.seen :]):
+                if w in members:
+                    entry = self._solo_entry(w, shape, rank, variant)
+                    if entry is not None:
+                        heapq.heappush(heap, entry)
+            search.seen = len(self.log)
+        pool = self.pool
+        cpu, mem, gpu, tpu, building = pool.cpu, pool.mem, pool.gpu, pool.tpu, pool.building
+        c, m, g, u, mb = shape.cpu, shape.mem, shape.gpu, shape.tpu, pool.max_building
+        bounds = search.bounds
+        end = len(bounds)
+        version = self.version
+        while True:
+            pos = search.pos
+            while pos < end and (not heap or bounds[pos][0] < heap[0][0]):
+                _, w, _, (fc, fm, fg, ft) = bounds[pos]
+                pos += 1
+                if (
+                    w in members
+                    and building[w] < mb
+                    and (cpu[w] < c or mem[w] < m or gpu[w] < g or tpu[w] < u)
+                    and cpu[w] + fc >= c
+                    and mem[w] + fm >= m
+                    and gpu[w] + fg >= g
+                    and tpu[w] + ft >= u
+                ):
+                    search.pos = pos
+                    exact = self._solo_entry(w, shape, rank, variant)
+                    if exact is not None:
+                        heapq.heappush(heap, exact)
+            search.pos = pos
+            if not heap:
+                return None
+            entry = heapq.heappop(heap)
+            if entry[2] == version[entry[1]]:
+                return entry
+
+    def _solo_entry(self, w: int, shape: Shape, rank: int, variant: VariantKey, exclude_job: str | None = None):
+        """Worker ``w``'s best eviction for one task of ``shape`` in band ``rank``, or None.
+
+        The key orders single victims by (lowest band, cheapest, job id, index) ahead of any
+        set of several, and sets by (size, total value, worker id).
+        """
+        pool = self.pool
+        if not pool.has_build_slot(w) or pool.has_room(w, shape):
+            return None
+        picks = self._victim_set(w, shape, rank, variant, exclude_job, any_variant=False)
+        if picks is None:
+            return None
+        if len(picks) == 1 and picks[0][1] == 1:
+            group = picks[0][0]
+            key = (1, group.neg_band, group.value, group.job_id, group.members[0].index)
+        else:
+            key = (sum(k for _, k in picks), sum(g.value * k for g, k in picks), pool.rank[w])
+        return (key, w, self.version[w], picks)
+
+    def _victim_set(
+        self,
+        w: int,
+        shape: Shape,
+        rank: int,
+        variant: VariantKey,
+        exclude_job: str | None,
+        any_variant: bool,
+    ) -> Picks | None:
+        """The victims on ``w`` whose eviction lets one task of ``shape`` fit, or None.
+
+        The first single victim in (lowest band, cheapest) order that is enough; else victims
+        added one by one in that order until the task fits, then every victim the fit does not
+        need dropped again, last added first (so cheaper, lower-band victims are kept). Members
+        of a group are identical, so both steps work on counts per group.
+        """
+        eligible = []
+        for group in self.solo.get(w, ()):
+            if group.band <= rank:
+                break
+            if (any_variant or variant_matches(variant, group.variant)) and group.job_id != exclude_job:
+                eligible.append(group)
+        if not eligible:
+            return None
+        pool = self.pool
+        # Remaining deficit per resource (<= 0: covered).
+        dc = shape.cpu - pool.cpu[w]
+        dm = shape.mem - pool.mem[w]
+        dg = shape.gpu - pool.gpu[w]
+        dt = shape.tpu - pool.tpu[w]
+        for group in eligible:
+            i = group.info
+            if i.cpu >= dc and i.mem >= dm and i.gpu >= dg and i.tpu >= dt:
+                return [(group, 1)]
+        picks: Picks = []
+        for group in eligible:
+            i = group.info
+            take = len(group.members)
+            enough = 0
+            for deficit, amount in ((dc, i.cpu), (dm, i.mem), (dg, i.gpu), (dt, i.tpu)):
+                if deficit > 0:
+                    if amount <= 0:
+                        enough = take
+                        break
+                    enough = max(enough, -(-deficit // amount))
+            take = min(take, enough)
+            picks.append((group, take))
+            dc -= i.cpu * take
+            dm -= i.mem * take
+            dg -= i.gpu * take
+            dt -= i.tpu * take
+            if dc <= 0 and dm <= 0 and dg <= 0 and dt <= 0:
+                break
+        else:
+            return None
+        kept: Picks = []
+        for group, take in reversed(picks):
+            i = group.info
+            drop = take
+            for surplus, amount in ((-dc, i.cpu), (-dm, i.mem), (-dg, i.gpu), (-dt, i.tpu)):
+                if amount > 0:
+                    drop = min(drop, surplus // amount)
+            if drop:
+                dc += i.cpu * drop
+                dm += i.mem * drop
+                dg += i.gpu * drop
+                dt += i.tpu * drop
+            if take - drop:
+                kept.append((group, take - drop))
+        kept.reverse()
+        return kept
+
+    # -- gangs --------------------------------------------------------------------------------
+
+    def _gang(self, queue: JobQueue) -> bool:
+        shape = queue.shape
+        rank = int(queue.band)
+        n = len(queue.passed)
+        group_by = queue.spec.group_by
+        own = queue.spec.id
+        memo = None if own in self.victim_jobs else (shape.id, group_by, n, rank)
+        if memo is not None and self._gang_failed.get(memo) == self.epoch:
+            return False
+        variant = preemptor_variant(shape.resources.device)
+        if variant is not None and self._evict_slice(queue, shape, rank, variant):
+            return True
+        if self._evict_squatters(queue, shape, rank):
+            return True
+        if memo is not None:
+            self._gang_failed[memo] = self.epoch
+        return False
+
+    def _slices_for(self, variant: VariantKey) -> list[Slice]:
+        """Slices a gang of ``variant`` may evict, lowest band first, then cheapest."""
+        slices = self._slices_by_variant.get(variant)
+        if slices is None:
+            slices = [s for s in self.slices.values() if s.variant is not None and variant_matches(variant, s.variant)]
+            slices.sort(key=lambda s: (-s.max_band, s.value, s.job_id))
+            self._slices_by_variant[variant] = slices
+        return slices
+
+    def _evict_slice(self, queue: JobQueue, shape: Shape, rank: int, variant: VariantKey) -> bool:
+        tasks = queue.passed
+        n = len(tasks)
+        pool = self.pool
+        allowed = shape.candidate_set()
+        for piece in self._slices_for(variant):
+            if piece.claimed:
+                continue
+            if piece.max_band <= rank:
+                break
+            members = piece.members
+            if (
+                len(members) < n
+                or piece.min_band <= rank
+                or piece.job_id == queue.spec.id
+                or not piece.usable
+                or any(m.worker not in allowed for m in members)
+            ):
+                continue
+            info = piece.info
+            on_host: dict[int, int] = {}
+            for m in members:
+                on_host[m.worker] = on_host.get(m.worker, 0) + 1
+            by_value: dict[str, list[int]] = {}
+            for w in on_host:
+                value = pool.attrs[w].get(queue.spec.group_by)
+                if value is not None:
+                    by_value.setdefault(value, []).append(w)
+            for value in sorted(by_value):
+                hosts = sorted(by_value[value], key=self.book.host_order)
+                fitting = [
+                    w
+                    for w in hosts
+                    if pool.has_build_slot(w)
+                    and pool.cpu[w] + info.cpu * on_host[w] >= shape.cpu
+                    and pool.mem[w] + info.mem * on_host[w] >= shape.mem
+                    and pool.gpu[w] + info.gpu * on_host[w] >= shape.gpu
+                    and pool.tpu[w] + info.tpu * on_host[w] >= shape.tpu
+                ]
+                if len(fitting) < n:
+                    continue
+                piece.claimed = True
+                placed_on = dict(zip(fitting, tasks))
+                for m in sorted(members, key=lambda m: m.task.index):
+                    pool.release(m.worker, info.cpu, info.mem, info.gpu, info.tpu)
+                    preemptor = placed_on.get(m.worker, tasks[0])
+                    self.evictions.append(Eviction(m.task, BANDS_IN_ORDER[m.band], preemptor, m.worker))
+                for w, task in placed_on.items():
+                    self._place(task, w, shape)
+                for w in set(on_host) | set(placed_on):
+                    self._touch(w)
+                self.epoch += 1
+                return True
+        return False
+
+    def _evict_squatters(self, queue: JobQueue, shape: Shape, rank: int) -> bool:
+        """Free the hosts of one group that the gang needs by evicting lower-band solo tasks.
+
+        Only groups with squatters at the start of the pass can help (squatters only go away).
+        Within the first group (in placement rank) that works, the hosts that fit already are
+        used and the cheapest recoverable hosts, by (victims, value), make up the rest. When a
+        group could take the gang without evicting anything, nothing is evicted: the gang is
+        placed by the next tick.
+        """
+        tasks = queue.passed
+        n = len(tasks)
+        group_by = queue.spec.group_by
+        key = (shape.id, group_by)
+        groups = self._squat_groups.get(key)
+        if groups is None:
+            solo = self.solo
+            groups = [g for g in self.book.groups(shape, group_by) if any(solo.get(w) for w in g.members)]
+            self._squat_groups[key] = groups
+        pool = self.pool
+        for group in groups:
+            if len(group.members) < n:
+                continue
+            fitting: list[tuple[int, int]] = []
+            recoverable = []
+            for position, w in enumerate(group.members):
+                if not pool.has_build_slot(w):
+                    continue
+                if pool.has_room(w, shape):
+                    fitting.append((position, w))
+                    continue
+                picks = self._victim_set(w, shape, rank, None, queue.spec.id, any_variant=True)
+                if picks is not None:
+                    count = sum(k for _, k in picks)
+                    value = sum(g.value * k for g, k in picks)
+                    recoverable.append((count, value, position, w, picks))
+            needed = n - len(fitting)
+            if needed <= 0:
+                return False
+            if len(recoverable) < needed:
+                continue
+            recoverable.sort(key=lambda r: r[:3])
+            chosen = recoverable[:needed]
+            hosts = sorted(fitting + [(r[2], r[3]) for r in chosen])
+            placed_on = {w: task for (_, w), task in zip(hosts, tasks)}
+            for _, _, _, w, picks in chosen:
+                self._claim(picks, placed_on[w])
+            for w, task in placed_on.items():
+                self._place(task, w, shape)
+                self._touch(w)
+            self.epoch += 1
+            return True
+        return False
+
+
+_task_index = attrgetter("index")
+_band_of = attrgetter("band")
+_worker_of = attrgetter("worker")
+_worker_then_index = attrgetter("worker", "index")
+
+
+def _group_order(group: VictimGroup) -> tuple[int, int, str]:
+    return (group.neg_band, group.value, group.job_id)

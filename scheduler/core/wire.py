@@ -1,0 +1,559 @@
+"""JSON <-> core types: the snapshot ``simulate`` reads and the decision it prints.
+
+The formats are those of issue 2, section 5 (all keys lower-case; bands and states by their
+lower-case names). ``snapshot_from_json`` validates everything and raises :class:`SnapshotError`
+whose message starts with the JSON path of the offending field, e.g.
+``jobs[3].resources.device.count: expected a non-negative integer``.
+
+Defaults when a field is omitted: config keys as in :class:`SchedulerConfig`; a worker is
+healthy with no attributes and a CPU device. For a job, only ``id`` is required: ``user`` is the
+first segment of its id, ``band`` its parent's (interactive for a root), ``parent`` derived
+from the id (checked if given), ``submitted_at_ms`` 0 (ties then break by job id),
+``root_submitted_at_ms`` the root job's ``submitted_at_ms`` (its own if the root is not in the
+snapshot), one replica, no resources, no coscheduling, no constraints, no deadline, 100
+preemption retries and 0 failure retries. A task that is not listed is PENDING with no
+history. An accelerator's ``variant`` may be null (unknown for a worker; any variant for a job,
+like ``auto``). Unknown keys are rejected, except a top-level ``description``.
+
+``snapshot_to_json`` writes every field explicitly and leaves out only tasks that are PENDING
+with no history; ``snapshot_from_json(snapshot_to_json(s)) == s`` for a snapshot that lists every
+task of its jobs in job and index order (as ``snapshot_from_json`` builds them). A snapshot
+that omits finished tasks (as the shell's does) is written with those tasks as ``succeeded``:
+the decision treats every finished state alike, so it decides the same.
+
+Key order is deterministic: the snapshot keeps its input order; in a decision, maps keyed by
+task are sorted by (job id, task index), users and jobs by name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from scheduler.core.bands import BAND_NAMES, Band
+from scheduler.core.types import (
+    ACTIVE_STATES,
+    CPU_DEVICE,
+    BudgetDefaults,
+    BudgetSpec,
+    ClusterSnapshot,
+    Constraint,
+    ConstraintOp,
+    Decision,
+    Device,
+    DeviceType,
+    JobSpec,
+    Resources,
+    SchedulerConfig,
+    TaskSnapshot,
+    TaskState,
+    WorkerSpec,
+)
+
+
+class SnapshotError(ValueError):
+    """A snapshot JSON document is malformed; the message starts with the JSON path."""
+
+
+JOB_ID = re.compile(r"^(/[^/\s]+){2,}$")
+TASK_INDEX = re.compile(r"^(0|[1-9][0-9]*)$")
+STATE_NAMES = "|".join(s.value for s in TaskState)
+# A finished task the snapshot left out is written in this state (all finished states decide alike).
+OMITTED_TASK_STATE = TaskState.SUCCEEDED
+# Top-level keys besides the format's own: a free-text description for scenario files.
+EXTRA_TOP_LEVEL = {"description"}
+
+
+# -- validation helpers -------------------------------------------------------------------------
+
+
+def _fail(path: str, message: str) -> SnapshotError:
+    return SnapshotError(f"{path}: {message}")
+
+
+def _object(value: Any, path: str, allowed: set[str]) -> dict:
+    if not isinstance(value, dict):
+        raise _fail(path, "expected an object")
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise _fail(f"{path}.{unknown[0]}" if path else unknown[0], f"unknown field; expected one of {', '.join(sorted(allowed))}")
+    return value
+
+
+def _list(value: Any, path: str) -> list:
+    if not isinstance(value, list):
+        raise _fail(path, "expected a list")
+    return value
+
+
+def _int(value: Any, path: str, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _fail(path, "expected a non-negative integer" if minimum == 0 else f"expected an integer >= {minimum}")
+    return value
+
+
+def _str(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise _fail(path, "expected a non-empty string")
+    return value
+
+
+def _bool(value: Any, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(path, "expected true or false")
+    return value
+
+
+def _band(value: Any, path: str) -> Band:
+    if not isinstance(value, str):
+        raise _fail(path, f"expected one of {BAND_NAMES}")
+    try:
+        return Band.parse(value)
+    except ValueError:
+        raise _fail(path, f"expected one of {BAND_NAMES}") from None
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+# -- snapshot from JSON -------------------------------------------------------------------------
+
+
+def snapshot_from_json(obj: Any) -> ClusterSnapshot:
+    """Validate and convert a snapshot document; raise :class:`SnapshotError` naming the path."""
+    top = _object(obj, "", {"now_ms", "config", "budgets", "workers", "jobs", "tasks"} | EXTRA_TOP_LEVEL)
+    if "now_ms" not in top:
+        raise _fail("now_ms", "required")
+    now_ms = _int(top["now_ms"], "now_ms")
+    config = _config(top.get("config") or {}, "config")
+    budgets = _budgets(top.get("budgets") or [], "budgets", config.budget_defaults)
+    workers = _workers(top.get("workers") or [], "workers")
+    worker_ids = {w.id for w in workers}
+    jobs = _jobs(top.get("jobs") or [], "jobs")
+    tasks = _tasks(top.get("tasks") or [], "tasks", jobs, worker_ids)
+    return ClusterSnapshot(now_ms=now_ms, config=config, budgets=budgets, workers=workers, jobs=jobs, tasks=tasks)
+
+
+def _config(raw: Any, path: str) -> SchedulerConfig:
+    keys = {"max_tasks_per_job_per_cycle", "max_assignments_per_worker", "max_building_tasks", "budget_defaults"}
+    raw = _object(raw, path, keys)
+    base = SchedulerConfig()
+    defaults = base.budget_defaults
+    if raw.get("budget_defaults") is not None:
+        d = _object(raw["budget_defaults"], f"{path}.budget_defaults", {"budget_limit", "max_band"})
+        defaults = BudgetDefaults(
+            budget_limit=_int(d.get("budget_limit", defaults.budget_limit), f"{path}.budget_defaults.budget_limit"),
+            max_band=_band(d.get("max_band", defaults.max_band.wire), f"{path}.budget_defaults.max_band"),
+        )
+    return SchedulerConfig(
+        max_tasks_per_job_per_cycle=_int(
+            raw.get("max_tasks_per_job_per_cycle", base.max_tasks_per_job_per_cycle), f"{path}.max_tasks_per_job_per_cycle"
+        ),
+        max_assignments_per_worker=_int(
+            raw.get("max_assignments_per_worker", base.max_assignments_per_worker), f"{path}.max_assignments_per_worker"
+        ),
+        max_building_tasks=_int(raw.get("max_building_tasks", base.max_building_tasks), f"{path}.max_building_tasks"),
+        budget_defaults=defaults,
+    )
+
+
+def _budgets(raw: Any, path: str, defaults: BudgetDefaults) -> dict[str, BudgetSpec]:
+    budgets: dict[str, BudgetSpec] = {}
+    for i, item in enumerate(_list(raw, path)):
+        p = f"{path}[{i}]"
+        item = _object(item, p, {"user", "budget_limit", "max_band"})
+        user = _str(item.get("user"), f"{p}.user")
+        if user in budgets:
+            raise _fail(f"{p}.user", f"duplicate user {user!r}")
+        if "budget_limit" not in item:
+            raise _fail(f"{p}.budget_limit", "required")
+        budgets[user] = BudgetSpec(
+            user=user,
+            budget_limit=_int(item["budget_limit"], f"{p}.budget_limit"),
+            max_band=_band(item.get("max_band", defaults.max_band.wire), f"{p}.max_band"),
+        )
+    return budgets
+
+
+def _device(raw: Any, path: str) -> Device:
+    raw = _object(raw, path, {"type", "variant", "count"})
+    kind = raw.get("type")
+    try:
+        device_type = DeviceType(kind)
+    except ValueError:
+        raise _fail(f"{path}.type", "expected one of cpu|gpu|tpu") from None
+    if device_type is DeviceType.CPU:
+        if raw.get("variant") is not None or raw.get("count", 0) != 0:
+            raise _fail(path, "a cpu device has no variant and no count")
+        return CPU_DEVICE
+    variant = raw.get("variant")
+    if variant is not None:
+        variant = _str(variant, f"{path}.variant")
+    if "count" not in raw:
+        raise _fail(f"{path}.count", "required for a gpu or tpu device")
+    return Device(type=device_type, variant=variant, count=_int(raw["count"], f"{path}.count"))
+
+
+def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
+    workers = []
+    seen: set[str] = set()
+    keys = {"id", "healthy", "cpu_millicores", "memory_bytes", "device", "attributes"}
+    for i, item in enumerate(_list(raw, path)):
+        p = f"{path}[{i}]"
+        item = _object(item, p, keys)
+        worker_id = _str(item.get("id"), f"{p}.id")
+        if worker_id in seen:
+            raise _fail(f"{p}.id", f"duplicate worker id {worker_id!r}")
+        seen.add(worker_id)
+        for key in ("cpu_millicores", "memory_bytes"):
+            if key not in item:
+                raise _fail(f"{p}.{key}", "required")
+        attributes = item.get("attributes") or {}
+        if not isinstance(attributes, dict):
+            raise _fail(f"{p}.attributes", "expected an object of strings")
+        for key, value in attributes.items():
+            if not isinstance(value, str):
+                raise _fail(f"{p}.attributes.{key}", "expected a string")
+        workers.append(
+            WorkerSpec(
+                id=worker_id,
+                cpu_millicores=_int(item["cpu_millicores"], f"{p}.cpu_millicores"),
+                memory_bytes=_int(item["memory_bytes"], f"{p}.memory_bytes"),
+                device=_device(item["device"], f"{p}.device") if item.get("device") is not None else CPU_DEVICE,
+                attributes=dict(attributes),
+                healthy=_bool(item.get("healthy", True), f"{p}.healthy"),
+            )
+        )
+    return tuple(workers)
+
+
+def _constraint(raw: Any, path: str) -> Constraint:
+    raw = _object(raw, path, {"key", "op", "value", "soft"})
+    key = _str(raw.get("key"), f"{path}.key")
+    try:
+        op = ConstraintOp(raw.get("op"))
+    except ValueError:
+        raise _fail(f"{path}.op", "expected one of eq|ne|in|exists") from None
+    value = raw.get("value")
+    if op is ConstraintOp.EXISTS:
+        if value is not None:
+            raise _fail(f"{path}.value", "'exists' takes no value")
+    elif op is ConstraintOp.IN:
+        items = _list(value, f"{path}.value")
+        value = tuple(_str(v, f"{path}.value[{j}]") for j, v in enumerate(items))
+    elif not isinstance(value, str):
+        raise _fail(f"{path}.value", "expected a string")
+    return Constraint(key=key, op=op, value=value, soft=_bool(raw.get("soft", False), f"{path}.soft"))
+
+
+def _jobs(raw: Any, path: str) -> dict[str, JobSpec]:
+    keys = {
+        "id",
+        "user",
+        "band",
+        "parent",
+        "submitted_at_ms",
+        "root_submitted_at_ms",
+        "replicas",
+        "resources",
+        "coscheduling",
+        "constraints",
+        "scheduling_deadline_ms",
+        "max_retries_preemption",
+        "max_retries_failure",
+    }
+    items = _list(raw, path)
+    parsed: dict[str, tuple[int, dict]] = {}
+    for i, item in enumerate(items):
+        p = f"{path}[{i}]"
+        item = _object(item, p, keys)
+        job_id = _str(item.get("id"), f"{p}.id")
+        if not JOB_ID.match(job_id):
+            raise _fail(f"{p}.id", "expected a job id like /user/name or /user/name/child")
+        if job_id in parsed:
+            raise _fail(f"{p}.id", f"duplicate job id {job_id!r}")
+        parsed[job_id] = (i, item)
+
+    bands: dict[str, Band] = {}
+
+    def band_of(job_id: str) -> Band:
+        band = bands.get(job_id)
+        if band is None:
+            i, item = parsed[job_id]
+            p = f"{path}[{i}]"
+            parent = _parent(job_id)
+            if item.get("band") is not None:
+                band = _band(item["band"], f"{p}.band")
+            elif parent is None:
+                band = Band.INTERACTIVE
+            elif parent in parsed:
+                band = band_of(parent)
+            else:
+                raise _fail(f"{p}.band", f"omitted, and parent job {parent!r} is not in the snapshot to inherit from")
+            bands[job_id] = band
+        return band
+
+    jobs: dict[str, JobSpec] = {}
+    # Equal requests and constraint lists share one object, as in snapshots built from rows; the
+    # core memoises per object identity first.
+    shared: dict[object, object] = {}
+    for job_id, (i, item) in parsed.items():
+        p = f"{path}[{i}]"
+        parent = _parent(job_id)
+        if "parent" in item and item["parent"] != parent:
+            raise _fail(f"{p}.parent", f"expected {parent!r} (derived from the id)")
+        submitted = _int(item.get("submitted_at_ms", 0), f"{p}.submitted_at_ms")
+        root = "/".join(job_id.split("/")[:3])
+        if item.get("root_submitted_at_ms") is not None:
+            root_submitted = _int(item["root_submitted_at_ms"], f"{p}.root_submitted_at_ms")
+        elif root in parsed:
+            root_submitted = _int(parsed[root][1].get("submitted_at_ms", 0), f"{path}[{parsed[root][0]}].submitted_at_ms")
+        else:
+            root_submitted = submitted
+        resources = Resources()
+        if item.get("resources") is not None:
+            r = _object(item["resources"], f"{p}.resources", {"cpu_millicores", "memory_bytes", "device"})
+            resources = Resources(
+                cpu_millicores=_int(r.get("cpu_millicores", 0), f"{p}.resources.cpu_millicores"),
+                memory_bytes=_int(r.get("memory_bytes", 0), f"{p}.resources.memory_bytes"),
+                device=_device(r["device"], f"{p}.resources.device") if r.get("device") is not None else CPU_DEVICE,
+            )
+        group_by = None
+        if item.get("coscheduling") is not None:
+            c = _object(item["coscheduling"], f"{p}.coscheduling", {"group_by"})
+            group_by = _str(c.get("group_by"), f"{p}.coscheduling.group_by")
+        constraints = tuple(
+            _constraint(c, f"{p}.constraints[{j}]") for j, c in enumerate(_list(item.get("constraints") or [], f"{p}.constraints"))
+        )
+        resources = shared.setdefault(resources, resources)
+        constraints = shared.setdefault(constraints, constraints)
+        deadline = item.get("scheduling_deadline_ms")
+        jobs[job_id] = JobSpec(
+            id=job_id,
+            user=_str(item["user"], f"{p}.user") if item.get("user") is not None else job_id.split("/")[1],
+            band=band_of(job_id),
+            parent=parent,
+            submitted_at_ms=submitted,
+            root_submitted_at_ms=root_submitted,
+            replicas=_int(item.get("replicas", 1), f"{p}.replicas", minimum=1),
+            resources=resources,
+            group_by=group_by,
+            constraints=constraints,
+            scheduling_deadline_ms=None if deadline is None else _int(deadline, f"{p}.scheduling_deadline_ms"),
+            max_retries_preemption=_int(item.get("max_retries_preemption", 100), f"{p}.max_retries_preemption"),
+            max_retries_failure=_int(item.get("max_retries_failure", 0), f"{p}.max_retries_failure"),
+        )
+    return jobs
+
+
+def _parent(job_id: str) -> str | None:
+    parent = job_id.rsplit("/", 1)[0]
+    return parent if parent.count("/") >= 2 else None
+
+
+def _tasks(raw: Any, path: str, jobs: Mapping[str, JobSpec], worker_ids: set[str]) -> tuple[TaskSnapshot, ...]:
+    keys = {"id", "state", "worker", "band", "preemption_count", "unfinished_attempt_worker"}
+    listed: dict[str, TaskSnapshot] = {}
+    for i, item in enumerate(_list(raw, path)):
+        p = f"{path}[{i}]"
+        item = _object(item, p, keys)
+        task_id = _str(item.get("id"), f"{p}.id")
+        job_id, _, index_text = task_id.rpartition("/")
+        if not TASK_INDEX.match(index_text):
+            raise _fail(f"{p}.id", "expected <job id>/<index>")
+        job = jobs.get(job_id)
+        if job is None:
+            raise _fail(f"{p}.id", f"no job {job_id!r} in the snapshot")
+        index = int(index_text)
+        if index >= job.replicas:
+            raise _fail(f"{p}.id", f"index {index} out of range: job {job_id!r} has {job.replicas} replicas")
+        if task_id in listed:
+            raise _fail(f"{p}.id", f"duplicate task id {task_id!r}")
+        try:
+            state = TaskState(item.get("state", "pending"))
+        except ValueError:
+            raise _fail(f"{p}.state", f"expected one of {STATE_NAMES}") from None
+        worker = item.get("worker")
+        if worker is not None:
+            worker = _str(worker, f"{p}.worker")
+            if worker not in worker_ids:
+                raise _fail(f"{p}.worker", f"no worker {worker!r} in the snapshot")
+            if state not in ACTIVE_STATES:
+                raise _fail(f"{p}.worker", f"a {state.value} task has no worker")
+        unfinished = item.get("unfinished_attempt_worker")
+        if unfinished is not None:
+            unfinished = _str(unfinished, f"{p}.unfinished_attempt_worker")
+            if unfinished not in worker_ids:
+                raise _fail(f"{p}.unfinished_attempt_worker", f"no worker {unfinished!r} in the snapshot")
+        band = item.get("band")
+        listed[task_id] = TaskSnapshot(
+            id=task_id,
+            job_id=job_id,
+            index=index,
+            state=state,
+            worker=worker,
+            band=None if band is None else _band(band, f"{p}.band"),
+            preemption_count=_int(item.get("preemption_count", 0), f"{p}.preemption_count"),
+            unfinished_attempt_worker=unfinished,
+        )
+    tasks = []
+    for job in jobs.values():
+        for index in range(job.replicas):
+            task_id = f"{job.id}/{index}"
+            task = listed.get(task_id)
+            tasks.append(task if task is not None else TaskSnapshot(id=task_id, job_id=job.id, index=index))
+    return tuple(tasks)
+
+
+# -- snapshot to JSON ---------------------------------------------------------------------------
+
+
+def _device_json(device: Device) -> dict:
+    if device.type is DeviceType.CPU:
+        return {"type": "cpu"}
+    return {"type": device.type.value, "variant": device.variant, "count": device.count}
+
+
+def _constraint_json(c: Constraint) -> dict:
+    out: dict[str, Any] = {"key": c.key, "op": c.op.value}
+    if c.op is ConstraintOp.IN:
+        out["value"] = list(c.value)
+    elif c.op is not ConstraintOp.EXISTS:
+        out["value"] = c.value
+    out["soft"] = c.soft
+    return out
+
+
+def _is_plain_pending(task: TaskSnapshot) -> bool:
+    return (
+        task.state is TaskState.PENDING
+        and task.worker is None
+        and task.band is None
+        and task.preemption_count == 0
+        and task.unfinished_attempt_worker is None
+    )
+
+
+def snapshot_to_json(snapshot: ClusterSnapshot) -> dict:
+    """The snapshot as a JSON-ready dict, every field explicit (see the module docstring)."""
+    config = snapshot.config
+    by_id = {t.id: t for t in snapshot.tasks}
+    tasks = []
+    for job in snapshot.jobs.values():
+        for index in range(job.replicas):
+            task_id = f"{job.id}/{index}"
+            task = by_id.get(task_id)
+            if task is None:
+                tasks.append(_task_json(TaskSnapshot(task_id, job.id, index, state=OMITTED_TASK_STATE)))
+            elif not _is_plain_pending(task):
+                tasks.append(_task_json(task))
+    return {
+        "now_ms": snapshot.now_ms,
+        "config": {
+            "max_tasks_per_job_per_cycle": config.max_tasks_per_job_per_cycle,
+            "max_assignments_per_worker": config.max_assignments_per_worker,
+            "max_building_tasks": config.max_building_tasks,
+            "budget_defaults": {
+                "budget_limit": config.budget_defaults.budget_limit,
+                "max_band": config.budget_defaults.max_band.wire,
+            },
+        },
+        "budgets": [
+            {"user": b.user, "budget_limit": b.budget_limit, "max_band": b.max_band.wire} for b in snapshot.budgets.values()
+        ],
+        "workers": [
+            {
+                "id": w.id,
+                "healthy": w.healthy,
+                "cpu_millicores": w.cpu_millicores,
+                "memory_bytes": w.memory_bytes,
+                "device": _device_json(w.device),
+                "attributes": dict(w.attributes),
+            }
+            for w in snapshot.workers
+        ],
+        "jobs": [_job_json(job) for job in snapshot.jobs.values()],
+        "tasks": tasks,
+    }
+
+
+def _job_json(job: JobSpec) -> dict:
+    return {
+        "id": job.id,
+        "user": job.user,
+        "band": job.band.wire,
+        "parent": job.parent,
+        "submitted_at_ms": job.submitted_at_ms,
+        "root_submitted_at_ms": job.root_submitted_at_ms,
+        "replicas": job.replicas,
+        "resources": {
+            "cpu_millicores": job.resources.cpu_millicores,
+            "memory_bytes": job.resources.memory_bytes,
+            "device": _device_json(job.resources.device),
+        },
+        "coscheduling": None if job.group_by is None else {"group_by": job.group_by},
+        "constraints": [_constraint_json(c) for c in job.constraints],
+        "scheduling_deadline_ms": job.scheduling_deadline_ms,
+        "max_retries_preemption": job.max_retries_preemption,
+        "max_retries_failure": job.max_retries_failure,
+    }
+
+
+def _task_json(task: TaskSnapshot) -> dict:
+    return {
+        "id": task.id,
+        "state": task.state.value,
+        "worker": task.worker,
+        "band": None if task.band is None else task.band.wire,
+        "preemption_count": task.preemption_count,
+        "unfinished_attempt_worker": task.unfinished_attempt_worker,
+    }
+
+
+# -- decision to JSON ---------------------------------------------------------------------------
+
+
+def task_sort_key(task_id: str) -> tuple[str, int]:
+    """(job id, index) of a task id, so ``/a/j/10`` sorts after ``/a/j/9``."""
+    job_id, _, index = task_id.rpartition("/")
+    return (job_id, int(index))
+
+
+def _by_task(mapping: Mapping[str, Any]) -> list[str]:
+    return sorted(mapping, key=task_sort_key)
+
+
+def decision_to_json(decision: Decision) -> dict:
+    """The decision in the format of issue 2, section 5; pending reasons rendered as text."""
+    texts: dict[int, str] = {}
+
+    def render(reason: Any) -> str:
+        text = texts.get(id(reason))
+        if text is None:
+            text = texts[id(reason)] = reason.text() if hasattr(reason, "text") else str(reason)
+        return text
+
+    bands = decision.effective_bands
+    reasons = decision.pending_reasons
+    after = decision.after
+    return {
+        "spend": {user: decision.spend[user] for user in sorted(decision.spend)},
+        "effective_bands": {t: bands[t].wire for t in _by_task(bands)},
+        "order": list(decision.order),
+        "assignments": [{"task": a.task, "worker": a.worker, "band": a.band.wire} for a in decision.assignments],
+        "preemptions": [{"victim": p.victim, "preemptor": p.preemptor, "worker": p.worker} for p in decision.preemptions],
+        "unschedulable": [{"task": u.task, "reason": u.reason} for u in decision.unschedulable],
+        "pending_reasons": {t: render(reasons[t]) for t in _by_task(reasons)},
+        "after": {
+            t: {
+                "state": after[t].state.value,
+                "worker": after[t].worker,
+                "band": None if after[t].band is None else after[t].band.wire,
+                "preemption_count": after[t].preemption_count,
+            }
+            for t in _by_task(after)
+        },
+        "jobs_after": {job: decision.jobs_after[job].value for job in sorted(decision.jobs_after)},
+    }

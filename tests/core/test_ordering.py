@@ -1,0 +1,149 @@
+"""Gates and scheduling order (issue 2 §3 "Gates" and "Order"; reference §3.3, §3.5)."""
+
+import pytest
+
+from scheduler.core.bands import Band
+from scheduler.core.decision import decide
+from scheduler.core.ordering import interleave_by_user
+from scheduler.core.types import JobState, TaskState
+from tests.core.builders import NOW, budget, cluster, job, placed, reason_text, running, worker
+
+BIG = [worker("w0", cpu=1000, mem=4000)]
+
+
+def order_of(*jobs, **kwargs):
+    return list(decide(cluster(BIG, jobs, **kwargs)).order)
+
+
+def test_lower_rank_bands_come_first():
+    assert order_of(
+        job("/a/batch", band="batch"),
+        job("/a/inter", band="interactive"),
+        job("/a/prod", band="production"),
+        job("/a/sys", band="system"),
+    ) == ["/a/sys/0", "/a/prod/0", "/a/inter/0", "/a/batch/0"]
+
+
+def test_deeper_jobs_come_first_then_older_root_then_older_submission():
+    assert order_of(
+        job("/a/new", submitted=30),
+        job("/a/old", submitted=10),
+        job("/a/old/child", submitted=40, root_submitted=10),
+        job("/a/mid", submitted=20),
+    ) == ["/a/old/child/0", "/a/old/0", "/a/mid/0", "/a/new/0"]
+
+
+def test_a_child_of_an_old_tree_beats_a_new_root():
+    assert order_of(
+        job("/a/fresh", submitted=100),
+        job("/a/ancient/child", submitted=200, root_submitted=1),
+    )[0] == "/a/ancient/child/0"
+
+
+def test_equal_submission_times_break_ties_by_job_id_then_task_index():
+    assert order_of(job("/a/b", replicas=2), job("/a/a", replicas=2)) == ["/a/a/0", "/a/a/1", "/a/b/0", "/a/b/1"]
+
+
+def test_a_job_expires_at_its_deadline_and_becomes_unschedulable():
+    decision = decide(cluster(BIG, [job("/a/late", replicas=2, deadline=NOW), job("/a/fine", deadline=NOW + 1)]))
+    assert [u.task for u in decision.unschedulable] == ["/a/late/0", "/a/late/1"]
+    assert "deadline" in decision.unschedulable[0].reason
+    assert "2027-01-15T08:00:00Z" in decision.unschedulable[0].reason
+    assert decision.jobs_after == {"/a/late": JobState.UNSCHEDULABLE}
+    assert decision.after["/a/late/0"].state is TaskState.UNSCHEDULABLE
+    assert decision.order == ("/a/fine/0",)
+    assert "/a/late/0" in decision.effective_bands
+
+
+def test_an_expired_jobs_running_tasks_are_killed_with_it():
+    snapshot = cluster(BIG, [job("/a/late", replicas=2, deadline=NOW - 1)], [running("/a/late/0", "w0")])
+    decision = decide(snapshot)
+    assert decision.after["/a/late/1"].state is TaskState.UNSCHEDULABLE
+    assert decision.after["/a/late/0"].state is TaskState.KILLED
+
+
+@pytest.mark.parametrize("cap, passed", [(4, 4), (2, 2), (0, 10)])
+def test_per_job_cap_limits_tasks_of_one_job_per_tick(cap, passed):
+    decision = decide(cluster(BIG, [job("/a/array", replicas=10)], max_tasks_per_job_per_cycle=cap))
+    assert decision.order == tuple(f"/a/array/{i}" for i in range(passed))
+    held = [t for t in decision.pending_reasons if t not in decision.order]
+    assert len(held) == 10 - passed
+    for task_id in held:
+        assert decision.pending_reasons[task_id].code == "per_job_cap"
+
+
+def test_gangs_are_exempt_from_the_per_job_cap():
+    decision = decide(cluster(BIG, [job("/a/gang", replicas=6, group_by="rack")], max_tasks_per_job_per_cycle=4))
+    assert len(decision.order) == 6
+
+
+def test_the_per_job_cap_counts_per_job_not_per_user():
+    decision = decide(cluster(BIG, [job("/a/x", replicas=5), job("/a/y", replicas=5)], max_tasks_per_job_per_cycle=4))
+    assert len(decision.order) == 8
+
+
+def test_interleave_by_user_goes_round_robin_with_lower_spend_first():
+    items = [("alice", 1), ("alice", 2), ("alice", 3), ("bob", 1), ("carol", 1), ("carol", 2)]
+    spend = {"alice": 50, "bob": 100}  # carol has no spend: 0
+    assert interleave_by_user(items, lambda i: i[0], spend) == [
+        ("carol", 1),
+        ("alice", 1),
+        ("bob", 1),
+        ("carol", 2),
+        ("alice", 2),
+        ("alice", 3),
+    ]
+
+
+def test_interleave_by_user_breaks_spend_ties_by_first_appearance():
+    items = ["b1", "a1", "b2", "a2"]
+    assert interleave_by_user(items, lambda i: i[0], {}) == ["b1", "a1", "b2", "a2"]
+
+
+def test_interleave_by_user_keeps_one_users_order():
+    items = [("alice", i) for i in range(5)]
+    assert interleave_by_user(items, lambda i: i[0], {"alice": 7}) == items
+
+
+def test_order_interleaves_users_within_a_band_by_spend():
+    workers = [worker("w0", cpu=1000, mem=4000), worker("busy", cpu=100, mem=100)]
+    jobs = [
+        job("/alice/a", replicas=3, submitted=1),
+        job("/bob/b", replicas=3, submitted=2),
+        job("/alice/run", cpu=10, mem=0),
+    ]
+    # alice spends 50 points: bob (0) goes first in every round.
+    decision = decide(cluster(workers, jobs, [running("/alice/run/0", "busy")]))
+    assert decision.order[:6] == ("/bob/b/0", "/alice/a/0", "/bob/b/1", "/alice/a/1", "/bob/b/2", "/alice/a/2")
+
+
+def test_interleaving_never_crosses_bands():
+    jobs = [
+        job("/alice/prod", band="production", replicas=2),
+        job("/bob/inter", band="interactive", replicas=2),
+        job("/carol/prod", band="production", replicas=1),
+    ]
+    decision = decide(cluster(BIG, jobs))
+    bands = [decision.effective_bands[t] for t in decision.order]
+    assert bands == sorted(bands)
+    assert decision.order[-2:] == ("/bob/inter/0", "/bob/inter/1")
+
+
+def test_order_groups_by_effective_band_and_keeps_a_users_own_order():
+    """alice is over budget, so her INTERACTIVE job is scheduled in the BATCH band next to bob's
+    BATCH job; bob (no spend) leads the round robin and alice's tasks keep their own order."""
+    workers = [worker("w0", cpu=1000, mem=4000), worker("busy", cpu=100, mem=100)]
+    jobs = [
+        job("/bob/batch", band="batch", submitted=1),
+        job("/alice/inter", band="interactive", replicas=2, submitted=5),
+        job("/alice/run", cpu=10, mem=0),
+    ]
+    decision = decide(cluster(workers, jobs, [running("/alice/run/0", "busy")], budgets=[budget("alice", 10)]))
+    assert decision.effective_bands["/alice/inter/0"] is Band.BATCH
+    assert decision.order == ("/bob/batch/0", "/alice/inter/0", "/alice/inter/1")
+
+
+def test_only_gated_tasks_are_placed():
+    decision = decide(cluster(BIG, [job("/a/array", replicas=6)]))
+    assert sorted(placed(decision)) == [f"/a/array/{i}" for i in range(4)]
+    assert "per-job limit" in reason_text(decision, "/a/array/5")
