@@ -1,0 +1,182 @@
+"""Workers, ticks run on demand, and what-if (which must write nothing)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from scheduler import services
+from scheduler.core.bands import Band
+from scheduler.models import Attempt, AuditEntry, Job, Task, TickRecord, UserBudget, Worker
+from scheduler.tick import acquire_lease, release_lease
+from tests.api.conftest import GIB, error_of, make_worker, run_tasks, submit
+
+# --- workers --------------------------------------------------------------------------------------
+
+
+def register(client, **body):
+    return client.post("/api/v1/workers/", {"name": "tpu-0", "cpu": 96, "memory": "320Gi", **body}, format="json")
+
+
+def test_registering_a_worker_creates_it_then_updates_it(as_olivia):
+    response = register(as_olivia, device={"type": "tpu", "variant": "v5p-8", "count": 4},
+                        attributes={"tpu-name": "slice-a", "tpu-worker-id": 0}, backend="tpu")
+    assert response.status_code == 201
+    worker = response.json()
+    assert (worker["cpu"], worker["memory_bytes"], worker["device"]) == (
+        96.0, 320 * GIB, {"type": "tpu", "variant": "v5p-8", "count": 4})
+    assert (worker["attributes"], worker["backend"], worker["healthy"]) == (
+        {"tpu-name": "slice-a", "tpu-worker-id": "0"}, "tpu", True)
+
+    Worker.objects.filter(name="tpu-0").update(draining=True, healthy=False)
+    again = register(as_olivia, cpu=64)
+    assert again.status_code == 200
+    assert (again.json()["cpu"], again.json()["healthy"], again.json()["draining"]) == (64.0, True, True)
+    assert Worker.objects.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [({"cpu": None}, "cpu"), ({"memory": "lots"}, "memory"), ({"name": "a:b"}, "name"), ({"name": ""}, "name"),
+     ({"device": {"type": "gpu"}}, "device.variant"), ({"attributes": ["zone"]}, "attributes"),
+     ({"backend": "k 8 s"}, "backend")],
+)
+def test_worker_registration_is_validated(as_olivia, body, field):
+    response = register(as_olivia, **body)
+    assert response.status_code == 400
+    assert error_of(response)["details"]["field"] == field
+
+
+def test_heartbeat_records_time_and_health(as_olivia):
+    make_worker("w1")
+    Worker.objects.filter(name="w1").update(last_heartbeat=timezone.now() - timedelta(hours=1))
+    response = as_olivia.post("/api/v1/workers/w1:heartbeat", {"healthy": False}, format="json")
+    assert response.status_code == 200
+    worker = Worker.objects.get()
+    assert worker.healthy is False
+    assert timezone.now() - worker.last_heartbeat < timedelta(seconds=5)
+    assert as_olivia.post("/api/v1/workers/w1:heartbeat", {}, format="json").json()["healthy"] is True
+
+
+def test_draining_stops_new_placements(as_olivia, as_alice, alice):
+    make_worker("w1")
+    assert as_olivia.post("/api/v1/workers/w1:drain").json()["draining"] is True
+    submit(alice, "train")
+    as_olivia.post("/api/v1/ticks/")
+    assert Task.objects.get().state == "pending"
+
+
+@pytest.mark.parametrize("verb", ["heartbeat", "drain"])
+def test_unknown_workers_are_not_found(as_olivia, verb):
+    response = as_olivia.post(f"/api/v1/workers/nobody:{verb}", {}, format="json")
+    assert (response.status_code, error_of(response)["code"]) == (404, "NOT_FOUND")
+
+
+def test_workers_list_with_active_tasks_in_a_fixed_number_of_queries(as_alice, alice, django_assert_max_num_queries):
+    for i in range(12):
+        run_tasks(submit(alice, f"j{i}", replicas=2), make_worker(f"w{i:02}"), 1)
+    with django_assert_max_num_queries(3):
+        workers = as_alice.get("/api/v1/workers/").json()
+    assert [(w["name"], w["active_tasks"]) for w in workers][:2] == [("w00", 1), ("w01", 1)]
+
+
+# --- ticks ----------------------------------------------------------------------------------------
+
+
+def test_running_a_tick_places_pending_work_and_is_listed(as_olivia, alice):
+    make_worker("w1")
+    submit(alice, "train", replicas=2)
+    response = as_olivia.post("/api/v1/ticks/")
+    assert response.status_code == 200
+    outcome = response.json()
+    assert (outcome["assigned"], outcome["preempted"], outcome["expired"]) == (2, 0, 0)
+    assert set(Task.objects.values_list("state", flat=True)) == {"assigned"}
+    ticks = as_olivia.get("/api/v1/ticks/").json()
+    assert [t["id"] for t in ticks] == [outcome["tick_id"]]
+    assert (ticks[0]["pending"], ticks[0]["assigned"]) == (2, 2)
+
+
+def test_a_tick_while_another_holds_the_lease_is_failed_precondition(as_olivia):
+    assert acquire_lease("someone-else", timezone.now())
+    try:
+        response = as_olivia.post("/api/v1/ticks/")
+    finally:
+        release_lease("someone-else")
+    assert (response.status_code, error_of(response)["code"]) == (409, "FAILED_PRECONDITION")
+    assert not TickRecord.objects.exists()
+
+
+def test_ticks_list_is_newest_first_and_limited(as_alice):
+    now = timezone.now()
+    for i in range(5):
+        TickRecord.objects.create(started_at=now - timedelta(seconds=10 * (5 - i)), now_ms=i, duration_ms=float(i))
+    ticks = as_alice.get("/api/v1/ticks/?limit=2").json()
+    assert [t["now_ms"] for t in ticks] == [4, 3]
+    assert as_alice.get("/api/v1/ticks/?limit=0").status_code == 400
+
+
+# --- what-if --------------------------------------------------------------------------------------
+
+
+def what_if(client, **body):
+    return client.post("/api/v1/what-if/", {"name": "probe", **body}, format="json")
+
+
+def counts():
+    return (Job.objects.count(), Task.objects.count(), Attempt.objects.count(), TickRecord.objects.count(),
+            AuditEntry.objects.count())
+
+
+def test_what_if_answers_where_the_job_would_go_and_writes_nothing(as_alice):
+    make_worker("w1", cpu=8)
+    before = counts()
+    answer = what_if(as_alice, cpu=4).json()
+    assert answer | {"spend": 0} == {
+        "accepted": True, "error": None, "job": "/alice/probe", "requested_band": "interactive",
+        "effective_band": "interactive", "spend": 0, "limit": 1000, "position": None, "would_place": True,
+        "worker": "w1", "would_preempt": [], "pending_reason": None,
+    }
+    assert counts() == before
+
+
+def test_what_if_reports_the_preemption_it_would_cause(as_alice, bob):
+    make_worker("w1", cpu=8)
+    run_tasks(submit(bob, "sweep", priority="batch", cpu=8), Worker.objects.get())
+    answer = what_if(as_alice, cpu=8).json()
+    assert (answer["would_place"], answer["worker"], answer["would_preempt"]) == (True, "w1", ["/bob/sweep/0"])
+    assert Task.objects.get().state == "running"
+
+
+def test_what_if_reports_a_rejection_and_why(as_alice):
+    answer = what_if(as_alice, priority="production").json()
+    assert answer["accepted"] is False
+    assert answer["error"]["code"] == "PERMISSION_DENIED"
+    assert (answer["would_place"], answer["worker"]) == (False, None)
+
+
+def test_what_if_for_an_over_budget_user_shows_the_effective_band_and_position(as_alice, alice):
+    UserBudget.objects.create(user_id="alice", budget_limit=10, max_band=Band.INTERACTIVE)
+    run_tasks(submit(alice, "big", cpu=8, memory="16Gi"), make_worker("w1", cpu=8))
+    answer = what_if(as_alice, cpu=8).json()
+    assert (answer["effective_band"], answer["spend"], answer["limit"]) == ("batch", 56, 10)
+    assert (answer["would_place"], answer["position"]) == (False, 1)
+    assert answer["pending_reason"]
+
+
+def test_admins_ask_what_if_as_another_user_under_that_users_rules(as_ada, alice):
+    UserBudget.objects.create(user_id="alice", budget_limit=1000, max_band=Band.BATCH)
+    answer = what_if(as_ada, user="alice").json()
+    assert (answer["accepted"], answer["error"]["code"]) == (False, "PERMISSION_DENIED")
+    assert "Budget identity 'alice'" in answer["error"]["message"]
+    assert what_if(as_ada, user="alice", priority="batch").json()["job"] == "/alice/probe"
+
+
+def test_what_if_for_an_unknown_user_is_not_found(as_ada):
+    assert error_of(what_if(as_ada, user="nobody"))["code"] == "NOT_FOUND"
+
+
+def test_what_if_with_a_malformed_spec_is_invalid_argument(as_alice):
+    response = what_if(as_alice, memory="lots")
+    assert (response.status_code, error_of(response)["details"]["field"]) == (400, "memory")
