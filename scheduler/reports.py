@@ -158,7 +158,7 @@ def _finish(report: AttemptReport, attempt: dict[str, Any], now: datetime) -> bo
         update["exit_code"] = report.exit_code
     Attempt.objects.filter(pk=attempt["pk"], finished_at__isnull=True).update(**update)
     if changed_task:
-        log.info("task %s attempt %s: %s", task_pk, number, message)
+        log.info("task %s attempt %s %s%s", task_pk, number, report.status.value, f": {message}" if message else "")
     return True
 
 
@@ -404,15 +404,18 @@ def reconcile(worker_pk: int, worker_name: str, running: set[tuple[int, int]], n
     unfinished = list(
         Attempt.objects.filter(worker_id=worker_pk, finished_at__isnull=True)
         .annotate(start_state=Subquery(start_state))
-        .values_list("task_id", "number", "state", "start_state")
+        .values_list("task_id", "number", "state", "start_state", "error")
     )
     active_here = set()
+    ended_why = {}
     acknowledged = []
     reports = []
-    for task_pk, number, state, start in unfinished:
+    for task_pk, number, state, start, error in unfinished:
         key = (task_pk, number)
         if state in ACTIVE_VALUES:
             active_here.add(key)
+        else:
+            ended_why[key] = error
         if key in running:
             if state in ACTIVE_VALUES and start != DispatchIntent.State.DONE:
                 acknowledged.append(key)
@@ -432,9 +435,15 @@ def reconcile(worker_pk: int, worker_name: str, running: set[tuple[int, int]], n
     for report in reports:
         apply_report(report, now)
     grace = float(settings.STOP_GRACE_SECONDS)
+    # Usually the attempt's STOP intent is on its way too; whichever arrives first stops it.
     return [
-        StopOrder(AttemptRef(*key), task=str(key[0]), worker=worker_name, reason="not an active attempt on this worker",
-                  grace_seconds=grace)
+        StopOrder(
+            AttemptRef(*key),
+            task=str(key[0]),
+            worker=worker_name,
+            reason=ended_why.get(key) or "not an active attempt on this worker",
+            grace_seconds=grace,
+        )
         for key in sorted(running - active_here)
     ]
 

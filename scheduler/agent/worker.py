@@ -101,7 +101,8 @@ class Agent:
                 return False
             answer = self.client.heartbeat(self.name, self.running())
         except ServerUnreachable as exc:
-            log.warning("agent %s: server unreachable (%s); processes keep running, retrying", self.name, exc)
+            running = f"; {len(self.attempts)} attempt(s) keep running" if self.attempts else ""
+            log.warning("agent %s: server unreachable (%s)%s; retrying", self.name, exc, running)
             return False
         except ApiError as exc:
             if exc.status == 404:
