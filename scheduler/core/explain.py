@@ -104,8 +104,9 @@ class NoMatchingWorker:
 class InsufficientResource:
     """The most common blocker among matching workers is this resource.
 
-    ``need`` is the per-task request and ``best_free`` the most any matching worker has free
-    (in millicores, bytes or devices); ``workers`` of the ``matching`` workers are short of it.
+    ``workers`` of the ``matching`` workers have a free slot but too little of it; ``need`` is
+    the per-task request and ``best_free`` the most any of those ``workers`` has free (in
+    millicores, bytes or devices).
     """
 
     resource: str
@@ -121,8 +122,8 @@ class InsufficientResource:
     def text(self) -> str:
         label, fmt = RESOURCE_FORMAT[self.resource]
         return (
-            f"Insufficient {label}: need {fmt(self.need)}, at most {fmt(self.best_free)} free; "
-            f"{number(self.workers)} of {_plural(self.matching, 'matching worker', 'matching workers')} short"
+            f"Insufficient {label}: need {fmt(self.need)}, at most {fmt(self.best_free)} free on "
+            f"{number(self.workers)} of {_plural(self.matching, 'matching worker', 'matching workers')}"
         )
 
 
@@ -217,7 +218,7 @@ class JobExhausted:
     code: ClassVar[str] = "job_exhausted"
 
     def text(self) -> str:
-        return f"Waiting: earlier task {self.task} of this job did not fit this cycle ({self.cause.text()})"
+        return f"Waiting: earlier task {self.task} of this job did not fit this cycle"
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,21 +353,24 @@ class Explainer:
         ma, mb = pool.max_assign, pool.max_building
         cpu, mem, gpu, tpu = pool.cpu, pool.mem, pool.gpu, pool.tpu
         c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
-        blocked = [0] * 6  # assignment cap, build slots, cpu, memory, gpu, tpu (check order)
+        # Per check, in check order (assignment cap, build slots, cpu, memory, gpu, tpu): how many
+        # workers it is the first to fail, and the most free among those workers.
+        blocked = [0] * 6
+        best = [None] * 6
         fit_now = 0
         for w in shape.cands:
             if pool.assigned[w] >= ma:
                 blocked[0] += 1
-            elif pool.building[w] >= mb:
+                continue
+            if pool.building[w] >= mb:
                 blocked[1] += 1
-            elif cpu[w] < c:
-                blocked[2] += 1
-            elif mem[w] < m:
-                blocked[3] += 1
-            elif gpu[w] < g:
-                blocked[4] += 1
-            elif tpu[w] < u:
-                blocked[5] += 1
+                continue
+            for check, free, need in ((2, cpu, c), (3, mem, m), (4, gpu, g), (5, tpu, u)):
+                if free[w] < need:
+                    blocked[check] += 1
+                    if best[check] is None or free[w] > best[check]:
+                        best[check] = free[w]
+                    break
             else:
                 fit_now += 1
         fit_at_start = self._any_fits_at_start(shape.cands, shape)
@@ -378,9 +382,8 @@ class Explainer:
             return AssignmentCapReached(blocked[0], matching, ma), fit_at_start
         if worst == 1:
             return BuildSlotsFull(blocked[1], matching, mb), fit_at_start
-        resource, need, free = (("cpu", c, cpu), ("memory", m, mem), ("gpu", g, gpu), ("tpu", u, tpu))[worst - 2]
-        best_free = max(free[w] for w in shape.cands)
-        return InsufficientResource(resource, need, best_free, blocked[worst], matching), fit_at_start
+        resource, need = (("cpu", c), ("memory", m), ("gpu", g), ("tpu", u))[worst - 2]
+        return InsufficientResource(resource, need, best[worst], blocked[worst], matching), fit_at_start
 
     def _count_fit_at_start(self, workers: Sequence[int], shape: Shape) -> int:
         """How many of ``workers`` had a build slot and room for one task of ``shape`` at tick start."""

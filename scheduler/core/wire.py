@@ -69,7 +69,7 @@ EXTRA_TOP_LEVEL = {"description"}
 
 
 def _fail(path: str, message: str) -> SnapshotError:
-    return SnapshotError(f"{path}: {message}")
+    return SnapshotError(f"{path or 'snapshot'}: {message}")
 
 
 def _object(value: Any, path: str, allowed: set[str]) -> dict:

@@ -1,0 +1,84 @@
+"""What a decision contains: coverage of pending work, state changes, job outcomes (issue 2 §5)."""
+
+from scheduler.core.bands import Band
+from scheduler.core.decision import decide
+from scheduler.core.types import JobState, TaskState
+from tests.core.builders import NOW, cluster, eq, job, placed, running, task, tpu_slice, worker
+
+
+def test_effective_bands_cover_every_task_pending_at_tick_start():
+    jobs = [job("/a/late", deadline=NOW), job("/a/many", replicas=6), job("/a/run")]
+    decision = decide(cluster([worker("w", cpu=100)], jobs, [running("/a/run/0", "w")]))
+    assert set(decision.effective_bands) == {"/a/late/0"} | {f"/a/many/{i}" for i in range(6)}
+
+
+def test_pending_reasons_cover_every_task_still_pending_and_nothing_else():
+    jobs = [job("/a/late", deadline=NOW), job("/a/many", replicas=6, cpu=30)]
+    decision = decide(cluster([worker("w", cpu=100)], jobs))
+    assert set(decision.pending_reasons) == {f"/a/many/{i}" for i in range(3, 6)}
+
+
+def test_spend_lists_only_users_who_spend():
+    jobs = [job("/a/run", cpu=2, mem=0), job("/b/free", cpu=0, mem=0), job("/c/wait")]
+    decision = decide(cluster([worker("w")], jobs, [running("/a/run/0", "w"), running("/b/free/0", "w")]))
+    assert decision.spend == {"a": 10}
+
+
+def test_after_lists_exactly_the_tasks_whose_state_changed():
+    jobs = [job("/a/run"), job("/a/new"), job("/a/late", deadline=NOW)]
+    decision = decide(cluster([worker("w")], jobs, [running("/a/run/0", "w")]))
+    assert set(decision.after) == {"/a/new/0", "/a/late/0"}
+    late = decision.after["/a/late/0"]
+    assert (late.state, late.worker, late.band) == (TaskState.UNSCHEDULABLE, None, None)
+
+
+def test_a_task_retried_after_preemption_keeps_its_count_when_assigned():
+    decision = decide(cluster([worker("w")], [job("/a/j")], [task("/a/j/0", TaskState.PENDING, preemption_count=3)]))
+    assert decision.after["/a/j/0"].preemption_count == 3
+
+
+def test_a_pending_tasks_band_is_ignored():
+    snapshot = cluster([worker("w")], [job("/a/j", band="production")], [task("/a/j/0", TaskState.PENDING, band="batch")])
+    assert decide(snapshot).effective_bands["/a/j/0"] is Band.PRODUCTION
+
+
+def test_a_gang_that_ends_cosched_failed_loses_the_assignments_it_got_this_tick():
+    """/v/gang has two members RUNNING (stamped BATCH) on slice s1 and two pending that fit on s2.
+    A PRODUCTION gang pinned to s1 evicts the running members, which have no retries left: the
+    whole job ends COSCHED_FAILED, including the members just placed on s2."""
+    workers = tpu_slice("s1", hosts=2) + tpu_slice("s2", hosts=2)
+    jobs = [
+        job("/v/gang", replicas=4, tpu=4, variant="v5p", group_by="tpu-name", max_retries_preemption=0),
+        job("/a/prod", band="production", replicas=2, tpu=4, variant="v5p", group_by="tpu-name", constraints=[eq("tpu-name", "s1")]),
+    ]
+    tasks = [running("/v/gang/0", "s1-0", band="batch"), running("/v/gang/1", "s1-1", band="batch")]
+    decision = decide(cluster(workers, jobs, tasks))
+    assert placed(decision) == {"/a/prod/0": "s1-0", "/a/prod/1": "s1-1"}
+    assert decision.jobs_after == {"/v/gang": JobState.COSCHED_FAILED}
+    states = {t: decision.after[t].state for t in (f"/v/gang/{i}" for i in range(4))}
+    assert states == {
+        "/v/gang/0": TaskState.PREEMPTED,
+        "/v/gang/1": TaskState.PREEMPTED,
+        "/v/gang/2": TaskState.COSCHED_FAILED,
+        "/v/gang/3": TaskState.COSCHED_FAILED,
+    }
+    assert not any(t.startswith("/v/gang") for t in decision.pending_reasons)
+
+
+def test_unfinished_attempts_of_finished_tasks_still_hold_capacity():
+    jobs = [job("/a/gone", cpu=8), job("/a/new", cpu=8)]
+    tasks = [task("/a/gone/0", TaskState.PREEMPTED, unfinished_attempt_worker="w")]
+    assert placed(decide(cluster([worker("w", cpu=8)], jobs, tasks))) == {}
+
+
+def test_decide_does_not_depend_on_the_order_of_tasks_or_workers_in_the_snapshot():
+    workers = [worker("b", cpu=4), worker("a", cpu=4), worker("c", cpu=4)]
+    jobs = [job("/x/j", replicas=3, cpu=3), job("/y/k", replicas=2, cpu=2, band="batch"), job("/z/r", cpu=4, band="batch")]
+    tasks = [running("/z/r/0", "c")]
+    forward = cluster(workers, jobs, tasks)
+    backward = cluster(workers[::-1], jobs[::-1], tasks)
+    backward = type(backward)(backward.now_ms, backward.config, backward.budgets, backward.workers, backward.jobs, backward.tasks[::-1])
+    first, second = decide(forward), decide(backward)
+    assert first.assignments == second.assignments
+    assert first.preemptions == second.preemptions
+    assert first.order == second.order

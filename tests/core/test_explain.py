@@ -1,0 +1,148 @@
+"""Pending reasons as data, rendered for people (issue 2 §3 "Explanations"; reference §10)."""
+
+import pytest
+
+from scheduler.core.bands import Band
+from scheduler.core.decision import decide
+from scheduler.core.explain import (
+    BuildSlotsFull,
+    Downgrade,
+    GangGroupTooSmall,
+    InsufficientResource,
+    NoHealthyWorkers,
+    PendingReason,
+    PerJobCap,
+    format_cores,
+    format_memory,
+    number,
+)
+from scheduler.core.types import TaskState
+from tests.core.builders import GIB, budget, cluster, eq, job, reason_text, running, task, tpu_slice, worker
+
+
+@pytest.mark.parametrize("n, text", [(0, "0"), (999, "999"), (12400, "12,400"), (1234567, "1,234,567")])
+def test_numbers_are_grouped_for_people(n, text):
+    assert number(n) == text
+
+
+@pytest.mark.parametrize(
+    "millicores, text", [(1000, "1 core"), (8000, "8 cores"), (500, "0.5 cores"), (1500, "1.5 cores"), (-5, "0 cores")]
+)
+def test_cores(millicores, text):
+    assert format_cores(millicores) == text
+
+
+@pytest.mark.parametrize("n_bytes, text", [(64 * GIB, "64 GiB"), (GIB + GIB // 2, "1.5 GiB"), (512 << 20, "512 MiB")])
+def test_memory(n_bytes, text):
+    assert format_memory(n_bytes) == text
+
+
+def test_reasons_are_data_with_a_code_and_numbers():
+    reason = InsufficientResource("memory", need=64 * GIB, best_free=12 * GIB, workers=3, matching=5)
+    assert reason.code == "insufficient_memory"
+    assert reason.text() == "Insufficient memory: need 64 GiB, at most 12 GiB free on 3 of 5 matching workers"
+    assert GangGroupTooSmall(4, "tpu-name", 2).text() == "Coscheduling: need 4 workers in same 'tpu-name' group, largest group has 2"
+
+
+def test_a_downgrade_reads_requested_effective_and_the_numbers():
+    text = Downgrade(Band.INTERACTIVE, Band.BATCH, spend=12_400, limit=10_000).text()
+    assert text == "INTERACTIVE runs as BATCH: spend 12,400 > limit 10,000"
+
+
+def test_a_pending_reason_combines_cause_position_and_downgrade():
+    reason = PendingReason(
+        PerJobCap(4), Band.BATCH, position=1235, band_size=40000, downgrade=Downgrade(Band.INTERACTIVE, Band.BATCH, 2, 1)
+    )
+    assert reason.text() == (
+        "Held back by the per-job limit: at most 4 tasks of a job are scheduled per cycle; "
+        "position 1,235 of 40,000 in BATCH; INTERACTIVE runs as BATCH: spend 2 > limit 1"
+    )
+    assert reason.code == "per_job_cap"
+
+
+def test_no_healthy_worker():
+    decision = decide(cluster([worker("w", healthy=False)], [job("/a/j")]))
+    assert decision.pending_reasons["/a/j/0"].cause == NoHealthyWorkers()
+    assert reason_text(decision, "/a/j/0").startswith("No healthy workers available")
+
+
+def test_insufficient_memory_with_need_best_free_and_worker_count():
+    """Two workers are short of memory (the most common blocker); the third, with plenty of
+    memory, is short of CPU and does not count towards the memory numbers."""
+    workers = [worker("w1", cpu=64, mem=16), worker("w2", cpu=64, mem=48), worker("w3", cpu=1, mem=512)]
+    decision = decide(cluster(workers, [job("/a/j", cpu=2, mem=64)]))
+    cause = decision.pending_reasons["/a/j/0"].cause
+    assert cause == InsufficientResource("memory", need=64 * GIB, best_free=48 * GIB, workers=2, matching=3)
+    assert reason_text(decision, "/a/j/0").startswith(
+        "Insufficient memory: need 64 GiB, at most 48 GiB free on 2 of 3 matching workers"
+    )
+
+
+def test_insufficient_gpus():
+    workers = [worker("g", cpu=64, mem=256, gpu=4, variant="h100")]
+    decision = decide(cluster(workers, [job("/a/j", gpu=8, variant="h100")]))
+    assert "Insufficient GPUs: need 8 GPUs, at most 4 GPUs free" in reason_text(decision, "/a/j/0")
+
+
+def test_build_slots():
+    jobs = [job("/v/b", replicas=8, cpu=0, mem=0), job("/a/j")]
+    tasks = [task(f"/v/b/{i}", TaskState.BUILDING, "w") for i in range(8)]
+    decision = decide(cluster([worker("w")], jobs, tasks))
+    assert decision.pending_reasons["/a/j/0"].cause == BuildSlotsFull(workers=1, matching=1, limit=8)
+
+
+def test_per_worker_assignment_cap():
+    decision = decide(cluster([worker("w", cpu=64)], [job("/a/x", replicas=4), job("/a/y", submitted=1)]))
+    reason = decision.pending_reasons["/a/y/0"]
+    assert (reason.code, reason.cause.cause.code) == ("waiting_behind", "assignment_cap")
+    assert "1 of 1 matching worker already took 4 new tasks this cycle" in reason_text(decision, "/a/y/0")
+
+
+def test_waiting_behind_higher_priority_tasks_that_took_the_room():
+    workers = [worker("w", cpu=4)]
+    jobs = [job("/a/first", band="production", replicas=2, cpu=2), job("/b/later", cpu=2)]
+    decision = decide(cluster(workers, jobs))
+    text = reason_text(decision, "/b/later/0")
+    assert decision.pending_reasons["/b/later/0"].code == "waiting_behind"
+    assert text.startswith("Waiting behind 2 higher-priority tasks placed this cycle; now: Insufficient CPU")
+
+
+def test_gang_group_too_small():
+    decision = decide(cluster(tpu_slice("s", hosts=2), [job("/a/g", replicas=4, tpu=4, variant="v5p", group_by="tpu-name")]))
+    for i in range(4):
+        assert decision.pending_reasons[f"/a/g/{i}"].cause == GangGroupTooSmall(4, "tpu-name", 2)
+
+
+def test_gang_groups_without_room():
+    workers = tpu_slice("s", hosts=4)
+    jobs = [job("/v/run", band="interactive", tpu=4, variant="v5p"), job("/a/g", replicas=4, tpu=4, variant="v5p", group_by="tpu-name")]
+    decision = decide(cluster(workers, jobs, [running("/v/run/0", "s-1")]))
+    assert "need 4 workers with room in one 'tpu-name' group, best group has 3" in reason_text(decision, "/a/g/0")
+
+
+def test_constraints_that_match_nothing_are_named_with_the_automatic_ones():
+    decision = decide(cluster([worker("w")], [job("/a/j", gpu=1, variant="h100", constraints=[eq("zone", "x")])]))
+    assert reason_text(decision, "/a/j/0").startswith(
+        "No healthy worker matches constraints [device-type=gpu, device-variant=h100, zone=x]"
+    )
+
+
+def test_every_task_still_pending_has_a_reason_and_a_jobs_tasks_share_it():
+    decision = decide(cluster([worker("w", cpu=2)], [job("/a/j", replicas=10, cpu=1)]))
+    pending = {f"/a/j/{i}" for i in range(2, 10)}
+    assert set(decision.pending_reasons) == pending
+    held = {id(decision.pending_reasons[f"/a/j/{i}"]) for i in range(4, 10)}
+    assert len(held) == 1
+
+
+def test_the_downgrade_is_attached_only_where_the_band_changed():
+    workers = [worker("w", cpu=1), worker("busy", cpu=10, mem=100)]
+    jobs = [job("/a/run", cpu=10, mem=0), job("/a/more", cpu=2), job("/b/other", cpu=2)]
+    decision = decide(cluster(workers, jobs, [running("/a/run/0", "busy")], budgets=[budget("a", 10)]))
+    assert decision.pending_reasons["/a/more/0"].downgrade == Downgrade(Band.INTERACTIVE, Band.BATCH, 50, 10)
+    assert decision.pending_reasons["/b/other/0"].downgrade is None
+
+
+def test_reason_text_is_rendered_once_per_object():
+    reason = PendingReason(PerJobCap(4))
+    assert reason.text() is reason.text()

@@ -1,0 +1,173 @@
+"""The JSON snapshot and decision formats (issue 2 §5)."""
+
+import copy
+
+import pytest
+
+from benchmarks.synthetic import generate
+from scheduler.core.bands import Band
+from scheduler.core.decision import decide
+from scheduler.core.types import ClusterSnapshot, ConstraintOp, DeviceType, TaskState
+from scheduler.core.wire import SnapshotError, decision_to_json, snapshot_from_json, snapshot_to_json
+from tests.core.builders import NOW, cluster, job, running, worker
+
+MINIMAL = {
+    "now_ms": NOW,
+    "workers": [{"id": "w1", "cpu_millicores": 8000, "memory_bytes": 8 << 30}],
+    "jobs": [{"id": "/alice/train", "replicas": 2}, {"id": "/alice/train/eval"}],
+}
+
+
+def test_omitted_fields_take_the_documented_defaults():
+    snapshot = snapshot_from_json(MINIMAL)
+    config = snapshot.config
+    assert (config.max_tasks_per_job_per_cycle, config.max_assignments_per_worker, config.max_building_tasks) == (4, 4, 8)
+    assert (config.budget_defaults.budget_limit, config.budget_defaults.max_band) == (1000, Band.INTERACTIVE)
+    assert snapshot.workers[0].healthy and snapshot.workers[0].attributes == {}
+    assert snapshot.workers[0].device.type is DeviceType.CPU
+    root, child = snapshot.jobs["/alice/train"], snapshot.jobs["/alice/train/eval"]
+    assert (root.user, root.band, root.parent, root.replicas, root.group_by) == ("alice", Band.INTERACTIVE, None, 2, None)
+    assert (root.max_retries_preemption, root.max_retries_failure, root.scheduling_deadline_ms) == (100, 0, None)
+    assert (child.user, child.parent, child.depth) == ("alice", "/alice/train", 2)
+    assert [(t.id, t.state) for t in snapshot.tasks] == [
+        ("/alice/train/0", TaskState.PENDING),
+        ("/alice/train/1", TaskState.PENDING),
+        ("/alice/train/eval/0", TaskState.PENDING),
+    ]
+
+
+def test_a_child_inherits_its_parents_band_and_root_submission_time():
+    doc = {
+        "now_ms": 0,
+        "jobs": [
+            {"id": "/a/root/child", "submitted_at_ms": 50},
+            {"id": "/a/root", "band": "production", "submitted_at_ms": 7},
+        ],
+    }
+    child = snapshot_from_json(doc).jobs["/a/root/child"]
+    assert (child.band, child.root_submitted_at_ms, child.submitted_at_ms) == (Band.PRODUCTION, 7, 50)
+
+
+def test_constraints_in_takes_a_list_and_exists_no_value():
+    doc = copy.deepcopy(MINIMAL)
+    doc["jobs"][0]["constraints"] = [
+        {"key": "zone", "op": "in", "value": ["a", "b"]},
+        {"key": "ssd", "op": "exists", "soft": True},
+    ]
+    constraints = snapshot_from_json(doc).jobs["/alice/train"].constraints
+    assert [(c.op, c.value, c.soft) for c in constraints] == [(ConstraintOp.IN, ("a", "b"), False), (ConstraintOp.EXISTS, None, True)]
+
+
+def with_(path, value):
+    """MINIMAL with one field set (``path`` like ``jobs.0.resources``); ``...`` deletes it."""
+    doc = copy.deepcopy(MINIMAL)
+    *parents, last = path.split(".")
+    node = doc
+    for part in parents:
+        node = node[int(part)] if part.isdigit() else node.setdefault(part, {})
+    if value is ...:
+        del node[int(last) if last.isdigit() else last]
+    elif last.isdigit():
+        node[int(last)] = value
+    else:
+        node[last] = value
+    return doc
+
+
+@pytest.mark.parametrize(
+    "doc, message",
+    [
+        (with_("now_ms", ...), "now_ms: required"),
+        (with_("now_ms", -1), "now_ms: expected a non-negative integer"),
+        (with_("config.max_building_tasks", "8"), "config.max_building_tasks: expected a non-negative integer"),
+        (with_("config.budget_defaults", {"max_band": "gold"}), "config.budget_defaults.max_band: expected one of"),
+        (with_("budgets", [{"user": "a", "budget_limit": 1}, {"user": "a", "budget_limit": 2}]), "budgets[1].user: duplicate user 'a'"),
+        (with_("budgets", [{"user": "a"}]), "budgets[0].budget_limit: required"),
+        (with_("workers.0.cpu_millicores", 1.5), "workers[0].cpu_millicores: expected a non-negative integer"),
+        (with_("workers.0.device", {"type": "gpu", "variant": "h100"}), "workers[0].device.count: required"),
+        (with_("workers.0.device", {"type": "fpga"}), "workers[0].device.type: expected one of cpu|gpu|tpu"),
+        (with_("workers.0.attributes", {"zone": 1}), "workers[0].attributes.zone: expected a string"),
+        (with_("workers.0.colour", "red"), "workers[0].colour: unknown field"),
+        (with_("jobs.1.id", "alice/x"), "jobs[1].id: expected a job id like /user/name"),
+        (with_("jobs.1.id", "/alice/train"), "jobs[1].id: duplicate job id '/alice/train'"),
+        (with_("jobs.1.parent", "/alice/other"), "jobs[1].parent: expected '/alice/train'"),
+        (with_("jobs.0.parent", "/alice"), "jobs[0].parent: expected None"),
+        (with_("jobs.0.band", "gold"), "jobs[0].band: expected one of system|production|interactive|batch"),
+        (with_("jobs.0.replicas", 0), "jobs[0].replicas: expected an integer >= 1"),
+        (
+            with_("jobs.0.resources", {"device": {"type": "gpu", "variant": "h100", "count": -2}}),
+            "jobs[0].resources.device.count: expected a non-negative integer",
+        ),
+        (with_("jobs.0.coscheduling", {}), "jobs[0].coscheduling.group_by: expected a non-empty string"),
+        (with_("jobs.0.constraints", [{"key": "z", "op": "in", "value": "a"}]), "jobs[0].constraints[0].value: expected a list"),
+        (with_("jobs.0.constraints", [{"key": "z", "op": "exists", "value": "a"}]), "jobs[0].constraints[0].value: 'exists' takes no value"),
+        (with_("jobs.0.constraints", [{"key": "z", "op": "lt", "value": "a"}]), "jobs[0].constraints[0].op: expected one of eq|ne|in|exists"),
+        (with_("tasks", [{"id": "/alice/train/2"}]), "tasks[0].id: index 2 out of range"),
+        (with_("tasks", [{"id": "/bob/x/0"}]), "tasks[0].id: no job '/bob/x'"),
+        (with_("tasks", [{"id": "/alice/train/x"}]), "tasks[0].id: expected <job id>/<index>"),
+        (with_("tasks", [{"id": "/alice/train/0", "state": "napping"}]), "tasks[0].state: expected one of pending|"),
+        (with_("tasks", [{"id": "/alice/train/0", "worker": "w1"}]), "tasks[0].worker: a pending task has no worker"),
+        (with_("tasks", [{"id": "/alice/train/0", "state": "running", "worker": "w9"}]), "tasks[0].worker: no worker 'w9'"),
+        (with_("tasks", [{"id": "/alice/train/0"}, {"id": "/alice/train/0"}]), "tasks[1].id: duplicate task id"),
+        ({"now_ms": 0, "jobs": [{"id": "/a/b/c"}]}, "jobs[0].band: omitted, and parent job '/a/b' is not in the snapshot"),
+        ([], "snapshot: expected an object"),
+    ],
+)
+def test_errors_name_the_json_path_of_the_bad_field(doc, message):
+    with pytest.raises(SnapshotError) as error:
+        snapshot_from_json(doc)
+    assert message in str(error.value)
+    assert isinstance(error.value, ValueError)
+
+
+def test_a_snapshot_round_trips_through_json():
+    snapshot = snapshot_from_json(generate(pending=300, workers=40, seed=3))
+    assert snapshot_from_json(snapshot_to_json(snapshot)) == snapshot
+
+
+def test_snapshot_json_lists_only_tasks_with_history():
+    snapshot = cluster([worker("w")], [job("/a/j", replicas=3)], [running("/a/j/1", "w", band="batch")])
+    assert snapshot_to_json(snapshot)["tasks"] == [
+        {"id": "/a/j/1", "state": "running", "worker": "w", "band": "batch", "preemption_count": 0, "unfinished_attempt_worker": None}
+    ]
+
+
+def test_finished_tasks_left_out_of_a_snapshot_are_written_as_finished_and_decide_the_same():
+    full = cluster([worker("w")], [job("/a/j", replicas=3, cpu=2)], [running("/a/j/0", "w")])
+    partial = ClusterSnapshot(full.now_ms, full.config, full.budgets, full.workers, full.jobs, (full.tasks[0], full.tasks[2]))
+    doc = snapshot_to_json(partial)
+    assert {"id": "/a/j/1", "state": "succeeded"}.items() <= doc["tasks"][1].items()
+    assert decision_to_json(decide(snapshot_from_json(doc))) == decision_to_json(decide(partial))
+
+
+def test_decision_json_has_exactly_the_documented_shape():
+    doc = decision_to_json(decide(snapshot_from_json(generate(pending=200, workers=30, seed=1))))
+    assert list(doc) == [
+        "spend",
+        "effective_bands",
+        "order",
+        "assignments",
+        "preemptions",
+        "unschedulable",
+        "pending_reasons",
+        "after",
+        "jobs_after",
+    ]
+    assert set(doc["assignments"][0]) == {"task", "worker", "band"}
+    assert set(doc["preemptions"][0]) == {"victim", "preemptor", "worker"}
+    assert set(next(iter(doc["after"].values()))) == {"state", "worker", "band", "preemption_count"}
+    assert set(doc["effective_bands"].values()) <= {"system", "production", "interactive", "batch"}
+    assert all(isinstance(text, str) for text in doc["pending_reasons"].values())
+
+
+def test_decision_json_sorts_task_keys_by_job_then_numeric_index():
+    snapshot = cluster([worker("w", healthy=False)], [job("/a/j", replicas=11)], max_tasks_per_job_per_cycle=0)
+    doc = decision_to_json(decide(snapshot))
+    assert list(doc["effective_bands"])[-3:] == ["/a/j/8", "/a/j/9", "/a/j/10"]
+
+
+def test_the_same_snapshot_gives_the_same_json_decision():
+    doc = generate(pending=500, workers=50, seed=7)
+    first = decision_to_json(decide(snapshot_from_json(doc)))
+    second = decision_to_json(decide(snapshot_from_json(copy.deepcopy(doc))))
+    assert first == second
