@@ -399,10 +399,21 @@ def deliver_batch(batch: list[DispatchIntent], now: datetime, result: DrainResul
         result.finished += len(finished)
 
 
-def send(intent: DispatchIntent) -> Delivery:
-    if intent.worker is None and intent.kind == START:
+def backend_name(intent: DispatchIntent) -> str:
+    """Where an intent goes: the backend of the worker its attempt was placed on; for an attempt
+    with no worker (a backend that admits work itself, such as Kueue), the job's backend."""
+    if intent.worker is not None:
+        return intent.worker.backend
+    job_backend = getattr(intent.task.job, "backend", "") or ""
+    if job_backend and job_backend != "workers":
+        return job_backend
+    if intent.kind == START:
         raise PermanentBackendError("the worker this attempt was placed on no longer exists")
-    backend = backends.get_backend(intent.worker.backend if intent.worker else "local")
+    return "local"  # a stop with nowhere to go: the local backend reports it finished
+
+
+def send(intent: DispatchIntent) -> Delivery:
+    backend = backends.get_backend(backend_name(intent))
     if intent.kind == START:
         return backend.start(start_order(intent))
     return backend.stop(stop_order(intent))

@@ -310,3 +310,18 @@ def test_a_broker_outage_never_fails_the_request_for_a_drain(monkeypatch):
     monkeypatch.setattr(tasks.dispatch, "apply_async", broker_down)
 
     dispatch.request_dispatch()  # logs, does not raise
+
+
+def test_a_stop_for_an_attempt_whose_worker_was_removed_finishes_the_attempt():
+    alice = make_user("alice")
+    worker = make_worker("w1")
+    task = start_running(make_job("/alice/a"), worker)
+    services.cancel_job(alice, "/alice/a")
+    worker.delete()
+
+    result = dispatch.drain()
+
+    assert result.finished == 1
+    assert intent(task, "stop").state == "done"
+    attempt = Attempt.objects.get(task=task)
+    assert attempt.state == "killed" and attempt.finished_at is not None
