@@ -946,7 +946,8 @@ def what_if(actor, data: Any) -> WhatIf:
         plan = plan_submission(subject, request)
     except ServiceError as exc:
         # A broken submission rule is an answer ("rejected, and why"), not an error of this call.
-        requested = request.priority
+        # The requested band as far as it is known without the parent (a root defaults to INTERACTIVE).
+        requested = request.priority or (None if request.parent or request.name.count("/") > 2 else Band.INTERACTIVE)
         return WhatIf(
             accepted=False, error={"code": exc.code, "message": exc.message}, requested_band=requested,
             effective_band=None, spend=None, limit=None, position=None, would_place=False, worker=None,

@@ -168,7 +168,8 @@ def test_what_if_for_an_over_budget_user_shows_the_effective_band_and_position(a
 def test_admins_ask_what_if_as_another_user_under_that_users_rules(as_ada, alice):
     UserBudget.objects.create(user_id="alice", budget_limit=1000, max_band=Band.BATCH)
     answer = what_if(as_ada, user="alice").json()
-    assert (answer["accepted"], answer["error"]["code"]) == (False, "PERMISSION_DENIED")
+    assert (answer["accepted"], answer["error"]["code"], answer["requested_band"]) == (
+        False, "PERMISSION_DENIED", "interactive")
     assert "Budget identity 'alice'" in answer["error"]["message"]
     assert what_if(as_ada, user="alice", priority="batch").json()["job"] == "/alice/probe"
 
