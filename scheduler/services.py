@@ -861,20 +861,22 @@ def heartbeat_worker(actor, name: Any, *, healthy: Any = True) -> Worker:
         healthy = True
     if not isinstance(healthy, bool):
         raise InvalidArgument("expected true or false", field="healthy")
-    updated = Worker.objects.filter(name=worker_name).update(healthy=healthy, last_heartbeat=timezone.now())
-    if not updated:
-        raise NotFound(f"worker {worker_name} is not registered", field="name")
-    return Worker.objects.get(name=worker_name)
+    with transaction.atomic():
+        updated = Worker.objects.filter(name=worker_name).update(healthy=healthy, last_heartbeat=timezone.now())
+        if not updated:
+            raise NotFound(f"worker {worker_name} is not registered", field="name")
+        return Worker.objects.get(name=worker_name)
 
 
 def drain_worker(actor, name: Any) -> Worker:
     """Stop placing new work on a worker; what runs there keeps running. Idempotent."""
     require_operator(actor, "drain workers")
     worker_name = parse_worker_name(name)
-    updated = Worker.objects.filter(name=worker_name).update(draining=True)
-    if not updated:
-        raise NotFound(f"worker {worker_name} is not registered", field="name")
-    return Worker.objects.get(name=worker_name)
+    with transaction.atomic():
+        updated = Worker.objects.filter(name=worker_name).update(draining=True)
+        if not updated:
+            raise NotFound(f"worker {worker_name} is not registered", field="name")
+        return Worker.objects.get(name=worker_name)
 
 
 # --- tokens and ticks -----------------------------------------------------------------------------
