@@ -8,8 +8,8 @@ Writes made while the tick decided are not overwritten: inside the transaction t
 re-reads the state of every task it is about to change (with ``FOR UPDATE`` on PostgreSQL) and
 drops any change whose task moved since the snapshot (a whole gang if one member moved).
 
-Every write is one statement per kind (``executemany`` or a set-based update), so the number
-of statements per tick does not grow with the number of tasks.
+Every kind of write is one set-based statement (``scheduler.bulk``), so the number of
+statements per tick does not grow with the number of tasks.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from scheduler import bulk
 from scheduler.core.decision import decide
 from scheduler.core.types import ACTIVE_STATES, TERMINAL_JOB_STATES, Decision, JobState, TaskState
 from scheduler.dispatch import request_dispatch
@@ -148,12 +149,6 @@ def json_list(values: list[int]) -> str:
     return "[" + ",".join(str(int(v)) for v in values) + "]"
 
 
-def executemany(sql: str, rows: list[tuple]) -> None:
-    if rows:
-        with connection.cursor() as cursor:
-            cursor.executemany(sql, rows)
-
-
 def apply_decision(
     loaded: LoadedSnapshot, decision: Decision, wall: datetime, started: float, decide_ms: float
 ) -> TickOutcome:
@@ -197,10 +192,7 @@ def apply_decision(
     preemptor_of = {p.victim: p.preemptor for p in preemptions}
     expired = [u for u in decision.unschedulable if u.task in kept]
 
-    task_table = Task._meta.db_table
-    attempt_table = Attempt._meta.db_table
 
-    # Tasks: one UPDATE statement, executed per changed row.
     task_updates = []
     attempt_closes = []
     for task_id in kept:
@@ -209,13 +201,13 @@ def apply_decision(
         attempt_count = row.attempt_count + (1 if task_id in assigned_tasks else 0)
         task_updates.append(
             (
+                row.pk,
                 after.state.value,
                 loaded.worker_pks[after.worker] if after.worker else None,
                 int(after.band) if after.band is not None else None,
                 after.preemption_count,
                 attempt_count,
                 wall,
-                row.pk,
             )
         )
         if row.state in ACTIVE_VALUES and after.state.value not in ACTIVE_VALUES and row.attempt_count:
@@ -225,37 +217,36 @@ def apply_decision(
                 attempt_state, error = TaskState.COSCHED_FAILED.value, "A gang member was preempted for good"
             else:
                 attempt_state, error = TaskState.PREEMPTED.value, "Requeued: a gang member was preempted"
-            attempt_closes.append((attempt_state, error, row.pk, row.attempt_count, row.worker_pk))
-    executemany(
-        f"UPDATE {task_table} SET state = %s, worker_id = %s, band = %s, preemption_count = %s, "
-        f"attempt_count = %s, updated_at = %s WHERE id = %s",
+            attempt_closes.append((row.pk, row.attempt_count, attempt_state, error, row.worker_pk))
+    bulk.update_rows(
+        Task._meta.db_table,
+        [("id", "bigint")],
+        [("state", "text"), ("worker_id", "bigint"), ("band", "smallint"), ("preemption_count", "integer"),
+         ("attempt_count", "integer"), ("updated_at", "timestamptz")],
         task_updates,
     )
     # The attempt of a task leaving ASSIGNED/BUILDING/RUNNING keeps holding its worker's capacity
     # (finished_at stays empty) until the worker confirms the process ended.
-    executemany(
-        f"UPDATE {attempt_table} SET state = %s, error = %s WHERE task_id = %s AND number = %s",
+    bulk.update_rows(
+        Attempt._meta.db_table,
+        [("task_id", "bigint"), ("number", "integer")],
+        [("state", "text"), ("error", "text")],
         [close[:4] for close in attempt_closes],
     )
-    executemany(
-        f"INSERT INTO {attempt_table} (task_id, number, worker_id, state, band, created_at, error) "
-        f"VALUES (%s, %s, %s, %s, %s, %s, '')",
+    bulk.insert_rows(
+        Attempt._meta.db_table,
+        [("task_id", "bigint"), ("number", "integer"), ("worker_id", "bigint"), ("state", "text"),
+         ("band", "smallint"), ("created_at", "timestamptz"), ("error", "text")],
         [
-            (
-                rows[a.task].pk,
-                rows[a.task].attempt_count + 1,
-                loaded.worker_pks[a.worker],
-                TaskState.ASSIGNED.value,
-                int(a.band),
-                wall,
-            )
+            (rows[a.task].pk, rows[a.task].attempt_count + 1, loaded.worker_pks[a.worker],
+             TaskState.ASSIGNED.value, int(a.band), wall, "")
             for a in assignments
         ],
     )
-    executemany(
-        f"INSERT INTO {PreemptionEvent._meta.db_table} "
-        f"(tick_id, victim_id, preemptor_id, victim_band, preemptor_band, worker_id, reason, created_at) "
-        f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s)",
+    bulk.insert_rows(
+        PreemptionEvent._meta.db_table,
+        [("tick_id", "bigint"), ("victim_id", "bigint"), ("preemptor_id", "bigint"), ("victim_band", "smallint"),
+         ("preemptor_band", "smallint"), ("worker_id", "bigint"), ("reason", "text"), ("created_at", "timestamptz")],
         [
             (
                 tick.pk,
@@ -271,41 +262,44 @@ def apply_decision(
             if p.preemptor in rows
         ],
     )
-
     # The outbox, in the same transaction: start every new attempt, stop every attempt that ended.
-    intent_table = DispatchIntent._meta.db_table
-    executemany(
-        f"INSERT INTO {intent_table} (task_id, attempt_number, kind, worker_id, state, reason, tries, "
-        f"last_error, created_at) VALUES (%s, %s, %s, %s, %s, %s, 0, '', %s)",
+    bulk.insert_rows(
+        DispatchIntent._meta.db_table,
+        [("task_id", "bigint"), ("attempt_number", "integer"), ("kind", "text"), ("worker_id", "bigint"),
+         ("state", "text"), ("reason", "text"), ("tries", "integer"), ("last_error", "text"),
+         ("created_at", "timestamptz")],
         [
             (rows[a.task].pk, rows[a.task].attempt_count + 1, DispatchIntent.Kind.START.value,
-             loaded.worker_pks[a.worker], DispatchIntent.State.PENDING.value, "assigned", wall)
+             loaded.worker_pks[a.worker], DispatchIntent.State.PENDING.value, "assigned", 0, "", wall)
             for a in assignments
         ]
         + [
             (task_pk, number, DispatchIntent.Kind.STOP.value, worker_pk, DispatchIntent.State.PENDING.value,
-             error, wall)
-            for _, error, task_pk, number, worker_pk in attempt_closes
+             error, 0, "", wall)
+            for task_pk, number, _, error, worker_pk in attempt_closes
         ],
     )
 
     job_table = Job._meta.db_table
     kept_jobs = {task_id.rsplit("/", 1)[0] for task_id in kept}
-    placeholders = ", ".join(["%s"] * len(TERMINAL_JOB_VALUES))
-    executemany(
-        f"UPDATE {job_table} SET state = %s, finished_at = %s WHERE id = %s AND state NOT IN ({placeholders})",
+    terminal = ", ".join(f"'{value}'" for value in TERMINAL_JOB_VALUES)
+    bulk.update_rows(
+        job_table,
+        [("id", "bigint")],
+        [("state", "text"), ("finished_at", "timestamptz")],
         [
-            (state.value, wall, loaded.job_pks[job], *TERMINAL_JOB_VALUES)
+            (loaded.job_pks[job], state.value, wall)
             for job, state in decision.jobs_after.items()
             if job in loaded.job_pks and job in kept_jobs
         ],
+        condition=f"{job_table}.state NOT IN ({terminal})",
     )
-    executemany(
-        f"UPDATE {job_table} SET state = %s WHERE id = %s AND state = %s",
-        [
-            (JobState.RUNNING.value, pk, JobState.PENDING.value)
-            for pk in sorted({rows[a.task].job_pk for a in assignments})
-        ],
+    bulk.update_rows(
+        job_table,
+        [("id", "bigint")],
+        [("state", "text")],
+        [(pk, JobState.RUNNING.value) for pk in sorted({rows[a.task].job_pk for a in assignments})],
+        condition=f"{job_table}.state = '{JobState.PENDING.value}'",
     )
     # Only the newest tick keeps the (large) queue explanation.
     TickRecord.objects.filter(explanation__isnull=False, pk__lt=tick.pk).update(explanation=None)

@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from scheduler import bulk
 from scheduler import tick as tick_module
 from scheduler.core.bands import Band
 from scheduler.core.decision import decide
@@ -134,18 +135,22 @@ def test_tick_failing_midway_writes_nothing(monkeypatch):
     make_worker("w1")
     make_job("/alice/a", replicas=2)
     calls = []
-    real = tick_module.executemany
 
-    def fail_on_third(sql, rows):
-        calls.append(sql)
-        if len(calls) == 3:
-            raise RuntimeError("worker killed mid-tick")
-        real(sql, rows)
+    def failing_on_third_write(real):
+        def write(*args, **kwargs):
+            calls.append(args[0])
+            if len(calls) == 3:
+                raise RuntimeError("worker killed mid-tick")
+            return real(*args, **kwargs)
 
-    monkeypatch.setattr(tick_module, "executemany", fail_on_third)
+        return write
+
+    monkeypatch.setattr(bulk, "update_rows", failing_on_third_write(bulk.update_rows))
+    monkeypatch.setattr(bulk, "insert_rows", failing_on_third_write(bulk.insert_rows))
     with pytest.raises(RuntimeError):
         run_tick(NOW_MS)
 
+    assert len(calls) == 3  # two writes had been made before the failure
     assert set(Task.objects.values_list("state", flat=True)) == {"pending"}
     assert not Attempt.objects.exists()
     assert not TickRecord.objects.exists()
