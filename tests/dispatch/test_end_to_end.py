@@ -78,7 +78,7 @@ class Cluster:
 def cluster(live_server, tmp_path, settings):
     settings.TASK_LOG_DIR = tmp_path / "logs"
     settings.STOP_GRACE_SECONDS = 3
-    settings.WORKER_GRACE_SECONDS = 2
+    settings.WORKER_GRACE_SECONDS = 3
     token = Token.objects.create(user=make_user("agent", "agent"))
     result = Cluster(live_server.url, token.key, tmp_path, settings.TASK_LOG_DIR)
     yield result
@@ -162,8 +162,8 @@ def test_an_agent_killed_with_sigkill_loses_its_worker_and_the_task_retries_else
     assert attempt(job, 2).worker.name == other
     assert Worker.objects.get(name=lost).healthy is False
     assert Task.objects.get(job=job).preemption_count == 1
-    # The lost agent's process died with it.
-    assert wait_for(lambda: process_gone(pid), timeout=5)
+    if sys.platform.startswith("linux"):  # PR_SET_PDEATHSIG: the lost agent's process died with it
+        assert wait_for(lambda: process_gone(pid), timeout=5)
 
 
 CRASHING_DISPATCHER = """
