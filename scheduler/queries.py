@@ -455,3 +455,370 @@ def what_would_change(
     if effective == requested and requested is Band.BATCH:
         parts.append("BATCH work runs when no higher band needs the capacity.")
     return " ".join(parts) or "It should be placed at the next tick."
+
+
+# --- console read side ----------------------------------------------------------------------------
+# Appended for the console (scheduler/views/). Each function runs the fixed number of queries its
+# docstring names, whatever the number of tasks, jobs, users or workers.
+
+# A job preempted at least this many times is flagged on the preemption history: once is the
+# policy working; three times means the job keeps losing its place and its owner should know why.
+REPEATED_PREEMPTIONS = 3
+
+
+@dataclass(frozen=True)
+class QueueIndex:
+    """The newest tick's queue, indexed once per tick so pages of it cost nothing to cut.
+
+    ``ids[rank]`` lists that band's pending task ids in scheduling order (position = index + 1),
+    ``reason_of[rank]`` the matching indices into ``reasons`` and ``owner[rank]`` the users.
+    ``users[rank]`` is the band's round-robin order (each user's first appearance: lower spend
+    first). ``spend`` and ``limits`` are the tick's own samples, so a downgrade badge shows the
+    numbers the tick decided with.
+    """
+
+    tick_pk: int | None
+    tick_at: datetime | None
+    spend: dict[str, int]
+    limits: dict[str, int]
+    reasons: list[str]
+    ids: dict[int, list[str]]
+    reason_of: dict[int, list[int]]
+    owner: dict[int, list[str]]
+    users: dict[int, list[str]]
+
+    def count(self, rank: int) -> int:
+        return len(self.ids.get(rank, ()))
+
+    @property
+    def total(self) -> int:
+        return sum(len(ids) for ids in self.ids.values())
+
+    def pending_by_user(self) -> dict[tuple[int, str], int]:
+        """``{(effective band rank, user): pending tasks}``: one pass over the index."""
+        counts: dict[tuple[int, str], int] = {}
+        for rank, owners in self.owner.items():
+            for user in owners:
+                key = (rank, user)
+                counts[key] = counts.get(key, 0) + 1
+        return counts
+
+
+EMPTY_QUEUE = QueueIndex(None, None, {}, {}, [], {}, {}, {}, {})
+# Only the newest index is kept: ticks replace it every few seconds.
+_queue_index_cache: dict[int, QueueIndex] = {}
+
+
+def newest_explained_tick() -> int | None:
+    """The pk of the newest tick that kept its queue explanation. One query."""
+    return TickRecord.objects.filter(explanation__isnull=False).order_by("-pk").values_list("pk", flat=True).first()
+
+
+def queue_index() -> QueueIndex:
+    """The newest tick's queue, indexed. One query, plus one the first time a process sees a tick.
+
+    Parsing the explanation of 100,000 pending tasks takes tens of milliseconds; the index is
+    cached per process until a newer tick replaces it, so polling pages only pay for the first.
+    """
+    pk = newest_explained_tick()
+    if pk is None:
+        return EMPTY_QUEUE
+    cached = _queue_index_cache.get(pk)
+    if cached is not None:
+        return cached
+    row = TickRecord.objects.filter(pk=pk).values_list("started_at", "spend", "limits", "explanation").first()
+    if row is None or row[3] is None:  # a newer tick cleared it between our two reads
+        return EMPTY_QUEUE
+    started_at, spend, limits, explanation = row
+    ids: dict[int, list[str]] = {}
+    reason_of: dict[int, list[int]] = {}
+    owner: dict[int, list[str]] = {}
+    users: dict[int, list[str]] = {}
+    seen: dict[int, set[str]] = {}
+    interned: dict[str, str] = {}
+    # Positions are 1..n per band in the explanation's (insertion) order; sort to be safe.
+    for task_id, (rank, position, reason) in sorted(explanation.get("tasks", {}).items(), key=lambda kv: (kv[1][0], kv[1][1])):
+        user = task_id.split("/", 2)[1]
+        user = interned.setdefault(user, user)
+        ids.setdefault(rank, []).append(task_id)
+        reason_of.setdefault(rank, []).append(reason)
+        owner.setdefault(rank, []).append(user)
+        band_users = seen.setdefault(rank, set())
+        if user not in band_users:
+            band_users.add(user)
+            users.setdefault(rank, []).append(user)
+    index = QueueIndex(
+        tick_pk=pk, tick_at=started_at, spend=dict(spend or {}), limits=dict(limits or {}),
+        reasons=list(explanation.get("reasons", [])), ids=ids, reason_of=reason_of, owner=owner, users=users,
+    )
+    _queue_index_cache.clear()
+    _queue_index_cache[pk] = index
+    return index
+
+
+def job_matches(task_id: str, job: str) -> bool:
+    """A job filter: ``/alice/train`` is that job and its children; other text is a substring."""
+    job_id = task_id.rpartition("/")[0]
+    if job.startswith("/"):
+        job = job.rstrip("/")
+        return job_id == job or job_id.startswith(job + "/")
+    return job in job_id
+
+
+def queue_window(
+    index: QueueIndex, rank: int, *, user: str | None = None, job: str | None = None, offset: int = 0, limit: int = 50
+) -> tuple[list[QueueEntry], int]:
+    """One window of a band's queue, filtered, and how many tasks match. No query.
+
+    Unfiltered, cutting a window is O(window); a filter scans the band once (strings only).
+    """
+    ids = index.ids.get(rank, [])
+    owners = index.owner.get(rank, [])
+    if user or job:
+        matches = [
+            i for i in range(len(ids))
+            if (not user or owners[i] == user) and (not job or job_matches(ids[i], job))
+        ]
+        total = len(matches)
+        chosen = matches[offset:offset + limit]
+    else:
+        total = len(ids)
+        chosen = range(offset, min(offset + limit, total))
+    reasons = index.reasons
+    entries = []
+    for i in chosen:
+        task_id = ids[i]
+        job_id, task_index = split_task_id(task_id)
+        reason_index = index.reason_of[rank][i]
+        reason = reasons[reason_index] if 0 <= reason_index < len(reasons) else ""
+        entries.append(QueueEntry(task_id, job_id, task_index, owners[i], Band(rank), i + 1, reason))
+    return entries, total
+
+
+def queue_rows(entries: list[QueueEntry]) -> dict[str, Task]:
+    """The current rows of the tasks on a queue page, with their jobs. One query (none if empty)."""
+    if not entries:
+        return {}
+    by_job: dict[str, list[int]] = {}
+    for entry in entries:
+        by_job.setdefault(entry.job, []).append(entry.index)
+    match = Q()
+    for job_id, indices in by_job.items():
+        match |= Q(job__name=job_id, index__in=indices)
+    return {
+        f"{t.job.name}/{t.index}": t
+        for t in Task.objects.filter(match).select_related("job").only(
+            "index", "state", "updated_at", "attempt_count", "preemption_count",
+            "job__name", "job__user", "job__band", "job__state", "job__submitted_at_ms", "job__replicas",
+            "job__cpu_millicores", "job__memory_bytes", "job__device_type", "job__device_variant",
+            "job__device_count", "job__group_by",
+        )
+    }
+
+
+@dataclass(frozen=True)
+class RoundRobinPlace:
+    """Where a queued task stands in its band's round robin across users."""
+
+    band: Band
+    position: int
+    band_size: int
+    user: str
+    turn: int  # the user's turn in each round (1 = first)
+    users: list[tuple[str, int]]  # the band's users in round-robin order, with their spend
+    ahead_own: int  # the same user's tasks ahead of this one in the band
+
+
+def round_robin_place(index: QueueIndex, rank: int, position: int) -> RoundRobinPlace | None:
+    """The round-robin facts of the task at ``position`` (1-based) of band ``rank``. No query."""
+    owners = index.owner.get(rank, [])
+    if not 1 <= position <= len(owners):
+        return None
+    user = owners[position - 1]
+    band_users = index.users.get(rank, [])
+    ahead_own = sum(1 for u in owners[: position - 1] if u == user)
+    return RoundRobinPlace(
+        band=Band(rank), position=position, band_size=len(owners), user=user,
+        turn=band_users.index(user) + 1 if user in band_users else 0,
+        users=[(u, int(index.spend.get(u, 0))) for u in band_users],
+        ahead_own=ahead_own,
+    )
+
+
+@dataclass
+class BudgetRow:
+    """A budget as the console's table shows it: the API's facts plus task counts."""
+
+    view: BudgetView
+    running: int = 0
+    pending: int = 0
+    active_jobs: int = 0
+
+    @property
+    def percent(self) -> float | None:
+        """Spend as a percentage of the effective limit; None when unlimited."""
+        limit = self.view.effective_budget_limit
+        return None if limit <= 0 else 100.0 * self.view.spend / limit
+
+
+def task_counts_by_user() -> dict[str, dict[str, int]]:
+    """``{user: {"pending", "running", "jobs"}}`` over unfinished work. Two grouped queries."""
+    counts: dict[str, dict[str, int]] = {}
+    for user, state, n in (
+        Task.objects.filter(state__in=[TaskState.PENDING.value, *API_ACTIVE_VALUES])
+        .order_by().values_list("job__user", "state").annotate(n=Count("id"))
+    ):
+        bucket = counts.setdefault(user, {"pending": 0, "running": 0, "jobs": 0})
+        bucket["pending" if state == TaskState.PENDING.value else "running"] += n
+    for user, n in (
+        Job.objects.exclude(state__in=API_TERMINAL_JOB_VALUES).order_by().values_list("user").annotate(n=Count("id"))
+    ):
+        counts.setdefault(user, {"pending": 0, "running": 0, "jobs": 0})["jobs"] = n
+    return counts
+
+
+def budget_rows(users: list[str] | None = None) -> list[BudgetRow]:
+    """Every user with a budget row, an open grant, spend or unfinished work. Six queries.
+
+    Users known only by their unfinished work get the cluster defaults (they have no row, no
+    grant and no spend, or ``budget_views`` would have listed them). Sorted as Iris's dashboard:
+    most active jobs first, then most running tasks, then by name.
+    """
+    counts = task_counts_by_user()
+    views = {v.user: v for v in budget_views(users)}
+    defaults = budget_defaults()
+    for user in counts:
+        if user not in views and (users is None or user in users):
+            views[user] = BudgetView(
+                user=user, has_row=False, budget_limit=defaults.budget_limit, max_band=defaults.max_band,
+                effective_budget_limit=defaults.budget_limit, effective_max_band=defaults.max_band, spend=0,
+                effective_band=Band.INTERACTIVE,
+            )
+    rows = [BudgetRow(view, **{k: counts.get(user, {}).get(k, 0) for k in ("pending", "running")},
+                      active_jobs=counts.get(user, {}).get("jobs", 0))
+            for user, view in views.items()]
+    rows.sort(key=lambda r: (-r.active_jobs, -r.running, r.view.user))
+    return rows
+
+
+@dataclass(frozen=True)
+class SpendSample:
+    at: datetime
+    spend: dict[str, int]
+    limits: dict[str, int]
+
+
+def spend_samples(*, since: datetime, points: int = 240) -> list[SpendSample]:
+    """Tick spend and limit samples since ``since``, oldest first, thinned to about ``points``.
+
+    Two queries: how many ticks the window holds, then every k-th of them counted back from the
+    newest (so the newest tick is always in), whatever the number of ticks or users.
+    """
+    from django.db.models import F, Subquery
+
+    window = TickRecord.objects.filter(started_at__gte=since)
+    every = max(1, -(-window.count() // max(points, 1)))
+    qs = window
+    if every > 1:
+        newest = Subquery(TickRecord.objects.order_by("-pk").values("pk")[:1])
+        qs = qs.annotate(_slot=(newest - F("pk")) % every).filter(_slot=0)
+    rows = list(qs.order_by("-pk").values_list("started_at", "spend", "limits")[: points + 1])
+    rows.reverse()
+    return [SpendSample(at, dict(spend or {}), dict(limits or {})) for at, spend, limits in rows]
+
+
+@dataclass
+class WorkerUse:
+    """What a worker's unfinished attempts hold (the scheduler counts the same)."""
+
+    cpu_millicores: int = 0
+    memory_bytes: int = 0
+    chips: int = 0
+    attempts: int = 0
+
+
+def worker_use(worker_pks: list[int]) -> dict[int, WorkerUse]:
+    """Capacity held on each worker by attempts not yet finished there. One grouped query.
+
+    An attempt holds its task's request from assignment until the worker confirms its process
+    ended, including a preempted or cancelled attempt still shutting down.
+    """
+    from django.db.models import Sum
+
+    use = {pk: WorkerUse() for pk in worker_pks}
+    rows = (
+        Attempt.objects.filter(worker_id__in=worker_pks, finished_at__isnull=True)
+        .order_by().values_list("worker_id")
+        .annotate(
+            cpu=Sum("task__job__cpu_millicores"),
+            mem=Sum("task__job__memory_bytes"),
+            chips=Sum("task__job__device_count", filter=~Q(task__job__device_type=DeviceType.CPU.value)),
+            n=Count("id"),
+        )
+    )
+    for worker_pk, cpu, mem, chips, n in rows:
+        use[worker_pk] = WorkerUse(cpu or 0, mem or 0, chips or 0, n)
+    return use
+
+
+def worker_tasks(worker_pks: list[int]) -> dict[int, list[Task]]:
+    """Active tasks on each of the given workers, by job and index. One query."""
+    result: dict[int, list[Task]] = {pk: [] for pk in worker_pks}
+    for task in (
+        Task.objects.filter(worker_id__in=worker_pks, state__in=API_ACTIVE_VALUES)
+        .select_related("job").only("index", "state", "band", "worker_id", "job__name", "job__user")
+        .order_by("job__name", "index")
+    ):
+        result[task.worker_id].append(task)
+    return result
+
+
+def preemption_counts(events: QuerySet[PreemptionEvent], limit: int = 20) -> list[dict]:
+    """Victim jobs of ``events`` with the most preemptions first. One grouped query.
+
+    ``repeated`` flags jobs preempted at least ``REPEATED_PREEMPTIONS`` times.
+    """
+    rows = (
+        events.order_by().values("victim__job__name", "victim__job__user")
+        .annotate(n=Count("id"), tasks=Count("victim", distinct=True))
+        .order_by("-n", "victim__job__name")[:limit]
+    )
+    return [
+        {"job": r["victim__job__name"], "user": r["victim__job__user"], "count": r["n"], "tasks": r["tasks"],
+         "repeated": r["n"] >= REPEATED_PREEMPTIONS}
+        for r in rows
+    ]
+
+
+def job_tasks_window(job: Job, *, offset: int = 0, limit: int = 50) -> list[Task]:
+    """A window of a job's tasks by index, with workers and attempts. Two queries."""
+    attempts = Attempt.objects.select_related("worker").order_by("number")
+    return list(
+        Task.objects.filter(job=job).select_related("worker").order_by("index")
+        .prefetch_related(Prefetch("attempts", attempts))[offset:offset + limit]
+    )
+
+
+def running_by_band_user() -> dict[tuple[int, str], int]:
+    """``{(stamped band rank, user): active tasks}``. One grouped query."""
+    return {
+        (band, user): n
+        for band, user, n in Task.objects.filter(state__in=API_ACTIVE_VALUES)
+        .order_by().values_list("band", "job__user").annotate(n=Count("id"))
+        if band is not None
+    }
+
+
+def newest_preemption() -> int | None:
+    """The pk of the newest preemption event (pollers compare it). One query."""
+    return PreemptionEvent.objects.order_by("-pk").values_list("pk", flat=True).first()
+
+
+def budget_rows_of(users: list[str]) -> dict[str, tuple[int, int]]:
+    """``{user: (budget_limit, max_band rank)}`` for those of ``users`` with a row. One query."""
+    return {
+        user: (limit, band)
+        for user, limit, band in UserBudget.objects.filter(user_id__in=users).values_list(
+            "user_id", "budget_limit", "max_band"
+        )
+    }

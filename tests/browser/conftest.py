@@ -1,6 +1,7 @@
 """Headless Chromium (Debian's package) driven by Playwright against a live test server.
 
-Screenshots go to ``test-artifacts/screenshots/``.
+Screenshots go to ``test-artifacts/screenshots/``. ``page`` is one signed-out browser context;
+``open_page`` opens more (one per persona, each with its own session).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
+VIEWPORT = {"width": 1360, "height": 900}
 
 
 @pytest.fixture(scope="session")
@@ -41,20 +43,38 @@ def browser():
 
 @pytest.fixture
 def page(browser):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context = browser.new_context(viewport=VIEWPORT)
     page = context.new_page()
     yield page
     context.close()
 
 
 @pytest.fixture
-def screenshot(page):
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+def open_page(browser):
+    """Open another signed-out page in its own context (its own cookies)."""
+    contexts = []
 
-    def take(name: str) -> Path:
-        path = SCREENSHOTS / f"{name}.png"
-        page.screenshot(path=str(path), full_page=True)
-        return path
+    def open_():
+        context = browser.new_context(viewport=VIEWPORT)
+        contexts.append(context)
+        return context.new_page()
+
+    yield open_
+    for context in contexts:
+        context.close()
+
+
+def save_screenshot(page, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+@pytest.fixture
+def screenshot(page):
+    def take(name: str, of=None) -> Path:
+        return save_screenshot(of or page, name)
 
     return take
 
@@ -64,3 +84,4 @@ def sign_in(page, live_server, username: str, password: str) -> None:
     page.fill("input[name=username]", username)
     page.fill("input[name=password]", password)
     page.click("button[type=submit]")
+    page.wait_for_load_state()

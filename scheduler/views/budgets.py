@@ -1,0 +1,128 @@
+"""Budgets: spend versus limit per user, charts of spend over time, and uplift requests.
+
+The numbers are the API's (``queries.budget_views``: live spend, effective limit and band with
+grants); the charts come from the spend and limit each tick sampled.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404
+from django.shortcuts import redirect
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from scheduler import queries, roles, services
+from scheduler.core.bands import Band
+from scheduler.core.budget import ACCELERATOR_POINTS, CORE_POINTS, GIB_POINTS
+from scheduler.errors import ServiceError
+from scheduler.forms import UpliftRequestForm
+from scheduler.views.charts import spend_chart
+from scheduler.views.common import POLL_SECONDS, apply_service_error, page_or_fragment
+
+# Bars turn amber from this share of the limit (as Iris's dashboard) and red above the limit.
+AMBER_PERCENT = 75
+# A sparkline covers the last hour in at most this many points.
+SPARK_SECONDS = 3600
+SPARK_POINTS = 60
+CHART_POINTS = 240
+CHART_WINDOWS = {"1h": 3600, "6h": 6 * 3600, "24h": 86400, "7d": 7 * 86400}
+
+SPEND_RULE = {"chip": ACCELERATOR_POINTS, "gib": GIB_POINTS, "core": CORE_POINTS}
+
+
+def samples_for(seconds: int, points: int):
+    """Tick samples over the last ``seconds``, thinned to about ``points`` (two queries)."""
+    return queries.spend_samples(since=timezone.now() - timedelta(seconds=seconds), points=points)
+
+
+def bar(row: queries.BudgetRow) -> dict:
+    """The spend bar: width and colour from the share of the limit used."""
+    percent = row.percent
+    if percent is None:
+        return {"width": 0, "level": "unlimited", "percent": None}
+    level = "red" if percent > 100 else "amber" if percent >= AMBER_PERCENT else "green"
+    return {"width": min(100.0, round(percent, 1)), "level": level, "percent": percent}
+
+
+@login_required
+def budgets(request):
+    rows = queries.budget_rows()
+    defaults = queries.budget_defaults()
+    samples = samples_for(SPARK_SECONDS, SPARK_POINTS)
+    for row in rows:
+        row.bar = bar(row)
+        row.over = max(0, row.view.spend - row.view.effective_budget_limit) if row.view.over_budget else 0
+        row.spark = spend_chart(samples, row.view.user, defaults.budget_limit, width=140, height=30, axes=False)
+    context = {
+        "rows": rows,
+        "defaults": defaults,
+        "rule": SPEND_RULE,
+        "amber": AMBER_PERCENT,
+        "poll": POLL_SECONDS * 2,
+        "me": request.user.username,
+        "interactive": Band.INTERACTIVE,
+    }
+    return page_or_fragment(request, "scheduler/budgets.html", "table", context)
+
+
+def may_see_requests(viewer, user: str) -> bool:
+    """Researchers see their own uplift requests; operators and admins see everyone's (as the API)."""
+    return viewer.username == user or roles.is_operator(viewer)
+
+
+@login_required
+def budget_detail(request, user: str, form: UpliftRequestForm | None = None, status: int = 200):
+    view = queries.budget_views([user])[0]
+    counts = queries.task_counts_by_user().get(user)
+    if not view.has_row and not view.grants and not view.spend and counts is None and user != request.user.username:
+        if not queries.user_is_known(user):
+            raise Http404(f"No user, budget, grant or job is named {user!r}.")
+    row = queries.BudgetRow(view, **{k: (counts or {}).get(k, 0) for k in ("pending", "running")},
+                            active_jobs=(counts or {}).get("jobs", 0))
+    window = request.GET.get("window") if request.GET.get("window") in CHART_WINDOWS else "1h"
+    defaults = queries.budget_defaults()
+    chart = spend_chart(samples_for(CHART_WINDOWS[window], CHART_POINTS), user, defaults.budget_limit)
+    own = request.user.username == user
+    can_request = own or roles.is_admin(request.user)
+    context = {
+        "row": row,
+        "view": view,
+        "bar": bar(row),
+        "chart": chart,
+        "window": window,
+        "windows": list(CHART_WINDOWS),
+        "defaults": defaults,
+        "rule": SPEND_RULE,
+        "own": own,
+        "subject": "you" if own else user,
+        "can_request": can_request,
+        "form": form or UpliftRequestForm(),
+        "requests": list(queries.uplift_grants(user=user)[:20]) if may_see_requests(request.user, user) else None,
+        "over_by": max(0, view.spend - view.effective_budget_limit) if view.effective_budget_limit else 0,
+        "headroom": max(0, view.effective_budget_limit - view.spend),
+        "chips": max(0, view.effective_budget_limit - view.spend) // ACCELERATOR_POINTS,
+    }
+    return page_or_fragment(request, "scheduler/budget_detail.html", "live", context, status=status)
+
+
+@login_required
+@require_POST
+def request_uplift(request, user: str):
+    form = UpliftRequestForm(request.POST)
+    if form.is_valid():
+        try:
+            grant = services.request_uplift(
+                request.user, user=user, max_band=form.cleaned_data.get("max_band") or None,
+                budget_limit=form.cleaned_data.get("budget_limit"), reason=form.cleaned_data["reason"],
+                duration_seconds=form.duration_seconds(),
+            )
+        except ServiceError as exc:
+            apply_service_error(form, exc, {"duration_seconds": "duration_hours", "user": None})
+        else:
+            messages.success(request, f"Uplift request {grant.pk} sent. An admin will approve or deny it; its state shows below.")
+            return redirect("console:budget", user=user)
+    return budget_detail(request, user, form=form, status=400)

@@ -1,0 +1,118 @@
+"""Spend-over-time charts drawn as inline SVG on the server: geometry here, markup in templates.
+
+No JavaScript chart library: a chart is a few polylines whose points are computed from the
+ticks' spend and limit samples. A limit of 0 (unlimited) draws no limit line for that stretch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from scheduler.queries import SpendSample
+
+
+@dataclass
+class Chart:
+    width: int
+    height: int
+    left: int
+    right: int
+    top: int
+    bottom: int
+    spend: str = ""  # polyline points
+    area: str = ""  # polygon under the spend line
+    limits: list[str] = field(default_factory=list)  # one polyline per stretch with a limit
+    over: list[tuple[float, float]] = field(default_factory=list)  # samples over the limit
+    y_ticks: list[tuple[float, str]] = field(default_factory=list)
+    x_ticks: list[tuple[float, str]] = field(default_factory=list)
+    last_spend: int = 0
+    last_limit: int = 0
+    peak: int = 0
+    samples: int = 0
+    start: datetime | None = None
+    end: datetime | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.samples == 0
+
+    @property
+    def plot_right(self) -> int:
+        return self.width - self.right
+
+    @property
+    def plot_bottom(self) -> int:
+        return self.height - self.bottom
+
+
+def nice_ceiling(value: float) -> int:
+    """The next round number at or above ``value`` (1, 2, 2.5, 5 × 10^k), for the y axis."""
+    if value <= 0:
+        return 1
+    magnitude = 10 ** (len(str(int(value))) - 1)
+    for step in (1, 2, 2.5, 5, 10):
+        if value <= step * magnitude:
+            return int(step * magnitude)
+    return int(10 * magnitude)
+
+
+def short_number(n: float) -> str:
+    if n >= 1_000_000:
+        return f"{n / 1_000_000:g}M"
+    if n >= 10_000:
+        return f"{n / 1000:g}k"
+    return f"{int(n):,}"
+
+
+def spend_chart(
+    samples: list[SpendSample], user: str, default_limit: int, *, width: int = 640, height: int = 180,
+    axes: bool = True,
+) -> Chart:
+    """A chart of ``user``'s spend and limit over ``samples`` (oldest first)."""
+    margins = (56, 12, 10, 24) if axes else (1, 1, 2, 2)
+    chart = Chart(width, height, *margins)
+    if not samples:
+        return chart
+    spends = [int(s.spend.get(user, 0)) for s in samples]
+    limits = [int(s.limits.get(user, default_limit)) for s in samples]
+    chart.samples = len(samples)
+    chart.start, chart.end = samples[0].at, samples[-1].at
+    chart.last_spend, chart.last_limit = spends[-1], limits[-1]
+    chart.peak = max(spends)
+    top_value = nice_ceiling(max(max(spends), max(limits)) * 1.1)
+    x0, x1 = chart.left, width - chart.right
+    y0, y1 = chart.top, height - chart.bottom
+    span = (samples[-1].at - samples[0].at).total_seconds() or 1.0
+
+    def x(i: int) -> float:
+        if len(samples) == 1:
+            return float(x1)
+        return round(x0 + (x1 - x0) * (samples[i].at - samples[0].at).total_seconds() / span, 1)
+
+    def y(v: int) -> float:
+        return round(y1 - (y1 - y0) * v / top_value, 1)
+
+    points = [(x(i), y(v)) for i, v in enumerate(spends)]
+    if len(points) == 1:
+        points.insert(0, (float(x0), points[0][1]))
+    chart.spend = " ".join(f"{a},{b}" for a, b in points)
+    chart.area = f"{points[0][0]},{y1} " + chart.spend + f" {points[-1][0]},{y1}"
+    stretch: list[str] = []
+    for i, limit in enumerate(limits):
+        if limit > 0:
+            stretch.append(f"{x(i)},{y(limit)}")
+        elif stretch:
+            chart.limits.append(" ".join(stretch))
+            stretch = []
+        if limit > 0 and spends[i] > limit:
+            chart.over.append((x(i), y(spends[i])))
+    if stretch:
+        if len(stretch) == 1:
+            stretch.insert(0, f"{x0},{stretch[0].split(',')[1]}")
+        chart.limits.append(" ".join(stretch))
+    if axes:
+        chart.y_ticks = [(y(top_value * k // 4), short_number(top_value * k // 4)) for k in range(5)]
+        fmt = "%H:%M" if span < 2 * 86400 else "%b %d"
+        chart.x_ticks = [(x(i), samples[i].at.strftime(fmt)) for i in sorted({0, len(samples) // 2, len(samples) - 1})]
+    return chart

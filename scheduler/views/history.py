@@ -1,0 +1,48 @@
+"""Preemption history: who lost a slot to whom, where and when, with repeat victims flagged."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.contrib.auth.decorators import login_required
+from django.utils import timezone
+
+from scheduler import queries
+from scheduler.core.bands import Band
+from scheduler.forms import SINCE_SECONDS, PreemptionFilterForm
+from scheduler.views.common import PAGE_SIZE, POLL_SECONDS, no_change, page_or_fragment, unchanged, window
+
+
+@login_required
+def preemptions(request):
+    form = PreemptionFilterForm(request.GET or None)
+    filters = form.cleaned_data if form.is_valid() else {}
+    newest = queries.newest_preemption()
+    if unchanged(request, newest):
+        return no_change()
+    since = None
+    if filters.get("since"):
+        since = timezone.now() - timedelta(seconds=SINCE_SECONDS[filters["since"]])
+    job = (filters.get("job") or "").strip()
+    events = queries.preemptions(
+        user=(filters.get("user") or "").strip() or None,
+        band=Band.parse(filters["band"]) if filters.get("band") else None,
+        since=since,
+        job="/" + job.strip("/") if job else None,
+    )
+    win = window(request, events.count(), PAGE_SIZE)
+    page = list(events[win.offset:win.offset + win.size])
+    counts = queries.preemption_counts(events)
+    repeated = {c["job"] for c in counts if c["repeated"]}
+    context = {
+        "form": form,
+        "events": page,
+        "window": win,
+        "counts": counts,
+        "repeated": repeated,
+        "threshold": queries.REPEATED_PREEMPTIONS,
+        "newest": newest,
+        "poll": POLL_SECONDS * 2,
+        "filtered": any(filters.values()) if filters else False,
+    }
+    return page_or_fragment(request, "scheduler/preemptions.html", "history", context)

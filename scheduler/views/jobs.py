@@ -1,0 +1,204 @@
+"""Jobs: the list, the detail page with its "why" panel, submit, cancel, and what-if.
+
+The why panel shows ``queries.explain_job`` (the API's explain: same facts, same numbers) and
+the round-robin place from the newest tick's queue; this module only phrases them for people.
+The live part of the detail page polls until the job has finished, then renders without its
+trigger, which stops the polling.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404
+from django.shortcuts import redirect
+from django.views.decorators.http import require_POST
+
+from scheduler import queries, roles, services
+from scheduler.core.bands import Band
+from scheduler.errors import InvalidArgument, ServiceError
+from scheduler.forms import JobFilterForm, JobForm, WhatIfForm
+from scheduler.views.common import (
+    PAGE_SIZE,
+    POLL_SECONDS,
+    apply_service_error,
+    page_or_fragment,
+    window,
+)
+
+# Tasks shown per page on a job's detail page.
+TASKS_PER_PAGE = 50
+# What ``queries.explain_job`` says of a pending task no tick has explained yet.
+NOT_YET_TICKED = "Waiting for the next scheduling tick"
+JOB_FIELDS = {"device.type": "device_type", "device.variant": "device_variant", "device.count": "device_count",
+              "device": "device_type", "cpu": "cpu", "memory": "memory"}
+
+
+def job_name(job_id: str) -> str:
+    try:
+        return services.normalize_job_id(job_id, "job")
+    except InvalidArgument:
+        raise Http404(f"{job_id!r} is not a job id.") from None
+
+
+def get_job(job_id: str):
+    name = job_name(job_id)
+    job = queries.jobs().filter(name=name).first()
+    if job is None:
+        raise Http404(f"There is no job {name}.")
+    return job
+
+
+@login_required
+def jobs(request):
+    form = JobFilterForm(request.GET or None)
+    filters = form.cleaned_data if form.is_valid() else {}
+    qs = queries.jobs(user=(filters.get("user") or "").strip() or None, state=filters.get("state") or None)
+    win = window(request, qs.count(), PAGE_SIZE)
+    page = list(qs[win.offset:win.offset + win.size])
+    counts = queries.task_counts([job.pk for job in page])
+    for job in page:
+        job.counts = counts.get(job.pk, {})
+    context = {"form": form, "jobs": page, "window": win, "me": request.user.username}
+    return page_or_fragment(request, "scheduler/jobs.html", "list", context)
+
+
+def why_sentences(explain: dict, job, viewer, place: queries.RoundRobinPlace | None) -> list[str]:
+    """What would change the outcome, in the second person for the job's owner."""
+    own = viewer.username == job.user
+    who, whose = ("you are", "your") if own else (f"{job.user} is", f"{job.user}'s")
+    state = explain["state"]
+    if state in queries.API_TERMINAL_JOB_VALUES:
+        return [f"Nothing: the job has finished ({state})."]
+    pending = [t for t in explain["tasks"] if t["state"] == "pending"]
+    sentences = []
+    downgrade = explain.get("downgrade")
+    requested = Band.parse(explain["requested_band"])
+    if downgrade:
+        over = downgrade["spend"] - downgrade["limit"]
+        sentences.append(
+            f"{who.capitalize()} {over:,} points over {whose} limit (spend {downgrade['spend']:,} > limit "
+            f"{downgrade['limit']:,}); {whose} {requested.name} work runs as BATCH until {whose} running work "
+            f"drops to {downgrade['limit']:,} points or less, or an uplift is granted."
+        )
+    if not pending:
+        sentences.append("Nothing is waiting: every unfinished task of this job is placed.")
+        if downgrade:
+            sentences.append("Tasks already running keep the band they were stamped with when placed.")
+        return sentences
+    if explain["position"] is None and any(t["pending_reason"] == NOT_YET_TICKED for t in pending):
+        sentences.append("No tick has looked at it yet; the next tick (every few seconds) places it or says why not.")
+    if explain["position"] and explain["position"] > 1:
+        band = place.band.name if place else explain["effective_band"].upper()
+        sentences.append(f"{explain['position'] - 1:,} task(s) are ahead of it in the {band} queue.")
+    if place and len(place.users) > 1:
+        sentences.append(
+            f"Within {place.band.name}, users take turns, lower spend first: {job.user} goes "
+            f"{ordinal(place.turn)} of {len(place.users)} and has {place.ahead_own:,} task(s) of their own ahead "
+            f"of this one."
+        )
+    reason = explain.get("pending_reason") or ""
+    if explain["position"] is not None and reason and not reason.startswith(NOT_YET_TICKED):
+        cause = reason.split("; position ")[0].split("; INTERACTIVE runs as")[0]
+        sentences.append(f"The scheduler's last word on it: {cause}.")
+    if requested is Band.BATCH and not downgrade:
+        sentences.append("BATCH work runs when no higher band needs the capacity.")
+    return sentences
+
+
+def ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def job_context(request, job) -> dict:
+    explain = queries.explain_job(job)
+    counts = queries.task_counts([job.pk]).get(job.pk, {})
+    index = queries.queue_index()
+    place = None
+    queued = [t for t in explain["tasks"] if t["position"] is not None and t["band"]]
+    if queued and explain["position"] is not None:
+        first = min(queued, key=lambda t: t["position"])
+        place = queries.round_robin_place(index, int(Band.parse(first["band"])), first["position"])
+    win = window(request, job.replicas, TASKS_PER_PAGE)
+    tasks = queries.job_tasks_window(job, offset=win.offset, limit=win.size)
+    pending_reasons = {t["task"]: t["pending_reason"] for t in explain["tasks"]}
+    for task in tasks:
+        task.pending_reason = pending_reasons.get(f"{job.name}/{task.index}")
+        attempts = list(task.attempts.all())
+        task.last_attempt = attempts[-1] if attempts else None
+    for event in explain["preemptions"]:
+        event["preemptor_user"] = event["preemptor"].split("/")[1]
+    finished = job.state in queries.API_TERMINAL_JOB_VALUES
+    return {
+        "job": job,
+        "explain": explain,
+        "counts": sorted(counts.items()),
+        "place": place,
+        "why": why_sentences(explain, job, request.user, place),
+        "tasks": tasks,
+        "window": win,
+        "finished": finished,
+        "poll": None if finished else POLL_SECONDS,
+        "can_cancel": not finished and services.owns_job(request.user, job),
+        "own": request.user.username == job.user,
+        "children": list(job.children.order_by("name").values_list("name", "state")[:50]),
+        "downgraded": explain["effective_band"] != explain["requested_band"],
+    }
+
+
+@login_required
+def job_detail(request, job_id: str):
+    job = get_job(job_id)
+    return page_or_fragment(request, "scheduler/job_detail.html", "live", job_context(request, job))
+
+
+@login_required
+@require_POST
+def cancel_job(request, job_id: str):
+    name = job_name(job_id)
+    try:
+        outcome = services.cancel_job(request.user, name)
+    except ServiceError as exc:
+        if exc.status == 404:
+            raise Http404(exc.message) from None
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Cancelled {outcome.job}: {outcome.killed_tasks:,} task(s) killed.")
+    return redirect("console:job", job_id=name.strip("/"))
+
+
+@login_required
+def submit(request):
+    form = JobForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            job = services.submit_job(request.user, form.service_data())
+        except ServiceError as exc:
+            apply_service_error(form, exc, JOB_FIELDS)
+        else:
+            messages.success(
+                request, f"Submitted {job.name} as {Band(job.band).name} with {job.replicas:,} task(s). "
+                f"It joins the queue at the next tick."
+            )
+            return redirect("console:job", job_id=job.name.strip("/"))
+    status = 400 if request.method == "POST" else 200
+    budget = queries.budget_view(request.user.username)
+    return page_or_fragment(
+        request, "scheduler/submit.html", "form", {"form": form, "budget": budget, "admin": roles.is_admin(request.user)},
+        status=status,
+    )
+
+
+@login_required
+def what_if(request):
+    asked = bool(request.GET)
+    form = WhatIfForm(request.GET if asked else None)
+    answer = None
+    if asked and form.is_valid():
+        try:
+            answer = services.what_if(request.user, form.service_data())
+        except ServiceError as exc:
+            apply_service_error(form, exc, JOB_FIELDS)
+    context = {"form": form, "answer": answer, "operator": roles.is_operator(request.user)}
+    return page_or_fragment(request, "scheduler/what_if.html", "whatif", context)

@@ -1,0 +1,136 @@
+"""The admin console: budgets (edit with validation), the cluster tiers as loaded, uplift
+requests to approve or deny with an expiry, and the audit log. Admins only.
+
+Every write goes through ``scheduler.services`` (which audits it); a refused write shows the
+service's message on the field it names.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.shortcuts import redirect
+from django.views.decorators.http import require_POST
+
+from scheduler import queries, services
+from scheduler.cluster_config import cluster_config
+from scheduler.core.bands import Band
+from scheduler.errors import ServiceError
+from scheduler.forms import BudgetForm, UpliftDecisionForm
+from scheduler.models import UpliftGrant
+from scheduler.views.common import PAGE_SIZE, admin_required, apply_service_error, page_or_fragment, window
+
+# Decided grants listed under the open requests.
+RECENT_DECISIONS = 25
+
+
+@admin_required("The admin console")
+def budgets(request):
+    if request.method == "POST":
+        form = BudgetForm(request.POST)
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                row = services.set_budget(
+                    request.user, data["user"], budget_limit=data.get("budget_limit"),
+                    max_band=data.get("max_band") or None, reason=data["reason"],
+                )
+            except ServiceError as exc:
+                apply_service_error(form, exc)
+            else:
+                messages.success(
+                    request, f"Budget of {row.user_id} set: limit {row.budget_limit:,} "
+                    f"({'unlimited' if row.budget_limit == 0 else 'points'}), max band {Band(row.max_band).name}."
+                )
+                return redirect("console:manage-budgets")
+        status = 400
+    else:
+        initial = {}
+        user = request.GET.get("user", "").strip()
+        if user:
+            view = queries.budget_views([user])[0]
+            initial = {"user": user, "budget_limit": view.budget_limit, "max_band": view.max_band.wire}
+        form = BudgetForm(initial=initial)
+        status = 200
+    context = {"form": form, "rows": queries.budget_rows(), "defaults": queries.budget_defaults(), "tab": "budgets"}
+    return page_or_fragment(request, "scheduler/manage_budgets.html", "table", context, status=status)
+
+
+@admin_required("The admin console")
+def tiers(request):
+    config = cluster_config()
+    users = sorted({u for tier in config.user_budgets for u in tier.user_ids})
+    rows = queries.budget_rows_of(users)
+    # Later tiers win, as reconciliation applies them.
+    final: dict[str, int] = {}
+    for i, tier in enumerate(config.user_budgets):
+        for user in tier.user_ids:
+            final[user] = i
+    tiers = []
+    for i, tier in enumerate(config.user_budgets):
+        members = []
+        for user in tier.user_ids:
+            row = rows.get(user)
+            members.append({
+                "user": user,
+                "overridden": final[user] != i,
+                "row": row,
+                "differs": final[user] == i and row is not None and (row[0], row[1]) != (tier.budget_limit, int(tier.max_band)),
+                "missing": final[user] == i and row is None,
+            })
+        tiers.append({"number": i + 1, "tier": tier, "members": members})
+    context = {"config": config, "tiers": tiers, "tab": "tiers"}
+    return page_or_fragment(request, "scheduler/manage_tiers.html", "tiers", context)
+
+
+def uplift_context(forms: dict[int, UpliftDecisionForm] | None = None) -> dict:
+    requested = list(queries.uplift_grants(state=UpliftGrant.State.REQUESTED).order_by("created_at", "pk")[:100])
+    forms = forms or {}
+    budgets = {v.user: v for v in queries.budget_views(sorted({g.user_id for g in requested}))} if requested else {}
+    for grant in requested:
+        hours = grant.duration_seconds / 3600
+        grant.form = forms.get(grant.pk) or UpliftDecisionForm(
+            initial={"duration_hours": int(hours) if hours.is_integer() else round(hours, 2)}, prefix=f"g{grant.pk}"
+        )
+        grant.budget = budgets.get(grant.user_id)
+    decided = list(queries.uplift_grants().exclude(state=UpliftGrant.State.REQUESTED)[:RECENT_DECISIONS])
+    return {"requested": requested, "decided": decided, "tab": "uplifts"}
+
+
+@admin_required("The admin console")
+def uplifts(request):
+    return page_or_fragment(request, "scheduler/manage_uplifts.html", "uplifts", uplift_context())
+
+
+@admin_required("Deciding uplift requests")
+@require_POST
+def decide_uplift(request, pk: int, verb: str):
+    form = UpliftDecisionForm(request.POST, prefix=f"g{pk}")
+    if form.is_valid():
+        try:
+            if verb == "approve":
+                grant = services.approve_uplift(request.user, pk, duration_seconds=form.duration_seconds(),
+                                                note=form.cleaned_data.get("note"))
+            else:
+                grant = services.deny_uplift(request.user, pk, note=form.cleaned_data.get("note"))
+        except ServiceError as exc:
+            if exc.field in ("duration_seconds",):
+                apply_service_error(form, exc, {"duration_seconds": "duration_hours"})
+            else:
+                messages.error(request, exc.message)
+                return redirect("console:manage-uplifts")
+        else:
+            if grant.state == UpliftGrant.State.APPROVED:
+                messages.success(request, f"Approved uplift {grant.pk} for {grant.user_id}; it expires "
+                                          f"{grant.expires_at:%Y-%m-%d %H:%M} UTC.")
+            else:
+                messages.success(request, f"Denied uplift {grant.pk} for {grant.user_id}.")
+            return redirect("console:manage-uplifts")
+    return page_or_fragment(request, "scheduler/manage_uplifts.html", "uplifts", uplift_context({pk: form}), status=400)
+
+
+@admin_required("The audit log")
+def audit(request):
+    qs = queries.audit_entries()
+    win = window(request, qs.count(), PAGE_SIZE)
+    context = {"entries": list(qs[win.offset:win.offset + win.size]), "window": win, "tab": "audit"}
+    return page_or_fragment(request, "scheduler/manage_audit.html", "audit", context)

@@ -1,0 +1,82 @@
+"""Scheduler state, for operators: recent ticks, lag, pending and running by band and user,
+dispatch intents stuck in the outbox, and "run a tick now"."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import messages
+from django.shortcuts import redirect
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from scheduler import dispatch, queries, services
+from scheduler.core.bands import BANDS_IN_ORDER
+from scheduler.errors import ServiceError
+from scheduler.views.common import POLL_SECONDS, operator_required, page_or_fragment
+
+# Users shown in the band-by-user table (most pending and running first); the rest are summed.
+USERS_SHOWN = 25
+TICKS_SHOWN = 15
+STUCK_SHOWN = 20
+# The lag is flagged once this many tick periods have passed without a tick (beat is down?).
+LATE_TICKS = 3
+
+
+def band_user_table(pending: dict[tuple[int, str], int], running: dict[tuple[int, str], int]) -> dict:
+    """Rows per user with (pending, running) per band, busiest first, and per-band totals."""
+    users: dict[str, dict[int, list[int]]] = {}
+    for (rank, user), n in pending.items():
+        users.setdefault(user, {}).setdefault(rank, [0, 0])[0] += n
+    for (rank, user), n in running.items():
+        users.setdefault(user, {}).setdefault(rank, [0, 0])[1] += n
+    totals = {int(b): [0, 0] for b in BANDS_IN_ORDER}
+    rows = []
+    for user, cells in users.items():
+        for rank, (p, r) in cells.items():
+            totals.setdefault(rank, [0, 0])
+            totals[rank][0] += p
+            totals[rank][1] += r
+        total = sum(p + r for p, r in cells.values())
+        rows.append((total, user, [cells.get(int(b), [0, 0]) for b in BANDS_IN_ORDER]))
+    rows.sort(key=lambda r: (-r[0], r[1]))
+    return {
+        "rows": [{"user": u, "cells": c, "total": t} for t, u, c in rows[:USERS_SHOWN]],
+        "hidden": max(0, len(rows) - USERS_SHOWN),
+        "totals": [totals[int(b)] for b in BANDS_IN_ORDER],
+        "bands": BANDS_IN_ORDER,
+    }
+
+
+@operator_required("The scheduler state page")
+def scheduler_state(request):
+    ticks = queries.recent_ticks(TICKS_SHOWN)
+    now = timezone.now()
+    index = queries.queue_index()
+    context = {
+        "ticks": ticks,
+        "lag_seconds": (now - ticks[0].started_at).total_seconds() if ticks else None,
+        "late": bool(ticks) and (now - ticks[0].started_at).total_seconds() > LATE_TICKS * settings.TICK_SECONDS,
+        "task_counts": sorted(queries.task_counts_by_state().items()),
+        "table": band_user_table(index.pending_by_user(), queries.running_by_band_user()),
+        "index": index,
+        "stuck": list(dispatch.stuck_intents(now)[:STUCK_SHOWN]),
+        "intents": dispatch.intent_counts(now),
+        "poll": POLL_SECONDS,
+    }
+    return page_or_fragment(request, "scheduler/scheduler_state.html", "state", context)
+
+
+@operator_required("Running a tick")
+@require_POST
+def run_tick(request):
+    try:
+        outcome = services.run_tick_now(request.user)
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(
+            request,
+            f"Tick {outcome.tick_id} ran in {outcome.duration_ms:,.0f} ms: {outcome.assigned:,} assigned, "
+            f"{outcome.preempted:,} preempted, {outcome.expired:,} expired.",
+        )
+    return redirect("console:scheduler-state")

@@ -1,0 +1,77 @@
+"""The queue: pending tasks per effective band, in scheduling order, as of the newest tick.
+
+The order, positions and reasons come from the newest tick's explanation (the same source the
+API's queue reads), indexed once per tick by ``queries.queue_index``; a page shows a window of
+it and reads only that window's rows. A poll that finds no newer tick answers 204.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+
+from scheduler import queries
+from scheduler.core.bands import BANDS_IN_ORDER, Band
+from scheduler.core.explain import Downgrade
+from scheduler.forms import QueueFilterForm
+from scheduler.views.common import PAGE_SIZE, Window, no_change, page_number, page_or_fragment, unchanged
+
+# Rows of each band shown on the all-bands view; "show all" opens the band's own pages.
+PER_BAND_PREVIEW = 10
+
+
+def queue_row(entry: queries.QueueEntry, task, index: queries.QueueIndex) -> dict:
+    """One table row: the explanation's facts, the task's current row, and any downgrade."""
+    requested = Band(task.job.band) if task else None
+    downgrade = None
+    if requested is not None and requested != entry.band:
+        spend = int(index.spend.get(entry.user, 0))
+        limit = int(index.limits.get(entry.user, 0))
+        downgrade = {
+            "text": Downgrade(requested, entry.band, spend, limit).text(),
+            "over": spend - limit,
+            "spend": spend,
+            "limit": limit,
+        }
+    return {"entry": entry, "task": task, "requested": requested, "downgrade": downgrade}
+
+
+@login_required
+def queue(request):
+    form = QueueFilterForm(request.GET or None)
+    filters = form.cleaned_data if form.is_valid() else {}
+    user = (filters.get("user") or "").strip()
+    job = (filters.get("job") or "").strip()
+    band = Band.parse(filters["band"]) if filters.get("band") else None
+
+    index = queries.queue_index()
+    if unchanged(request, index.tick_pk):
+        return no_change()
+
+    sections = []
+    if band is not None:
+        number = page_number(request)
+        entries, total = queries.queue_window(
+            index, int(band), user=user or None, job=job or None, offset=(number - 1) * PAGE_SIZE, limit=PAGE_SIZE
+        )
+        win = Window(number, PAGE_SIZE, total)
+        sections.append({"band": band, "entries": entries, "total": total, "window": win})
+    else:
+        for b in BANDS_IN_ORDER:
+            entries, total = queries.queue_window(index, int(b), user=user or None, job=job or None,
+                                                  limit=PER_BAND_PREVIEW)
+            sections.append({"band": b, "entries": entries, "total": total, "window": None})
+    rows = queries.queue_rows([e for s in sections for e in s["entries"]])
+    for section in sections:
+        section["rows"] = [queue_row(e, rows.get(e.task), index) for e in section["entries"]]
+
+    context = {
+        "form": form,
+        "index": index,
+        "sections": sections,
+        "band": band,
+        "filtered": bool(user or job),
+        "band_counts": [(b, index.count(int(b))) for b in BANDS_IN_ORDER],
+        "preview": PER_BAND_PREVIEW,
+        "any_match": any(section["total"] for section in sections),
+    }
+    return page_or_fragment(request, "scheduler/queue.html", "queue", context)

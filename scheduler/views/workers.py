@@ -1,0 +1,69 @@
+"""Workers: capacity and what is held on each, running tasks, health, and drain for operators."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import redirect
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from scheduler import queries, roles, services
+from scheduler.errors import ServiceError
+from scheduler.views.common import PAGE_SIZE, POLL_SECONDS, operator_required, page_or_fragment, window
+
+# Running tasks listed per worker; the rest are counted.
+TASKS_SHOWN = 6
+
+
+def share(used: int, total: int) -> dict:
+    percent = 100.0 * used / total if total else (100.0 if used else 0.0)
+    level = "red" if percent > 100 else "amber" if percent >= 75 else "green"
+    return {"used": used, "total": total, "percent": percent, "width": min(100.0, round(percent, 1)), "level": level}
+
+
+def health(worker, now) -> dict:
+    """Healthy, draining, or silent for longer than the agents' grace period."""
+    age = (now - worker.last_heartbeat).total_seconds() if worker.last_heartbeat else None
+    if not worker.healthy:
+        return {"label": "unhealthy", "level": "red", "title": "marked unhealthy: nothing new is placed here"}
+    if worker.draining:
+        return {"label": "draining", "level": "amber", "title": "draining: running work finishes, nothing new is placed"}
+    if age is not None and age > settings.WORKER_GRACE_SECONDS:
+        return {"label": "silent", "level": "amber", "title": f"no heartbeat for {age:,.0f} s"}
+    return {"label": "healthy", "level": "green", "title": "healthy and accepting work"}
+
+
+@login_required
+def workers(request):
+    qs = queries.workers_with_load()
+    win = window(request, qs.count(), PAGE_SIZE)
+    page = list(qs[win.offset:win.offset + win.size])
+    pks = [w.pk for w in page]
+    use = queries.worker_use(pks)
+    tasks = queries.worker_tasks(pks)
+    now = timezone.now()
+    for w in page:
+        u = use[w.pk]
+        w.cpu_use = share(u.cpu_millicores, w.cpu_millicores)
+        w.mem_use = share(u.memory_bytes, w.memory_bytes)
+        w.chip_use = share(u.chips, w.device_count) if w.device_type != "cpu" else None
+        w.held_attempts = u.attempts
+        w.running = tasks[w.pk][:TASKS_SHOWN]
+        w.more = max(0, len(tasks[w.pk]) - TASKS_SHOWN)
+        w.health = health(w, now)
+    context = {"workers": page, "window": win, "operator": roles.is_operator(request.user), "poll": POLL_SECONDS * 2}
+    return page_or_fragment(request, "scheduler/workers.html", "workers", context)
+
+
+@operator_required("Draining a worker")
+@require_POST
+def drain(request, name: str):
+    try:
+        worker = services.drain_worker(request.user, name)
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"{worker.name} is draining: what runs there finishes, nothing new is placed.")
+    return redirect("console:workers")

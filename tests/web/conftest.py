@@ -1,0 +1,138 @@
+"""Personas and builders for the console's Django test-client tests.
+
+alice and bob are researchers (bob is "the other researcher"), olivia is an operator, ada an
+admin; ``anonymous`` is signed out. Clients sign in through the real session middleware.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+from django.utils import timezone
+
+from scheduler import queries, services
+from scheduler.core.bands import Band
+from scheduler.models import Attempt, Job, PreemptionEvent, Task, TickRecord, UserBudget, Worker
+from scheduler.roles import ensure_groups
+
+PASSWORD = "correct horse battery staple"
+GIB = 1 << 30
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_queue_index():
+    """The queue index is cached per process by tick pk; pks restart with each test database."""
+    queries._queue_index_cache.clear()
+    yield
+    queries._queue_index_cache.clear()
+
+
+def make_user(username: str, role: str = "researcher"):
+    admins, operators = ensure_groups()
+    user = get_user_model().objects.create_user(username=username, password=PASSWORD)
+    if role == "admin":
+        user.groups.add(admins)
+    elif role == "operator":
+        user.groups.add(operators)
+    return user
+
+
+@pytest.fixture
+def alice(db):
+    return make_user("alice")
+
+
+@pytest.fixture
+def bob(db):
+    return make_user("bob")
+
+
+@pytest.fixture
+def olivia(db):
+    return make_user("olivia", "operator")
+
+
+@pytest.fixture
+def ada(db):
+    return make_user("ada", "admin")
+
+
+def client_for(user=None) -> Client:
+    client = Client()
+    if user is not None:
+        client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def clients(alice, bob, olivia, ada):
+    return {"anonymous": client_for(None), "alice": client_for(alice), "bob": client_for(bob),
+            "olivia": client_for(olivia), "ada": client_for(ada)}
+
+
+# --- builders -------------------------------------------------------------------------------------
+
+
+def make_worker(name: str = "w1", *, cpu: float = 32, memory_gib: int = 256, device=("cpu", "", 0), **attributes) -> Worker:
+    return Worker.objects.create(
+        name=name, cpu_millicores=int(cpu * 1000), memory_bytes=memory_gib * GIB, device_type=device[0],
+        device_variant=device[1], device_count=device[2],
+        attributes={k.replace("_", "-"): str(v) for k, v in attributes.items()}, last_heartbeat=timezone.now(),
+    )
+
+
+def submit(user, name: str = "train", **spec) -> Job:
+    return services.submit_job(user, {"name": name, **spec})
+
+
+def run_tasks(job: Job, worker: Worker, count: int | None = None, *, band: Band | None = None) -> None:
+    """Put the first ``count`` tasks of ``job`` in RUNNING on ``worker`` with a live attempt each."""
+    tasks = list(job.tasks.order_by("index")[: count if count is not None else job.replicas])
+    stamped = int(band if band is not None else job.band)
+    now = timezone.now()
+    for task in tasks:
+        task.state, task.worker, task.band, task.attempt_count = "running", worker, stamped, 1
+        task.save()
+        Attempt.objects.create(task=task, number=1, worker=worker, state="running", band=stamped, created_at=now,
+                               started_at=now)
+    Job.objects.filter(pk=job.pk).update(state="running")
+
+
+def preempt(victim: Task, preemptor: Task, worker: Worker, tick: TickRecord | None = None) -> PreemptionEvent:
+    return PreemptionEvent.objects.create(
+        tick=tick, victim=victim, preemptor=preemptor, victim_band=int(victim.band or victim.job.band),
+        preemptor_band=int(preemptor.job.band), worker=worker,
+        reason=f"Preempted by {preemptor.name} ({Band(preemptor.job.band).name} over BATCH)", created_at=timezone.now(),
+    )
+
+
+def build_cluster(n: int, admin) -> dict:
+    """``n`` researchers, each with a budget, an uplift request, a running job, a pending job, a
+    preemption suffered, and ``n`` workers; then a tick so the queue has an explanation.
+
+    Everything the console's pages list grows with ``n``; their query counts must not.
+    """
+    from scheduler.tick import run_tick
+
+    users = [make_user(f"user{i:03d}") for i in range(n)]
+    workers = [make_worker(f"w{i:03d}", cpu=4, memory_gib=16) for i in range(n)]
+    bully = submit(admin, "/ada/prod", priority="production", replicas=n, cpu=1, memory="1Gi")
+    for i, user in enumerate(users):
+        UserBudget.objects.create(user_id=user.username, budget_limit=5 if i % 2 else 0, max_band=int(Band.INTERACTIVE))
+        services.request_uplift(user, budget_limit=1000, reason="deadline", duration_seconds=3600)
+        running = submit(user, "running", replicas=2, cpu=2, memory="4Gi")
+        run_tasks(running, workers[i], 1)
+        submit(user, "waiting", replicas=3, cpu=64, memory="1Gi")  # fits nowhere: stays pending
+        batch = submit(user, "batchy", priority="batch", replicas=1, cpu=1, memory="1Gi")
+        run_tasks(batch, workers[i])
+        preempt(batch.tasks.get(), bully.tasks.get(index=i), workers[i])
+        services.set_budget(admin, user.username, budget_limit=10 if i % 2 else 0, reason="tiered")
+    run_tick()
+    run_tick()
+    return {"users": users, "workers": workers}
