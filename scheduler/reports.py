@@ -317,7 +317,7 @@ def sync_backends(now: datetime | None = None) -> int:
     """Apply the reports of every backend that is polled (``Backend.sync``). Returns how many applied."""
     now = now or timezone.now()
     applied = 0
-    for name in backends.backend_names():
+    for name in backends.polled_backend_names():
         try:
             reports = list(backends.get_backend(name).sync(now))
         except Exception:  # noqa: BLE001 -- one backend's outage must not stop the others

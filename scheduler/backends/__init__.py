@@ -33,9 +33,11 @@ __all__ = [
     "StartOrder",
     "StopOrder",
     "UnknownBackend",
+    "backend_class",
     "backend_names",
     "get_backend",
     "heartbeat_backend_names",
+    "polled_backend_names",
     "register_backend",
     "unregister_backend",
 ]
@@ -76,30 +78,45 @@ def backend_names() -> list[str]:
     return sorted(_paths)
 
 
-def get_backend(name: str) -> Backend:
-    """The backend instance for a ``Worker.backend`` name. Raises :class:`UnknownBackend`."""
+def backend_class(name: str) -> type[Backend]:
+    """The class registered under ``name``, imported but not instantiated. Raises :class:`UnknownBackend`."""
     instance = _instances.get(name)
     if instance is not None:
-        return instance
+        return type(instance)
     path = _paths.get(name)
     if path is None:
         raise UnknownBackend(f"no backend named {name!r}; known: {', '.join(backend_names())}")
     module_name, _, class_name = path.rpartition(".")
     try:
-        cls = getattr(import_module(module_name), class_name)
+        return getattr(import_module(module_name), class_name)
     except (ImportError, AttributeError) as exc:
         raise UnknownBackend(f"backend {name!r} ({path}) cannot be loaded: {exc}") from exc
-    instance = _instances[name] = cls()
+
+
+def get_backend(name: str) -> Backend:
+    """The backend instance for a ``Worker.backend`` name. Raises :class:`UnknownBackend`."""
+    instance = _instances.get(name)
+    if instance is None:
+        instance = _instances[name] = backend_class(name)()
     return instance
 
 
-def heartbeat_backend_names() -> list[str]:
-    """Names of backends whose workers heartbeat (and so can be declared lost when silent)."""
+def _names_where(predicate) -> list[str]:
     names = []
     for name in backend_names():
         try:
-            if get_backend(name).heartbeats:
+            if predicate(backend_class(name)):
                 names.append(name)
         except UnknownBackend:
             continue
     return names
+
+
+def heartbeat_backend_names() -> list[str]:
+    """Names of backends whose workers heartbeat (and so can be declared lost when silent)."""
+    return _names_where(lambda cls: cls.heartbeats)
+
+
+def polled_backend_names() -> list[str]:
+    """Names of backends that implement :meth:`Backend.sync` (the shell polls them for reports)."""
+    return _names_where(lambda cls: cls.sync is not Backend.sync)

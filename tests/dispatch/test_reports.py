@@ -286,3 +286,30 @@ def test_heartbeat_tells_the_agent_to_stop_what_it_should_not_run():
     box = heartbeat(running=[(task.pk, 7), (999_999, 1)])
 
     assert sorted((o.ref.task_pk, o.ref.attempt) for o in box.stops) == [(task.pk, 7), (999_999, 1)]
+
+
+def test_reports_of_a_polled_backend_are_applied_and_only_polled_backends_are_asked():
+    from scheduler import backends
+    from scheduler.backends import Backend, Delivery
+
+    task = assigned_task()
+
+    class Polled(Backend):
+        name = "polled"
+
+        def start(self, order):
+            return Delivery.DONE
+
+        def stop(self, order):
+            return Delivery.DONE
+
+        def sync(self, now):
+            return [AttemptReport(AttemptRef(task.pk, 1), AttemptStatus.SUCCEEDED, exit_code=0)]
+
+    backends.register_backend("polled", Polled())
+
+    assert "polled" in backends.polled_backend_names()
+    assert "local" not in backends.polled_backend_names()  # agents push their reports
+    assert "local" in backends.heartbeat_backend_names()
+    assert reports.sync_backends() >= 1
+    assert refreshed(task).state == "succeeded"
