@@ -205,6 +205,22 @@ CELERY_BEAT_SCHEDULE["check-workers"] = {
     "options": {"expires": WORKER_CHECK_SECONDS},
 }
 
+# --- Cloud backends (scheduler/provisioning.py; configured in the cluster config) --------------------
+# Seconds between Kubernetes passes: set-up check, pod status (list, then watch), vanished pods.
+KUBERNETES_SYNC_SECONDS = env_float("IRIS_KUBERNETES_SYNC_SECONDS", 5)
+# Seconds between TPU provisioning passes: track slices, create from demand, delete idle ones.
+TPU_PROVISION_SECONDS = env_float("IRIS_TPU_PROVISION_SECONDS", 30)
+CELERY_BEAT_SCHEDULE["sync-kubernetes"] = {
+    "task": "scheduler.sync_kubernetes",
+    "schedule": KUBERNETES_SYNC_SECONDS,
+    "options": {"expires": KUBERNETES_SYNC_SECONDS},
+}
+CELERY_BEAT_SCHEDULE["provision-tpu"] = {
+    "task": "scheduler.provision_tpu",
+    "schedule": TPU_PROVISION_SECONDS,
+    "options": {"expires": TPU_PROVISION_SECONDS},
+}
+
 # --- Scheduler policy ----------------------------------------------------------------------------
 # Path of the cluster config (TOML or YAML): budget defaults, user tiers, backends.
 CLUSTER_CONFIG = os.environ.get("IRIS_CLUSTER_CONFIG", "")

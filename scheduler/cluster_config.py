@@ -1,13 +1,19 @@
-"""The cluster config file: budget defaults and user budget tiers.
+"""The cluster config file: budget defaults, user budget tiers, and the cloud backends.
 
 The file is TOML (``.toml``) or YAML (``.yaml``/``.yml``); its path comes from
-``IRIS_CLUSTER_CONFIG``. With no file, the defaults are Iris's: limit 1000, max band INTERACTIVE.
-Parsing is strict: an invalid tier raises :class:`ClusterConfigError` naming the tier and the
-field, and start-up stops there rather than run with a budget nobody meant.
+``IRIS_CLUSTER_CONFIG``. With no file, the defaults are Iris's: limit 1000, max band INTERACTIVE,
+and no cloud backend. Parsing is strict: an invalid tier raises :class:`ClusterConfigError` naming
+the tier and the field, and start-up stops there rather than run with a budget nobody meant.
+
+The ``kubernetes`` section, the ``tpu`` section and the ``scale_groups`` list configure the
+Kubernetes/Kueue backend and TPU slice provisioning (see ``docs/backends.md``). Their keys are
+checked strictly too: an unknown key is an error naming it, so a typo never silently disables
+a setting.
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -32,9 +38,115 @@ class BudgetTier:
 
 
 @dataclass(frozen=True)
+class PriorityClassSpec:
+    """A Kubernetes PriorityClass (and the Kueue WorkloadPriorityClass of the same name)."""
+
+    name: str
+    value: int
+    # "PreemptLowerPriority" or "Never" (a pod of this class never preempts anyone).
+    preemption_policy: str
+
+
+DEFAULT_PRIORITY_CLASSES: dict[Band, PriorityClassSpec] = {
+    Band.SYSTEM: PriorityClassSpec("iris-system", 10000, "PreemptLowerPriority"),
+    Band.PRODUCTION: PriorityClassSpec("iris-production", 1000, "PreemptLowerPriority"),
+    Band.INTERACTIVE: PriorityClassSpec("iris-interactive", 10, "PreemptLowerPriority"),
+    # BATCH never preempts: it only takes room nobody else wants.
+    Band.BATCH: PriorityClassSpec("iris-batch", 0, "Never"),
+}
+PREEMPTION_POLICIES = ("PreemptLowerPriority", "Never")
+
+
+@dataclass(frozen=True)
+class KubernetesConfig:
+    """Where and how tasks routed to Kubernetes run as pods that Kueue admits.
+
+    Connection: ``api_server`` (an explicit URL, e.g. a proxy or a test server), else
+    ``in_cluster`` (the pod's service account), else ``kubeconfig`` (and ``context``; empty
+    means the client's default, ``~/.kube/config``).
+    """
+
+    enabled: bool = False
+    api_server: str = ""
+    in_cluster: bool = False
+    kubeconfig: str = ""
+    context: str = ""
+    namespace: str = "iris"
+    # The Kueue LocalQueue every pod is submitted to.
+    queue_name: str = "iris"
+    image: str = "python:3.12-slim"
+    service_account: str = ""
+    # The Worker row that stands for the whole cluster (tasks promoted to pods are "on" it).
+    worker_name: str = "kubernetes"
+    # Device types routed here when no registered worker serves them: "cpu" and/or "gpu".
+    device_types: tuple[str, ...] = ("cpu", "gpu")
+    gpu_resource: str = "nvidia.com/gpu"
+    # Node label matched against a GPU job's variant (no selector when empty or variant "auto").
+    gpu_variant_label: str = "nvidia.com/gpu.product"
+    # Pods promoted per minute at most (a token bucket with this burst), to protect the API server.
+    promotions_per_minute: int = 128
+    # Seconds a single API request may take before it counts as failed (and is retried later).
+    request_timeout_seconds: float = 10.0
+    # Grace given to a pod on deletion (SIGTERM, then SIGKILL).
+    termination_grace_seconds: int = 30
+    priority_classes: dict[Band, PriorityClassSpec] = field(default_factory=lambda: dict(DEFAULT_PRIORITY_CLASSES))
+
+
+@dataclass(frozen=True)
+class TpuConfig:
+    """The GCP project TPU slices are provisioned in, and how."""
+
+    enabled: bool = False
+    project: str = ""
+    # The default zone of scale groups that name none.
+    zone: str = ""
+    # A service-account JSON key; empty means Application Default Credentials.
+    credentials_file: str = ""
+    # Overrides the TPU API endpoint (a private endpoint, or a test server).
+    api_endpoint: str = ""
+    # "nodes" creates TPU VMs directly; "queued_resources" asks for them through the queue.
+    provisioning: str = "nodes"
+    # A slice with no work for this long is deleted (unless its group is at min_slices).
+    idle_timeout_seconds: int = 600
+    # A slice not ready this long after it was requested is given up (and deleted).
+    ready_timeout_seconds: int = 1800
+    # After a failed creation, a group waits this long, doubling per consecutive failure.
+    backoff_seconds: int = 60
+    max_backoff_seconds: int = 1800
+    request_timeout_seconds: float = 30.0
+    # Command the slice hosts run at boot to join as workers; formatted with {tpu_name},
+    # {scale_group}, {variant}, {chips} and {worker_id_var} (see docs/backends.md).
+    agent_command: str = ""
+
+
+@dataclass(frozen=True)
+class ScaleGroup:
+    """A kind of TPU slice the provisioner may create, and how many."""
+
+    name: str
+    accelerator_type: str
+    runtime_version: str
+    zone: str
+    spot: bool = False
+    min_slices: int = 0
+    max_slices: int = 1
+    # The device variant jobs ask for to land here; defaults to the accelerator type.
+    variant: str = ""
+    hosts_per_slice: int = 1
+    chips_per_host: int = 4
+
+    @property
+    def device_variant(self) -> str:
+        return self.variant or self.accelerator_type
+
+
+@dataclass(frozen=True)
 class ClusterConfig:
     budget_defaults: BudgetDefaults = field(default_factory=BudgetDefaults)
     user_budgets: tuple[BudgetTier, ...] = ()
+    kubernetes: KubernetesConfig = field(default_factory=KubernetesConfig)
+    tpu: TpuConfig = field(default_factory=TpuConfig)
+    scale_groups: tuple[ScaleGroup, ...] = ()
     source: str = "built-in defaults"
 
 
@@ -89,7 +201,204 @@ def parse_cluster_config(data: object, source: str = "<memory>") -> ClusterConfi
                 max_band=_band(raw["max_band"], where),
             )
         )
-    return ClusterConfig(budget_defaults=defaults, user_budgets=tuple(tiers), source=source)
+    kubernetes = _kubernetes(data.get("kubernetes"))
+    tpu = _tpu(data.get("tpu"))
+    scale_groups = _scale_groups(data.get("scale_groups"), tpu)
+    return ClusterConfig(
+        budget_defaults=defaults,
+        user_budgets=tuple(tiers),
+        kubernetes=kubernetes,
+        tpu=tpu,
+        scale_groups=scale_groups,
+        source=source,
+    )
+
+
+# --- the cloud backends' sections -----------------------------------------------------------------
+
+
+def _section(raw: object, where: str, allowed: set[str]) -> dict:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ClusterConfigError(f"{where}: expected a mapping")
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise ClusterConfigError(f"{where}.{unknown[0]}: unknown key; expected one of {', '.join(sorted(allowed))}")
+    return raw
+
+
+def _bool(raw: dict, key: str, where: str, default: bool) -> bool:
+    value = raw.get(key, default)
+    if not isinstance(value, bool):
+        raise ClusterConfigError(f"{where}.{key}: expected true or false, got {value!r}")
+    return value
+
+
+def _text(raw: dict, key: str, where: str, default: str = "", *, required: bool = False) -> str:
+    if key not in raw:
+        if required:
+            raise ClusterConfigError(f"{where}.{key}: missing")
+        return default
+    value = raw[key]
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise ClusterConfigError(f"{where}.{key}: expected a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def _int(raw: dict, key: str, where: str, default: int, *, minimum: int = 0) -> int:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ClusterConfigError(f"{where}.{key}: expected an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _seconds(raw: dict, key: str, where: str, default: float) -> float:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ClusterConfigError(f"{where}.{key}: expected a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _dns_name(value: str, where: str) -> str:
+    if not DNS_NAME.match(value) or len(value) > 63:
+        raise ClusterConfigError(f"{where}: {value!r} is not a valid name (lower-case letters, digits and '-')")
+    return value
+
+
+DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+KUBERNETES_KEYS = {
+    "enabled", "api_server", "in_cluster", "kubeconfig", "context", "namespace", "queue_name", "image",
+    "service_account", "worker_name", "device_types", "gpu_resource", "gpu_variant_label",
+    "promotions_per_minute", "request_timeout_seconds", "termination_grace_seconds", "priority_classes",
+}
+TPU_KEYS = {
+    "enabled", "project", "zone", "credentials_file", "api_endpoint", "provisioning", "idle_timeout_seconds",
+    "ready_timeout_seconds", "backoff_seconds", "max_backoff_seconds", "request_timeout_seconds", "agent_command",
+}
+SCALE_GROUP_KEYS = {
+    "name", "accelerator_type", "runtime_version", "zone", "spot", "min_slices", "max_slices", "variant",
+    "hosts_per_slice", "chips_per_host",
+}
+
+
+def _kubernetes(raw: object) -> KubernetesConfig:
+    where = "kubernetes"
+    present = raw is not None
+    raw = _section(raw, where, KUBERNETES_KEYS)
+    defaults = KubernetesConfig()
+    device_types = raw.get("device_types", list(defaults.device_types))
+    if not isinstance(device_types, list) or not all(d in ("cpu", "gpu") for d in device_types):
+        raise ClusterConfigError(f"{where}.device_types: expected a list of 'cpu' and/or 'gpu', got {device_types!r}")
+    classes = dict(DEFAULT_PRIORITY_CLASSES)
+    raw_classes = _section(raw.get("priority_classes"), f"{where}.priority_classes", {b.wire for b in Band})
+    for band_name, item in raw_classes.items():
+        band = Band.parse(band_name)
+        item_where = f"{where}.priority_classes.{band_name}"
+        item = _section(item, item_where, {"name", "value", "preemption_policy"})
+        default = DEFAULT_PRIORITY_CLASSES[band]
+        value = item.get("value", default.value)
+        if isinstance(value, bool) or not isinstance(value, int) or not -(10**9) <= value <= 10**9:
+            raise ClusterConfigError(f"{item_where}.value: expected an integer within +-1,000,000,000, got {value!r}")
+        policy = item.get("preemption_policy", default.preemption_policy)
+        if policy not in PREEMPTION_POLICIES:
+            raise ClusterConfigError(f"{item_where}.preemption_policy: expected one of {', '.join(PREEMPTION_POLICIES)}")
+        classes[band] = PriorityClassSpec(
+            name=_dns_name(_text(item, "name", item_where, default.name), f"{item_where}.name"),
+            value=value,
+            preemption_policy=policy,
+        )
+    names = [spec.name for spec in classes.values()]
+    if len(set(names)) != len(names):
+        raise ClusterConfigError(f"{where}.priority_classes: each band needs its own class name, got {names}")
+    ranked = [classes[b].value for b in sorted(Band)]
+    if ranked != sorted(ranked, reverse=True):
+        raise ClusterConfigError(f"{where}.priority_classes: values must not rise from system to batch, got {ranked}")
+    config = KubernetesConfig(
+        enabled=_bool(raw, "enabled", where, present),
+        api_server=_text(raw, "api_server", where),
+        in_cluster=_bool(raw, "in_cluster", where, False),
+        kubeconfig=_text(raw, "kubeconfig", where),
+        context=_text(raw, "context", where),
+        namespace=_dns_name(_text(raw, "namespace", where, defaults.namespace), f"{where}.namespace"),
+        queue_name=_dns_name(_text(raw, "queue_name", where, defaults.queue_name), f"{where}.queue_name"),
+        image=_text(raw, "image", where, defaults.image) or defaults.image,
+        service_account=_text(raw, "service_account", where),
+        worker_name=_text(raw, "worker_name", where, defaults.worker_name) or defaults.worker_name,
+        device_types=tuple(device_types),
+        gpu_resource=_text(raw, "gpu_resource", where, defaults.gpu_resource) or defaults.gpu_resource,
+        gpu_variant_label=_text(raw, "gpu_variant_label", where, defaults.gpu_variant_label),
+        promotions_per_minute=_int(raw, "promotions_per_minute", where, defaults.promotions_per_minute, minimum=1),
+        request_timeout_seconds=_seconds(raw, "request_timeout_seconds", where, defaults.request_timeout_seconds),
+        termination_grace_seconds=_int(raw, "termination_grace_seconds", where, defaults.termination_grace_seconds),
+        priority_classes=classes,
+    )
+    if config.api_server and not config.api_server.startswith(("http://", "https://")):
+        raise ClusterConfigError(f"{where}.api_server: expected an http:// or https:// URL, got {config.api_server!r}")
+    return config
+
+
+def _tpu(raw: object) -> TpuConfig:
+    where = "tpu"
+    present = raw is not None
+    raw = _section(raw, where, TPU_KEYS)
+    defaults = TpuConfig()
+    enabled = _bool(raw, "enabled", where, present)
+    provisioning = _text(raw, "provisioning", where, defaults.provisioning)
+    if provisioning not in ("nodes", "queued_resources"):
+        raise ClusterConfigError(f"{where}.provisioning: expected 'nodes' or 'queued_resources', got {provisioning!r}")
+    config = TpuConfig(
+        enabled=enabled,
+        project=_text(raw, "project", where, required=enabled),
+        zone=_text(raw, "zone", where),
+        credentials_file=_text(raw, "credentials_file", where),
+        api_endpoint=_text(raw, "api_endpoint", where),
+        provisioning=provisioning,
+        idle_timeout_seconds=_int(raw, "idle_timeout_seconds", where, defaults.idle_timeout_seconds),
+        ready_timeout_seconds=_int(raw, "ready_timeout_seconds", where, defaults.ready_timeout_seconds, minimum=1),
+        backoff_seconds=_int(raw, "backoff_seconds", where, defaults.backoff_seconds),
+        max_backoff_seconds=_int(raw, "max_backoff_seconds", where, defaults.max_backoff_seconds),
+        request_timeout_seconds=_seconds(raw, "request_timeout_seconds", where, defaults.request_timeout_seconds),
+        agent_command=_text(raw, "agent_command", where),
+    )
+    return config
+
+
+def _scale_groups(raw: object, tpu: TpuConfig) -> tuple[ScaleGroup, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ClusterConfigError("scale_groups: expected a list of scale groups")
+    groups = []
+    seen: set[str] = set()
+    for i, item in enumerate(raw):
+        where = f"scale_groups[{i}]"
+        item = _section(item, where, SCALE_GROUP_KEYS)
+        name = _dns_name(_text(item, "name", where, required=True), f"{where}.name")
+        if name in seen:
+            raise ClusterConfigError(f"{where}.name: duplicate scale group {name!r}")
+        seen.add(name)
+        zone = _text(item, "zone", where, tpu.zone)
+        if not zone:
+            raise ClusterConfigError(f"{where}.zone: missing (and tpu.zone gives no default)")
+        group = ScaleGroup(
+            name=name,
+            accelerator_type=_text(item, "accelerator_type", where, required=True),
+            runtime_version=_text(item, "runtime_version", where, required=True),
+            zone=zone,
+            spot=_bool(item, "spot", where, False),
+            min_slices=_int(item, "min_slices", where, 0),
+            max_slices=_int(item, "max_slices", where, 1),
+            variant=_text(item, "variant", where),
+            hosts_per_slice=_int(item, "hosts_per_slice", where, 1, minimum=1),
+            chips_per_host=_int(item, "chips_per_host", where, 4, minimum=1),
+        )
+        if group.min_slices > group.max_slices:
+            raise ClusterConfigError(
+                f"{where}.min_slices: {group.min_slices} is above max_slices {group.max_slices}"
+            )
+        groups.append(group)
+    return tuple(groups)
 
 
 def read_cluster_config(path: str | Path) -> ClusterConfig:

@@ -92,6 +92,10 @@ class Job(models.Model):
     # The submission as received, kept for audit (includes --system-reason).
     submission_argv = models.JSONField(default=list, blank=True)
     system_reason = models.CharField(max_length=500, blank=True, default="")
+    # Where the job's tasks run, stamped by the first tick that sees the job (see
+    # scheduler.core.kueue.route_job): "" until then, "workers" (placed by our scheduler on
+    # registered workers: local agents, TPU slice hosts) or "kubernetes" (pods admitted by Kueue).
+    backend = models.CharField(max_length=32, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
@@ -304,3 +308,66 @@ class DispatchIntent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} attempt {self.attempt_number} of task {self.task_id} ({self.state})"
+
+
+class BackendState(models.Model):
+    """What the console shows about a cloud backend: enabled, healthy, last sync, last error.
+
+    Written by ``scheduler.provisioning`` after each sync or provisioning pass (and by the tick
+    for the Kubernetes promotion token bucket, which lives here so every process shares it).
+    """
+
+    name = models.CharField(primary_key=True, max_length=32)
+    enabled = models.BooleanField(default=False)
+    healthy = models.BooleanField(default=False)
+    last_sync_at = models.DateTimeField(null=True, blank=True)
+    last_ok_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    # Failed passes in a row (0 once a pass succeeds).
+    consecutive_errors = models.PositiveIntegerField(default=0)
+    # Backend-specific facts for the console (pods seen, slices by state, classes ensured, ...).
+    detail = models.JSONField(default=dict, blank=True)
+    # Kubernetes promotions: tokens left and when they were counted (epoch ms).
+    tokens = models.FloatField(null=True, blank=True)
+    tokens_at_ms = models.BigIntegerField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({'healthy' if self.healthy else 'unhealthy'})"
+
+
+class TpuSlice(models.Model):
+    """A TPU slice the provisioner asked for, from request to deletion.
+
+    The row is written before the API is called, so a slice whose creation timed out is still
+    known (and deleted if it appears). Failed rows stay as the record of failures, and their
+    count since the group's last success sets the group's backoff.
+    """
+
+    class State(models.TextChoices):
+        CREATING = "creating"  # requested; waiting for the node (or queued resource) to be ready
+        READY = "ready"  # its hosts can join as workers
+        DRAINING = "draining"  # idle past the timeout: its workers take no new work
+        DELETING = "deleting"  # delete requested
+        DELETED = "deleted"  # gone
+        FAILED = "failed"  # could not be created, or not ready in time
+
+    name = models.CharField(max_length=63, unique=True)
+    scale_group = models.CharField(max_length=63, db_index=True)
+    zone = models.CharField(max_length=64)
+    accelerator_type = models.CharField(max_length=64)
+    # "nodes" or "queued_resources": how it was asked for, so it is deleted the same way.
+    provisioning = models.CharField(max_length=16, default="nodes")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.CREATING)
+    operation = models.CharField(max_length=255, blank=True, default="")
+    created_at = models.DateTimeField()
+    ready_at = models.DateTimeField(null=True, blank=True)
+    idle_since = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+
+    class Meta:
+        indexes = [models.Index(fields=["scale_group", "state"])]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.state})"

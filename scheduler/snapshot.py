@@ -7,13 +7,22 @@ shell needs to write the decision back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from django.conf import settings
 from django.db.models import Q
 
 from scheduler import budgets
+from scheduler.cluster_config import cluster_config
 from scheduler.core.bands import Band
+from scheduler.core.kueue import (
+    BACKEND_KEY,
+    ROUTE_KUBERNETES,
+    ROUTE_WORKERS,
+    KueueInput,
+    RoutingTable,
+    route_job,
+)
 from scheduler.core.types import (
     ACTIVE_STATES,
     TERMINAL_JOB_STATES,
@@ -31,7 +40,7 @@ from scheduler.core.types import (
     TaskState,
     WorkerSpec,
 )
-from scheduler.models import Attempt, Job, Task, Worker
+from scheduler.models import Attempt, BackendState, Job, Task, Worker
 
 TERMINAL_TASK_VALUES = [s.value for s in TERMINAL_STATES]
 ACTIVE_TASK_VALUES = [s.value for s in ACTIVE_STATES]
@@ -51,10 +60,16 @@ class TaskRow:
 
 @dataclass(frozen=True, slots=True)
 class LoadedSnapshot:
+    """What the tick decides over. ``snapshot`` is the core's part (tasks routed to Kubernetes
+    left out, see :func:`split_kueue`); ``kueue`` the Kubernetes promotion drain's input;
+    ``routes`` the jobs routed for the first time this tick (job pk -> backend), to stamp."""
+
     snapshot: ClusterSnapshot
     tasks: dict[str, TaskRow]
     job_pks: dict[str, int]
     worker_pks: dict[str, int]
+    kueue: KueueInput = field(default_factory=KueueInput)
+    routes: dict[int, str] = field(default_factory=dict)
 
 
 def scheduler_config() -> SchedulerConfig:
@@ -74,9 +89,13 @@ def device_from_columns(device_type: str, variant: str, count: int) -> Device:
 
 
 def constraints_from_json(raw: list[dict]) -> tuple[Constraint, ...]:
-    """Stored constraints were validated at submission; this only converts them."""
+    """Stored constraints were validated at submission; this only converts them. The reserved
+    ``backend`` key routes the job (``scheduler.core.kueue.route_job``) and is kept out of the
+    core's constraints, which workers could never satisfy."""
     result = []
     for item in raw:
+        if item.get("key") == BACKEND_KEY:
+            continue
         value = item.get("value")
         if isinstance(value, list):
             value = tuple(value)
@@ -231,7 +250,104 @@ def load_snapshot(now_ms: int) -> LoadedSnapshot:
         jobs=jobs,
         tasks=tuple(tasks),
     )
-    return LoadedSnapshot(snapshot=snapshot, tasks=rows, job_pks=job_pks, worker_pks=worker_pks)
+    snapshot, kueue, routes = split_kueue(snapshot)
+    return LoadedSnapshot(
+        snapshot=snapshot, tasks=rows, job_pks=job_pks, worker_pks=worker_pks, kueue=kueue, routes=routes
+    )
+
+
+def split_kueue(snapshot: ClusterSnapshot) -> tuple[ClusterSnapshot, KueueInput, dict[int, str]]:
+    """Take the work routed to Kubernetes out of the core's snapshot (four small queries).
+
+    Kueue admits those tasks, so the core never sees them pending, and never sees the worker
+    row standing for the cluster: their active tasks stay in (they count towards spend) with no
+    worker, so they are neither capacity nor preemption victims. Jobs never routed are routed
+    here (:func:`scheduler.core.kueue.route_job`); the tick stamps them.
+    """
+    config = cluster_config()
+    kube = config.kubernetes
+    kube_rows = {
+        name: (healthy, draining)
+        for name, healthy, draining in Worker.objects.filter(backend=ROUTE_KUBERNETES).values_list(
+            "name", "healthy", "draining"
+        )
+    }
+    live_jobs = Job.objects.exclude(state__in=TERMINAL_JOB_VALUES)
+    kube_jobs = set(live_jobs.filter(backend=ROUTE_KUBERNETES).values_list("name", flat=True))
+    unrouted = [
+        (pk, name, raw) for pk, name, raw in live_jobs.filter(backend="").values_list("pk", "name", "constraints")
+        if name in snapshot.jobs
+    ]
+    core_workers = tuple(w for w in snapshot.workers if w.id not in kube_rows)
+    routes: dict[int, str] = {}
+    if unrouted:
+        table = RoutingTable(
+            worker_devices=frozenset(
+                {(w.device.type, w.device.variant) for w in core_workers}
+                | {(DeviceType.TPU, g.device_variant) for g in config.scale_groups if config.tpu.enabled}
+            ),
+            kubernetes_devices=frozenset(DeviceType(d) for d in kube.device_types) if kube.enabled else frozenset(),
+        )
+        for pk, name, raw in unrouted:
+            # The core's copy has no ``backend`` constraint; routing reads it from the row.
+            pins = tuple(
+                Constraint(BACKEND_KEY, ConstraintOp.EQ, str(c.get("value")))
+                for c in raw or () if c.get("key") == BACKEND_KEY and c.get("op") == "eq" and not c.get("soft")
+            )
+            spec = snapshot.jobs[name]
+            route = routes[pk] = route_job(replace(spec, constraints=spec.constraints + pins), table)
+            if route == ROUTE_KUBERNETES:
+                kube_jobs.add(name)
+    if not kube_jobs and not kube_rows:
+        return snapshot, KueueInput(), routes
+
+    core_tasks: list[TaskSnapshot] = []
+    pending: list[TaskSnapshot] = []
+    active: list[TaskSnapshot] = []
+    unfinished: set[str] = set()
+    for task in snapshot.tasks:
+        if task.job_id in kube_jobs:
+            if task.state is TaskState.PENDING:
+                pending.append(task)
+                if task.unfinished_attempt_worker is not None:
+                    unfinished.add(task.id)
+                continue
+            if task.state in ACTIVE_STATES:
+                active.append(task)
+            task = replace(task, worker=None, unfinished_attempt_worker=None)
+        elif task.worker in kube_rows or task.unfinished_attempt_worker in kube_rows:
+            # A finished Kubernetes job whose last pod has not gone yet.
+            task = replace(
+                task,
+                worker=None if task.worker in kube_rows else task.worker,
+                unfinished_attempt_worker=(
+                    None if task.unfinished_attempt_worker in kube_rows else task.unfinished_attempt_worker
+                ),
+            )
+        core_tasks.append(task)
+
+    blocked = ""
+    row = kube_rows.get(kube.worker_name)
+    state = BackendState.objects.filter(name=ROUTE_KUBERNETES).values("tokens", "tokens_at_ms", "last_error").first()
+    if not kube.enabled:
+        blocked = "disabled in the cluster config"
+    elif row is None:
+        blocked = "not set up yet (waiting for the first Kubernetes sync)"
+    elif not row[0] or row[1]:
+        error = (state or {}).get("last_error") or "see the backend's last error"
+        blocked = f"unhealthy: {error}" if not row[0] else "draining"
+    kueue = KueueInput(
+        jobs={name: snapshot.jobs[name] for name in kube_jobs if name in snapshot.jobs},
+        pending=tuple(pending),
+        unfinished=frozenset(unfinished),
+        active=tuple(active),
+        worker=kube.worker_name if row is not None else None,
+        blocked=blocked,
+        per_minute=kube.promotions_per_minute,
+        tokens=(state or {}).get("tokens"),
+        tokens_at_ms=(state or {}).get("tokens_at_ms"),
+    )
+    return replace(snapshot, workers=core_workers, tasks=tuple(core_tasks)), kueue, routes
 
 
 def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision) -> dict:

@@ -30,3 +30,17 @@ def check_workers() -> None:
 
     reports.check_workers()
     reports.sync_backends()
+
+
+@shared_task(name="scheduler.sync_kubernetes", ignore_result=True)
+def sync_kubernetes() -> None:
+    from scheduler import provisioning
+
+    provisioning.sync_kubernetes()
+
+
+@shared_task(name="scheduler.provision_tpu", ignore_result=True)
+def provision_tpu() -> None:
+    from scheduler import provisioning
+
+    provisioning.provision_tpu()

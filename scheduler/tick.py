@@ -25,8 +25,9 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from scheduler import bulk
+from scheduler import bulk, provisioning
 from scheduler.core.decision import decide
+from scheduler.core.kueue import merge_into
 from scheduler.core.types import ACTIVE_STATES, TERMINAL_JOB_STATES, Decision, JobState, TaskState
 from scheduler.dispatch import request_dispatch
 from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, SchedulerLease, Task, TickRecord
@@ -102,10 +103,14 @@ def run_tick(now: int | None = None) -> TickOutcome | None:
         loaded = load_snapshot(tick_now)
         decide_started = time.perf_counter()
         decision = decide(loaded.snapshot)
+        # Work routed to Kubernetes: ranked and promoted at a capped rate (Kueue admits it).
+        kueue = provisioning.plan_kueue(loaded, decision)
+        decision = merge_into(decision, kueue)
         decide_ms = (time.perf_counter() - decide_started) * 1000
         with transaction.atomic():
             confirm_lease(holder)
             outcome = apply_decision(loaded, decision, wall, started, decide_ms)
+            provisioning.save_kueue_state(loaded, kueue)
             if outcome.assigned or outcome.preempted:
                 # Deliver the new START/STOP intents right after commit; a broker outage is
                 # logged, never raised (beat drains the outbox every IRIS_DISPATCH_SECONDS).

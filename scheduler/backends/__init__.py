@@ -45,6 +45,8 @@ __all__ = [
 # name -> "module.path.ClassName". Other backends add their entry here (or call register_backend).
 BUILTIN_BACKENDS: dict[str, str] = {
     "local": "scheduler.backends.local.LocalBackend",
+    "kubernetes": "scheduler.backends.kubernetes.KubernetesBackend",
+    "tpu": "scheduler.backends.tpu.TpuBackend",
 }
 
 _paths: dict[str, str] = dict(BUILTIN_BACKENDS)

@@ -1,0 +1,581 @@
+"""The shell around the cloud backends: Kubernetes set-up and status, TPU slice provisioning,
+and each backend's health for the console.
+
+- :func:`sync_kubernetes` (Celery beat, every ``IRIS_KUBERNETES_SYNC_SECONDS``) makes sure the
+  PriorityClasses and Kueue WorkloadPriorityClasses exist, keeps the worker row that stands for
+  the cluster (healthy while the API answers, so the tick promotes only then), applies what the
+  pods say (``KubernetesBackend.poll``), ends attempts whose pods vanished, removes finished
+  pods and PDBs, and records the outcome in ``BackendState``.
+- :func:`provision_tpu` (Celery beat, every ``IRIS_TPU_PROVISION_SECONDS``) tracks slices until
+  ready, plans per scale group from the unmet demand (``scheduler.core.demand``), creates and
+  deletes slices through the TPU API, and records failures (per slice, and as the group's
+  backoff) and the outcome.
+- :func:`backend_status` and :func:`tpu_slices` are what the console's workers and scheduler
+  pages read.
+
+Every API call is outside any transaction, and every database write is a compare-and-set or a
+single row's update, so a failed or timed-out call leaves tasks, attempts and slices in a state
+the next pass continues from.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Count, Max, Q
+from django.utils import timezone
+
+from scheduler import backends, reports
+from scheduler.backends.base import AttemptRef, AttemptReport, AttemptStatus, BackendError
+from scheduler.cluster_config import ClusterConfig, cluster_config
+from scheduler.core.demand import FailureHistory, GroupSpec, PendingTpuJob, SliceView, plan_provisioning
+from scheduler.core.types import ACTIVE_STATES, TERMINAL_JOB_STATES, TaskState
+from scheduler.models import Attempt, BackendState, DispatchIntent, Job, TpuSlice, Worker
+
+log = logging.getLogger(__name__)
+
+KUBERNETES = "kubernetes"
+TPU = "tpu"
+# A pod created this recently may not be in our view yet: not declared vanished before then.
+VANISHED_GRACE_SECONDS = 60
+ACTIVE_VALUES = sorted(s.value for s in ACTIVE_STATES)
+TERMINAL_JOB_VALUES = sorted(s.value for s in TERMINAL_JOB_STATES)
+LIVE_SLICE_STATES = (TpuSlice.State.CREATING, TpuSlice.State.READY, TpuSlice.State.DRAINING, TpuSlice.State.DELETING)
+
+
+# --- health ---------------------------------------------------------------------------------------
+
+
+def record_ok(name: str, now: datetime, detail: dict[str, Any], *, enabled: bool = True) -> None:
+    state, _ = BackendState.objects.get_or_create(name=name)
+    BackendState.objects.filter(name=name).update(
+        enabled=enabled, healthy=enabled, last_sync_at=now, last_ok_at=now if enabled else state.last_ok_at,
+        consecutive_errors=0, detail=detail,
+    )
+
+
+def record_error(name: str, now: datetime, error: str, detail: dict[str, Any] | None = None) -> None:
+    state, _ = BackendState.objects.get_or_create(name=name)
+    values: dict[str, Any] = {
+        "enabled": True, "healthy": False, "last_sync_at": now, "last_error": error[:4000], "last_error_at": now,
+        "consecutive_errors": state.consecutive_errors + 1,
+    }
+    if detail is not None:
+        values["detail"] = detail
+    BackendState.objects.filter(name=name).update(**values)
+
+
+@dataclass(frozen=True)
+class BackendStatus:
+    """One backend as the console shows it."""
+
+    name: str
+    enabled: bool
+    healthy: bool
+    last_sync_at: datetime | None
+    last_ok_at: datetime | None
+    last_error: str
+    last_error_at: datetime | None
+    consecutive_errors: int
+    detail: dict[str, Any]
+    workers: int
+
+
+def backend_status() -> list[BackendStatus]:
+    """Every backend with its health, last sync and last error (two queries).
+
+    Lists the cloud backends that have a state row (``kubernetes``, ``tpu``) and every backend
+    that registered workers (``local`` is healthy while any of its workers is).
+    """
+    workers = dict(Worker.objects.order_by().values_list("backend").annotate(n=Count("pk")))
+    healthy_workers = dict(
+        Worker.objects.filter(healthy=True).order_by().values_list("backend").annotate(n=Count("pk"))
+    )
+    rows = {s.name: s for s in BackendState.objects.all()}
+    result = []
+    for name in sorted(set(rows) | set(workers)):
+        row = rows.get(name)
+        if row is not None:
+            result.append(
+                BackendStatus(
+                    name, row.enabled, row.healthy, row.last_sync_at, row.last_ok_at, row.last_error,
+                    row.last_error_at, row.consecutive_errors, row.detail or {}, workers.get(name, 0),
+                )
+            )
+        else:
+            result.append(
+                BackendStatus(name, True, bool(healthy_workers.get(name)), None, None, "", None, 0, {},
+                              workers.get(name, 0))
+            )
+    return result
+
+
+def tpu_slices(*, include_finished: bool = False):
+    """TPU slices, newest first; finished (deleted, failed) ones only when asked."""
+    slices = TpuSlice.objects.order_by("-created_at", "-pk")
+    if not include_finished:
+        slices = slices.filter(state__in=LIVE_SLICE_STATES)
+    return slices
+
+
+# --- Kubernetes -----------------------------------------------------------------------------------
+
+
+@dataclass
+class KubernetesSync:
+    enabled: bool = True
+    applied: int = 0
+    vanished: int = 0
+    collected: int = 0
+    pods: int = 0
+    error: str = ""
+    setup: dict[str, list[str]] = field(default_factory=dict)
+
+
+def ensure_kubernetes_worker(config: Any, *, healthy: bool) -> Worker:
+    """The worker row standing for the cluster: tasks promoted to pods are ASSIGNED to it."""
+    worker, created = Worker.objects.get_or_create(
+        name=config.worker_name,
+        defaults={
+            "backend": KUBERNETES, "cpu_millicores": 0, "memory_bytes": 0, "healthy": healthy,
+            "attributes": {"namespace": config.namespace, "queue": config.queue_name},
+        },
+    )
+    if worker.backend != KUBERNETES:
+        raise BackendError(
+            f"worker {config.worker_name!r} belongs to backend {worker.backend!r}; set kubernetes.worker_name"
+        )
+    if not created and worker.healthy != healthy:
+        Worker.objects.filter(pk=worker.pk).update(healthy=healthy)
+    return worker
+
+
+def sync_kubernetes(now: datetime | None = None, *, watch_seconds: int | None = None) -> KubernetesSync:
+    """One pass over the Kubernetes backend (see the module docstring). Never raises on API errors."""
+    now = now or timezone.now()
+    config = cluster_config().kubernetes
+    if not config.enabled:
+        record_ok(KUBERNETES, now, {"reason": "disabled in the cluster config"}, enabled=False)
+        Worker.objects.filter(backend=KUBERNETES, healthy=True).update(healthy=False)
+        return KubernetesSync(enabled=False)
+    backend = backends.get_backend(KUBERNETES)
+    outcome = KubernetesSync()
+    try:
+        setup = backend.ensure_setup()
+        if setup.created or setup.updated:
+            outcome.setup = {"created": setup.created, "updated": setup.updated}
+        worker = ensure_kubernetes_worker(config, healthy=True)
+        polled_at = timezone.now()
+        kwargs = {} if watch_seconds is None else {"watch_seconds": watch_seconds}
+        poll = backend.poll(now, **kwargs)
+        outcome.pods = len(poll.live)
+        outcome.applied = reports.apply_reports(poll.reports, now).applied
+        outcome.vanished = end_vanished_attempts(worker.pk, poll.live, polled_at, now)
+        outcome.collected = backend.collect(poll.finished)
+    except BackendError as exc:
+        outcome.error = str(exc)
+        log.warning("kubernetes sync failed: %s", exc)
+        record_error(KUBERNETES, now, outcome.error)
+        Worker.objects.filter(name=config.worker_name, backend=KUBERNETES).update(healthy=False)
+        return outcome
+    record_ok(KUBERNETES, now, {
+        "namespace": config.namespace,
+        "queue": config.queue_name,
+        "pods": outcome.pods,
+        "reports_applied": outcome.applied,
+        "vanished": outcome.vanished,
+        "setup": outcome.setup or "unchanged",
+    })
+    return outcome
+
+
+def end_vanished_attempts(worker_pk: int, live: set[AttemptRef], polled_at: datetime, now: datetime) -> int:
+    """Unfinished attempts whose pod was created (START done) before the poll but is not there:
+    they ended without our seeing how (deleted while this process was not watching). One query,
+    then one report each (rare)."""
+    cutoff = polled_at - timedelta(seconds=VANISHED_GRACE_SECONDS)
+    created = DispatchIntent.objects.filter(
+        kind=DispatchIntent.Kind.START, state=DispatchIntent.State.DONE, updated_at__lt=cutoff, worker_id=worker_pk
+    ).values_list("task_id", "attempt_number")
+    unfinished = set(
+        Attempt.objects.filter(worker_id=worker_pk, finished_at__isnull=True).values_list("task_id", "number")
+    )
+    vanished = [AttemptRef(t, n) for t, n in created if (t, n) in unfinished and AttemptRef(t, n) not in live]
+    if not vanished:
+        return 0
+    return reports.apply_reports(
+        [AttemptReport(ref, AttemptStatus.PREEMPTED, message="pod disappeared") for ref in vanished], now
+    ).applied
+
+
+# --- TPU provisioning -----------------------------------------------------------------------------
+
+_api_cache: dict[str, Any] = {}
+
+
+def tpu_api(config: Any):
+    """The TPU API client for this config (one per process and config)."""
+    from scheduler.backends.tpu import TpuApi
+
+    cached = _api_cache.get("api")
+    if cached is None or cached.config != config:
+        cached = _api_cache["api"] = TpuApi(config)
+    return cached
+
+
+@dataclass
+class TpuPass:
+    enabled: bool = True
+    created: list[str] = field(default_factory=list)
+    ready: list[str] = field(default_factory=list)
+    draining: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unserved: list[str] = field(default_factory=list)
+
+
+def group_specs(config: ClusterConfig) -> list[GroupSpec]:
+    return [
+        GroupSpec(g.name, g.device_variant, g.zone, g.min_slices, g.max_slices, g.hosts_per_slice, g.chips_per_host)
+        for g in config.scale_groups
+    ]
+
+
+def slice_name(group: str) -> str:
+    """A fresh node id: ``iris-<group>-<6 hex>`` (lower-case, at most 63 characters)."""
+    return f"iris-{group}"[:55].rstrip("-") + f"-{secrets.token_hex(3)}"
+
+
+def epoch_ms(at: datetime | None) -> int | None:
+    return None if at is None else int(at.timestamp() * 1000)
+
+
+def provision_tpu(now: datetime | None = None) -> TpuPass:
+    """One provisioning pass (see the module docstring). Never raises on API errors."""
+    now = now or timezone.now()
+    config = cluster_config()
+    tpu = config.tpu
+    if not tpu.enabled:
+        record_ok(TPU, now, {"reason": "disabled in the cluster config"}, enabled=False)
+        return TpuPass(enabled=False)
+    api = tpu_api(tpu)
+    result = TpuPass()
+    track_slices(api, config, now, result)
+    views = slice_views(now)
+    plan = plan_provisioning(
+        group_specs(config),
+        pending_tpu_jobs(epoch_ms(now)),
+        views,
+        failure_histories(),
+        epoch_ms(now),
+        idle_timeout_seconds=tpu.idle_timeout_seconds,
+        backoff_seconds=tpu.backoff_seconds,
+        max_backoff_seconds=tpu.max_backoff_seconds,
+    )
+    result.unserved = list(plan.unserved)
+    release_idle(api, plan, views, now, result)
+    groups = {g.name: g for g in config.scale_groups}
+    for name, group_plan in plan.groups.items():
+        group = groups[name]
+        for _ in range(group_plan.create):
+            create_slice(api, tpu, group, now, result)
+        result.groups[name] = {
+            "demand_slices": group_plan.demand_slices,
+            "created": group_plan.create,
+            "reason": group_plan.reason,
+            "backoff_until": (
+                datetime.fromtimestamp(group_plan.backoff_until_ms / 1000, tz=now.tzinfo).isoformat()
+                if group_plan.backoff_until_ms else None
+            ),
+        }
+    sweep_orphans(api, config, result)
+    counts = dict(TpuSlice.objects.order_by().values_list("state").annotate(n=Count("pk")))
+    detail = {
+        "project": tpu.project,
+        "provisioning": tpu.provisioning,
+        "slices": {state: counts.get(state, 0) for state in TpuSlice.State.values},
+        "groups": result.groups,
+        "unserved_jobs": result.unserved[:20],
+    }
+    if result.errors:
+        record_error(TPU, now, "; ".join(result.errors)[:4000], detail)
+    else:
+        record_ok(TPU, now, detail)
+    return result
+
+
+def track_slices(api: Any, config: ClusterConfig, now: datetime, result: TpuPass) -> None:
+    """Move creating slices to ready or failed, deleting ones to deleted, and notice ready
+    slices that went away (preempted spot capacity)."""
+    tpu = config.tpu
+    from scheduler.backends.tpu import TpuApiError
+
+    for row in TpuSlice.objects.filter(state__in=LIVE_SLICE_STATES).order_by("pk"):
+        try:
+            status = api.status(row.name, row.zone, row.provisioning, row.operation)
+        except TpuApiError as exc:
+            result.errors.append(str(exc))
+            TpuSlice.objects.filter(pk=row.pk).update(last_error=str(exc)[:2000])
+            continue
+        if row.state == TpuSlice.State.CREATING:
+            if status.state == "ready":
+                TpuSlice.objects.filter(pk=row.pk, state=row.state).update(
+                    state=TpuSlice.State.READY, ready_at=now, idle_since=now, last_error=""
+                )
+                result.ready.append(row.name)
+            elif status.state in ("failed", "gone"):
+                fail_slice(api, row, status.error or "creation failed", now, result)
+            elif (now - row.created_at).total_seconds() > tpu.ready_timeout_seconds:
+                fail_slice(api, row, f"not ready after {tpu.ready_timeout_seconds}s", now, result, delete=True)
+        elif row.state == TpuSlice.State.DELETING:
+            if status.state in ("gone", "failed"):
+                TpuSlice.objects.filter(pk=row.pk, state=row.state).update(state=TpuSlice.State.DELETED, finished_at=now)
+                result.deleted.append(row.name)
+        elif status.state in ("gone", "failed"):
+            # A ready slice vanished (spot preemption, maintenance): its hosts are lost.
+            TpuSlice.objects.filter(pk=row.pk, state=row.state).update(
+                state=TpuSlice.State.DELETED, finished_at=now, last_error=status.error
+            )
+            lose_slice_workers(row.name, f"TPU slice {row.name} is gone ({status.error or 'not found'})", now)
+            result.deleted.append(row.name)
+
+
+def fail_slice(api: Any, row: TpuSlice, error: str, now: datetime, result: TpuPass, *, delete: bool = False) -> None:
+    from scheduler.backends.tpu import TpuApiError
+
+    TpuSlice.objects.filter(pk=row.pk, state=row.state).update(
+        state=TpuSlice.State.FAILED, finished_at=now, last_error=error[:2000]
+    )
+    result.failed.append(row.name)
+    result.errors.append(f"slice {row.name} ({row.scale_group}): {error}")
+    if delete or row.provisioning == "queued_resources":
+        try:
+            api.delete(row.name, row.zone, row.provisioning)
+        except TpuApiError as exc:
+            result.errors.append(str(exc))  # the orphan sweep deletes it later
+
+
+def slice_workers() -> dict[str, list[tuple[int, bool]]]:
+    """``{tpu-name: [(worker pk, usable)]}`` for workers that joined from slices (one query)."""
+    by_slice: dict[str, list[tuple[int, bool]]] = {}
+    for pk, attributes, healthy, draining in Worker.objects.exclude(backend=KUBERNETES).values_list(
+        "pk", "attributes", "healthy", "draining"
+    ):
+        name = (attributes or {}).get("tpu-name")
+        if name:
+            by_slice.setdefault(str(name), []).append((pk, healthy and not draining))
+    return by_slice
+
+
+def slice_views(now: datetime) -> list[SliceView]:
+    """Every live slice with whether its hosts hold work; idle timers updated (three queries)."""
+    workers = slice_workers()
+    busy_workers = set(
+        Attempt.objects.filter(finished_at__isnull=True, worker__isnull=False).values_list("worker_id", flat=True)
+    )
+    views = []
+    became_busy, became_idle = [], []
+    for row in TpuSlice.objects.filter(state__in=LIVE_SLICE_STATES).order_by("pk"):
+        hosts = workers.get(row.name, [])
+        busy = any(pk in busy_workers for pk, _ in hosts)
+        free = sum(1 for pk, usable in hosts if usable and pk not in busy_workers)
+        idle_since = row.idle_since
+        if row.state in (TpuSlice.State.READY, TpuSlice.State.DRAINING):
+            if busy and idle_since is not None:
+                became_busy.append(row.pk)
+                idle_since = None
+            elif not busy and idle_since is None:
+                became_idle.append(row.pk)
+                idle_since = now
+        views.append(
+            SliceView(row.name, row.scale_group, row.state, busy, free, epoch_ms(idle_since), epoch_ms(row.created_at))
+        )
+    if became_busy:
+        TpuSlice.objects.filter(pk__in=became_busy).update(idle_since=None)
+    if became_idle:
+        TpuSlice.objects.filter(pk__in=became_idle, idle_since__isnull=True).update(idle_since=now)
+    return views
+
+
+def pending_tpu_jobs(now_ms: int) -> list[PendingTpuJob]:
+    """Jobs our scheduler places with TPU tasks pending and not expired (one grouped query)."""
+    rows = (
+        Job.objects.filter(device_type="tpu", tasks__state=TaskState.PENDING.value)
+        .exclude(state__in=TERMINAL_JOB_VALUES)
+        .exclude(backend=KUBERNETES)
+        .filter(Q(scheduling_deadline_ms__isnull=True) | Q(scheduling_deadline_ms__gt=now_ms))
+        .values("name", "device_variant", "device_count", "group_by", "constraints")
+        .annotate(pending=Count("tasks"))
+        .order_by("pk")
+    )
+    jobs = []
+    for row in rows:
+        zones: set[str] = set()
+        for c in row["constraints"] or []:
+            if c.get("key") == "zone" and not c.get("soft"):
+                value = c.get("value")
+                if c.get("op") == "eq" and isinstance(value, str):
+                    zones.add(value)
+                elif c.get("op") == "in" and isinstance(value, list):
+                    zones.update(str(v) for v in value)
+        jobs.append(
+            PendingTpuJob(
+                job=row["name"], variant=row["device_variant"] or None, chips=row["device_count"],
+                pending=row["pending"], gang=bool(row["group_by"]), zones=frozenset(zones),
+            )
+        )
+    return jobs
+
+
+def failure_histories() -> dict[str, FailureHistory]:
+    """Per group: failed creations since its last slice became ready (two queries)."""
+    last_ready = dict(
+        TpuSlice.objects.filter(ready_at__isnull=False).order_by().values_list("scale_group")
+        .annotate(at=Max("ready_at"))
+    )
+    histories: dict[str, FailureHistory] = {}
+    for group, created_at, finished_at in TpuSlice.objects.filter(state=TpuSlice.State.FAILED).values_list(
+        "scale_group", "created_at", "finished_at"
+    ):
+        if group in last_ready and created_at <= last_ready[group]:
+            continue
+        previous = histories.get(group, FailureHistory())
+        at = epoch_ms(finished_at or created_at)
+        histories[group] = FailureHistory(previous.failures + 1, max(previous.last_failure_ms or 0, at))
+    return histories
+
+
+def create_slice(api: Any, tpu: Any, group: Any, now: datetime, result: TpuPass) -> None:
+    """Write the slice row first, then ask the API: a timeout still leaves the slice known."""
+    from scheduler.backends.tpu import SliceRequest, TpuApiError
+
+    name = slice_name(group.name)
+    row = TpuSlice.objects.create(
+        name=name, scale_group=group.name, zone=group.zone, accelerator_type=group.accelerator_type,
+        provisioning=tpu.provisioning, state=TpuSlice.State.CREATING, created_at=now,
+    )
+    request = SliceRequest(
+        name=name, zone=group.zone, accelerator_type=group.accelerator_type, runtime_version=group.runtime_version,
+        spot=group.spot, scale_group=group.name, variant=group.device_variant, chips_per_host=group.chips_per_host,
+    )
+    try:
+        operation = api.create(request, tpu.provisioning)
+    except TpuApiError as exc:
+        fail_slice(api, row, str(exc), now, result)
+        return
+    TpuSlice.objects.filter(pk=row.pk).update(operation=operation)
+    result.created.append(name)
+    log.info("TPU slice %s requested for scale group %s", name, group.name)
+
+
+def release_idle(api: Any, plan: Any, views: list[SliceView], now: datetime, result: TpuPass) -> None:
+    """Two steps, so the tick cannot place work on a slice being deleted: an idle slice past the
+    timeout is first DRAINING (its workers take no new work); on the next pass, if still idle,
+    it is deleted, else it is back to READY."""
+    from scheduler.backends.tpu import TpuApiError
+
+    by_name = {v.name: v for v in views}
+    workers = slice_workers()
+    reclaimed = {name for group_plan in plan.groups.values() for name in group_plan.reclaim}
+    for row in TpuSlice.objects.filter(state=TpuSlice.State.DRAINING).order_by("pk"):
+        view = by_name.get(row.name)
+        pks = [pk for pk, _ in workers.get(row.name, [])]
+        if (view is not None and view.busy) or row.name in reclaimed:
+            with transaction.atomic():
+                TpuSlice.objects.filter(pk=row.pk, state=row.state).update(state=TpuSlice.State.READY)
+                Worker.objects.filter(pk__in=pks).update(draining=False)
+            continue
+        try:
+            api.delete(row.name, row.zone, row.provisioning)
+        except TpuApiError as exc:
+            result.errors.append(str(exc))
+            TpuSlice.objects.filter(pk=row.pk).update(last_error=str(exc)[:2000])
+            continue
+        TpuSlice.objects.filter(pk=row.pk, state=row.state).update(state=TpuSlice.State.DELETING)
+        lose_slice_workers(row.name, f"TPU slice {row.name} deleted after being idle", now)
+        result.deleted.append(row.name)
+    for group_plan in plan.groups.values():
+        for name in group_plan.release:
+            pks = [pk for pk, _ in workers.get(name, [])]
+            with transaction.atomic():
+                if TpuSlice.objects.filter(name=name, state=TpuSlice.State.READY).update(state=TpuSlice.State.DRAINING):
+                    Worker.objects.filter(pk__in=pks).update(draining=True)
+                    result.draining.append(name)
+
+
+def lose_slice_workers(name: str, reason: str, now: datetime) -> None:
+    """The slice's hosts are gone: their workers are lost (attempts end WORKER_FAILED, retried)."""
+    for pk, _ in slice_workers().get(name, []):
+        reports.declare_worker_lost(pk, now, reason)
+
+
+def sweep_orphans(api: Any, config: ClusterConfig, result: TpuPass) -> None:
+    """Delete managed nodes that no live slice row claims (e.g. created by a request that timed
+    out, then recorded as failed). One list per zone in use."""
+    from scheduler.backends.tpu import TpuApiError
+
+    live = set(TpuSlice.objects.filter(state__in=LIVE_SLICE_STATES).values_list("name", flat=True))
+    zones = sorted({g.zone for g in config.scale_groups})
+    for zone in zones:
+        try:
+            names = api.managed(zone)
+        except TpuApiError as exc:
+            result.errors.append(str(exc))
+            continue
+        for name in names:
+            if name in live:
+                continue
+            known = TpuSlice.objects.filter(name=name).values_list("provisioning", flat=True).first()
+            try:
+                api.delete(name, zone, known or "nodes")
+            except TpuApiError as exc:
+                result.errors.append(str(exc))
+                continue
+            log.warning("deleted orphan TPU node %s in %s", name, zone)
+            result.deleted.append(name)
+
+
+# --- the tick's Kubernetes drain ------------------------------------------------------------------
+
+
+def plan_kueue(loaded: Any, decision: Any) -> Any:
+    """The tick's Kubernetes promotions for this snapshot (pure; see ``scheduler.core.kueue``).
+
+    Uses the spend the core computed, so both halves of the tick see the same budgets."""
+    from scheduler.core.kueue import plan_promotions
+
+    snapshot = loaded.snapshot
+    return plan_promotions(
+        loaded.kueue, decision.spend, snapshot.budgets, snapshot.config.budget_defaults, snapshot.now_ms
+    )
+
+
+def save_kueue_state(loaded: Any, plan: Any) -> None:
+    """Inside the tick's transaction: stamp newly routed jobs (one statement per backend) and
+    store the promotion bucket (one statement when Kubernetes work exists)."""
+    from django.db import connection
+
+    by_route: dict[str, list[int]] = {}
+    for pk, route in loaded.routes.items():
+        by_route.setdefault(route, []).append(pk)
+    table = Job._meta.db_table
+    for route, pks in sorted(by_route.items()):
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute(f"UPDATE {table} SET backend = %s WHERE backend = '' AND id = ANY(%s)", [route, pks])
+            else:
+                cursor.execute(
+                    f"UPDATE {table} SET backend = %s WHERE backend = '' AND id IN (SELECT value FROM json_each(%s))",
+                    [route, "[" + ",".join(str(int(pk)) for pk in pks) + "]"],
+                )
+    if loaded.kueue.jobs or loaded.kueue.worker:
+        updated = BackendState.objects.filter(name=KUBERNETES).update(tokens=plan.tokens, tokens_at_ms=plan.tokens_at_ms)
+        if not updated:
+            BackendState.objects.create(name=KUBERNETES, tokens=plan.tokens, tokens_at_ms=plan.tokens_at_ms)
