@@ -138,20 +138,24 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
     outcome = _Outcome(snapshot, by_job, pool.ids)
     outcome.assign(placed)
     outcome.assign(plan.placements)
+    unschedulable_state = TaskState.UNSCHEDULABLE
     for queue in expired:
         for task in queue.pending:
-            outcome.after[task.id] = TaskAfter(TaskState.UNSCHEDULABLE, None, None, task.preemption_count)
+            outcome.after[task.id] = TaskAfter(unschedulable_state, None, None, task.preemption_count)
         outcome.jobs_after[queue.spec.id] = JobState.UNSCHEDULABLE
     outcome.evict(plan)
     outcome.finish_jobs(pending_by_job, active_by_job)
 
-    downgrades = {}
+    downgrades: dict[str, Downgrade] = {}
+    per_user: dict[tuple[str, Band], Downgrade] = {}
     for queue in queues:
         if queue.band is not queue.spec.band and not queue.expired:
-            user = queue.spec.user
-            downgrades[queue.spec.id] = Downgrade(
-                queue.spec.band, queue.band, spend.get(user, 0), budget_limit(user, snapshot.budgets, defaults)
-            )
+            spec = queue.spec
+            downgrade = per_user.get((spec.user, spec.band))
+            if downgrade is None:
+                limit = budget_limit(spec.user, snapshot.budgets, defaults)
+                downgrade = per_user[(spec.user, spec.band)] = Downgrade(spec.band, queue.band, spend.get(spec.user, 0), limit)
+            downgrades[spec.id] = downgrade
     reasons = explain_pending(
         queues, bands, assigned_ids, Explainer(pool, book), downgrades, config.max_tasks_per_job_per_cycle
     )
@@ -199,13 +203,15 @@ class _Outcome:
         # TaskAfter is immutable, so tasks landing on the same worker in the same band with the
         # same count share one (there are tens of thousands of assignments in a large tick).
         shared: dict[tuple[int, Band, int], TaskAfter] = {}
+        assigned = TaskState.ASSIGNED  # enum attribute lookups are slow; keep them out of loops
         for task, w in placements:
             band = queues[task.job_id].band
-            append(Assignment(task.id, ids[w], band))
+            worker = ids[w]
+            append(Assignment(task.id, worker, band))
             key = (w, band, task.preemption_count)
             state = shared.get(key)
             if state is None:
-                state = shared[key] = TaskAfter(TaskState.ASSIGNED, ids[w], band, task.preemption_count)
+                state = shared[key] = TaskAfter(assigned, worker, band, task.preemption_count)
             after[task.id] = state
 
     def evict(self, plan: PreemptionPlan) -> None:

@@ -454,6 +454,7 @@ def explain_pending(
     # (tasks, reason) pairs, turned into one dict at the end (far cheaper than per-job updates).
     shared: list[tuple[Sequence[TaskSnapshot], PendingReason]] = []
     held_cause = PerJobCap(max_tasks_per_job)
+    held_reasons: dict[int, PendingReason] = {}
     for queue in queues:
         if queue.expired:
             continue
@@ -462,21 +463,24 @@ def explain_pending(
         placed = first_unplaced.get(job_id)
         if placed is not None:
             band, position, size, before = placed
-            unplaced = [t for t in queue.passed if t.id not in assigned]
+            passed = queue.passed
+            unplaced = [t for t in passed if t.id not in assigned]
             if queue.gang:
-                cause, fit_at_start = explainer.gang_cause(queue.shape, queue.spec.group_by, len(queue.passed))
+                cause, fit_at_start = explainer.gang_cause(queue.shape, queue.spec.group_by, len(passed))
             else:
                 cause, fit_at_start = explainer.solo_cause(queue.shape)
             if fit_at_start and before and not isinstance(cause, RoomFreedThisCycle):
                 cause = WaitingBehind(before, cause)
             head = PendingReason(cause, band, position, size, downgrade)
-            if queue.gang:
+            if queue.gang or len(unplaced) == 1:
                 shared.append((unplaced, head))
             else:
                 shared.append((unplaced[:1], head))
-                if len(unplaced) > 1:
-                    rest = PendingReason(JobExhausted(unplaced[0].id, cause), band, position, size, downgrade)
-                    shared.append((unplaced[1:], rest))
+                rest = PendingReason(JobExhausted(unplaced[0].id, cause), band, position, size, downgrade)
+                shared.append((unplaced[1:], rest))
         if queue.held:
-            shared.append((queue.held, PendingReason(held_cause, downgrade=downgrade)))
+            held = held_reasons.get(id(downgrade))
+            if held is None:
+                held = held_reasons[id(downgrade)] = PendingReason(held_cause, downgrade=downgrade)
+            shared.append((queue.held, held))
     return {task.id: reason for tasks, reason in shared for task in tasks}

@@ -33,9 +33,9 @@ class JobQueue:
 
     spec: JobSpec
     band: Band
-    pending: list[TaskSnapshot] = field(default_factory=list)
-    passed: list[TaskSnapshot] = field(default_factory=list)
-    held: list[TaskSnapshot] = field(default_factory=list)
+    pending: Sequence[TaskSnapshot] = ()
+    passed: Sequence[TaskSnapshot] = ()
+    held: Sequence[TaskSnapshot] = ()
     expired: bool = False
     shape: object | None = None
     failed_task: str | None = None

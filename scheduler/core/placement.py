@@ -300,6 +300,7 @@ class ShapeBook:
         self._postings: dict[str, dict[str, list[int]]] = {}
         self.shapes: list[Shape] = []
         self.gang_cursor: dict[tuple, int] = {}
+        self._host_keys: dict[int, tuple[int, int, str, int]] = {}
 
     def shape_of(self, job: JobSpec) -> Shape:
         """The shared shape of a job's tasks (one per distinct resources and constraints)."""
@@ -391,14 +392,19 @@ class ShapeBook:
     def host_order(self, w: int) -> tuple[int, int, str, int]:
         """Sort key of a host inside a gang group: ``tpu-worker-id`` numerically when it parses,
         else as text, hosts without it last; then worker id."""
-        raw = self.pool.attrs[w].get(TPU_WORKER_ID_KEY)
-        rank = self.pool.rank[w]
-        if raw is None:
-            return (2, 0, "", rank)
-        try:
-            return (0, int(raw), "", rank)
-        except ValueError:
-            return (1, 0, raw, rank)
+        key = self._host_keys.get(w)
+        if key is None:
+            raw = self.pool.attrs[w].get(TPU_WORKER_ID_KEY)
+            rank = self.pool.rank[w]
+            if raw is None:
+                key = (2, 0, "", rank)
+            else:
+                try:
+                    key = (0, int(raw), "", rank)
+                except ValueError:
+                    key = (1, 0, raw, rank)
+            self._host_keys[w] = key
+        return key
 
 
 def place(
@@ -478,11 +484,23 @@ def place_gang(queue: JobQueue, pool: WorkerPool, book: ShapeBook, out: list[tup
     groups = book.groups(shape, group_by)
     key = (shape.id, group_by, n)
     gi = book.gang_cursor.get(key, 0)
-    fits = pool.fits
+    cpu, mem, gpu, tpu = pool.cpu, pool.mem, pool.gpu, pool.tpu
+    assigned, building = pool.assigned, pool.building
+    max_assign, max_building = pool.max_assign, pool.max_building
+    c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
     while gi < len(groups):
         members = groups[gi].members
         if len(members) >= n:
-            fitting = [w for w in members if fits(w, shape)]
+            fitting = [
+                w
+                for w in members
+                if assigned[w] < max_assign
+                and building[w] < max_building
+                and cpu[w] >= c
+                and mem[w] >= m
+                and gpu[w] >= g
+                and tpu[w] >= u
+            ]
             if len(fitting) >= n:
                 book.gang_cursor[key] = gi
                 for task, w in zip(tasks, fitting):

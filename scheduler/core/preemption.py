@@ -55,6 +55,8 @@ VariantKey = tuple[str, str] | None
 # reaches it. Evictions only remove victims, which only raises a worker's real key, so a lower
 # bound never becomes wrong.
 LOWER_BOUND = -1
+# Bands whose work may preempt (everything above BATCH), by rank.
+CANDIDATE_RANKS = tuple(int(b) for b in BANDS_IN_ORDER if b is not Band.BATCH)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,62 +224,71 @@ class PreemptionPass:
         pool = self.pool
         index = pool.index
         healthy = pool.healthy
+        solo = self.solo
+        by_variant = self.workers_by_variant
         running = TaskState.RUNNING
-        # Keyed by identity: the snapshot keeps every Resources alive during the decision.
-        requests: dict[int, Request] = {}
+        # Per distinct Resources (by identity; the snapshot keeps them alive): the request,
+        # whether the variant comes from the worker ("auto"), and the variant otherwise.
+        facts: dict[int, tuple[Request, bool, VariantKey]] = {}
         for job_id, active in active_by_job.items():
             tasks = [t for t in active if t.state is running and t.worker is not None]
             if not tasks:
                 continue
             job = jobs[job_id]
             requested_rank = int(job.band)
-            stamped = set(map(_band_of, tasks))
-            ranks = {requested_rank if b is None else int(b) for b in stamped}
+            ranks = {requested_rank if b is None else int(b) for b in set(map(_band_of, tasks))}
             if max(ranks) <= min_rank:
                 continue
-            info = requests.get(id(job.resources))
-            if info is None:
-                info = requests[id(job.resources)] = Request(*request_tuple(job.resources), resource_value(job.resources))
-            device = job.resources.device
+            resources = job.resources
+            fact = facts.get(id(resources))
+            if fact is None:
+                device = resources.device
+                info = Request(*request_tuple(resources), resource_value(resources))
+                fact = facts[id(resources)] = (info, _takes_worker_variant(device), victim_variant(device, None))
+            info, auto, fixed = fact
+            self.victim_jobs.add(job_id)
             if job.group_by is not None:
-                members = []
-                for task in sorted(tasks, key=_task_index):
-                    w = index.get(task.worker, -1)
-                    if w >= 0 and not healthy[w]:
-                        w = -1
-                    members.append(SliceMember(task, requested_rank if task.band is None else int(task.band), w))
-                live = [m.worker for m in members if m.worker >= 0]
-                piece = Slice(job_id, info, victim_variant(device, pool.variant[live[0]] if live else None), members)
-                piece.seal()
-                self.slices[job_id] = piece
-                self.victim_jobs.add(job_id)
+                self._add_slice(job, info, tasks, requested_rank)
                 continue
-            solo = self.solo
-            auto = _takes_worker_variant(device)
-            fixed = victim_variant(device, None)
             for rank in ranks:
                 if rank <= min_rank:
                     continue
                 same_band = tasks if len(ranks) == 1 else [t for t in tasks if (requested_rank if t.band is None else int(t.band)) == rank]
-                for worker, on_worker in groupby(sorted(same_band, key=_worker_then_index), key=_worker_of):
+                # Two stable sorts (index, then worker) group by worker with members by index.
+                ordered = sorted(same_band, key=_task_index)
+                ordered.sort(key=_worker_of)
+                for worker, on_worker in groupby(ordered, key=_worker_of):
                     w = index.get(worker)
                     if w is None or not healthy[w]:
                         continue
-                    variant = victim_variant(device, pool.variant[w]) if auto else fixed
+                    variant = victim_variant(resources.device, pool.variant[w]) if auto else fixed
                     group = VictimGroup(-rank, info.value, job_id, info, variant, w, list(on_worker))
                     worker_groups = solo.get(w)
                     if worker_groups is None:
                         solo[w] = [group]
                     else:
                         worker_groups.append(group)
-                    workers = self.workers_by_variant.get(variant)
+                    workers = by_variant.get(variant)
                     if workers is None:
-                        self.workers_by_variant[variant] = {w}
+                        by_variant[variant] = {w}
                     else:
                         workers.add(w)
-            self.victim_jobs.add(job_id)
-        for worker_groups in self.solo.values():
-            worker_groups.sort(key=_group_order)
+        for worker_groups in solo.values():
+            if len(worker_groups) > 1:
+                worker_groups.sort(key=_group_order)
+
+    def _add_slice(self, job: JobSpec, info: Request, tasks: Sequence[TaskSnapshot], requested_rank: int) -> None:
+        index, healthy = self.pool.index, self.pool.healthy
+        members = []
+        for task in sorted(tasks, key=_task_index):
+            w = index.get(task.worker, -1)
+            if w >= 0 and not healthy[w]:
+                w = -1
+            members.append(SliceMember(task, requested_rank if task.band is None else int(task.band), w))
+        live = [m.worker for m in members if m.worker >= 0]
+        piece = Slice(job.id, info, victim_variant(job.resources.device, self.pool.variant[live[0]] if live else None), members)
+        piece.seal()
+        self.slices[job.id] = piece
 
     # -- the pass -----------------------------------------------------------------------------
 
@@ -285,9 +296,10 @@ class PreemptionPass:
         """Try every candidate in scheduling order (so bands ascend: stop at the first BATCH one)."""
         attempted_gangs: set[str] = set()
         queues = self.queues
+        batch = Band.BATCH
         for task in candidates:
             queue = queues[task.job_id]
-            if queue.band is Band.BATCH:
+            if queue.band is batch:
                 break
             if queue.spec.group_by is not None:
                 if queue.spec.id not in attempted_gangs:
@@ -345,34 +357,39 @@ class PreemptionPass:
         the first such victim, and the total (cpu, mem, gpu, tpu) all of them would free.
 
         Returned as entries ``(key, worker, LOWER_BOUND, totals)`` in ascending key order.
+        Computed once per variant for every candidate band at the same time.
         """
-        key = (rank, variant)
-        bounds = self._bounds.get(key)
-        if bounds is None:
-            workers: set[int] = set()
-            for victim_variant_, members in self.workers_by_variant.items():
-                if variant_matches(variant, victim_variant_):
-                    workers |= members
-            bounds = []
-            for w in workers:
-                first = None
-                cpu = mem = gpu = tpu = 0
-                for group in self.solo.get(w, ()):
-                    if group.band <= rank:
-                        break
-                    if variant_matches(variant, group.variant):
-                        if first is None:
-                            first = (1, group.neg_band, group.value, group.job_id, group.members[0].index)
-                        i, k = group.info, len(group.members)
-                        cpu += i.cpu * k
-                        mem += i.mem * k
-                        gpu += i.gpu * k
-                        tpu += i.tpu * k
-                if first is not None:
-                    bounds.append((first, w, LOWER_BOUND, (cpu, mem, gpu, tpu)))
-            bounds.sort()
-            self._bounds[key] = bounds
-        return bounds
+        bounds = self._bounds.get((rank, variant))
+        if bounds is not None:
+            return bounds
+        workers: set[int] = set()
+        for victim_variant_, members in self.workers_by_variant.items():
+            if variant_matches(variant, victim_variant_):
+                workers |= members
+        per_rank: dict[int, list] = {r: [] for r in CANDIDATE_RANKS}
+        solo = self.solo
+        for w in workers:
+            groups = [g for g in solo.get(w, ()) if variant_matches(variant, g.variant)]
+            if not groups:
+                continue
+            first = groups[0]
+            key = (1, first.neg_band, first.value, first.job_id, first.members[0].index)
+            cpu = mem = gpu = tpu = i = 0
+            for r in reversed(CANDIDATE_RANKS):
+                # Groups are in band order (lowest first): extend the prefix with band > r.
+                while i < len(groups) and groups[i].band > r:
+                    info, k = groups[i].info, len(groups[i].members)
+                    cpu += info.cpu * k
+                    mem += info.mem * k
+                    gpu += info.gpu * k
+                    tpu += info.tpu * k
+                    i += 1
+                if i:
+                    per_rank[r].append((key, w, LOWER_BOUND, (cpu, mem, gpu, tpu)))
+        for r, entries in per_rank.items():
+            entries.sort()
+            self._bounds[(r, variant)] = entries
+        return self._bounds[(rank, variant)]
 
     def _best_from_heap(self, shape: Shape, rank: int, variant: VariantKey):
         """The best eviction for one task of ``shape`` in band ``rank``, or None.
@@ -659,7 +676,6 @@ class PreemptionPass:
 _task_index = attrgetter("index")
 _band_of = attrgetter("band")
 _worker_of = attrgetter("worker")
-_worker_then_index = attrgetter("worker", "index")
 
 
 def _group_order(group: VictimGroup) -> tuple[int, int, str]:
