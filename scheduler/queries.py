@@ -533,20 +533,32 @@ def queue_index() -> QueueIndex:
     ids: dict[int, list[str]] = {}
     reason_of: dict[int, list[int]] = {}
     owner: dict[int, list[str]] = {}
-    users: dict[int, list[str]] = {}
-    seen: dict[int, set[str]] = {}
-    interned: dict[str, str] = {}
-    # Positions are 1..n per band in the explanation's (insertion) order; sort to be safe.
-    for task_id, (rank, position, reason) in sorted(explanation.get("tasks", {}).items(), key=lambda kv: (kv[1][0], kv[1][1])):
-        user = task_id.split("/", 2)[1]
-        user = interned.setdefault(user, user)
-        ids.setdefault(rank, []).append(task_id)
-        reason_of.setdefault(rank, []).append(reason)
-        owner.setdefault(rank, []).append(user)
-        band_users = seen.setdefault(rank, set())
-        if user not in band_users:
-            band_users.add(user)
-            users.setdefault(rank, []).append(user)
+    user_of_job: dict[str, str] = {}
+    in_order = True
+    # The explanation lists each band's tasks by position (1, 2, ...); checked, sorted if not.
+    for task_id, (rank, position, reason) in explanation.get("tasks", {}).items():
+        job_id = task_id[: task_id.rfind("/")]
+        user = user_of_job.get(job_id)
+        if user is None:
+            user = user_of_job[job_id] = job_id.split("/", 2)[1]
+        band_ids = ids.get(rank)
+        if band_ids is None:
+            band_ids = ids[rank] = []
+            reason_of[rank], owner[rank] = [], []
+        band_ids.append(task_id)
+        reason_of[rank].append(reason)
+        owner[rank].append(user)
+        if position != len(band_ids):
+            in_order = False
+    if not in_order:
+        tasks = explanation["tasks"]
+        for rank in ids:
+            order = sorted(range(len(ids[rank])), key=lambda i, r=rank: tasks[ids[r][i]][1])
+            ids[rank] = [ids[rank][i] for i in order]
+            reason_of[rank] = [reason_of[rank][i] for i in order]
+            owner[rank] = [owner[rank][i] for i in order]
+    # Each user's first appearance in a band is their turn in its round robin.
+    users = {rank: list(dict.fromkeys(owners)) for rank, owners in owner.items()}
     index = QueueIndex(
         tick_pk=pk, tick_at=started_at, spend=dict(spend or {}), limits=dict(limits or {}),
         reasons=list(explanation.get("reasons", [])), ids=ids, reason_of=reason_of, owner=owner, users=users,

@@ -28,7 +28,7 @@ POLL_SECONDS = 5
 
 def denied(user, page: str, needs: str) -> PermissionDenied:
     return PermissionDenied(
-        f"{page} is for {needs}. You are signed in as '{user.username}', a {roles.role_name(user)}. "
+        f"{page} is for {needs}. You are signed in as '{user.username}' ({roles.role_name(user)}). "
         f"Ask an admin to add you to the right group if you need it."
     )
 

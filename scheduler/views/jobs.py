@@ -77,7 +77,7 @@ def why_sentences(explain: dict, job, viewer, place: queries.RoundRobinPlace | N
     if downgrade:
         over = downgrade["spend"] - downgrade["limit"]
         sentences.append(
-            f"{who.capitalize()} {over:,} points over {whose} limit (spend {downgrade['spend']:,} > limit "
+            f"{who[0].upper() + who[1:] if own else who} {over:,} points over {whose} limit (spend {downgrade['spend']:,} > limit "
             f"{downgrade['limit']:,}); {whose} {requested.name} work runs as BATCH until {whose} running work "
             f"drops to {downgrade['limit']:,} points or less, or an uplift is granted."
         )

@@ -103,7 +103,8 @@ def uplifts(request):
 
 @admin_required("Deciding uplift requests")
 @require_POST
-def decide_uplift(request, pk: int, verb: str):
+def decide_uplift(request, pk: str, verb: str):
+    pk = int(pk)
     form = UpliftDecisionForm(request.POST, prefix=f"g{pk}")
     if form.is_valid():
         try:

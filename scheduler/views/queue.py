@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 
-from scheduler import queries
+from scheduler import queries, roles
 from scheduler.core.bands import BANDS_IN_ORDER, Band
 from scheduler.core.explain import Downgrade
 from scheduler.forms import QueueFilterForm
@@ -73,5 +73,6 @@ def queue(request):
         "band_counts": [(b, index.count(int(b))) for b in BANDS_IN_ORDER],
         "preview": PER_BAND_PREVIEW,
         "any_match": any(section["total"] for section in sections),
+        "operator": roles.is_operator(request.user),
     }
     return page_or_fragment(request, "scheduler/queue.html", "queue", context)

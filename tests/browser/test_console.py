@@ -184,7 +184,7 @@ def test_researcher_is_told_why_a_page_is_closed_to_her(live_server, open_page, 
     alice = as_user(open_page, live_server, "alice")
     response = alice.goto(f"{live_server.url}/scheduler/")
     assert response.status == 403
-    assert "The scheduler state page is for operators (and admins). You are signed in as 'alice', a researcher." in (
+    assert "The scheduler state page is for operators (and admins). You are signed in as 'alice' (researcher)." in (
         alice.inner_text(".why")
     )
     save_screenshot(alice, "13-forbidden")

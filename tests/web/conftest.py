@@ -112,17 +112,18 @@ def preempt(victim: Task, preemptor: Task, worker: Worker, tick: TickRecord | No
     )
 
 
-def build_cluster(n: int, admin) -> dict:
-    """``n`` researchers, each with a budget, an uplift request, a running job, a pending job, a
-    preemption suffered, and ``n`` workers; then a tick so the queue has an explanation.
+def build_cluster(n: int, admin, *, start: int = 0) -> dict:
+    """``n`` researchers (numbered from ``start``), each with a budget, an uplift request, a
+    running job, a pending job, a BATCH job preempted by admin work, and a worker of their own;
+    then two ticks, so the queue has an explanation and the budgets have spend samples.
 
     Everything the console's pages list grows with ``n``; their query counts must not.
     """
     from scheduler.tick import run_tick
 
-    users = [make_user(f"user{i:03d}") for i in range(n)]
-    workers = [make_worker(f"w{i:03d}", cpu=4, memory_gib=16) for i in range(n)]
-    bully = submit(admin, "/ada/prod", priority="production", replicas=n, cpu=1, memory="1Gi")
+    users = [make_user(f"user{i:03d}") for i in range(start, start + n)]
+    workers = [make_worker(f"w{i:03d}", cpu=4, memory_gib=16) for i in range(start, start + n)]
+    bully = submit(admin, f"/{admin.username}/prod{start}", priority="production", replicas=n, cpu=1, memory="1Gi")
     for i, user in enumerate(users):
         UserBudget.objects.create(user_id=user.username, budget_limit=5 if i % 2 else 0, max_band=int(Band.INTERACTIVE))
         services.request_uplift(user, budget_limit=1000, reason="deadline", duration_seconds=3600)

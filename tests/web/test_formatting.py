@@ -1,0 +1,130 @@
+"""Numbers and times for people, charts as geometry, and the queue index's windows."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.template import Context, Template
+from django.utils import timezone
+
+from scheduler import queries
+from scheduler.core.bands import Band
+from scheduler.queries import SpendSample, job_matches, queue_window, round_robin_place
+from scheduler.templatetags import console
+from scheduler.views.charts import nice_ceiling, spend_chart
+
+
+def render(source: str, **context) -> str:
+    return Template("{% load console %}" + source).render(Context(context))
+
+
+def test_numbers_are_grouped_and_memory_is_in_gib():
+    assert render("{{ n|points }}", n=12400) == "12,400"
+    assert render("{{ n|limit_text }} {{ z|limit_text }}", n=10000, z=0) == "10,000 unlimited"
+    assert render("{{ b|gib }} {{ h|gib }} {{ m|gib }}", b=16 << 30, h=3 << 29, m=512 << 20) == "16 GiB 1.5 GiB 512 MiB"
+    assert render("{{ c|cores }} {{ h|cores }}", c=8000, h=500) == "8 cores 0.5 cores"
+    assert render("{{ s|seconds_text }} {{ d|seconds_text }}", s=90, d=2 * 86400 + 3600) == "1 min 30 s 2 d 1 h"
+
+
+def test_times_are_relative_with_the_absolute_time_on_hover():
+    moment = timezone.now() - timedelta(minutes=3)
+    html = render("{% when t %}", t=moment)
+    assert ">3 minutes ago</time>" in html
+    assert f'title="{moment.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"' in html
+    assert f'datetime="{moment.isoformat()}"' in html
+    millis = int((timezone.now() - timedelta(seconds=30)).timestamp() * 1000)
+    assert "30 s ago" in render("{% when ms %}", ms=millis) or "31 s ago" in render("{% when ms %}", ms=millis)
+    assert render("{% when none %}", none=None) == "—"
+    assert "in 2 hours" in render("{% when t %}", t=timezone.now() + timedelta(hours=2, seconds=5))
+
+
+def test_badges_and_resources():
+    assert render("{% band_badge 3 %}") == '<span class="band band-batch" title="BATCH band">BATCH</span>'
+    assert render('{% resources 2000 8589934592 "gpu" "h100" 4 %}') == "2 cores · 8 GiB · 4 × h100 GPU"
+    assert render('{% resources 500 0 %}') == "0.5 cores · 0 MiB"
+
+
+def test_chart_geometry_follows_the_samples():
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    samples = [SpendSample(t0 + timedelta(minutes=i), {"alice": s}, {"alice": lim})
+               for i, (s, lim) in enumerate([(0, 10), (12, 10), (30, 10), (5, 0), (5, 0)])]
+    chart = spend_chart(samples, "alice", 1000, width=200, height=100)
+    assert chart.samples == 5 and chart.peak == 30 and chart.last_spend == 5 and chart.last_limit == 0
+    xs = [float(p.split(",")[0]) for p in chart.spend.split()]
+    assert xs[0] == chart.left and xs[-1] == chart.plot_right and xs == sorted(xs)
+    ys = [float(p.split(",")[1]) for p in chart.spend.split()]
+    assert ys[2] == min(ys)  # the peak is highest on screen
+    assert len(chart.limits) == 1 and len(chart.limits[0].split()) == 3  # unlimited stretch not drawn
+    assert len(chart.over) == 2
+    assert [label for _, label in chart.y_ticks][-1] == "50"
+
+
+def test_chart_of_a_user_missing_from_samples_uses_the_default_limit():
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    chart = spend_chart([SpendSample(t0, {}, {})], "carol", 1000, axes=False)
+    assert chart.last_spend == 0 and chart.last_limit == 1000 and chart.limits
+    assert spend_chart([], "carol", 1000).empty
+
+
+@pytest.mark.parametrize("value, ceiling", [(0, 1), (7, 10), (11, 20), (24, 25), (26, 50), (1100, 2000), (99_000, 100_000)])
+def test_chart_axes_end_on_round_numbers(value, ceiling):
+    assert nice_ceiling(value) == ceiling
+
+
+def make_index(tasks: dict[str, list[int]], spend=None) -> queries.QueueIndex:
+    """An index built the way ``queue_index`` builds it, from an explanation's task map."""
+    ids, reason_of, owner = {}, {}, {}
+    for task_id, (rank, position, reason) in sorted(tasks.items(), key=lambda kv: (kv[1][0], kv[1][1])):
+        ids.setdefault(rank, []).append(task_id)
+        reason_of.setdefault(rank, []).append(reason)
+        owner.setdefault(rank, []).append(task_id.split("/")[1])
+    users = {rank: list(dict.fromkeys(o)) for rank, o in owner.items()}
+    return queries.QueueIndex(1, None, spend or {}, {}, ["r0", "r1"], ids, reason_of, owner, users)
+
+
+def test_queue_windows_filter_and_count():
+    index = make_index({
+        "/bob/a/0": [2, 1, 0], "/alice/b/0": [2, 2, 1], "/bob/a/1": [2, 3, 0], "/alice/b/1": [2, 4, 1],
+        "/alice/b/c/0": [3, 1, 0],
+    })
+    entries, total = queue_window(index, 2, offset=1, limit=2)
+    assert total == 4 and [(e.task, e.position, e.reason) for e in entries] == [("/alice/b/0", 2, "r1"), ("/bob/a/1", 3, "r0")]
+    entries, total = queue_window(index, 2, user="alice")
+    assert total == 2 and [e.position for e in entries] == [2, 4]
+    assert queue_window(index, 3, job="/alice/b")[1] == 1  # a job id matches its children
+    assert queue_window(index, 2, job="lice/b")[1] == 2
+    assert queue_window(index, Band.SYSTEM) == ([], 0)
+
+
+def test_job_filter_matches_the_job_and_its_children_only():
+    assert job_matches("/alice/train/0", "/alice/train")
+    assert job_matches("/alice/train/eval/3", "/alice/train/")
+    assert not job_matches("/alice/training/0", "/alice/train")
+    assert job_matches("/alice/training/0", "train")
+
+
+def test_round_robin_place_names_the_turn_and_own_tasks_ahead():
+    index = make_index({"/bob/a/0": [2, 1, 0], "/alice/b/0": [2, 2, 0], "/bob/a/1": [2, 3, 0], "/alice/b/1": [2, 4, 0]},
+                       spend={"alice": 40})
+    place = round_robin_place(index, 2, 4)
+    assert (place.user, place.turn, place.ahead_own, place.band_size) == ("alice", 2, 1, 4)
+    assert place.users == [("bob", 0), ("alice", 40)]
+    assert round_robin_place(index, 2, 9) is None
+
+
+@pytest.mark.django_db
+def test_queue_index_is_read_once_per_tick_and_sorted_if_needed(django_assert_num_queries):
+    from scheduler.models import TickRecord
+
+    queries._queue_index_cache.clear()
+    TickRecord.objects.create(
+        started_at=timezone.now(), now_ms=0, duration_ms=1, spend={"bob": 7}, limits={},
+        explanation={"tasks": {"/bob/a/1": [2, 2, 0], "/bob/a/0": [2, 1, 0]}, "reasons": ["x"], "band_counts": {"2": 2}},
+    )
+    with django_assert_num_queries(2):
+        index = queries.queue_index()
+    assert index.ids[2] == ["/bob/a/0", "/bob/a/1"] and index.spend == {"bob": 7}
+    with django_assert_num_queries(1):
+        assert queries.queue_index() is index
+    queries._queue_index_cache.clear()

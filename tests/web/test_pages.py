@@ -1,0 +1,238 @@
+"""What each page says: the same facts as the API, numbers for people, and empty states that
+say what to do."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from scheduler import services
+from scheduler.models import DispatchIntent, TickRecord, UpliftGrant, UserBudget
+from scheduler.tick import run_tick
+from tests.web.conftest import make_worker, preempt, run_tasks, submit
+
+pytestmark = pytest.mark.django_db
+
+
+def text(response) -> str:
+    """The page's visible text, whitespace collapsed (attributes dropped)."""
+    html = response.content.decode()
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)).replace("&gt;", ">").replace("&#x27;", "'")
+
+
+@pytest.fixture
+def over_budget(alice, bob):
+    """alice runs 18 points on a full worker against a limit of 10; her 4-core job waits."""
+    w1 = make_worker("w1", cpu=2, memory_gib=8)
+    UserBudget.objects.create(user_id="alice", budget_limit=10, max_band=2)
+    run_tasks(submit(alice, "warm", cpu=2, memory="8Gi"), w1)
+    submit(alice, "train", replicas=2, cpu=4, memory="1Gi")
+    submit(bob, "sweep", replicas=3, cpu=4, memory="1Gi")
+    run_tick()
+    return w1
+
+
+# --- empty states ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url, words",
+    [
+        ("/queue/", "The queue appears after the first scheduling tick."),
+        ("/jobs/", "No jobs yet. Submit one"),
+        ("/budgets/", "No user has a budget, a grant or any work yet."),
+        ("/preemptions/", "No preemptions yet."),
+        ("/workers/", "No workers have registered. Start one with python manage.py iris_worker"),
+        ("/scheduler/", "No ticks recorded yet."),
+        ("/manage/uplifts/", "No requests are waiting."),
+        ("/manage/audit/", "Nothing audited yet."),
+        ("/manage/tiers/", "The cluster config lists no user tiers"),
+        ("/budgets/ada/", "No uplift requests yet."),
+    ],
+)
+def test_empty_pages_say_what_to_do(clients, url, words):
+    assert words in text(clients["ada"].get(url))
+
+
+# --- queue ----------------------------------------------------------------------------------------
+
+
+def test_queue_shows_a_downgrade_badge_with_the_ticks_numbers(clients, over_budget):
+    html = clients["bob"].get("/queue/").content.decode()
+    row = re.search(r"<tr>(?:(?!</tr>).)*?/alice/train</a><span class=\"muted\">/0.*?</tr>", html, re.S).group(0)
+    assert 'title="INTERACTIVE runs as BATCH: spend 18 &gt; limit 10"' in row
+    assert "downgraded: 8 pts over (18 &gt; 10)" in row
+    assert "band-batch" in row and "band-interactive" in row
+    bob_row = re.search(r"<tr>(?:(?!</tr>).)*?/bob/sweep</a><span class=\"muted\">/0.*?</tr>", html, re.S).group(0)
+    assert "badge-downgrade" not in bob_row
+
+
+def test_queue_filters_by_user_and_job(clients, over_budget):
+    page = text(clients["bob"].get("/queue/?user=bob"))
+    assert "/bob/sweep" in page and "/alice/train" not in page
+    page = text(clients["bob"].get("/queue/?job=/alice/train"))
+    assert "/alice/train" in page and "/bob/sweep" not in page
+    page = text(clients["bob"].get("/queue/?job=swe"))
+    assert "/bob/sweep" in page and "/alice/train" not in page
+    assert "No pending task matches these filters." in text(clients["bob"].get("/queue/?user=nobody"))
+
+
+def test_queue_band_pages_are_windows_in_scheduling_order(clients, alice):
+    submit(alice, "big", replicas=120, cpu=1000)
+    run_tick()
+    page2 = clients["alice"].get("/queue/?band=interactive&page=2")
+    body = text(page2)
+    assert "51–100 of 120" in body and "Page 2 of 3" in body
+    positions = [int(p) for p in re.findall(r'<td class="num">(\d+)</td>\s*<td><a href="/jobs/alice/big/"', page2.content.decode())]
+    assert positions == list(range(51, 101))
+
+
+def test_queue_preview_links_to_the_whole_band(clients, alice):
+    submit(alice, "big", replicas=15, cpu=1000)
+    run_tick()
+    html = clients["alice"].get("/queue/").content.decode()
+    assert "Show all 15 →" in html and 'href="?band=interactive"' in html
+
+
+# --- job detail -----------------------------------------------------------------------------------
+
+
+def test_why_panel_gives_the_owner_the_numbers_and_the_way_out(clients, over_budget):
+    page = text(clients["alice"].get("/jobs/alice/train/"))
+    assert "INTERACTIVE runs as BATCH: spend 18 > limit 10" in page
+    assert ("You are 8 points over your limit (spend 18 > limit 10); your INTERACTIVE work runs as BATCH until your "
+            "running work drops to 10 points or less, or an uplift is granted.") in page
+    assert "Request an uplift" in page
+    assert "Insufficient CPU: need 4 cores" in page
+
+
+def test_why_panel_speaks_of_the_owner_to_others(clients, over_budget):
+    page = text(clients["bob"].get("/jobs/alice/train/"))
+    assert "alice is 8 points over alice's limit" in page
+    assert "Request an uplift" not in page
+
+
+def test_why_panel_shows_the_round_robin_turn(clients, alice, bob):
+    make_worker("w1", cpu=1, memory_gib=1)
+    submit(bob, "a", replicas=2, cpu=4)
+    submit(alice, "b", replicas=2, cpu=4)
+    run_tick()
+    page = text(clients["alice"].get("/jobs/alice/b/"))
+    assert re.search(r"alice takes turn [12] of 2 in INTERACTIVE", page)
+    assert "users take turns, lower spend first" in page
+
+
+def test_job_page_lists_preemptions_suffered_by_whom(clients, alice, bob):
+    w = make_worker("w1")
+    crunch = submit(bob, "crunch", priority="batch")
+    run_tasks(crunch, w)
+    urgent = submit(alice, "urgent")
+    preempt(crunch.tasks.get(), urgent.tasks.get(), w)
+    page = text(clients["bob"].get("/jobs/bob/crunch/"))
+    assert "Preemptions suffered" in page and "/alice/urgent/0" in page and "1 suffered" in page
+
+
+def test_finished_job_says_nothing_would_change_it(clients, alice):
+    submit(alice, "train")
+    services.cancel_job(alice, "/alice/train")
+    assert "Nothing: the job has finished (killed)." in text(clients["alice"].get("/jobs/alice/train/"))
+
+
+def test_job_waiting_for_its_first_tick_says_so(clients, alice):
+    submit(alice, "train")
+    assert "No tick has looked at it yet" in text(clients["alice"].get("/jobs/alice/train/"))
+
+
+# --- budgets --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("limit, level", [(100, "green"), (24, "amber"), (18, "amber"), (17, "red"), (0, "unlimited")])
+def test_spend_bars_turn_amber_from_75_percent_and_red_over_the_limit(clients, alice, limit, level):
+    w = make_worker("w1")
+    UserBudget.objects.create(user_id="alice", budget_limit=limit, max_band=2)
+    run_tasks(submit(alice, "warm", cpu=2, memory="8Gi"), w)  # 18 points
+    html = clients["bob"].get("/budgets/").content.decode()
+    assert f'class="bar bar-{level}"' in html
+
+
+def test_budgets_list_spend_limit_bands_grants_and_counts(clients, over_budget, alice):
+    UpliftGrant.objects.create(user_id="alice", requested_by=alice, budget_limit=50, reason="x", duration_seconds=60)
+    page = text(clients["bob"].get("/budgets/"))
+    assert "18 / 10" in page and "180%" in page and "over by 8" in page
+    assert "requested: limit 50" in page
+    html = clients["bob"].get("/budgets/").content.decode()
+    alice_row = re.search(r'<tr>\s*<td><a href="/budgets/alice/">.*?</tr>', html, re.S).group(0)
+    assert [int(n) for n in re.findall(r'<td class="num">(\d+)</td>', alice_row)] == [2, 1, 2]  # jobs, running, pending
+    assert "What spend means" in page and "1,000 points per accelerator chip" in page
+
+
+def test_budget_chart_is_drawn_from_tick_samples(clients, alice):
+    UserBudget.objects.create(user_id="alice", budget_limit=10, max_band=2)
+    now = timezone.now()
+    for i, (spend, limit) in enumerate([(0, 10), (12, 10), (30, 10), (5, 0)]):
+        TickRecord.objects.create(started_at=now - timedelta(minutes=10 - i), now_ms=0, duration_ms=1,
+                                  spend={"alice": spend}, limits={"alice": limit})
+    html = clients["alice"].get("/budgets/alice/").content.decode()
+    assert '<svg class="chart"' in html and 'class="spend-line"' in html
+    assert html.count('class="limit-line"') == 1  # the unlimited stretch draws no limit
+    assert html.count('class="over-dot"') == 2
+    assert "4 tick samples" in text(clients["alice"].get("/budgets/alice/"))
+    spark = clients["alice"].get("/budgets/").content.decode()
+    assert '<svg class="spark"' in spark
+
+
+def test_budget_page_explains_over_and_under(clients, over_budget):
+    over = text(clients["alice"].get("/budgets/alice/"))
+    assert "You are 8 points over the limit" in over
+    UserBudget.objects.filter(user_id="alice").update(budget_limit=3000)
+    under = text(clients["alice"].get("/budgets/alice/"))
+    assert "Within the limit: 2,982 points of room" in under and "about 2 accelerator chips" in under
+
+
+# --- preemptions ----------------------------------------------------------------------------------
+
+
+def test_repeatedly_preempted_jobs_are_flagged_and_counted(clients, alice, bob):
+    w = make_worker("w1")
+    crunch = submit(bob, "crunch", priority="batch")
+    other = submit(bob, "other", priority="batch")
+    run_tasks(crunch, w)
+    run_tasks(other, w)
+    urgent = submit(alice, "urgent")
+    for _ in range(3):
+        preempt(crunch.tasks.get(), urgent.tasks.get(), w)
+    preempt(other.tasks.get(), urgent.tasks.get(), w)
+    html = clients["alice"].get("/preemptions/").content.decode()
+    assert html.count("repeatedly preempted") == 3
+    counts = re.findall(r'<a href="/jobs/bob/(\w+)/">/bob/\w+</a>(?: <span class="badge badge-repeat">repeated</span>)?</td><td class="num">(\d+)', html)
+    assert counts == [("crunch", "3"), ("other", "1")]
+    assert "/bob/other" in text(clients["alice"].get("/preemptions/?job=bob/other"))
+    assert "/bob/crunch" not in text(clients["alice"].get("/preemptions/?job=bob/other")).split("Most preempted")[0]
+    assert "No preemption matches" in text(clients["alice"].get("/preemptions/?user=alice"))
+    assert "No preemption matches" in text(clients["alice"].get("/preemptions/?band=interactive"))
+
+
+# --- workers and scheduler state ------------------------------------------------------------------
+
+
+def test_workers_show_capacity_held_by_unfinished_attempts(clients, alice):
+    w = make_worker("w1", cpu=8, memory_gib=64, device=("gpu", "h100", 8))
+    run_tasks(submit(alice, "gpu", cpu=2, memory="16Gi", device={"type": "gpu", "variant": "h100", "count": 4}), w)
+    page = text(clients["alice"].get("/workers/"))
+    assert "2 cores / 8 cores" in page and "16 GiB / 64 GiB" in page and "4 / 8" in page and "h100 GPU" in page
+    assert "/alice/gpu/0" in page and "healthy" in page
+    assert "Drain" not in page  # researchers do not drain
+
+
+def test_scheduler_state_shows_ticks_lag_counts_and_stuck_intents(clients, over_budget, alice):
+    task = alice and submit(alice, "x").tasks.get()
+    DispatchIntent.objects.create(task=task, attempt_number=1, kind="start", state="failed", tries=8,
+                                  last_error="connection refused", created_at=timezone.now())
+    page = text(clients["olivia"].get("/scheduler/"))
+    assert "Recent ticks" in page and "just now" in page
+    assert "1 stuck" in page and "connection refused" in page
+    assert re.search(r"alice · · 0 / 1 2 / 0", page)  # INTERACTIVE running 1; BATCH pending 2
+    assert re.search(r"bob · · 3 / 0", page)
