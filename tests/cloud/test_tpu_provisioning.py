@@ -281,15 +281,17 @@ def test_queued_resources_are_asked_for_with_spot(fake, cluster_config):
 
 def test_the_boot_script_starts_the_agent_with_the_slice_attributes(fake, cluster_config):
     cluster_config(kubernetes=False, tpu={
-        "agent_command": "iris worker run --backend tpu --attribute tpu-name={tpu_name} "
-                         "--attribute tpu-worker-id={worker_id_var} --device tpu:{variant}:{chips}",
+        "agent_command": "python manage.py iris_worker --name {tpu_name}-w{worker_id_var} --cpu 200 "
+                         "--memory 400Gi --tpu {variant}:{chips} --attribute tpu-name={tpu_name} "
+                         "--attribute tpu-worker-id={worker_id_var} --backend tpu",
     })
     gang("/alice/train")
     (name,) = provisioning.provision_tpu().created
     script = fake.calls("POST")[0].body["metadata"]["startup-script"]
+    assert script.startswith("#!/bin/bash\n")
     assert f"--attribute tpu-name={name} " in script
-    assert "--device tpu:v5p-8:4" in script
-    assert "agent-worker-number" in script
+    assert "--tpu v5p-8:4 " in script and script.rstrip().endswith("--backend tpu")
+    assert "--attribute tpu-worker-id=\"$(curl" in script and "agent-worker-number" in script
 
 
 def test_jobs_no_group_serves_are_reported(fake):
