@@ -210,7 +210,9 @@ class PreemptionPass:
         # Workers with solo victims of each variant.
         self.workers_by_variant: dict[VariantKey, set[int]] = {}
         self._bounds: dict[tuple[int, VariantKey], list] = {}
-        self._searches: dict[tuple[int, int], _Search] = {}
+        self._searches: dict[tuple, _Search] = {}
+        self._feasible_lists: dict[tuple, tuple[list, int]] = {}
+        self._compatible: dict[tuple, list[Slice]] = {}
         self._gang_failed: dict[tuple, int] = {}
         self._slices_by_variant: dict[VariantKey, list[Slice]] = {}
         self._squat_groups: dict[tuple, list] = {}
@@ -391,19 +393,44 @@ class PreemptionPass:
             self._bounds[(r, variant)] = entries
         return self._bounds[(rank, variant)]
 
+    def _feasible(self, shape: Shape, rank: int, variant: VariantKey) -> tuple[list, int]:
+        """The lower bounds of the workers where one task of ``shape``'s request could be made
+        to fit now (a build slot, no room yet, enough room once every eligible victim is gone),
+        and the change-log position they were computed at. Shared by every search with the same
+        request, band and variant; workers that change later are re-examined from the log."""
+        key = (rank, variant, shape.cpu, shape.mem, shape.gpu, shape.tpu)
+        cached = self._feasible_lists.get(key)
+        if cached is None:
+            pool = self.pool
+            cpu, mem, gpu, tpu, building = pool.cpu, pool.mem, pool.gpu, pool.tpu, pool.building
+            c, m, g, u, mb = shape.cpu, shape.mem, shape.gpu, shape.tpu, pool.max_building
+            entries = [
+                entry
+                for entry in self._lower_bounds(rank, variant)
+                if building[(w := entry[1])] < mb
+                and (cpu[w] < c or mem[w] < m or gpu[w] < g or tpu[w] < u)
+                and cpu[w] + entry[3][0] >= c
+                and mem[w] + entry[3][1] >= m
+                and gpu[w] + entry[3][2] >= g
+                and tpu[w] + entry[3][3] >= u
+            ]
+            cached = self._feasible_lists[key] = (entries, len(self.log))
+        return cached
+
     def _best_from_heap(self, shape: Shape, rank: int, variant: VariantKey):
         """The best eviction for one task of ``shape`` in band ``rank``, or None.
 
-        Walks the sorted lower bounds only until the best exact entry found so far is no worse
-        than the next bound, so a (shape, band) costs work in proportion to how far down the
-        ranking its evictions go. Workers that have room already, have no build slot, or could
-        not make room even by evicting every eligible victim are skipped on the walk (if that
-        changes, the change log brings them back).
+        Walks the feasible lower bounds only until the best exact entry found so far is no
+        worse than the next bound, so a search costs work in proportion to how far down the
+        ranking its evictions go. The walk re-checks feasibility, since workers change as the
+        pass evicts and places (and the change log brings back workers that became feasible).
         """
-        key = (shape.id, rank)
+        # Soft constraints play no part in preemption, so shapes differing only in them share.
+        key = (shape.cpu, shape.mem, shape.gpu, shape.tpu, shape.hard, rank, variant)
         search = self._searches.get(key)
         if search is None:
-            search = self._searches[key] = _Search(self._lower_bounds(rank, variant), 0, [], len(self.log))
+            feasible, since = self._feasible(shape, rank, variant)
+            search = self._searches[key] = _Search(feasible, 0, [], since)
         members = shape.candidate_set()
         heap = search.heap
         if search.seen < len(self.log):
@@ -568,20 +595,23 @@ class PreemptionPass:
         tasks = queue.passed
         n = len(tasks)
         pool = self.pool
-        allowed = shape.candidate_set()
-        for piece in self._slices_for(variant):
+        key = (shape.hard, n, variant)
+        compatible = self._compatible.get(key)
+        if compatible is None:
+            # Slices the gang could ever take: big enough, on healthy hosts it may use.
+            allowed = shape.candidate_set()
+            compatible = self._compatible[key] = [
+                piece
+                for piece in self._slices_for(variant)
+                if len(piece.members) >= n and piece.usable and all(m.worker in allowed for m in piece.members)
+            ]
+        for piece in compatible:
             if piece.claimed:
                 continue
             if piece.max_band <= rank:
                 break
             members = piece.members
-            if (
-                len(members) < n
-                or piece.min_band <= rank
-                or piece.job_id == queue.spec.id
-                or not piece.usable
-                or any(m.worker not in allowed for m in members)
-            ):
+            if piece.min_band <= rank or piece.job_id == queue.spec.id:
                 continue
             info = piece.info
             on_host: dict[int, int] = {}
