@@ -129,10 +129,7 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
 
     assigned_ids = {t.id for t, _ in placed}
     candidates = [t for band, tasks in bands.items() if band is not Band.BATCH for t in tasks if t.id not in assigned_ids]
-    plan = PreemptionPlan()
-    if candidates:
-        min_rank = int(by_job[candidates[0].job_id].band)
-        plan = PreemptionPass(pool, book, by_job, jobs, active_by_job, min_rank).run(candidates)
+    plan = PreemptionPass(pool, book, by_job, jobs, active_by_job, candidates).run() if candidates else PreemptionPlan()
     assigned_ids.update(t.id for t, _ in plan.placements)
 
     outcome = _Outcome(snapshot, by_job, pool.ids)

@@ -157,6 +157,14 @@ def _takes_worker_variant(device: Device) -> bool:
     return device.type is not DeviceType.CPU and (not device.variant or device.variant == ANY_VARIANT)
 
 
+def _could_match(preemptor: VariantKey, fixed: VariantKey, auto: bool) -> bool:
+    """Whether a candidate of variant ``preemptor`` could evict a task whose variant is
+    ``fixed``, or (``auto``) that of whichever worker of its type it runs on."""
+    if auto:
+        return preemptor is not None and preemptor[0] == fixed[0]
+    return variant_matches(preemptor, fixed)
+
+
 def variant_matches(preemptor: VariantKey, victim: VariantKey) -> bool:
     if preemptor is None or victim is None:
         return preemptor is victim
@@ -193,8 +201,9 @@ class PreemptionPass:
         queues: Mapping[str, JobQueue],
         jobs: Mapping[str, JobSpec],
         active_by_job: Mapping[str, Sequence[TaskSnapshot]],
-        min_rank: int,
+        candidates: Sequence[TaskSnapshot],
     ) -> None:
+        """``candidates`` are the unplaced tasks in scheduling order (so bands ascend)."""
         self.pool = pool
         self.book = book
         self.queues = queues
@@ -216,50 +225,75 @@ class PreemptionPass:
         self._gang_failed: dict[tuple, int] = {}
         self._slices_by_variant: dict[VariantKey, list[Slice]] = {}
         self._squat_groups: dict[tuple, list] = {}
-        self._index_victims(jobs, active_by_job, min_rank)
+        batch = Band.BATCH
+        self.candidates = [t for t in candidates if queues[t.job_id].band is not batch]
+        if self.candidates:
+            self._index_victims(jobs, active_by_job, int(queues[self.candidates[0].job_id].band))
 
     def _index_victims(
         self, jobs: Mapping[str, JobSpec], active_by_job: Mapping[str, Sequence[TaskSnapshot]], min_rank: int
     ) -> None:
-        """Index the RUNNING tasks whose stamped band is below ``min_rank`` (the best
-        candidate's band): solo ones as groups per (worker, band), gangs as slices."""
+        """Index the RUNNING tasks that some candidate could evict: stamped below ``min_rank``
+        (the best candidate's band) and either of a variant some solo candidate has, on a host
+        some gang candidate may use (squatters), or (gangs) of a variant some gang candidate
+        has. Solo ones become groups per (worker, band), gangs slices. Leaving out the rest
+        changes no decision; it only saves indexing work nobody would use."""
         pool = self.pool
         index = pool.index
         healthy = pool.healthy
         solo = self.solo
         by_variant = self.workers_by_variant
         running = TaskState.RUNNING
+        solo_variants, gang_variants, squat_hosts = self._wanted()
+        squat_ids = {pool.ids[w] for w in squat_hosts}
         # Per distinct Resources (by identity; the snapshot keeps them alive): the request,
-        # whether the variant comes from the worker ("auto"), and the variant otherwise.
-        facts: dict[int, tuple[Request, bool, VariantKey]] = {}
+        # whether the variant comes from the worker ("auto"), the variant otherwise, and
+        # whether a solo / gang candidate could want such a victim.
+        facts: dict[int, tuple[Request, bool, VariantKey, bool, bool]] = {}
         for job_id, active in active_by_job.items():
-            tasks = [t for t in active if t.state is running and t.worker is not None]
-            if not tasks:
-                continue
-            job = jobs[job_id]
-            requested_rank = int(job.band)
-            ranks = {requested_rank if b is None else int(b) for b in set(map(_band_of, tasks))}
-            if max(ranks) <= min_rank:
-                continue
-            resources = job.resources
+            resources = jobs[job_id].resources
             fact = facts.get(id(resources))
             if fact is None:
                 device = resources.device
                 info = Request(*request_tuple(resources), resource_value(resources))
-                fact = facts[id(resources)] = (info, _takes_worker_variant(device), victim_variant(device, None))
-            info, auto, fixed = fact
+                auto, fixed = _takes_worker_variant(device), victim_variant(device, None)
+                fact = facts[id(resources)] = (
+                    info,
+                    auto,
+                    fixed,
+                    any(_could_match(v, fixed, auto) for v in solo_variants),
+                    any(_could_match(v, fixed, auto) for v in gang_variants),
+                )
+            info, auto, fixed, solo_wanted, gang_wanted = fact
+            job = jobs[job_id]
+            gang = job.group_by is not None
+            if gang and not gang_wanted:
+                continue
+            tasks = [t for t in active if t.state is running and t.worker is not None]
+            if not tasks:
+                continue
+            if not gang and not solo_wanted and squat_ids.isdisjoint(map(_worker_of, tasks)):
+                continue
+            requested_rank = int(job.band)
+            ranks = {requested_rank if b is None else int(b) for b in set(map(_band_of, tasks))}
+            if max(ranks) <= min_rank:
+                continue
             self.victim_jobs.add(job_id)
-            if job.group_by is not None:
+            if gang:
                 self._add_slice(job, info, tasks, requested_rank)
                 continue
             for rank in ranks:
                 if rank <= min_rank:
                     continue
                 same_band = tasks if len(ranks) == 1 else [t for t in tasks if (requested_rank if t.band is None else int(t.band)) == rank]
-                # Two stable sorts (index, then worker) group by worker with members by index.
-                ordered = sorted(same_band, key=_task_index)
-                ordered.sort(key=_worker_of)
-                for worker, on_worker in groupby(ordered, key=_worker_of):
+                if len(same_band) == 1:
+                    by_worker = ((same_band[0].worker, same_band),)
+                else:
+                    # Two stable sorts (index, then worker) group by worker with members by index.
+                    ordered = sorted(same_band, key=_task_index)
+                    ordered.sort(key=_worker_of)
+                    by_worker = groupby(ordered, key=_worker_of)
+                for worker, on_worker in by_worker:
                     w = index.get(worker)
                     if w is None or not healthy[w]:
                         continue
@@ -279,6 +313,26 @@ class PreemptionPass:
             if len(worker_groups) > 1:
                 worker_groups.sort(key=_group_order)
 
+    def _wanted(self) -> tuple[set[VariantKey], set[VariantKey], set[int]]:
+        """What the candidates could evict: solo candidates' variants, gang candidates'
+        variants, and the hosts gang candidates may use (where squatters matter)."""
+        solo_variants: set[VariantKey] = set()
+        gang_variants: set[VariantKey] = set()
+        squat_hosts: set[int] = set()
+        gang_shapes: set[int] = set()
+        queues = self.queues
+        for task in self.candidates:
+            queue = queues[task.job_id]
+            variant = preemptor_variant(queue.shape.resources.device)
+            if queue.gang:
+                gang_variants.add(variant)
+                if queue.shape.id not in gang_shapes:
+                    gang_shapes.add(queue.shape.id)
+                    squat_hosts.update(queue.shape.cands)
+            else:
+                solo_variants.add(variant)
+        return solo_variants, gang_variants, squat_hosts
+
     def _add_slice(self, job: JobSpec, info: Request, tasks: Sequence[TaskSnapshot], requested_rank: int) -> None:
         index, healthy = self.pool.index, self.pool.healthy
         members = []
@@ -294,16 +348,13 @@ class PreemptionPass:
 
     # -- the pass -----------------------------------------------------------------------------
 
-    def run(self, candidates: Sequence[TaskSnapshot]) -> PreemptionPlan:
-        """Try every candidate in scheduling order (so bands ascend: stop at the first BATCH one)."""
+    def run(self) -> PreemptionPlan:
+        """Try every candidate in scheduling order."""
         attempted_gangs: set[str] = set()
         queues = self.queues
-        batch = Band.BATCH
-        for task in candidates:
+        for task in self.candidates:
             queue = queues[task.job_id]
-            if queue.band is batch:
-                break
-            if queue.spec.group_by is not None:
+            if queue.gang:
                 if queue.spec.id not in attempted_gangs:
                     attempted_gangs.add(queue.spec.id)
                     self._gang(queue)
