@@ -74,41 +74,9 @@ def decide(snapshot: ClusterSnapshot) -> Decision:
 def _decide(snapshot: ClusterSnapshot) -> Decision:
     jobs = snapshot.jobs
     config = snapshot.config
-    pending = TaskState.PENDING
-
-    pending_by_job: dict[str, list[TaskSnapshot]] = {}
-    active_by_job: dict[str, list[TaskSnapshot]] = {}
-    unfinished: list[TaskSnapshot] = []
-    for task in snapshot.tasks:
-        state = task.state
-        if state is pending:
-            bucket = pending_by_job.get(task.job_id)
-            if bucket is None:
-                pending_by_job[task.job_id] = [task]
-            else:
-                bucket.append(task)
-        elif state in ACTIVE_STATES:
-            bucket = active_by_job.get(task.job_id)
-            if bucket is None:
-                active_by_job[task.job_id] = [task]
-            else:
-                bucket.append(task)
-        if task.unfinished_attempt_worker is not None:
-            unfinished.append(task)
-
+    pending_by_job, active_by_job, unfinished = _group_tasks(snapshot.tasks)
     spend = spend_from_counts(jobs, {job_id: len(tasks) for job_id, tasks in active_by_job.items()})
-    defaults = config.budget_defaults
-    band_of: dict[tuple[str, Band], Band] = {}
-    queues: list[JobQueue] = []
-    for job_id, tasks in pending_by_job.items():
-        job = jobs[job_id]
-        key = (job.user, job.band)
-        band = band_of.get(key)
-        if band is None:
-            band = band_of[key] = effective_band(job.band, job.user, spend, snapshot.budgets, defaults)
-        tasks.sort(key=_by_index)
-        queues.append(JobQueue(job, band, tasks))
-    queues.sort(key=_queue_order)
+    queues = _job_queues(snapshot, pending_by_job, spend)
     by_job = {q.spec.id: q for q in queues}
     effective_bands = {t.id: q.band for q in queues for t in q.pending}
 
@@ -135,26 +103,17 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
     outcome = _Outcome(snapshot, by_job, pool.ids)
     outcome.assign(placed)
     outcome.assign(plan.placements)
-    unschedulable_state = TaskState.UNSCHEDULABLE
-    for queue in expired:
-        for task in queue.pending:
-            outcome.after[task.id] = TaskAfter(unschedulable_state, None, None, task.preemption_count)
-        outcome.jobs_after[queue.spec.id] = JobState.UNSCHEDULABLE
+    outcome.expire(expired)
     outcome.evict(plan)
     outcome.finish_jobs(pending_by_job, active_by_job)
 
-    downgrades: dict[str, Downgrade] = {}
-    per_user: dict[tuple[str, Band], Downgrade] = {}
-    for queue in queues:
-        if queue.band is not queue.spec.band and not queue.expired:
-            spec = queue.spec
-            downgrade = per_user.get((spec.user, spec.band))
-            if downgrade is None:
-                limit = budget_limit(spec.user, snapshot.budgets, defaults)
-                downgrade = per_user[(spec.user, spec.band)] = Downgrade(spec.band, queue.band, spend.get(spec.user, 0), limit)
-            downgrades[spec.id] = downgrade
     reasons = explain_pending(
-        queues, bands, assigned_ids, Explainer(pool, book), downgrades, config.max_tasks_per_job_per_cycle
+        queues,
+        bands,
+        assigned_ids,
+        Explainer(pool, book),
+        _downgrades(snapshot, queues, spend),
+        config.max_tasks_per_job_per_cycle,
     )
     reasons.update(outcome.requeued)
 
@@ -169,6 +128,70 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
         after=outcome.after,
         jobs_after=dict(sorted(outcome.jobs_after.items())),
     )
+
+
+def _group_tasks(
+    tasks: Iterable[TaskSnapshot],
+) -> tuple[dict[str, list[TaskSnapshot]], dict[str, list[TaskSnapshot]], list[TaskSnapshot]]:
+    """PENDING tasks per job, ASSIGNED/BUILDING/RUNNING tasks per job, and the tasks (any state)
+    with an unfinished earlier attempt. One pass: this is the only loop over every task."""
+    pending = TaskState.PENDING
+    pending_by_job: dict[str, list[TaskSnapshot]] = {}
+    active_by_job: dict[str, list[TaskSnapshot]] = {}
+    unfinished: list[TaskSnapshot] = []
+    for task in tasks:
+        state = task.state
+        if state is pending:
+            bucket = pending_by_job.get(task.job_id)
+            if bucket is None:
+                pending_by_job[task.job_id] = [task]
+            else:
+                bucket.append(task)
+        elif state in ACTIVE_STATES:
+            bucket = active_by_job.get(task.job_id)
+            if bucket is None:
+                active_by_job[task.job_id] = [task]
+            else:
+                bucket.append(task)
+        if task.unfinished_attempt_worker is not None:
+            unfinished.append(task)
+    return pending_by_job, active_by_job, unfinished
+
+
+def _job_queues(
+    snapshot: ClusterSnapshot, pending_by_job: Mapping[str, list[TaskSnapshot]], spend: Mapping[str, int]
+) -> list[JobQueue]:
+    """One queue per job with pending work, in job priority order, each with its effective band."""
+    jobs = snapshot.jobs
+    defaults = snapshot.config.budget_defaults
+    band_of: dict[tuple[str, Band], Band] = {}
+    queues: list[JobQueue] = []
+    for job_id, tasks in pending_by_job.items():
+        job = jobs[job_id]
+        key = (job.user, job.band)
+        band = band_of.get(key)
+        if band is None:
+            band = band_of[key] = effective_band(job.band, job.user, spend, snapshot.budgets, defaults)
+        tasks.sort(key=_by_index)
+        queues.append(JobQueue(job, band, tasks))
+    queues.sort(key=_queue_order)
+    return queues
+
+
+def _downgrades(snapshot: ClusterSnapshot, queues: Iterable[JobQueue], spend: Mapping[str, int]) -> dict[str, Downgrade]:
+    """job id -> why its pending work runs in a lower band than requested (one object per user)."""
+    downgrades: dict[str, Downgrade] = {}
+    per_user: dict[tuple[str, Band], Downgrade] = {}
+    for queue in queues:
+        if queue.band is not queue.spec.band and not queue.expired:
+            spec = queue.spec
+            downgrade = per_user.get((spec.user, spec.band))
+            if downgrade is None:
+                limit = budget_limit(spec.user, snapshot.budgets, snapshot.config.budget_defaults)
+                downgrade = Downgrade(spec.band, queue.band, spend.get(spec.user, 0), limit)
+                per_user[(spec.user, spec.band)] = downgrade
+            downgrades[spec.id] = downgrade
+    return downgrades
 
 
 def _queue_order(queue: JobQueue) -> tuple[int, int, int, int, str]:
@@ -210,6 +233,14 @@ class _Outcome:
             if state is None:
                 state = shared[key] = TaskAfter(assigned, worker, band, task.preemption_count)
             after[task.id] = state
+
+    def expire(self, expired: Iterable[JobQueue]) -> None:
+        """Every pending task of an expired job becomes UNSCHEDULABLE, and so does the job."""
+        unschedulable = TaskState.UNSCHEDULABLE
+        for queue in expired:
+            for task in queue.pending:
+                self.after[task.id] = TaskAfter(unschedulable, None, None, task.preemption_count)
+            self.jobs_after[queue.spec.id] = JobState.UNSCHEDULABLE
 
     def evict(self, plan: PreemptionPlan) -> None:
         """Victim outcomes: an ASSIGNED victim goes back free; a BUILDING/RUNNING one is charged
