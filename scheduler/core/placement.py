@@ -60,7 +60,6 @@ class WorkerPool:
         "index",
         "healthy",
         "attrs",
-        "device_type",
         "variant",
         "cpu",
         "mem",
@@ -89,7 +88,6 @@ class WorkerPool:
         self.ids = [w.id for w in workers]
         self.index = {w.id: i for i, w in enumerate(workers)}
         self.healthy = [w.healthy for w in workers]
-        self.device_type = [w.device.type for w in workers]
         self.variant = [w.device.variant for w in workers]
         self.attrs = [worker_attributes(w.attributes, w.device.type, w.device.variant) for w in workers]
         self.cpu = [w.cpu_millicores for w in workers]

@@ -395,7 +395,7 @@ class PreemptionPass:
             entries = [self._solo_entry(w, shape, rank, variant, queue.spec.id) for w in shape.cands if self.solo.get(w)]
             best = min((e for e in entries if e is not None), default=None)
         else:
-            best = self._best_from_heap(shape, rank, variant)
+            best = self._best_eviction(shape, rank, variant)
         if best is None:
             return False
         _, w, _, picks = best
@@ -468,7 +468,7 @@ class PreemptionPass:
             cached = self._feasible_lists[key] = (entries, len(self.log))
         return cached
 
-    def _best_from_heap(self, shape: Shape, rank: int, variant: VariantKey):
+    def _best_eviction(self, shape: Shape, rank: int, variant: VariantKey):
         """The best eviction for one task of ``shape`` in band ``rank``, or None.
 
         Walks the feasible lower bounds only until the best exact entry found so far is no
