@@ -25,7 +25,7 @@ class Chart:
     limits: list[str] = field(default_factory=list)  # one polyline per stretch with a limit
     over: list[tuple[float, float]] = field(default_factory=list)  # samples over the limit
     y_ticks: list[tuple[float, str]] = field(default_factory=list)
-    x_ticks: list[tuple[float, str]] = field(default_factory=list)
+    x_ticks: list[tuple[float, str, str]] = field(default_factory=list)  # x, label, text-anchor
     last_spend: int = 0
     last_limit: int = 0
     peak: int = 0
@@ -55,6 +55,15 @@ def nice_ceiling(value: float) -> int:
         if value <= step * magnitude:
             return int(step * magnitude)
     return int(10 * magnitude)
+
+
+def round_step(top: int) -> int:
+    """How many gridlines divide ``top`` into round steps (1, 2 or 5 × 10^k): 50 -> 5, 20 -> 4."""
+    for divisions in (5, 4, 2):
+        step, rest = divmod(top, divisions)
+        if rest == 0 and step and str(step).rstrip("0") in {"1", "2", "5"}:
+            return divisions
+    return 1
 
 
 def short_number(n: float) -> str:
@@ -112,7 +121,13 @@ def spend_chart(
             stretch.insert(0, f"{x0},{stretch[0].split(',')[1]}")
         chart.limits.append(" ".join(stretch))
     if axes:
-        chart.y_ticks = [(y(top_value * k // 4), short_number(top_value * k // 4)) for k in range(5)]
+        divisions = round_step(top_value)
+        chart.y_ticks = [(y(top_value * k // divisions), short_number(top_value * k // divisions))
+                         for k in range(divisions + 1)]
         fmt = "%H:%M" if span < 2 * 86400 else "%b %d"
-        chart.x_ticks = [(x(i), samples[i].at.strftime(fmt)) for i in sorted({0, len(samples) // 2, len(samples) - 1})]
+        middle = (x0 + x1) / 2
+        chart.x_ticks = [
+            (x(i), samples[i].at.strftime(fmt), "end" if x(i) > middle + 1 else "middle" if x(i) > x0 else "start")
+            for i in sorted({0, len(samples) // 2, len(samples) - 1})
+        ]
     return chart

@@ -255,3 +255,28 @@ def test_admin_pages(live_server, open_page, people, cluster):
     save_screenshot(ada, "23-signed-out")
     ada.goto(f"{live_server.url}/queue/")
     assert "/accounts/login/" in ada.url
+
+
+def test_budget_chart_draws_an_hour_of_tick_samples(live_server, open_page, people, cluster):
+    """Spend rising over the limit and back, sampled every minute for an hour."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduler.models import TickRecord
+
+    now = timezone.now()
+    for minute in range(60):
+        spend = 18 if minute > 40 else (minute * 3) % 25
+        TickRecord.objects.create(started_at=now - timedelta(minutes=59 - minute, seconds=30), now_ms=0, duration_ms=3,
+                                  spend={"alice": spend, "bob": 4}, limits={"alice": 10 if minute < 50 else 20})
+    alice = as_user(open_page, live_server, "alice")
+    alice.goto(f"{live_server.url}/budgets/alice/")
+    chart = alice.locator("svg.chart")
+    assert chart.locator("polyline.spend-line").count() == 1
+    assert chart.locator("circle.over-dot").count() > 5
+    assert "60 tick samples" in alice.inner_text("#live")
+    save_screenshot(alice, "24-budget-chart")
+    alice.goto(f"{live_server.url}/budgets/")
+    assert alice.locator("svg.spark").count() == 2
+    save_screenshot(alice, "25-budgets-sparklines")

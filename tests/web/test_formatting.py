@@ -12,7 +12,7 @@ from scheduler import queries
 from scheduler.core.bands import Band
 from scheduler.queries import SpendSample, job_matches, queue_window, round_robin_place
 from scheduler.templatetags import console
-from scheduler.views.charts import nice_ceiling, spend_chart
+from scheduler.views.charts import nice_ceiling, round_step, spend_chart
 
 
 def render(source: str, **context) -> str:
@@ -57,7 +57,7 @@ def test_chart_geometry_follows_the_samples():
     assert ys[2] == min(ys)  # the peak is highest on screen
     assert len(chart.limits) == 1 and len(chart.limits[0].split()) == 3  # unlimited stretch not drawn
     assert len(chart.over) == 2
-    assert [label for _, label in chart.y_ticks][-1] == "50"
+    assert [label for _, label in chart.y_ticks] == ["0", "10", "20", "30", "40", "50"]
 
 
 def test_chart_of_a_user_missing_from_samples_uses_the_default_limit():
@@ -70,6 +70,11 @@ def test_chart_of_a_user_missing_from_samples_uses_the_default_limit():
 @pytest.mark.parametrize("value, ceiling", [(0, 1), (7, 10), (11, 20), (24, 25), (26, 50), (1100, 2000), (99_000, 100_000)])
 def test_chart_axes_end_on_round_numbers(value, ceiling):
     assert nice_ceiling(value) == ceiling
+
+
+@pytest.mark.parametrize("top, divisions", [(1, 1), (2, 2), (10, 5), (20, 4), (25, 5), (50, 5), (250, 5), (2000, 4)])
+def test_gridlines_fall_on_round_steps(top, divisions):
+    assert round_step(top) == divisions
 
 
 def make_index(tasks: dict[str, list[int]], spend=None) -> queries.QueueIndex:
