@@ -506,12 +506,17 @@ class QueueIndex:
 
 EMPTY_QUEUE = QueueIndex(None, None, {}, {}, [], {}, {}, {}, {})
 # Only the newest index is kept: ticks replace it every few seconds.
-_queue_index_cache: dict[int, QueueIndex] = {}
+_queue_index_cache: dict[tuple[int, int], QueueIndex] = {}
 
 
 def newest_explained_tick() -> int | None:
     """The pk of the newest tick that kept its queue explanation. One query."""
     return TickRecord.objects.filter(explanation__isnull=False).order_by("-pk").values_list("pk", flat=True).first()
+
+
+def _newest_explained_tick_key() -> tuple[int, int] | None:
+    """(pk, now_ms) of that tick: the cache key, so a reused pk (a test database) never hits."""
+    return TickRecord.objects.filter(explanation__isnull=False).order_by("-pk").values_list("pk", "now_ms").first()
 
 
 def queue_index() -> QueueIndex:
@@ -520,10 +525,11 @@ def queue_index() -> QueueIndex:
     Parsing the explanation of 100,000 pending tasks takes tens of milliseconds; the index is
     cached per process until a newer tick replaces it, so polling pages only pay for the first.
     """
-    pk = newest_explained_tick()
-    if pk is None:
+    key = _newest_explained_tick_key()
+    if key is None:
         return EMPTY_QUEUE
-    cached = _queue_index_cache.get(pk)
+    pk = key[0]
+    cached = _queue_index_cache.get(key)
     if cached is not None:
         return cached
     row = TickRecord.objects.filter(pk=pk).values_list("started_at", "spend", "limits", "explanation").first()
@@ -564,7 +570,7 @@ def queue_index() -> QueueIndex:
         reasons=list(explanation.get("reasons", [])), ids=ids, reason_of=reason_of, owner=owner, users=users,
     )
     _queue_index_cache.clear()
-    _queue_index_cache[pk] = index
+    _queue_index_cache[key] = index
     return index
 
 

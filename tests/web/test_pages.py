@@ -236,3 +236,22 @@ def test_scheduler_state_shows_ticks_lag_counts_and_stuck_intents(clients, over_
     assert "1 stuck" in page and "connection refused" in page
     assert re.search(r"alice · · 0 / 1 2 / 0", page)  # INTERACTIVE running 1; BATCH pending 2
     assert re.search(r"bob · · 3 / 0", page)
+
+
+def test_tiers_show_the_config_as_loaded_and_rows_that_drifted(clients, settings, tmp_path):
+    config = tmp_path / "cluster.toml"
+    config.write_text(
+        '[budget_defaults]\nbudget_limit = 50\nmax_band = "interactive"\n\n'
+        '[[user_budgets]]\nuser_ids = ["alice", "bob"]\nbudget_limit = 20000\nmax_band = "interactive"\n\n'
+        '[[user_budgets]]\nuser_ids = ["bob", "carol"]\nbudget_limit = 30\nmax_band = "batch"\n'
+    )
+    settings.CLUSTER_CONFIG = str(config)
+    UserBudget.objects.create(user_id="alice", budget_limit=20000, max_band=2)
+    UserBudget.objects.create(user_id="bob", budget_limit=99, max_band=3)
+    html = clients["ada"].get("/manage/tiers/").content.decode()
+    page = text(clients["ada"].get("/manage/tiers/"))
+    assert str(config) in page and "limit 50" in page
+    assert "20,000" in page and "30" in page
+    assert html.count('class="member overridden"') == 1  # bob in tier 1: tier 2 wins
+    assert "bob differs" in page and "carol no row" in page
+    assert "alice differs" not in page and "alice no row" not in page
