@@ -11,7 +11,6 @@ from django.utils import timezone
 from scheduler import queries
 from scheduler.core.bands import Band
 from scheduler.queries import SpendSample, job_matches, queue_window, round_robin_place
-from scheduler.templatetags import console
 from scheduler.views.charts import nice_ceiling, round_step, spend_chart
 
 

@@ -94,3 +94,15 @@ def test_actions_need_post(clients):
     make_worker("w1")
     assert clients["olivia"].get("/workers/w1:drain").status_code == 405
     assert clients["olivia"].get("/scheduler/tick").status_code == 405
+
+
+def test_unknown_budget_user_is_a_404_but_your_own_page_always_opens(clients):
+    assert clients["alice"].get("/budgets/nobody/").status_code == 404
+    assert "No user, budget, grant or job is named" in clients["alice"].get("/budgets/nobody/").content.decode()
+    assert clients["alice"].get("/budgets/alice/").status_code == 200
+    assert clients["alice"].get("/budgets/bob/").status_code == 200  # bob is a user, even without a budget
+
+
+def test_malformed_job_ids_are_404s(clients):
+    for url in ["/jobs/alice/../", "/jobs/alice/a b/", "/jobs/alice/"]:
+        assert clients["alice"].get(url).status_code == 404, url
