@@ -21,7 +21,8 @@ import random
 
 GIB = 1 << 30
 NOW_MS = 1_800_000_000_000
-# Share of each capacity dimension the running load fills.
+# Default share of each host's capacity the running load fills: enough that placement runs out
+# of room and the preemption pass has work, as in a busy cluster.
 TARGET_LOAD = 0.7
 TPU_HOSTS_PER_SLICE = 4
 
@@ -116,7 +117,7 @@ def _resources(cpu: int, mem: int, device: dict | None = None) -> dict:
     return {"cpu_millicores": cpu, "memory_bytes": mem, "device": device or {"type": "cpu"}}
 
 
-def _running_load(rng: random.Random, workers: list[dict], slices: list[list[dict]], users: list[str], ids: _Ids):
+def _running_load(rng: random.Random, workers: list[dict], slices: list[list[dict]], users: list[str], ids: _Ids, load: float):
     jobs: list[dict] = []
     tasks: list[dict] = []
 
@@ -138,17 +139,17 @@ def _running_load(rng: random.Random, workers: list[dict], slices: list[list[dic
         stamped = "batch" if band == "interactive" and rng.random() < 0.2 else band
         if worker["device"]["type"] == "gpu":
             per_task = rng.choice(GPU_COUNTS)
-            count = max(1, round(8 * TARGET_LOAD / per_task))
+            count = max(1, round(8 * load / per_task))
             resources = _resources(8_000 * per_task, 96 * GIB * per_task, {"type": "gpu", "variant": worker["device"]["variant"], "count": per_task})
         else:
             cpu, mem = rng.choice(CPU_SHAPES)
-            count = max(1, int(CPU_HOST["cpu_millicores"] * TARGET_LOAD // cpu))
+            count = max(1, int(CPU_HOST["cpu_millicores"] * load // cpu))
             resources = _resources(cpu, mem)
         spec = job(user, band, resources, count)
         for index in range(count):
             run(spec, index, worker, stamped)
     for hosts in slices:
-        if rng.random() >= TARGET_LOAD or any(h.get("healthy") is False for h in hosts):
+        if rng.random() >= load or any(h.get("healthy") is False for h in hosts):
             continue
         band = _pick(rng, RUNNING_BAND_WEIGHTS)
         device = hosts[0]["device"]
@@ -201,8 +202,10 @@ def _pending_jobs(rng: random.Random, pending: int, users: list[str], ids: _Ids,
     return jobs
 
 
-def generate(pending: int = 10_000, workers: int = 1_000, seed: int = 0) -> dict:
-    """A snapshot document with exactly ``pending`` pending tasks on ``workers`` workers."""
+def generate(pending: int = 10_000, workers: int = 1_000, seed: int = 0, load: float = TARGET_LOAD) -> dict:
+    """A snapshot document with exactly ``pending`` pending tasks on ``workers`` workers, whose
+    running work fills about ``load`` of each host's capacity (1.0: a full cluster, where
+    every pending task that is to run must preempt)."""
     rng = random.Random(seed)
     worker_list, slices = _workers(rng, workers)
     n_users = max(8, workers // 25)
@@ -217,7 +220,7 @@ def generate(pending: int = 10_000, workers: int = 1_000, seed: int = 0) -> dict
         elif kind == 2:
             budgets.append({"user": user, "budget_limit": 20_000, "max_band": "interactive"})
     ids = _Ids()
-    running_jobs, running_tasks = _running_load(rng, worker_list, slices, users, ids)
+    running_jobs, running_tasks = _running_load(rng, worker_list, slices, users, ids, load)
     pending_jobs = _pending_jobs(rng, pending, users, ids, running_jobs)
     return {
         "description": f"synthetic cluster: {pending} pending tasks, {workers} workers, seed {seed}",

@@ -176,16 +176,31 @@ Picks = list[tuple[VictimGroup, int]]
 
 
 @dataclass(slots=True, eq=False)
+class _Feasible:
+    """Shared by the searches for one (request, band, variant), which differ only in which
+    workers their hard constraints allow.
+
+    ``entries``: lower bounds of the workers where the request could be made to fit, computed
+    at change-log position ``since``. ``exact``: each worker's exact entry (or None) and the
+    worker version it was computed at, since it does not depend on the constraints.
+    """
+
+    entries: list
+    since: int
+    exact: dict[int, tuple] = field(default_factory=dict)
+
+
+@dataclass(slots=True, eq=False)
 class _Search:
     """The next best eviction for one (shape, band).
 
-    ``bounds`` is the shared, sorted list of lower-bound entries for the band and variant;
-    ``pos`` is how far this search has walked it. ``heap`` holds exact entries
+    ``feasible.entries`` is the shared, sorted list of lower bounds it walks; ``pos`` is how far
+    this search has got. ``heap`` holds exact entries
     ``(key, worker, version, picks)`` of the workers walked so far and of workers that changed.
     ``seen`` is how far into the change log the search has looked.
     """
 
-    bounds: list
+    feasible: _Feasible
     pos: int
     heap: list
     seen: int
@@ -219,8 +234,9 @@ class PreemptionPass:
         # Workers with solo victims of each variant.
         self.workers_by_variant: dict[VariantKey, set[int]] = {}
         self._bounds: dict[tuple[int, VariantKey], list] = {}
+        self._bound_of: dict[tuple[int, VariantKey], dict[int, tuple]] = {}
         self._searches: dict[tuple, _Search] = {}
-        self._feasible_lists: dict[tuple, tuple[list, int]] = {}
+        self._feasible_lists: dict[tuple, _Feasible] = {}
         self._compatible: dict[tuple, list[Slice]] = {}
         self._gang_failed: dict[tuple, int] = {}
         self._slices_by_variant: dict[VariantKey, list[Slice]] = {}
@@ -442,13 +458,14 @@ class PreemptionPass:
         for r, entries in per_rank.items():
             entries.sort()
             self._bounds[(r, variant)] = entries
+            self._bound_of[(r, variant)] = {entry[1]: entry for entry in entries}
         return self._bounds[(rank, variant)]
 
-    def _feasible(self, shape: Shape, rank: int, variant: VariantKey) -> tuple[list, int]:
+    def _feasible(self, shape: Shape, rank: int, variant: VariantKey) -> _Feasible:
         """The lower bounds of the workers where one task of ``shape``'s request could be made
-        to fit now (a build slot, no room yet, enough room once every eligible victim is gone),
-        and the change-log position they were computed at. Shared by every search with the same
-        request, band and variant; workers that change later are re-examined from the log."""
+        to fit now (a build slot, no room yet, enough room once every eligible victim is gone).
+        Shared by every search with the same request, band and variant; workers that change
+        later are re-examined from the change log."""
         key = (rank, variant, shape.cpu, shape.mem, shape.gpu, shape.tpu)
         cached = self._feasible_lists.get(key)
         if cached is None:
@@ -465,7 +482,7 @@ class PreemptionPass:
                 and gpu[w] + entry[3][2] >= g
                 and tpu[w] + entry[3][3] >= u
             ]
-            cached = self._feasible_lists[key] = (entries, len(self.log))
+            cached = self._feasible_lists[key] = _Feasible(entries, len(self.log))
         return cached
 
     def _best_eviction(self, shape: Shape, rank: int, variant: VariantKey):
@@ -480,21 +497,25 @@ class PreemptionPass:
         key = (shape.cpu, shape.mem, shape.gpu, shape.tpu, shape.hard, rank, variant)
         search = self._searches.get(key)
         if search is None:
-            feasible, since = self._feasible(shape, rank, variant)
-            search = self._searches[key] = _Search(feasible, 0, [], since)
+            feasible = self._feasible(shape, rank, variant)
+            search = self._searches[key] = _Search(feasible, 0, [], feasible.since)
         members = shape.candidate_set()
         heap = search.heap
         if search.seen < len(self.log):
+            # A worker that changed gets its original lower bound back on the heap (still a
+            # valid bound); its exact entry is computed only if that bound reaches the top.
+            bound_of = self._bound_of[(rank, variant)]
             for w in set(self.log[search.seen :]):
                 if w in members:
-                    entry = self._solo_entry(w, shape, rank, variant)
+                    entry = bound_of.get(w)
                     if entry is not None:
                         heapq.heappush(heap, entry)
             search.seen = len(self.log)
         pool = self.pool
         cpu, mem, gpu, tpu, building = pool.cpu, pool.mem, pool.gpu, pool.tpu, pool.building
         c, m, g, u, mb = shape.cpu, shape.mem, shape.gpu, shape.tpu, pool.max_building
-        bounds = search.bounds
+        bounds = search.feasible.entries
+        exact_of = search.feasible.exact
         end = len(bounds)
         version = self.version
         while True:
@@ -512,15 +533,29 @@ class PreemptionPass:
                     and tpu[w] + ft >= u
                 ):
                     search.pos = pos
-                    exact = self._solo_entry(w, shape, rank, variant)
+                    exact = self._shared_entry(exact_of, w, shape, rank, variant)
                     if exact is not None:
                         heapq.heappush(heap, exact)
             search.pos = pos
             if not heap:
                 return None
             entry = heapq.heappop(heap)
-            if entry[2] == version[entry[1]]:
+            if entry[2] == LOWER_BOUND:
+                exact = self._shared_entry(exact_of, entry[1], shape, rank, variant)
+                if exact is not None:
+                    heapq.heappush(heap, exact)
+            elif entry[2] == version[entry[1]]:
                 return entry
+
+    def _shared_entry(self, cache: dict[int, tuple], w: int, shape: Shape, rank: int, variant: VariantKey):
+        """:meth:`_solo_entry`, remembered per worker version in ``cache``."""
+        version = self.version[w]
+        cached = cache.get(w)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        entry = self._solo_entry(w, shape, rank, variant)
+        cache[w] = (version, entry)
+        return entry
 
     def _solo_entry(self, w: int, shape: Shape, rank: int, variant: VariantKey, exclude_job: str | None = None):
         """Worker ``w``'s best eviction for one task of ``shape`` in band ``rank``, or None.
