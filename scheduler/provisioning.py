@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Max, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from scheduler import backends, reports
@@ -195,17 +195,26 @@ def sync_kubernetes(now: datetime | None = None, *, watch_seconds: int | None = 
 
 
 def end_vanished_attempts(worker_pk: int, live: set[AttemptRef], polled_at: datetime, now: datetime) -> int:
-    """Unfinished attempts whose pod was created (START done) before the poll but is not there:
-    they ended without our seeing how (deleted while this process was not watching). One query,
-    then one report each (rare)."""
+    """Unfinished attempts whose pod was created (START done) well before the poll but is not
+    there: they ended without our seeing how (deleted while no process was watching).
+
+    One query over the cluster's unfinished attempts (as many as it has pods), then one report
+    per vanished attempt (rare)."""
     cutoff = polled_at - timedelta(seconds=VANISHED_GRACE_SECONDS)
-    created = DispatchIntent.objects.filter(
-        kind=DispatchIntent.Kind.START, state=DispatchIntent.State.DONE, updated_at__lt=cutoff, worker_id=worker_pk
-    ).values_list("task_id", "attempt_number")
-    unfinished = set(
-        Attempt.objects.filter(worker_id=worker_pk, finished_at__isnull=True).values_list("task_id", "number")
+    start = DispatchIntent.objects.filter(
+        task_id=OuterRef("task_id"), attempt_number=OuterRef("number"), kind=DispatchIntent.Kind.START
     )
-    vanished = [AttemptRef(t, n) for t, n in created if (t, n) in unfinished and AttemptRef(t, n) not in live]
+    rows = (
+        Attempt.objects.filter(worker_id=worker_pk, finished_at__isnull=True)
+        .annotate(start_state=Subquery(start.values("state")[:1]), start_at=Subquery(start.values("updated_at")[:1]))
+        .values_list("task_id", "number", "start_state", "start_at")
+    )
+    vanished = [
+        AttemptRef(task_pk, number)
+        for task_pk, number, state, at in rows
+        if state == DispatchIntent.State.DONE and at is not None and at < cutoff
+        and AttemptRef(task_pk, number) not in live
+    ]
     if not vanished:
         return 0
     return reports.apply_reports(

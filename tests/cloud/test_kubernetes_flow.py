@@ -361,3 +361,51 @@ def test_backend_status_lists_health_last_sync_and_errors(cluster):
     assert status["kubernetes"].last_sync_at is not None
     assert "HTTP 500" in status["kubernetes"].last_error
     assert status["local"].healthy is True and status["local"].workers == 1
+
+
+def test_a_kueue_eviction_of_a_gang_requeues_it_whole_and_it_is_promoted_again_whole(cluster):
+    gang = make_job("/alice/gang", device=H100, replicas=2, group_by="rack")
+    run_tick(NOW_MS)
+    dispatch.drain()
+    sync()
+    tasks = list(Task.objects.filter(job=gang).order_by("index"))
+    for task in tasks:
+        cluster.run(f"iris-{task.pk}-1")
+    sync()
+
+    cluster.evict(f"iris-{tasks[0].pk}-1")  # Kueue evicts the workload: the first pod is seen first
+    sync()
+    dispatch.drain()  # the requeued sibling's pod is deleted
+    sync()
+
+    states = list(Task.objects.filter(job=gang).order_by("index").values_list("state", "preemption_count"))
+    assert states == [("pending", 1), ("pending", 0)]
+    assert cluster.pods() == {}
+    assert Attempt.objects.filter(task__job=gang, finished_at__isnull=True).count() == 0
+
+    run_tick(NOW_MS + MINUTE_MS)
+    dispatch.drain()
+    pods = cluster.pods()
+    assert sorted(pods) == sorted(f"iris-{t.pk}-2" for t in tasks)
+    assert len({p["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] for p in pods.values()}) == 1
+
+
+def test_a_stop_that_fails_is_retried_and_the_attempt_holds_until_the_pod_is_gone(cluster):
+    alice = get_user_model().objects.create_user("alice")
+    job = make_job("/alice/train", device=H100)
+    task = promote_and_run(cluster, job)
+    cluster.fail("DELETE", "/pods/", status=500)
+
+    services.cancel_job(alice, "/alice/train")
+    result = dispatch.drain()
+
+    stop = DispatchIntent.objects.get(task=task, kind="stop")
+    assert (result.retried, stop.state) == (1, "pending")
+    assert Attempt.objects.get(task=task).finished_at is None
+    assert f"iris-{task.pk}-1" in cluster.pods()
+
+    dispatch.drain(now=later(60))
+    sync()
+
+    assert cluster.pods() == {}
+    assert Attempt.objects.get(task=task).finished_at is not None
