@@ -328,14 +328,16 @@ class Explainer:
     def __init__(self, pool: WorkerPool, book: ShapeBook) -> None:
         self.pool = pool
         self.book = book
-        self._solo: dict[int, tuple[Cause, bool]] = {}
+        self._solo: dict[tuple, tuple[Cause, bool]] = {}
         self._gang: dict[tuple, tuple[Cause, bool]] = {}
 
     def solo_cause(self, shape: Shape) -> tuple[Cause, bool]:
         """(why one more task of ``shape`` does not fit now, whether it would have at tick start)."""
-        cached = self._solo.get(shape.id)
+        # Soft constraints only reorder the candidates, so they do not change the cause.
+        key = (shape.hard, shape.cpu, shape.mem, shape.gpu, shape.tpu)
+        cached = self._solo.get(key)
         if cached is None:
-            cached = self._solo[shape.id] = self._compute_solo(shape)
+            cached = self._solo[key] = self._compute_solo(shape)
         return cached
 
     def _no_worker(self, shape: Shape) -> Cause | None:
