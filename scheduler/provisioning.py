@@ -137,12 +137,13 @@ class KubernetesSync:
     setup: dict[str, list[str]] = field(default_factory=dict)
 
 
-def ensure_kubernetes_worker(config: Any, *, healthy: bool) -> Worker:
-    """The worker row standing for the cluster: tasks promoted to pods are ASSIGNED to it."""
-    worker, created = Worker.objects.get_or_create(
+def ensure_kubernetes_worker(config: Any) -> Worker:
+    """The worker row standing for the cluster: tasks promoted to pods are ASSIGNED to it.
+    Created unhealthy; a pass that reached the API marks it healthy."""
+    worker, _ = Worker.objects.get_or_create(
         name=config.worker_name,
         defaults={
-            "backend": KUBERNETES, "cpu_millicores": 0, "memory_bytes": 0, "healthy": healthy,
+            "backend": KUBERNETES, "cpu_millicores": 0, "memory_bytes": 0, "healthy": False,
             "attributes": {"namespace": config.namespace, "queue": config.queue_name},
         },
     )
@@ -150,8 +151,6 @@ def ensure_kubernetes_worker(config: Any, *, healthy: bool) -> Worker:
         raise BackendError(
             f"worker {config.worker_name!r} belongs to backend {worker.backend!r}; set kubernetes.worker_name"
         )
-    if not created and worker.healthy != healthy:
-        Worker.objects.filter(pk=worker.pk).update(healthy=healthy)
     return worker
 
 
@@ -169,7 +168,7 @@ def sync_kubernetes(now: datetime | None = None, *, watch_seconds: int | None = 
         setup = backend.ensure_setup()
         if setup.created or setup.updated:
             outcome.setup = {"created": setup.created, "updated": setup.updated}
-        worker = ensure_kubernetes_worker(config, healthy=True)
+        worker = ensure_kubernetes_worker(config)
         polled_at = timezone.now()
         kwargs = {} if watch_seconds is None else {"watch_seconds": watch_seconds}
         poll = backend.poll(now, **kwargs)
@@ -177,6 +176,8 @@ def sync_kubernetes(now: datetime | None = None, *, watch_seconds: int | None = 
         outcome.applied = reports.apply_reports(poll.reports, now).applied
         outcome.vanished = end_vanished_attempts(worker.pk, poll.live, polled_at, now)
         outcome.collected = backend.collect(poll.finished)
+        # The API answered: the tick may promote onto the cluster again.
+        Worker.objects.filter(pk=worker.pk, healthy=False).update(healthy=True)
     except BackendError as exc:
         outcome.error = str(exc)
         log.warning("kubernetes sync failed: %s", exc)
