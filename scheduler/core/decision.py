@@ -172,7 +172,8 @@ def _job_queues(
         band = band_of.get(key)
         if band is None:
             band = band_of[key] = effective_band(job.band, job.user, spend, snapshot.budgets, defaults)
-        tasks.sort(key=_by_index)
+        if len(tasks) > 1:
+            tasks.sort(key=_by_index)
         queues.append(JobQueue(job, band, tasks))
     queues.sort(key=_queue_order)
     return queues

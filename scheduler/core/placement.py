@@ -174,12 +174,10 @@ class WorkerPool:
 
 def worker_attributes(attributes: Mapping[str, str], device_type: DeviceType, variant: str | None) -> dict[str, str]:
     """A worker's attributes plus ``device-type`` and (for accelerators) ``device-variant``."""
-    attrs = dict(attributes)
-    attrs[DEVICE_TYPE_KEY] = device_type.value
     if variant is not None:
-        attrs[DEVICE_VARIANT_KEY] = variant
-    else:
-        attrs.pop(DEVICE_VARIANT_KEY, None)
+        return {**attributes, DEVICE_TYPE_KEY: device_type.value, DEVICE_VARIANT_KEY: variant}
+    attrs = {**attributes, DEVICE_TYPE_KEY: device_type.value}
+    attrs.pop(DEVICE_VARIANT_KEY, None)
     return attrs
 
 
@@ -271,9 +269,6 @@ class Shape:
     cands: list[int]
     pos: int = 0
     cand_set: frozenset[int] | None = None
-    # Shapes over the same candidate list whose request is no larger in any dimension: a worker
-    # one of them skipped cannot fit this shape either, so this cursor may start at theirs.
-    smaller: tuple[Shape, ...] = ()
 
     def candidate_set(self) -> frozenset[int]:
         if self.cand_set is None:
@@ -322,23 +317,6 @@ class ShapeBook:
             self._by_request[key] = shape
         self._by_identity[same] = shape
         return shape
-
-    def link_smaller_shapes(self) -> None:
-        """Fill in each shape's ``smaller`` (same candidate list, request no larger anywhere)."""
-        by_list: dict[int, list[Shape]] = {}
-        for shape in self.shapes:
-            by_list.setdefault(id(shape.cands), []).append(shape)
-        for shapes in by_list.values():
-            for shape in shapes:
-                shape.smaller = tuple(
-                    other
-                    for other in shapes
-                    if other is not shape
-                    and other.cpu <= shape.cpu
-                    and other.mem <= shape.mem
-                    and other.gpu <= shape.gpu
-                    and other.tpu <= shape.tpu
-                )
 
     def candidates(self, hard: tuple[Constraint, ...], soft: tuple[Constraint, ...]) -> list[int]:
         """Healthy workers matching every hard constraint, best soft score first, then by id."""
@@ -437,7 +415,6 @@ def place(
     first-fit. Once a task of a solo job finds no worker, the job's ``failed_task`` is set and
     its later tasks wait (other jobs go on: no head-of-line blocking).
     """
-    book.link_smaller_shapes()
     out: list[tuple[TaskSnapshot, int]] = []
     cpu, mem, gpu, tpu = pool.cpu, pool.mem, pool.gpu, pool.tpu
     assigned, building = pool.assigned, pool.building
@@ -459,9 +436,6 @@ def place(
             shape = queue.shape
             cands = shape.cands
             p = shape.pos
-            for smaller in shape.smaller:
-                if smaller.pos > p:
-                    p = smaller.pos
             n = len(cands)
             c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
             while p < n:
