@@ -15,6 +15,7 @@ from django.db.models import Q
 from scheduler import budgets
 from scheduler.cluster_config import cluster_config
 from scheduler.core.bands import Band
+from scheduler.core.budget import effective_band
 from scheduler.core.kueue import (
     BACKEND_KEY,
     ROUTE_KUBERNETES,
@@ -372,7 +373,15 @@ def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision) -> dict:
     for task_id in ordered:
         if task_id in assigned or task_id not in decision.pending_reasons:
             continue
-        band = int(decision.effective_bands.get(task_id, Band.INTERACTIVE))
+        band = decision.effective_bands.get(task_id)
+        if band is None:
+            # Requeued this tick (a preemption victim or a gang sibling): it was not pending when
+            # the tick started, so it queues next tick in its requested band, downgraded as usual.
+            job = snapshot.jobs[task_id.rsplit("/", 1)[0]]
+            band = effective_band(
+                job.band, job.user, decision.spend, snapshot.budgets, snapshot.config.budget_defaults
+            )
+        band = int(band)
         positions[band] = positions.get(band, 0) + 1
         text = reason_text(decision.pending_reasons[task_id])
         index = reason_index.get(text)

@@ -299,12 +299,14 @@ def apply_decision(
         ],
         condition=f"{job_table}.state NOT IN ({terminal})",
     )
+    # A live job is RUNNING while any of its tasks is active, PENDING otherwise (a job whose only
+    # task was preempted back to the queue is pending again).
     bulk.update_rows(
         job_table,
         [("id", "bigint")],
         [("state", "text")],
-        [(pk, JobState.RUNNING.value) for pk in sorted({rows[a.task].job_pk for a in assignments})],
-        condition=f"{job_table}.state = '{JobState.PENDING.value}'",
+        live_job_states(loaded, decision, kept),
+        condition=f"{job_table}.state IN ('{JobState.PENDING.value}', '{JobState.RUNNING.value}')",
     )
     # Only the newest tick keeps the (large) queue explanation.
     TickRecord.objects.filter(explanation__isnull=False, pk__lt=tick.pk).update(explanation=None)
@@ -322,6 +324,19 @@ def apply_decision(
         skipped_conflicts=skipped,
         duration_ms=duration_ms,
     )
+
+
+def live_job_states(loaded: LoadedSnapshot, decision: Decision, kept: set[str]) -> list[tuple[int, str]]:
+    """(job pk, pending|running) after the decision for each job with a written task change."""
+    active: dict[str, bool] = {t.rsplit("/", 1)[0]: False for t in kept}
+    for task in loaded.snapshot.tasks:
+        if task.job_id in active and not active[task.job_id]:
+            state = decision.after[task.id].state if task.id in kept else task.state
+            active[task.job_id] = state in ACTIVE_STATES
+    return [
+        (loaded.job_pks[job], (JobState.RUNNING if is_active else JobState.PENDING).value)
+        for job, is_active in sorted(active.items())
+    ]
 
 
 def limits_sample(loaded: LoadedSnapshot, decision: Decision) -> dict[str, int]:

@@ -80,6 +80,21 @@ def test_tick_preempts_lower_band_records_event_and_holds_victim_capacity():
     assert (event.victim_band, event.preemptor_band) == (Band.BATCH, Band.PRODUCTION)
 
 
+def test_a_job_whose_only_task_was_preempted_is_pending_again_and_queued_in_its_own_band():
+    worker = make_worker("w1", cpu=4, memory_gib=16)
+    victim_job = make_job("/bob/batch", band=Band.BATCH, cpu=4, memory_gib=8)
+    start_running(victim_job, worker)
+    make_job("/alice/prod", band=Band.PRODUCTION, cpu=4, memory_gib=8)
+
+    run_tick(NOW_MS)
+
+    victim_job.refresh_from_db()
+    assert victim_job.state == "pending"
+    assert Job.objects.get(name="/alice/prod").state == "running"
+    band, position, _ = TickRecord.objects.get().explanation["tasks"]["/bob/batch/0"]
+    assert (band, position) == (Band.BATCH, 1)
+
+
 def test_victim_unfinished_attempt_keeps_its_worker_full_on_the_next_tick():
     worker = make_worker("w1", cpu=4, memory_gib=16)
     start_running(make_job("/bob/batch", band=Band.BATCH, cpu=4, memory_gib=8), worker)
