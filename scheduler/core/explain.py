@@ -211,14 +211,14 @@ class PerJobCap:
 
 @dataclass(frozen=True, slots=True)
 class JobExhausted:
-    """An earlier task of the same job did not fit, so the rest of the job waits for the next tick."""
+    """An earlier task of the same job did not fit (for ``cause``), so the rest of the job waits
+    for the next tick without being tried."""
 
-    task: str
     cause: Cause
     code: ClassVar[str] = "job_exhausted"
 
     def text(self) -> str:
-        return f"Waiting: earlier task {self.task} of this job did not fit this cycle"
+        return "Waiting: an earlier task of this job did not fit this cycle"
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,15 +329,19 @@ class Explainer:
         self.pool = pool
         self.book = book
         self._solo: dict[tuple, tuple[Cause, bool]] = {}
+        self._by_shape: dict[int, tuple[Cause, bool]] = {}
         self._gang: dict[tuple, tuple[Cause, bool]] = {}
 
     def solo_cause(self, shape: Shape) -> tuple[Cause, bool]:
         """(why one more task of ``shape`` does not fit now, whether it would have at tick start)."""
-        # Soft constraints only reorder the candidates, so they do not change the cause.
-        key = (shape.hard, shape.cpu, shape.mem, shape.gpu, shape.tpu)
-        cached = self._solo.get(key)
+        cached = self._by_shape.get(shape.id)
         if cached is None:
-            cached = self._solo[key] = self._compute_solo(shape)
+            # Soft constraints only reorder the candidates, so they do not change the cause.
+            key = (shape.hard, shape.cpu, shape.mem, shape.gpu, shape.tpu)
+            cached = self._solo.get(key)
+            if cached is None:
+                cached = self._solo[key] = self._compute_solo(shape)
+            self._by_shape[shape.id] = cached
         return cached
 
     def _no_worker(self, shape: Shape) -> Cause | None:
@@ -439,9 +443,9 @@ def explain_pending(
     """A reason for every task that was pending at tick start and is not assigned.
 
     ``queues`` are the jobs in priority order (expired ones are skipped: their tasks are
-    unschedulable); ``downgrades`` maps a job id to its downgrade, if any. Tasks of one job share
-    reason objects: one for its first unplaced task, one for the tasks after it (the job was
-    exhausted), one for the tasks held back by the per-job cap.
+    unschedulable); ``downgrades`` maps a job id to its downgrade, if any. A job's first
+    unplaced task gets a reason of its own (with its place in the band); the tasks after it
+    (the job was exhausted) and those held back by the per-job cap share reasons across jobs.
     """
     first_unplaced: dict[str, tuple[Band, int, int, int]] = {}
     ahead = 0
@@ -457,6 +461,7 @@ def explain_pending(
     shared: list[tuple[Sequence[TaskSnapshot], PendingReason]] = []
     held_cause = PerJobCap(max_tasks_per_job)
     held_reasons: dict[int, PendingReason] = {}
+    exhausted_reasons: dict[tuple[int, int], PendingReason] = {}
     for queue in queues:
         if queue.expired:
             continue
@@ -471,6 +476,7 @@ def explain_pending(
                 cause, fit_at_start = explainer.gang_cause(queue.shape, queue.spec.group_by, len(passed))
             else:
                 cause, fit_at_start = explainer.solo_cause(queue.shape)
+            base = cause
             if fit_at_start and before and not isinstance(cause, RoomFreedThisCycle):
                 cause = WaitingBehind(before, cause)
             head = PendingReason(cause, band, position, size, downgrade)
@@ -478,7 +484,10 @@ def explain_pending(
                 shared.append((unplaced, head))
             else:
                 shared.append((unplaced[:1], head))
-                rest = PendingReason(JobExhausted(unplaced[0].id, cause), band, position, size, downgrade)
+                rest = exhausted_reasons.get((id(base), id(downgrade)))
+                if rest is None:
+                    rest = PendingReason(JobExhausted(base), downgrade=downgrade)
+                    exhausted_reasons[(id(base), id(downgrade))] = rest
                 shared.append((unplaced[1:], rest))
         if queue.held:
             held = held_reasons.get(id(downgrade))

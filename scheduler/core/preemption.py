@@ -236,6 +236,7 @@ class PreemptionPass:
         self._bounds: dict[tuple[int, VariantKey], list] = {}
         self._bound_of: dict[tuple[int, VariantKey], dict[int, tuple]] = {}
         self._searches: dict[tuple, _Search] = {}
+        self._search_of: dict[tuple[int, int], _Search] = {}
         self._feasible_lists: dict[tuple, _Feasible] = {}
         self._compatible: dict[tuple, list[Slice]] = {}
         self._gang_failed: dict[tuple, int] = {}
@@ -493,12 +494,15 @@ class PreemptionPass:
         ranking its evictions go. The walk re-checks feasibility, since workers change as the
         pass evicts and places (and the change log brings back workers that became feasible).
         """
-        # Soft constraints play no part in preemption, so shapes differing only in them share.
-        key = (shape.cpu, shape.mem, shape.gpu, shape.tpu, shape.hard, rank, variant)
-        search = self._searches.get(key)
+        search = self._search_of.get((shape.id, rank))
         if search is None:
-            feasible = self._feasible(shape, rank, variant)
-            search = self._searches[key] = _Search(feasible, 0, [], feasible.since)
+            # Soft constraints play no part in preemption, so shapes differing only in them share.
+            key = (shape.cpu, shape.mem, shape.gpu, shape.tpu, shape.hard, rank, variant)
+            search = self._searches.get(key)
+            if search is None:
+                feasible = self._feasible(shape, rank, variant)
+                search = self._searches[key] = _Search(feasible, 0, [], feasible.since)
+            self._search_of[(shape.id, rank)] = search
         members = shape.candidate_set()
         heap = search.heap
         if search.seen < len(self.log):

@@ -155,7 +155,8 @@ def test_job_exhaustion_does_not_block_other_jobs():
     decision = decide(cluster(workers, jobs))
     assert placed(decision) == {"/a/big/0": "w1", "/a/small/0": "w1"}
     assert decision.pending_reasons["/a/big/2"].code == "job_exhausted"
-    assert "/a/big/1" in reason_text(decision, "/a/big/2")
+    assert reason_text(decision, "/a/big/2").startswith("Waiting: an earlier task of this job did not fit")
+    assert decision.pending_reasons["/a/big/1"].code == "waiting_behind"
 
 
 def test_a_gang_places_all_or_nothing_in_one_group():
