@@ -20,12 +20,15 @@ from __future__ import annotations
 import random
 
 GIB = 1 << 30
+# The snapshot's fixed "now" (ms since the epoch), so runs are reproducible.
 NOW_MS = 1_800_000_000_000
 # Default share of each host's capacity the running load fills: enough that placement runs out
 # of room and the preemption pass has work, as in a busy cluster.
 TARGET_LOAD = 0.7
+# Hosts per TPU slice, and so tasks per TPU gang (as on a v5p-32: 4 hosts of 4 chips).
 TPU_HOSTS_PER_SLICE = 4
 
+# Host sizes (millicores, bytes): a mid-size CPU VM, an 8-GPU node, a v5p TPU host.
 CPU_HOST = {"cpu_millicores": 32_000, "memory_bytes": 128 * GIB}
 GPU_HOST = {"cpu_millicores": 96_000, "memory_bytes": 1024 * GIB}
 TPU_HOST = {"cpu_millicores": 208_000, "memory_bytes": 448 * GIB}
@@ -33,6 +36,7 @@ GPU_VARIANTS = ("h100", "a100")
 TPU_VARIANTS = ("v5p", "v6e")
 REGIONS = {"us-central1": ("us-central1-a", "us-central1-b"), "europe-west4": ("europe-west4-a", "europe-west4-b")}
 
+# Per-task (millicores, bytes) requests of CPU jobs.
 CPU_SHAPES = (
     (1_000, 2 * GIB),
     (2_000, 4 * GIB),
@@ -40,7 +44,9 @@ CPU_SHAPES = (
     (8_000, 32 * GIB),
     (16_000, 64 * GIB),
 )
+# GPUs per task of GPU jobs (each GPU comes with 8 cores and 96 GiB).
 GPU_COUNTS = (1, 2, 4, 8)
+# Relative frequency of each requested band among pending jobs and among running work.
 BAND_WEIGHTS = (("system", 2), ("production", 10), ("interactive", 58), ("batch", 30))
 RUNNING_BAND_WEIGHTS = (("production", 15), ("interactive", 45), ("batch", 40))
 

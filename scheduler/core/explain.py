@@ -21,6 +21,7 @@ from scheduler.core.ordering import JobQueue
 from scheduler.core.placement import Shape, ShapeBook, WorkerPool
 from scheduler.core.types import Constraint, ConstraintOp, TaskSnapshot
 
+# Bytes per MiB: memory below 1 GiB is shown in MiB.
 MIB = 1 << 20
 
 
@@ -50,6 +51,7 @@ def format_memory(n_bytes: int) -> str:
     return f"{n_bytes / MIB:,.0f} MiB"
 
 
+# Per resource: how it is named in reasons, and how an amount (millicores, bytes, devices) reads.
 RESOURCE_FORMAT = {
     "cpu": ("CPU", format_cores),
     "memory": ("memory", format_memory),

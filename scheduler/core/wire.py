@@ -56,8 +56,11 @@ class SnapshotError(ValueError):
     """A snapshot JSON document is malformed; the message starts with the JSON path."""
 
 
+# A job id: "/" then at least two non-empty segments (user, name, then any children).
 JOB_ID = re.compile(r"^(/[^/\s]+){2,}$")
+# A task index: a decimal number without sign or leading zeros, so each task has one id.
 TASK_INDEX = re.compile(r"^(0|[1-9][0-9]*)$")
+# For error messages: the accepted task states.
 STATE_NAMES = "|".join(s.value for s in TaskState)
 # A finished task the snapshot left out is written in this state (all finished states decide alike).
 OMITTED_TASK_STATE = TaskState.SUCCEEDED
