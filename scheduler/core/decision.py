@@ -22,13 +22,14 @@ from scheduler.core.budget import budget_limit, effective_band, spend_from_count
 from scheduler.core.explain import (
     Downgrade,
     Explainer,
+    HeldReasons,
     PendingReason,
     Preempted,
     Requeued,
     deadline_text,
     explain_pending,
 )
-from scheduler.core.ordering import JobQueue, apply_gates, job_sort_key, scheduling_order
+from scheduler.core.ordering import JobQueue, apply_gates, scheduling_order, sort_jobs
 from scheduler.core.placement import ShapeBook, WorkerPool, place
 from scheduler.core.preemption import PreemptionPass, PreemptionPlan
 from scheduler.core.types import (
@@ -78,9 +79,22 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
     spend = spend_from_counts(jobs, {job_id: len(tasks) for job_id, tasks in active_by_job.items()})
     queues = _job_queues(snapshot, pending_by_job, spend)
     by_job = {q.spec.id: q for q in queues}
-    effective_bands = {t.id: q.band for q in queues for t in q.pending}
-
     expired = apply_gates(queues, snapshot.now_ms, config.max_tasks_per_job_per_cycle)
+    downgrades = _downgrades(snapshot, queues, spend)
+    # One pass over every pending task: its effective band and, if the per-job cap held it
+    # back, its reason (which does not depend on placement).
+    effective_bands: dict[str, Band] = {}
+    reasons: dict[str, PendingReason] = {}
+    held = HeldReasons(config.max_tasks_per_job_per_cycle)
+    for queue in queues:
+        band = queue.band
+        for task in queue.pending:
+            effective_bands[task.id] = band
+        if queue.held:
+            reason = held.reason(downgrades.get(queue.spec.id))
+            for task in queue.held:
+                reasons[task.id] = reason
+
     unschedulable = []
     for queue in expired:
         reason = deadline_text(queue.spec.scheduling_deadline_ms, snapshot.now_ms)
@@ -107,14 +121,7 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
     outcome.evict(plan)
     outcome.finish_jobs(pending_by_job, active_by_job)
 
-    reasons = explain_pending(
-        queues,
-        bands,
-        assigned_ids,
-        Explainer(pool, book),
-        _downgrades(snapshot, queues, spend),
-        config.max_tasks_per_job_per_cycle,
-    )
+    reasons.update(explain_pending(queues, bands, assigned_ids, Explainer(pool, book), downgrades))
     reasons.update(outcome.requeued)
 
     return Decision(
@@ -166,16 +173,17 @@ def _job_queues(
     defaults = snapshot.config.budget_defaults
     band_of: dict[tuple[str, Band], Band] = {}
     queues: list[JobQueue] = []
-    for job_id, tasks in pending_by_job.items():
-        job = jobs[job_id]
+    ordered = [jobs[job_id] for job_id in pending_by_job]
+    sort_jobs(ordered)
+    for job in ordered:
+        tasks = pending_by_job[job.id]
         key = (job.user, job.band)
         band = band_of.get(key)
         if band is None:
             band = band_of[key] = effective_band(job.band, job.user, spend, snapshot.budgets, defaults)
         if len(tasks) > 1:
             tasks.sort(key=_by_index)
-        queues.append(JobQueue(job, band, tasks))
-    queues.sort(key=_queue_order)
+        queues.append(JobQueue(job, band, job.group_by is not None, tasks))
     return queues
 
 
@@ -193,10 +201,6 @@ def _downgrades(snapshot: ClusterSnapshot, queues: Iterable[JobQueue], spend: Ma
                 per_user[(spec.user, spec.band)] = downgrade
             downgrades[spec.id] = downgrade
     return downgrades
-
-
-def _queue_order(queue: JobQueue) -> tuple[int, int, int, int, str]:
-    return job_sort_key(queue.spec)
 
 
 class _Outcome:
@@ -223,13 +227,15 @@ class _Outcome:
         append = self.assignments.append
         # TaskAfter is immutable, so tasks landing on the same worker in the same band with the
         # same count share one (there are tens of thousands of assignments in a large tick).
-        shared: dict[tuple[int, Band, int], TaskAfter] = {}
+        # The key packs (count, worker, band rank) into one int: cheaper than a tuple.
+        shared: dict[int, TaskAfter] = {}
         assigned = TaskState.ASSIGNED  # enum attribute lookups are slow; keep them out of loops
+        stride = 4 * len(ids)
         for task, w in placements:
             band = queues[task.job_id].band
             worker = ids[w]
             append(Assignment(task.id, worker, band))
-            key = (w, band, task.preemption_count)
+            key = task.preemption_count * stride + 4 * w + band
             state = shared.get(key)
             if state is None:
                 state = shared[key] = TaskAfter(assigned, worker, band, task.preemption_count)

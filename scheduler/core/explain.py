@@ -434,20 +434,33 @@ class Explainer:
         return GangNoRoom(n, group_by, best), fit_at_start
 
 
+class HeldReasons:
+    """The reason of tasks held back by the per-job cap: one object per downgrade (or none)."""
+
+    def __init__(self, max_tasks_per_job: int) -> None:
+        self.cause = PerJobCap(max_tasks_per_job)
+        self._by_downgrade: dict[int, PendingReason] = {}
+
+    def reason(self, downgrade: Downgrade | None) -> PendingReason:
+        reason = self._by_downgrade.get(id(downgrade))
+        if reason is None:
+            reason = self._by_downgrade[id(downgrade)] = PendingReason(self.cause, downgrade=downgrade)
+        return reason
+
+
 def explain_pending(
     queues: Sequence[JobQueue],
     bands: Mapping[Band, Sequence[TaskSnapshot]],
     assigned: set[str],
     explainer: Explainer,
     downgrades: Mapping[str, Downgrade],
-    max_tasks_per_job: int,
 ) -> dict[str, PendingReason]:
-    """A reason for every task that was pending at tick start and is not assigned.
+    """A reason for every task that passed the gates and was not assigned (tasks held back by
+    the per-job cap get theirs from :class:`HeldReasons`).
 
-    ``queues`` are the jobs in priority order (expired ones are skipped: their tasks are
-    unschedulable); ``downgrades`` maps a job id to its downgrade, if any. A job's first
-    unplaced task gets a reason of its own (with its place in the band); the tasks after it
-    (the job was exhausted) and those held back by the per-job cap share reasons across jobs.
+    ``queues`` are the jobs in priority order; ``downgrades`` maps a job id to its downgrade,
+    if any. A job's first unplaced task gets a reason of its own (with its place in the band);
+    the tasks after it (the job was exhausted) share one reason across jobs.
     """
     first_unplaced: dict[str, tuple[Band, int, int, int]] = {}
     ahead = 0
@@ -461,16 +474,12 @@ def explain_pending(
 
     # (tasks, reason) pairs, turned into one dict at the end (far cheaper than per-job updates).
     shared: list[tuple[Sequence[TaskSnapshot], PendingReason]] = []
-    held_cause = PerJobCap(max_tasks_per_job)
-    held_reasons: dict[int, PendingReason] = {}
     exhausted_reasons: dict[tuple[int, int], PendingReason] = {}
     for queue in queues:
-        if queue.expired:
-            continue
         job_id = queue.spec.id
-        downgrade = downgrades.get(job_id)
         placed = first_unplaced.get(job_id)
         if placed is not None:
+            downgrade = downgrades.get(job_id)
             band, position, size, before = placed
             passed = queue.passed
             unplaced = [t for t in passed if t.id not in assigned]
@@ -491,9 +500,4 @@ def explain_pending(
                     rest = PendingReason(JobExhausted(base), downgrade=downgrade)
                     exhausted_reasons[(id(base), id(downgrade))] = rest
                 shared.append((unplaced[1:], rest))
-        if queue.held:
-            held = held_reasons.get(id(downgrade))
-            if held is None:
-                held = held_reasons[id(downgrade)] = PendingReason(held_cause, downgrade=downgrade)
-            shared.append((queue.held, held))
     return {task.id: reason for tasks, reason in shared for task in tasks}

@@ -11,7 +11,8 @@ round-robin across users, lower spend first.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from operator import attrgetter
 from typing import TypeVar
 
 from scheduler.core.bands import BANDS_IN_ORDER, Band
@@ -27,22 +28,19 @@ class JobQueue:
     ``pending`` holds the job's tasks that were PENDING at tick start, by index. The gates split
     them into ``passed`` (go on to placement) and ``held`` (over the per-job cap); an expired
     job passes nothing. Placement fills in ``shape`` and, when a task of the job does not fit,
-    ``failed_task`` (the rest of the job then waits for the next tick). ``gang`` caches
-    whether the job is coscheduled.
+    ``failed_task`` (the rest of the job then waits for the next tick). ``gang`` says whether
+    the job is coscheduled (``spec.group_by`` is set).
     """
 
     spec: JobSpec
     band: Band
+    gang: bool
     pending: Sequence[TaskSnapshot] = ()
     passed: Sequence[TaskSnapshot] = ()
     held: Sequence[TaskSnapshot] = ()
     expired: bool = False
     shape: object | None = None
     failed_task: str | None = None
-    gang: bool = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.gang = self.spec.group_by is not None
 
 
 def job_sort_key(job: JobSpec) -> tuple[int, int, int, int, str]:
@@ -51,6 +49,26 @@ def job_sort_key(job: JobSpec) -> tuple[int, int, int, int, str]:
     Equal submission times tie-break by job id; tasks of one job then go by index.
     """
     return (int(job.band), -job.depth, job.root_submitted_at_ms, job.submitted_at_ms, job.id)
+
+
+_by_id = attrgetter("id")
+_by_submitted = attrgetter("submitted_at_ms")
+_by_root_submitted = attrgetter("root_submitted_at_ms")
+_by_depth = attrgetter("depth")
+_by_band = attrgetter("band")
+
+
+def sort_jobs(jobs: list[JobSpec]) -> None:
+    """Sort ``jobs`` in place by :func:`job_sort_key`.
+
+    Done as stable single-key passes from the least significant key up (``attrgetter`` keys
+    run in C), which is several times cheaper than one Python key function per job.
+    """
+    jobs.sort(key=_by_id)
+    jobs.sort(key=_by_submitted)
+    jobs.sort(key=_by_root_submitted)
+    jobs.sort(key=_by_depth, reverse=True)
+    jobs.sort(key=_by_band)
 
 
 def is_expired(job: JobSpec, now_ms: int) -> bool:

@@ -1,10 +1,12 @@
 """Gates and scheduling order (issue 2 §3 "Gates" and "Order"; reference §3.3, §3.5)."""
 
+import random
+
 import pytest
 
 from scheduler.core.bands import Band
 from scheduler.core.decision import decide
-from scheduler.core.ordering import interleave_by_user
+from scheduler.core.ordering import interleave_by_user, job_sort_key, sort_jobs
 from scheduler.core.types import JobState, TaskState
 from tests.core.builders import NOW, budget, cluster, job, placed, reason_text, running, worker
 
@@ -147,3 +149,19 @@ def test_only_gated_tasks_are_placed():
     decision = decide(cluster(BIG, [job("/a/array", replicas=6)]))
     assert sorted(placed(decision)) == [f"/a/array/{i}" for i in range(4)]
     assert "per-job limit" in reason_text(decision, "/a/array/5")
+
+
+def test_sort_jobs_matches_the_sort_key():
+    rng = random.Random(4)
+    jobs = [
+        job(
+            f"/u{rng.randint(0, 3)}/j{i}" + ("/c" if rng.random() < 0.3 else ""),
+            band=rng.choice(list(Band)),
+            submitted=rng.randint(0, 5),
+            root_submitted=rng.randint(0, 5),
+        )
+        for i in range(300)
+    ]
+    expected = sorted(jobs, key=job_sort_key)
+    sort_jobs(jobs)
+    assert jobs == expected
