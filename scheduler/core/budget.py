@@ -58,13 +58,18 @@ def user_spend(jobs: Mapping[str, JobSpec], tasks: Iterable[TaskSnapshot]) -> di
 def spend_from_counts(jobs: Mapping[str, JobSpec], active_counts: Mapping[str, int]) -> dict[str, int]:
     """:func:`user_spend` from the number of active tasks per job id."""
     spend: dict[str, int] = {}
+    # Keyed by identity: jobs share Resources objects, and ``jobs`` keeps them alive.
+    values: dict[int, int] = {}
+    batch = Band.BATCH  # enum lookups are slow in loops
     for job_id, count in active_counts.items():
         job = jobs[job_id]
-        if job.band is Band.BATCH:
+        if job.band is batch:
             continue
-        value = resource_value(job.resources) * count
+        value = values.get(id(job.resources))
+        if value is None:
+            value = values[id(job.resources)] = resource_value(job.resources)
         if value:
-            spend[job.user] = spend.get(job.user, 0) + value
+            spend[job.user] = spend.get(job.user, 0) + value * count
     return dict(sorted(spend.items()))
 
 

@@ -92,8 +92,9 @@ class WorkerPool:
         self.attrs = [worker_attributes(w.attributes, w.device.type, w.device.variant) for w in workers]
         self.cpu = [w.cpu_millicores for w in workers]
         self.mem = [w.memory_bytes for w in workers]
-        self.gpu = [w.device.gpu_count for w in workers]
-        self.tpu = [w.device.tpu_count for w in workers]
+        gpu_type, tpu_type = DeviceType.GPU, DeviceType.TPU  # enum lookups are slow in loops
+        self.gpu = [w.device.count if w.device.type is gpu_type else 0 for w in workers]
+        self.tpu = [w.device.count if w.device.type is tpu_type else 0 for w in workers]
         self.building = [0] * len(workers)
         self.assigned = [0] * len(workers)
         config = snapshot.config
@@ -108,8 +109,14 @@ class WorkerPool:
         index = self.index
         running = TaskState.RUNNING
         cpu, mem, gpu, tpu, building = self.cpu, self.mem, self.gpu, self.tpu, self.building
+        # Keyed by identity: jobs share Resources objects, and the snapshot keeps them alive.
+        requests: dict[int, tuple[int, int, int, int]] = {}
         for job_id, tasks in active_by_job.items():
-            c, m, g, u = request_tuple(jobs[job_id].resources)
+            resources = jobs[job_id].resources
+            need = requests.get(id(resources))
+            if need is None:
+                need = requests[id(resources)] = request_tuple(resources)
+            c, m, g, u = need
             for task in tasks:
                 w = index.get(task.worker)
                 if w is not None:
