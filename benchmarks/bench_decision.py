@@ -34,6 +34,21 @@ QUICK_SIZES = [(1_000, 100), (10_000, 1_000)]
 TARGET_SECONDS = 0.5
 
 
+# Iterations of the reference loop: a fixed amount of pure-Python work with a tiny working set,
+# timed before and after the table. On a shared VM the CPU's speed itself drifts (this loop
+# has been seen to take anywhere from 0.12 s to 0.20 s); comparing against it tells a slow
+# machine from a slow decision.
+REFERENCE_ITERATIONS = 3_000_000
+
+
+def reference_seconds() -> float:
+    started = time.process_time()
+    total = 0
+    for i in range(REFERENCE_ITERATIONS):
+        total += i & 7
+    return time.process_time() - started
+
+
 def parse_size(text: str) -> tuple[int, int]:
     pending, _, workers = text.lower().partition("x")
     return int(pending), int(workers)
@@ -75,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"# decide() on synthetic clusters; Python {platform.python_version()}, {os.cpu_count()} CPUs, {args.runs} runs; load average {load}")
+    print(f"# reference loop before: {reference_seconds():.3f} s")
     header = f"| {'pending':>8} | {'workers':>7} | {'running':>7} | {'median s':>8} | {'min s':>6} | {'max s':>6} | {'cpu s':>6} | {'order':>6} | {'assigned':>8} | {'preempted':>9} | {'expired':>7} |"
     print(header)
     print("|" + "|".join("-" * (len(cell)) for cell in header.split("|")[1:-1]) + "|")
@@ -89,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         if pending >= 100_000 and workers >= 10_000 and r["median_s"] > TARGET_SECONDS:
             slow = True
+    print(f"# reference loop after: {reference_seconds():.3f} s")
     if slow:
         print(f"target missed: 100k x 10k must decide within {TARGET_SECONDS} s")
         return 1
