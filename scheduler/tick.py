@@ -220,6 +220,11 @@ def apply_decision(
                 attempt_state, error = TaskState.PREEMPTED.value, f"Preempted by {preemptor_of[task_id]}"
             elif after.state is TaskState.COSCHED_FAILED:
                 attempt_state, error = TaskState.COSCHED_FAILED.value, "A gang member was preempted for good"
+            elif after.state is TaskState.KILLED:
+                job_name = task_id.rsplit("/", 1)[0]
+                ended = decision.jobs_after.get(job_name)
+                attempt_state = TaskState.KILLED.value
+                error = f"Killed: job {job_name} ended {ended.value}" if ended else "Killed by the scheduler"
             else:
                 attempt_state, error = TaskState.PREEMPTED.value, "Requeued: a gang member was preempted"
             attempt_closes.append((row.pk, row.attempt_count, attempt_state, error, row.worker_pk))

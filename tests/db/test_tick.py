@@ -17,7 +17,7 @@ from scheduler import tick as tick_module
 from scheduler.core.bands import Band
 from scheduler.core.decision import decide
 from scheduler.core.wire import decision_to_json, snapshot_from_json, snapshot_to_json
-from scheduler.models import Attempt, Job, PreemptionEvent, SchedulerLease, Task, TickRecord, UserBudget
+from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, SchedulerLease, Task, TickRecord, UserBudget
 from scheduler.snapshot import load_snapshot
 from scheduler.tick import LeaseLost, acquire_lease, apply_decision, run_tick
 from tests.db.factories import NOW_MS, make_job, make_worker, start_running
@@ -118,6 +118,22 @@ def test_expired_task_and_its_job_become_unschedulable():
     assert job.state == "unschedulable"
     assert job.finished_at is not None
     assert outcome.expired == 1
+
+
+def test_running_tasks_of_a_job_past_its_deadline_are_killed_and_told_to_stop():
+    worker = make_worker("w1", cpu=2, memory_gib=4)
+    job = make_job("/alice/late", replicas=2, cpu=2, deadline_ms=NOW_MS - 1)
+    running = start_running(job, worker)
+
+    run_tick(NOW_MS)
+
+    running.refresh_from_db()
+    assert running.state == "killed"
+    attempt = Attempt.objects.get(task=running)
+    assert attempt.state == "killed"
+    assert attempt.error == "Killed: job /alice/late ended unschedulable"
+    assert DispatchIntent.objects.filter(task=running, kind="stop").exists()
+    assert Job.objects.get(pk=job.pk).state == "unschedulable"
 
 
 def test_tick_and_simulate_give_the_same_decision(tmp_path, capsys):
