@@ -7,6 +7,7 @@ uplift grant: the highest ``max_band`` (lowest rank) and the largest ``budget_li
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime
 
 from scheduler.cluster_config import cluster_config
@@ -26,22 +27,30 @@ def better_limit(a: int, b: int) -> int:
     return max(a, b)
 
 
+def raised_by_grants(
+    user: str, limit: int, band: int, grants: Iterable[tuple[int | None, int | None]]
+) -> BudgetSpec:
+    """A user's budget (``limit``, ``band`` rank: their row or the defaults) raised by the
+    ``(budget_limit, max_band)`` of each grant active now; a grant's None leaves that value."""
+    for grant_limit, grant_band in grants:
+        if grant_limit is not None:
+            limit = better_limit(limit, grant_limit)
+        if grant_band is not None:
+            band = min(band, grant_band)
+    return BudgetSpec(user=user, budget_limit=limit, max_band=Band(band))
+
+
 def effective_budgets(now_ms: int) -> dict[str, BudgetSpec]:
     """Every user with a row or an active grant, in two queries. Others get the defaults."""
     defaults = budget_defaults()
-    result = {
-        user: BudgetSpec(user=user, budget_limit=limit, max_band=Band(band))
-        for user, limit, band in UserBudget.objects.values_list("user_id", "budget_limit", "max_band")
-    }
+    rows = {user: (limit, band) for user, limit, band in UserBudget.objects.values_list("user_id", "budget_limit", "max_band")}
+    result = {user: BudgetSpec(user=user, budget_limit=limit, max_band=Band(band)) for user, (limit, band) in rows.items()}
     now = datetime.fromtimestamp(now_ms / 1000, tz=UTC)
-    grants = UpliftGrant.objects.filter(
+    active: dict[str, list[tuple[int | None, int | None]]] = {}
+    for user, limit, band in UpliftGrant.objects.filter(
         state=UpliftGrant.State.APPROVED, starts_at__lte=now, expires_at__gt=now
-    ).values_list("user_id", "budget_limit", "max_band")
-    for user, limit, band in grants:
-        base = result.get(user) or BudgetSpec(user, defaults.budget_limit, defaults.max_band)
-        result[user] = BudgetSpec(
-            user=user,
-            budget_limit=base.budget_limit if limit is None else better_limit(base.budget_limit, limit),
-            max_band=base.max_band if band is None else Band(min(base.max_band, band)),
-        )
+    ).values_list("user_id", "budget_limit", "max_band"):
+        active.setdefault(user, []).append((limit, band))
+    for user, grants in active.items():
+        result[user] = raised_by_grants(user, *rows.get(user, (defaults.budget_limit, int(defaults.max_band))), grants)
     return result

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -88,16 +89,17 @@ def effective_budget_for(user: str, at_ms: int | None = None) -> BudgetSpec:
     # Not truncated to milliseconds: a grant approved a moment ago must already count.
     at = timezone.now() if at_ms is None else datetime.fromtimestamp(at_ms / 1000, tz=UTC)
     defaults = budget_defaults()
-    row = UserBudget.objects.filter(user_id=user).values_list("budget_limit", "max_band").first()
-    limit, band = row if row else (defaults.budget_limit, int(defaults.max_band))
-    for grant_limit, grant_band in UpliftGrant.objects.filter(
+    limit, band = budget_rows_of([user]).get(user, (defaults.budget_limit, int(defaults.max_band)))
+    grants = UpliftGrant.objects.filter(
         user_id=user, state=UpliftGrant.State.APPROVED, starts_at__lte=at, expires_at__gt=at
-    ).values_list("budget_limit", "max_band"):
-        if grant_limit is not None:
-            limit = budget_rules.better_limit(limit, grant_limit)
-        if grant_band is not None:
-            band = min(band, grant_band)
-    return BudgetSpec(user=user, budget_limit=limit, max_band=Band(band))
+    ).values_list("budget_limit", "max_band")
+    return budget_rules.raised_by_grants(user, limit, band, grants)
+
+
+def budget_rows_of(users: list[str] | None = None) -> dict[str, tuple[int, int]]:
+    """``{user: (budget_limit, max_band rank)}`` of the budget rows (of ``users``). One query."""
+    rows = UserBudget.objects.all() if users is None else UserBudget.objects.filter(user_id__in=users)
+    return {user: (limit, band) for user, limit, band in rows.values_list("user_id", "budget_limit", "max_band")}
 
 
 @dataclass
@@ -120,32 +122,34 @@ class BudgetView:
         return self.effective_budget_limit > 0 and self.spend > self.effective_budget_limit
 
 
-def budget_views(users: list[str] | None = None) -> list[BudgetView]:
-    """Every user with a budget row, an open grant or spend (or just ``users``). Four queries."""
+def budget_views(users: list[str] | None = None, *, with_work: Iterable[str] = ()) -> list[BudgetView]:
+    """Every user with a budget row, an open grant, spend or a name in ``with_work`` (or just
+    ``users``), by name. Four queries."""
     at = timezone.now()
     defaults = budget_defaults()
-    rows_qs = UserBudget.objects.all()
     grants_qs = (
         UpliftGrant.objects.filter(state__in=OPEN_GRANT_STATES)
         .select_related("requested_by", "decided_by")
         .order_by("-created_at", "-pk")
     )
     if users is not None:
-        rows_qs = rows_qs.filter(user_id__in=users)
         grants_qs = grants_qs.filter(user_id__in=users)
-    rows = {u: (limit, band) for u, limit, band in rows_qs.values_list("user_id", "budget_limit", "max_band")}
+    rows = budget_rows_of(users)
     open_grants: dict[str, list[UpliftGrant]] = {}
     for grant in grants_qs:
         if grant.state == UpliftGrant.State.APPROVED and grant.expires_at and grant.expires_at <= at:
             continue  # expired, not yet marked so by the beat task
         open_grants.setdefault(grant.user_id, []).append(grant)
     spend = live_spend(users)
-    names = set(users) if users is not None else set(rows) | set(open_grants) | set(spend)
-    effective = _effective_from(rows, open_grants, defaults, at)
+    names = set(users) if users is not None else set(rows) | set(open_grants) | set(spend) | set(with_work)
     result = []
     for user in sorted(names):
         limit, band = rows.get(user, (defaults.budget_limit, int(defaults.max_band)))
-        spec = effective.get(user) or BudgetSpec(user, limit, Band(band))
+        active = [
+            (g.budget_limit, g.max_band) for g in open_grants.get(user, ())
+            if g.state == UpliftGrant.State.APPROVED and g.starts_at and g.starts_at <= at
+        ]
+        spec = budget_rules.raised_by_grants(user, limit, band, active)
         result.append(
             BudgetView(
                 user=user,
@@ -159,25 +163,6 @@ def budget_views(users: list[str] | None = None) -> list[BudgetView]:
                 grants=open_grants.get(user, []),
             )
         )
-    return result
-
-
-def _effective_from(
-    rows: dict[str, tuple[int, int]], open_grants: dict[str, list[UpliftGrant]], defaults: BudgetDefaults,
-    at: datetime,
-) -> dict[str, BudgetSpec]:
-    """Effective budgets from rows and grants already read (same rule as ``scheduler.budgets``)."""
-    result = {}
-    for user, grants in open_grants.items():
-        limit, band = rows.get(user, (defaults.budget_limit, int(defaults.max_band)))
-        for grant in grants:
-            if grant.state != UpliftGrant.State.APPROVED or not grant.starts_at or grant.starts_at > at:
-                continue
-            if grant.budget_limit is not None:
-                limit = budget_rules.better_limit(limit, grant.budget_limit)
-            if grant.max_band is not None:
-                band = min(band, grant.max_band)
-        result[user] = BudgetSpec(user, limit, Band(band))
     return result
 
 
@@ -234,7 +219,7 @@ def job_detail(name: str) -> Job | None:
     )
 
 
-# --- the queue, from the newest tick's explanation --------------------------------------------------
+# --- the queue, from the newest tick's explanation (indexed below: ``queue_index``) --------------
 
 
 @dataclass(frozen=True)
@@ -248,57 +233,9 @@ class QueueEntry:
     reason: str
 
 
-def latest_explanation() -> tuple[TickRecord | None, dict]:
-    """The newest tick that kept its queue explanation, and the explanation (empty if none)."""
-    tick = TickRecord.objects.filter(explanation__isnull=False).order_by("-pk").first()
-    if tick is None:
-        return None, {"tasks": {}, "reasons": [], "band_counts": {}}
-    return tick, tick.explanation or {"tasks": {}, "reasons": [], "band_counts": {}}
-
-
 def split_task_id(task_id: str) -> tuple[str, int]:
     job, _, index = task_id.rpartition("/")
     return job, int(index)
-
-
-def queue_entries(
-    explanation: dict, *, band: Band | None = None, user: str | None = None, job: str | None = None
-) -> list[QueueEntry]:
-    """Pending tasks of the explanation in scheduling order: by effective band, then position."""
-    reasons = explanation.get("reasons", [])
-    entries = []
-    for task_id, (rank, position, reason_index) in explanation.get("tasks", {}).items():
-        if band is not None and rank != int(band):
-            continue
-        job_id, index = split_task_id(task_id)
-        owner = job_id.split("/", 2)[1]
-        if user and owner != user:
-            continue
-        if job and job_id != job:
-            continue
-        reason = reasons[reason_index] if 0 <= reason_index < len(reasons) else ""
-        entries.append(QueueEntry(task_id, job_id, index, owner, Band(rank), position, reason))
-    entries.sort(key=lambda e: (e.band, e.position))
-    return entries
-
-
-def queue_task_rows(entries: list[QueueEntry]) -> dict[str, Task]:
-    """The current rows of a page of queue entries, in one query."""
-    if not entries:
-        return {}
-    by_job: dict[str, list[int]] = {}
-    for entry in entries:
-        by_job.setdefault(entry.job, []).append(entry.index)
-    match = Q()
-    for job_id, indices in by_job.items():
-        match |= Q(job__name=job_id, index__in=indices)
-    return {
-        f"{t.job.name}/{t.index}": t
-        for t in Task.objects.filter(match).select_related("job").only(
-            "index", "state", "job__name", "job__user", "job__band", "job__cpu_millicores", "job__memory_bytes",
-            "job__device_type", "job__device_variant", "job__device_count",
-        )
-    }
 
 
 # --- preemptions, audit, grants, workers ---------------------------------------------------------
@@ -350,8 +287,12 @@ def downgrade_text(requested: Band, spend: int, limit: int) -> str:
     return Downgrade(requested, Band.BATCH, spend, limit).text()
 
 
-def explain_job(job: Job) -> dict:
-    """Why a job runs (or waits) where it does, with the numbers. A fixed number of queries."""
+def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
+    """Why a job runs (or waits) where it does, with the numbers. A fixed number of queries.
+
+    Queue facts come from ``index`` (default: ``queue_index()``, which parses the newest tick's
+    explanation only once per tick per process).
+    """
     requested = Band(job.band)
     spend_now = live_spend([job.user]).get(job.user, 0)
     budget = effective_budget_for(job.user)
@@ -362,25 +303,23 @@ def explain_job(job: Job) -> dict:
         downgrade = {"spend": spend_now, "limit": budget.budget_limit,
                      "text": downgrade_text(requested, spend_now, budget.budget_limit)}
 
-    tick, explanation = latest_explanation()
-    queued = explanation.get("tasks", {})
-    reasons = explanation.get("reasons", [])
-    band_counts = explanation.get("band_counts", {})
+    if index is None:
+        index = queue_index()
     task_rows = list(
         Task.objects.filter(job=job).order_by("index").values_list("index", "state", "band", "worker__name")
     )
     tasks = []
     best: tuple[int, int, str] | None = None  # (band rank, position, reason) of the job's first queued task
-    for index, state, band, worker in task_rows:
-        task_id = f"{job.name}/{index}"
-        entry = queued.get(task_id) if state == TaskState.PENDING.value else None
+    for task_index, state, band, worker in task_rows:
+        task_id = f"{job.name}/{task_index}"
+        entry = index.locate(task_id) if state == TaskState.PENDING.value else None
         reason = None
         position = None
         task_band = Band(band).wire if band is not None and state != TaskState.PENDING.value else None
         if entry is not None:
-            rank, position, reason_index = entry
-            reason = reasons[reason_index] if 0 <= reason_index < len(reasons) else None
-            task_band = Band(rank).wire
+            rank, position = int(entry.band), entry.position
+            reason = entry.reason or None
+            task_band = entry.band.wire
             if best is None or (rank, position) < best[:2]:
                 best = (rank, position, reason or "")
         elif state == TaskState.PENDING.value:
@@ -420,10 +359,10 @@ def explain_job(job: Job) -> dict:
         "limit": budget.budget_limit,
         "position": position,
         "band_queue_length": (
-            band_counts.get(str(int(queue_band)), 0) if queue_band is not None and tick is not None else None
+            index.count(int(queue_band)) if queue_band is not None and index.tick_pk is not None else None
         ),
         "pending_reason": pending_reason,
-        "tick": tick.pk if tick else None,
+        "tick": index.tick_pk,
         "tasks": tasks,
         "preemptions": preempted,
         "what_would_change": what_would_change(job, requested, effective, spend_now, budget, pending, position,
@@ -487,8 +426,37 @@ class QueueIndex:
     owner: dict[int, list[str]]
     users: dict[int, list[str]]
 
+    # {task id: (rank, offset in band)}, built on the first ``locate`` (see there).
+    _where: dict[str, tuple[int, int]] | None = field(default=None, compare=False, repr=False)
+
     def count(self, rank: int) -> int:
         return len(self.ids.get(rank, ()))
+
+    def band_counts(self) -> dict[int, int]:
+        """``{rank: pending tasks}`` of the bands that have any, highest band first."""
+        return {rank: len(self.ids[rank]) for rank in sorted(self.ids) if self.ids[rank]}
+
+    def entry(self, rank: int, offset: int) -> QueueEntry:
+        """The queue entry at ``offset`` (0-based) of band ``rank``; its position is ``offset + 1``."""
+        task_id = self.ids[rank][offset]
+        job_id, task_index = split_task_id(task_id)
+        reason_index = self.reason_of[rank][offset]
+        reason = self.reasons[reason_index] if 0 <= reason_index < len(self.reasons) else ""
+        return QueueEntry(task_id, job_id, task_index, self.owner[rank][offset], Band(rank), offset + 1, reason)
+
+    def locate(self, task_id: str) -> QueueEntry | None:
+        """The entry of a queued task, or None if the tick did not queue it.
+
+        The first call maps every queued task id (tens of milliseconds for 100,000 tasks), once
+        per index, that is once per tick per process; later calls are dictionary lookups. The map
+        is built aside and published whole, so a concurrent reader never sees half of it.
+        """
+        where = self._where
+        if where is None:
+            where = {task: (rank, i) for rank, ids in self.ids.items() for i, task in enumerate(ids)}
+            object.__setattr__(self, "_where", where)
+        found = where.get(task_id)
+        return None if found is None else self.entry(*found)
 
     @property
     def total(self) -> int:
@@ -574,43 +542,84 @@ def queue_index() -> QueueIndex:
     return index
 
 
-def job_matches(task_id: str, job: str) -> bool:
-    """A job filter: ``/alice/train`` is that job and its children; other text is a substring."""
+def job_matches(task_id: str, job: str, *, exact: bool = False) -> bool:
+    """A job filter: ``/alice/train`` is that job and its children; other text is a substring.
+
+    ``exact`` (the API's filter, given a normalised job id) matches that job only.
+    """
     job_id = task_id.rpartition("/")[0]
+    if exact:
+        return job_id == job
     if job.startswith("/"):
         job = job.rstrip("/")
         return job_id == job or job_id.startswith(job + "/")
     return job in job_id
 
 
+class QueueSelection:
+    """The queue entries matching a filter, in scheduling order (by band, then position).
+
+    A sequence for paginators: ``len`` and slices. Unfiltered, it holds ranges and cutting a
+    window is O(window); a filter scans each band it covers once (strings only). No query.
+    """
+
+    def __init__(self, index: QueueIndex, ranks: list[int], *, user: str | None = None, job: str | None = None,
+                 exact_job: bool = False) -> None:
+        self.index = index
+        self.parts: list[tuple[int, range | list[int]]] = []
+        for rank in ranks:
+            ids = index.ids.get(rank, [])
+            owners = index.owner.get(rank, [])
+            if user or job:
+                matches: range | list[int] = [
+                    i for i in range(len(ids))
+                    if (not user or owners[i] == user) and (not job or job_matches(ids[i], job, exact=exact_job))
+                ]
+            else:
+                matches = range(len(ids))
+            if matches:
+                self.parts.append((rank, matches))
+        self.total = sum(len(matches) for _, matches in self.parts)
+
+    def __len__(self) -> int:
+        return self.total
+
+    def __getitem__(self, item: slice | int):
+        if isinstance(item, int):
+            found = self[item:item + 1] if item >= 0 else self[self.total + item:self.total + item + 1]
+            if not found:
+                raise IndexError(item)
+            return found[0]
+        start, stop, step = item.indices(self.total)
+        if step != 1:
+            raise ValueError("queue selections are cut in steps of one")
+        entries: list[QueueEntry] = []
+        for rank, matches in self.parts:
+            if start >= stop:
+                break
+            if start >= len(matches):
+                start, stop = start - len(matches), stop - len(matches)
+                continue
+            entries.extend(self.index.entry(rank, i) for i in matches[start:stop])
+            start, stop = 0, stop - len(matches)
+        return entries
+
+
+def queue_selection(
+    index: QueueIndex, *, band: Band | int | None = None, user: str | None = None, job: str | None = None,
+    exact_job: bool = False,
+) -> QueueSelection:
+    """The entries of one band (or of all, highest first) matching ``user`` and ``job``. No query."""
+    ranks = sorted(index.ids) if band is None else [int(band)]
+    return QueueSelection(index, ranks, user=user, job=job, exact_job=exact_job)
+
+
 def queue_window(
     index: QueueIndex, rank: int, *, user: str | None = None, job: str | None = None, offset: int = 0, limit: int = 50
 ) -> tuple[list[QueueEntry], int]:
-    """One window of a band's queue, filtered, and how many tasks match. No query.
-
-    Unfiltered, cutting a window is O(window); a filter scans the band once (strings only).
-    """
-    ids = index.ids.get(rank, [])
-    owners = index.owner.get(rank, [])
-    if user or job:
-        matches = [
-            i for i in range(len(ids))
-            if (not user or owners[i] == user) and (not job or job_matches(ids[i], job))
-        ]
-        total = len(matches)
-        chosen = matches[offset:offset + limit]
-    else:
-        total = len(ids)
-        chosen = range(offset, min(offset + limit, total))
-    reasons = index.reasons
-    entries = []
-    for i in chosen:
-        task_id = ids[i]
-        job_id, task_index = split_task_id(task_id)
-        reason_index = index.reason_of[rank][i]
-        reason = reasons[reason_index] if 0 <= reason_index < len(reasons) else ""
-        entries.append(QueueEntry(task_id, job_id, task_index, owners[i], Band(rank), i + 1, reason))
-    return entries, total
+    """One window of a band's queue, filtered, and how many tasks match. No query."""
+    selection = queue_selection(index, band=rank, user=user, job=job)
+    return selection[offset:offset + limit], len(selection)
 
 
 def queue_rows(entries: list[QueueEntry]) -> dict[str, Task]:
@@ -696,25 +705,18 @@ def task_counts_by_user() -> dict[str, dict[str, int]]:
 
 
 def budget_rows(users: list[str] | None = None) -> list[BudgetRow]:
-    """Every user with a budget row, an open grant, spend or unfinished work. Six queries.
+    """``budget_views`` of every user with a budget row, an open grant, spend or unfinished work,
+    with their task counts. Six queries.
 
-    Users known only by their unfinished work get the cluster defaults (they have no row, no
-    grant and no spend, or ``budget_views`` would have listed them). Sorted as Iris's dashboard:
-    most active jobs first, then most running tasks, then by name.
+    Users known only by their unfinished work get the cluster defaults. Sorted as Iris's
+    dashboard: most active jobs first, then most running tasks, then by name.
     """
     counts = task_counts_by_user()
-    views = {v.user: v for v in budget_views(users)}
-    defaults = budget_defaults()
-    for user in counts:
-        if user not in views and (users is None or user in users):
-            views[user] = BudgetView(
-                user=user, has_row=False, budget_limit=defaults.budget_limit, max_band=defaults.max_band,
-                effective_budget_limit=defaults.budget_limit, effective_max_band=defaults.max_band, spend=0,
-                effective_band=Band.INTERACTIVE,
-            )
-    rows = [BudgetRow(view, **{k: counts.get(user, {}).get(k, 0) for k in ("pending", "running")},
-                      active_jobs=counts.get(user, {}).get("jobs", 0))
-            for user, view in views.items()]
+    rows = []
+    for view in budget_views(users, with_work=counts):
+        mine = counts.get(view.user, {})
+        rows.append(BudgetRow(view, running=mine.get("running", 0), pending=mine.get("pending", 0),
+                              active_jobs=mine.get("jobs", 0)))
     rows.sort(key=lambda r: (-r.active_jobs, -r.running, r.view.user))
     return rows
 
@@ -830,13 +832,3 @@ def running_by_band_user() -> dict[tuple[int, str], int]:
 def newest_preemption() -> int | None:
     """The pk of the newest preemption event (pollers compare it). One query."""
     return PreemptionEvent.objects.order_by("-pk").values_list("pk", flat=True).first()
-
-
-def budget_rows_of(users: list[str]) -> dict[str, tuple[int, int]]:
-    """``{user: (budget_limit, max_band rank)}`` for those of ``users`` with a row. One query."""
-    return {
-        user: (limit, band)
-        for user, limit, band in UserBudget.objects.filter(user_id__in=users).values_list(
-            "user_id", "budget_limit", "max_band"
-        )
-    }

@@ -276,11 +276,13 @@ class QueueView(IrisView):
                 job = services.normalize_job_id(job, "job")
             except InvalidArgument:
                 job = "/" + job.strip("/")  # cannot be a job id: matches nothing
-        tick, explanation = queries.latest_explanation()
-        entries = queries.queue_entries(explanation, band=band_or_none(f.get("band")), user=f.get("user"), job=job)
+        index = queries.queue_index()
+        entries = queries.queue_selection(
+            index, band=band_or_none(f.get("band")), user=f.get("user"), job=job, exact_job=True
+        )
         paginator = Pagination()
         page = paginator.paginate_queryset(entries, request, view=self)
-        rows = queries.queue_task_rows(page)
+        rows = queries.queue_rows(page)
         data = []
         for e in page:
             row = rows.get(e.task)
@@ -291,10 +293,8 @@ class QueueView(IrisView):
                  "pending_reason": e.reason, "state": row.state if row else None}
             )
         response = paginator.get_paginated_response(s.QueueEntrySerializer(data, many=True).data)
-        band_counts = {Band(int(rank)).wire: n for rank, n in explanation.get("band_counts", {}).items()}
-        response.data.update(
-            {"tick": tick.pk if tick else None, "tick_at": tick.started_at if tick else None, "band_counts": band_counts}
-        )
+        band_counts = {Band(rank).wire: n for rank, n in index.band_counts().items()}
+        response.data.update({"tick": index.tick_pk, "tick_at": index.tick_at, "band_counts": band_counts})
         return response
 
 

@@ -76,13 +76,11 @@ def may_see_requests(viewer, user: str) -> bool:
 
 @login_required
 def budget_detail(request, user: str, form: UpliftRequestForm | None = None, status: int = 200):
-    view = queries.budget_views([user])[0]
-    counts = queries.task_counts_by_user().get(user)
-    if not view.has_row and not view.grants and not view.spend and counts is None and user != request.user.username:
-        if not queries.user_is_known(user):
-            raise Http404(f"No user, budget, grant or job is named {user!r}.")
-    row = queries.BudgetRow(view, **{k: (counts or {}).get(k, 0) for k in ("pending", "running")},
-                            active_jobs=(counts or {}).get("jobs", 0))
+    row = queries.budget_rows([user])[0]
+    view = row.view
+    unheard_of = not (view.has_row or view.grants or view.spend or row.pending or row.running or row.active_jobs)
+    if unheard_of and user != request.user.username and not queries.user_is_known(user):
+        raise Http404(f"No user, budget, grant or job is named {user!r}.")
     window = request.GET.get("window") if request.GET.get("window") in CHART_WINDOWS else "1h"
     defaults = queries.budget_defaults()
     chart = spend_chart(samples_for(CHART_WINDOWS[window], CHART_POINTS), user, defaults.budget_limit)

@@ -112,9 +112,9 @@ def ordinal(n: int) -> str:
 
 
 def job_context(request, job) -> dict:
-    explain = queries.explain_job(job)
-    counts = queries.task_counts([job.pk]).get(job.pk, {})
     index = queries.queue_index()
+    explain = queries.explain_job(job, index)
+    counts = queries.task_counts([job.pk]).get(job.pk, {})
     place = None
     queued = [t for t in explain["tasks"] if t["position"] is not None and t["band"]]
     if queued and explain["position"] is not None:

@@ -47,7 +47,7 @@ def budgets(request):
         initial = {}
         user = request.GET.get("user", "").strip()
         if user:
-            view = queries.budget_views([user])[0]
+            view = queries.budget_view(user)
             initial = {"user": user, "budget_limit": view.budget_limit, "max_band": view.max_band.wire}
         form = BudgetForm(initial=initial)
         status = 200

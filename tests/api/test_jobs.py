@@ -339,3 +339,25 @@ def test_preemption_history_rejects_a_bad_since(as_bob):
 def test_preemption_history_runs_a_fixed_number_of_queries(as_bob, preemptions, django_assert_max_num_queries):
     with django_assert_max_num_queries(LIST_QUERIES):
         assert len(as_bob.get("/api/v1/preemptions/").json()["results"]) == 3
+
+
+def test_explain_reads_the_tick_explanation_once_per_tick(as_alice, alice):
+    """The explanation (100,000 tasks on a busy cluster) is parsed once per tick, not per call."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from scheduler import queries
+
+    submit(alice, "train", replicas=2)
+    make_tick({"/alice/train/0": (Band.INTERACTIVE, 1, "waiting"), "/alice/train/1": (Band.INTERACTIVE, 2, "waiting")})
+    queries._queue_index_cache.clear()
+    counts = []
+    for _ in range(2):
+        with CaptureQueriesContext(connection) as captured:
+            assert as_alice.get("/api/v1/jobs/alice/train:explain").json()["position"] == 1
+        counts.append(sum('"limits"' in q["sql"] for q in captured.captured_queries))
+    assert counts == [1, 0]
+    make_tick({"/alice/train/0": (Band.INTERACTIVE, 1, "waiting")})
+    with CaptureQueriesContext(connection) as captured:
+        assert as_alice.get("/api/v1/jobs/alice/train:explain").json()["tasks"][1]["position"] is None
+    assert sum('"limits"' in q["sql"] for q in captured.captured_queries) == 1
