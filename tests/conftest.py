@@ -66,3 +66,57 @@ def pytest_runtest_makereport(item, call):
                 f"{item.nodeid} was skipped, but IRIS_REQUIRE_MARKERS requires {', '.join(required_here)} "
                 f"tests to run: {report.longrepr}"
             )
+
+
+# --- personas (see tests/personas.py) ---------------------------------------------------------------
+# Requested by the API, console and dispatch tests; each package builds its own clients.
+
+
+@pytest.fixture
+def fast_passwords(settings):
+    """MD5 hashing for the personas: PBKDF2's slowness is not under test, and it adds up."""
+    from tests.personas import FAST_PASSWORD_HASHERS
+
+    settings.PASSWORD_HASHERS = FAST_PASSWORD_HASHERS
+
+
+@pytest.fixture
+def alice(db, fast_passwords):
+    from tests.personas import make_user
+
+    return make_user("alice")
+
+
+@pytest.fixture
+def bob(db, fast_passwords):
+    from tests.personas import make_user
+
+    return make_user("bob")
+
+
+@pytest.fixture
+def charlie(db, fast_passwords):
+    from tests.personas import make_user
+
+    return make_user("charlie")
+
+
+@pytest.fixture
+def olivia(db, fast_passwords):
+    from tests.personas import make_user
+
+    return make_user("olivia", "operator")
+
+
+@pytest.fixture
+def ada(db, fast_passwords):
+    from tests.personas import make_user
+
+    return make_user("ada", "admin")
+
+
+@pytest.fixture
+def agent(db, fast_passwords):
+    from tests.personas import make_user
+
+    return make_user("agent", "agent")

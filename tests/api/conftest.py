@@ -1,14 +1,12 @@
-"""Personas and builders for the API tests.
+"""Clients and builders for the API tests (the personas are in tests/personas.py).
 
-alice and bob are researchers (bob is "the other researcher" for alice's things), olivia is an
-operator, ada an admin; ``anonymous`` sends no credentials. Each signed-in client authenticates
-with a real token through the real middleware and database.
+``anonymous`` sends no credentials; each signed-in client authenticates with a real token
+through the real middleware and database.
 """
 
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
@@ -16,18 +14,14 @@ from rest_framework.test import APIClient
 
 from scheduler import services
 from scheduler.core.bands import Band
-from scheduler.models import Attempt, Job, TickRecord, Worker
-from scheduler.roles import ensure_groups
+from scheduler.models import TickRecord
 
-PASSWORD = "correct horse battery staple"
-GIB = 1 << 30
 PERSONAS = ("anonymous", "alice", "bob", "olivia", "ada")
 
 
 @pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    """PBKDF2's deliberate slowness is not under test here; four personas per test add up."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+def _fast_passwords(fast_passwords):
+    """Four personas per test add up (see ``fast_passwords`` in tests/conftest.py)."""
 
 
 @pytest.fixture(autouse=True)
@@ -36,36 +30,6 @@ def _fresh_cache():
     cache.clear()
     yield
     cache.clear()
-
-
-def make_user(username: str, role: str = "researcher"):
-    admins, operators = ensure_groups()
-    user = get_user_model().objects.create_user(username=username, password=PASSWORD)
-    if role == "admin":
-        user.groups.add(admins)
-    elif role == "operator":
-        user.groups.add(operators)
-    return user
-
-
-@pytest.fixture
-def alice(db):
-    return make_user("alice")
-
-
-@pytest.fixture
-def bob(db):
-    return make_user("bob")
-
-
-@pytest.fixture
-def olivia(db):
-    return make_user("olivia", "operator")
-
-
-@pytest.fixture
-def ada(db):
-    return make_user("ada", "admin")
 
 
 def client_for(user=None) -> APIClient:
@@ -108,38 +72,6 @@ def as_ada(ada):
 
 
 # --- builders -------------------------------------------------------------------------------------
-
-
-def submit(user, name: str = "train", **spec) -> Job:
-    """Submit through the service, as the API would."""
-    return services.submit_job(user, {"name": name, **spec})
-
-
-def make_worker(name: str = "w1", *, cpu: float = 32, memory_gib: int = 256, device=None, **attributes) -> Worker:
-    device = device or ("cpu", "", 0)
-    return Worker.objects.create(
-        name=name,
-        cpu_millicores=int(cpu * 1000),
-        memory_bytes=memory_gib * GIB,
-        device_type=device[0],
-        device_variant=device[1],
-        device_count=device[2],
-        attributes={k.replace("_", "-"): str(v) for k, v in attributes.items()},
-        last_heartbeat=timezone.now(),
-    )
-
-
-def run_tasks(job: Job, worker: Worker, count: int | None = None, *, band: Band | None = None) -> None:
-    """Put the first ``count`` tasks of ``job`` in RUNNING on ``worker`` with a live attempt each."""
-    tasks = list(job.tasks.order_by("index")[: count if count is not None else job.replicas])
-    stamped = int(band if band is not None else job.band)
-    now = timezone.now()
-    for task in tasks:
-        task.state, task.worker, task.band, task.attempt_count = "running", worker, stamped, 1
-        task.save()
-        Attempt.objects.create(task=task, number=1, worker=worker, state="running", band=stamped, created_at=now,
-                               started_at=now)
-    Job.objects.filter(pk=job.pk).update(state="running")
 
 
 def make_tick(tasks: dict[str, tuple[Band, int, str]]) -> TickRecord:

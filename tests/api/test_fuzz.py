@@ -20,7 +20,7 @@ from rest_framework.authtoken.models import Token
 from schemathesis.checks import not_a_server_error
 
 from scheduler import services
-from tests.api.conftest import make_worker, submit
+from tests.personas import make_worker, submit
 
 EXAMPLES_PER_OPERATION = 15
 

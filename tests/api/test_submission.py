@@ -9,7 +9,8 @@ import pytest
 from scheduler import services
 from scheduler.core.bands import Band
 from scheduler.models import AuditEntry, Job, Task, UserBudget
-from tests.api.conftest import GIB, error_of, make_worker, run_tasks, submit
+from tests.api.conftest import error_of
+from tests.personas import GIB, make_worker, run_tasks, submit
 
 JOBS = "/api/v1/jobs/"
 MAX_BAND_MESSAGE = (

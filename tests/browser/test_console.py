@@ -17,7 +17,7 @@ from scheduler.models import Job, PreemptionEvent, UpliftGrant, UserBudget
 from scheduler.roles import ensure_groups
 from scheduler.tick import run_tick
 from tests.browser.conftest import save_screenshot, sign_in
-from tests.web.conftest import make_worker, run_tasks
+from tests.personas import make_worker, run_tasks
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -1,25 +1,21 @@
-"""Personas and builders for the dispatch, reports and agent tests.
+"""Clients for the dispatch, reports and agent tests (personas: tests/personas.py).
 
-alice owns the jobs, charlie is another researcher (the outsider for alice's things), olivia an
-operator, ada an admin, and ``agent`` the token user worker agents sign in as (``iris-agents``).
+alice owns the jobs, charlie is the outsider for alice's things, and ``agent`` is the token
+user worker agents sign in as.
 """
 
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from scheduler import backends
-from scheduler.agent_api import AGENT_GROUP
-from scheduler.roles import ensure_groups
 
 
 @pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+def _fast_passwords(fast_passwords):
+    """See ``fast_passwords`` in tests/conftest.py."""
 
 
 @pytest.fixture(autouse=True)
@@ -30,27 +26,9 @@ def _builtin_backends():
         backends.unregister_backend(name)
 
 
-def make_user(username: str, role: str = "researcher"):
-    admins, operators = ensure_groups()
-    user = get_user_model().objects.create_user(username=username, password="pw")
-    if role == "admin":
-        user.groups.add(admins)
-    elif role == "operator":
-        user.groups.add(operators)
-    elif role == "agent":
-        user.groups.add(Group.objects.get_or_create(name=AGENT_GROUP)[0])
-    return user
-
-
 @pytest.fixture
-def personas(db):
-    return {
-        "alice": make_user("alice"),
-        "charlie": make_user("charlie"),
-        "olivia": make_user("olivia", "operator"),
-        "ada": make_user("ada", "admin"),
-        "agent": make_user("agent", "agent"),
-    }
+def personas(alice, charlie, olivia, ada, agent):
+    return {"alice": alice, "charlie": charlie, "olivia": olivia, "ada": ada, "agent": agent}
 
 
 def client_for(user) -> APIClient:

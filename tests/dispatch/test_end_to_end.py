@@ -24,7 +24,8 @@ from scheduler import dispatch, reports, services
 from scheduler.models import Attempt, DispatchIntent, Job, SchedulerLease, Task, Worker
 from scheduler.tick import run_tick
 from tests.conftest import REDIS_TEST_URL
-from tests.dispatch.conftest import client_for, make_user
+from tests.dispatch.conftest import client_for
+from tests.personas import make_user
 from tests.integration.subprocesses import ROOT, project_env, start, stop, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -18,7 +18,7 @@ from scheduler.models import Attempt, DispatchIntent, SchedulerLease, Task, Work
 from scheduler.reports import apply_reports
 from scheduler.tick import run_tick
 from tests.db.factories import NOW_MS, make_job, make_worker, start_running
-from tests.dispatch.conftest import make_user
+from tests.personas import make_user
 
 pytestmark = pytest.mark.django_db
 

@@ -1,28 +1,23 @@
-"""Personas and builders for the console's Django test-client tests.
+"""Clients and builders for the console's Django test-client tests (personas: tests/personas.py).
 
-alice and bob are researchers (bob is "the other researcher"), olivia is an operator, ada an
-admin; ``anonymous`` is signed out. Clients sign in through the real session middleware.
+``anonymous`` is signed out; clients sign in through the real session middleware.
 """
 
 from __future__ import annotations
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 
 from scheduler import queries, services
 from scheduler.core.bands import Band
-from scheduler.models import Attempt, Job, PreemptionEvent, Task, TickRecord, UserBudget, Worker
-from scheduler.roles import ensure_groups
-
-PASSWORD = "correct horse battery staple"
-GIB = 1 << 30
+from scheduler.models import PreemptionEvent, Task, TickRecord, UserBudget, Worker
+from tests.personas import make_user, make_worker, run_tasks, submit
 
 
 @pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+def _fast_passwords(fast_passwords):
+    """See ``fast_passwords`` in tests/conftest.py."""
 
 
 @pytest.fixture(autouse=True)
@@ -31,36 +26,6 @@ def _fresh_queue_index():
     queries._queue_index_cache.clear()
     yield
     queries._queue_index_cache.clear()
-
-
-def make_user(username: str, role: str = "researcher"):
-    admins, operators = ensure_groups()
-    user = get_user_model().objects.create_user(username=username, password=PASSWORD)
-    if role == "admin":
-        user.groups.add(admins)
-    elif role == "operator":
-        user.groups.add(operators)
-    return user
-
-
-@pytest.fixture
-def alice(db):
-    return make_user("alice")
-
-
-@pytest.fixture
-def bob(db):
-    return make_user("bob")
-
-
-@pytest.fixture
-def olivia(db):
-    return make_user("olivia", "operator")
-
-
-@pytest.fixture
-def ada(db):
-    return make_user("ada", "admin")
 
 
 def client_for(user=None) -> Client:
@@ -77,31 +42,6 @@ def clients(alice, bob, olivia, ada):
 
 
 # --- builders -------------------------------------------------------------------------------------
-
-
-def make_worker(name: str = "w1", *, cpu: float = 32, memory_gib: int = 256, device=("cpu", "", 0), **attributes) -> Worker:
-    return Worker.objects.create(
-        name=name, cpu_millicores=int(cpu * 1000), memory_bytes=memory_gib * GIB, device_type=device[0],
-        device_variant=device[1], device_count=device[2],
-        attributes={k.replace("_", "-"): str(v) for k, v in attributes.items()}, last_heartbeat=timezone.now(),
-    )
-
-
-def submit(user, name: str = "train", **spec) -> Job:
-    return services.submit_job(user, {"name": name, **spec})
-
-
-def run_tasks(job: Job, worker: Worker, count: int | None = None, *, band: Band | None = None) -> None:
-    """Put the first ``count`` tasks of ``job`` in RUNNING on ``worker`` with a live attempt each."""
-    tasks = list(job.tasks.order_by("index")[: count if count is not None else job.replicas])
-    stamped = int(band if band is not None else job.band)
-    now = timezone.now()
-    for task in tasks:
-        task.state, task.worker, task.band, task.attempt_count = "running", worker, stamped, 1
-        task.save()
-        Attempt.objects.create(task=task, number=1, worker=worker, state="running", band=stamped, created_at=now,
-                               started_at=now)
-    Job.objects.filter(pk=job.pk).update(state="running")
 
 
 def preempt(victim: Task, preemptor: Task, worker: Worker, tick: TickRecord | None = None) -> PreemptionEvent:

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from scheduler.models import AuditEntry, Job, TickRecord, UpliftGrant, UserBudget, Worker
-from tests.web.conftest import make_worker, submit
+from tests.personas import make_worker, submit
 
 pytestmark = pytest.mark.django_db
 
@@ -106,7 +106,7 @@ def test_what_if_for_another_user_is_for_operators(clients, bob):
 
 
 def test_what_if_shows_the_downgrade_with_numbers(clients, alice):
-    from tests.web.conftest import run_tasks
+    from tests.personas import run_tasks
 
     worker = make_worker("w1", cpu=2, memory_gib=8)
     UserBudget.objects.create(user_id="alice", budget_limit=10, max_band=2)

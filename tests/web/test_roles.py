@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.models import UpliftGrant, Worker
-from tests.web.conftest import make_worker, submit
+from tests.personas import make_worker, submit
 
 pytestmark = pytest.mark.django_db
 
