@@ -11,6 +11,8 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.utils import timezone
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
 
 from scheduler import services
 from scheduler.agent_api import AGENT_GROUP
@@ -62,3 +64,12 @@ def run_tasks(job: Job, worker: Worker, count: int | None = None, *, band: Band 
         Attempt.objects.create(task=task, number=1, worker=worker, state="running", band=stamped, created_at=now,
                                started_at=now)
     Job.objects.filter(pk=job.pk).update(state="running")
+
+
+def token_client(user=None) -> APIClient:
+    """An API client signed in as ``user`` with a real token (anonymous for None)."""
+    client = APIClient()
+    if user is not None:
+        token, _ = Token.objects.get_or_create(user=user)
+        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client

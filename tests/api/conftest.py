@@ -9,12 +9,11 @@ from __future__ import annotations
 import pytest
 from django.core.cache import cache
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
-from rest_framework.test import APIClient
 
 from scheduler import services
 from scheduler.core.bands import Band
 from scheduler.models import TickRecord
+from tests.personas import token_client
 
 PERSONAS = ("anonymous", "alice", "bob", "olivia", "ada")
 
@@ -32,14 +31,6 @@ def _fresh_cache():
     cache.clear()
 
 
-def client_for(user=None) -> APIClient:
-    client = APIClient()
-    if user is not None:
-        token, _ = Token.objects.get_or_create(user=user)
-        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
-    return client
-
-
 @pytest.fixture
 def users(alice, bob, olivia, ada):
     return {"alice": alice, "bob": bob, "olivia": olivia, "ada": ada}
@@ -48,27 +39,27 @@ def users(alice, bob, olivia, ada):
 @pytest.fixture
 def clients(users):
     """A client per persona, anonymous included."""
-    return {"anonymous": client_for(None), **{name: client_for(user) for name, user in users.items()}}
+    return {"anonymous": token_client(None), **{name: token_client(user) for name, user in users.items()}}
 
 
 @pytest.fixture
 def as_alice(alice):
-    return client_for(alice)
+    return token_client(alice)
 
 
 @pytest.fixture
 def as_bob(bob):
-    return client_for(bob)
+    return token_client(bob)
 
 
 @pytest.fixture
 def as_olivia(olivia):
-    return client_for(olivia)
+    return token_client(olivia)
 
 
 @pytest.fixture
 def as_ada(ada):
-    return client_for(ada)
+    return token_client(ada)
 
 
 # --- builders -------------------------------------------------------------------------------------

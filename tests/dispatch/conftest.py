@@ -7,10 +7,9 @@ user worker agents sign in as.
 from __future__ import annotations
 
 import pytest
-from rest_framework.authtoken.models import Token
-from rest_framework.test import APIClient
 
 from scheduler import backends
+from tests.personas import token_client
 
 
 @pytest.fixture(autouse=True)
@@ -31,16 +30,8 @@ def personas(alice, charlie, olivia, ada, agent):
     return {"alice": alice, "charlie": charlie, "olivia": olivia, "ada": ada, "agent": agent}
 
 
-def client_for(user) -> APIClient:
-    client = APIClient()
-    if user is not None:
-        token, _ = Token.objects.get_or_create(user=user)
-        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
-    return client
-
-
 @pytest.fixture
 def clients(personas):
-    result = {name: client_for(user) for name, user in personas.items()}
-    result["anonymous"] = APIClient()
+    result = {name: token_client(user) for name, user in personas.items()}
+    result["anonymous"] = token_client(None)
     return result

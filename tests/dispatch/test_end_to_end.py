@@ -24,8 +24,7 @@ from scheduler import dispatch, reports, services
 from scheduler.models import Attempt, DispatchIntent, Job, SchedulerLease, Task, Worker
 from scheduler.tick import run_tick
 from tests.conftest import REDIS_TEST_URL
-from tests.dispatch.conftest import client_for
-from tests.personas import make_user
+from tests.personas import make_user, token_client
 from tests.integration.subprocesses import ROOT, project_env, start, stop, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -231,6 +230,6 @@ def test_celery_worker_and_beat_run_a_task_through_an_agent_to_success_and_its_l
         stop(celery)
     assert finished, cluster.logs()
     task = Task.objects.get(job=job)
-    response = client_for(people["alice"]).get(f"/api/v1/agent/logs/{task.pk}/1/")
+    response = token_client(people["alice"]).get(f"/api/v1/agent/logs/{task.pk}/1/")
     assert response.status_code == 200
     assert response.content.decode().strip() == "hello from /alice/hello/0"
