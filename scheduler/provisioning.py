@@ -92,10 +92,11 @@ def backend_status() -> list[BackendStatus]:
     Lists the cloud backends that have a state row (``kubernetes``, ``tpu``) and every backend
     that registered workers (``local`` is healthy while any of its workers is).
     """
-    workers = dict(Worker.objects.order_by().values_list("backend").annotate(n=Count("pk")))
-    healthy_workers = dict(
-        Worker.objects.filter(healthy=True).order_by().values_list("backend").annotate(n=Count("pk"))
-    )
+    workers, healthy_workers = {}, {}
+    for backend, n, healthy in Worker.objects.order_by().values_list("backend").annotate(
+        n=Count("pk"), healthy=Count("pk", filter=Q(healthy=True))
+    ):
+        workers[backend], healthy_workers[backend] = n, healthy
     rows = {s.name: s for s in BackendState.objects.all()}
     result = []
     for name in sorted(set(rows) | set(workers)):

@@ -125,8 +125,8 @@ def job_context(request, job) -> dict:
     pending_reasons = {t["task"]: t["pending_reason"] for t in explain["tasks"]}
     for task in tasks:
         task.pending_reason = pending_reasons.get(f"{job.name}/{task.index}")
-        attempts = list(task.attempts.all())
-        task.last_attempt = attempts[-1] if attempts else None
+        task.attempt_list = list(task.attempts.all())  # prefetched: each links to its log
+        task.last_attempt = task.attempt_list[-1] if task.attempt_list else None
     for event in explain["preemptions"]:
         event["preemptor_user"] = event["preemptor"].split("/")[1]
     finished = job.state in queries.API_TERMINAL_JOB_VALUES

@@ -1,5 +1,6 @@
 """Scheduler state, for operators: recent ticks, lag, pending and running by band and user,
-dispatch intents stuck in the outbox, and "run a tick now"."""
+each backend's health and the live TPU slices, dispatch intents stuck in the outbox, and
+"run a tick now"."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from scheduler import dispatch, queries, services
 from scheduler.core.bands import BANDS_IN_ORDER
 from scheduler.errors import ServiceError
 from scheduler.views.common import POLL_SECONDS, operator_required, page_or_fragment
+from scheduler.views.workers import backends_context
 
 # Users shown in the band-by-user table (most pending and running first); the rest are summed.
 USERS_SHOWN = 25
@@ -61,6 +63,7 @@ def scheduler_state(request):
         "index": index,
         "stuck": list(dispatch.stuck_intents(now)[:STUCK_SHOWN]),
         "intents": dispatch.intent_counts(now),
+        **backends_context(),
         "poll": POLL_SECONDS,
     }
     return page_or_fragment(request, "scheduler/scheduler_state.html", "state", context)

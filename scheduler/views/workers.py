@@ -1,4 +1,5 @@
-"""Workers: capacity and what is held on each, running tasks, health, and drain for operators."""
+"""Workers: capacity and what is held on each, running tasks, health, and drain for operators;
+above them each backend's health, last sync and errors, and the live TPU slices."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ from django.shortcuts import redirect
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from scheduler import queries, roles, services
+from scheduler import provisioning, queries, roles, services
 from scheduler.errors import ServiceError
 from scheduler.views.common import PAGE_SIZE, POLL_SECONDS, operator_required, page_or_fragment, window
 
 # Running tasks listed per worker; the rest are counted.
 TASKS_SHOWN = 6
+# Live TPU slices listed (newest first); a cluster rarely holds more, the rest are counted.
+SLICES_SHOWN = 50
 
 
 def share(used: int, total: int) -> dict:
@@ -35,6 +38,16 @@ def health(worker, now) -> dict:
     return {"label": "healthy", "level": "green", "title": "healthy and accepting work"}
 
 
+def backends_context() -> dict:
+    """What the backends and slices panels show (``_parts.html#backends``, ``#slices``). Four queries."""
+    slices = provisioning.tpu_slices()
+    return {
+        "backends": provisioning.backend_status(),
+        "slices": list(slices[:SLICES_SHOWN]),
+        "more_slices": max(0, slices.count() - SLICES_SHOWN),
+    }
+
+
 @login_required
 def workers(request):
     qs = queries.workers_with_load()
@@ -53,7 +66,10 @@ def workers(request):
         w.running = tasks[w.pk][:TASKS_SHOWN]
         w.more = max(0, len(tasks[w.pk]) - TASKS_SHOWN)
         w.health = health(w, now)
-    context = {"workers": page, "window": win, "operator": roles.is_operator(request.user), "poll": POLL_SECONDS * 2}
+    context = {
+        "workers": page, "window": win, "operator": roles.is_operator(request.user), "poll": POLL_SECONDS * 2,
+        **backends_context(),
+    }
     return page_or_fragment(request, "scheduler/workers.html", "workers", context)
 
 
