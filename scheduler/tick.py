@@ -185,7 +185,7 @@ def apply_decision(
         now_ms=loaded.snapshot.now_ms,
         duration_ms=0,
         decide_ms=decide_ms,
-        pending=sum(1 for t in loaded.snapshot.tasks if t.state is TaskState.PENDING),
+        pending=sum(1 for t in loaded.snapshot.tasks if t.state is TaskState.PENDING) + len(loaded.kueue.pending),
         spend=dict(decision.spend),
         limits=limits_sample(loaded, decision),
         explanation=explanation_to_json(loaded.snapshot, decision),

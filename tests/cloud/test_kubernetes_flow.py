@@ -87,6 +87,19 @@ def test_the_tick_promotes_at_most_the_cap_per_minute(kube, cluster_config):
     assert state.tokens == 0 and state.tokens_at_ms == NOW_MS + 36_000
 
 
+def test_the_tick_record_counts_pending_tasks_routed_to_kubernetes_too(kube, cluster_config):
+    cluster_config(kubernetes={"promotions_per_minute": 5})
+    provisioning.sync_kubernetes(watch_seconds=1)
+    for i in range(3):
+        make_job(f"/alice/gpu{i}", device=H100, replicas=2)  # routed to Kubernetes: Kueue admits them
+    make_job("/alice/cpu", replicas=4)  # no worker: stays pending in the core's queue
+
+    run_tick(NOW_MS)
+    assert TickRecord.objects.latest("pk").pending == 6 + 4  # pending when the tick started
+    run_tick(NOW_MS + 1)  # 5 promoted, 1 left waiting for the rate cap
+    assert TickRecord.objects.latest("pk").pending == 1 + 4
+
+
 def test_waiting_tasks_are_explained_in_the_queue(kube, cluster_config):
     cluster_config(kubernetes={"promotions_per_minute": 1})
     provisioning.sync_kubernetes(watch_seconds=1)
