@@ -383,19 +383,7 @@ def deliver_batch(batch: list[DispatchIntent], now: datetime, result: DrainResul
     if failures:
         record_failures(failures, now, result)
     if finished:
-        from scheduler import reports
-
-        reports.apply_reports(
-            [
-                AttemptReport(
-                    ref=AttemptRef(i.task_id, i.attempt_number),
-                    status=AttemptStatus.PREEMPTED,
-                    message="stopped: the backend has nothing running for this attempt",
-                )
-                for i in finished
-            ],
-            now=now,
-        )
+        end_attempts(finished, AttemptStatus.PREEMPTED, "stopped: the backend has nothing running for this attempt", now)
         result.finished += len(finished)
 
 
@@ -446,19 +434,20 @@ def record_failures(failures: list[tuple[DispatchIntent, int, str, bool]], now: 
     starts = [i for i in given_up if i.kind == START]
     if starts:
         # The task cannot start where it was placed: end the attempt as lost, so it retries elsewhere.
-        from scheduler import reports
-
-        reports.apply_reports(
-            [
-                AttemptReport(
-                    ref=AttemptRef(i.task_id, i.attempt_number),
-                    status=AttemptStatus.WORKER_LOST,
-                    message="could not be delivered to its worker; see the dispatch intent's last error",
-                )
-                for i in starts
-            ],
-            now=now,
+        end_attempts(
+            starts, AttemptStatus.WORKER_LOST, "could not be delivered to its worker; see the dispatch intent's last error",
+            now,
         )
+
+
+def end_attempts(intents: list[DispatchIntent], status: AttemptStatus, message: str, now: datetime) -> None:
+    """End the attempts of ``intents`` with ``status``, as if their backend had reported it."""
+    from scheduler import reports  # reports imports this module
+
+    reports.apply_reports(
+        [AttemptReport(ref=AttemptRef(i.task_id, i.attempt_number), status=status, message=message) for i in intents],
+        now=now,
+    )
 
 
 # --- what operators look at -----------------------------------------------------------------------
