@@ -10,8 +10,8 @@ from django.utils import timezone
 from scheduler import queries, services
 from scheduler.core.bands import Band
 from scheduler.models import AuditEntry, UpliftGrant, UserBudget
-from tests.api.conftest import error_of
 from tests.personas import make_worker, run_tasks, submit
+from tests.api.conftest import error_of
 
 LIST_QUERIES = 6
 

@@ -11,8 +11,8 @@ from rest_framework.test import APIClient
 
 from scheduler import queries
 from scheduler.errors import as_service_error
-from tests.api.conftest import error_of
 from tests.personas import PASSWORD
+from tests.api.conftest import error_of
 
 # --- tokens ---------------------------------------------------------------------------------------
 

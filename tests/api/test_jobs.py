@@ -10,8 +10,8 @@ from django.utils import timezone
 from scheduler import services
 from scheduler.core.bands import Band
 from scheduler.models import Attempt, Job, PreemptionEvent, Task, UserBudget
-from tests.api.conftest import error_of, make_tick
 from tests.personas import make_worker, run_tasks, submit
+from tests.api.conftest import error_of, make_tick
 
 # Authentication (token + user) is one query; a list view must stay within a fixed budget.
 LIST_QUERIES = 6

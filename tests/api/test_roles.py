@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from scheduler import services
-from tests.api.conftest import PERSONAS, error_of
 from tests.personas import make_worker, submit
+from tests.api.conftest import PERSONAS, error_of
 
 OK = 200
 CREATED = 201

@@ -9,8 +9,8 @@ import pytest
 from scheduler import services
 from scheduler.core.bands import Band
 from scheduler.models import AuditEntry, Job, Task, UserBudget
-from tests.api.conftest import error_of
 from tests.personas import GIB, make_worker, run_tasks, submit
+from tests.api.conftest import error_of
 
 JOBS = "/api/v1/jobs/"
 MAX_BAND_MESSAGE = (

@@ -9,8 +9,8 @@ import pytest
 
 from scheduler import queries, services
 from scheduler.tick import run_tick
-from tests.web.conftest import preempt
 from tests.personas import make_worker, run_tasks, submit
+from tests.web.conftest import preempt
 
 pytestmark = pytest.mark.django_db
 

@@ -12,8 +12,8 @@ from django.utils import timezone
 from scheduler import services
 from scheduler.models import DispatchIntent, TickRecord, UpliftGrant, UserBudget
 from scheduler.tick import run_tick
-from tests.web.conftest import preempt
 from tests.personas import make_worker, run_tasks, submit
+from tests.web.conftest import preempt
 
 pytestmark = pytest.mark.django_db
 

@@ -8,8 +8,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from scheduler import queries
-from tests.web.conftest import build_cluster
 from tests.personas import submit
+from tests.web.conftest import build_cluster
 
 pytestmark = pytest.mark.django_db
 
