@@ -1,30 +1,39 @@
 """Set-based writes: one SQL statement for any number of rows.
 
-On PostgreSQL the rows travel as one array per column and the statement joins
-``unnest(...)``, so ten thousand updates cost one round trip and one plan. SQLite runs in
-process, where ``executemany`` of a prepared statement is already cheap.
+On PostgreSQL the rows travel as one JSON array parameter (serialised by the C json encoder, far
+faster than adapting a Python list per column) and the statement reads them back with
+``json_array_elements``, so ten thousand updates cost one round trip and one plan. SQLite runs
+in process, where ``executemany`` of a prepared statement is already cheap.
 
 Column types are PostgreSQL type names (``bigint``, ``integer``, ``smallint``, ``text``,
-``timestamptz``); SQLite ignores them.
+``timestamptz``); SQLite ignores them. Values must be JSON-serialisable or datetimes.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from datetime import datetime
 
 from django.db import connection
 
 Column = tuple[str, str]  # (name, PostgreSQL type)
 
 
-def _columns(rows: Sequence[tuple], count: int) -> list[list]:
-    return [[row[i] for row in rows] for i in range(count)]
+def _json_default(value: object) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"cannot write {type(value).__name__} in a bulk statement")
 
 
-def _unnest(columns: Sequence[Column]) -> str:
-    arrays = ", ".join(f"%s::{pg_type}[]" for _, pg_type in columns)
-    names = ", ".join(name for name, _ in columns)
-    return f"unnest({arrays}) AS v({names})"
+def _rows_relation(columns: Sequence[Column]) -> str:
+    """``SELECT (r->>0)::type AS name, ... FROM json_array_elements(%s::json) AS r``."""
+    fields = ", ".join(f"(r->>{i})::{pg_type} AS {name}" for i, (name, pg_type) in enumerate(columns))
+    return f"SELECT {fields} FROM json_array_elements(%s::json) AS r"
+
+
+def _payload(rows: Sequence[tuple]) -> str:
+    return json.dumps(rows, default=_json_default, separators=(",", ":"))
 
 
 def insert_rows(table: str, columns: Sequence[Column], rows: Sequence[tuple]) -> None:
@@ -34,10 +43,7 @@ def insert_rows(table: str, columns: Sequence[Column], rows: Sequence[tuple]) ->
     names = ", ".join(name for name, _ in columns)
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute(
-                f"INSERT INTO {table} ({names}) SELECT {names} FROM {_unnest(columns)}",
-                _columns(rows, len(columns)),
-            )
+            cursor.execute(f"INSERT INTO {table} ({names}) {_rows_relation(columns)}", [_payload(rows)])
         else:
             placeholders = ", ".join(["%s"] * len(columns))
             cursor.executemany(f"INSERT INTO {table} ({names}) VALUES ({placeholders})", rows)
@@ -62,12 +68,12 @@ def update_rows(
     extra = f" AND {condition}" if condition else ""
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            everything = [*keys, *columns]
             assignments = ", ".join(f"{name} = v.{name}" for name, _ in columns)
             matches = " AND ".join(f"{table}.{name} = v.{name}" for name, _ in keys)
             cursor.execute(
-                f"UPDATE {table} SET {assignments} FROM {_unnest(everything)} WHERE {matches}{extra}",
-                _columns(rows, len(everything)),
+                f"UPDATE {table} SET {assignments} FROM ({_rows_relation([*keys, *columns])}) AS v "
+                f"WHERE {matches}{extra}",
+                [_payload(rows)],
             )
         else:
             assignments = ", ".join(f"{name} = %s" for name, _ in columns)

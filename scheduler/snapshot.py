@@ -8,9 +8,9 @@ shell needs to write the decision back.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from itertools import chain
 
 from django.conf import settings
-from django.db.models import Q
 
 from scheduler import budgets
 from scheduler.cluster_config import cluster_config
@@ -35,6 +35,7 @@ from scheduler.core.types import (
     Device,
     DeviceType,
     JobSpec,
+    JobState,
     Resources,
     SchedulerConfig,
     TaskSnapshot,
@@ -46,6 +47,8 @@ from scheduler.models import Attempt, BackendState, Job, Task, Worker
 TERMINAL_TASK_VALUES = [s.value for s in TERMINAL_STATES]
 ACTIVE_TASK_VALUES = [s.value for s in ACTIVE_STATES]
 TERMINAL_JOB_VALUES = [s.value for s in TERMINAL_JOB_STATES]
+LIVE_TASK_VALUES = [s.value for s in TaskState if s not in TERMINAL_STATES]
+LIVE_JOB_VALUES = [s.value for s in JobState if s not in TERMINAL_JOB_STATES]
 # Plain dict look-ups: calling an Enum per row costs more than the rest of the row's work.
 TASK_STATES = {s.value: s for s in TaskState}
 BANDS = {int(b): b for b in Band}
@@ -140,19 +143,17 @@ def load_snapshot(now_ms: int) -> LoadedSnapshot:
         )
 
     # Attempts that still hold capacity: not the task's live attempt, and not yet confirmed finished.
-    unfinished = {
-        task_pk: worker_pk
-        for task_pk, worker_pk in Attempt.objects.filter(finished_at__isnull=True, worker__isnull=False)
-        .exclude(state__in=ACTIVE_TASK_VALUES)
-        .values_list("task_id", "worker_id")
-    }
+    # Attempts that ended (preempted, lost, killed) but whose process the worker has not yet
+    # confirmed finished: their tasks' resources stay committed on that worker.
+    held_attempts = Attempt.objects.filter(finished_at__isnull=True, worker__isnull=False).exclude(
+        state__in=ACTIVE_TASK_VALUES
+    )
+    unfinished = dict(held_attempts.values_list("task_id", "worker_id"))
 
-    job_rows = Job.objects.filter(
-        ~Q(state__in=TERMINAL_JOB_VALUES)
-        | Q(pk__in=Attempt.objects.filter(finished_at__isnull=True, worker__isnull=False)
-            .exclude(state__in=ACTIVE_TASK_VALUES)
-            .values("task__job_id"))
-    ).values_list(
+    # Two index-friendly reads each for jobs and tasks (an OR of the two would scan whole tables,
+    # which grow with history): the live ones by state, and finished ones whose attempt still
+    # holds a worker.
+    job_columns = (
         "pk",
         "name",
         "user",
@@ -171,6 +172,12 @@ def load_snapshot(now_ms: int) -> LoadedSnapshot:
         "scheduling_deadline_ms",
         "max_retries_preemption",
         "max_retries_failure",
+    )
+    job_rows = chain(
+        Job.objects.filter(state__in=LIVE_JOB_VALUES).values_list(*job_columns),
+        Job.objects.filter(pk__in=held_attempts.values("task__job_id"))
+        .exclude(state__in=LIVE_JOB_VALUES)
+        .values_list(*job_columns),
     )
     jobs: dict[str, JobSpec] = {}
     job_names: dict[int, str] = {}
@@ -220,12 +227,13 @@ def load_snapshot(now_ms: int) -> LoadedSnapshot:
 
     tasks: list[TaskSnapshot] = []
     rows: dict[str, TaskRow] = {}
-    task_rows = Task.objects.filter(
-        ~Q(state__in=TERMINAL_TASK_VALUES)
-        | Q(pk__in=Attempt.objects.filter(finished_at__isnull=True, worker__isnull=False)
-            .exclude(state__in=ACTIVE_TASK_VALUES)
-            .values("task_id"))
-    ).values_list("pk", "job_id", "index", "state", "worker_id", "band", "preemption_count", "attempt_count")
+    task_columns = ("pk", "job_id", "index", "state", "worker_id", "band", "preemption_count", "attempt_count")
+    task_rows = chain(
+        Task.objects.filter(state__in=LIVE_TASK_VALUES).values_list(*task_columns),
+        Task.objects.filter(pk__in=held_attempts.values("task_id"))
+        .filter(state__in=TERMINAL_TASK_VALUES)
+        .values_list(*task_columns),
+    )
     for pk, job_pk, index, state, worker_pk, band, preemption_count, attempt_count in task_rows:
         job_name = job_names.get(job_pk)
         if job_name is None:  # a job finished between our two reads; it is not ours to decide
