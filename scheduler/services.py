@@ -484,7 +484,7 @@ def _resolve_job_id(actor, request: JobRequest) -> tuple[str, Job | None, str]:
 def max_band_message(user: str, band: Band, max_band: Band) -> str:
     return (
         f"Budget identity '{user}' cannot submit {band.name} jobs (max band: {max_band.name}). "
-        f"Use --priority {max_band.wire if max_band is not Band.BATCH else 'batch'}, check that you are signed in "
+        f"Use --priority {max_band.wire}, check that you are signed in "
         f"as the right user, or request an uplift."
     )
 
