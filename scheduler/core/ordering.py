@@ -51,9 +51,8 @@ def job_sort_key(job: JobSpec) -> tuple[int, int, int, int, str]:
     return (int(job.band), -job.depth, job.root_submitted_at_ms, job.submitted_at_ms, job.id)
 
 
-_by_id = attrgetter("id")
-_by_submitted = attrgetter("submitted_at_ms")
-_by_root_submitted = attrgetter("root_submitted_at_ms")
+# The three ascending least significant keys at once, as one tuple built in C.
+_by_age = attrgetter("root_submitted_at_ms", "submitted_at_ms", "id")
 _by_depth = attrgetter("depth")
 _by_band = attrgetter("band")
 
@@ -61,12 +60,12 @@ _by_band = attrgetter("band")
 def sort_jobs(jobs: list[JobSpec]) -> None:
     """Sort ``jobs`` in place by :func:`job_sort_key`.
 
-    Done as stable single-key passes from the least significant key up (``attrgetter`` keys
-    run in C), which is several times cheaper than one Python key function per job.
+    Done as stable passes from the least significant key up (``attrgetter`` keys run in C),
+    which is several times cheaper than one Python key function per job. The ascending tail
+    (root submitted, submitted, job id) is one pass on a tuple key: fewer passes over the list
+    cost less than the slower tuple comparisons.
     """
-    jobs.sort(key=_by_id)
-    jobs.sort(key=_by_submitted)
-    jobs.sort(key=_by_root_submitted)
+    jobs.sort(key=_by_age)
     jobs.sort(key=_by_depth, reverse=True)
     jobs.sort(key=_by_band)
 

@@ -306,10 +306,8 @@ class PreemptionPass:
                 if len(same_band) == 1:
                     by_worker = ((same_band[0].worker, same_band),)
                 else:
-                    # Two stable sorts (index, then worker) group by worker with members by index.
-                    ordered = sorted(same_band, key=_task_index)
-                    ordered.sort(key=_worker_of)
-                    by_worker = groupby(ordered, key=_worker_of)
+                    # One sort on (worker, index): grouped by worker, members by index.
+                    by_worker = groupby(sorted(same_band, key=_worker_then_index), key=_worker_of)
                 for worker, on_worker in by_worker:
                     w = index.get(worker)
                     if w is None or not healthy[w]:
@@ -433,21 +431,30 @@ class PreemptionPass:
         if bounds is not None:
             return bounds
         workers: set[int] = set()
+        # Every group's variant is a key of workers_by_variant, so matching the keys once
+        # decides the match for every group.
+        matching: set[VariantKey] = set()
         for victim_variant_, members in self.workers_by_variant.items():
             if variant_matches(variant, victim_variant_):
                 workers |= members
+                matching.add(victim_variant_)
+        every = len(matching) == len(self.workers_by_variant)
         per_rank: dict[int, list] = {r: [] for r in CANDIDATE_RANKS}
+        ranks_up = tuple(reversed(CANDIDATE_RANKS))
         solo = self.solo
         for w in workers:
-            groups = [g for g in solo.get(w, ()) if variant_matches(variant, g.variant)]
+            worker_groups = solo.get(w, ())
+            groups = worker_groups if every else [g for g in worker_groups if g.variant in matching]
             if not groups:
                 continue
             first = groups[0]
             key = (1, first.neg_band, first.value, first.job_id, first.members[0].index)
             cpu = mem = gpu = tpu = i = 0
-            for r in reversed(CANDIDATE_RANKS):
-                # Groups are in band order (lowest first): extend the prefix with band > r.
-                while i < len(groups) and groups[i].band > r:
+            n = len(groups)
+            for r in ranks_up:
+                # Groups are in band order (lowest first): extend the prefix with band > r
+                # (neg_band < -r; the ``band`` property is a Python call).
+                while i < n and groups[i].neg_band < -r:
                     info, k = groups[i].info, len(groups[i].members)
                     cpu += info.cpu * k
                     mem += info.mem * k
@@ -476,12 +483,13 @@ class PreemptionPass:
             entries = [
                 entry
                 for entry in self._lower_bounds(rank, variant)
-                if building[(w := entry[1])] < mb
+                for _, w, _, (fc, fm, fg, ft) in (entry,)
+                if building[w] < mb
                 and (cpu[w] < c or mem[w] < m or gpu[w] < g or tpu[w] < u)
-                and cpu[w] + entry[3][0] >= c
-                and mem[w] + entry[3][1] >= m
-                and gpu[w] + entry[3][2] >= g
-                and tpu[w] + entry[3][3] >= u
+                and cpu[w] + fc >= c
+                and mem[w] + fm >= m
+                and gpu[w] + fg >= g
+                and tpu[w] + ft >= u
             ]
             cached = self._feasible_lists[key] = _Feasible(entries, len(self.log))
         return cached
@@ -597,8 +605,9 @@ class PreemptionPass:
         of a group are identical, so both steps work on counts per group.
         """
         eligible = []
+        neg_rank = -rank
         for group in self.solo.get(w, ()):
-            if group.band <= rank:
+            if group.neg_band >= neg_rank:  # band <= rank, without the property call
                 break
             if (any_variant or variant_matches(variant, group.variant)) and group.job_id != exclude_job:
                 eligible.append(group)
@@ -796,6 +805,7 @@ class PreemptionPass:
 _task_index = attrgetter("index")
 _band_of = attrgetter("band")
 _worker_of = attrgetter("worker")
+_worker_then_index = attrgetter("worker", "index")
 
 
 def _group_order(group: VictimGroup) -> tuple[int, int, str]:
