@@ -122,6 +122,11 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
 
     reasons.update(explain_pending(queues, bands, assigned_ids, Explainer(pool, book), downgrades))
     reasons.update(outcome.requeued)
+    # A task that ended in this decision (its gang failed for good, its job expired) is not
+    # pending any more, whatever the placement pass said about it.
+    for task_id, after in outcome.after.items():
+        if after.state is not TaskState.PENDING:
+            reasons.pop(task_id, None)
 
     return Decision(
         spend=spend,

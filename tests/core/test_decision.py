@@ -3,6 +3,7 @@
 from scheduler.core.bands import Band
 from scheduler.core.decision import decide
 from scheduler.core.types import JobState, TaskState
+from scheduler.core.wire import decision_to_json, snapshot_from_json
 from tests.core.builders import NOW, cluster, eq, job, placed, running, task, tpu_slice, worker
 
 
@@ -82,3 +83,35 @@ def test_decide_does_not_depend_on_the_order_of_tasks_or_workers_in_the_snapshot
     assert first.assignments == second.assignments
     assert first.preemptions == second.preemptions
     assert first.order == second.order
+
+
+def test_a_pending_gang_member_ended_by_its_gang_failing_has_no_pending_reason():
+    tpu = {"type": "tpu", "variant": "v5p-8", "count": 4}
+    host = {"cpu_millicores": 8000, "memory_bytes": 16 << 30, "device": tpu}
+    gang = {"resources": {"cpu_millicores": 1000, "memory_bytes": 1 << 30, "device": tpu},
+            "coscheduling": {"group_by": "tpu-name"}}
+    snapshot = snapshot_from_json(
+        {
+            "now_ms": 1_800_000_000_000,
+            "workers": [
+                {"id": f"tpu-{i}", **host, "attributes": {"tpu-name": "s1", "tpu-worker-id": str(i)}}
+                for i in range(2)
+            ],
+            "jobs": [
+                # Three members on a two-host slice: two run, the third can never join them.
+                {"id": "/bob/gang", "band": "batch", "replicas": 3, "submitted_at_ms": 1,
+                 "max_retries_preemption": 0, **gang},
+                {"id": "/alice/gang", "band": "production", "replicas": 2, "submitted_at_ms": 2, **gang},
+            ],
+            "tasks": [
+                {"id": "/bob/gang/0", "state": "running", "worker": "tpu-0", "band": "batch"},
+                {"id": "/bob/gang/1", "state": "running", "worker": "tpu-1", "band": "batch"},
+            ],
+        }
+    )
+
+    decision = decision_to_json(decide(snapshot))
+
+    assert decision["after"]["/bob/gang/2"]["state"] == "cosched_failed"
+    assert "/bob/gang/2" not in decision["pending_reasons"]
+    assert decision["jobs_after"]["/bob/gang"] == "cosched_failed"
