@@ -23,9 +23,11 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+from tests.cloud.fake_http import FakeServer
 
 CORE = re.compile(r"^/api/v1/(?:namespaces/(?P<ns>[^/]+)/)?(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?$")
 GROUPED = re.compile(
@@ -330,24 +332,8 @@ class Handler(BaseHTTPRequestHandler):
         self._serve("DELETE")
 
 
-class FakeKubernetesServer:
+class FakeKubernetesServer(FakeServer):
     """Runs a :class:`FakeKubernetes` on 127.0.0.1 with an ephemeral port, in a thread."""
 
     def __init__(self) -> None:
-        self.fake = FakeKubernetes()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.httpd.fake = self.fake  # type: ignore[attr-defined]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __enter__(self) -> FakeKubernetesServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(FakeKubernetes(), Handler)

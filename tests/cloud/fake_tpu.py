@@ -15,9 +15,11 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlparse
+
+from tests.cloud.fake_http import FakeServer
 
 ZONE_PATH = re.compile(r"^/v2/projects/(?P<project>[^/]+)/locations/(?P<zone>[^/:]+)")
 
@@ -234,24 +236,8 @@ class Handler(BaseHTTPRequestHandler):
         self._serve("PATCH")
 
 
-class FakeTpuServer:
+class FakeTpuServer(FakeServer):
     """Runs a :class:`FakeTpu` on 127.0.0.1 with an ephemeral port, in a thread."""
 
     def __init__(self) -> None:
-        self.fake = FakeTpu()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.httpd.fake = self.fake  # type: ignore[attr-defined]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __enter__(self) -> FakeTpuServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(FakeTpu(), Handler)
