@@ -157,19 +157,18 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+
+
+def every(task: str, seconds: float) -> dict:
+    """A beat entry run every ``seconds``; a run not started within that time is dropped."""
+    return {"task": task, "schedule": float(seconds), "options": {"expires": float(seconds)}}
+
+
 CELERY_BEAT_SCHEDULE = {
-    "scheduling-tick": {
-        "task": "scheduler.tick",
-        "schedule": float(TICK_SECONDS),
-        "options": {"expires": float(TICK_SECONDS)},
-    },
+    "scheduling-tick": every("scheduler.tick", TICK_SECONDS),
     # Approved uplift grants past their expiry become expired (and audited). Budgets already
     # ignore an expired grant, so a minute's delay only affects what lists show.
-    "expire-uplifts": {
-        "task": "scheduler.expire_uplifts",
-        "schedule": 60.0,
-        "options": {"expires": 60.0},
-    },
+    "expire-uplifts": every("scheduler.expire_uplifts", 60),
 }
 
 # --- Dispatch and worker agents (scheduler/dispatch.py, scheduler/reports.py, scheduler/agent/) ----
@@ -194,32 +193,16 @@ AGENT_TOKEN = os.environ.get("IRIS_AGENT_TOKEN", "")
 TASK_LOG_DIR = DATA_DIR / "logs"
 # Workers are checked this often for missed heartbeats.
 WORKER_CHECK_SECONDS = max(1.0, min(5.0, WORKER_GRACE_SECONDS / 3))
-CELERY_BEAT_SCHEDULE["dispatch-outbox"] = {
-    "task": "scheduler.dispatch",
-    "schedule": DISPATCH_SECONDS,
-    "options": {"expires": DISPATCH_SECONDS},
-}
-CELERY_BEAT_SCHEDULE["check-workers"] = {
-    "task": "scheduler.check_workers",
-    "schedule": WORKER_CHECK_SECONDS,
-    "options": {"expires": WORKER_CHECK_SECONDS},
-}
+CELERY_BEAT_SCHEDULE["dispatch-outbox"] = every("scheduler.dispatch", DISPATCH_SECONDS)
+CELERY_BEAT_SCHEDULE["check-workers"] = every("scheduler.check_workers", WORKER_CHECK_SECONDS)
 
 # --- Cloud backends (scheduler/provisioning.py; configured in the cluster config) --------------------
 # Seconds between Kubernetes passes: set-up check, pod status (list, then watch), vanished pods.
 KUBERNETES_SYNC_SECONDS = env_float("IRIS_KUBERNETES_SYNC_SECONDS", 5)
 # Seconds between TPU provisioning passes: track slices, create from demand, delete idle ones.
 TPU_PROVISION_SECONDS = env_float("IRIS_TPU_PROVISION_SECONDS", 30)
-CELERY_BEAT_SCHEDULE["sync-kubernetes"] = {
-    "task": "scheduler.sync_kubernetes",
-    "schedule": KUBERNETES_SYNC_SECONDS,
-    "options": {"expires": KUBERNETES_SYNC_SECONDS},
-}
-CELERY_BEAT_SCHEDULE["provision-tpu"] = {
-    "task": "scheduler.provision_tpu",
-    "schedule": TPU_PROVISION_SECONDS,
-    "options": {"expires": TPU_PROVISION_SECONDS},
-}
+CELERY_BEAT_SCHEDULE["sync-kubernetes"] = every("scheduler.sync_kubernetes", KUBERNETES_SYNC_SECONDS)
+CELERY_BEAT_SCHEDULE["provision-tpu"] = every("scheduler.provision_tpu", TPU_PROVISION_SECONDS)
 
 # --- Scheduler policy ----------------------------------------------------------------------------
 # Path of the cluster config (TOML or YAML): budget defaults, user tiers, backends.
