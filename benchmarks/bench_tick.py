@@ -9,8 +9,10 @@ Usage (from the repository root; needs a PostgreSQL server)::
 
 The benchmark database (default ``postgresql://postgres@127.0.0.1:5432/iris_bench``) is dropped
 and recreated. For each size the synthetic cluster (``benchmarks/synthetic.py``) is written as
-rows, then two ticks run: the first places a full cluster's worth of work, the second is the
-steady state (little left that fits).
+rows, then the ticks in ``TICKS`` run (see there). ``--repeat N`` restores the cluster and runs
+them N times, then prints medians. "load", "decide" and "apply+commit" split each tick's wall
+time (``TickOutcome``). The reference loop of ``bench_decision.py`` is timed before and after,
+to tell a slow host from a slow tick.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import statistics
 import sys
 import time
 from urllib.parse import urlparse
@@ -28,6 +31,12 @@ sys.path.insert(0, ROOT)
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/iris_bench"
 SIZES = [(1_000, 100), (10_000, 1_000), (100_000, 10_000)]
 TARGET_TICK_SECONDS = 2.0
+# What each size runs, in order. "first": a new tick process reads the whole cluster and places a
+# full cluster's worth of work. "second", "third": the waves that follow, placing what the
+# preemptions and the per-worker caps left, reading only the rows changed since. "churn": the
+# steady state, after 1% of the pending count's running tasks ended and as many new tasks came.
+# "restarted": a new tick process again, reading the whole cluster.
+TICKS = ("first", "second", "third", "churn", "churn", "churn", "restarted")
 
 
 def recreate_database(url: str) -> None:
@@ -45,6 +54,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", nargs="*", help="PENDINGxWORKERS, e.g. 100000x10000")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=1, help="run each size's ticks this many times; medians follow")
     args = parser.parse_args()
     sizes = [tuple(int(x) for x in s.lower().split("x")) for s in args.sizes] if args.sizes else SIZES
 
@@ -58,52 +68,66 @@ def main() -> None:
     from django.core.management import call_command
     from django.db import connection
 
-    from benchmarks.restore import restore_snapshot
+    from benchmarks.bench_decision import reference_seconds
+    from benchmarks.restore import churn, restore_snapshot
     from benchmarks.synthetic import generate
+    from scheduler.cluster_rows import forget_cluster_rows
     from scheduler.core.wire import snapshot_from_json
-    from scheduler.snapshot import load_snapshot
     from scheduler.tick import run_tick
 
     call_command("migrate", verbosity=0)
     print(f"# full tick on PostgreSQL — {platform.python_implementation()} {platform.python_version()}, "
           f"{os.cpu_count()} cores, {platform.machine()}")
-    print("| pending | workers | tick | total s | load s | decide s | apply+commit s | assigned | preempted | SQL statements |")
-    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+    print(f"# reference loop before: {reference_seconds():.3f} s")
+    print("| pending | workers | run | tick | read | total s | load s | decide s | apply+commit s | assigned | preempted | SQL statements |")
+    print("|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    medians = []
     for pending, workers in sizes:
         snapshot = snapshot_from_json(generate(pending=pending, workers=workers, seed=args.seed))
-        restore_snapshot(snapshot)
-        with connection.cursor() as cursor:
-            cursor.execute("ANALYZE")
-        for label in ("first", "steady"):
-            # The snapshot load alone, timed outside the tick (the tick then loads it again).
-            load_started = time.perf_counter()
-            load_snapshot(snapshot.now_ms)
-            load = time.perf_counter() - load_started
-            statements = 0
+        totals: dict[str, list[tuple[float, float, float, float]]] = {}
+        for run in range(1, args.repeat + 1):
+            restore_snapshot(snapshot)
+            with connection.cursor() as cursor:
+                cursor.execute("ANALYZE")
+            forget_cluster_rows()
+            churned = 0
+            for label in TICKS:
+                if label == "restarted":
+                    forget_cluster_rows()
+                elif label == "churn":
+                    churned += 1
+                    churn(snapshot.now_ms, pending // 100, pending // 100, label=f"run{run}-{churned}")
+                statements = 0
 
-            def count(execute, sql, params, many, context):
-                nonlocal statements
-                statements += 1
-                return execute(sql, params, many, context)
+                def count(execute, sql, params, many, context):
+                    nonlocal statements
+                    statements += 1
+                    return execute(sql, params, many, context)
 
-            with connection.execute_wrapper(count):
-                started = time.perf_counter()
-                outcome = run_tick(snapshot.now_ms)
-                total = time.perf_counter() - started
-            decide = _decide_seconds(outcome)
-            flag = "" if total <= TARGET_TICK_SECONDS else " (over target)"
-            print(
-                f"| {pending:,} | {workers:,} | {label} | {total:.2f}{flag} | {load:.2f} | "
-                f"{decide:.2f} | {max(total - load - decide, 0):.2f} | {outcome.assigned:,} | "
-                f"{outcome.preempted:,} | {statements} |",
-                flush=True,
-            )
-
-
-def _decide_seconds(outcome) -> float:
-    from scheduler.models import TickRecord
-
-    return TickRecord.objects.get(pk=outcome.tick_id).decide_ms / 1000
+                with connection.execute_wrapper(count):
+                    started = time.perf_counter()
+                    outcome = run_tick(snapshot.now_ms)
+                    total = time.perf_counter() - started
+                load, decide = outcome.load_ms / 1000, outcome.decide_ms / 1000
+                apply = max(total - load - decide, 0)
+                totals.setdefault(label, []).append((total, load, decide, apply))
+                flag = "" if total <= TARGET_TICK_SECONDS else " (over target)"
+                print(
+                    f"| {pending:,} | {workers:,} | {run} | {label} | {outcome.refresh} | {total:.2f}{flag} | "
+                    f"{load:.2f} | {decide:.2f} | {apply:.2f} | {outcome.assigned:,} | {outcome.preempted:,} | "
+                    f"{statements} |",
+                    flush=True,
+                )
+        for label, runs in totals.items():
+            columns = [statistics.median(values) for values in zip(*runs)]
+            medians.append((pending, workers, label, len(runs), columns))
+    print(f"# reference loop after: {reference_seconds():.3f} s")
+    if args.repeat > 1:
+        print()
+        print("| pending | workers | tick | runs | median total s | load s | decide s | apply+commit s |")
+        print("|---:|---:|---|---:|---:|---:|---:|---:|")
+        for pending, workers, label, n, (total, load, decide, apply) in medians:
+            print(f"| {pending:,} | {workers:,} | {label} | {n} | {total:.2f} | {load:.2f} | {decide:.2f} | {apply:.2f} |")
 
 
 if __name__ == "__main__":

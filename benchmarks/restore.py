@@ -126,3 +126,32 @@ def restore_snapshot(snapshot: ClusterSnapshot) -> None:
         ],
         batch_size=BATCH,
     )
+
+
+@transaction.atomic
+def churn(now_ms: int, finished: int, submitted: int, *, label: str) -> None:
+    """A tick interval's worth of cluster life: ``finished`` running tasks end (their workers
+    report success) and ``submitted`` new single-task CPU jobs arrive, as rows written directly.
+    ``label`` makes the new jobs' names unique."""
+    now = datetime.fromtimestamp(now_ms / 1000, tz=UTC)
+    running = list(
+        Task.objects.filter(state=TaskState.RUNNING.value).order_by("pk").values_list("pk", "attempt_count")[:finished]
+    )
+    for pk, number in running:
+        Attempt.objects.filter(task_id=pk, number=number).update(state="succeeded", finished_at=now, exit_code=0)
+    Task.objects.filter(pk__in=[pk for pk, _ in running]).update(state="succeeded", worker=None, updated_at=now)
+    jobs = Job.objects.bulk_create(
+        Job(
+            name=f"/churn{i % 20}/{label}-{i}",
+            user=f"churn{i % 20}",
+            band=2 if i % 3 else 3,
+            depth=1,
+            submitted_at_ms=now_ms,
+            root_submitted_at_ms=now_ms,
+            replicas=1,
+            cpu_millicores=1000,
+            memory_bytes=2 * 1024**3,
+        )
+        for i in range(submitted)
+    )
+    Task.objects.bulk_create(Task(job=job, index=0) for job in jobs)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime
+from functools import lru_cache
 
 from django.db import connection
 
@@ -22,8 +23,14 @@ Column = tuple[str, str]  # (name, PostgreSQL type)
 
 def _json_default(value: object) -> str:
     if isinstance(value, datetime):
-        return value.isoformat()
+        return _isoformat(value)
     raise TypeError(f"cannot write {type(value).__name__} in a bulk statement")
+
+
+@lru_cache(maxsize=16)
+def _isoformat(value: datetime) -> str:
+    """Rows written together share a handful of timestamps (the tick's own, mostly)."""
+    return value.isoformat()
 
 
 def _rows_relation(columns: Sequence[Column]) -> str:

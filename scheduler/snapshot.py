@@ -8,18 +8,16 @@ shell needs to write the decision back.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from itertools import chain
 
 from django.conf import settings
 
 from scheduler import budgets
 from scheduler.cluster_config import cluster_config
-from scheduler.core.bands import Band
+from scheduler.cluster_rows import TaskRow, constraints_from_json, read_cluster
 from scheduler.core.budget import effective_band
 from scheduler.core.kueue import (
     BACKEND_KEY,
     ROUTE_KUBERNETES,
-    ROUTE_WORKERS,
     KueueInput,
     RoutingTable,
     route_job,
@@ -27,56 +25,38 @@ from scheduler.core.kueue import (
 from scheduler.core.types import (
     ACTIVE_STATES,
     TERMINAL_JOB_STATES,
-    TERMINAL_STATES,
     ClusterSnapshot,
     Constraint,
     ConstraintOp,
     Decision,
-    Device,
     DeviceType,
-    JobSpec,
-    JobState,
-    Resources,
     SchedulerConfig,
     TaskSnapshot,
     TaskState,
-    WorkerSpec,
 )
-from scheduler.models import Attempt, BackendState, Job, Task, Worker
+from scheduler.models import BackendState, Job, Worker
 
-TERMINAL_TASK_VALUES = [s.value for s in TERMINAL_STATES]
-ACTIVE_TASK_VALUES = [s.value for s in ACTIVE_STATES]
+__all__ = ["LoadedSnapshot", "TaskRow", "constraints_from_json", "explanation_to_json", "load_snapshot", "reason_text"]
+
 TERMINAL_JOB_VALUES = [s.value for s in TERMINAL_JOB_STATES]
-LIVE_TASK_VALUES = [s.value for s in TaskState if s not in TERMINAL_STATES]
-LIVE_JOB_VALUES = [s.value for s in JobState if s not in TERMINAL_JOB_STATES]
-# Plain dict look-ups: calling an Enum per row costs more than the rest of the row's work.
-TASK_STATES = {s.value: s for s in TaskState}
-BANDS = {int(b): b for b in Band}
-
-
-@dataclass(frozen=True, slots=True)
-class TaskRow:
-    """What the shell needs to write a task back: its primary key and its state when read."""
-
-    pk: int
-    job_pk: int
-    state: str
-    worker_pk: int | None
-    attempt_count: int
 
 
 @dataclass(frozen=True, slots=True)
 class LoadedSnapshot:
     """What the tick decides over. ``snapshot`` is the core's part (tasks routed to Kubernetes
     left out, see :func:`split_kueue`); ``kueue`` the Kubernetes promotion drain's input;
-    ``routes`` the jobs routed for the first time this tick (job pk -> backend), to stamp."""
+    ``routes`` the jobs routed for the first time this tick (job pk -> backend), to stamp;
+    ``refresh`` whether the rows were read whole (``all``) or as changes (``changes``);
+    ``job_states`` each job's state as read (job name -> state value)."""
 
     snapshot: ClusterSnapshot
     tasks: dict[str, TaskRow]
     job_pks: dict[str, int]
     worker_pks: dict[str, int]
+    job_states: dict[str, str] = field(default_factory=dict)
     kueue: KueueInput = field(default_factory=KueueInput)
     routes: dict[int, str] = field(default_factory=dict)
+    refresh: str = "all"
 
 
 def scheduler_config() -> SchedulerConfig:
@@ -88,183 +68,32 @@ def scheduler_config() -> SchedulerConfig:
     )
 
 
-def device_from_columns(device_type: str, variant: str, count: int) -> Device:
-    kind = DeviceType(device_type)
-    if kind is DeviceType.CPU:
-        return Device()
-    return Device(type=kind, variant=variant or None, count=count)
-
-
-def constraints_from_json(raw: list[dict]) -> tuple[Constraint, ...]:
-    """Stored constraints were validated at submission; this only converts them. The reserved
-    ``backend`` key routes the job (``scheduler.core.kueue.route_job``) and is kept out of the
-    core's constraints, which workers could never satisfy."""
-    result = []
-    for item in raw:
-        if item.get("key") == BACKEND_KEY:
-            continue
-        value = item.get("value")
-        if isinstance(value, list):
-            value = tuple(value)
-        result.append(Constraint(key=item["key"], op=ConstraintOp(item["op"]), value=value, soft=bool(item.get("soft"))))
-    return tuple(result)
-
-
 def load_snapshot(now_ms: int) -> LoadedSnapshot:
-    """Read the cluster in five queries: workers, jobs, tasks, unfinished attempts, budgets."""
-    workers: list[WorkerSpec] = []
-    worker_names: dict[int, str] = {}
-    worker_pks: dict[str, int] = {}
-    for pk, name, healthy, draining, cpu, mem, dtype, variant, count, attributes in Worker.objects.order_by(
-        "name"
-    ).values_list(
-        "pk",
-        "name",
-        "healthy",
-        "draining",
-        "cpu_millicores",
-        "memory_bytes",
-        "device_type",
-        "device_variant",
-        "device_count",
-        "attributes",
-    ):
-        worker_names[pk] = name
-        worker_pks[name] = pk
-        workers.append(
-            WorkerSpec(
-                id=name,
-                cpu_millicores=cpu,
-                memory_bytes=mem,
-                device=device_from_columns(dtype, variant, count),
-                attributes={str(k): str(v) for k, v in (attributes or {}).items()},
-                healthy=healthy and not draining,
-            )
-        )
+    """The cluster at ``now_ms`` as the core sees it, with the keys to write the decision back.
 
-    # Attempts that still hold capacity: not the task's live attempt, and not yet confirmed finished.
-    # Attempts that ended (preempted, lost, killed) but whose process the worker has not yet
-    # confirmed finished: their tasks' resources stay committed on that worker.
-    held_attempts = Attempt.objects.filter(finished_at__isnull=True, worker__isnull=False).exclude(
-        state__in=ACTIVE_TASK_VALUES
-    )
-    unfinished = dict(held_attempts.values_list("task_id", "worker_id"))
-
-    # Two index-friendly reads each for jobs and tasks (an OR of the two would scan whole tables,
-    # which grow with history): the live ones by state, and finished ones whose attempt still
-    # holds a worker.
-    job_columns = (
-        "pk",
-        "name",
-        "user",
-        "band",
-        "parent__name",
-        "submitted_at_ms",
-        "root_submitted_at_ms",
-        "replicas",
-        "cpu_millicores",
-        "memory_bytes",
-        "device_type",
-        "device_variant",
-        "device_count",
-        "group_by",
-        "constraints",
-        "scheduling_deadline_ms",
-        "max_retries_preemption",
-        "max_retries_failure",
-    )
-    job_rows = chain(
-        Job.objects.filter(state__in=LIVE_JOB_VALUES).values_list(*job_columns),
-        Job.objects.filter(pk__in=held_attempts.values("task__job_id"))
-        .exclude(state__in=LIVE_JOB_VALUES)
-        .values_list(*job_columns),
-    )
-    jobs: dict[str, JobSpec] = {}
-    job_names: dict[int, str] = {}
-    job_pks: dict[str, int] = {}
-    resources_cache: dict[tuple, Resources] = {}
-    for (
-        pk,
-        name,
-        user,
-        band,
-        parent,
-        submitted,
-        root_submitted,
-        replicas,
-        cpu,
-        mem,
-        dtype,
-        variant,
-        count,
-        group_by,
-        constraints,
-        deadline,
-        retries_preemption,
-        retries_failure,
-    ) in job_rows:
-        key = (cpu, mem, dtype, variant, count)
-        resources = resources_cache.get(key)
-        if resources is None:
-            resources = resources_cache[key] = Resources(cpu, mem, device_from_columns(dtype, variant, count))
-        job_names[pk] = name
-        job_pks[name] = pk
-        jobs[name] = JobSpec(
-            id=name,
-            user=user,
-            band=BANDS[band],
-            parent=parent,
-            submitted_at_ms=submitted,
-            root_submitted_at_ms=root_submitted,
-            replicas=replicas,
-            resources=resources,
-            group_by=group_by or None,
-            constraints=constraints_from_json(constraints) if constraints else (),
-            scheduling_deadline_ms=deadline,
-            max_retries_preemption=retries_preemption,
-            max_retries_failure=retries_failure,
-        )
-
-    tasks: list[TaskSnapshot] = []
-    rows: dict[str, TaskRow] = {}
-    task_columns = ("pk", "job_id", "index", "state", "worker_id", "band", "preemption_count", "attempt_count")
-    task_rows = chain(
-        Task.objects.filter(state__in=LIVE_TASK_VALUES).values_list(*task_columns),
-        Task.objects.filter(pk__in=held_attempts.values("task_id"))
-        .filter(state__in=TERMINAL_TASK_VALUES)
-        .values_list(*task_columns),
-    )
-    for pk, job_pk, index, state, worker_pk, band, preemption_count, attempt_count in task_rows:
-        job_name = job_names.get(job_pk)
-        if job_name is None:  # a job finished between our two reads; it is not ours to decide
-            continue
-        task_id = f"{job_name}/{index}"
-        unfinished_worker = unfinished.get(pk)
-        tasks.append(
-            TaskSnapshot(
-                id=task_id,
-                job_id=job_name,
-                index=index,
-                state=TASK_STATES[state],
-                worker=worker_names.get(worker_pk) if worker_pk else None,
-                band=BANDS[band] if band is not None and state != TaskState.PENDING.value else None,
-                preemption_count=preemption_count,
-                unfinished_attempt_worker=worker_names.get(unfinished_worker) if unfinished_worker else None,
-            )
-        )
-        rows[task_id] = TaskRow(pk, job_pk, state, worker_pk, attempt_count)
-
+    The rows come from :func:`scheduler.cluster_rows.read_cluster` (whole, or only what changed
+    since this process's previous read, in a fixed number of queries either way); budgets and
+    the Kubernetes split take a few small queries more.
+    """
+    view = read_cluster()
     snapshot = ClusterSnapshot(
         now_ms=now_ms,
         config=scheduler_config(),
         budgets=budgets.effective_budgets(now_ms),
-        workers=tuple(workers),
-        jobs=jobs,
-        tasks=tuple(tasks),
+        workers=view.workers,
+        jobs=view.jobs,
+        tasks=view.tasks,
     )
     snapshot, kueue, routes = split_kueue(snapshot)
     return LoadedSnapshot(
-        snapshot=snapshot, tasks=rows, job_pks=job_pks, worker_pks=worker_pks, kueue=kueue, routes=routes
+        snapshot=snapshot,
+        tasks=view.task_rows,
+        job_pks=view.job_pks,
+        worker_pks=view.worker_pks,
+        job_states=view.job_states,
+        kueue=kueue,
+        routes=routes,
+        refresh=view.refresh,
     )
 
 
@@ -372,16 +201,21 @@ def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision) -> dict:
     assigned = {a.task for a in decision.assignments}
     reasons: list[str] = []
     reason_index: dict[str, int] = {}
+    # Reasons are shared objects (one per job or request shape): render each once.
+    index_of_reason: dict[int, int] = {}
     positions: dict[int, int] = {}
     tasks: dict[str, list] = {}
+    pending_reasons = decision.pending_reasons
+    effective_bands = decision.effective_bands
     ordered = list(decision.order)
     seen = set(ordered)
     # Pending tasks held back by the gates are queued after the ones that passed.
-    ordered.extend(t for t in decision.pending_reasons if t not in seen)
+    ordered.extend(t for t in pending_reasons if t not in seen)
     for task_id in ordered:
-        if task_id in assigned or task_id not in decision.pending_reasons:
+        reason = pending_reasons.get(task_id)
+        if reason is None or task_id in assigned:
             continue
-        band = decision.effective_bands.get(task_id)
+        band = effective_bands.get(task_id)
         if band is None:
             # Requeued this tick (a preemption victim or a gang sibling): it was not pending when
             # the tick started, so it queues next tick in its requested band, downgraded as usual.
@@ -390,13 +224,16 @@ def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision) -> dict:
                 job.band, job.user, decision.spend, snapshot.budgets, snapshot.config.budget_defaults
             )
         band = int(band)
-        positions[band] = positions.get(band, 0) + 1
-        text = reason_text(decision.pending_reasons[task_id])
-        index = reason_index.get(text)
+        position = positions[band] = positions.get(band, 0) + 1
+        index = index_of_reason.get(id(reason))
         if index is None:
-            index = reason_index[text] = len(reasons)
-            reasons.append(text)
-        tasks[task_id] = [band, positions[band], index]
+            text = reason_text(reason)
+            index = reason_index.get(text)
+            if index is None:
+                index = reason_index[text] = len(reasons)
+                reasons.append(text)
+            index_of_reason[id(reason)] = index
+        tasks[task_id] = [band, position, index]
     return {"tasks": tasks, "reasons": reasons, "band_counts": {str(k): v for k, v in sorted(positions.items())}}
 
 

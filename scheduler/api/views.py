@@ -23,7 +23,6 @@ from scheduler.api import serializers as s
 from scheduler.api.permissions import IsAdmin, IsResearcher, ReadAnyWriteAdmin, ReadAnyWriteOperator
 from scheduler.core.bands import Band
 from scheduler.errors import InvalidArgument, NotFound, PermissionDenied
-from scheduler.models import UpliftGrant
 
 # Error statuses most operations can answer; views narrow or widen this.
 COMMON_ERRORS = ("400", "401", "403", "404")
