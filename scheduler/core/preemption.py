@@ -405,12 +405,9 @@ class PreemptionPass:
         shape = queue.shape
         rank = int(queue.band)
         variant = preemptor_variant(shape.resources.device)
-        if queue.spec.id in self.victim_jobs:
-            # Its own running tasks are off limits, so the shared per-shape heap does not apply.
-            entries = [self._solo_entry(w, shape, rank, variant, queue.spec.id) for w in shape.cands if self.solo.get(w)]
-            best = min((e for e in entries if e is not None), default=None)
-        else:
-            best = self._best_eviction(shape, rank, variant)
+        # A job's own running tasks are off limits to it: such a job searches on its own.
+        exclude = queue.spec.id if queue.spec.id in self.victim_jobs else None
+        best = self._best_eviction(shape, rank, variant, exclude)
         if best is None:
             return False
         _, w, _, picks = best
@@ -494,23 +491,30 @@ class PreemptionPass:
             cached = self._feasible_lists[key] = _Feasible(entries, len(self.log))
         return cached
 
-    def _best_eviction(self, shape: Shape, rank: int, variant: VariantKey):
-        """The best eviction for one task of ``shape`` in band ``rank``, or None.
+    def _best_eviction(self, shape: Shape, rank: int, variant: VariantKey, exclude_job: str | None = None):
+        """The best eviction for one task of ``shape`` in band ``rank``, or None; with
+        ``exclude_job``, one that evicts no task of that job.
 
         Walks the feasible lower bounds only until the best exact entry found so far is no
         worse than the next bound, so a search costs work in proportion to how far down the
         ranking its evictions go. The walk re-checks feasibility, since workers change as the
         pass evicts and places (and the change log brings back workers that became feasible).
         """
-        search = self._search_of.get((shape.id, rank))
+        search = self._search_of.get((shape.id, rank, exclude_job))
         if search is None:
             # Soft constraints play no part in preemption, so shapes differing only in them share.
-            key = (shape.cpu, shape.mem, shape.gpu, shape.tpu, shape.hard, rank, variant)
+            key = (shape.cpu, shape.mem, shape.gpu, shape.tpu, shape.hard, rank, variant, exclude_job)
             search = self._searches.get(key)
             if search is None:
                 feasible = self._feasible(shape, rank, variant)
+                if exclude_job is not None:
+                    # Leaving a job's victims out only raises a worker's best key (its first
+                    # eligible victim comes no earlier; sets rank after any single victim) and
+                    # only lowers what it can free: the shared lower bounds stay bounds, but the
+                    # exact entries are this search's own.
+                    feasible = _Feasible(feasible.entries, feasible.since)
                 search = self._searches[key] = _Search(feasible, 0, [], feasible.since)
-            self._search_of[(shape.id, rank)] = search
+            self._search_of[(shape.id, rank, exclude_job)] = search
         members = shape.candidate_set()
         heap = search.heap
         if search.seen < len(self.log):
@@ -545,7 +549,7 @@ class PreemptionPass:
                     and tpu[w] + ft >= u
                 ):
                     search.pos = pos
-                    exact = self._shared_entry(exact_of, w, shape, rank, variant)
+                    exact = self._shared_entry(exact_of, w, shape, rank, variant, exclude_job)
                     if exact is not None:
                         heapq.heappush(heap, exact)
             search.pos = pos
@@ -553,19 +557,21 @@ class PreemptionPass:
                 return None
             entry = heapq.heappop(heap)
             if entry[2] == LOWER_BOUND:
-                exact = self._shared_entry(exact_of, entry[1], shape, rank, variant)
+                exact = self._shared_entry(exact_of, entry[1], shape, rank, variant, exclude_job)
                 if exact is not None:
                     heapq.heappush(heap, exact)
             elif entry[2] == version[entry[1]]:
                 return entry
 
-    def _shared_entry(self, cache: dict[int, tuple], w: int, shape: Shape, rank: int, variant: VariantKey):
+    def _shared_entry(
+        self, cache: dict[int, tuple], w: int, shape: Shape, rank: int, variant: VariantKey, exclude_job: str | None
+    ):
         """:meth:`_solo_entry`, remembered per worker version in ``cache``."""
         version = self.version[w]
         cached = cache.get(w)
         if cached is not None and cached[0] == version:
             return cached[1]
-        entry = self._solo_entry(w, shape, rank, variant)
+        entry = self._solo_entry(w, shape, rank, variant, exclude_job)
         cache[w] = (version, entry)
         return entry
 

@@ -104,6 +104,28 @@ def test_a_task_never_preempts_its_own_job():
     assert decision.preemptions == ()
 
 
+def test_a_job_with_running_tasks_of_its_own_evicts_the_best_victim_of_another_job():
+    """Its own cheapest task is passed over for the next best victim, found by the same indexed
+    search every other job uses, and never on a worker where only its own tasks run."""
+    workers = [full_host("w1"), full_host("w2"), full_host("w3"), full_host("w4")]
+    jobs = [
+        job("/a/j", band="interactive", replicas=4, cpu=8, mem=1),  # cheapest: 8 cpu, 1 GiB
+        job("/v/mid", band="batch", cpu=8, mem=20),
+        job("/v/pricey", band="batch", cpu=8, mem=40),
+        job("/v/peer", band="interactive", cpu=8, mem=1),
+    ]
+    tasks = [
+        running("/a/j/0", "w1", band="batch"),  # stamped BATCH while its user was over budget
+        running("/v/pricey/0", "w2"),
+        running("/v/mid/0", "w3"),
+        running("/v/peer/0", "w4"),
+    ]
+    decision = decide(cluster(workers, jobs, tasks))
+    assert evicted(decision) == {"/v/mid/0": "/a/j/1", "/v/pricey/0": "/a/j/2"}
+    assert placed(decision) == {"/a/j/1": "w3", "/a/j/2": "w2"}
+    assert "/a/j/3" in decision.pending_reasons
+
+
 def test_where_no_single_victim_is_enough_the_fewest_on_one_worker_go():
     """Need 6 cores on a full 8-core host running 2, 3 and 4-core BATCH tasks (cheapest first):
     adding in order takes all three; dropping what the fit does not need leaves 2 + 4."""
