@@ -150,6 +150,10 @@ TICK_SECONDS = env_int("IRIS_TICK_SECONDS", 5)
 # A tick that has not started within this many seconds of being queued is dropped; the next
 # one is already on its way. Seconds a tick lease is held before another tick may take it over.
 TICK_LEASE_SECONDS = env_int("IRIS_TICK_LEASE_SECONDS", 60)
+# The Celery queue ticks go to (empty: the default queue). On PostgreSQL the process that ticks
+# keeps the cluster's rows between ticks and reads only what changed (scheduler/cluster_rows.py);
+# a queue served by one single-process worker keeps every tick in that one warm process.
+TICK_QUEUE = os.environ.get("IRIS_TICK_QUEUE", "")
 
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
@@ -157,6 +161,7 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
+CELERY_TASK_ROUTES = {"scheduler.tick": {"queue": TICK_QUEUE}} if TICK_QUEUE else {}
 
 
 def every(task: str, seconds: float) -> dict:
