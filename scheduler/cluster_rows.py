@@ -115,7 +115,7 @@ def device_from_columns(device_type: str, variant: str, count: int) -> Device:
 
 
 def json_value(raw):
-    """JSON columns arrive parsed from PostgreSQL and as text from SQLite."""
+    """A JSON column's value, whether the driver parsed it or left it as text."""
     return json.loads(raw) if isinstance(raw, str) else raw
 
 
@@ -461,7 +461,15 @@ _lock = threading.Lock()
 
 
 def read_cluster() -> ClusterView:
-    """The cluster now: this process's rows, refreshed (see the module's docstring)."""
+    """The cluster now: this process's rows, refreshed (see the module's docstring).
+
+    Inside a caller's transaction the rows read may include its own uncommitted writes, which a
+    rollback would take back: then the cluster is read whole and nothing is kept.
+    """
+    if connection.in_atomic_block:
+        rows = ClusterRows()
+        rows.refresh()
+        return rows.view()
     with _lock:
         _process_rows.refresh()
         return _process_rows.view()

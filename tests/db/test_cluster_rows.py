@@ -192,3 +192,22 @@ def test_a_deletion_makes_the_next_read_whole():
     view = read_cluster()
     assert view.refresh == "all"
     assert "/alice/train" not in view.jobs
+
+
+def test_a_read_inside_a_transaction_that_rolls_back_leaves_nothing_behind():
+    cluster(1)
+    make_job("/alice/train")
+    assert read_cluster().refresh == "all"
+
+    class Rollback(Exception):
+        pass
+
+    with pytest.raises(Rollback), transaction.atomic():
+        make_job("/bob/ghost")
+        inside = read_cluster()
+        assert "/bob/ghost" in inside.jobs  # the caller sees its own writes...
+        raise Rollback
+    after = read_cluster()
+    assert after.refresh == "changes"  # ...and the kept rows never did
+    assert "/bob/ghost" not in after.jobs
+    assert_same(after, read_whole())
