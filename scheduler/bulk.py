@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from functools import lru_cache
 
@@ -41,6 +42,20 @@ def _rows_relation(columns: Sequence[Column]) -> str:
 
 def _payload(rows: Sequence[tuple]) -> str:
     return json.dumps(rows, default=_json_default, separators=(",", ":"))
+
+
+@contextmanager
+def pipeline():
+    """On PostgreSQL, send the statements made inside without waiting for each one's result
+    (psycopg's pipeline mode): the server executes one while Python prepares the next. Their
+    results, and any error, arrive when the block ends. Only for writes whose results nobody
+    reads (row counts are not known inside). Elsewhere, statements run one by one as usual."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    connection.ensure_connection()
+    with connection.connection.pipeline():
+        yield
 
 
 def insert_rows(table: str, columns: Sequence[Column], rows: Sequence[tuple]) -> None:

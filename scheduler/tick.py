@@ -225,7 +225,6 @@ def apply_decision(
         pending=sum(1 for t in loaded.snapshot.tasks if t.state is TaskState.PENDING) + len(loaded.kueue.pending),
         spend=dict(decision.spend),
         limits=limits_sample(loaded, decision),
-        explanation=explanation_to_json(loaded.snapshot, decision),
     )
 
     assignments = [a for a in decision.assignments if a.task in kept]
@@ -233,7 +232,6 @@ def apply_decision(
     preemptions = [p for p in decision.preemptions if p.victim in kept]
     preemptor_of = {p.victim: p.preemptor for p in preemptions}
     expired = [u for u in decision.unschedulable if u.task in kept]
-
 
     task_updates = []
     attempt_closes = []
@@ -265,97 +263,106 @@ def apply_decision(
             else:
                 attempt_state, error = TaskState.PREEMPTED.value, "Requeued: a gang member was preempted"
             attempt_closes.append((row.pk, row.attempt_count, attempt_state, error, row.worker_pk))
-    bulk.update_rows(
-        Task._meta.db_table,
-        [("id", "bigint")],
-        [("state", "text"), ("worker_id", "bigint"), ("band", "smallint"), ("preemption_count", "integer"),
-         ("attempt_count", "integer"), ("updated_at", "timestamptz")],
-        task_updates,
-    )
-    # The attempt of a task leaving ASSIGNED/BUILDING/RUNNING keeps holding its worker's capacity
-    # (finished_at stays empty) until the worker confirms the process ended.
-    bulk.update_rows(
-        Attempt._meta.db_table,
-        [("task_id", "bigint"), ("number", "integer")],
-        [("state", "text"), ("error", "text")],
-        [close[:4] for close in attempt_closes],
-    )
-    bulk.insert_rows(
-        Attempt._meta.db_table,
-        [("task_id", "bigint"), ("number", "integer"), ("worker_id", "bigint"), ("state", "text"),
-         ("band", "smallint"), ("created_at", "timestamptz"), ("error", "text")],
-        [
-            (rows[a.task].pk, rows[a.task].attempt_count + 1, loaded.worker_pks[a.worker],
-             TaskState.ASSIGNED.value, int(a.band), wall, "")
-            for a in assignments
-        ],
-    )
-    bulk.insert_rows(
-        PreemptionEvent._meta.db_table,
-        [("tick_id", "bigint"), ("victim_id", "bigint"), ("preemptor_id", "bigint"), ("victim_band", "smallint"),
-         ("preemptor_band", "smallint"), ("worker_id", "bigint"), ("reason", "text"), ("created_at", "timestamptz")],
-        [
-            (
-                tick.pk,
-                rows[p.victim].pk,
-                rows[p.preemptor].pk,
-                int(p.victim_band),
-                int(p.preemptor_band),
-                loaded.worker_pks.get(p.worker),
-                f"Preempted by {p.preemptor} ({p.preemptor_band.name} over {p.victim_band.name})",
-                wall,
-            )
-            for p in preemptions
-            if p.preemptor in rows
-        ],
-    )
-    # The outbox, in the same transaction: start every new attempt, stop every attempt that ended.
-    bulk.insert_rows(
-        DispatchIntent._meta.db_table,
-        [("task_id", "bigint"), ("attempt_number", "integer"), ("kind", "text"), ("worker_id", "bigint"),
-         ("state", "text"), ("reason", "text"), ("tries", "integer"), ("last_error", "text"),
-         ("created_at", "timestamptz")],
-        [
-            (rows[a.task].pk, rows[a.task].attempt_count + 1, DispatchIntent.Kind.START.value,
-             loaded.worker_pks[a.worker], DispatchIntent.State.PENDING.value, "assigned", 0, "", wall)
-            for a in assignments
-        ]
-        + [
-            (task_pk, number, DispatchIntent.Kind.STOP.value, worker_pk, DispatchIntent.State.PENDING.value,
-             error, 0, "", wall)
-            for task_pk, number, _, error, worker_pk in attempt_closes
-        ],
-    )
+    # The writes go out pipelined (PostgreSQL): the server executes each while Python builds the
+    # next, and the queue explanation is computed while the last ones run.
+    with bulk.pipeline():
+        bulk.update_rows(
+            Task._meta.db_table,
+            [("id", "bigint")],
+            [("state", "text"), ("worker_id", "bigint"), ("band", "smallint"), ("preemption_count", "integer"),
+             ("attempt_count", "integer"), ("updated_at", "timestamptz")],
+            task_updates,
+        )
+        # The attempt of a task leaving ASSIGNED/BUILDING/RUNNING keeps holding its worker's capacity
+        # (finished_at stays empty) until the worker confirms the process ended.
+        bulk.update_rows(
+            Attempt._meta.db_table,
+            [("task_id", "bigint"), ("number", "integer")],
+            [("state", "text"), ("error", "text")],
+            [close[:4] for close in attempt_closes],
+        )
+        bulk.insert_rows(
+            Attempt._meta.db_table,
+            [("task_id", "bigint"), ("number", "integer"), ("worker_id", "bigint"), ("state", "text"),
+             ("band", "smallint"), ("created_at", "timestamptz"), ("error", "text")],
+            [
+                (rows[a.task].pk, rows[a.task].attempt_count + 1, loaded.worker_pks[a.worker],
+                 TaskState.ASSIGNED.value, int(a.band), wall, "")
+                for a in assignments
+            ],
+        )
+        bulk.insert_rows(
+            PreemptionEvent._meta.db_table,
+            [("tick_id", "bigint"), ("victim_id", "bigint"), ("preemptor_id", "bigint"), ("victim_band", "smallint"),
+             ("preemptor_band", "smallint"), ("worker_id", "bigint"), ("reason", "text"), ("created_at", "timestamptz")],
+            [
+                (
+                    tick.pk,
+                    rows[p.victim].pk,
+                    rows[p.preemptor].pk,
+                    int(p.victim_band),
+                    int(p.preemptor_band),
+                    loaded.worker_pks.get(p.worker),
+                    f"Preempted by {p.preemptor} ({p.preemptor_band.name} over {p.victim_band.name})",
+                    wall,
+                )
+                for p in preemptions
+                if p.preemptor in rows
+            ],
+        )
+        # The outbox, in the same transaction: start every new attempt, stop every attempt that ended.
+        bulk.insert_rows(
+            DispatchIntent._meta.db_table,
+            [("task_id", "bigint"), ("attempt_number", "integer"), ("kind", "text"), ("worker_id", "bigint"),
+             ("state", "text"), ("reason", "text"), ("tries", "integer"), ("last_error", "text"),
+             ("created_at", "timestamptz")],
+            [
+                (rows[a.task].pk, rows[a.task].attempt_count + 1, DispatchIntent.Kind.START.value,
+                 loaded.worker_pks[a.worker], DispatchIntent.State.PENDING.value, "assigned", 0, "", wall)
+                for a in assignments
+            ]
+            + [
+                (task_pk, number, DispatchIntent.Kind.STOP.value, worker_pk, DispatchIntent.State.PENDING.value,
+                 error, 0, "", wall)
+                for task_pk, number, _, error, worker_pk in attempt_closes
+            ],
+        )
 
-    job_table = Job._meta.db_table
-    kept_jobs = {task_id.rsplit("/", 1)[0] for task_id in kept}
-    terminal = ", ".join(f"'{value}'" for value in TERMINAL_JOB_VALUES)
-    bulk.update_rows(
-        job_table,
-        [("id", "bigint")],
-        [("state", "text"), ("finished_at", "timestamptz")],
-        [
-            (loaded.job_pks[job], state.value, wall)
-            for job, state in decision.jobs_after.items()
-            if job in loaded.job_pks and job in kept_jobs
-        ],
-        condition=f"{job_table}.state NOT IN ({terminal})",
-    )
-    # A live job is RUNNING while any of its tasks is active, PENDING otherwise (a job whose only
-    # task was preempted back to the queue is pending again).
-    bulk.update_rows(
-        job_table,
-        [("id", "bigint")],
-        [("state", "text")],
-        live_job_states(loaded, decision, kept),
-        condition=f"{job_table}.state IN ('{JobState.PENDING.value}', '{JobState.RUNNING.value}')",
-    )
+        job_table = Job._meta.db_table
+        kept_jobs = {task_id.rsplit("/", 1)[0] for task_id in kept}
+        terminal = ", ".join(f"'{value}'" for value in TERMINAL_JOB_VALUES)
+        bulk.update_rows(
+            job_table,
+            [("id", "bigint")],
+            [("state", "text"), ("finished_at", "timestamptz")],
+            [
+                (loaded.job_pks[job], state.value, wall)
+                for job, state in decision.jobs_after.items()
+                if job in loaded.job_pks and job in kept_jobs
+            ],
+            condition=f"{job_table}.state NOT IN ({terminal})",
+        )
+        # A live job is RUNNING while any of its tasks is active, PENDING otherwise (a job whose only
+        # task was preempted back to the queue is pending again).
+        bulk.update_rows(
+            job_table,
+            [("id", "bigint")],
+            [("state", "text")],
+            live_job_states(loaded, decision, kept),
+            condition=f"{job_table}.state IN ('{JobState.PENDING.value}', '{JobState.RUNNING.value}')",
+        )
+        explanation = explanation_to_json(loaded.snapshot, decision)
+
     # Only the newest tick keeps the (large) queue explanation.
     TickRecord.objects.filter(explanation__isnull=False, pk__lt=tick.pk).update(explanation=None)
 
     duration_ms = (time.perf_counter() - started) * 1000
     TickRecord.objects.filter(pk=tick.pk).update(
-        duration_ms=duration_ms, assigned=len(assignments), preempted=len(preemptions), expired=len(expired)
+        explanation=explanation,
+        duration_ms=duration_ms,
+        assigned=len(assignments),
+        preempted=len(preemptions),
+        expired=len(expired),
     )
     return TickOutcome(
         tick_id=tick.pk,
