@@ -10,6 +10,7 @@ the case a timestamp watermark gets wrong.
 from __future__ import annotations
 
 import random
+import re
 import threading
 from datetime import UTC, datetime
 
@@ -19,7 +20,7 @@ from django.db import connection, transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler import services
+from scheduler import cluster_rows, services
 from scheduler.backends.base import AttemptRef, AttemptReport, AttemptStatus
 from scheduler.cluster_rows import ClusterRows, ClusterView, read_cluster
 from scheduler.core.bands import Band
@@ -211,3 +212,43 @@ def test_a_read_inside_a_transaction_that_rolls_back_leaves_nothing_behind():
     assert after.refresh == "changes"  # ...and the kept rows never did
     assert "/bob/ghost" not in after.jobs
     assert_same(after, read_whole())
+
+
+def _read_columns(select: str, alias: str) -> list[str]:
+    """The columns of ``alias`` a ``cluster_rows`` SELECT reads (``p.name`` is the parent's)."""
+    columns = re.findall(rf"\b{alias}\.(\"?\w+\"?)", select.split(" FROM ")[0])
+    return [c.strip('"') for c in columns if c != "id"]
+
+
+@pytest.mark.parametrize(
+    "table, select, alias",
+    [
+        (Job._meta.db_table, cluster_rows.JOB_SELECT, "j"),
+        (Task._meta.db_table, cluster_rows.TASK_SELECT, "t"),
+        (Attempt._meta.db_table, cluster_rows.ATTEMPT_SELECT, "a"),
+    ],
+)
+def test_an_update_of_any_column_the_tick_reads_marks_the_row_changed(table, select, alias):
+    cluster(1)
+    job = make_job("/alice/train", parent=make_job("/alice"))
+    run_tick(NOW_MS)
+    pk = {"j": job.pk, "t": Task.objects.get(job=job).pk, "a": Attempt.objects.get(task__job=job).pk}[alias]
+    columns = _read_columns(select, alias) + (["parent_id"] if alias == "j" else [])
+    assert len(columns) >= 4
+
+    def stamp() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT change_xid FROM {table} WHERE id = %s", [pk])
+            return cursor.fetchone()[0]
+
+    for column in columns:
+        before = stamp()
+        with connection.cursor() as cursor:
+            cursor.execute(f'UPDATE {table} SET "{column}" = "{column}" WHERE id = %s', [pk])
+        assert stamp() > before, f"an update of {table}.{column} went unnoticed"
+    # A column the tick does not read is no change (a job's backend stamp, a task's updated_at).
+    other = {"j": "backend", "t": "updated_at", "a": "error"}[alias]
+    before = stamp()
+    with connection.cursor() as cursor:
+        cursor.execute(f'UPDATE {table} SET "{other}" = "{other}" WHERE id = %s', [pk])
+    assert stamp() == before
