@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import NamedTuple
 
 from django.db import connection, transaction
@@ -78,6 +78,31 @@ class TaskRow(NamedTuple):
 class JobEntry:
     name: str
     spec: JobSpec
+
+
+_new = object.__new__
+(_set_id, _set_job_id, _set_index, _set_state, _set_worker, _set_band, _set_preemption_count,
+ _set_unfinished) = (TaskSnapshot.__dict__[f.name].__set__ for f in fields(TaskSnapshot))
+
+
+def task_snapshot(id, job_id, index, state, worker, band, preemption_count, unfinished_attempt_worker) -> TaskSnapshot:
+    """``TaskSnapshot(...)`` in half the time, for the 100,000 a whole read builds.
+
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``; this fills
+    the slots directly. The result is an ordinary ``TaskSnapshot``, equal (and hashing equal) to
+    the constructor's; ``tests/db/test_cluster_rows.py`` checks that, and that the fields are
+    still these eight in this order.
+    """
+    snapshot = _new(TaskSnapshot)
+    _set_id(snapshot, id)
+    _set_job_id(snapshot, job_id)
+    _set_index(snapshot, index)
+    _set_state(snapshot, state)
+    _set_worker(snapshot, worker)
+    _set_band(snapshot, band)
+    _set_preemption_count(snapshot, preemption_count)
+    _set_unfinished(snapshot, unfinished_attempt_worker)
+    return snapshot
 
 
 def in_list(values: tuple[str, ...]) -> str:
@@ -378,8 +403,7 @@ class ClusterRows:
                     orphans.append((pk, job_pk, index, state, worker_pk, band, preemption_count, attempt_count))
                 continue
             task_id = f"{job.name}/{index}"
-            # Positional: keyword arguments cost a fifth more, per task.
-            snapshots[pk] = TaskSnapshot(
+            snapshots[pk] = task_snapshot(
                 task_id,
                 job.name,
                 index,

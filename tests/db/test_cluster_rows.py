@@ -252,3 +252,4 @@ def test_an_update_of_any_column_the_tick_reads_marks_the_row_changed(table, sel
     with connection.cursor() as cursor:
         cursor.execute(f'UPDATE {table} SET "{other}" = "{other}" WHERE id = %s', [pk])
     assert stamp() == before
+
