@@ -9,7 +9,7 @@ re-reads the state of every task it is about to change (with ``FOR UPDATE`` on P
 drops any change whose task moved since the snapshot (a whole gang if one member moved).
 
 Every kind of write is one set-based statement (``scheduler.bulk``), so the number of
-statements per tick does not grow with the number of tasks.
+statements per tick does not grow with the number of tasks; on PostgreSQL they are pipelined.
 """
 
 from __future__ import annotations
@@ -204,8 +204,10 @@ def apply_decision(
         row = rows[task_id]
         if current.get(row.pk) != (row.state, row.worker_pk):
             moved_jobs.add(row.job_pk)
-    jobs = loaded.snapshot.jobs
-    gang_jobs = {job for job in {t.rsplit("/", 1)[0] for t in changed} if jobs[job].is_gang} if moved_jobs else set()
+    gang_jobs: set[str] = set()
+    if moved_jobs:
+        jobs = loaded.snapshot.jobs
+        gang_jobs = {name for name in {t.rsplit("/", 1)[0] for t in changed} if jobs[name].is_gang}
 
     def keep(task_id: str) -> bool:
         row = rows[task_id]
