@@ -23,11 +23,9 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
-from tests.cloud.fake_http import FakeServer
+from tests.cloud.fake_http import FakeServer, JsonHandler, RecordsRequests, Request
 
 CORE = re.compile(r"^/api/v1/(?:namespaces/(?P<ns>[^/]+)/)?(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?$")
 GROUPED = re.compile(
@@ -41,23 +39,6 @@ KINDS = {
     "workloadpriorityclasses": ("kueue.x-k8s.io/v1beta1", "WorkloadPriorityClass"),
     "workloads": ("kueue.x-k8s.io/v1beta1", "Workload"),
 }
-
-
-@dataclass
-class Request:
-    method: str
-    path: str
-    query: dict[str, list[str]]
-    body: Any
-
-
-@dataclass
-class Fault:
-    method: str
-    pattern: re.Pattern
-    status: int
-    delay: float
-    times: int
 
 
 @dataclass
@@ -101,11 +82,9 @@ def matches(obj: dict, selector: str) -> bool:
 
 
 @dataclass
-class FakeKubernetes:
+class FakeKubernetes(RecordsRequests):
     store: dict[tuple, dict[str, dict]] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
-    requests: list[Request] = field(default_factory=list)
-    faults: list[Fault] = field(default_factory=list)
     cond: threading.Condition = field(default_factory=threading.Condition)
     counter: itertools.count = field(default_factory=lambda: itertools.count(1))
     version: int = 0
@@ -113,21 +92,9 @@ class FakeKubernetes:
 
     # -- test controls -------------------------------------------------------------------------
 
-    def fail(self, method: str, path_regex: str, status: int = 500, times: int = 1, delay: float = 0.0) -> None:
-        """The next ``times`` matching requests fail with ``status`` (0: answered normally) after ``delay`` s."""
-        with self.cond:
-            self.faults.append(Fault(method.upper(), re.compile(path_regex), status, delay, times))
-
-    def calls(self, method: str | None = None, contains: str = "") -> list[Request]:
-        with self.cond:
-            return [r for r in self.requests if (method is None or r.method == method) and contains in r.path]
-
     def writes(self) -> list[Request]:
         return [r for r in self.calls() if r.method in ("POST", "PUT", "PATCH", "DELETE")]
 
-    def clear_requests(self) -> None:
-        with self.cond:
-            self.requests.clear()
 
     def pods(self, namespace: str = "iris") -> dict[str, dict]:
         with self.cond:
@@ -239,46 +206,22 @@ class FakeKubernetes:
         return 405, status_body(405, "MethodNotAllowed", method)
 
 
-class Handler(BaseHTTPRequestHandler):
-    def log_message(self, *args) -> None:  # quiet
-        pass
-
-    def _send(self, status: int, payload: Any) -> None:
-        data = json.dumps(payload).encode()
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-
-    def _serve(self, method: str) -> None:
+class Handler(JsonHandler):
+    def serve(self, method: str) -> None:
         fake: FakeKubernetes = self.server.fake  # type: ignore[attr-defined]
-        url = urlparse(self.path)
-        query = parse_qs(url.query)
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        body = json.loads(raw) if raw else None
-        with fake.cond:
-            fake.requests.append(Request(method, url.path, query, body))
-            fault = next((f for f in fake.faults if f.method == method and f.pattern.search(url.path) and f.times), None)
-            if fault:
-                fault.times -= 1
-        if fault and fault.delay:
-            time.sleep(fault.delay)
+        request, fault = self.receive(method)
+        query, body = request.query, request.body
         if fault and fault.status:
-            return self._send(fault.status, status_body(fault.status, "InternalError", "injected failure"))
-        match = CORE.match(url.path) or GROUPED.match(url.path)
+            return self.send_json(fault.status, status_body(fault.status, "InternalError", "injected failure"))
+        match = CORE.match(request.path) or GROUPED.match(request.path)
         if not match:
-            return self._send(404, status_body(404, "NotFound", f"no route for {url.path}"))
+            return self.send_json(404, status_body(404, "NotFound", f"no route for {request.path}"))
         collection = (match.group("plural"), match.group("ns"))
         if method == "GET" and query.get("watch", ["false"])[0] in ("true", "1"):
             return self._watch(fake, collection, query)
         with fake.cond:
             status, payload = fake.handle(method, collection, match.group("name"), query, body)
-        self._send(status, payload)
+        self.send_json(status, payload)
 
     def _watch(self, fake: FakeKubernetes, collection: tuple, query: dict) -> None:
         since = int(query.get("resourceVersion", ["0"])[0] or 0)
@@ -315,21 +258,6 @@ class Handler(BaseHTTPRequestHandler):
             return
         finally:
             self.close_connection = True
-
-    def do_GET(self) -> None:
-        self._serve("GET")
-
-    def do_POST(self) -> None:
-        self._serve("POST")
-
-    def do_PUT(self) -> None:
-        self._serve("PUT")
-
-    def do_PATCH(self) -> None:
-        self._serve("PATCH")
-
-    def do_DELETE(self) -> None:
-        self._serve("DELETE")
 
 
 class FakeKubernetesServer(FakeServer):

@@ -10,54 +10,28 @@ itself: tests say when (:meth:`FakeTpu.make_ready`, :meth:`FakeTpu.fail_creation
 from __future__ import annotations
 
 import itertools
-import json
 import re
 import threading
-import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from typing import Any
-from urllib.parse import parse_qs, urlparse
 
-from tests.cloud.fake_http import FakeServer
+from tests.cloud.fake_http import FakeServer, JsonHandler, RecordsRequests
 
 ZONE_PATH = re.compile(r"^/v2/projects/(?P<project>[^/]+)/locations/(?P<zone>[^/:]+)")
 
 
 @dataclass
-class Request:
-    method: str
-    path: str
-    query: dict[str, list[str]]
-    body: Any
-
-
-@dataclass
-class Fault:
-    method: str
-    pattern: re.Pattern
-    status: int = 500
-    delay: float = 0.0
-    times: int = 1
-
-
-@dataclass
-class FakeTpu:
+class FakeTpu(RecordsRequests):
     """State of the fake API; the HTTP handler reads and writes it under ``lock``."""
 
     nodes: dict[str, dict] = field(default_factory=dict)  # full name -> Node JSON
     queued: dict[str, dict] = field(default_factory=dict)  # full name -> QueuedResource JSON
     operations: dict[str, dict] = field(default_factory=dict)  # full name -> Operation JSON
-    requests: list[Request] = field(default_factory=list)
-    faults: list[Fault] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     counter: itertools.count = field(default_factory=lambda: itertools.count(1))
     hosts_per_slice: int = 1
 
     # -- test controls -------------------------------------------------------------------------
-
-    def fail(self, method: str, path_regex: str, status: int = 500, times: int = 1, delay: float = 0.0) -> None:
-        self.faults.append(Fault(method.upper(), re.compile(path_regex), status, delay, times))
 
     def node(self, short: str) -> dict | None:
         for name, node in self.nodes.items():
@@ -105,9 +79,6 @@ class FakeTpu:
             for name, node in self.nodes.items():
                 if name.endswith(f"/nodes/{short}"):
                     node["state"] = "PREEMPTED"
-
-    def calls(self, method: str | None = None, contains: str = "") -> list[Request]:
-        return [r for r in self.requests if (method is None or r.method == method) and contains in r.path]
 
     # -- the API -------------------------------------------------------------------------------
 
@@ -188,52 +159,16 @@ def error(code: int, message: str, status: str = "NOT_FOUND") -> dict:
     return {"error": {"code": code, "message": message, "status": statuses.get(code, status)}}
 
 
-class Handler(BaseHTTPRequestHandler):
-    fake: FakeTpu
-
-    def log_message(self, *args) -> None:  # quiet
-        pass
-
-    def _serve(self, method: str) -> None:
-        url = urlparse(self.path)
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        body = json.loads(raw) if raw else None
-        query = parse_qs(url.query)
-        fake = self.server.fake  # type: ignore[attr-defined]
-        with fake.lock:
-            fake.requests.append(Request(method, url.path, query, body))
-            fault = next((f for f in fake.faults if f.method == method and f.pattern.search(url.path) and f.times), None)
-            if fault:
-                fault.times -= 1
-        if fault and fault.delay:
-            time.sleep(fault.delay)
+class Handler(JsonHandler):
+    def serve(self, method: str) -> None:
+        fake: FakeTpu = self.server.fake  # type: ignore[attr-defined]
+        request, fault = self.receive(method)
         if fault and fault.status:
             status, payload = fault.status, error(fault.status, "injected failure")
         else:
             with fake.lock:
-                status, payload = fake.handle(method, url.path, query, body)
-        data = json.dumps(payload).encode()
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-
-    def do_GET(self) -> None:
-        self._serve("GET")
-
-    def do_POST(self) -> None:
-        self._serve("POST")
-
-    def do_DELETE(self) -> None:
-        self._serve("DELETE")
-
-    def do_PATCH(self) -> None:
-        self._serve("PATCH")
+                status, payload = fake.handle(method, request.path, request.query, request.body)
+        self.send_json(status, payload)
 
 
 class FakeTpuServer(FakeServer):
