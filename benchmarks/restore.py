@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from django.db import connection, transaction
+from django.db.models import F
 
 from scheduler.core.types import ACTIVE_STATES, ClusterSnapshot, DeviceType, TaskState
 from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord, UserBudget, Worker
@@ -134,12 +135,11 @@ def churn(now_ms: int, finished: int, submitted: int, *, label: str) -> None:
     report success) and ``submitted`` new single-task CPU jobs arrive, as rows written directly.
     ``label`` makes the new jobs' names unique."""
     now = datetime.fromtimestamp(now_ms / 1000, tz=UTC)
-    running = list(
-        Task.objects.filter(state=TaskState.RUNNING.value).order_by("pk").values_list("pk", "attempt_count")[:finished]
+    running = list(Task.objects.filter(state=TaskState.RUNNING.value).order_by("pk").values_list("pk", flat=True)[:finished])
+    Attempt.objects.filter(task_id__in=running, number=F("task__attempt_count")).update(
+        state="succeeded", finished_at=now, exit_code=0
     )
-    for pk, number in running:
-        Attempt.objects.filter(task_id=pk, number=number).update(state="succeeded", finished_at=now, exit_code=0)
-    Task.objects.filter(pk__in=[pk for pk, _ in running]).update(state="succeeded", worker=None, updated_at=now)
+    Task.objects.filter(pk__in=running).update(state="succeeded", worker=None, updated_at=now)
     jobs = Job.objects.bulk_create(
         Job(
             name=f"/churn{i % 20}/{label}-{i}",

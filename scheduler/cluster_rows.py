@@ -74,12 +74,6 @@ class TaskRow(NamedTuple):
     attempt_count: int
 
 
-@dataclass(frozen=True, slots=True)
-class JobEntry:
-    name: str
-    spec: JobSpec
-
-
 _new = object.__new__
 (_set_id, _set_job_id, _set_index, _set_state, _set_worker, _set_band, _set_preemption_count,
  _set_unfinished) = (TaskSnapshot.__dict__[f.name].__set__ for f in fields(TaskSnapshot))
@@ -176,7 +170,7 @@ class ClusterRows:
         self.refreshed_at = 0.0
         self.last_refresh_kind = ""
         # Jobs: live ones, and ended ones while a held task of theirs needs them.
-        self.jobs: dict[int, JobEntry] = {}
+        self.job_names: dict[int, str] = {}  # pk -> name; the dicts below are by name
         self.ended_jobs: set[int] = set()
         self.job_specs: dict[str, JobSpec] = {}
         self.job_pks: dict[str, int] = {}
@@ -344,12 +338,11 @@ class ClusterRows:
         for row in rows:
             pk, name, state = row[0], row[1], row[2]
             live = state in LIVE_JOBS
-            entry = self.jobs.get(pk)
-            if entry is None:
+            if pk not in self.job_names:
                 if not (live or force):
                     continue
-                entry = self.jobs[pk] = JobEntry(name, self._job_spec(row))
-                self.job_specs[name] = entry.spec
+                self.job_names[pk] = name
+                self.job_specs[name] = self._job_spec(row)
                 self.job_pks[name] = pk
             self.job_states[name] = state  # all else about a job is fixed at submission
             if live:
@@ -388,24 +381,24 @@ class ClusterRows:
         seen = set()
         orphans = []
         worker_names = self.worker_names
-        jobs = self.jobs
+        job_names = self.job_names
         snapshots = self.task_snapshots
         task_rows = self.task_rows
         tasks_of_job = self.tasks_of_job
         pending = TaskState.PENDING.value
         for pk, job_pk, index, state, worker_pk, band, preemption_count, attempt_count in rows:
             seen.add(pk)
-            job = jobs.get(job_pk)
+            job_name = job_names.get(job_pk)
             held = held_by.get(pk)
-            if job is None or (state not in LIVE_TASKS and held is None):
+            if job_name is None or (state not in LIVE_TASKS and held is None):
                 self._drop_task(pk)
-                if job is None and held is not None:
+                if job_name is None and held is not None:
                     orphans.append((pk, job_pk, index, state, worker_pk, band, preemption_count, attempt_count))
                 continue
-            task_id = f"{job.name}/{index}"
+            task_id = f"{job_name}/{index}"
             snapshots[pk] = task_snapshot(
                 task_id,
-                job.name,
+                job_name,
                 index,
                 TASK_STATES[state],
                 worker_names.get(worker_pk) if worker_pk else None,
@@ -443,10 +436,10 @@ class ClusterRows:
         for pk in list(self.ended_jobs):
             if pk not in needed:
                 self.ended_jobs.discard(pk)
-                entry = self.jobs.pop(pk)
-                del self.job_specs[entry.name]
-                del self.job_pks[entry.name]
-                del self.job_states[entry.name]
+                name = self.job_names.pop(pk)
+                del self.job_specs[name]
+                del self.job_pks[name]
+                del self.job_states[name]
                 for task_pk in list(self.tasks_of_job.get(pk, ())):
                     self._drop_task(task_pk)
 

@@ -962,7 +962,8 @@ def simulate_plan(plan: SubmissionPlan) -> WhatIf:
     """Add the planned job to the live snapshot and run the core's decision on it."""
     from scheduler.core.decision import decide
     from scheduler.core.types import Device, JobSpec, Resources, TaskSnapshot
-    from scheduler.snapshot import constraints_from_json, explanation_to_json, load_snapshot, reason_text
+    from scheduler.cluster_rows import constraints_from_json
+    from scheduler.snapshot import explanation_to_json, load_snapshot, reason_text
 
     now_ms = current_ms()
     loaded = load_snapshot(now_ms)

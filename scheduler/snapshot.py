@@ -13,7 +13,7 @@ from django.conf import settings
 
 from scheduler import budgets
 from scheduler.cluster_config import cluster_config
-from scheduler.cluster_rows import TaskRow, constraints_from_json, read_cluster
+from scheduler.cluster_rows import TaskRow, read_cluster
 from scheduler.core.budget import effective_band
 from scheduler.core.kueue import (
     BACKEND_KEY,
@@ -35,8 +35,6 @@ from scheduler.core.types import (
     TaskState,
 )
 from scheduler.models import BackendState, Job, Worker
-
-__all__ = ["LoadedSnapshot", "TaskRow", "constraints_from_json", "explanation_to_json", "load_snapshot", "reason_text"]
 
 TERMINAL_JOB_VALUES = [s.value for s in TERMINAL_JOB_STATES]
 
