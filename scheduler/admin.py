@@ -28,6 +28,20 @@ def run_each(modeladmin, request, rows, action, done: str) -> None:
         modeladmin.message_user(request, f"{ok} {done}.", messages.SUCCESS)
 
 
+class ActionsOnlyAdmin(admin.ModelAdmin):
+    """Rows changed only through the services: the list's actions need change permission, but
+    the row's own form stays read-only (editing a job's or worker's fields would bypass them)."""
+
+    def has_change_permission(self, request, obj=None):
+        return obj is None and super().has_change_permission(request)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 class ReadOnlyAdmin(admin.ModelAdmin):
     """Rows written only by the scheduler or by services: look, filter, search, never edit."""
 
@@ -42,7 +56,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 
 @admin.register(models.Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(ActionsOnlyAdmin):
     list_display = ("name", "user", "band", "state", "replicas", "created_at")
     list_filter = ("state", "band")
     search_fields = ("name", "user")
@@ -55,7 +69,7 @@ class JobAdmin(admin.ModelAdmin):
 
 
 @admin.register(models.Task)
-class TaskAdmin(admin.ModelAdmin):
+class TaskAdmin(ReadOnlyAdmin):
     list_display = ("id", "job", "index", "state", "worker", "band", "preemption_count")
     list_filter = ("state", "band")
     list_select_related = ("job", "worker")
@@ -70,7 +84,7 @@ class AttemptAdmin(ReadOnlyAdmin):
 
 
 @admin.register(models.Worker)
-class WorkerAdmin(admin.ModelAdmin):
+class WorkerAdmin(ActionsOnlyAdmin):
     list_display = ("name", "backend", "healthy", "draining", "device_type", "device_variant", "device_count",
                     "last_heartbeat")
     list_filter = ("healthy", "draining", "backend", "device_type")
@@ -149,7 +163,7 @@ class TickRecordAdmin(ReadOnlyAdmin):
 
 
 @admin.register(models.DispatchIntent)
-class DispatchIntentAdmin(admin.ModelAdmin):
+class DispatchIntentAdmin(ActionsOnlyAdmin):
     list_display = ("id", "kind", "task", "attempt_number", "worker", "state", "tries", "created_at", "last_error")
     list_filter = ("state", "kind")
     list_select_related = ("task__job", "worker")

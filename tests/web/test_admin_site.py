@@ -67,3 +67,58 @@ def test_budget_saved_in_the_admin_is_validated_and_audited(clients, staff):
     entry = AuditEntry.objects.get(action="budget.set")
     assert entry.reason == "edited in the Django admin" and entry.actor_name == "ada"
     assert clients["ada"].get(f"/admin/scheduler/userbudget/{row.pk}/delete/").status_code == 403
+
+
+# --- each role's view of /admin/, as seed_demo sets the roles up (staff flag + group, no superuser) ---
+
+
+@pytest.fixture
+def demo_roles(clients, ada, olivia):
+    """ada (iris-admins) and olivia (iris-operators) as seed_demo makes them: staff, not superusers."""
+    for user in (ada, olivia):
+        user.is_staff = True
+        user.save()
+    return clients
+
+
+def test_admin_role_sees_and_uses_the_admin_site_without_being_superuser(demo_roles, ada):
+    assert not ada.is_superuser
+    index = demo_roles["ada"].get("/admin/").content.decode()
+    assert "have permission to view or edit anything" not in index
+    for model in ("scheduler/job", "scheduler/worker", "scheduler/userbudget", "scheduler/upliftgrant",
+                  "scheduler/auditentry", "scheduler/dispatchintent", "auth/user"):
+        assert f'href="/admin/{model}/"' in index, model
+    assert demo_roles["ada"].get("/admin/scheduler/userbudget/add/").status_code == 200
+
+
+def test_operator_role_sees_the_raw_data_read_only(demo_roles):
+    index = demo_roles["olivia"].get("/admin/").content.decode()
+    assert 'href="/admin/scheduler/worker/"' in index and 'href="/admin/scheduler/tickrecord/"' in index
+    assert 'href="/admin/auth/user/"' not in index  # who the users are is an admin's business
+    assert demo_roles["olivia"].get("/admin/scheduler/userbudget/add/").status_code == 403
+
+
+def test_admin_site_rows_are_not_editable_even_by_admins(demo_roles):
+    """A job's or worker's form is read-only: edits go through the actions (the services)."""
+    worker = make_worker("w1")
+    page = demo_roles["ada"].get(f"/admin/scheduler/worker/{worker.pk}/change/")
+    assert page.status_code == 200 and 'name="_save"' not in page.content.decode()
+    demo_roles["ada"].post(f"/admin/scheduler/worker/{worker.pk}/change/", {"name": "renamed", "cpu_millicores": "1"})
+    assert Worker.objects.get(pk=worker.pk).name == "w1"
+
+
+@pytest.mark.parametrize("who", ["anonymous", "alice"])
+def test_researchers_and_visitors_are_sent_to_sign_in(demo_roles, who):
+    response = demo_roles[who].get("/admin/")
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_seed_demo_gives_admin_and_operator_the_staff_flag_not_superuser(db, settings, tmp_path):
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    settings.DATA_DIR = tmp_path
+    call_command("seed_demo", stdout=open(tmp_path / "out", "w"))
+    users = {u.username: u for u in get_user_model().objects.all()}
+    assert users["admin"].is_staff and users["ops"].is_staff and not users["alice"].is_staff
+    assert not any(u.is_superuser for u in users.values())

@@ -36,8 +36,9 @@ class Command(BaseCommand):
             user, created = User.objects.get_or_create(username=username)
             if created:
                 user.set_password(DEMO_PASSWORD)
-                user.is_staff = role == "admin"
-                user.save()
+            # Admins and operators may open the Django admin; their groups say what they see there.
+            user.is_staff = role in ("admin", "operator")
+            user.save()
             if role == "admin":
                 user.groups.add(admins)
             elif role == "operator":
