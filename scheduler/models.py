@@ -1,6 +1,6 @@
 """ORM models: fields, constraints and indexes. No scheduling policy lives here.
 
-The policy is in ``scheduler.core``; ``scheduler.snapshot`` turns these rows into core types.
+The policy is in ``scheduler.core``; ``scheduler.tick.load`` turns these rows into core types.
 Bands are stored as their rank (SYSTEM=0 ... BATCH=3) so SQL ordering matches scheduling order.
 Times the scheduler compares (submission, deadlines) are integer epoch milliseconds, as in the
 core; human-facing audit times are datetimes.
@@ -202,7 +202,7 @@ class TickRecord(models.Model):
     spend = models.JSONField(default=dict)
     # {user: effective budget limit} at the start of the tick (0 = unlimited).
     limits = models.JSONField(default=dict)
-    # The latest tick's explanation of the queue (see scheduler.snapshot.explanation_to_json);
+    # The latest tick's explanation of the queue (see scheduler.tick.explanation.explanation_to_json);
     # cleared on older ticks so only one copy is kept.
     explanation = CompressedJSONField(null=True, blank=True)
 

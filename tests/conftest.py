@@ -125,8 +125,8 @@ def agent(db, fast_passwords):
 @pytest.fixture(autouse=True)
 def fresh_cluster_rows():
     """Each test reads the cluster whole first: the tick process's cached rows (see
-    ``scheduler.cluster_rows``) must not carry a rolled-back test's rows into the next."""
-    from scheduler.cluster_rows import forget_cluster_rows
+    ``scheduler.store.cluster_rows``) must not carry a rolled-back test's rows into the next."""
+    from scheduler.store.cluster_rows import forget_cluster_rows
 
     forget_cluster_rows()
     yield

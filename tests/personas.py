@@ -14,9 +14,9 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from scheduler import services
-from scheduler.agent_api import AGENT_GROUP
+from scheduler.api.agent import AGENT_GROUP
 from scheduler.core.bands import Band
+from scheduler.jobs.submit import submit_job
 from scheduler.models import Attempt, Job, Worker
 from scheduler.roles import ensure_groups
 
@@ -41,7 +41,7 @@ def make_user(username: str, role: str = "researcher"):
 
 def submit(user, name: str = "train", **spec) -> Job:
     """Submit through the service, as the API and the console would."""
-    return services.submit_job(user, {"name": name, **spec})
+    return submit_job(user, {"name": name, **spec})
 
 
 def make_worker(name: str = "w1", *, cpu: float = 32, memory_gib: int = 256, device=("cpu", "", 0), **attributes) -> Worker:

@@ -11,11 +11,11 @@ from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
 from django.utils import timezone
 
-from scheduler.budget_tiers import reconcile_budget_tiers
+from scheduler.budgets.tiers import reconcile_budget_tiers
+from scheduler.budgets.writes import expire_uplifts
 from scheduler.checks import INVALID_CLUSTER_CONFIG, check_cluster_config, refuse_invalid_cluster_config
 from scheduler.cluster_config import ClusterConfigError, parse_cluster_config
 from scheduler.core.bands import Band
-from scheduler.grants import expire_uplifts
 from scheduler.models import AuditEntry, UpliftGrant, UserBudget
 
 pytestmark = pytest.mark.django_db

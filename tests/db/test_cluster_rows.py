@@ -1,4 +1,4 @@
-"""The tick process's cached rows (``scheduler.cluster_rows``) always equal a whole read.
+"""The tick process's cached rows (``scheduler.store.cluster_rows``) always equal a whole read.
 
 On PostgreSQL a tick reads only the rows changed since the previous tick. These tests commit
 real transactions (submissions, ticks, worker reports, cancellations, lost workers, confirmed
@@ -20,14 +20,16 @@ from django.db import connection, transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler import cluster_rows, services
 from scheduler.backends.base import AttemptRef, AttemptReport, AttemptStatus
-from scheduler.cluster_rows import ClusterRows, ClusterView, read_cluster
 from scheduler.core.bands import Band
 from scheduler.core.types import ACTIVE_STATES
+from scheduler.execution.attempts import apply_report
+from scheduler.execution.workers import declare_worker_lost
+from scheduler.jobs.cancel import cancel_job
 from scheduler.models import Attempt, Job, Task, Worker
-from scheduler.reports import apply_report, declare_worker_lost
-from scheduler.tick import run_tick
+from scheduler.store import cluster_rows
+from scheduler.store.cluster_rows import ClusterRows, ClusterView, read_cluster
+from scheduler.tick.run import run_tick
 from tests.db.factories import NOW_MS, make_job, make_worker
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -95,7 +97,7 @@ class Operations:
     def cancel(self, n: int) -> None:
         live = list(Job.objects.filter(state__in=["pending", "running"], parent=None).order_by("pk"))
         if live:
-            services.cancel_job(self.admin, live[n % len(live)].name)
+            cancel_job(self.admin, live[n % len(live)].name)
 
     def lose_worker(self, n: int) -> None:
         workers = list(Worker.objects.filter(healthy=True).order_by("pk"))

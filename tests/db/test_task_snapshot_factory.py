@@ -7,9 +7,9 @@ from dataclasses import fields
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler import cluster_rows
 from scheduler.core.bands import Band
 from scheduler.core.types import TaskSnapshot, TaskState
+from scheduler.store import cluster_rows
 
 
 @settings(max_examples=200, deadline=None)

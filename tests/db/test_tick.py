@@ -12,15 +12,15 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduler import bulk
-from scheduler import tick as tick_module
 from scheduler.core.bands import Band
 from scheduler.core.decision import decide
 from scheduler.core.wire import decision_to_json, snapshot_from_json, snapshot_to_json
 from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, SchedulerLease, Task, TickRecord, UserBudget
-from scheduler.cluster_rows import forget_cluster_rows
-from scheduler.snapshot import load_snapshot
-from scheduler.tick import LeaseLost, acquire_lease, apply_decision, run_tick
+from scheduler.store import bulk
+from scheduler.store.cluster_rows import forget_cluster_rows
+from scheduler.tick.apply import apply_decision
+from scheduler.tick.load import load_snapshot
+from scheduler.tick.run import LeaseLost, acquire_lease, confirm_lease, run_tick
 from tests.db.factories import NOW_MS, make_job, make_worker, start_running
 
 pytestmark = pytest.mark.django_db
@@ -208,7 +208,7 @@ def test_a_tick_that_lost_its_lease_commits_nothing():
     # The stalled tick's lease expired and a newer tick took it over.
     SchedulerLease.objects.filter(name="tick").update(holder="newer")
     with pytest.raises(LeaseLost), transaction.atomic():
-        tick_module.confirm_lease("stalled")
+        confirm_lease("stalled")
         apply_decision(loaded, decision, timezone.now(), 0.0, 0.0)
     assert Task.objects.get().state == "pending"
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler import dispatch
+from scheduler.execution.dispatcher import drain
 from scheduler.models import Attempt, Task, Worker
-from scheduler.tick import run_tick
+from scheduler.tick.run import run_tick
 from tests.db.factories import NOW_MS, make_job, make_worker
 
 pytestmark = pytest.mark.django_db
@@ -74,7 +74,7 @@ def test_heartbeat_answers_with_start_orders_carrying_command_and_environment(cl
     job.command = ["python", "-c", "print(1)"]
     job.save()
     run_tick(NOW_MS)
-    dispatch.drain()
+    drain()
     task = Task.objects.get(job=job)
 
     response = clients["agent"].post("/api/v1/agent/heartbeat/", {"name": "w1", "running": []}, format="json")

@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from rest_framework.authtoken.models import Token
 
-from scheduler.agent_api import AGENT_GROUP, is_agent
+from scheduler.api.agent import AGENT_GROUP, is_agent
 from scheduler.models import Job
 
 pytestmark = pytest.mark.django_db

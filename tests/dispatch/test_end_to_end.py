@@ -20,12 +20,14 @@ import redis
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
-from scheduler import dispatch, reports, services
+from scheduler.execution.dispatcher import LEASE_NAME, drain
+from scheduler.execution.workers import check_workers
+from scheduler.jobs.submit import submit_job
 from scheduler.models import Attempt, DispatchIntent, Job, SchedulerLease, Task, Worker
-from scheduler.tick import run_tick
+from scheduler.tick.run import run_tick
 from tests.conftest import REDIS_TEST_URL
-from tests.personas import make_user, token_client
 from tests.integration.subprocesses import ROOT, project_env, start, stop, wait_for
+from tests.personas import make_user, token_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -57,8 +59,8 @@ class Cluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             run_tick()
-            dispatch.drain()
-            reports.check_workers()
+            drain()
+            check_workers()
             if predicate():
                 return True
             time.sleep(0.1)
@@ -115,13 +117,13 @@ def test_batch_task_gets_sigterm_when_preempted_and_retries_after_the_production
         f'trap "echo term-$IRIS_ATTEMPT >> {marker}; exit 0" TERM; '
         f"echo start-$IRIS_ATTEMPT-$IRIS_BAND >> {marker}; while true; do sleep 0.1; done"
     )
-    batch = services.submit_job(
+    batch = submit_job(
         people["alice"],
         {"name": "sweep", "priority": "batch", "cpu": 2, "memory": "1Gi", "command": ["sh", "-c", script]},
     )
     assert cluster.pump(lambda: attempt_state(batch) == "running"), cluster.logs()
 
-    production = services.submit_job(
+    production = submit_job(
         people["ada"],
         {"name": "serve", "priority": "production", "cpu": 2, "memory": "1Gi", "command": ["sleep", "1"]},
     )
@@ -144,7 +146,7 @@ def test_batch_task_gets_sigterm_when_preempted_and_retries_after_the_production
 def test_an_agent_killed_with_sigkill_loses_its_worker_and_the_task_retries_elsewhere(cluster, people, tmp_path):
     agents = {"w1": cluster.agent("w1", cpu=1), "w2": cluster.agent("w2", cpu=1)}
     script = f"echo $$ > {tmp_path}/pid-$IRIS_ATTEMPT; exec sleep 60"
-    job = services.submit_job(
+    job = submit_job(
         people["alice"], {"name": "long", "cpu": 1, "memory": "1Gi", "command": ["sh", "-c", script]}
     )
     assert cluster.pump(lambda: attempt_state(job) == "running"), cluster.logs()
@@ -169,7 +171,7 @@ def test_an_agent_killed_with_sigkill_loses_its_worker_and_the_task_retries_else
 CRASHING_DISPATCHER = """
 import os
 from scheduler.backends.local import LocalBackend
-from scheduler.dispatch import drain
+from scheduler.execution.dispatcher import drain
 
 LocalBackend.start = lambda self, order: os._exit(9)  # dies between sending and recording
 drain()
@@ -179,7 +181,7 @@ drain()
 def test_outbox_survives_a_dispatcher_crash_and_a_start_is_never_run_twice(cluster, people, tmp_path):
     cluster.agent("w1")
     marker = tmp_path / "starts"
-    job = services.submit_job(
+    job = submit_job(
         people["alice"],
         {"name": "once", "cpu": 1, "memory": "1Gi", "command": ["sh", "-c", f"echo started >> {marker}; exec sleep 30"]},
     )
@@ -196,7 +198,7 @@ def test_outbox_survives_a_dispatcher_crash_and_a_start_is_never_run_twice(clust
     start_intent.refresh_from_db()
     assert (start_intent.state, start_intent.tries) == ("pending", 1)
     # The dead dispatcher's lease runs out; the next drain delivers the intent.
-    SchedulerLease.objects.filter(name=dispatch.LEASE_NAME).update(expires_at=timezone.now() - timedelta(seconds=1))
+    SchedulerLease.objects.filter(name=LEASE_NAME).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert cluster.pump(lambda: attempt_state(job) == "running"), cluster.logs()
     start_intent.refresh_from_db()
     assert start_intent.state == "done" and DispatchIntent.objects.filter(task__job=job).count() == 1
@@ -221,7 +223,7 @@ def test_celery_worker_and_beat_run_a_task_through_an_agent_to_success_and_its_l
     )
     try:
         cluster.agent("w1")
-        job = services.submit_job(
+        job = submit_job(
             people["alice"],
             {"name": "hello", "cpu": 1, "memory": "1Gi", "command": ["sh", "-c", "echo hello from $IRIS_TASK_ID"]},
         )

@@ -11,12 +11,15 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduler import backends, dispatch, services
+from scheduler import backends
 from scheduler.backends import AttemptRef, AttemptReport, AttemptStatus, Backend, BackendError, Delivery
 from scheduler.core.bands import Band
+from scheduler.execution.attempts import apply_reports
+from scheduler.execution.dispatcher import LEASE_NAME, drain
+from scheduler.execution.outbox import intent_counts, request_dispatch, retry_intents, stuck_intents
+from scheduler.jobs.cancel import cancel_job
 from scheduler.models import Attempt, DispatchIntent, SchedulerLease, Task, Worker
-from scheduler.reports import apply_reports
-from scheduler.tick import run_tick
+from scheduler.tick.run import run_tick
 from tests.db.factories import NOW_MS, make_job, make_worker, start_running
 from tests.personas import make_user
 
@@ -70,7 +73,7 @@ def test_drain_hands_new_attempts_to_the_workers_backend_in_id_order():
     job.save()
 
     run_tick(NOW_MS)
-    result = dispatch.drain()
+    result = drain()
 
     assert result.delivered == 2
     assert [o.task for o in recording.starts] == ["/alice/train/0", "/alice/train/1"]
@@ -87,8 +90,8 @@ def test_second_drain_sends_nothing_again():
     backends.register_backend("local", recording)
     assign(make_job("/alice/a"), make_worker("w1"))
 
-    dispatch.drain()
-    again = dispatch.drain()
+    drain()
+    again = drain()
 
     assert len(recording.starts) == 1
     assert again.batches == 0
@@ -100,8 +103,8 @@ def test_start_of_attempt_cancelled_before_delivery_is_never_sent_and_frees_capa
     alice = make_user("alice")
     task = assign(make_job("/alice/a"), make_worker("w1"))
 
-    services.cancel_job(alice, "/alice/a")
-    dispatch.drain()
+    cancel_job(alice, "/alice/a")
+    drain()
 
     assert recording.starts == [] and recording.stops == []
     assert intent(task, "start").state == "done"
@@ -114,7 +117,7 @@ def test_cancelling_a_running_job_writes_a_stop_intent_for_its_attempt():
     alice = make_user("alice")
     task = start_running(make_job("/alice/a"), make_worker("w1"))
 
-    services.cancel_job(alice, "/alice/a")
+    cancel_job(alice, "/alice/a")
 
     stop = intent(task, "stop")
     assert (stop.state, stop.reason, stop.worker.name) == ("pending", "Killed by alice", "w1")
@@ -128,7 +131,7 @@ def test_preemptor_start_is_held_until_its_victims_attempt_has_finished():
     preemptor_job = make_job("/alice/prod", band=Band.PRODUCTION, cpu=4, memory_gib=8)
 
     run_tick(NOW_MS)
-    first = dispatch.drain()
+    first = drain()
 
     preemptor = preemptor_job.tasks.get()
     assert preemptor.state == "assigned" and preemptor.worker_id == worker.pk
@@ -139,7 +142,7 @@ def test_preemptor_start_is_held_until_its_victims_attempt_has_finished():
     assert first.held == 1
 
     apply_reports([AttemptReport(AttemptRef(victim.pk, 1), AttemptStatus.PREEMPTED, exit_code=-15, worker="w1")])
-    dispatch.drain()
+    drain()
 
     assert intent(preemptor, "start").state == "delivered"
     assert intent(victim, "stop").state == "done"
@@ -153,19 +156,19 @@ def test_failed_delivery_retries_with_doubling_backoff_then_gives_up_and_requeue
     task = assign(make_job("/alice/a"), make_worker("w1"))
     t0 = timezone.now()
 
-    dispatch.drain(now=t0)
+    drain(now=t0)
     first = intent(task)
     assert (first.state, first.tries, first.next_try_at) == ("pending", 1, t0 + timedelta(seconds=2))
     assert first.last_error == "BackendError: cluster API timed out"
 
-    assert dispatch.drain(now=t0 + timedelta(seconds=1)).batches == 0  # not due yet
-    dispatch.drain(now=t0 + timedelta(seconds=2))
+    assert drain(now=t0 + timedelta(seconds=1)).batches == 0  # not due yet
+    drain(now=t0 + timedelta(seconds=2))
     assert intent(task).next_try_at == t0 + timedelta(seconds=2 + 4)
-    dispatch.drain(now=t0 + timedelta(seconds=6))
+    drain(now=t0 + timedelta(seconds=6))
 
     failed = intent(task)
     assert (failed.state, failed.tries) == ("failed", 3)
-    assert list(dispatch.stuck_intents(t0)) == [failed]
+    assert list(stuck_intents(t0)) == [failed]
     # The task cannot start where it was placed: it goes back to the queue.
     task.refresh_from_db()
     assert (task.state, task.worker_id, task.preemption_count) == ("pending", None, 1)
@@ -178,7 +181,7 @@ def test_worker_on_an_unknown_backend_keeps_its_intent_retrying_with_the_reason(
     Worker.objects.filter(pk=worker.pk).update(backend="kubernetes-not-yet")
     task = assign(make_job("/alice/a"), worker)
 
-    dispatch.drain()
+    drain()
 
     pending = intent(task)
     assert pending.state == "pending" and pending.tries == 1
@@ -195,8 +198,8 @@ def test_operator_retry_sends_a_failed_intent_once_more():
     )
     backends.register_backend("local", RecordingBackend())
 
-    assert dispatch.retry_intents() == 1
-    dispatch.drain()
+    assert retry_intents() == 1
+    drain()
 
     assert intent(task, "stop").state == "done"
 
@@ -210,13 +213,13 @@ def test_a_crash_between_sending_and_recording_loses_nothing_and_counts_the_try(
     backends.register_backend("local", RecordingBackend(fail_with=Crash(), fail_after=1))
 
     with pytest.raises(Crash):
-        dispatch.drain()
+        drain()
 
     # Every intent is still in the outbox; each try that may have reached the backend is counted.
     assert [(intent(t).state, intent(t).tries) for t in tasks] == [("pending", 1)] * 3
     recovered = RecordingBackend()
     backends.register_backend("local", recovered)
-    dispatch.drain()
+    drain()
     assert [intent(t).state for t in tasks] == ["delivered"] * 3
     assert [o.task for o in recovered.starts] == ["/alice/j0/0", "/alice/j1/0", "/alice/j2/0"]
 
@@ -224,20 +227,20 @@ def test_a_crash_between_sending_and_recording_loses_nothing_and_counts_the_try(
 def test_a_drain_while_another_holds_the_lease_does_nothing():
     assign(make_job("/alice/a"), make_worker("w1"))
     SchedulerLease.objects.create(
-        name=dispatch.LEASE_NAME, holder="someone", expires_at=timezone.now() + timedelta(seconds=30)
+        name=LEASE_NAME, holder="someone", expires_at=timezone.now() + timedelta(seconds=30)
     )
 
-    assert dispatch.drain() is None
+    assert drain() is None
     assert DispatchIntent.objects.get().state == "pending"
 
 
 def test_a_dead_drains_lease_is_taken_over_once_expired():
     assign(make_job("/alice/a"), make_worker("w1"))
     SchedulerLease.objects.create(
-        name=dispatch.LEASE_NAME, holder="dead", expires_at=timezone.now() - timedelta(seconds=1)
+        name=LEASE_NAME, holder="dead", expires_at=timezone.now() - timedelta(seconds=1)
     )
 
-    assert dispatch.drain().delivered == 1
+    assert drain().delivered == 1
 
 
 def test_drain_works_through_batches_in_id_order():
@@ -247,7 +250,7 @@ def test_drain_works_through_batches_in_id_order():
     for i in range(7):
         assign(make_job(f"/alice/j{i}"), worker)
 
-    result = dispatch.drain(batch_size=3)
+    result = drain(batch_size=3)
 
     assert (result.batches, result.delivered) == (3, 7)
     assert [o.task for o in recording.starts] == [f"/alice/j{i}/0" for i in range(7)]
@@ -255,14 +258,14 @@ def test_drain_works_through_batches_in_id_order():
 
 def drain_statements(n: int) -> int:
     DispatchIntent.objects.all().delete()
-    dispatch.drain()  # the lease row exists from now on, as in any running cluster
+    drain()  # the lease row exists from now on, as in any running cluster
     worker = make_worker(f"w{n}", cpu=1000, memory_gib=1000)
     for i in range(n):
         assign(make_job(f"/alice/n{n}-{i}"), worker)
     victim = start_running(make_job(f"/bob/v{n}"), worker)
     DispatchIntent.objects.create(task=victim, attempt_number=1, kind="stop", worker=worker, created_at=timezone.now())
     with CaptureQueriesContext(connection) as queries:
-        result = dispatch.drain()
+        result = drain()
     assert result.delivered == n + 1
     return len(queries)
 
@@ -283,8 +286,8 @@ def test_stuck_intents_lists_failed_retrying_and_old_undelivered_ones(settings):
     DispatchIntent.objects.filter(task=retrying).update(tries=2, last_error="boom")
     DispatchIntent.objects.filter(task=failed).update(state="failed", tries=8)
 
-    stuck = {i.task_id for i in dispatch.stuck_intents(now)}
-    counts = dispatch.intent_counts(now)
+    stuck = {i.task_id for i in stuck_intents(now)}
+    counts = intent_counts(now)
 
     assert stuck == {old.pk, retrying.pk, failed.pk}
     assert fresh.pk not in stuck
@@ -298,28 +301,28 @@ def test_tick_that_assigns_requests_a_drain_after_commit(django_capture_on_commi
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         run_tick(NOW_MS)
 
-    assert dispatch.request_dispatch in callbacks
+    assert request_dispatch in callbacks
 
 
 def test_a_broker_outage_never_fails_the_request_for_a_drain(monkeypatch):
-    from scheduler import tasks
+    from celery import current_app
 
     def broker_down(*args, **kwargs):
         raise ConnectionError("broker unreachable")
 
-    monkeypatch.setattr(tasks.dispatch, "apply_async", broker_down)
+    monkeypatch.setattr(current_app, "send_task", broker_down)
 
-    dispatch.request_dispatch()  # logs, does not raise
+    request_dispatch()  # logs, does not raise
 
 
 def test_a_stop_for_an_attempt_whose_worker_was_removed_finishes_the_attempt():
     alice = make_user("alice")
     worker = make_worker("w1")
     task = start_running(make_job("/alice/a"), worker)
-    services.cancel_job(alice, "/alice/a")
+    cancel_job(alice, "/alice/a")
     worker.delete()
 
-    result = dispatch.drain()
+    result = drain()
 
     assert result.finished == 1
     assert intent(task, "stop").state == "done"

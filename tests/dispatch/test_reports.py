@@ -8,18 +8,21 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduler import reports
 from scheduler.backends import AttemptRef, AttemptReport, AttemptStatus
 from scheduler.core.bands import Band
+from scheduler.execution.attempts import apply_reports
+from scheduler.execution.dispatcher import drain
+from scheduler.execution.workers import agent_heartbeat, check_workers
 from scheduler.models import Attempt, DispatchIntent, Job, Task, Worker
-from scheduler.tick import run_tick
+from scheduler.provisioning.sync import sync_backends
+from scheduler.tick.run import run_tick
 from tests.db.factories import NOW_MS, make_job, make_worker, start_running
 
 pytestmark = pytest.mark.django_db
 
 
 def report(task, status, *, attempt=1, exit_code=None, worker="w1", message=""):
-    return reports.apply_reports(
+    return apply_reports(
         [AttemptReport(AttemptRef(task.pk, attempt), AttemptStatus(status), exit_code, message, worker)]
     )
 
@@ -167,7 +170,7 @@ def test_a_worker_silent_past_the_grace_period_is_lost_and_its_tasks_retry(setti
     task = start_running(make_job("/alice/a"), worker)
     fresh = silent_worker("w2", seconds_ago=5)
 
-    lost = reports.check_workers()
+    lost = check_workers()
 
     assert lost == ["w1"]
     assert Worker.objects.get(pk=worker.pk).healthy is False
@@ -176,7 +179,7 @@ def test_a_worker_silent_past_the_grace_period_is_lost_and_its_tasks_retry(setti
     assert attempt.state == "worker_failed" and attempt.finished_at is not None
     assert "no heartbeat" in attempt.error
     assert (refreshed(task).state, task.preemption_count, task.worker_id) == ("pending", 1, None)
-    assert reports.check_workers() == []  # declared once
+    assert check_workers() == []  # declared once
 
 
 def test_a_lost_worker_ends_tasks_out_of_preemption_retries_as_worker_failed():
@@ -184,7 +187,7 @@ def test_a_lost_worker_ends_tasks_out_of_preemption_retries_as_worker_failed():
     task = start_running(make_job("/alice/a"), worker)
     Job.objects.filter(pk=task.job_id).update(max_retries_preemption=0)
 
-    reports.check_workers()
+    check_workers()
 
     assert refreshed(task).state == "worker_failed"
     assert Job.objects.get(pk=task.job_id).state == "failed"
@@ -194,7 +197,7 @@ def test_a_worker_that_never_heartbeated_is_not_watched():
     worker = make_worker("by-hand")  # registered by an operator, no agent
     start_running(make_job("/alice/a"), worker)
 
-    assert reports.check_workers() == []
+    assert check_workers() == []
     assert Worker.objects.get(pk=worker.pk).healthy is True
 
 
@@ -231,14 +234,13 @@ def test_a_gang_member_lost_with_retries_left_requeues_the_whole_gang_free_of_ch
 
 
 def heartbeat(running=(), worker="w1"):
-    return reports.agent_heartbeat(worker, [AttemptRef(*key) for key in running])
+    return agent_heartbeat(worker, [AttemptRef(*key) for key in running])
 
 
 def test_heartbeat_hands_the_agent_its_delivered_starts_and_stops():
-    from scheduler import dispatch
 
     task = assigned_task()
-    dispatch.drain()
+    drain()
 
     box = heartbeat()
 
@@ -248,10 +250,9 @@ def test_heartbeat_hands_the_agent_its_delivered_starts_and_stops():
 
 
 def test_heartbeat_does_not_hand_out_a_start_the_agent_already_runs():
-    from scheduler import dispatch
 
     task = assigned_task()
-    dispatch.drain()
+    drain()
 
     box = heartbeat(running=[(task.pk, 1)])
 
@@ -311,5 +312,5 @@ def test_reports_of_a_polled_backend_are_applied_and_only_polled_backends_are_as
     assert "polled" in backends.polled_backend_names()
     assert "local" not in backends.polled_backend_names()  # agents push their reports
     assert "local" in backends.heartbeat_backend_names()
-    assert reports.sync_backends() >= 1
+    assert sync_backends() >= 1
     assert refreshed(task).state == "succeeded"

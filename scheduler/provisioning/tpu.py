@@ -1,21 +1,10 @@
-"""The shell around the cloud backends: Kubernetes set-up and status, TPU slice provisioning,
-and each backend's health for the console.
-
-- :func:`sync_kubernetes` (Celery beat, every ``IRIS_KUBERNETES_SYNC_SECONDS``) makes sure the
-  PriorityClasses and Kueue WorkloadPriorityClasses exist, keeps the worker row that stands for
-  the cluster (healthy while the API answers, so the tick promotes only then), applies what the
-  pods say (``KubernetesBackend.poll``), ends attempts whose pods vanished, removes finished
-  pods and PDBs, and records the outcome in ``BackendState``.
-- :func:`provision_tpu` (Celery beat, every ``IRIS_TPU_PROVISION_SECONDS``) tracks slices until
-  ready, plans per scale group from the unmet demand (``scheduler.core.demand``), creates and
-  deletes slices through the TPU API, and records failures (per slice, and as the group's
-  backoff) and the outcome.
-- :func:`backend_status` and :func:`tpu_slices` are what the console's workers and scheduler
-  pages read.
+"""TPU slice provisioning (Celery beat, every ``IRIS_TPU_PROVISION_SECONDS``): tracks slices until
+ready, plans per scale group from the unmet demand (:mod:`scheduler.core.demand`), creates and
+deletes slices through the TPU API, and records failures (per slice, and as the group's
+backoff) and the outcome.
 
 Every API call is outside any transaction, and every database write is a compare-and-set or a
-single row's update, so a failed or timed-out call leaves tasks, attempts and slices in a state
-the next pass continues from.
+single row's update, so a failed or timed-out call leaves the state the next pass continues from.
 """
 
 from __future__ import annotations
@@ -23,97 +12,25 @@ from __future__ import annotations
 import logging
 import secrets
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, Max, OuterRef, Q, Subquery
+from django.db.models import Count, Max, Q
 from django.utils import timezone
 
-from scheduler import backends, reports
-from scheduler.backends.base import AttemptRef, AttemptReport, AttemptStatus, BackendError
+from scheduler.backends.tpu import SliceRequest, TpuApi, TpuApiError
 from scheduler.cluster_config import ClusterConfig, cluster_config
 from scheduler.core.demand import FailureHistory, GroupSpec, PendingTpuJob, SliceView, plan_provisioning
-from scheduler.core.types import ACTIVE_STATES, TERMINAL_JOB_STATES, TaskState
-from scheduler.models import Attempt, BackendState, DispatchIntent, Job, TpuSlice, Worker
+from scheduler.core.types import TaskState
+from scheduler.execution.workers import declare_worker_lost
+from scheduler.models import Attempt, Job, TpuSlice, Worker
+from scheduler.provisioning.health import KUBERNETES, TPU, record_error, record_ok
+from scheduler.store.states import TERMINAL_JOB_VALUES
 
 log = logging.getLogger(__name__)
 
-KUBERNETES = "kubernetes"
-TPU = "tpu"
-# A pod created this recently may not be in our view yet: not declared vanished before then.
-VANISHED_GRACE_SECONDS = 60
-ACTIVE_VALUES = sorted(s.value for s in ACTIVE_STATES)
-TERMINAL_JOB_VALUES = sorted(s.value for s in TERMINAL_JOB_STATES)
 LIVE_SLICE_STATES = (TpuSlice.State.CREATING, TpuSlice.State.READY, TpuSlice.State.DRAINING, TpuSlice.State.DELETING)
-
-
-# --- health ---------------------------------------------------------------------------------------
-
-
-def record_ok(name: str, now: datetime, detail: dict[str, Any], *, enabled: bool = True) -> None:
-    state, _ = BackendState.objects.get_or_create(name=name)
-    BackendState.objects.filter(name=name).update(
-        enabled=enabled, healthy=enabled, last_sync_at=now, last_ok_at=now if enabled else state.last_ok_at,
-        consecutive_errors=0, detail=detail,
-    )
-
-
-def record_error(name: str, now: datetime, error: str, detail: dict[str, Any] | None = None) -> None:
-    state, _ = BackendState.objects.get_or_create(name=name)
-    values: dict[str, Any] = {
-        "enabled": True, "healthy": False, "last_sync_at": now, "last_error": error[:4000], "last_error_at": now,
-        "consecutive_errors": state.consecutive_errors + 1,
-    }
-    if detail is not None:
-        values["detail"] = detail
-    BackendState.objects.filter(name=name).update(**values)
-
-
-@dataclass(frozen=True)
-class BackendStatus:
-    """One backend as the console shows it."""
-
-    name: str
-    enabled: bool
-    healthy: bool
-    last_sync_at: datetime | None
-    last_ok_at: datetime | None
-    last_error: str
-    last_error_at: datetime | None
-    consecutive_errors: int
-    detail: dict[str, Any]
-    workers: int
-
-
-def backend_status() -> list[BackendStatus]:
-    """Every backend with its health, last sync and last error (two queries).
-
-    Lists the cloud backends that have a state row (``kubernetes``, ``tpu``) and every backend
-    that registered workers (``local`` is healthy while any of its workers is).
-    """
-    workers, healthy_workers = {}, {}
-    for backend, n, healthy in Worker.objects.order_by().values_list("backend").annotate(
-        n=Count("pk"), healthy=Count("pk", filter=Q(healthy=True))
-    ):
-        workers[backend], healthy_workers[backend] = n, healthy
-    rows = {s.name: s for s in BackendState.objects.all()}
-    result = []
-    for name in sorted(set(rows) | set(workers)):
-        row = rows.get(name)
-        if row is not None:
-            result.append(
-                BackendStatus(
-                    name, row.enabled, row.healthy, row.last_sync_at, row.last_ok_at, row.last_error,
-                    row.last_error_at, row.consecutive_errors, row.detail or {}, workers.get(name, 0),
-                )
-            )
-        else:
-            result.append(
-                BackendStatus(name, True, bool(healthy_workers.get(name)), None, None, "", None, 0, {},
-                              workers.get(name, 0))
-            )
-    return result
 
 
 def tpu_slices(*, include_finished: bool = False):
@@ -124,115 +41,11 @@ def tpu_slices(*, include_finished: bool = False):
     return slices
 
 
-# --- Kubernetes -----------------------------------------------------------------------------------
-
-
-@dataclass
-class KubernetesSync:
-    enabled: bool = True
-    applied: int = 0
-    vanished: int = 0
-    collected: int = 0
-    pods: int = 0
-    error: str = ""
-    setup: dict[str, list[str]] = field(default_factory=dict)
-
-
-def ensure_kubernetes_worker(config: Any) -> Worker:
-    """The worker row standing for the cluster: tasks promoted to pods are ASSIGNED to it.
-    Created unhealthy; a pass that reached the API marks it healthy."""
-    worker, _ = Worker.objects.get_or_create(
-        name=config.worker_name,
-        defaults={
-            "backend": KUBERNETES, "cpu_millicores": 0, "memory_bytes": 0, "healthy": False,
-            "attributes": {"namespace": config.namespace, "queue": config.queue_name},
-        },
-    )
-    if worker.backend != KUBERNETES:
-        raise BackendError(
-            f"worker {config.worker_name!r} belongs to backend {worker.backend!r}; set kubernetes.worker_name"
-        )
-    return worker
-
-
-def sync_kubernetes(now: datetime | None = None, *, watch_seconds: int | None = None) -> KubernetesSync:
-    """One pass over the Kubernetes backend (see the module docstring). Never raises on API errors."""
-    now = now or timezone.now()
-    config = cluster_config().kubernetes
-    if not config.enabled:
-        record_ok(KUBERNETES, now, {"reason": "disabled in the cluster config"}, enabled=False)
-        Worker.objects.filter(backend=KUBERNETES, healthy=True).update(healthy=False)
-        return KubernetesSync(enabled=False)
-    backend = backends.get_backend(KUBERNETES)
-    outcome = KubernetesSync()
-    try:
-        setup = backend.ensure_setup()
-        if setup.created or setup.updated:
-            outcome.setup = {"created": setup.created, "updated": setup.updated}
-        worker = ensure_kubernetes_worker(config)
-        polled_at = timezone.now()
-        kwargs = {} if watch_seconds is None else {"watch_seconds": watch_seconds}
-        poll = backend.poll(now, **kwargs)
-        outcome.pods = len(poll.live)
-        outcome.applied = reports.apply_reports(poll.reports, now).applied
-        outcome.vanished = end_vanished_attempts(worker.pk, poll.live, polled_at, now)
-        outcome.collected = backend.collect(poll.finished)
-        # The API answered: the tick may promote onto the cluster again.
-        Worker.objects.filter(pk=worker.pk, healthy=False).update(healthy=True)
-    except BackendError as exc:
-        outcome.error = str(exc)
-        log.warning("kubernetes sync failed: %s", exc)
-        record_error(KUBERNETES, now, outcome.error)
-        Worker.objects.filter(name=config.worker_name, backend=KUBERNETES).update(healthy=False)
-        return outcome
-    record_ok(KUBERNETES, now, {
-        "namespace": config.namespace,
-        "queue": config.queue_name,
-        "pods": outcome.pods,
-        "reports_applied": outcome.applied,
-        "vanished": outcome.vanished,
-        "setup": outcome.setup or "unchanged",
-    })
-    return outcome
-
-
-def end_vanished_attempts(worker_pk: int, live: set[AttemptRef], polled_at: datetime, now: datetime) -> int:
-    """Unfinished attempts whose pod was created (START done) well before the poll but is not
-    there: they ended without our seeing how (deleted while no process was watching).
-
-    One query over the cluster's unfinished attempts (as many as it has pods), then one report
-    per vanished attempt (rare)."""
-    cutoff = polled_at - timedelta(seconds=VANISHED_GRACE_SECONDS)
-    start = DispatchIntent.objects.filter(
-        task_id=OuterRef("task_id"), attempt_number=OuterRef("number"), kind=DispatchIntent.Kind.START
-    )
-    rows = (
-        Attempt.objects.filter(worker_id=worker_pk, finished_at__isnull=True)
-        .annotate(start_state=Subquery(start.values("state")[:1]), start_at=Subquery(start.values("updated_at")[:1]))
-        .values_list("task_id", "number", "start_state", "start_at")
-    )
-    vanished = [
-        AttemptRef(task_pk, number)
-        for task_pk, number, state, at in rows
-        if state == DispatchIntent.State.DONE and at is not None and at < cutoff
-        and AttemptRef(task_pk, number) not in live
-    ]
-    if not vanished:
-        return 0
-    return reports.apply_reports(
-        [AttemptReport(ref, AttemptStatus.PREEMPTED, message="pod disappeared") for ref in vanished], now
-    ).applied
-
-
-# --- TPU provisioning -----------------------------------------------------------------------------
-
 _api_cache: dict[str, Any] = {}
 
 
 def tpu_api(config: Any):
     """The TPU API client for this config (one per process and config)."""
-    from scheduler.backends.tpu import TpuApi
-
     cached = _api_cache.get("api")
     if cached is None or cached.config != config:
         cached = _api_cache["api"] = TpuApi(config)
@@ -240,6 +53,8 @@ def tpu_api(config: Any):
 
 
 @dataclass
+
+
 class TpuPass:
     enabled: bool = True
     created: list[str] = field(default_factory=list)
@@ -326,8 +141,6 @@ def track_slices(api: Any, config: ClusterConfig, now: datetime, result: TpuPass
     """Move creating slices to ready or failed, deleting ones to deleted, and notice ready
     slices that went away (preempted spot capacity)."""
     tpu = config.tpu
-    from scheduler.backends.tpu import TpuApiError
-
     for row in TpuSlice.objects.filter(state__in=LIVE_SLICE_STATES).order_by("pk"):
         try:
             status = api.status(row.name, row.zone, row.provisioning, row.operation)
@@ -359,8 +172,6 @@ def track_slices(api: Any, config: ClusterConfig, now: datetime, result: TpuPass
 
 
 def fail_slice(api: Any, row: TpuSlice, error: str, now: datetime, result: TpuPass, *, delete: bool = False) -> None:
-    from scheduler.backends.tpu import TpuApiError
-
     TpuSlice.objects.filter(pk=row.pk, state=row.state).update(
         state=TpuSlice.State.FAILED, finished_at=now, last_error=error[:2000]
     )
@@ -465,8 +276,6 @@ def failure_histories() -> dict[str, FailureHistory]:
 
 def create_slice(api: Any, tpu: Any, group: Any, now: datetime, result: TpuPass) -> None:
     """Write the slice row first, then ask the API: a timeout still leaves the slice known."""
-    from scheduler.backends.tpu import SliceRequest, TpuApiError
-
     name = slice_name(group.name)
     row = TpuSlice.objects.create(
         name=name, scale_group=group.name, zone=group.zone, accelerator_type=group.accelerator_type,
@@ -490,8 +299,6 @@ def release_idle(api: Any, plan: Any, views: list[SliceView], now: datetime, res
     """Two steps, so the tick cannot place work on a slice being deleted: an idle slice past the
     timeout is first DRAINING (its workers take no new work); on the next pass, if still idle,
     it is deleted, else it is back to READY."""
-    from scheduler.backends.tpu import TpuApiError
-
     by_name = {v.name: v for v in views}
     workers = slice_workers()
     reclaimed = {name for group_plan in plan.groups.values() for name in group_plan.reclaim}
@@ -524,14 +331,12 @@ def release_idle(api: Any, plan: Any, views: list[SliceView], now: datetime, res
 def lose_slice_workers(name: str, reason: str, now: datetime) -> None:
     """The slice's hosts are gone: their workers are lost (attempts end WORKER_FAILED, retried)."""
     for pk, _ in slice_workers().get(name, []):
-        reports.declare_worker_lost(pk, now, reason)
+        declare_worker_lost(pk, now, reason)
 
 
 def sweep_orphans(api: Any, config: ClusterConfig, result: TpuPass) -> None:
     """Delete managed nodes that no live slice row claims (e.g. created by a request that timed
     out, then recorded as failed). One list per zone in use."""
-    from scheduler.backends.tpu import TpuApiError
-
     live = set(TpuSlice.objects.filter(state__in=LIVE_SLICE_STATES).values_list("name", flat=True))
     zones = sorted({g.zone for g in config.scale_groups})
     for zone in zones:
@@ -551,42 +356,3 @@ def sweep_orphans(api: Any, config: ClusterConfig, result: TpuPass) -> None:
                 continue
             log.warning("deleted orphan TPU node %s in %s", name, zone)
             result.deleted.append(name)
-
-
-# --- the tick's Kubernetes drain ------------------------------------------------------------------
-
-
-def plan_kueue(loaded: Any, decision: Any) -> Any:
-    """The tick's Kubernetes promotions for this snapshot (pure; see ``scheduler.core.kueue``).
-
-    Uses the spend the core computed, so both halves of the tick see the same budgets."""
-    from scheduler.core.kueue import plan_promotions
-
-    snapshot = loaded.snapshot
-    return plan_promotions(
-        loaded.kueue, decision.spend, snapshot.budgets, snapshot.config.budget_defaults, snapshot.now_ms
-    )
-
-
-def save_kueue_state(loaded: Any, plan: Any) -> None:
-    """Inside the tick's transaction: stamp newly routed jobs (one statement per backend) and
-    store the promotion bucket (one statement when Kubernetes work exists)."""
-    from django.db import connection
-
-    by_route: dict[str, list[int]] = {}
-    for pk, route in loaded.routes.items():
-        by_route.setdefault(route, []).append(pk)
-    table = Job._meta.db_table
-    for route, pks in sorted(by_route.items()):
-        with connection.cursor() as cursor:
-            if connection.vendor == "postgresql":
-                cursor.execute(f"UPDATE {table} SET backend = %s WHERE backend = '' AND id = ANY(%s)", [route, pks])
-            else:
-                cursor.execute(
-                    f"UPDATE {table} SET backend = %s WHERE backend = '' AND id IN (SELECT value FROM json_each(%s))",
-                    [route, "[" + ",".join(str(int(pk)) for pk in pks) + "]"],
-                )
-    if loaded.kueue.jobs or loaded.kueue.worker:
-        updated = BackendState.objects.filter(name=KUBERNETES).update(tokens=plan.tokens, tokens_at_ms=plan.tokens_at_ms)
-        if not updated:
-            BackendState.objects.create(name=KUBERNETES, tokens=plan.tokens, tokens_at_ms=plan.tokens_at_ms)

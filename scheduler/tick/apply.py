@@ -1,52 +1,32 @@
-"""The imperative shell around the core: lease -> load -> decide -> apply in one transaction.
-
-Two ticks never run at once: each takes the ``tick`` lease by compare-and-set and checks it
-still holds it inside its write transaction (a fencing check), so a tick that stalled past its
-lease cannot commit over a newer one. A tick that dies half-way rolls back entirely.
+"""Writing a decision back, inside the tick's transaction.
 
 Writes made while the tick decided are not overwritten: inside the transaction the shell
 re-reads the state of every task it is about to change (with ``FOR UPDATE`` on PostgreSQL) and
 drops any change whose task moved since the snapshot (a whole gang if one member moved).
 
-Every kind of write is one set-based statement (``scheduler.bulk``), so the number of
+Every kind of write is one set-based statement (:mod:`scheduler.store.bulk`), so the number of
 statements per tick does not grow with the number of tasks; on PostgreSQL they are pipelined.
 """
 
 from __future__ import annotations
 
-import gc
-import logging
 import time
-import uuid
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime
 
-from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import Q
-from django.utils import timezone
+from django.db import connection
 
-from scheduler import bulk, provisioning
-from scheduler.core.decision import decide
-from scheduler.core.kueue import merge_into
-from scheduler.core.types import ACTIVE_STATES, TERMINAL_JOB_STATES, Decision, JobState, TaskState
-from scheduler.dispatch import request_dispatch
-from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, SchedulerLease, Task, TickRecord
-from scheduler.snapshot import LoadedSnapshot, explanation_to_json, load_snapshot
-
-log = logging.getLogger(__name__)
-
-LEASE_NAME = "tick"
-ACTIVE_VALUES = {s.value for s in ACTIVE_STATES}
-TERMINAL_JOB_VALUES = sorted(s.value for s in TERMINAL_JOB_STATES)
-
-
-class LeaseLost(RuntimeError):
-    """Another tick took the lease while this one was deciding; this one must not commit."""
+from scheduler.core.types import ACTIVE_STATES, Decision, JobState, TaskState
+from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord
+from scheduler.store import bulk
+from scheduler.store.states import ACTIVE_VALUES, TERMINAL_JOB_VALUES
+from scheduler.tick.explanation import explanation_to_json
+from scheduler.tick.load import LoadedSnapshot
 
 
 @dataclass(frozen=True)
+
+
 class TickOutcome:
     tick_id: int
     decision: Decision
@@ -60,113 +40,6 @@ class TickOutcome:
     load_ms: float = 0.0
     decide_ms: float = 0.0
     refresh: str = ""
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-# --- the lease ------------------------------------------------------------------------------------
-
-
-def acquire_lease(holder: str, now: datetime) -> bool:
-    """Take the tick lease if it is free or expired. True when this holder now owns it."""
-    SchedulerLease.objects.get_or_create(name=LEASE_NAME)
-    expires = now + timedelta(seconds=settings.TICK_LEASE_SECONDS)
-    taken = (
-        SchedulerLease.objects.filter(name=LEASE_NAME)
-        .filter(Q(expires_at__isnull=True) | Q(expires_at__lte=now))
-        .update(holder=holder, expires_at=expires)
-    )
-    return taken == 1
-
-
-def release_lease(holder: str) -> None:
-    SchedulerLease.objects.filter(name=LEASE_NAME, holder=holder).update(holder="", expires_at=None)
-
-
-def confirm_lease(holder: str) -> None:
-    """Inside the write transaction: fail unless this holder still owns the lease."""
-    still_ours = SchedulerLease.objects.filter(name=LEASE_NAME, holder=holder).update(
-        expires_at=timezone.now() + timedelta(seconds=settings.TICK_LEASE_SECONDS)
-    )
-    if still_ours != 1:
-        raise LeaseLost(f"tick {holder} lost its lease before commit")
-
-
-# --- the tick -------------------------------------------------------------------------------------
-
-
-@contextmanager
-def cycle_collector_paused():
-    """Pause Python's cyclic garbage collector for the duration of a tick.
-
-    A tick allocates hundreds of thousands of short-lived objects beside the large cached
-    cluster (``scheduler.cluster_rows``); each collection the allocations trigger walks all of
-    them, which measured up to half of the queue explanation's time. Nearly everything a tick
-    makes is freed by reference counting anyway; whatever cycles remain are collected when the
-    collector resumes.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def run_tick(now: int | None = None) -> TickOutcome | None:
-    """Run one scheduling tick. Returns None when another tick holds the lease."""
-    with cycle_collector_paused():
-        return _run_tick(now)
-
-
-def _run_tick(now: int | None) -> TickOutcome | None:
-    holder = uuid.uuid4().hex
-    started = time.perf_counter()
-    wall = timezone.now()
-    if not acquire_lease(holder, wall):
-        log.info("tick skipped: another tick holds the lease")
-        return None
-    try:
-        tick_now = now if now is not None else now_ms()
-        loaded = load_snapshot(tick_now)
-        load_ms = (time.perf_counter() - started) * 1000
-        decide_started = time.perf_counter()
-        decision = decide(loaded.snapshot)
-        # Work routed to Kubernetes: ranked and promoted at a capped rate (Kueue admits it).
-        kueue = provisioning.plan_kueue(loaded, decision)
-        decision = merge_into(decision, kueue)
-        decide_ms = (time.perf_counter() - decide_started) * 1000
-        with transaction.atomic():
-            confirm_lease(holder)
-            outcome = apply_decision(loaded, decision, wall, started, decide_ms)
-            provisioning.save_kueue_state(loaded, kueue)
-            if outcome.assigned or outcome.preempted:
-                # Deliver the new START/STOP intents right after commit; a broker outage is
-                # logged, never raised (beat drains the outbox every IRIS_DISPATCH_SECONDS).
-                transaction.on_commit(request_dispatch, robust=True)
-    finally:
-        release_lease(holder)
-    outcome = replace(outcome, load_ms=load_ms, decide_ms=decide_ms, refresh=loaded.refresh)
-    log.info(
-        "tick %s: %d assigned, %d preempted, %d expired, %d conflicts, %.0f ms "
-        "(load %.0f ms reading %s, decide %.0f ms)",
-        outcome.tick_id,
-        outcome.assigned,
-        outcome.preempted,
-        outcome.expired,
-        outcome.skipped_conflicts,
-        outcome.duration_ms,
-        load_ms,
-        "changes" if loaded.refresh == "changes" else "everything",
-        decide_ms,
-    )
-    return outcome
-
-
-# --- applying a decision --------------------------------------------------------------------------
 
 
 def current_task_states(pks: list[int]) -> dict[int, tuple[str, int | None]]:
@@ -400,4 +273,3 @@ def limits_sample(loaded: LoadedSnapshot, decision: Decision) -> dict[str, int]:
         user: (loaded.snapshot.budgets[user].budget_limit if user in loaded.snapshot.budgets else default)
         for user in sorted(users)
     }
-

@@ -1,84 +1,59 @@
-"""The outbox drain: hand due START and STOP intents to their backends, after commit.
+"""The dispatcher: drains the outbox, delivering each intent to its backend at most once.
 
-The tick (and cancelling a job) writes ``DispatchIntent`` rows in the same transaction as the
-decision that needs them, then asks for a drain after commit (``request_dispatch``); Celery beat
-drains every ``IRIS_DISPATCH_SECONDS`` as well, so a lost message or a dispatcher that crashed
-between commit and send loses nothing: the intents are rows, and the next drain finds them.
-
-One drain (under a lease, so two never overlap) walks due intents in id order, in batches of
-``BATCH_SIZE`` with a fixed number of statements per batch, whatever its size:
-
-- a START whose attempt already ended (preempted or cancelled before it was sent) is not sent;
-  if it was never handed to any backend, nothing can be running, so the attempt is marked
-  finished at once and its STOP is not sent either;
-- a START for a preemptor placed on a worker that still holds the unfinished attempt of a task
-  it evicted is **held** until that attempt has finished ("placement binding": the tick assigns
-  the preemptor to the freed worker in the same decision, but the worker is not physically free
-  until the victim's process has ended);
-- everything else goes to the backend named by the worker's ``backend``. The try is counted
-  *before* the call, so an intent that may have reached a backend is never treated as unsent.
-  Backends start an attempt at most once, so sending again after a crash is harmless.
-
-Failures retry with exponential backoff (``IRIS_DISPATCH_RETRY_SECONDS``, doubling, capped at
-``RETRY_MAX_SECONDS``) up to ``IRIS_DISPATCH_MAX_TRIES``, then the intent is FAILED and stays
-visible with its ``last_error``; a START that cannot be delivered ends its attempt as if the
-worker were lost, so the task retries elsewhere. ``stuck_intents`` lists what operators should
-look at.
+One drain at a time (the ``dispatch`` lease); failed deliveries retry with backoff until
+``IRIS_DISPATCH_MAX_TRIES``, then the attempt ends.
 """
 
 from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery
+from django.db.models import F, Q
 from django.utils import timezone
 
 from scheduler import backends
-from scheduler.backends import (
-    AttemptRef,
-    AttemptReport,
-    AttemptStatus,
-    BackendError,
-    Delivery,
-    PermanentBackendError,
-    StartOrder,
-    StopOrder,
+from scheduler.backends import AttemptRef, AttemptReport, AttemptStatus, BackendError, Delivery, PermanentBackendError
+from scheduler.execution.attempts import apply_reports
+from scheduler.execution.outbox import (
+    DELIVERED,
+    DONE,
+    FAILED,
+    HELD_MESSAGE,
+    PENDING,
+    START,
+    STOP,
+    start_order,
+    stop_order,
+    with_attempts,
 )
-from scheduler.core.bands import Band
-from scheduler.core.types import ACTIVE_STATES, Device, DeviceType, Resources
-from scheduler.models import Attempt, DispatchIntent, SchedulerLease
+from scheduler.models import Attempt, DispatchIntent
+from scheduler.store import lease
+from scheduler.store.states import ACTIVE_VALUES
 
 log = logging.getLogger(__name__)
 
 LEASE_NAME = "dispatch"
+
 # A dispatcher that died holding the lease is replaced after this long. Renewed every batch.
 LEASE_SECONDS = 30
+
 # Intents per batch. Each batch costs two reads and at most six writes, whatever its size.
 BATCH_SIZE = 500
+
 # Batches per drain, so one drain stays short; the next drain continues where work remains.
 MAX_BATCHES = 20
+
 # Longest wait between two delivery tries (the backoff doubles up to this).
 RETRY_MAX_SECONDS = 300
 
-ACTIVE_VALUES = sorted(s.value for s in ACTIVE_STATES)
-START = DispatchIntent.Kind.START
-STOP = DispatchIntent.Kind.STOP
-PENDING = DispatchIntent.State.PENDING
-DELIVERED = DispatchIntent.State.DELIVERED
-DONE = DispatchIntent.State.DONE
-FAILED = DispatchIntent.State.FAILED
-OPEN_STATES = (PENDING, DELIVERED)
-
-HELD_MESSAGE = "held: waiting for the attempt it preempted on {worker} to finish"
-
 
 @dataclass
+
+
 class DrainResult:
     """What one drain did, by outcome."""
 
@@ -91,151 +66,13 @@ class DrainResult:
     batches: int = 0
 
 
-# --- triggering -----------------------------------------------------------------------------------
-
-
-def request_dispatch() -> None:
-    """Ask Celery for a drain now. Call it after commit; it never raises (the broker may be down,
-    and beat drains every ``IRIS_DISPATCH_SECONDS`` anyway)."""
-    try:
-        from scheduler.tasks import dispatch
-
-        dispatch.apply_async(expires=float(max(settings.DISPATCH_SECONDS, 1)) * 5, retry=False)
-    except Exception:  # noqa: BLE001 -- any broker failure; the intents wait in the outbox
-        log.warning("could not enqueue a dispatch; beat's next drain will deliver the intents", exc_info=True)
-
-
-def write_stop_intents(attempts: Iterable[tuple[int, int, int | None]], reason: str, now: datetime) -> int:
-    """Write STOP intents for ``(task pk, attempt number, worker pk)`` of attempts that just ended.
-
-    Call inside the transaction that ended them; a drain is requested after commit. An attempt
-    that already has a STOP keeps it (the outbox holds one intent per attempt and kind).
-    """
-    rows = [
-        DispatchIntent(
-            task_id=task_pk,
-            attempt_number=number,
-            kind=STOP,
-            worker_id=worker_pk,
-            state=PENDING,
-            reason=reason[:500],
-            created_at=now,
-        )
-        for task_pk, number, worker_pk in attempts
-    ]
-    if not rows:
-        return 0
-    DispatchIntent.objects.bulk_create(rows, ignore_conflicts=True)
-    transaction.on_commit(request_dispatch, robust=True)
-    return len(rows)
-
-
-def close_intents(attempt_keys: Iterable[tuple[int, int]], now: datetime, *, kinds=(START, STOP)) -> int:
-    """Mark open intents of the given ``(task pk, attempt number)`` attempts DONE (one statement)."""
-    match = Q()
-    for task_pk, number in attempt_keys:
-        match |= Q(task_id=task_pk, attempt_number=number)
-    if not match:
-        return 0
-    return DispatchIntent.objects.filter(match, kind__in=kinds, state__in=OPEN_STATES).update(
-        state=DONE, updated_at=now
-    )
-
-
-# --- the lease ------------------------------------------------------------------------------------
-
-
 def acquire_lease(holder: str, now: datetime) -> bool:
-    SchedulerLease.objects.get_or_create(name=LEASE_NAME)
-    return (
-        SchedulerLease.objects.filter(name=LEASE_NAME)
-        .filter(Q(expires_at__isnull=True) | Q(expires_at__lte=now) | Q(holder=holder))
-        .update(holder=holder, expires_at=now + timedelta(seconds=LEASE_SECONDS))
-        == 1
-    )
+    """Take (or, already holding it, renew) the dispatch lease. True when this holder owns it."""
+    return lease.acquire(LEASE_NAME, holder, now, LEASE_SECONDS, reentrant=True)
 
 
 def release_lease(holder: str) -> None:
-    SchedulerLease.objects.filter(name=LEASE_NAME, holder=holder).update(holder="", expires_at=None)
-
-
-# --- orders ---------------------------------------------------------------------------------------
-
-
-def with_attempts(intents: QuerySet[DispatchIntent]) -> QuerySet[DispatchIntent]:
-    """Intents with their task, job and worker, and their attempt's state annotated: one query."""
-    attempt = Attempt.objects.filter(task_id=OuterRef("task_id"), number=OuterRef("attempt_number"))
-    start = DispatchIntent.objects.filter(
-        task_id=OuterRef("task_id"), attempt_number=OuterRef("attempt_number"), kind=START
-    )
-    return (
-        intents.select_related("task__job", "worker")
-        .defer("task__job__submission_argv", "task__job__constraints", "worker__attributes")
-        .annotate(
-            attempt_pk=Subquery(attempt.values("pk")[:1]),
-            attempt_state=Subquery(attempt.values("state")[:1]),
-            attempt_band=Subquery(attempt.values("band")[:1]),
-            attempt_finished_at=Subquery(attempt.values("finished_at")[:1]),
-            start_pk=Subquery(start.values("pk")[:1]),
-            start_tries=Subquery(start.values("tries")[:1]),
-        )
-    )
-
-
-def task_environment(task: str, job: str, index: int, attempt: int, band: Band, worker: str) -> dict[str, str]:
-    """What a task's process sees, on every backend."""
-    return {
-        "IRIS_TASK_ID": task,
-        "IRIS_JOB_ID": job,
-        "IRIS_TASK_INDEX": str(index),
-        "IRIS_ATTEMPT": str(attempt),
-        "IRIS_BAND": band.wire,
-        "IRIS_WORKER": worker,
-    }
-
-
-def start_order(intent: DispatchIntent) -> StartOrder:
-    """The order for a START intent loaded through :func:`with_attempts`."""
-    task = intent.task
-    job = task.job
-    stamped = getattr(intent, "attempt_band", None)
-    band = Band(stamped if stamped is not None else (task.band if task.band is not None else job.band))
-    task_name = f"{job.name}/{task.index}"
-    worker = intent.worker.name if intent.worker else ""
-    device = (
-        Device()
-        if job.device_type == DeviceType.CPU.value
-        else Device(DeviceType(job.device_type), job.device_variant or None, job.device_count)
-    )
-    return StartOrder(
-        ref=AttemptRef(task.pk, intent.attempt_number),
-        task=task_name,
-        job=job.name,
-        user=job.user,
-        index=task.index,
-        replicas=job.replicas,
-        worker=worker,
-        band=band,
-        command=tuple(job.command or ()),
-        environment=task_environment(task_name, job.name, task.index, intent.attempt_number, band, worker),
-        resources=Resources(job.cpu_millicores, job.memory_bytes, device),
-        group_by=job.group_by or None,
-        created_at=intent.created_at,
-    )
-
-
-def stop_order(intent: DispatchIntent) -> StopOrder:
-    task = intent.task
-    return StopOrder(
-        ref=AttemptRef(task.pk, intent.attempt_number),
-        task=f"{task.job.name}/{task.index}",
-        worker=intent.worker.name if intent.worker else None,
-        reason=intent.reason,
-        grace_seconds=float(settings.STOP_GRACE_SECONDS),
-    )
-
-
-# --- draining -------------------------------------------------------------------------------------
+    lease.release(LEASE_NAME, holder)
 
 
 def drain(now: datetime | None = None, *, batch_size: int = BATCH_SIZE, max_batches: int = MAX_BATCHES) -> DrainResult | None:
@@ -442,55 +279,8 @@ def record_failures(failures: list[tuple[DispatchIntent, int, str, bool]], now: 
 
 def end_attempts(intents: list[DispatchIntent], status: AttemptStatus, message: str, now: datetime) -> None:
     """End the attempts of ``intents`` with ``status``, as if their backend had reported it."""
-    from scheduler import reports  # reports imports this module
 
-    reports.apply_reports(
+    apply_reports(
         [AttemptReport(ref=AttemptRef(i.task_id, i.attempt_number), status=status, message=message) for i in intents],
         now=now,
     )
-
-
-# --- what operators look at -----------------------------------------------------------------------
-
-
-def stuck_intents(now: datetime | None = None) -> QuerySet[DispatchIntent]:
-    """Intents an operator should look at, oldest first: FAILED ones, ones retrying after an
-    error, and ones still not done ``IRIS_DISPATCH_STUCK_SECONDS`` after they were written
-    (a held preemptor start, an agent that does not fetch its mailbox). Slice it for a page;
-    ``task__job`` and ``worker`` are loaded with it.
-    """
-    now = now or timezone.now()
-    cutoff = now - timedelta(seconds=settings.DISPATCH_STUCK_SECONDS)
-    return (
-        DispatchIntent.objects.filter(
-            Q(state=FAILED) | Q(state=PENDING, tries__gt=0) | Q(state__in=OPEN_STATES, created_at__lte=cutoff)
-        )
-        .select_related("task__job", "worker")
-        .order_by("created_at", "pk")
-    )
-
-
-def intent_counts(now: datetime | None = None) -> dict[str, int]:
-    """``{"pending": n, "delivered": n, "failed": n, "stuck": n}`` for open and failed intents (two queries)."""
-    counts = {state: 0 for state in (PENDING, DELIVERED, FAILED)}
-    for state, n in (
-        DispatchIntent.objects.exclude(state=DONE).order_by().values_list("state").annotate(n=Count("pk"))
-    ):
-        counts[state] = n
-    counts["stuck"] = stuck_intents(now).count()
-    return {str(k): v for k, v in counts.items()}
-
-
-def retry_intents(pks: Iterable[int] | None = None) -> int:
-    """Operators: send FAILED intents (all, or the given ones) once more at the next drain.
-
-    ``tries`` is kept, so an intent that fails again is FAILED again at once; a START retried
-    after its attempt ended is simply not sent.
-    """
-    failed = DispatchIntent.objects.filter(state=FAILED)
-    if pks is not None:
-        failed = failed.filter(pk__in=list(pks))
-    changed = failed.update(state=PENDING, next_try_at=None, updated_at=timezone.now())
-    if changed:
-        transaction.on_commit(request_dispatch, robust=True)
-    return changed

@@ -1,4 +1,5 @@
-"""Console forms. They shape what people type into what ``scheduler.services`` accepts.
+"""Console forms. They shape what people type into what the use cases accept
+(``scheduler.jobs.request`` for a job).
 
 The services are the single source of validation (the API and the CLI meet the same rules):
 a form checks only what its widgets need (a number is a number), hands the values to the

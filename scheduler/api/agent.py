@@ -5,7 +5,8 @@ Agents authenticate with a DRF token of a user who is an operator or in the ``ir
 group (``seed_demo`` creates one for the local demo cluster). An agent speaks only for the
 worker it names: reports about attempts placed elsewhere are ignored.
 
-The views are thin: they validate the wire format and call ``scheduler.reports``. Wire shapes:
+The views are thin: they validate the wire format and call ``scheduler.execution``
+(``workers`` to register and heartbeat, ``attempts`` for reports). Wire shapes:
 
 - ``POST register/``  ``{"name", "cpu", "memory", "device"?, "attributes"?, "backend"?}``
   -> ``{"worker", "created", "heartbeat_seconds"}``
@@ -33,10 +34,14 @@ from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from scheduler import reports, roles, services
+from scheduler import roles
+from scheduler.access import owns_job
 from scheduler.agent.process import log_path
 from scheduler.backends import AttemptRef, AttemptReport, AttemptStatus, StartOrder, StopOrder
 from scheduler.errors import NotFound, PermissionDenied
+from scheduler.execution.attempts import apply_reports
+from scheduler.execution.workers import agent_heartbeat, register_agent
+from scheduler.inputs import parse_int, parse_worker_name
 from scheduler.models import Attempt, Task
 
 AGENT_GROUP = "iris-agents"
@@ -167,7 +172,7 @@ class RegisterView(AgentView):
     @extend_schema(request=AgentRegisterSerializer, responses={200: AgentRegisterAnswerSerializer, 201: AgentRegisterAnswerSerializer})
     def post(self, request):
         data = valid(AgentRegisterSerializer, request.data)
-        worker, created = reports.register_agent(
+        worker, created = register_agent(
             name=data["name"], cpu=data["cpu"], memory=data["memory"], device=data.get("device"),
             attributes=data.get("attributes"), backend=data["backend"],
         )
@@ -181,9 +186,9 @@ class HeartbeatView(AgentView):
     @extend_schema(request=AgentHeartbeatSerializer, responses=AgentHeartbeatAnswerSerializer)
     def post(self, request):
         data = valid(AgentHeartbeatSerializer, request.data)
-        name = services.parse_worker_name(data["name"])
+        name = parse_worker_name(data["name"])
         running = [AttemptRef(item["task"], item["attempt"]) for item in data["running"]]
-        box = reports.agent_heartbeat(name, running, healthy=data["healthy"])
+        box = agent_heartbeat(name, running, healthy=data["healthy"])
         return Response(
             {
                 "worker": name,
@@ -198,8 +203,8 @@ class ReportView(AgentView):
     @extend_schema(request=AgentReportSerializer, responses=AgentReportAnswerSerializer)
     def post(self, request):
         data = valid(AgentReportSerializer, request.data)
-        name = services.parse_worker_name(data["name"])
-        outcome = reports.apply_reports(
+        name = parse_worker_name(data["name"])
+        outcome = apply_reports(
             AttemptReport(
                 ref=AttemptRef(item["task"], item["attempt"]),
                 status=AttemptStatus(item["status"]),
@@ -226,14 +231,14 @@ class AttemptLogView(APIView):
         if task is None:
             raise NotFound(f"task {task_pk} does not exist")
         user = request.user
-        if not (services.owns_job(user, task.job) or roles.is_operator(user)):
+        if not (owns_job(user, task.job) or roles.is_operator(user)):
             raise PermissionDenied(
                 f"logs of {task.job.name} are for its owner '{task.job.user}', operators and admins"
             )
         row = Attempt.objects.filter(task=task, number=attempt).select_related("worker").first()
         if row is None:
             raise NotFound(f"task {task.job.name}/{task.index} has no attempt {attempt}")
-        tail = services.parse_int(
+        tail = parse_int(
             request.query_params.get("tail"), "tail", minimum=1, maximum=MAX_LOG_TAIL, default=DEFAULT_LOG_TAIL
         )
         file = log_path(settings.TASK_LOG_DIR, task_pk, attempt)

@@ -14,17 +14,13 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
+from scheduler.budgets.writes import budget_state
 from scheduler.cluster_config import ClusterConfig
 from scheduler.core.bands import Band
 from scheduler.models import AuditEntry, UserBudget
 
 ACTOR = "cluster-config"
 ACTION = "budget.set"
-
-
-def budget_state(budget_limit: int, max_band: int) -> dict:
-    """A budget row as audit entries record it."""
-    return {"budget_limit": budget_limit, "max_band": Band(max_band).wire}
 
 
 def desired_budgets(config: ClusterConfig) -> dict[str, tuple[int, Band, int]]:

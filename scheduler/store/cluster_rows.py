@@ -30,33 +30,28 @@ from typing import NamedTuple
 from django.db import connection, transaction
 
 from scheduler.core.bands import Band
+from scheduler.core.kueue import BACKEND_KEY
 from scheduler.core.types import (
-    ACTIVE_STATES,
-    TERMINAL_JOB_STATES,
     TERMINAL_STATES,
     Constraint,
     ConstraintOp,
     Device,
     DeviceType,
     JobSpec,
-    JobState,
     Resources,
     TaskSnapshot,
     TaskState,
     WorkerSpec,
 )
-from scheduler.core.kueue import BACKEND_KEY
 from scheduler.models import Attempt, Job, Task, Worker
+from scheduler.store.states import ACTIVE_VALUES, LIVE_JOB_VALUES, LIVE_TASK_VALUES
 
 # Plain dict look-ups: calling an Enum per row costs more than the rest of the row's work.
 TASK_STATES = {s.value: s for s in TaskState}
 BANDS = {int(b): b for b in Band}
-LIVE_TASK_VALUES = tuple(s.value for s in TaskState if s not in TERMINAL_STATES)
-LIVE_JOB_VALUES = tuple(s.value for s in JobState if s not in TERMINAL_JOB_STATES)
-ACTIVE_TASK_VALUES = tuple(s.value for s in ACTIVE_STATES)
 LIVE_TASKS = frozenset(LIVE_TASK_VALUES)
 LIVE_JOBS = frozenset(LIVE_JOB_VALUES)
-ACTIVE_TASKS = frozenset(ACTIVE_TASK_VALUES)
+ACTIVE_TASKS = frozenset(ACTIVE_VALUES)
 LIVE_TASK_STATES = frozenset(s for s in TaskState if s not in TERMINAL_STATES)
 
 # A refresh after a longer gap reads the whole cluster instead of the changes since.
@@ -119,7 +114,7 @@ TASK_SELECT = f"SELECT t.id, t.job_id, t.\"index\", t.state, t.worker_id, t.band
 ATTEMPT_SELECT = f"SELECT a.id, a.task_id, a.worker_id, a.state, a.finished_at IS NULL FROM {ATTEMPT} a"
 # Attempts that ended (preempted, lost, killed) but whose process the worker has not yet
 # confirmed finished: their tasks' resources stay committed on that worker.
-HELD = f"a.finished_at IS NULL AND a.worker_id IS NOT NULL AND a.state NOT IN {in_list(ACTIVE_TASK_VALUES)}"
+HELD = f"a.finished_at IS NULL AND a.worker_id IS NOT NULL AND a.state NOT IN {in_list(ACTIVE_VALUES)}"
 WORKER_SELECT = (
     "SELECT id, name, healthy, draining, cpu_millicores, memory_bytes, device_type, device_variant, "
     f"device_count, attributes FROM {WORKER} ORDER BY name"
