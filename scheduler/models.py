@@ -119,10 +119,11 @@ class Job(models.Model):
     # The submission as received, kept for audit (includes --system-reason).
     submission_argv = models.JSONField(default=list, blank=True)
     system_reason = models.CharField(max_length=500, blank=True, default="")
-    # Where the job's tasks run, stamped by the first tick that sees the job (see
+    # The job's route: where its tasks run, stamped by the first tick that sees the job (see
     # scheduler.core.kueue.route_job): "" until then, "workers" (placed by our scheduler on
     # registered workers: local agents, TPU slice hosts) or "kubernetes" (pods admitted by Kueue).
-    backend = models.CharField(max_length=32, blank=True, default="")
+    # Not to be confused with Worker.backend, the backend that runs one worker's attempts.
+    route = models.CharField(max_length=32, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 

@@ -226,12 +226,12 @@ def deliver_batch(batch: list[DispatchIntent], now: datetime, result: DrainResul
 
 def backend_name(intent: DispatchIntent) -> str:
     """Where an intent goes: the backend of the worker its attempt was placed on; for an attempt
-    with no worker (a backend that admits work itself, such as Kueue), the job's backend."""
+    with no worker (a backend that admits work itself, such as Kueue), the job's route."""
     if intent.worker is not None:
         return intent.worker.backend
-    job_backend = getattr(intent.task.job, "backend", "") or ""
-    if job_backend and job_backend != "workers":
-        return job_backend
+    job_route = intent.task.job.route
+    if job_route and job_route != "workers":
+        return job_route
     if intent.kind == START:
         raise PermanentBackendError("the worker this attempt was placed on no longer exists")
     return "local"  # a stop with nowhere to go: the local backend reports it finished

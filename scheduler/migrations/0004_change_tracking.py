@@ -15,7 +15,7 @@ from django.db import migrations
 
 TABLES = ("scheduler_job", "scheduler_task", "scheduler_attempt")
 # The columns scheduler.store.cluster_rows reads: an update of any of them is a change. Updates of
-# other columns only (a job's backend stamp, a task's updated_at) are not, and skip the trigger.
+# other columns only (a job's route stamp, a task's updated_at) are not, and skip the trigger.
 WATCHED = {
     "scheduler_job": (
         "name", "state", '"user"', "band", "parent_id", "submitted_at_ms", "root_submitted_at_ms", "replicas",

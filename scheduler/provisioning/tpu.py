@@ -231,7 +231,7 @@ def pending_tpu_jobs(now_ms: int) -> list[PendingTpuJob]:
     rows = (
         Job.objects.filter(device_type="tpu", tasks__state=TaskState.PENDING.value)
         .exclude(state__in=TERMINAL_JOB_VALUES)
-        .exclude(backend=KUBERNETES)
+        .exclude(route=KUBERNETES)
         .filter(Q(scheduling_deadline_ms__isnull=True) | Q(scheduling_deadline_ms__gt=now_ms))
         .values("name", "device_variant", "device_count", "group_by", "constraints")
         .annotate(pending=Count("tasks"))

@@ -42,9 +42,9 @@ def split_kueue(snapshot: ClusterSnapshot) -> tuple[ClusterSnapshot, KueueInput,
         )
     }
     live_jobs = Job.objects.exclude(state__in=TERMINAL_JOB_VALUES)
-    kube_jobs = set(live_jobs.filter(backend=ROUTE_KUBERNETES).values_list("name", flat=True))
+    kube_jobs = set(live_jobs.filter(route=ROUTE_KUBERNETES).values_list("name", flat=True))
     unrouted = [
-        (pk, name, raw) for pk, name, raw in live_jobs.filter(backend="").values_list("pk", "name", "constraints")
+        (pk, name, raw) for pk, name, raw in live_jobs.filter(route="").values_list("pk", "name", "constraints")
         if name in snapshot.jobs
     ]
     core_workers = tuple(w for w in snapshot.workers if w.id not in kube_rows)
@@ -139,10 +139,10 @@ def save_kueue_state(loaded: Any, plan: Any) -> None:
     for route, pks in sorted(by_route.items()):
         with connection.cursor() as cursor:
             if connection.vendor == "postgresql":
-                cursor.execute(f"UPDATE {table} SET backend = %s WHERE backend = '' AND id = ANY(%s)", [route, pks])
+                cursor.execute(f"UPDATE {table} SET route = %s WHERE route = '' AND id = ANY(%s)", [route, pks])
             else:
                 cursor.execute(
-                    f"UPDATE {table} SET backend = %s WHERE backend = '' AND id IN (SELECT value FROM json_each(%s))",
+                    f"UPDATE {table} SET route = %s WHERE route = '' AND id IN (SELECT value FROM json_each(%s))",
                     [route, "[" + ",".join(str(int(pk)) for pk in pks) + "]"],
                 )
     if loaded.kueue.jobs or loaded.kueue.worker:

@@ -60,7 +60,7 @@ def test_a_gpu_job_no_worker_serves_goes_to_kubernetes_and_becomes_a_pod(cluster
 
     gpu.refresh_from_db()
     cpu.refresh_from_db()
-    assert (gpu.backend, cpu.backend) == ("kubernetes", "workers")
+    assert (gpu.route, cpu.route) == ("kubernetes", "workers")
     task = task_of(gpu)
     kube_worker = Worker.objects.get(name="kubernetes")
     assert (task.state, task.worker_id, task.band) == ("assigned", kube_worker.pk, Band.PRODUCTION)
@@ -151,7 +151,7 @@ def test_a_disabled_kubernetes_backend_takes_no_jobs(kube, cluster_config):
     run_tick(NOW_MS)
 
     gpu.refresh_from_db()
-    assert gpu.backend == "workers"
+    assert gpu.route == "workers"
     assert task_of(gpu).state == "pending"
     assert BackendState.objects.get(name="kubernetes").enabled is False
 
@@ -270,7 +270,7 @@ def test_a_redrive_keeps_the_band_stamped_at_promotion(cluster):
 def test_cancelling_a_job_deletes_its_pods_and_pdbs(cluster):
     alice = get_user_model().objects.create_user("alice")
     job = make_job("/alice/coordinator")
-    Job.objects.filter(pk=job.pk).update(backend="kubernetes")
+    Job.objects.filter(pk=job.pk).update(route="kubernetes")
     task = promote_and_run(cluster, job)
     assert cluster.objects("poddisruptionbudgets", "iris")
 
