@@ -14,7 +14,7 @@ The whole cluster is read again when the cache is cold, when a row was deleted (
 a long gap costs more than starting over), or when the database is another one. SQLite, the
 embedded default for small clusters, always reads everything.
 
-What is kept matches a whole read exactly (``tests/db/test_cluster_rows.py`` checks it):
+What is kept matches a whole read exactly (``tests/store/test_cluster_rows.py`` checks it):
 live jobs and tasks, plus finished tasks (and their jobs) whose earlier attempt still holds a
 worker: ended but not yet confirmed finished, so its resources stay committed there.
 """
@@ -79,7 +79,7 @@ def task_snapshot(id, job_id, index, state, worker, band, preemption_count, unfi
 
     A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``; this fills
     the slots directly. The result is an ordinary ``TaskSnapshot``, equal (and hashing equal) to
-    the constructor's; ``tests/db/test_cluster_rows.py`` checks that, and that the fields are
+    the constructor's; ``tests/store/test_cluster_rows.py`` checks that, and that the fields are
     still these eight in this order.
     """
     snapshot = _new(TaskSnapshot)

@@ -19,7 +19,7 @@ from scheduler.models import Attempt, BackendState, DispatchIntent, Job, Task, T
 from scheduler.provisioning.health import backend_status
 from scheduler.provisioning.kubernetes import sync_kubernetes
 from scheduler.tick.run import run_tick
-from tests.db.factories import NOW_MS, make_job, make_worker
+from tests.personas import NOW_MS, make_job, make_worker
 
 pytestmark = pytest.mark.django_db
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 from scheduler.models import Attempt, BackendState, Job, Task, TpuSlice, Worker
 from scheduler.provisioning.tpu import provision_tpu
 from scheduler.tick.run import run_tick
-from tests.db.factories import NOW_MS, make_job, make_worker
+from tests.personas import NOW_MS, make_job, make_worker
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,7 @@ from scheduler.execution.workers import agent_heartbeat, check_workers
 from scheduler.models import Attempt, DispatchIntent, Job, Task, Worker
 from scheduler.provisioning.sync import sync_backends
 from scheduler.tick.run import run_tick
-from tests.db.factories import NOW_MS, make_job, make_worker, start_running
+from tests.personas import NOW_MS, make_job, make_worker, start_running
 
 pytestmark = pytest.mark.django_db
 

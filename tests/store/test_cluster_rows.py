@@ -30,7 +30,7 @@ from scheduler.models import Attempt, Job, Task, Worker
 from scheduler.store import cluster_rows
 from scheduler.store.cluster_rows import ClusterRows, ClusterView, read_cluster
 from scheduler.tick.run import run_tick
-from tests.db.factories import NOW_MS, make_job, make_worker
+from tests.personas import NOW_MS, make_job, make_worker
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

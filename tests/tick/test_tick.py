@@ -21,7 +21,7 @@ from scheduler.store.cluster_rows import forget_cluster_rows
 from scheduler.tick.apply import apply_decision
 from scheduler.tick.load import load_snapshot
 from scheduler.tick.run import LeaseLost, acquire_lease, confirm_lease, run_tick
-from tests.db.factories import NOW_MS, make_job, make_worker, start_running
+from tests.personas import NOW_MS, make_job, make_worker, start_running
 
 pytestmark = pytest.mark.django_db
 

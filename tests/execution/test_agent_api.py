@@ -7,7 +7,7 @@ import pytest
 from scheduler.execution.dispatcher import drain
 from scheduler.models import Attempt, Task, Worker
 from scheduler.tick.run import run_tick
-from tests.db.factories import NOW_MS, make_job, make_worker
+from tests.personas import NOW_MS, make_job, make_worker
 
 pytestmark = pytest.mark.django_db
 

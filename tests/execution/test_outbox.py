@@ -20,8 +20,7 @@ from scheduler.execution.outbox import intent_counts, request_dispatch, retry_in
 from scheduler.jobs.cancel import cancel_job
 from scheduler.models import Attempt, DispatchIntent, SchedulerLease, Task, Worker
 from scheduler.tick.run import run_tick
-from tests.db.factories import NOW_MS, make_job, make_worker, start_running
-from tests.personas import make_user
+from tests.personas import NOW_MS, make_job, make_user, make_worker, start_running
 
 pytestmark = pytest.mark.django_db
 
