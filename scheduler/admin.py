@@ -1,6 +1,6 @@
-"""The Django admin, for raw data. Writes that carry policy go through ``services`` (so they are
+"""The Django admin, for raw data. Writes that carry policy go through the use cases (so they are
 checked and audited exactly as from the console, the API and the CLI): budget edits, uplift
-decisions, draining workers, cancelling jobs. Rows the services own are read-only here.
+decisions, draining workers, cancelling jobs. Rows the use cases own are read-only here.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def run_each(modeladmin, request, rows, action, done: str) -> None:
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
-    """Rows written only by the scheduler or by services: look, filter, search, never edit."""
+    """Rows written only by the scheduler or by the use cases: look, filter, search, never edit."""
 
     def has_add_permission(self, request):
         return False
@@ -88,7 +88,7 @@ class WorkerAdmin(admin.ModelAdmin):
 
 @admin.register(models.UserBudget)
 class UserBudgetAdmin(admin.ModelAdmin):
-    """Saving goes through ``services.set_budget`` (admins only, validated, audited)."""
+    """Saving goes through ``scheduler.budgets.writes.set_budget`` (admins only, validated, audited)."""
 
     list_display = ("user_id", "budget_limit", "max_band", "updated_at")
     search_fields = ("user_id",)

@@ -54,7 +54,7 @@ class NullableBandField(serializers.Field):
     }
 )
 class MemoryField(serializers.Field):
-    """Bytes as an integer, or a size string (documentation only: services parse it)."""
+    """Bytes as an integer, or a size string (documentation only: the use cases parse it)."""
 
 
 @extend_schema_field(

@@ -1,7 +1,7 @@
 """Console forms. They shape what people type into what the use cases accept
 (``scheduler.jobs.request`` for a job).
 
-The services are the single source of validation (the API and the CLI meet the same rules):
+The use cases are the single source of validation (the API and the CLI meet the same rules):
 a form checks only what its widgets need (a number is a number), hands the values to the
 service, and shows the service's error on the field it names.
 """
@@ -58,7 +58,7 @@ class JobForm(forms.Form):
             raise forms.ValidationError(f"cannot split the command: {exc}") from None
 
     def service_data(self) -> dict[str, Any]:
-        """The submission body ``services.parse_job_request`` reads (as the API's JSON)."""
+        """The submission body :func:`scheduler.jobs.request.parse_job_request` reads (as the API's JSON)."""
         data = self.cleaned_data
         body: dict[str, Any] = {
             "name": data["name"],
