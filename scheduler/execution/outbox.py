@@ -18,9 +18,10 @@ from django.utils import timezone
 
 from scheduler.backends import AttemptRef, StartOrder, StopOrder
 from scheduler.core.bands import Band
-from scheduler.core.types import Device, DeviceType, Resources
+from scheduler.core.types import Resources
 from scheduler.enqueue import enqueue
 from scheduler.models import Attempt, DispatchIntent
+from scheduler.store.cluster_rows import device_from_columns
 
 log = logging.getLogger(__name__)
 
@@ -129,11 +130,7 @@ def start_order(intent: DispatchIntent) -> StartOrder:
     band = Band(stamped if stamped is not None else (task.band if task.band is not None else job.band))
     task_name = f"{job.name}/{task.index}"
     worker = intent.worker.name if intent.worker else ""
-    device = (
-        Device()
-        if job.device_type == DeviceType.CPU.value
-        else Device(DeviceType(job.device_type), job.device_variant or None, job.device_count)
-    )
+    device = device_from_columns(job.device_type, job.device_variant, job.device_count)
     return StartOrder(
         ref=AttemptRef(task.pk, intent.attempt_number),
         task=task_name,
