@@ -3,7 +3,7 @@
 The agent API (``/api/v1/agent/``) and ``POST /api/v1/workers/`` both register and heartbeat
 through :func:`upsert_worker` and :func:`heartbeat`; a heartbeat that lists the attempts the
 worker runs also reconciles them. Workers whose heartbeat is older than
-``IRIS_WORKER_TIMEOUT_SECONDS`` are declared lost (:func:`check_workers`).
+``IRIS_WORKER_GRACE_SECONDS`` are declared lost (:func:`check_workers`).
 """
 
 from __future__ import annotations
