@@ -3,8 +3,8 @@
 Every insert of a job, task or attempt, and every update that sets a column the tick reads,
 stamps the row's ``change_xid`` with the id of the writing transaction, whichever code path
 wrote it (a trigger, so no write can forget). The tick reads only rows whose ``change_xid`` is
-at least the oldest transaction still running at its previous read (``scheduler.store.cluster_rows``);
-anything committed since then has an id at least that large. Deleting or truncating any of the three tables bumps ``iris_snapshot_epoch`` in the same
+at least the oldest transaction still running at its previous read
+(``scheduler.store.cluster_rows``); anything committed since then has an id at least that large. Deleting or truncating any of the three tables bumps ``iris_snapshot_epoch`` in the same
 transaction, which makes the next tick read everything again.
 
 The column is not on the Django models: nothing but the snapshot reader uses it, and SQLite (the

@@ -248,8 +248,8 @@ def test_an_update_of_any_column_the_tick_reads_marks_the_row_changed(table, sel
         with connection.cursor() as cursor:
             cursor.execute(f'UPDATE {table} SET "{column}" = "{column}" WHERE id = %s', [pk])
         assert stamp() > before, f"an update of {table}.{column} went unnoticed"
-    # A column the tick does not read is no change (a job's backend stamp, a task's updated_at).
-    other = {"j": "backend", "t": "updated_at", "a": "error"}[alias]
+    # A column the tick does not read is no change (a job's route stamp, a task's updated_at).
+    other = {"j": "route", "t": "updated_at", "a": "error"}[alias]
     before = stamp()
     with connection.cursor() as cursor:
         cursor.execute(f'UPDATE {table} SET "{other}" = "{other}" WHERE id = %s', [pk])
