@@ -30,7 +30,7 @@ from scheduler.core.wire import snapshot_from_json  # noqa: E402
 
 FULL_SIZES = [(p, w) for p in (1_000, 10_000, 100_000) for w in (100, 1_000, 10_000)]
 QUICK_SIZES = [(1_000, 100), (10_000, 1_000)]
-# The target from issue 2: the decision at 100k pending x 10k workers within this many seconds.
+# The target: the decision at 100k pending x 10k workers within this many seconds.
 TARGET_SECONDS = 0.5
 
 

@@ -71,9 +71,9 @@ def main() -> None:
     from benchmarks.bench_decision import reference_seconds
     from benchmarks.restore import churn, restore_snapshot
     from benchmarks.synthetic import generate
-    from scheduler.cluster_rows import forget_cluster_rows
     from scheduler.core.wire import snapshot_from_json
-    from scheduler.tick import run_tick
+    from scheduler.store.cluster_rows import forget_cluster_rows
+    from scheduler.tick.run import run_tick
 
     call_command("migrate", verbosity=0)
     print(f"# full tick on PostgreSQL — {platform.python_implementation()} {platform.python_version()}, "

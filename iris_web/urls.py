@@ -9,7 +9,7 @@ urlpatterns = [
     path("", include("scheduler.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("api/v1/agent/", include("scheduler.agent_api")),
+    path("api/v1/agent/", include("scheduler.api.agent")),
     path("api/v1/", include("scheduler.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),

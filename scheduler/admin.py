@@ -1,14 +1,18 @@
-"""The Django admin, for raw data. Writes that carry policy go through ``services`` (so they are
+"""The Django admin, for raw data. Writes that carry policy go through the use cases (so they are
 checked and audited exactly as from the console, the API and the CLI): budget edits, uplift
-decisions, draining workers, cancelling jobs. Rows the services own are read-only here.
+decisions, draining workers, cancelling jobs. Rows the use cases own are read-only here.
 """
 
 from __future__ import annotations
 
 from django.contrib import admin, messages
 
-from scheduler import dispatch, models, services
+from scheduler import models
+from scheduler.budgets.writes import approve_uplift, deny_uplift, set_budget
 from scheduler.errors import ServiceError
+from scheduler.execution.outbox import retry_intents
+from scheduler.execution.workers import drain_worker
+from scheduler.jobs.cancel import cancel_job
 
 # What an admin-site edit writes into the audit log as its reason.
 ADMIN_REASON = "edited in the Django admin"
@@ -43,7 +47,7 @@ class ActionsOnlyAdmin(admin.ModelAdmin):
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
-    """Rows written only by the scheduler or by services: look, filter, search, never edit."""
+    """Rows written only by the scheduler or by the use cases: look, filter, search, never edit."""
 
     def has_add_permission(self, request):
         return False
@@ -65,7 +69,7 @@ class JobAdmin(ActionsOnlyAdmin):
 
     @admin.action(description="Cancel the selected jobs (and their unfinished children)")
     def cancel_jobs(self, request, queryset):
-        run_each(self, request, queryset, lambda job: services.cancel_job(request.user, job.name), "job(s) cancelled")
+        run_each(self, request, queryset, lambda job: cancel_job(request.user, job.name), "job(s) cancelled")
 
 
 @admin.register(models.Task)
@@ -93,12 +97,12 @@ class WorkerAdmin(ActionsOnlyAdmin):
 
     @admin.action(description="Drain the selected workers (running work finishes, nothing new is placed)")
     def drain_workers(self, request, queryset):
-        run_each(self, request, queryset, lambda w: services.drain_worker(request.user, w.name), "worker(s) draining")
+        run_each(self, request, queryset, lambda w: drain_worker(request.user, w.name), "worker(s) draining")
 
 
 @admin.register(models.UserBudget)
 class UserBudgetAdmin(admin.ModelAdmin):
-    """Saving goes through ``services.set_budget`` (admins only, validated, audited)."""
+    """Saving goes through ``scheduler.budgets.writes.set_budget`` (admins only, validated, audited)."""
 
     list_display = ("user_id", "budget_limit", "max_band", "updated_at")
     search_fields = ("user_id",)
@@ -108,7 +112,7 @@ class UserBudgetAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         try:
-            services.set_budget(request.user, obj.user_id, budget_limit=obj.budget_limit, max_band=obj.max_band,
+            set_budget(request.user, obj.user_id, budget_limit=obj.budget_limit, max_band=obj.max_band,
                                 reason=ADMIN_REASON)
         except ServiceError as exc:
             self.message_user(request, exc.message, messages.ERROR)
@@ -134,12 +138,12 @@ class UpliftGrantAdmin(ReadOnlyAdmin):
     @admin.action(description="Approve the selected requests (for their requested duration)")
     def approve(self, request, queryset):
         run_each(self, request, queryset,
-                 lambda g: services.approve_uplift(request.user, g.pk, note=ADMIN_REASON), "request(s) approved")
+                 lambda g: approve_uplift(request.user, g.pk, note=ADMIN_REASON), "request(s) approved")
 
     @admin.action(description="Deny the selected requests")
     def deny(self, request, queryset):
         run_each(self, request, queryset,
-                 lambda g: services.deny_uplift(request.user, g.pk, note=ADMIN_REASON), "request(s) denied")
+                 lambda g: deny_uplift(request.user, g.pk, note=ADMIN_REASON), "request(s) denied")
 
 
 @admin.register(models.AuditEntry)
@@ -172,5 +176,5 @@ class DispatchIntentAdmin(ActionsOnlyAdmin):
 
     @admin.action(description="Retry the selected failed intents at the next drain")
     def retry(self, request, queryset):
-        changed = dispatch.retry_intents(queryset.values_list("pk", flat=True))
+        changed = retry_intents(queryset.values_list("pk", flat=True))
         self.message_user(request, f"{changed} failed intent(s) will be sent again.", messages.SUCCESS)

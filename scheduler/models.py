@@ -1,6 +1,6 @@
 """ORM models: fields, constraints and indexes. No scheduling policy lives here.
 
-The policy is in ``scheduler.core``; ``scheduler.snapshot`` turns these rows into core types.
+The policy is in ``scheduler.core``; ``scheduler.tick.load`` turns these rows into core types.
 Bands are stored as their rank (SYSTEM=0 ... BATCH=3) so SQL ordering matches scheduling order.
 Times the scheduler compares (submission, deadlines) are integer epoch milliseconds, as in the
 core; human-facing audit times are datetimes.
@@ -119,10 +119,11 @@ class Job(models.Model):
     # The submission as received, kept for audit (includes --system-reason).
     submission_argv = models.JSONField(default=list, blank=True)
     system_reason = models.CharField(max_length=500, blank=True, default="")
-    # Where the job's tasks run, stamped by the first tick that sees the job (see
+    # The job's route: where its tasks run, stamped by the first tick that sees the job (see
     # scheduler.core.kueue.route_job): "" until then, "workers" (placed by our scheduler on
     # registered workers: local agents, TPU slice hosts) or "kubernetes" (pods admitted by Kueue).
-    backend = models.CharField(max_length=32, blank=True, default="")
+    # Not to be confused with Worker.backend, the backend that runs one worker's attempts.
+    route = models.CharField(max_length=32, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
@@ -202,7 +203,7 @@ class TickRecord(models.Model):
     spend = models.JSONField(default=dict)
     # {user: effective budget limit} at the start of the tick (0 = unlimited).
     limits = models.JSONField(default=dict)
-    # The latest tick's explanation of the queue (see scheduler.snapshot.explanation_to_json);
+    # The latest tick's explanation of the queue (see scheduler.tick.explanation.explanation_to_json);
     # cleared on older ticks so only one copy is kept.
     explanation = CompressedJSONField(null=True, blank=True)
 

@@ -1,10 +1,18 @@
-"""Celery tasks: one-line wrappers around the shell. They take ids, never model instances."""
+"""Celery tasks: one-line wrappers around the use cases. They take ids, never model instances.
+
+The use cases never import this module: they ask for a task by its name (``scheduler.enqueue``).
+"""
 
 from celery import shared_task
 from django.utils import timezone
 
-from scheduler import grants
-from scheduler.tick import run_tick
+from scheduler.budgets.writes import expire_uplifts as expire_due_uplifts
+from scheduler.execution.dispatcher import drain
+from scheduler.execution.workers import check_workers as declare_lost_workers
+from scheduler.provisioning.kubernetes import sync_kubernetes as sync_kubernetes_backend
+from scheduler.provisioning.sync import sync_backends
+from scheduler.provisioning.tpu import provision_tpu as provision_tpu_slices
+from scheduler.tick.run import run_tick
 
 
 @shared_task(name="scheduler.tick", ignore_result=True)
@@ -14,33 +22,25 @@ def tick() -> None:
 
 @shared_task(name="scheduler.expire_uplifts", ignore_result=True)
 def expire_uplifts() -> None:
-    grants.expire_uplifts(timezone.now())
+    expire_due_uplifts(timezone.now())
 
 
 @shared_task(name="scheduler.dispatch", ignore_result=True)
 def dispatch() -> None:
-    from scheduler import dispatch as outbox
-
-    outbox.drain()
+    drain()
 
 
 @shared_task(name="scheduler.check_workers", ignore_result=True)
 def check_workers() -> None:
-    from scheduler import reports
-
-    reports.check_workers()
-    reports.sync_backends()
+    declare_lost_workers()
+    sync_backends()
 
 
 @shared_task(name="scheduler.sync_kubernetes", ignore_result=True)
 def sync_kubernetes() -> None:
-    from scheduler import provisioning
-
-    provisioning.sync_kubernetes()
+    sync_kubernetes_backend()
 
 
 @shared_task(name="scheduler.provision_tpu", ignore_result=True)
 def provision_tpu() -> None:
-    from scheduler import provisioning
-
-    provisioning.provision_tpu()
+    provision_tpu_slices()

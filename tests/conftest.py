@@ -134,8 +134,8 @@ def collected_static_files():
 @pytest.fixture(autouse=True)
 def fresh_cluster_rows():
     """Each test reads the cluster whole first: the tick process's cached rows (see
-    ``scheduler.cluster_rows``) must not carry a rolled-back test's rows into the next."""
-    from scheduler.cluster_rows import forget_cluster_rows
+    ``scheduler.store.cluster_rows``) must not carry a rolled-back test's rows into the next."""
+    from scheduler.store.cluster_rows import forget_cluster_rows
 
     forget_cluster_rows()
     yield

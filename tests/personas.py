@@ -1,9 +1,15 @@
-"""Personas and builders shared by the API, console and dispatch tests.
+"""The one set of personas and row builders for every database test (API, console, CLI,
+dispatch, tick, cloud).
 
-alice and bob are researchers (bob is "the other researcher" for alice's things; charlie the
-outsider in the dispatch tests), olivia is an operator, ada an admin, and ``agent`` the token
-user worker agents sign in as (``iris-agents``). The fixtures live in ``tests/conftest.py``;
-each test package builds its own signed-in clients (API tokens or console sessions).
+Personas: alice and bob are researchers (bob is "the other researcher" for alice's things),
+charlie the outsider, olivia an operator, ada an admin, and ``agent`` the token user worker
+agents sign in as (``iris-agents``). The fixtures live in ``tests/conftest.py``; each test
+package builds its own signed-in clients (API tokens or console sessions).
+
+Builders: ``submit`` goes through the use case, as the API and the console would; ``make_job``,
+``make_worker`` and ``start_running`` / ``run_tasks`` write rows directly, because the tick must
+cope with any state, not only the states the use cases produce. A default worker is healthy,
+heartbeated just now, with 32 cores and 256 GiB; tests that need a small one say so.
 """
 
 from __future__ import annotations
@@ -14,14 +20,16 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from scheduler import services
-from scheduler.agent_api import AGENT_GROUP
+from scheduler.api.agent import AGENT_GROUP
 from scheduler.core.bands import Band
-from scheduler.models import Attempt, Job, Worker
+from scheduler.jobs.submit import submit_job
+from scheduler.models import Attempt, Job, Task, Worker
 from scheduler.roles import ensure_groups
 
 PASSWORD = "correct horse battery staple"
 GIB = 1 << 30
+# A fixed "now" (2027-01-15) for tests that write submission times themselves.
+NOW_MS = 1_800_000_000_000
 # PBKDF2's deliberate slowness is not under test; personas sign in with this instead.
 FAST_PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
@@ -41,7 +49,7 @@ def make_user(username: str, role: str = "researcher"):
 
 def submit(user, name: str = "train", **spec) -> Job:
     """Submit through the service, as the API and the console would."""
-    return services.submit_job(user, {"name": name, **spec})
+    return submit_job(user, {"name": name, **spec})
 
 
 def make_worker(name: str = "w1", *, cpu: float = 32, memory_gib: int = 256, device=("cpu", "", 0), **attributes) -> Worker:
@@ -51,6 +59,60 @@ def make_worker(name: str = "w1", *, cpu: float = 32, memory_gib: int = 256, dev
         device_variant=device[1], device_count=device[2],
         attributes={k.replace("_", "-"): str(v) for k, v in attributes.items()}, last_heartbeat=timezone.now(),
     )
+
+
+def make_job(
+    name: str,
+    *,
+    band: Band = Band.INTERACTIVE,
+    replicas: int = 1,
+    cpu: float = 1,
+    memory_gib: int = 1,
+    device=("cpu", "", 0),
+    submitted_at_ms: int | None = None,
+    group_by: str | None = None,
+    deadline_ms: int | None = None,
+    parent: Job | None = None,
+) -> Job:
+    """A job row and its pending tasks, written directly (no submission rules)."""
+    dtype, variant, count = device
+    submitted = submitted_at_ms if submitted_at_ms is not None else NOW_MS - 60_000 + Job.objects.count()
+    job = Job.objects.create(
+        name=name,
+        parent=parent,
+        user=name.split("/")[1],
+        band=int(band),
+        depth=name.count("/") - 1,
+        submitted_at_ms=submitted,
+        root_submitted_at_ms=parent.root_submitted_at_ms if parent else submitted,
+        replicas=replicas,
+        cpu_millicores=int(cpu * 1000),
+        memory_bytes=memory_gib * GIB,
+        device_type=dtype,
+        device_variant=variant,
+        device_count=count,
+        group_by=group_by,
+        scheduling_deadline_ms=deadline_ms,
+    )
+    Task.objects.bulk_create(Task(job=job, index=i) for i in range(replicas))
+    return job
+
+
+def start_running(job: Job, worker: Worker, *, band: Band | None = None, index: int = 0) -> Task:
+    """Put one task of ``job`` in RUNNING on ``worker`` with a live attempt."""
+    task = job.tasks.get(index=index)
+    stamped = int(band if band is not None else job.band)
+    task.state = "running"
+    task.worker = worker
+    task.band = stamped
+    task.attempt_count = 1
+    task.save()
+    Attempt.objects.create(
+        task=task, number=1, worker=worker, state="running", band=stamped, created_at=timezone.now(), started_at=timezone.now()
+    )
+    job.state = "running"
+    job.save(update_fields=["state"])
+    return task
 
 
 def run_tasks(job: Job, worker: Worker, count: int | None = None, *, band: Band | None = None) -> None:

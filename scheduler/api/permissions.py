@@ -1,7 +1,7 @@
 """API permissions, in the vocabulary of ``scheduler.roles`` (admin, operator, researcher).
 
 These guard whole endpoints at the edge so the schema and the early 401/403 are right; the
-services check again, because the console, the admin site and the CLI reach them too.
+use cases check again, because the console, the admin site and the CLI reach them too.
 """
 
 from __future__ import annotations

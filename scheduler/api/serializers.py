@@ -2,8 +2,8 @@
 
 Two kinds live here. *Output* serializers render rows and read models. *Request* serializers
 describe request bodies and query strings for the OpenAPI schema; bodies are validated by the
-services (``scheduler.services.parse_*``), so the API, the console and the admin share one set
-of rules and one wording of every message. Query-string filters are validated here.
+use cases' parsers (``scheduler.inputs``, ``scheduler.jobs.request``), so the API, the console
+and the admin share one set of rules and one wording of every message. Query-string filters are validated here.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class NullableBandField(serializers.Field):
     }
 )
 class MemoryField(serializers.Field):
-    """Bytes as an integer, or a size string (documentation only: services parse it)."""
+    """Bytes as an integer, or a size string (documentation only: the use cases parse it)."""
 
 
 @extend_schema_field(

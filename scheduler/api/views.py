@@ -1,4 +1,4 @@
-"""API views: thin. Reads go through ``scheduler.queries``, writes through ``scheduler.services``.
+"""API views: thin. Reads go through the use cases' ``queries`` modules, writes through the use cases.
 
 A view parses the query string (filter serializers), calls one query or one service, and renders
 an output serializer. Errors are raised, never built here: ``scheduler.errors`` renders them.
@@ -18,11 +18,25 @@ from rest_framework.response import Response
 from rest_framework.throttling import AnonRateThrottle
 from rest_framework.views import APIView
 
-from scheduler import queries, roles, services
+from scheduler import roles
+from scheduler.access import mint_token
 from scheduler.api import serializers as s
 from scheduler.api.permissions import IsAdmin, IsResearcher, ReadAnyWriteAdmin, ReadAnyWriteOperator
+from scheduler.budgets.queries import audit_entries, budget_view, budget_views, uplift_grants, user_is_known
+from scheduler.budgets.writes import approve_uplift, deny_uplift, request_uplift, set_budget
 from scheduler.core.bands import Band
 from scheduler.errors import InvalidArgument, NotFound, PermissionDenied
+from scheduler.execution.queries import workers_with_load
+from scheduler.execution.workers import drain_worker, heartbeat_worker, register_worker
+from scheduler.jobs.cancel import cancel_job
+from scheduler.jobs.explain import explain_job
+from scheduler.jobs.queries import job_detail, jobs, task_counts
+from scheduler.jobs.queue import queue_index, queue_rows, queue_selection
+from scheduler.jobs.request import normalize_job_id
+from scheduler.jobs.submit import submit_job
+from scheduler.jobs.whatif import what_if
+from scheduler.tick.queries import preemptions, recent_ticks
+from scheduler.tick.run import run_tick_now
 
 # Error statuses most operations can answer; views narrow or widen this.
 COMMON_ERRORS = ("400", "401", "403", "404")
@@ -106,7 +120,7 @@ def band_or_none(value: str | None) -> Band | None:
 def job_name_from_path(job_id: str) -> str:
     """A job id from the URL; anything that cannot be a job id simply names no job."""
     try:
-        return services.normalize_job_id(job_id, "job")
+        return normalize_job_id(job_id, "job")
     except InvalidArgument:
         raise NotFound(f"job {job_id!r} does not exist", field="job") from None
 
@@ -136,7 +150,7 @@ class TokenView(IrisView):
     )
     def post(self, request):
         data = self.body()
-        key, user = services.mint_token(data.get("username"), data.get("password"))
+        key, user = mint_token(data.get("username"), data.get("password"))
         return Response({"token": key, "username": user.username, "role": roles.role_name(user)})
 
 
@@ -146,7 +160,7 @@ class MeView(IrisView):
     @extend_schema(operation_id="me_retrieve", summary="Who you are, your role and your budget",
                    responses={200: s.MeSerializer}, tags=["auth"])
     def get(self, request):
-        budget = queries.budget_view(request.user.username)
+        budget = budget_view(request.user.username)
         return Response(
             s.MeSerializer({"username": request.user.username, "role": roles.role_name(request.user), "budget": budget}).data
         )
@@ -167,10 +181,10 @@ class JobsView(IrisView):
     )
     def get(self, request):
         f = self.filters(s.JobFilterSerializer)
-        qs = queries.jobs(user=f.get("user"), band=band_or_none(f.get("band")), state=f.get("state"))
+        qs = jobs(user=f.get("user"), band=band_or_none(f.get("band")), state=f.get("state"))
         paginator = Pagination()
         page = paginator.paginate_queryset(qs, request, view=self)
-        counts = queries.task_counts([job.pk for job in page])
+        counts = task_counts([job.pk for job in page])
         for job in page:
             job.task_counts = counts[job.pk]
         return paginator.get_paginated_response(s.JobSummarySerializer(page, many=True).data)
@@ -189,8 +203,8 @@ class JobsView(IrisView):
         tags=["jobs"],
     )
     def post(self, request):
-        job = services.submit_job(request.user, self.body())
-        detail = queries.job_detail(job.name)
+        job = submit_job(request.user, self.body())
+        detail = job_detail(job.name)
         return Response(s.JobDetailSerializer(detail).data, status=status.HTTP_201_CREATED)
 
 
@@ -201,7 +215,7 @@ class JobDetailView(IrisView):
                    parameters=[JOB_ID], responses={200: s.JobDetailSerializer}, tags=["jobs"])
     def get(self, request, job_id: str):
         name = job_name_from_path(job_id)
-        job = queries.job_detail(name)
+        job = job_detail(name)
         if job is None:
             raise NotFound(f"job {name} does not exist", field="job")
         return Response(s.JobDetailSerializer(job).data)
@@ -219,7 +233,7 @@ class JobCancelView(IrisView):
         tags=["jobs"],
     )
     def post(self, request, job_id: str):
-        outcome = services.cancel_job(request.user, job_name_from_path(job_id))
+        outcome = cancel_job(request.user, job_name_from_path(job_id))
         return Response(
             s.CancelSerializer(
                 {"id": outcome.job, "state": "killed", "killed_jobs": outcome.killed_jobs,
@@ -240,10 +254,10 @@ class JobExplainView(IrisView):
     )
     def get(self, request, job_id: str):
         name = job_name_from_path(job_id)
-        job = queries.jobs().filter(name=name).first()
+        job = jobs().filter(name=name).first()
         if job is None:
             raise NotFound(f"job {name} does not exist", field="job")
-        return Response(s.ExplainSerializer(queries.explain_job(job)).data)
+        return Response(s.ExplainSerializer(explain_job(job)).data)
 
 
 # --- queue ----------------------------------------------------------------------------------------
@@ -272,16 +286,16 @@ class QueueView(IrisView):
         job = f.get("job")
         if job:
             try:
-                job = services.normalize_job_id(job, "job")
+                job = normalize_job_id(job, "job")
             except InvalidArgument:
                 job = "/" + job.strip("/")  # cannot be a job id: matches nothing
-        index = queries.queue_index()
-        entries = queries.queue_selection(
+        index = queue_index()
+        entries = queue_selection(
             index, band=band_or_none(f.get("band")), user=f.get("user"), job=job, exact_job=True
         )
         paginator = Pagination()
         page = paginator.paginate_queryset(entries, request, view=self)
-        rows = queries.queue_rows(page)
+        rows = queue_rows(page)
         data = []
         for e in page:
             row = rows.get(e.task)
@@ -310,7 +324,7 @@ class BudgetsView(IrisView):
         tags=["budgets"],
     )
     def get(self, request):
-        return Response(s.BudgetSerializer(queries.budget_views(), many=True).data)
+        return Response(s.BudgetSerializer(budget_views(), many=True).data)
 
 
 USER = path_parameter("user", "the budget identity (username)")
@@ -323,9 +337,9 @@ class BudgetView(IrisView):
     @extend_schema(operation_id="budgets_retrieve", summary="One user's budget, effective values and spend",
                    parameters=[USER], responses={200: s.BudgetSerializer}, tags=["budgets"])
     def get(self, request, user: str):
-        if not queries.user_is_known(user):
+        if not user_is_known(user):
             raise NotFound(f"no user, budget, grant or job named {user!r}", field="user")
-        return Response(s.BudgetSerializer(queries.budget_view(user)).data)
+        return Response(s.BudgetSerializer(budget_view(user)).data)
 
     @extend_schema(
         operation_id="budgets_update",
@@ -340,11 +354,11 @@ class BudgetView(IrisView):
         unknown = sorted(set(data) - {"budget_limit", "max_band", "reason"})
         if unknown:
             raise InvalidArgument("unknown field; known fields are budget_limit, max_band, reason", field=unknown[0])
-        row = services.set_budget(
+        row = set_budget(
             request.user, user, budget_limit=data.get("budget_limit"), max_band=data.get("max_band"),
             reason=data.get("reason"),
         )
-        return Response(s.BudgetSerializer(queries.budget_view(row.user_id)).data)
+        return Response(s.BudgetSerializer(budget_view(row.user_id)).data)
 
 
 # --- uplift grants --------------------------------------------------------------------------------
@@ -367,7 +381,7 @@ class UpliftsView(IrisView):
             if user and user != request.user.username:
                 raise PermissionDenied("researchers see only their own uplifts", field="user")
             user = request.user.username
-        return self.paginate(queries.uplift_grants(user=user, state=f.get("state")), s.UpliftSerializer)
+        return self.paginate(uplift_grants(user=user, state=f.get("state")), s.UpliftSerializer)
 
     @extend_schema(
         operation_id="uplifts_create",
@@ -384,7 +398,7 @@ class UpliftsView(IrisView):
                 "unknown field; known fields are user, max_band, budget_limit, reason, duration_seconds",
                 field=unknown[0],
             )
-        grant = services.request_uplift(
+        grant = request_uplift(
             request.user, user=data.get("user"), max_band=data.get("max_band"),
             budget_limit=data.get("budget_limit"), reason=data.get("reason"),
             duration_seconds=data.get("duration_seconds"),
@@ -406,10 +420,10 @@ class UpliftDecisionView(IrisView):
         if unknown:
             raise InvalidArgument("unknown field; known fields are duration_seconds, note", field=unknown[0])
         if self.approve:
-            grant = services.approve_uplift(request.user, id, duration_seconds=data.get("duration_seconds"),
+            grant = approve_uplift(request.user, id, duration_seconds=data.get("duration_seconds"),
                                             note=data.get("note"))
         else:
-            grant = services.deny_uplift(request.user, id, note=data.get("note"))
+            grant = deny_uplift(request.user, id, note=data.get("note"))
         return Response(s.UpliftSerializer(grant).data)
 
 
@@ -441,7 +455,7 @@ class AuditView(IrisView):
                    parameters=PAGE_PARAMETERS, responses={200: paginated(s.AuditEntrySerializer, "PaginatedAuditList")},
                    tags=["budgets"])
     def get(self, request):
-        return self.paginate(queries.audit_entries(), s.AuditEntrySerializer)
+        return self.paginate(audit_entries(), s.AuditEntrySerializer)
 
 
 # --- workers --------------------------------------------------------------------------------------
@@ -457,7 +471,7 @@ class WorkersView(IrisView):
     @extend_schema(operation_id="workers_list", summary="Workers with capacity and active task counts",
                    responses={200: s.WorkerSerializer(many=True)}, tags=["workers"])
     def get(self, request):
-        return Response(s.WorkerSerializer(queries.workers_with_load(), many=True).data)
+        return Response(s.WorkerSerializer(workers_with_load(), many=True).data)
 
     @extend_schema(
         operation_id="workers_register",
@@ -472,11 +486,11 @@ class WorkersView(IrisView):
         if unknown:
             raise InvalidArgument("unknown field; known fields are name, cpu, memory, device, attributes, backend",
                                   field=unknown[0])
-        worker, created = services.register_worker(
+        worker, created = register_worker(
             request.user, name=data.get("name"), cpu=data.get("cpu"), memory=data.get("memory"),
             device=data.get("device"), attributes=data.get("attributes"), backend=data.get("backend") or "local",
         )
-        worker = queries.workers_with_load().get(pk=worker.pk)
+        worker = workers_with_load().get(pk=worker.pk)
         return Response(s.WorkerSerializer(worker).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
 
@@ -489,7 +503,7 @@ class WorkerHeartbeatView(IrisView):
                    tags=["workers"])
     def post(self, request, name: str):
         data = self.body()
-        worker = services.heartbeat_worker(request.user, name, healthy=data.get("healthy", True))
+        worker = heartbeat_worker(request.user, name, healthy=data.get("healthy", True))
         return Response(s.WorkerSerializer(worker).data)
 
 
@@ -500,7 +514,7 @@ class WorkerDrainView(IrisView):
     @extend_schema(operation_id="workers_drain", summary="Stop placing new work on a worker (operators)",
                    parameters=[WORKER], request=None, responses={200: s.WorkerSerializer}, tags=["workers"])
     def post(self, request, name: str):
-        worker = services.drain_worker(request.user, name)
+        worker = drain_worker(request.user, name)
         return Response(s.WorkerSerializer(worker).data)
 
 
@@ -522,7 +536,7 @@ class PreemptionsView(IrisView):
         job = f.get("job")
         if job:
             job = "/" + job.strip("/")
-        qs = queries.preemptions(user=f.get("user"), band=band_or_none(f.get("band")), since=f.get("since"), job=job)
+        qs = preemptions(user=f.get("user"), band=band_or_none(f.get("band")), since=f.get("since"), job=job)
         return self.paginate(qs, s.PreemptionSerializer)
 
 
@@ -534,7 +548,7 @@ class TicksView(IrisView):
                    parameters=[s.TickFilterSerializer], responses={200: s.TickSerializer(many=True)}, tags=["ticks"])
     def get(self, request):
         f = self.filters(s.TickFilterSerializer)
-        return Response(s.TickSerializer(queries.recent_ticks(f["limit"]), many=True).data)
+        return Response(s.TickSerializer(recent_ticks(f["limit"]), many=True).data)
 
     @extend_schema(
         operation_id="ticks_run",
@@ -544,7 +558,7 @@ class TicksView(IrisView):
         tags=["ticks"],
     )
     def post(self, request):
-        outcome = services.run_tick_now(request.user)
+        outcome = run_tick_now(request.user)
         return Response(s.TickRunSerializer(outcome).data)
 
 
@@ -559,7 +573,7 @@ class WhatIfView(IrisView):
         tags=["jobs"],
     )
     def post(self, request):
-        answer = services.what_if(request.user, self.body())
+        answer = what_if(request.user, self.body())
         return Response(s.WhatIfSerializer(answer).data)
 
 

@@ -6,11 +6,11 @@ a pod under Kueue, a process on a TPU VM). The shell owns *what* must happen and
 
 - ``scheduler.tick`` decides and writes intents (START a new attempt, STOP an attempt that
   ended) into the outbox, ``DispatchIntent``, in the same transaction as its decision;
-- ``scheduler.dispatch`` drains the outbox after commit and calls :meth:`Backend.start` /
+- ``scheduler.execution.dispatcher`` drains the outbox after commit and calls :meth:`Backend.start` /
   :meth:`Backend.stop` with an order built from the rows, then records the :class:`Delivery`;
 - what happened on the backend comes back as :class:`AttemptReport` values (pushed by worker
   agents through the API, or returned by :meth:`Backend.sync` for backends the shell polls),
-  and ``scheduler.reports`` applies them to attempts, tasks and jobs with conditional updates.
+  and ``scheduler.execution.attempts`` applies them to attempts, tasks and jobs with conditional updates.
 
 Rules every backend follows:
 

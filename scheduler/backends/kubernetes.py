@@ -50,8 +50,8 @@ from typing import Any
 import urllib3
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from kubernetes.watch.watch import iter_resp_lines
 from kubernetes.client.rest import ApiException
+from kubernetes.watch.watch import iter_resp_lines
 
 from scheduler.backends.base import (
     AttemptRef,
@@ -64,6 +64,7 @@ from scheduler.backends.base import (
     StartOrder,
     StopOrder,
 )
+from scheduler.cluster_config import cluster_config
 from scheduler.core.bands import ADMIN_BANDS, Band
 from scheduler.core.types import ANY_VARIANT, DeviceType
 
@@ -359,8 +360,6 @@ class KubernetesBackend(Backend):
     def config(self):
         if self._fixed_config is not None:
             return self._fixed_config
-        from scheduler.cluster_config import cluster_config
-
         return cluster_config().kubernetes
 
     def api_client(self) -> k8s.ApiClient:

@@ -2,9 +2,9 @@
 
 Delivering an order here means putting it in the worker's mailbox: the dispatcher marks the
 intent DELIVERED, and the agent receives every delivered intent of its worker in the response
-to its next heartbeat (``scheduler.agent_api``). The agent starts each attempt at most once,
+to its next heartbeat (``scheduler.api.agent``). The agent starts each attempt at most once,
 stops it with SIGTERM then SIGKILL after the grace period, and reports what happened, which
-``scheduler.reports`` applies. So ``start`` and ``stop`` only need to accept the order; the
+``scheduler.execution.attempts`` applies. So ``start`` and ``stop`` only need to accept the order; the
 at-most-once guarantee lives in the agent (it remembers every attempt it has seen) and in the
 acknowledgements (a START the agent confirmed is never handed out again).
 

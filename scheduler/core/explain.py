@@ -193,9 +193,10 @@ class GangNoRoom:
 
 
 @dataclass(frozen=True, slots=True)
-class RoomFreedThisCycle:
+class RoomFreedThisTick:
     """It would fit now: room was freed by preemption after it was considered."""
 
+    # The wire code and the text predate the word "tick"; clients and the goldens match them.
     code: ClassVar[str] = "next_cycle"
 
     def text(self) -> str:
@@ -268,7 +269,7 @@ Cause = Union[
     AssignmentCapReached,
     GangGroupTooSmall,
     GangNoRoom,
-    RoomFreedThisCycle,
+    RoomFreedThisTick,
     PerJobCap,
     JobExhausted,
     WaitingBehind,
@@ -383,7 +384,7 @@ class Explainer:
                 fit_now += 1
         fit_at_start = self._any_fits_at_start(shape.cands, shape)
         if fit_now:
-            return RoomFreedThisCycle(), fit_at_start
+            return RoomFreedThisTick(), fit_at_start
         worst = max(range(6), key=lambda i: (blocked[i], -i))
         matching = len(shape.cands)
         if worst == 0:
@@ -430,7 +431,7 @@ class Explainer:
         best = max(sum(1 for w in g.members if fits(w, shape)) for g in big)
         fit_at_start = any(self._count_fit_at_start(g.members, shape) >= n for g in big)
         if best >= n:
-            return RoomFreedThisCycle(), fit_at_start
+            return RoomFreedThisTick(), fit_at_start
         return GangNoRoom(n, group_by, best), fit_at_start
 
 
@@ -488,7 +489,7 @@ def explain_pending(
             else:
                 cause, fit_at_start = explainer.solo_cause(queue.shape)
             base = cause
-            if fit_at_start and before and not isinstance(cause, RoomFreedThisCycle):
+            if fit_at_start and before and not isinstance(cause, RoomFreedThisTick):
                 cause = WaitingBehind(before, cause)
             head = PendingReason(cause, band, position, size, downgrade)
             if queue.gang or len(unplaced) == 1:

@@ -1,6 +1,6 @@
 """The preemption pass: evicting lower-band RUNNING work for pending work that did not fit.
 
-Rules (issue 2, "Preemption"):
+Rules:
 
 - Victims are RUNNING tasks on healthy workers, compared by the band *stamped* at their
   assignment; a candidate only evicts victims in a strictly lower band (higher rank). Effective

@@ -1,7 +1,7 @@
 """Frozen value types the core decides over, and the decision it returns.
 
 These are the only shapes that cross the boundary between the pure core and the Django shell:
-``scheduler.snapshot`` builds a :class:`ClusterSnapshot` from rows, ``scheduler.core.wire`` builds
+``scheduler.tick.load`` builds a :class:`ClusterSnapshot` from rows, ``scheduler.core.wire`` builds
 one from JSON, and both hand it to :func:`scheduler.core.decision.decide`.
 
 Names differ on purpose from the ORM models (``JobSpec`` vs ``Job``), so a reader always knows

@@ -1,6 +1,6 @@
 """JSON <-> core types: the snapshot ``simulate`` reads and the decision it prints.
 
-The formats are those of issue 2, section 5 (all keys lower-case; bands and states by their
+The formats are those of docs/snapshot-format.md (all keys lower-case; bands and states by their
 lower-case names). ``snapshot_from_json`` validates everything and raises :class:`SnapshotError`
 whose message starts with the JSON path of the offending field, e.g.
 ``jobs[3].resources.device.count: expected a non-negative integer``.
@@ -529,7 +529,7 @@ def _by_task(mapping: Mapping[str, Any]) -> list[str]:
 
 
 def decision_to_json(decision: Decision) -> dict:
-    """The decision in the format of issue 2, section 5; pending reasons rendered as text."""
+    """The decision in the format of docs/snapshot-format.md; pending reasons rendered as text."""
     texts: dict[int, str] = {}
 
     def render(reason: Any) -> str:

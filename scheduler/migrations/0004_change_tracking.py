@@ -3,8 +3,8 @@
 Every insert of a job, task or attempt, and every update that sets a column the tick reads,
 stamps the row's ``change_xid`` with the id of the writing transaction, whichever code path
 wrote it (a trigger, so no write can forget). The tick reads only rows whose ``change_xid`` is
-at least the oldest transaction still running at its previous read (``scheduler.cluster_rows``);
-anything committed since then has an id at least that large. Deleting or truncating any of the three tables bumps ``iris_snapshot_epoch`` in the same
+at least the oldest transaction still running at its previous read
+(``scheduler.store.cluster_rows``); anything committed since then has an id at least that large. Deleting or truncating any of the three tables bumps ``iris_snapshot_epoch`` in the same
 transaction, which makes the next tick read everything again.
 
 The column is not on the Django models: nothing but the snapshot reader uses it, and SQLite (the
@@ -14,8 +14,8 @@ embedded default) reads the whole cluster every tick instead.
 from django.db import migrations
 
 TABLES = ("scheduler_job", "scheduler_task", "scheduler_attempt")
-# The columns scheduler.cluster_rows reads: an update of any of them is a change. Updates of
-# other columns only (a job's backend stamp, a task's updated_at) are not, and skip the trigger.
+# The columns scheduler.store.cluster_rows reads: an update of any of them is a change. Updates of
+# other columns only (a job's route stamp, a task's updated_at) are not, and skip the trigger.
 WATCHED = {
     "scheduler_job": (
         "name", "state", '"user"', "band", "parent_id", "submitted_at_ms", "root_submitted_at_ms", "replicas",

@@ -15,13 +15,16 @@ from django.shortcuts import redirect
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from scheduler import queries, roles, services
+from scheduler import roles
+from scheduler.budgets import writes as budgets_writes
+from scheduler.budgets.queries import BudgetRow, budget_rows, spend_samples, uplift_grants, user_is_known
+from scheduler.budgets.rules import budget_defaults
 from scheduler.core.bands import Band
 from scheduler.core.budget import ACCELERATOR_POINTS, CORE_POINTS, GIB_POINTS
 from scheduler.errors import ServiceError
-from scheduler.forms import UpliftRequestForm
 from scheduler.views.charts import spend_chart
 from scheduler.views.common import POLL_SECONDS, apply_service_error, page_or_fragment
+from scheduler.views.forms import UpliftRequestForm
 
 # Bars turn amber from this share of the limit (as Iris's dashboard) and red above the limit.
 AMBER_PERCENT = 75
@@ -36,10 +39,10 @@ SPEND_RULE = {"chip": ACCELERATOR_POINTS, "gib": GIB_POINTS, "core": CORE_POINTS
 
 def samples_for(seconds: int, points: int):
     """Tick samples over the last ``seconds``, thinned to about ``points`` (two queries)."""
-    return queries.spend_samples(since=timezone.now() - timedelta(seconds=seconds), points=points)
+    return spend_samples(since=timezone.now() - timedelta(seconds=seconds), points=points)
 
 
-def bar(row: queries.BudgetRow) -> dict:
+def bar(row: BudgetRow) -> dict:
     """The spend bar: width and colour from the share of the limit used."""
     percent = row.percent
     if percent is None:
@@ -50,8 +53,8 @@ def bar(row: queries.BudgetRow) -> dict:
 
 @login_required
 def budgets(request):
-    rows = queries.budget_rows()
-    defaults = queries.budget_defaults()
+    rows = budget_rows()
+    defaults = budget_defaults()
     samples = samples_for(SPARK_SECONDS, SPARK_POINTS)
     for row in rows:
         row.bar = bar(row)
@@ -76,13 +79,13 @@ def may_see_requests(viewer, user: str) -> bool:
 
 @login_required
 def budget_detail(request, user: str, form: UpliftRequestForm | None = None, status: int = 200):
-    row = queries.budget_rows([user])[0]
+    row = budget_rows([user])[0]
     view = row.view
     unheard_of = not (view.has_row or view.grants or view.spend or row.pending or row.running or row.active_jobs)
-    if unheard_of and user != request.user.username and not queries.user_is_known(user):
+    if unheard_of and user != request.user.username and not user_is_known(user):
         raise Http404(f"No user, budget, grant or job is named {user!r}.")
     window = request.GET.get("window") if request.GET.get("window") in CHART_WINDOWS else "1h"
-    defaults = queries.budget_defaults()
+    defaults = budget_defaults()
     chart = spend_chart(samples_for(CHART_WINDOWS[window], CHART_POINTS), user, defaults.budget_limit)
     own = request.user.username == user
     can_request = own or roles.is_admin(request.user)
@@ -99,7 +102,7 @@ def budget_detail(request, user: str, form: UpliftRequestForm | None = None, sta
         "subject": "you" if own else user,
         "can_request": can_request,
         "form": form or UpliftRequestForm(),
-        "requests": list(queries.uplift_grants(user=user)[:20]) if may_see_requests(request.user, user) else None,
+        "requests": list(uplift_grants(user=user)[:20]) if may_see_requests(request.user, user) else None,
         "over_by": max(0, view.spend - view.effective_budget_limit) if view.effective_budget_limit else 0,
         "headroom": max(0, view.effective_budget_limit - view.spend),
         "chips": max(0, view.effective_budget_limit - view.spend) // ACCELERATOR_POINTS,
@@ -113,7 +116,7 @@ def request_uplift(request, user: str):
     form = UpliftRequestForm(request.POST)
     if form.is_valid():
         try:
-            grant = services.request_uplift(
+            grant = budgets_writes.request_uplift(
                 request.user, user=user, max_band=form.cleaned_data.get("max_band") or None,
                 budget_limit=form.cleaned_data.get("budget_limit"), reason=form.cleaned_data["reason"],
                 duration_seconds=form.duration_seconds(),

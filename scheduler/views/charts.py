@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from scheduler.queries import SpendSample
+from scheduler.budgets.queries import SpendSample
 
 
 @dataclass

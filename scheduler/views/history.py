@@ -7,24 +7,25 @@ from datetime import timedelta
 from django.contrib.auth.decorators import login_required
 from django.utils import timezone
 
-from scheduler import queries
 from scheduler.core.bands import Band
-from scheduler.forms import SINCE_SECONDS, PreemptionFilterForm
+from scheduler.tick import queries as tick_queries
+from scheduler.tick.queries import REPEATED_PREEMPTIONS, newest_preemption, preemption_counts
 from scheduler.views.common import PAGE_SIZE, POLL_SECONDS, no_change, page_or_fragment, unchanged, window
+from scheduler.views.forms import SINCE_SECONDS, PreemptionFilterForm
 
 
 @login_required
 def preemptions(request):
     form = PreemptionFilterForm(request.GET or None)
     filters = form.cleaned_data if form.is_valid() else {}
-    newest = queries.newest_preemption()
+    newest = newest_preemption()
     if unchanged(request, newest):
         return no_change()
     since = None
     if filters.get("since"):
         since = timezone.now() - timedelta(seconds=SINCE_SECONDS[filters["since"]])
     job = (filters.get("job") or "").strip()
-    events = queries.preemptions(
+    events = tick_queries.preemptions(
         user=(filters.get("user") or "").strip() or None,
         band=Band.parse(filters["band"]) if filters.get("band") else None,
         since=since,
@@ -32,7 +33,7 @@ def preemptions(request):
     )
     win = window(request, events.count(), PAGE_SIZE)
     page = list(events[win.offset:win.offset + win.size])
-    counts = queries.preemption_counts(events)
+    counts = preemption_counts(events)
     repeated = {c["job"] for c in counts if c["repeated"]}
     context = {
         "form": form,
@@ -40,7 +41,7 @@ def preemptions(request):
         "window": win,
         "counts": counts,
         "repeated": repeated,
-        "threshold": queries.REPEATED_PREEMPTIONS,
+        "threshold": REPEATED_PREEMPTIONS,
         "newest": newest,
         "poll": POLL_SECONDS * 2,
         "filtered": any(filters.values()) if filters else False,

@@ -14,10 +14,20 @@ from django.http import Http404
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
-from scheduler import queries, roles, services
+from scheduler import roles
+from scheduler.access import owns_job
+from scheduler.budgets.queries import budget_view
 from scheduler.core.bands import Band
 from scheduler.errors import InvalidArgument, ServiceError
-from scheduler.forms import JobFilterForm, JobForm, WhatIfForm
+from scheduler.jobs import cancel as jobs_cancel
+from scheduler.jobs import queries as jobs_queries
+from scheduler.jobs import whatif as jobs_whatif
+from scheduler.jobs.explain import explain_job
+from scheduler.jobs.queries import job_tasks_window, task_counts
+from scheduler.store.states import TERMINAL_JOB_VALUES
+from scheduler.jobs.queue import RoundRobinPlace, queue_index, round_robin_place
+from scheduler.jobs.request import normalize_job_id
+from scheduler.jobs.submit import submit_job
 from scheduler.views.common import (
     PAGE_SIZE,
     POLL_SECONDS,
@@ -25,6 +35,7 @@ from scheduler.views.common import (
     page_or_fragment,
     window,
 )
+from scheduler.views.forms import JobFilterForm, JobForm, WhatIfForm
 
 # Tasks shown per page on a job's detail page.
 TASKS_PER_PAGE = 50
@@ -36,14 +47,14 @@ JOB_FIELDS = {"device.type": "device_type", "device.variant": "device_variant", 
 
 def job_name(job_id: str) -> str:
     try:
-        return services.normalize_job_id(job_id, "job")
+        return normalize_job_id(job_id, "job")
     except InvalidArgument:
         raise Http404(f"{job_id!r} is not a job id.") from None
 
 
 def get_job(job_id: str):
     name = job_name(job_id)
-    job = queries.jobs().filter(name=name).first()
+    job = jobs_queries.jobs().filter(name=name).first()
     if job is None:
         raise Http404(f"There is no job {name}.")
     return job
@@ -53,22 +64,22 @@ def get_job(job_id: str):
 def jobs(request):
     form = JobFilterForm(request.GET or None)
     filters = form.cleaned_data if form.is_valid() else {}
-    qs = queries.jobs(user=(filters.get("user") or "").strip() or None, state=filters.get("state") or None)
+    qs = jobs_queries.jobs(user=(filters.get("user") or "").strip() or None, state=filters.get("state") or None)
     win = window(request, qs.count(), PAGE_SIZE)
     page = list(qs[win.offset:win.offset + win.size])
-    counts = queries.task_counts([job.pk for job in page])
+    counts = task_counts([job.pk for job in page])
     for job in page:
         job.counts = counts.get(job.pk, {})
     context = {"form": form, "jobs": page, "window": win, "me": request.user.username}
     return page_or_fragment(request, "scheduler/jobs.html", "list", context)
 
 
-def why_sentences(explain: dict, job, viewer, place: queries.RoundRobinPlace | None) -> list[str]:
+def why_sentences(explain: dict, job, viewer, place: RoundRobinPlace | None) -> list[str]:
     """What would change the outcome, in the second person for the job's owner."""
     own = viewer.username == job.user
     who, whose = ("you are", "your") if own else (f"{job.user} is", f"{job.user}'s")
     state = explain["state"]
-    if state in queries.API_TERMINAL_JOB_VALUES:
+    if state in TERMINAL_JOB_VALUES:
         return [f"Nothing: the job has finished ({state})."]
     pending = [t for t in explain["tasks"] if t["state"] == "pending"]
     sentences = []
@@ -112,16 +123,16 @@ def ordinal(n: int) -> str:
 
 
 def job_context(request, job) -> dict:
-    index = queries.queue_index()
-    explain = queries.explain_job(job, index)
-    counts = queries.task_counts([job.pk]).get(job.pk, {})
+    index = queue_index()
+    explain = explain_job(job, index)
+    counts = task_counts([job.pk]).get(job.pk, {})
     place = None
     queued = [t for t in explain["tasks"] if t["position"] is not None and t["band"]]
     if queued and explain["position"] is not None:
         first = min(queued, key=lambda t: t["position"])
-        place = queries.round_robin_place(index, int(Band.parse(first["band"])), first["position"])
+        place = round_robin_place(index, int(Band.parse(first["band"])), first["position"])
     win = window(request, job.replicas, TASKS_PER_PAGE)
-    tasks = queries.job_tasks_window(job, offset=win.offset, limit=win.size)
+    tasks = job_tasks_window(job, offset=win.offset, limit=win.size)
     pending_reasons = {t["task"]: t["pending_reason"] for t in explain["tasks"]}
     for task in tasks:
         task.pending_reason = pending_reasons.get(f"{job.name}/{task.index}")
@@ -129,7 +140,7 @@ def job_context(request, job) -> dict:
         task.last_attempt = task.attempt_list[-1] if task.attempt_list else None
     for event in explain["preemptions"]:
         event["preemptor_user"] = event["preemptor"].split("/")[1]
-    finished = job.state in queries.API_TERMINAL_JOB_VALUES
+    finished = job.state in TERMINAL_JOB_VALUES
     return {
         "job": job,
         "explain": explain,
@@ -140,7 +151,7 @@ def job_context(request, job) -> dict:
         "window": win,
         "finished": finished,
         "poll": None if finished else POLL_SECONDS,
-        "can_cancel": not finished and services.owns_job(request.user, job),
+        "can_cancel": not finished and owns_job(request.user, job),
         "own": request.user.username == job.user,
         "children": list(job.children.order_by("name").values_list("name", "state")[:50]),
         "downgraded": explain["effective_band"] != explain["requested_band"],
@@ -158,7 +169,7 @@ def job_detail(request, job_id: str):
 def cancel_job(request, job_id: str):
     name = job_name(job_id)
     try:
-        outcome = services.cancel_job(request.user, name)
+        outcome = jobs_cancel.cancel_job(request.user, name)
     except ServiceError as exc:
         if exc.status == 404:
             raise Http404(exc.message) from None
@@ -173,7 +184,7 @@ def submit(request):
     form = JobForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            job = services.submit_job(request.user, form.service_data())
+            job = submit_job(request.user, form.service_data())
         except ServiceError as exc:
             apply_service_error(form, exc, JOB_FIELDS)
         else:
@@ -183,7 +194,7 @@ def submit(request):
             )
             return redirect("console:job", job_id=job.name.strip("/"))
     status = 400 if request.method == "POST" else 200
-    budget = queries.budget_view(request.user.username)
+    budget = budget_view(request.user.username)
     return page_or_fragment(
         request, "scheduler/submit.html", "form", {"form": form, "budget": budget, "admin": roles.is_admin(request.user)},
         status=status,
@@ -197,7 +208,7 @@ def what_if(request):
     answer = None
     if asked and form.is_valid():
         try:
-            answer = services.what_if(request.user, form.service_data())
+            answer = jobs_whatif.what_if(request.user, form.service_data())
         except ServiceError as exc:
             apply_service_error(form, exc, JOB_FIELDS)
     context = {"form": form, "answer": answer, "operator": roles.is_operator(request.user)}

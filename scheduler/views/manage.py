@@ -1,7 +1,7 @@
 """The admin console: budgets (edit with validation), the cluster tiers as loaded, uplift
 requests to approve or deny with an expiry, and the audit log. Admins only.
 
-Every write goes through ``scheduler.services`` (which audits it); a refused write shows the
+Every write goes through ``scheduler.budgets.writes`` (which audits it); a refused write shows the
 service's message on the field it names.
 """
 
@@ -11,13 +11,15 @@ from django.contrib import messages
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
-from scheduler import queries, services
+from scheduler.budgets.queries import audit_entries, budget_rows, budget_view, budget_views, uplift_grants
+from scheduler.budgets.rules import budget_defaults, budget_rows_of
+from scheduler.budgets.writes import approve_uplift, deny_uplift, set_budget
 from scheduler.cluster_config import cluster_config
 from scheduler.core.bands import Band
 from scheduler.errors import ServiceError
-from scheduler.forms import BudgetForm, UpliftDecisionForm
 from scheduler.models import UpliftGrant
 from scheduler.views.common import PAGE_SIZE, admin_required, apply_service_error, page_or_fragment, window
+from scheduler.views.forms import BudgetForm, UpliftDecisionForm
 
 # Decided grants listed under the open requests.
 RECENT_DECISIONS = 25
@@ -30,7 +32,7 @@ def budgets(request):
         if form.is_valid():
             data = form.cleaned_data
             try:
-                row = services.set_budget(
+                row = set_budget(
                     request.user, data["user"], budget_limit=data.get("budget_limit"),
                     max_band=data.get("max_band") or None, reason=data["reason"],
                 )
@@ -47,11 +49,11 @@ def budgets(request):
         initial = {}
         user = request.GET.get("user", "").strip()
         if user:
-            view = queries.budget_view(user)
+            view = budget_view(user)
             initial = {"user": user, "budget_limit": view.budget_limit, "max_band": view.max_band.wire}
         form = BudgetForm(initial=initial)
         status = 200
-    context = {"form": form, "rows": queries.budget_rows(), "defaults": queries.budget_defaults(), "tab": "budgets"}
+    context = {"form": form, "rows": budget_rows(), "defaults": budget_defaults(), "tab": "budgets"}
     return page_or_fragment(request, "scheduler/manage_budgets.html", "table", context, status=status)
 
 
@@ -59,7 +61,7 @@ def budgets(request):
 def tiers(request):
     config = cluster_config()
     users = sorted({u for tier in config.user_budgets for u in tier.user_ids})
-    rows = queries.budget_rows_of(users)
+    rows = budget_rows_of(users)
     # Later tiers win, as reconciliation applies them.
     final: dict[str, int] = {}
     for i, tier in enumerate(config.user_budgets):
@@ -83,16 +85,16 @@ def tiers(request):
 
 
 def uplift_context(forms: dict[int, UpliftDecisionForm] | None = None) -> dict:
-    requested = list(queries.uplift_grants(state=UpliftGrant.State.REQUESTED).order_by("created_at", "pk")[:100])
+    requested = list(uplift_grants(state=UpliftGrant.State.REQUESTED).order_by("created_at", "pk")[:100])
     forms = forms or {}
-    budgets = {v.user: v for v in queries.budget_views(sorted({g.user_id for g in requested}))} if requested else {}
+    budgets = {v.user: v for v in budget_views(sorted({g.user_id for g in requested}))} if requested else {}
     for grant in requested:
         hours = grant.duration_seconds / 3600
         grant.form = forms.get(grant.pk) or UpliftDecisionForm(
             initial={"duration_hours": int(hours) if hours.is_integer() else round(hours, 2)}, prefix=f"g{grant.pk}"
         )
         grant.budget = budgets.get(grant.user_id)
-    decided = list(queries.uplift_grants().exclude(state=UpliftGrant.State.REQUESTED)[:RECENT_DECISIONS])
+    decided = list(uplift_grants().exclude(state=UpliftGrant.State.REQUESTED)[:RECENT_DECISIONS])
     return {"requested": requested, "decided": decided, "tab": "uplifts"}
 
 
@@ -109,10 +111,10 @@ def decide_uplift(request, pk: str, verb: str):
     if form.is_valid():
         try:
             if verb == "approve":
-                grant = services.approve_uplift(request.user, pk, duration_seconds=form.duration_seconds(),
+                grant = approve_uplift(request.user, pk, duration_seconds=form.duration_seconds(),
                                                 note=form.cleaned_data.get("note"))
             else:
-                grant = services.deny_uplift(request.user, pk, note=form.cleaned_data.get("note"))
+                grant = deny_uplift(request.user, pk, note=form.cleaned_data.get("note"))
         except ServiceError as exc:
             if exc.field in ("duration_seconds",):
                 apply_service_error(form, exc, {"duration_seconds": "duration_hours"})
@@ -131,7 +133,7 @@ def decide_uplift(request, pk: str, verb: str):
 
 @admin_required("The audit log")
 def audit(request):
-    qs = queries.audit_entries()
+    qs = audit_entries()
     win = window(request, qs.count(), PAGE_SIZE)
     context = {"entries": list(qs[win.offset:win.offset + win.size]), "window": win, "tab": "audit"}
     return page_or_fragment(request, "scheduler/manage_audit.html", "audit", context)

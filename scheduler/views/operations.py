@@ -10,9 +10,12 @@ from django.shortcuts import redirect
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from scheduler import dispatch, queries, services
 from scheduler.core.bands import BANDS_IN_ORDER
 from scheduler.errors import ServiceError
+from scheduler.execution.outbox import intent_counts, stuck_intents
+from scheduler.jobs.queue import queue_index
+from scheduler.tick.queries import recent_ticks, running_by_band_user, task_counts_by_state
+from scheduler.tick.run import run_tick_now
 from scheduler.views.common import POLL_SECONDS, operator_required, page_or_fragment
 from scheduler.views.workers import backends_context
 
@@ -51,18 +54,18 @@ def band_user_table(pending: dict[tuple[int, str], int], running: dict[tuple[int
 
 @operator_required("The scheduler state page")
 def scheduler_state(request):
-    ticks = queries.recent_ticks(TICKS_SHOWN)
+    ticks = recent_ticks(TICKS_SHOWN)
     now = timezone.now()
-    index = queries.queue_index()
+    index = queue_index()
     context = {
         "ticks": ticks,
         "lag_seconds": (now - ticks[0].started_at).total_seconds() if ticks else None,
         "late": bool(ticks) and (now - ticks[0].started_at).total_seconds() > LATE_TICKS * settings.TICK_SECONDS,
-        "task_counts": sorted(queries.task_counts_by_state().items()),
-        "table": band_user_table(index.pending_by_user(), queries.running_by_band_user()),
+        "task_counts": sorted(task_counts_by_state().items()),
+        "table": band_user_table(index.pending_by_user(), running_by_band_user()),
         "index": index,
-        "stuck": list(dispatch.stuck_intents(now)[:STUCK_SHOWN]),
-        "intents": dispatch.intent_counts(now),
+        "stuck": list(stuck_intents(now)[:STUCK_SHOWN]),
+        "intents": intent_counts(now),
         **backends_context(),
         "poll": POLL_SECONDS,
     }
@@ -73,7 +76,7 @@ def scheduler_state(request):
 @require_POST
 def run_tick(request):
     try:
-        outcome = services.run_tick_now(request.user)
+        outcome = run_tick_now(request.user)
     except ServiceError as exc:
         messages.error(request, exc.message)
     else:

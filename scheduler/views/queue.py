@@ -9,17 +9,18 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 
-from scheduler import queries, roles
+from scheduler import roles
 from scheduler.core.bands import BANDS_IN_ORDER, Band
 from scheduler.core.explain import Downgrade
-from scheduler.forms import QueueFilterForm
+from scheduler.jobs.queue import QueueEntry, QueueIndex, queue_index, queue_rows, queue_window
 from scheduler.views.common import PAGE_SIZE, Window, no_change, page_number, page_or_fragment, unchanged
+from scheduler.views.forms import QueueFilterForm
 
 # Rows of each band shown on the all-bands view; "show all" opens the band's own pages.
 PER_BAND_PREVIEW = 10
 
 
-def queue_row(entry: queries.QueueEntry, task, index: queries.QueueIndex) -> dict:
+def queue_row(entry: QueueEntry, task, index: QueueIndex) -> dict:
     """One table row: the explanation's facts, the task's current row, and any downgrade."""
     requested = Band(task.job.band) if task else None
     downgrade = None
@@ -43,24 +44,24 @@ def queue(request):
     job = (filters.get("job") or "").strip()
     band = Band.parse(filters["band"]) if filters.get("band") else None
 
-    index = queries.queue_index()
+    index = queue_index()
     if unchanged(request, index.tick_pk):
         return no_change()
 
     sections = []
     if band is not None:
         number = page_number(request)
-        entries, total = queries.queue_window(
+        entries, total = queue_window(
             index, int(band), user=user or None, job=job or None, offset=(number - 1) * PAGE_SIZE, limit=PAGE_SIZE
         )
         win = Window(number, PAGE_SIZE, total)
         sections.append({"band": band, "entries": entries, "total": total, "window": win})
     else:
         for b in BANDS_IN_ORDER:
-            entries, total = queries.queue_window(index, int(b), user=user or None, job=job or None,
+            entries, total = queue_window(index, int(b), user=user or None, job=job or None,
                                                   limit=PER_BAND_PREVIEW)
             sections.append({"band": b, "entries": entries, "total": total, "window": None})
-    rows = queries.queue_rows([e for s in sections for e in s["entries"]])
+    rows = queue_rows([e for s in sections for e in s["entries"]])
     for section in sections:
         section["rows"] = [queue_row(e, rows.get(e.task), index) for e in section["entries"]]
 

@@ -10,8 +10,12 @@ from django.shortcuts import redirect
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from scheduler import provisioning, queries, roles, services
+from scheduler import roles
 from scheduler.errors import ServiceError
+from scheduler.execution.queries import worker_tasks, worker_use, workers_with_load
+from scheduler.execution.workers import drain_worker
+from scheduler.provisioning.health import backend_status
+from scheduler.provisioning.tpu import tpu_slices
 from scheduler.views.common import PAGE_SIZE, POLL_SECONDS, operator_required, page_or_fragment, window
 
 # Running tasks listed per worker; the rest are counted.
@@ -40,9 +44,9 @@ def health(worker, now) -> dict:
 
 def backends_context() -> dict:
     """What the backends and slices panels show (``_parts.html#backends``, ``#slices``). Four queries."""
-    slices = provisioning.tpu_slices()
+    slices = tpu_slices()
     return {
-        "backends": provisioning.backend_status(),
+        "backends": backend_status(),
         "slices": list(slices[:SLICES_SHOWN]),
         "more_slices": max(0, slices.count() - SLICES_SHOWN),
     }
@@ -50,12 +54,12 @@ def backends_context() -> dict:
 
 @login_required
 def workers(request):
-    qs = queries.workers_with_load()
+    qs = workers_with_load()
     win = window(request, qs.count(), PAGE_SIZE)
     page = list(qs[win.offset:win.offset + win.size])
     pks = [w.pk for w in page]
-    use = queries.worker_use(pks)
-    tasks = queries.worker_tasks(pks)
+    use = worker_use(pks)
+    tasks = worker_tasks(pks)
     now = timezone.now()
     for w in page:
         u = use[w.pk]
@@ -77,7 +81,7 @@ def workers(request):
 @require_POST
 def drain(request, name: str):
     try:
-        worker = services.drain_worker(request.user, name)
+        worker = drain_worker(request.user, name)
     except ServiceError as exc:
         messages.error(request, exc.message)
     else:

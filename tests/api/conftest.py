@@ -10,9 +10,9 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
-from scheduler import services
 from scheduler.core.bands import Band
 from scheduler.models import TickRecord
+from scheduler.store.clock import now_ms
 from tests.personas import token_client
 
 PERSONAS = ("anonymous", "alice", "bob", "olivia", "ada")
@@ -77,7 +77,7 @@ def make_tick(tasks: dict[str, tuple[Band, int, str]]) -> TickRecord:
         counts[str(int(band))] = counts.get(str(int(band)), 0) + 1
     TickRecord.objects.filter(explanation__isnull=False).update(explanation=None)
     return TickRecord.objects.create(
-        started_at=timezone.now(), now_ms=services.current_ms(), duration_ms=1.0, pending=len(tasks),
+        started_at=timezone.now(), now_ms=now_ms(), duration_ms=1.0, pending=len(tasks),
         explanation={"tasks": explained, "reasons": reasons, "band_counts": counts},
     )
 

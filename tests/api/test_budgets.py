@@ -7,11 +7,16 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduler import queries, services
+from scheduler.budgets import writes as budgets_writes
+from scheduler.budgets.queries import budget_view
+from scheduler.budgets.rules import live_spend
+from scheduler.budgets.writes import approve_uplift, deny_uplift, expire_uplifts
 from scheduler.core.bands import Band
+from scheduler.jobs.cancel import cancel_job
+from scheduler.jobs.submit import submit_job
 from scheduler.models import AuditEntry, UpliftGrant, UserBudget
-from tests.personas import make_worker, run_tasks, submit
 from tests.api.conftest import error_of
+from tests.personas import make_worker, run_tasks, submit
 
 LIST_QUERIES = 6
 
@@ -35,11 +40,11 @@ def test_spend_counts_active_tasks_of_work_requested_above_batch(alice, bob, ada
               worker)  # 8000 + 64 + 40
     run_tasks(submit(alice, "sweep", priority="batch", cpu=8), worker)  # BATCH: never counted
     run_tasks(submit(alice, "demoted", cpu=2, memory="2Gi"), worker, band=Band.BATCH)  # stamped BATCH: counted
-    run_tasks(services.submit_job(ada, {"name": "eval", "parent": "/alice/cpu", "cpu": 1}), worker)  # bills alice
+    run_tasks(submit_job(ada, {"name": "eval", "parent": "/alice/cpu", "cpu": 1}), worker)  # bills alice
     done = submit(bob, "done", cpu=64)
     run_tasks(done, worker)
-    services.cancel_job(bob, "/bob/done")  # finished: not counted
-    assert queries.live_spend() == {"alice": 72 + 8104 + 12 + 6}
+    cancel_job(bob, "/bob/done")  # finished: not counted
+    assert live_spend() == {"alice": 72 + 8104 + 12 + 6}
 
 
 def test_live_spend_is_one_query_whatever_the_number_of_tasks(alice, bob, django_assert_num_queries):
@@ -47,7 +52,7 @@ def test_live_spend_is_one_query_whatever_the_number_of_tasks(alice, bob, django
     for i in range(20):
         run_tasks(submit(alice if i % 2 else bob, f"j{i}", replicas=3, cpu=1), worker)  # 5 + 1 (1 GiB) each
     with django_assert_num_queries(1):
-        spend = queries.live_spend()
+        spend = live_spend()
     assert spend == {"alice": 180, "bob": 180}
 
 
@@ -56,7 +61,7 @@ def test_live_spend_is_one_query_whatever_the_number_of_tasks(alice, bob, django
 
 def test_budgets_list_everyone_with_a_row_an_open_grant_or_spend(as_bob, alice, bob, ada):
     UserBudget.objects.create(user_id="carol", budget_limit=400, max_band=Band.BATCH)
-    services.request_uplift(bob, budget_limit=5000, reason="deadline", duration_seconds=3600)
+    budgets_writes.request_uplift(bob, budget_limit=5000, reason="deadline", duration_seconds=3600)
     run_tasks(submit(alice, "train", cpu=4, memory="16Gi"), make_worker())
     rows = {b["user"]: b for b in as_bob.get("/api/v1/budgets/").json()}
     assert sorted(rows) == ["alice", "bob", "carol"]
@@ -103,7 +108,7 @@ def test_budgets_list_runs_a_fixed_number_of_queries(as_alice, alice, users, dja
     worker = make_worker(cpu=1000)
     for i in range(users):
         UserBudget.objects.create(user_id=f"u{i}", budget_limit=100, max_band=Band.INTERACTIVE)
-        services.request_uplift(alice, user=None, budget_limit=10 + i, reason="r", duration_seconds=3600)
+        budgets_writes.request_uplift(alice, user=None, budget_limit=10 + i, reason="r", duration_seconds=3600)
         run_tasks(submit(alice, f"j{i}", replicas=2), worker)
     with django_assert_max_num_queries(LIST_QUERIES):
         assert as_alice.get("/api/v1/budgets/").status_code == 200
@@ -186,7 +191,7 @@ def test_admins_request_uplifts_for_anyone(as_ada):
 
 
 def test_approval_starts_the_grant_now_and_is_audited(as_ada, alice, ada):
-    grant = services.request_uplift(alice, budget_limit=20000, reason="deadline", duration_seconds=3600)
+    grant = budgets_writes.request_uplift(alice, budget_limit=20000, reason="deadline", duration_seconds=3600)
     before = timezone.now()
     response = as_ada.post(f"/api/v1/uplifts/{grant.pk}:approve", {"duration_seconds": 7200, "note": "go"}, format="json")
     assert response.status_code == 200
@@ -201,24 +206,24 @@ def test_approval_starts_the_grant_now_and_is_audited(as_ada, alice, ada):
 
 
 def test_approval_without_a_duration_uses_the_requested_one(as_ada, alice):
-    grant = services.request_uplift(alice, budget_limit=20000, reason="deadline", duration_seconds=600)
+    grant = budgets_writes.request_uplift(alice, budget_limit=20000, reason="deadline", duration_seconds=600)
     as_ada.post(f"/api/v1/uplifts/{grant.pk}:approve", {}, format="json")
     grant.refresh_from_db()
     assert grant.expires_at - grant.starts_at == timedelta(seconds=600)
 
 
 def test_denial_is_audited_and_raises_nothing(as_ada, alice):
-    grant = services.request_uplift(alice, budget_limit=20000, reason="deadline", duration_seconds=600)
+    grant = budgets_writes.request_uplift(alice, budget_limit=20000, reason="deadline", duration_seconds=600)
     response = as_ada.post(f"/api/v1/uplifts/{grant.pk}:deny", {"note": "not this quarter"}, format="json")
     assert (response.json()["state"], response.json()["decision_note"]) == ("denied", "not this quarter")
     assert AuditEntry.objects.filter(action="uplift.deny", reason="not this quarter").exists()
-    assert queries.budget_view("alice").effective_budget_limit == 1000
+    assert budget_view("alice").effective_budget_limit == 1000
 
 
 @pytest.mark.parametrize("verb", ["approve", "deny"])
 def test_deciding_a_decided_grant_is_failed_precondition(as_ada, alice, ada, verb):
-    grant = services.request_uplift(alice, budget_limit=20000, reason="deadline", duration_seconds=600)
-    services.deny_uplift(ada, grant.pk, note="no")
+    grant = budgets_writes.request_uplift(alice, budget_limit=20000, reason="deadline", duration_seconds=600)
+    deny_uplift(ada, grant.pk, note="no")
     rejected(as_ada.post(f"/api/v1/uplifts/{grant.pk}:{verb}", {}, format="json"), 409, "FAILED_PRECONDITION")
     assert AuditEntry.objects.filter(action__in=["uplift.approve", "uplift.deny"]).count() == 1
 
@@ -231,8 +236,8 @@ def test_approving_an_uplift_restores_interactive_for_an_over_budget_user(as_ali
     run_tasks(submit(alice, "train", replicas=2, device={"type": "gpu", "variant": "h100", "count": 1}),
               make_worker(device=("gpu", "h100", 8)))  # 2 x 1001 > 1000
     assert as_alice.get("/api/v1/budgets/alice").json()["effective_band"] == "batch"
-    grant = services.request_uplift(alice, budget_limit=5000, reason="deadline", duration_seconds=3600)
-    services.approve_uplift(ada, grant.pk)
+    grant = budgets_writes.request_uplift(alice, budget_limit=5000, reason="deadline", duration_seconds=3600)
+    approve_uplift(ada, grant.pk)
     budget = as_alice.get("/api/v1/budgets/alice").json()
     assert (budget["budget_limit"], budget["effective_budget_limit"], budget["effective_band"]) == (1000, 5000, "interactive")
     assert [g["state"] for g in budget["grants"]] == ["approved"]
@@ -243,22 +248,22 @@ def test_approving_an_uplift_restores_interactive_for_an_over_budget_user(as_ali
 def test_grants_take_the_best_of_row_and_every_active_grant(alice, ada):
     UserBudget.objects.create(user_id="alice", budget_limit=3000, max_band=Band.BATCH)
     for body in ({"budget_limit": 2000}, {"budget_limit": 8000}, {"max_band": "interactive"}):
-        services.approve_uplift(ada, services.request_uplift(alice, reason="r", duration_seconds=600, **body).pk)
-    view = queries.budget_view("alice")
+        approve_uplift(ada, budgets_writes.request_uplift(alice, reason="r", duration_seconds=600, **body).pk)
+    view = budget_view("alice")
     assert (view.effective_budget_limit, view.effective_max_band) == (8000, Band.INTERACTIVE)
-    services.approve_uplift(ada, services.request_uplift(alice, reason="r", duration_seconds=600, budget_limit=0).pk)
-    assert queries.budget_view("alice").effective_budget_limit == 0  # unlimited beats any number
+    approve_uplift(ada, budgets_writes.request_uplift(alice, reason="r", duration_seconds=600, budget_limit=0).pk)
+    assert budget_view("alice").effective_budget_limit == 0  # unlimited beats any number
 
 
 def test_grant_expiry_marks_it_expired_and_the_budget_falls_back(as_alice, alice, ada):
     UserBudget.objects.create(user_id="alice", budget_limit=1000, max_band=Band.BATCH)
-    grant = services.request_uplift(alice, max_band="interactive", budget_limit=9000, reason="r", duration_seconds=600)
-    services.approve_uplift(ada, grant.pk)
-    assert services.expire_uplifts() == 0  # not due yet
+    grant = budgets_writes.request_uplift(alice, max_band="interactive", budget_limit=9000, reason="r", duration_seconds=600)
+    approve_uplift(ada, grant.pk)
+    assert expire_uplifts() == 0  # not due yet
     assert as_alice.post("/api/v1/jobs/", {"name": "during"}, format="json").status_code == 201
 
     grant.refresh_from_db()
-    assert services.expire_uplifts(grant.expires_at + timedelta(seconds=1)) == 1
+    assert expire_uplifts(grant.expires_at + timedelta(seconds=1)) == 1
     grant.refresh_from_db()
     assert grant.state == "expired"
     entry = AuditEntry.objects.get(action="uplift.expire")
@@ -271,8 +276,8 @@ def test_grant_expiry_marks_it_expired_and_the_budget_falls_back(as_alice, alice
 
 
 def test_an_approved_grant_past_its_expiry_stops_counting_before_it_is_marked(as_alice, alice, ada):
-    grant = services.request_uplift(alice, budget_limit=9000, reason="r", duration_seconds=600)
-    services.approve_uplift(ada, grant.pk)
+    grant = budgets_writes.request_uplift(alice, budget_limit=9000, reason="r", duration_seconds=600)
+    approve_uplift(ada, grant.pk)
     UpliftGrant.objects.filter(pk=grant.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     assert as_alice.get("/api/v1/budgets/alice").json()["effective_budget_limit"] == 1000
 
@@ -282,9 +287,9 @@ def test_an_approved_grant_past_its_expiry_stops_counting_before_it_is_marked(as
 
 @pytest.fixture
 def grants(alice, bob, ada):
-    a = services.request_uplift(alice, budget_limit=1, reason="a", duration_seconds=600)
-    b = services.request_uplift(bob, budget_limit=2, reason="b", duration_seconds=600)
-    services.approve_uplift(ada, b.pk)
+    a = budgets_writes.request_uplift(alice, budget_limit=1, reason="a", duration_seconds=600)
+    b = budgets_writes.request_uplift(bob, budget_limit=2, reason="b", duration_seconds=600)
+    approve_uplift(ada, b.pk)
     return a, b
 
 
@@ -303,7 +308,7 @@ def test_operators_and_admins_see_every_grant_and_filter(clients, grants, person
 
 def test_uplifts_list_runs_a_fixed_number_of_queries(as_ada, alice, ada, django_assert_max_num_queries):
     for i in range(15):
-        services.approve_uplift(ada, services.request_uplift(alice, budget_limit=i, reason="r", duration_seconds=600).pk)
+        approve_uplift(ada, budgets_writes.request_uplift(alice, budget_limit=i, reason="r", duration_seconds=600).pk)
     with django_assert_max_num_queries(LIST_QUERIES + 1):  # + the admin's groups
         assert len(as_ada.get("/api/v1/uplifts/").json()["results"]) == 15
 

@@ -9,10 +9,9 @@ from django.http import Http404
 from rest_framework import exceptions as drf
 from rest_framework.test import APIClient
 
-from scheduler import queries
 from scheduler.errors import as_service_error
-from tests.personas import PASSWORD
 from tests.api.conftest import error_of
+from tests.personas import PASSWORD
 
 # --- tokens ---------------------------------------------------------------------------------------
 
@@ -136,7 +135,9 @@ def test_an_unexpected_error_is_a_json_internal_error_and_is_logged(as_alice, mo
     def broken(*args, **kwargs):
         raise RuntimeError("bug")
 
-    monkeypatch.setattr(queries, "budget_views", broken)
+    # Where the budget read is looked up: the API view and (for /me/) the budget read model.
+    monkeypatch.setattr("scheduler.api.views.budget_views", broken)
+    monkeypatch.setattr("scheduler.budgets.queries.budget_views", broken)
     response = as_alice.get(path)
     assert response.status_code == 500
     body = error_of(response)

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, Phase, settings
 from rest_framework.authtoken.models import Token
 from schemathesis.checks import not_a_server_error
 
-from scheduler import services
+from scheduler.budgets.writes import request_uplift
 from tests.personas import make_worker, submit
 
 EXAMPLES_PER_OPERATION = 15
@@ -42,7 +42,7 @@ def admin_headers(ada, alice):
     """Something to find: a job, a worker and a grant, so not every request is a 404."""
     submit(alice, "train", replicas=2)
     make_worker("w1")
-    services.request_uplift(alice, budget_limit=5000, reason="deadline", duration_seconds=3600)
+    request_uplift(alice, budget_limit=5000, reason="deadline", duration_seconds=3600)
     token, _ = Token.objects.get_or_create(user=ada)
     return {"Authorization": f"Token {token.key}"}
 

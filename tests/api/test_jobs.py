@@ -7,11 +7,13 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduler import services
 from scheduler.core.bands import Band
+from scheduler.jobs.cancel import cancel_job
+from scheduler.jobs.queue import _queue_index_cache
+from scheduler.jobs.submit import submit_job
 from scheduler.models import Attempt, Job, PreemptionEvent, Task, UserBudget
-from tests.personas import make_worker, run_tasks, submit
 from tests.api.conftest import error_of, make_tick
+from tests.personas import make_worker, run_tasks, submit
 
 # Authentication (token + user) is one query; a list view must stay within a fixed budget.
 LIST_QUERIES = 6
@@ -107,7 +109,7 @@ def test_unknown_jobs_are_not_found(as_alice, alice, path):
 def test_cancel_kills_unfinished_tasks_and_descendants(as_alice, alice, ada):
     job = submit(alice, "train", replicas=3)
     child = submit(alice, "eval", parent="/alice/train", replicas=2)
-    grandchild = services.submit_job(ada, {"name": "probe", "parent": "/alice/train/eval"})
+    grandchild = submit_job(ada, {"name": "probe", "parent": "/alice/train/eval"})
     worker = make_worker("w1")
     run_tasks(job, worker, 1)
     run_tasks(child, worker, 1)
@@ -204,7 +206,7 @@ def test_queue_filters_and_pages(as_alice, queued, query, expected):
 
 
 def test_queue_shows_the_current_state_of_a_task_that_moved_since_the_tick(as_alice, alice, queued):
-    services.cancel_job(alice, "/alice/train")
+    cancel_job(alice, "/alice/train")
     states = {e["task"]: e["state"] for e in as_alice.get("/api/v1/queue/?user=alice").json()["results"]}
     assert set(states.values()) == {"killed"}
 
@@ -263,7 +265,7 @@ def test_explain_of_a_job_under_budget_has_no_downgrade(as_alice, alice):
 
 def test_explain_of_production_work_is_never_downgraded(as_ada, ada):
     UserBudget.objects.create(user_id="ada", budget_limit=1, max_band=Band.INTERACTIVE)
-    job = services.submit_job(ada, {"name": "serve", "priority": "production", "cpu": 8, "replicas": 2})
+    job = submit_job(ada, {"name": "serve", "priority": "production", "cpu": 8, "replicas": 2})
     run_tasks(job, make_worker(), 1)
     explained = as_ada.get("/api/v1/jobs/ada/serve:explain").json()
     assert (explained["effective_band"], explained["downgrade"]) == ("production", None)
@@ -272,7 +274,7 @@ def test_explain_of_production_work_is_never_downgraded(as_ada, ada):
 def test_explain_lists_preemptions_suffered(as_alice, alice, ada):
     worker = make_worker("w1")
     victim_job = submit(alice, "train", priority="batch")
-    preemptor_job = services.submit_job(ada, {"name": "serve", "priority": "production"})
+    preemptor_job = submit_job(ada, {"name": "serve", "priority": "production"})
     run_tasks(victim_job, worker)
     PreemptionEvent.objects.create(
         victim=victim_job.tasks.get(), preemptor=preemptor_job.tasks.get(), victim_band=Band.BATCH,
@@ -286,7 +288,7 @@ def test_explain_lists_preemptions_suffered(as_alice, alice, ada):
 
 def test_explain_of_a_finished_job_says_nothing_would_change(as_alice, alice):
     submit(alice, "train")
-    services.cancel_job(alice, "/alice/train")
+    cancel_job(alice, "/alice/train")
     assert as_alice.get("/api/v1/jobs/alice/train:explain").json()["what_would_change"].startswith("Nothing")
 
 
@@ -296,7 +298,7 @@ def test_explain_of_a_finished_job_says_nothing_would_change(as_alice, alice):
 @pytest.fixture
 def preemptions(alice, bob, ada):
     worker = make_worker("w1")
-    serve = services.submit_job(ada, {"name": "serve", "priority": "production", "replicas": 50})
+    serve = submit_job(ada, {"name": "serve", "priority": "production", "replicas": 50})
     events = []
     now = timezone.now()
     for i, (owner, band) in enumerate([(alice, "batch"), (bob, "interactive"), (alice, "interactive")]):
@@ -347,11 +349,10 @@ def test_explain_reads_the_tick_explanation_once_per_tick(as_alice, alice):
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from scheduler import queries
 
     submit(alice, "train", replicas=2)
     make_tick({"/alice/train/0": (Band.INTERACTIVE, 1, "waiting"), "/alice/train/1": (Band.INTERACTIVE, 2, "waiting")})
-    queries._queue_index_cache.clear()
+    _queue_index_cache.clear()
     counts = []
     for _ in range(2):
         with CaptureQueriesContext(connection) as captured:

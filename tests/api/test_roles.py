@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler import services
-from tests.personas import make_worker, submit
+from scheduler.budgets.writes import request_uplift
 from tests.api.conftest import PERSONAS, error_of
+from tests.personas import make_worker, submit
 
 OK = 200
 CREATED = 201
@@ -68,7 +68,7 @@ def world(users):
     """alice's job /alice/train (2 tasks), worker w1, and alice's requested grant."""
     submit(users["alice"], "train", replicas=2)
     make_worker("w1")
-    grant = services.request_uplift(users["alice"], budget_limit=5000, reason="deadline", duration_seconds=3600)
+    grant = request_uplift(users["alice"], budget_limit=5000, reason="deadline", duration_seconds=3600)
     return {"grant": grant.pk}
 
 

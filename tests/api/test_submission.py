@@ -6,11 +6,14 @@ import logging
 
 import pytest
 
-from scheduler import services
+from scheduler.budgets.writes import approve_uplift, request_uplift
 from scheduler.core.bands import Band
+from scheduler.jobs.cancel import cancel_job
+from scheduler.jobs.submit import request_prompt_tick, submit_job
 from scheduler.models import AuditEntry, Job, Task, UserBudget
-from tests.personas import GIB, make_worker, run_tasks, submit
+from scheduler.store.clock import now_ms
 from tests.api.conftest import error_of
+from tests.personas import GIB, make_worker, run_tasks, submit
 
 JOBS = "/api/v1/jobs/"
 MAX_BAND_MESSAGE = (
@@ -91,7 +94,7 @@ def test_child_of_someone_elses_job_is_permission_denied(as_bob, alice):
 
 def test_child_of_a_finished_job_is_failed_precondition(as_alice, alice):
     submit(alice, "train")
-    services.cancel_job(alice, "/alice/train")
+    cancel_job(alice, "/alice/train")
     rejected(post(as_alice, {"name": "eval", "parent": "alice/train"}), 409, "FAILED_PRECONDITION", "parent")
 
 
@@ -162,8 +165,8 @@ def test_batch_within_max_band_is_accepted(as_alice, alice_max_batch):
 
 
 def test_an_approved_uplift_of_max_band_allows_interactive(as_alice, alice, ada, alice_max_batch):
-    grant = services.request_uplift(alice, max_band="interactive", reason="demo", duration_seconds=3600)
-    services.approve_uplift(ada, grant.pk)
+    grant = request_uplift(alice, max_band="interactive", reason="demo", duration_seconds=3600)
+    approve_uplift(ada, grant.pk)
     assert post(as_alice, {"name": "x"}).json()["band"] == "interactive"
 
 
@@ -188,7 +191,7 @@ def test_replicas_above_the_per_job_limit_are_resource_exhausted(as_alice, setti
 def test_active_tasks_above_the_per_user_limit_are_resource_exhausted(as_alice, as_bob, alice, ada, settings):
     settings.MAX_ACTIVE_TASKS_PER_USER = 10
     submit(alice, "first", replicas=6)
-    services.submit_job(ada, {"name": "child", "parent": "/alice/first", "replicas": 2})  # bills to alice
+    submit_job(ada, {"name": "child", "parent": "/alice/first", "replicas": 2})  # bills to alice
     body = rejected(post(as_alice, {"name": "more", "replicas": 3}), 429, "RESOURCE_EXHAUSTED", "replicas")
     assert body["details"]["active_tasks"] == 8
     assert post(as_alice, {"name": "fits", "replicas": 2}).status_code == 201
@@ -198,7 +201,7 @@ def test_active_tasks_above_the_per_user_limit_are_resource_exhausted(as_alice, 
 def test_finished_tasks_do_not_count_towards_the_active_limit(as_alice, alice, settings):
     settings.MAX_ACTIVE_TASKS_PER_USER = 4
     submit(alice, "done", replicas=4)
-    services.cancel_job(alice, "/alice/done")
+    cancel_job(alice, "/alice/done")
     assert post(as_alice, {"name": "next", "replicas": 4}).status_code == 201
 
 
@@ -297,7 +300,7 @@ def test_defaults_are_one_core_one_gib_cpu_device(as_alice):
 def test_submission_times_are_strictly_increasing(alice):
     # A job from a clock ahead of ours: later submissions still sort after it.
     first = submit(alice, "a")
-    Job.objects.filter(pk=first.pk).update(submitted_at_ms=services.current_ms() + 60_000)
+    Job.objects.filter(pk=first.pk).update(submitted_at_ms=now_ms() + 60_000)
     times = [submit(alice, f"j{i}").submitted_at_ms for i in range(5)]
     last = Job.objects.get(pk=first.pk).submitted_at_ms
     for t in times:
@@ -331,17 +334,17 @@ def test_a_rejected_submission_writes_nothing(as_alice, alice, alice_max_batch, 
 def test_a_prompt_tick_is_requested_after_commit(as_alice, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks() as callbacks:
         assert post(as_alice, {"name": "x"}).status_code == 201
-    assert callbacks == [services.request_prompt_tick]
+    assert callbacks == [request_prompt_tick]
 
 
 def test_a_broker_outage_never_fails_a_submission(as_alice, monkeypatch, caplog, django_capture_on_commit_callbacks):
-    from scheduler import tasks
+    from celery import current_app
 
     def broker_down(*args, **kwargs):
         raise ConnectionRefusedError("broker down")
 
-    monkeypatch.setattr(tasks.tick, "apply_async", broker_down)  # the broker is the external here
-    with caplog.at_level(logging.WARNING, logger="scheduler.services"):
+    monkeypatch.setattr(current_app, "send_task", broker_down)  # the broker is the external here
+    with caplog.at_level(logging.WARNING, logger="scheduler.jobs.submit"):
         with django_capture_on_commit_callbacks(execute=True):
             response = post(as_alice, {"name": "x"})
     assert response.status_code == 201

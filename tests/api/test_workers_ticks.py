@@ -7,12 +7,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduler import services
 from scheduler.core.bands import Band
 from scheduler.models import Attempt, AuditEntry, Job, Task, TickRecord, UserBudget, Worker
-from scheduler.tick import acquire_lease, release_lease
-from tests.personas import GIB, make_worker, run_tasks, submit
+from scheduler.tick.run import acquire_lease, release_lease
 from tests.api.conftest import error_of
+from tests.personas import GIB, make_worker, run_tasks, submit
 
 # --- workers --------------------------------------------------------------------------------------
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from scheduler.roles import ensure_groups
-from scheduler.tick import run_tick
+from scheduler.tick.run import run_tick
 from tests.browser.conftest import sign_in
-from tests.db.factories import NOW_MS, make_job, make_worker
+from tests.personas import NOW_MS, make_job, make_worker
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

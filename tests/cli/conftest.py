@@ -22,9 +22,9 @@ from rest_framework.authtoken.models import Token
 from scheduler.cli import main
 from scheduler.core.bands import Band
 from scheduler.models import UserBudget
-from scheduler.roles import ensure_groups
+from tests.personas import FAST_PASSWORD_HASHERS, PASSWORD, make_user
 
-PASSWORD = "correct horse battery staple"
+PERSONAS = (("alice", "researcher"), ("bob", "researcher"), ("olivia", "operator"), ("ada", "admin"))
 
 
 @dataclass
@@ -73,13 +73,10 @@ def _fresh_cache():
 
 @pytest.fixture
 def personas(transactional_db, settings):
-    # Password hashing is deliberately slow; these tests log in, they do not test hashing.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    admins, operators = ensure_groups()
-    User = get_user_model()
-    users = {name: User.objects.create_user(username=name, password=PASSWORD) for name in ("alice", "bob", "olivia", "ada")}
-    users["olivia"].groups.add(operators)
-    users["ada"].groups.add(admins)
+    """The shared personas (``tests.personas``) on a transactional database, which the live server
+    needs; bob's tier allows BATCH only."""
+    settings.PASSWORD_HASHERS = FAST_PASSWORD_HASHERS
+    users = {name: make_user(name, role) for name, role in PERSONAS}
     UserBudget.objects.create(user_id="bob", budget_limit=1000, max_band=Band.BATCH)
     return users
 

@@ -15,6 +15,7 @@ import pytest
 
 from scheduler import backends
 from scheduler.cluster_config import _cached
+from scheduler.provisioning.tpu import _api_cache
 from tests.cloud.fake_kubernetes import FakeKubernetesServer
 from tests.cloud.fake_tpu import FakeTpuServer
 
@@ -96,9 +97,8 @@ def cluster_config(tmp_path, settings, request):
         # A fresh backend instance reads the new config (and forgets what it saw).
         for name in ("kubernetes", "tpu"):
             backends.unregister_backend(name)
-        from scheduler import provisioning
 
-        provisioning._api_cache.clear()
+        _api_cache.clear()
 
     configure()
     yield configure

@@ -12,11 +12,14 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from scheduler import dispatch, provisioning, services
 from scheduler.core.bands import Band
+from scheduler.execution.dispatcher import drain
+from scheduler.jobs.cancel import cancel_job
 from scheduler.models import Attempt, BackendState, DispatchIntent, Job, Task, TickRecord, UserBudget, Worker
-from scheduler.tick import run_tick
-from tests.db.factories import NOW_MS, make_job, make_worker
+from scheduler.provisioning.health import backend_status
+from scheduler.provisioning.kubernetes import sync_kubernetes
+from scheduler.tick.run import run_tick
+from tests.personas import NOW_MS, make_job, make_worker
 
 pytestmark = pytest.mark.django_db
 
@@ -29,13 +32,13 @@ def cluster(kube, cluster_config):
     """A Kubernetes cluster set up by a first sync, and one local CPU host."""
     fake, _ = kube
     make_worker("cpu1", cpu=16, memory_gib=64)
-    provisioning.sync_kubernetes(watch_seconds=1)
+    sync_kubernetes(watch_seconds=1)
     fake.clear_requests()
     return fake
 
 
 def sync():
-    return provisioning.sync_kubernetes(watch_seconds=1)
+    return sync_kubernetes(watch_seconds=1)
 
 
 def task_of(job: Job, index: int = 0) -> Task:
@@ -57,13 +60,13 @@ def test_a_gpu_job_no_worker_serves_goes_to_kubernetes_and_becomes_a_pod(cluster
 
     gpu.refresh_from_db()
     cpu.refresh_from_db()
-    assert (gpu.backend, cpu.backend) == ("kubernetes", "workers")
+    assert (gpu.route, cpu.route) == ("kubernetes", "workers")
     task = task_of(gpu)
     kube_worker = Worker.objects.get(name="kubernetes")
     assert (task.state, task.worker_id, task.band) == ("assigned", kube_worker.pk, Band.PRODUCTION)
     assert task_of(cpu).worker.name == "cpu1"
 
-    dispatch.drain()
+    drain()
 
     pod = cluster.pods()[f"iris-{task.pk}-1"]
     assert pod["spec"]["priorityClassName"] == "iris-production"
@@ -73,7 +76,7 @@ def test_a_gpu_job_no_worker_serves_goes_to_kubernetes_and_becomes_a_pod(cluster
 
 def test_the_tick_promotes_at_most_the_cap_per_minute(kube, cluster_config):
     cluster_config(kubernetes={"promotions_per_minute": 5})
-    provisioning.sync_kubernetes(watch_seconds=1)
+    sync_kubernetes(watch_seconds=1)
     jobs = [make_job(f"/alice/j{i}", device=H100) for i in range(8)]
 
     run_tick(NOW_MS)
@@ -89,7 +92,7 @@ def test_the_tick_promotes_at_most_the_cap_per_minute(kube, cluster_config):
 
 def test_the_tick_record_counts_pending_tasks_routed_to_kubernetes_too(kube, cluster_config):
     cluster_config(kubernetes={"promotions_per_minute": 5})
-    provisioning.sync_kubernetes(watch_seconds=1)
+    sync_kubernetes(watch_seconds=1)
     for i in range(3):
         make_job(f"/alice/gpu{i}", device=H100, replicas=2)  # routed to Kubernetes: Kueue admits them
     make_job("/alice/cpu", replicas=4)  # no worker: stays pending in the core's queue
@@ -102,7 +105,7 @@ def test_the_tick_record_counts_pending_tasks_routed_to_kubernetes_too(kube, clu
 
 def test_waiting_tasks_are_explained_in_the_queue(kube, cluster_config):
     cluster_config(kubernetes={"promotions_per_minute": 1})
-    provisioning.sync_kubernetes(watch_seconds=1)
+    sync_kubernetes(watch_seconds=1)
     make_job("/alice/a", device=H100)
     make_job("/alice/b", device=H100)
 
@@ -117,7 +120,7 @@ def test_a_gang_is_promoted_whole_into_one_kueue_pod_group(cluster):
     gang = make_job("/alice/gang", device=H100, replicas=3, group_by="rack")
 
     run_tick(NOW_MS)
-    dispatch.drain()
+    drain()
 
     assert sorted(Task.objects.filter(job=gang).values_list("state", flat=True)) == ["assigned"] * 3
     pods = cluster.pods().values()
@@ -127,7 +130,7 @@ def test_a_gang_is_promoted_whole_into_one_kueue_pod_group(cluster):
 
 def test_statements_per_tick_do_not_grow_with_kubernetes_tasks(kube, cluster_config):
     cluster_config(kubernetes={"promotions_per_minute": 1000})
-    provisioning.sync_kubernetes(watch_seconds=1)
+    sync_kubernetes(watch_seconds=1)
 
     def statements(n: int, offset: int) -> int:
         for i in range(n):
@@ -142,13 +145,13 @@ def test_statements_per_tick_do_not_grow_with_kubernetes_tasks(kube, cluster_con
 
 def test_a_disabled_kubernetes_backend_takes_no_jobs(kube, cluster_config):
     cluster_config(kubernetes={"enabled": False})
-    provisioning.sync_kubernetes(watch_seconds=1)
+    sync_kubernetes(watch_seconds=1)
     gpu = make_job("/alice/train", device=H100)
 
     run_tick(NOW_MS)
 
     gpu.refresh_from_db()
-    assert gpu.backend == "workers"
+    assert gpu.route == "workers"
     assert task_of(gpu).state == "pending"
     assert BackendState.objects.get(name="kubernetes").enabled is False
 
@@ -158,7 +161,7 @@ def test_a_disabled_kubernetes_backend_takes_no_jobs(kube, cluster_config):
 
 def promote_and_run(cluster, job: Job, index: int = 0) -> Task:
     run_tick(NOW_MS)
-    dispatch.drain()
+    drain()
     task = task_of(job, index)
     sync()
     cluster.run(f"iris-{task.pk}-{task.attempt_count}")
@@ -210,7 +213,7 @@ def test_a_kueue_eviction_is_preempted_and_the_task_retried_in_a_new_pod(cluster
     assert f"iris-{task.pk}-1" not in cluster.pods()
 
     run_tick(NOW_MS + MINUTE_MS)
-    dispatch.drain()
+    drain()
 
     task.refresh_from_db()
     assert (task.state, task.attempt_count) == ("assigned", 2)
@@ -249,13 +252,13 @@ def test_a_redrive_keeps_the_band_stamped_at_promotion(cluster):
     job = make_job("/alice/train", device=H100)
     cluster.fail("POST", "/pods$", status=503)
     run_tick(NOW_MS)
-    dispatch.drain()  # the first try fails
+    drain()  # the first try fails
     task = task_of(job)
     assert task.band == Band.INTERACTIVE
     # alice is now far over a tiny budget: new work would be BATCH, but this attempt keeps its band.
     UserBudget.objects.create(user_id="alice", budget_limit=1, max_band=Band.INTERACTIVE)
 
-    dispatch.drain(now=later(60))
+    drain(now=later(60))
 
     pod = cluster.pods()[f"iris-{task.pk}-1"]
     assert pod["spec"]["priorityClassName"] == "iris-interactive"
@@ -267,12 +270,12 @@ def test_a_redrive_keeps_the_band_stamped_at_promotion(cluster):
 def test_cancelling_a_job_deletes_its_pods_and_pdbs(cluster):
     alice = get_user_model().objects.create_user("alice")
     job = make_job("/alice/coordinator")
-    Job.objects.filter(pk=job.pk).update(backend="kubernetes")
+    Job.objects.filter(pk=job.pk).update(route="kubernetes")
     task = promote_and_run(cluster, job)
     assert cluster.objects("poddisruptionbudgets", "iris")
 
-    services.cancel_job(alice, "/alice/coordinator")
-    dispatch.drain()
+    cancel_job(alice, "/alice/coordinator")
+    drain()
     assert cluster.pods() == {} and cluster.objects("poddisruptionbudgets", "iris") == {}
 
     sync()  # the deletion is seen: the attempt has finished
@@ -289,7 +292,7 @@ def test_an_api_error_or_timeout_leaves_the_task_assigned_and_the_start_retried(
     run_tick(NOW_MS)
     cluster.fail("POST", "/pods$", **fault)
 
-    result = dispatch.drain()
+    result = drain()
 
     task = task_of(job)
     intent = DispatchIntent.objects.get(task=task, kind="start")
@@ -298,7 +301,7 @@ def test_an_api_error_or_timeout_leaves_the_task_assigned_and_the_start_retried(
     assert intent.last_error.startswith("BackendError")
     assert Attempt.objects.get(task=task).finished_at is None
 
-    dispatch.drain(now=later(60))
+    drain(now=later(60))
 
     intent.refresh_from_db()
     assert intent.state == "done"
@@ -311,14 +314,14 @@ def test_a_start_that_keeps_failing_ends_the_attempt_and_the_task_is_promoted_ag
     run_tick(NOW_MS)
     cluster.fail("POST", "/pods$", status=500)
 
-    dispatch.drain()
+    drain()
 
     task = task_of(job)
     assert (task.state, task.preemption_count) == ("pending", 1)
     assert DispatchIntent.objects.get(task=task, kind="start").state == "failed"
 
     run_tick(NOW_MS + MINUTE_MS)
-    dispatch.drain()
+    drain()
     task.refresh_from_db()
     assert (task.state, task.attempt_count) == ("assigned", 2)
     assert list(cluster.pods()) == [f"iris-{task.pk}-2"]
@@ -369,7 +372,7 @@ def test_a_pod_that_vanished_while_nobody_watched_ends_its_attempt(cluster):
 def test_backend_status_lists_health_last_sync_and_errors(cluster):
     cluster.fail("GET", "/pods$", status=500)
     sync()
-    status = {s.name: s for s in provisioning.backend_status()}
+    status = {s.name: s for s in backend_status()}
     assert status["kubernetes"].healthy is False
     assert status["kubernetes"].last_sync_at is not None
     assert "HTTP 500" in status["kubernetes"].last_error
@@ -379,7 +382,7 @@ def test_backend_status_lists_health_last_sync_and_errors(cluster):
 def test_a_kueue_eviction_of_a_gang_requeues_it_whole_and_it_is_promoted_again_whole(cluster):
     gang = make_job("/alice/gang", device=H100, replicas=2, group_by="rack")
     run_tick(NOW_MS)
-    dispatch.drain()
+    drain()
     sync()
     tasks = list(Task.objects.filter(job=gang).order_by("index"))
     for task in tasks:
@@ -388,7 +391,7 @@ def test_a_kueue_eviction_of_a_gang_requeues_it_whole_and_it_is_promoted_again_w
 
     cluster.evict(f"iris-{tasks[0].pk}-1")  # Kueue evicts the workload: the first pod is seen first
     sync()
-    dispatch.drain()  # the requeued sibling's pod is deleted
+    drain()  # the requeued sibling's pod is deleted
     sync()
 
     states = list(Task.objects.filter(job=gang).order_by("index").values_list("state", "preemption_count"))
@@ -397,7 +400,7 @@ def test_a_kueue_eviction_of_a_gang_requeues_it_whole_and_it_is_promoted_again_w
     assert Attempt.objects.filter(task__job=gang, finished_at__isnull=True).count() == 0
 
     run_tick(NOW_MS + MINUTE_MS)
-    dispatch.drain()
+    drain()
     pods = cluster.pods()
     assert sorted(pods) == sorted(f"iris-{t.pk}-2" for t in tasks)
     assert len({p["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] for p in pods.values()}) == 1
@@ -409,15 +412,15 @@ def test_a_stop_that_fails_is_retried_and_the_attempt_holds_until_the_pod_is_gon
     task = promote_and_run(cluster, job)
     cluster.fail("DELETE", "/pods/", status=500)
 
-    services.cancel_job(alice, "/alice/train")
-    result = dispatch.drain()
+    cancel_job(alice, "/alice/train")
+    result = drain()
 
     stop = DispatchIntent.objects.get(task=task, kind="stop")
     assert (result.retried, stop.state) == (1, "pending")
     assert Attempt.objects.get(task=task).finished_at is None
     assert f"iris-{task.pk}-1" in cluster.pods()
 
-    dispatch.drain(now=later(60))
+    drain(now=later(60))
     sync()
 
     assert cluster.pods() == {}

@@ -10,10 +10,10 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduler import provisioning
 from scheduler.models import Attempt, BackendState, Job, Task, TpuSlice, Worker
-from scheduler.tick import run_tick
-from tests.db.factories import NOW_MS, make_job, make_worker
+from scheduler.provisioning.tpu import provision_tpu
+from scheduler.tick.run import run_tick
+from tests.personas import NOW_MS, make_job, make_worker
 
 pytestmark = pytest.mark.django_db
 
@@ -56,7 +56,7 @@ def at(seconds: float):
 def test_unmet_demand_creates_a_slice_with_the_exact_request(fake):
     gang("/alice/train")
 
-    result = provisioning.provision_tpu()
+    result = provision_tpu()
 
     assert len(result.created) == 1
     (name,) = result.created
@@ -77,10 +77,10 @@ def test_unmet_demand_creates_a_slice_with_the_exact_request(fake):
 
 def test_a_slice_being_created_counts_as_supply(fake):
     gang("/alice/train")
-    provisioning.provision_tpu()
+    provision_tpu()
     fake.requests.clear()
 
-    result = provisioning.provision_tpu()
+    result = provision_tpu()
 
     assert result.created == []
     assert fake.calls("POST") == []
@@ -88,10 +88,10 @@ def test_a_slice_being_created_counts_as_supply(fake):
 
 def test_the_slice_is_tracked_until_ready_and_its_hosts_take_the_gang(fake):
     job = gang("/alice/train")
-    (name,) = provisioning.provision_tpu().created
+    (name,) = provision_tpu().created
     fake.make_ready(name, hosts=2)
 
-    result = provisioning.provision_tpu()
+    result = provision_tpu()
 
     assert result.ready == [name]
     assert TpuSlice.objects.get(name=name).state == "ready"
@@ -104,11 +104,11 @@ def test_never_more_than_the_groups_max(fake):
     for i in range(3):
         gang(f"/alice/g{i}")
 
-    result = provisioning.provision_tpu()
+    result = provision_tpu()
 
     assert len(result.created) == 2
     assert result.groups["v5p"]["reason"] == "at max_slices (2)"
-    assert provisioning.provision_tpu().created == []
+    assert provision_tpu().created == []
     assert TpuSlice.objects.filter(state="creating").count() == 2
 
 
@@ -117,11 +117,11 @@ def test_min_slices_are_kept_without_demand(fake, cluster_config):
         {"name": "v5p", "accelerator_type": "v5p-8", "runtime_version": "v2-alpha-tpuv5", "min_slices": 1,
          "max_slices": 2},
     ])
-    (name,) = provisioning.provision_tpu().created
+    (name,) = provision_tpu().created
     fake.make_ready(name)
-    provisioning.provision_tpu()
+    provision_tpu()
 
-    result = provisioning.provision_tpu(now=at(3600))
+    result = provision_tpu(now=at(3600))
 
     assert result.draining == [] and result.deleted == []
     assert TpuSlice.objects.get(name=name).state == "ready"
@@ -129,45 +129,45 @@ def test_min_slices_are_kept_without_demand(fake, cluster_config):
 
 def test_an_idle_slice_is_drained_then_deleted_and_its_workers_leave(fake):
     job = gang("/alice/train")
-    (name,) = provisioning.provision_tpu().created
+    (name,) = provision_tpu().created
     fake.make_ready(name)
-    provisioning.provision_tpu()
+    provision_tpu()
     workers = join(name)
     run_tick(NOW_MS)
-    provisioning.provision_tpu(now=at(10))
+    provision_tpu(now=at(10))
     assert TpuSlice.objects.get(name=name).idle_since is None  # busy
     finish_all(job)
 
-    provisioning.provision_tpu(now=at(20))  # idle from now
-    assert provisioning.provision_tpu(now=at(300)).draining == []  # not idle long enough (600 s)
-    drained = provisioning.provision_tpu(now=at(700))
+    provision_tpu(now=at(20))  # idle from now
+    assert provision_tpu(now=at(300)).draining == []  # not idle long enough (600 s)
+    drained = provision_tpu(now=at(700))
 
     assert drained.draining == [name]
     assert set(Worker.objects.filter(pk__in=[w.pk for w in workers]).values_list("draining", flat=True)) == {True}
     assert fake.calls("DELETE") == []
 
-    deleted = provisioning.provision_tpu(now=at(720))
+    deleted = provision_tpu(now=at(720))
 
     assert deleted.deleted == [name]
     assert [r.path for r in fake.calls("DELETE")] == [f"{ZONE_PATH}/nodes/{name}"]
     assert set(Worker.objects.filter(pk__in=[w.pk for w in workers]).values_list("healthy", flat=True)) == {False}
-    provisioning.provision_tpu(now=at(740))
+    provision_tpu(now=at(740))
     assert TpuSlice.objects.get(name=name).state == "deleted"
 
 
 def test_a_draining_slice_is_taken_back_when_work_arrives(fake):
     job = gang("/alice/train")
-    (name,) = provisioning.provision_tpu().created
+    (name,) = provision_tpu().created
     fake.make_ready(name)
-    provisioning.provision_tpu()
+    provision_tpu()
     join(name)
     run_tick(NOW_MS)
     finish_all(job)
-    provisioning.provision_tpu(now=at(10))
-    assert provisioning.provision_tpu(now=at(700)).draining == [name]
+    provision_tpu(now=at(10))
+    assert provision_tpu(now=at(700)).draining == [name]
 
     gang("/bob/next")
-    result = provisioning.provision_tpu(now=at(710))
+    result = provision_tpu(now=at(710))
 
     assert result.created == [] and result.deleted == []
     assert TpuSlice.objects.get(name=name).state == "ready"
@@ -178,7 +178,7 @@ def test_a_failed_creation_is_recorded_and_the_group_backs_off(fake):
     gang("/alice/train")
     fake.fail("POST", "/nodes$", status=500)
 
-    first = provisioning.provision_tpu()
+    first = provision_tpu()
 
     (name,) = first.failed
     row = TpuSlice.objects.get(name=name)
@@ -186,21 +186,21 @@ def test_a_failed_creation_is_recorded_and_the_group_backs_off(fake):
     state = BackendState.objects.get(name="tpu")
     assert state.healthy is False and "InternalServerError" in state.last_error
     # Within the backoff (60 s after one failure): no new request.
-    again = provisioning.provision_tpu(now=at(30))
+    again = provision_tpu(now=at(30))
     assert again.created == [] and again.groups["v5p"]["reason"].startswith("backing off after 1 failed")
     assert len(fake.calls("POST")) == 1
     # After it: a new try, which succeeds.
-    later = provisioning.provision_tpu(now=at(90))
+    later = provision_tpu(now=at(90))
     assert len(later.created) == 1
     assert BackendState.objects.get(name="tpu").healthy is True
 
 
 def test_an_operation_that_fails_marks_the_slice_failed(fake):
     gang("/alice/train")
-    (name,) = provisioning.provision_tpu().created
+    (name,) = provision_tpu().created
     fake.fail_creation(name, "There is no more capacity in the zone")
 
-    result = provisioning.provision_tpu()
+    result = provision_tpu()
 
     assert result.failed == [name]
     assert TpuSlice.objects.get(name=name).last_error == "There is no more capacity in the zone"
@@ -210,7 +210,7 @@ def test_a_creation_that_timed_out_is_failed_and_the_node_it_left_is_deleted(fak
     gang("/alice/train")
     fake.fail("POST", "/nodes$", status=0, delay=3)  # answered after the client gave up
 
-    first = provisioning.provision_tpu()
+    first = provision_tpu()
 
     (name,) = first.failed
     assert "Timeout" in TpuSlice.objects.get(name=name).last_error
@@ -219,16 +219,16 @@ def test_a_creation_that_timed_out_is_failed_and_the_node_it_left_is_deleted(fak
     while fake.node(name) is None and time.monotonic() < deadline:
         time.sleep(0.05)
     assert fake.node(name) is not None
-    second = provisioning.provision_tpu(now=at(10))
+    second = provision_tpu(now=at(10))
     assert name in second.deleted
     assert fake.node(name) is None
 
 
 def test_a_slice_not_ready_in_time_is_given_up(fake):
     gang("/alice/train")
-    (name,) = provisioning.provision_tpu().created
+    (name,) = provision_tpu().created
 
-    result = provisioning.provision_tpu(now=at(1900))
+    result = provision_tpu(now=at(1900))
 
     assert result.failed == [name]
     assert "not ready after 1800s" in TpuSlice.objects.get(name=name).last_error
@@ -237,16 +237,16 @@ def test_a_slice_not_ready_in_time_is_given_up(fake):
 
 def test_a_preempted_spot_slice_loses_its_workers_and_their_tasks_retry(fake):
     job = gang("/alice/train")
-    (name,) = provisioning.provision_tpu().created
+    (name,) = provision_tpu().created
     fake.make_ready(name)
-    provisioning.provision_tpu()
+    provision_tpu()
     join(name)
     run_tick(NOW_MS)
     Task.objects.filter(job=job).update(state="running")
     Attempt.objects.filter(task__job=job).update(state="running")
     fake.preempt(name)
 
-    result = provisioning.provision_tpu(now=at(10))
+    result = provision_tpu(now=at(10))
 
     assert name in result.deleted
     assert TpuSlice.objects.get(name=name).state == "deleted"
@@ -260,7 +260,7 @@ def test_queued_resources_are_asked_for_with_spot(fake, cluster_config):
     ])
     gang("/alice/train")
 
-    (name,) = provisioning.provision_tpu().created
+    (name,) = provision_tpu().created
 
     (create,) = fake.calls("POST")
     assert create.path == f"{ZONE_PATH}/queuedResources"
@@ -276,7 +276,7 @@ def test_queued_resources_are_asked_for_with_spot(fake, cluster_config):
         "spot": {},
     }
     fake.make_ready(name, hosts=2)
-    assert provisioning.provision_tpu().ready == [name]
+    assert provision_tpu().ready == [name]
 
 
 def test_the_boot_script_starts_the_agent_with_the_slice_attributes(fake, cluster_config):
@@ -286,7 +286,7 @@ def test_the_boot_script_starts_the_agent_with_the_slice_attributes(fake, cluste
                          "--attribute tpu-worker-id={worker_id_var} --backend tpu",
     })
     gang("/alice/train")
-    (name,) = provisioning.provision_tpu().created
+    (name,) = provision_tpu().created
     script = fake.calls("POST")[0].body["metadata"]["startup-script"]
     assert script.startswith("#!/bin/bash\n")
     assert f"--attribute tpu-name={name} " in script
@@ -296,7 +296,7 @@ def test_the_boot_script_starts_the_agent_with_the_slice_attributes(fake, cluste
 
 def test_jobs_no_group_serves_are_reported(fake):
     make_job("/alice/v6", device=("tpu", "v6e-8", 4))
-    result = provisioning.provision_tpu()
+    result = provision_tpu()
     assert result.unserved == ["/alice/v6"]
     assert result.created == []
 
@@ -304,6 +304,6 @@ def test_jobs_no_group_serves_are_reported(fake):
 def test_a_disabled_tpu_backend_does_nothing(gcp, cluster_config):
     cluster_config(kubernetes=False, tpu=False, scale_groups=[])
     gang("/alice/train")
-    assert provisioning.provision_tpu().enabled is False
+    assert provision_tpu().enabled is False
     assert gcp[0].requests == []
     assert BackendState.objects.get(name="tpu").enabled is False

@@ -1,4 +1,4 @@
-"""Resource value, spend and the effective band (issue 2 §3; reference §2, §3.5)."""
+"""Resource value, spend and the effective band (reference §2, §3.5)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""What a decision contains: coverage of pending work, state changes, job outcomes (issue 2 §5)."""
+"""What a decision contains: coverage of pending work, state changes, job outcomes."""
 
 from scheduler.core.bands import Band
 from scheduler.core.decision import decide

@@ -1,4 +1,4 @@
-"""Pending reasons as data, rendered for people (issue 2 §3 "Explanations"; reference §10)."""
+"""Pending reasons as data, rendered for people (reference §10)."""
 
 import pytest
 

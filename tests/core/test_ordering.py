@@ -1,4 +1,4 @@
-"""Gates and scheduling order (issue 2 §3 "Gates" and "Order"; reference §3.3, §3.5)."""
+"""Gates and scheduling order (reference §3.3, §3.5)."""
 
 import random
 

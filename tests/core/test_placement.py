@@ -1,4 +1,4 @@
-"""Placement: capacity, constraints, gangs, job exhaustion, bands (issue 2 §3 "Placement")."""
+"""Placement: capacity, constraints, gangs, job exhaustion, bands."""
 
 import pytest
 

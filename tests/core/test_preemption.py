@@ -1,4 +1,4 @@
-"""The preemption pass and victim outcomes (issue 2 §3 "Preemption"; reference §4)."""
+"""The preemption pass and victim outcomes (reference §4)."""
 
 import pytest
 

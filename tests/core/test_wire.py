@@ -1,4 +1,4 @@
-"""The JSON snapshot and decision formats (issue 2 §5)."""
+"""The JSON snapshot and decision formats."""
 
 import copy
 

@@ -7,8 +7,8 @@ import redis
 
 from scheduler.models import Task, TickRecord
 from tests.conftest import REDIS_TEST_URL
-from tests.db.factories import make_job, make_worker
 from tests.integration.subprocesses import project_env, start, stop, wait_for
+from tests.personas import make_job, make_worker
 
 
 def run_worker_with_beat(tmp_path, ticks: int, *worker_args: str, **env: str) -> str:

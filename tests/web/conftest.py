@@ -9,8 +9,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from scheduler import queries, services
+from scheduler.budgets.writes import request_uplift, set_budget
 from scheduler.core.bands import Band
+from scheduler.jobs.queue import _queue_index_cache
 from scheduler.models import PreemptionEvent, Task, TickRecord, UserBudget, Worker
 from tests.personas import make_user, make_worker, run_tasks, submit
 
@@ -23,9 +24,9 @@ def _fast_passwords(fast_passwords):
 @pytest.fixture(autouse=True)
 def _fresh_queue_index():
     """The queue index is cached per process by tick pk; pks restart with each test database."""
-    queries._queue_index_cache.clear()
+    _queue_index_cache.clear()
     yield
-    queries._queue_index_cache.clear()
+    _queue_index_cache.clear()
 
 
 def client_for(user=None) -> Client:
@@ -59,21 +60,21 @@ def build_cluster(n: int, admin, *, start: int = 0) -> dict:
 
     Everything the console's pages list grows with ``n``; their query counts must not.
     """
-    from scheduler.tick import run_tick
+    from scheduler.tick.run import run_tick
 
     users = [make_user(f"user{i:03d}") for i in range(start, start + n)]
     workers = [make_worker(f"w{i:03d}", cpu=4, memory_gib=16) for i in range(start, start + n)]
     bully = submit(admin, f"/{admin.username}/prod{start}", priority="production", replicas=n, cpu=1, memory="1Gi")
     for i, user in enumerate(users):
         UserBudget.objects.create(user_id=user.username, budget_limit=5 if i % 2 else 0, max_band=int(Band.INTERACTIVE))
-        services.request_uplift(user, budget_limit=1000, reason="deadline", duration_seconds=3600)
+        request_uplift(user, budget_limit=1000, reason="deadline", duration_seconds=3600)
         running = submit(user, "running", replicas=2, cpu=2, memory="4Gi")
         run_tasks(running, workers[i], 1)
         submit(user, "waiting", replicas=3, cpu=64, memory="1Gi")  # fits nowhere: stays pending
         batch = submit(user, "batchy", priority="batch", replicas=1, cpu=1, memory="1Gi")
         run_tasks(batch, workers[i])
         preempt(batch.tasks.get(), bully.tasks.get(index=i), workers[i])
-        services.set_budget(admin, user.username, budget_limit=10 if i % 2 else 0, reason="tiered")
+        set_budget(admin, user.username, budget_limit=10 if i % 2 else 0, reason="tiered")
     run_tick()
     run_tick()
     return {"users": users, "workers": workers}

@@ -74,9 +74,9 @@ def test_job_page_shows_its_backend_and_links_each_attempt_to_its_log(clients, a
     task = job.tasks.get()
     Attempt.objects.create(task=task, number=2, worker=worker, state="running", band=job.band,
                            created_at=timezone.now())
-    Job.objects.filter(pk=job.pk).update(backend="workers")
+    Job.objects.filter(pk=job.pk).update(route="workers")
     html = clients["alice"].get("/jobs/alice/train/").content.decode()
     assert f'href="/api/v1/agent/logs/{task.pk}/1/"' in html and f'href="/api/v1/agent/logs/{task.pk}/2/"' in html
     assert "Runs on Registered workers" in text(clients["alice"].get("/jobs/alice/train/"))
-    Job.objects.filter(pk=job.pk).update(backend="kubernetes")
+    Job.objects.filter(pk=job.pk).update(route="kubernetes")
     assert "Runs on Kubernetes" in text(clients["alice"].get("/jobs/alice/train/"))

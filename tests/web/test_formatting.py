@@ -8,9 +8,16 @@ import pytest
 from django.template import Context, Template
 from django.utils import timezone
 
-from scheduler import queries
+from scheduler.budgets.queries import SpendSample
 from scheduler.core.bands import Band
-from scheduler.queries import SpendSample, job_matches, queue_window, round_robin_place
+from scheduler.jobs.queue import (
+    QueueIndex,
+    _queue_index_cache,
+    job_matches,
+    queue_index,
+    queue_window,
+    round_robin_place,
+)
 from scheduler.views.charts import nice_ceiling, round_step, spend_chart
 
 
@@ -76,7 +83,7 @@ def test_gridlines_fall_on_round_steps(top, divisions):
     assert round_step(top) == divisions
 
 
-def make_index(tasks: dict[str, list[int]], spend=None) -> queries.QueueIndex:
+def make_index(tasks: dict[str, list[int]], spend=None) -> QueueIndex:
     """An index built the way ``queue_index`` builds it, from an explanation's task map."""
     ids, reason_of, owner = {}, {}, {}
     for task_id, (rank, position, reason) in sorted(tasks.items(), key=lambda kv: (kv[1][0], kv[1][1])):
@@ -84,7 +91,7 @@ def make_index(tasks: dict[str, list[int]], spend=None) -> queries.QueueIndex:
         reason_of.setdefault(rank, []).append(reason)
         owner.setdefault(rank, []).append(task_id.split("/")[1])
     users = {rank: list(dict.fromkeys(o)) for rank, o in owner.items()}
-    return queries.QueueIndex(1, None, spend or {}, {}, ["r0", "r1"], ids, reason_of, owner, users)
+    return QueueIndex(1, None, spend or {}, {}, ["r0", "r1"], ids, reason_of, owner, users)
 
 
 def test_queue_windows_filter_and_count():
@@ -121,14 +128,14 @@ def test_round_robin_place_names_the_turn_and_own_tasks_ahead():
 def test_queue_index_is_read_once_per_tick_and_sorted_if_needed(django_assert_num_queries):
     from scheduler.models import TickRecord
 
-    queries._queue_index_cache.clear()
+    _queue_index_cache.clear()
     TickRecord.objects.create(
         started_at=timezone.now(), now_ms=0, duration_ms=1, spend={"bob": 7}, limits={},
         explanation={"tasks": {"/bob/a/1": [2, 2, 0], "/bob/a/0": [2, 1, 0]}, "reasons": ["x"], "band_counts": {"2": 2}},
     )
     with django_assert_num_queries(2):
-        index = queries.queue_index()
+        index = queue_index()
     assert index.ids[2] == ["/bob/a/0", "/bob/a/1"] and index.spend == {"bob": 7}
     with django_assert_num_queries(1):
-        assert queries.queue_index() is index
-    queries._queue_index_cache.clear()
+        assert queue_index() is index
+    _queue_index_cache.clear()

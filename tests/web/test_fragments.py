@@ -7,8 +7,9 @@ import re
 
 import pytest
 
-from scheduler import queries, services
-from scheduler.tick import run_tick
+from scheduler.jobs.cancel import cancel_job
+from scheduler.jobs.queue import newest_explained_tick
+from scheduler.tick.run import run_tick
 from tests.personas import make_worker, run_tasks, submit
 from tests.web.conftest import preempt
 
@@ -80,7 +81,7 @@ def test_every_post_form_carries_a_csrf_token(clients, world, alice):
 def test_job_page_polls_until_the_job_finishes_then_renders_without_its_trigger(clients, world, alice):
     live = clients["alice"].get("/jobs/alice/train/", **HTMX).content.decode()
     assert 'hx-trigger="every 5s"' in live
-    services.cancel_job(alice, "/alice/train")
+    cancel_job(alice, "/alice/train")
     done = clients["alice"].get("/jobs/alice/train/", **HTMX).content.decode()
     assert "hx-trigger" not in done and "hx-get" not in done
     assert 'data-finished="true"' in done
@@ -89,14 +90,14 @@ def test_job_page_polls_until_the_job_finishes_then_renders_without_its_trigger(
 
 def test_queue_poll_answers_204_until_a_newer_tick(clients, world):
     client = clients["alice"]
-    tick = queries.newest_explained_tick()
+    tick = newest_explained_tick()
     assert client.get(f"/queue/?since={tick}", **HTMX).status_code == 204
     # Without HTMX (a bookmarked URL) the page renders as usual.
     assert client.get(f"/queue/?since={tick}").status_code == 200
     run_tick()
     fresh = client.get(f"/queue/?since={tick}", **HTMX)
     assert fresh.status_code == 200
-    newer = queries.newest_explained_tick()
+    newer = newest_explained_tick()
     assert f"since={newer}" in fresh.content.decode()
 
 

@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from scheduler import services
+from scheduler.jobs.cancel import cancel_job
 from scheduler.models import DispatchIntent, TickRecord, UpliftGrant, UserBudget
-from scheduler.tick import run_tick
+from scheduler.tick.run import run_tick
 from tests.personas import make_worker, run_tasks, submit
 from tests.web.conftest import preempt
 
@@ -138,7 +138,7 @@ def test_job_page_lists_preemptions_suffered_by_whom(clients, alice, bob):
 
 def test_finished_job_says_nothing_would_change_it(clients, alice):
     submit(alice, "train")
-    services.cancel_job(alice, "/alice/train")
+    cancel_job(alice, "/alice/train")
     assert "Nothing: the job has finished (killed)." in text(clients["alice"].get("/jobs/alice/train/"))
 
 

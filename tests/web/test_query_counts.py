@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from scheduler import queries
+from scheduler.jobs.queue import _queue_index_cache, newest_explained_tick
 from tests.personas import submit
 from tests.web.conftest import build_cluster
 
@@ -41,7 +41,7 @@ PAGES = [
 
 
 def count_queries(client, url: str, htmx: bool = False) -> tuple[int, list[str]]:
-    queries._queue_index_cache.clear()  # a cold index costs one more query; measure cold every time
+    _queue_index_cache.clear()  # a cold index costs one more query; measure cold every time
     headers = {"HTTP_HX_REQUEST": "true"} if htmx else {}
     with CaptureQueriesContext(connection) as captured:
         response = client.get(url, **headers)
@@ -64,7 +64,7 @@ def test_page_queries_do_not_grow_with_users_jobs_workers_or_events(clients, ada
 
 def test_job_page_queries_do_not_grow_with_its_tasks(clients, alice):
     client = clients["alice"]
-    from scheduler.tick import run_tick
+    from scheduler.tick.run import run_tick
 
     submit(alice, "few", replicas=3, cpu=1000)
     submit(alice, "many", replicas=300, cpu=1000)
@@ -78,7 +78,7 @@ def test_job_page_queries_do_not_grow_with_its_tasks(clients, alice):
 def test_queue_window_is_cut_without_reading_every_row(clients, alice):
     """50,000 pending tasks: a page of the queue reads one window of rows, in a fixed number of
     queries, and a poll that finds no newer tick answers 204 after one query."""
-    from scheduler.tick import run_tick
+    from scheduler.tick.run import run_tick
 
     submit(alice, "huge", replicas=10_000, cpu=1)
     run_tick()
@@ -87,7 +87,7 @@ def test_queue_window_is_cut_without_reading_every_row(clients, alice):
     assert n <= 12, sql
     response = client.get("/queue/?band=interactive&page=40")
     assert "/alice/huge</a><span class=\"muted\">/1950" in response.content.decode()
-    tick = queries.newest_explained_tick()
+    tick = newest_explained_tick()
     with CaptureQueriesContext(connection) as captured:
         poll = client.get(f"/queue/?band=interactive&page=40&since={tick}", HTTP_HX_REQUEST="true")
     assert poll.status_code == 204

@@ -6,7 +6,7 @@
 The mix is chosen so that within a minute you see bob's and carol's INTERACTIVE work run as
 BATCH once they pass their budgets, admin's PRODUCTION jobs preempt BATCH work on the CPU
 hosts, and alice's four-host TPU gang preempt BATCH work on the slice. Every job goes through
-``scheduler.services.submit_job``, the same rules as the API. Submissions pause while more than
+``scheduler.jobs.submit.submit_job``, the same rules as the API. Submissions pause while more than
 ``--max-pending`` tasks wait, so the queue never grows without bound. Tasks are short shell
 loops that print their progress and exit when stopped (SIGTERM), so their logs show it.
 """
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from scheduler import services
 from scheduler.core.types import NON_TERMINAL_STATES, TaskState
 from scheduler.errors import ServiceError
+from scheduler.jobs.submit import submit_job
 from scheduler.models import Task
 
 # A demo task: prints a step a second for N seconds; SIGTERM (preemption, cancel) ends it.
@@ -130,7 +130,7 @@ class Command(BaseCommand):
     def submit(self, user, kind: Kind, rng: random.Random) -> bool:
         request = job_request(kind, rng)
         try:
-            job = services.submit_job(user, request)
+            job = submit_job(user, request)
         except ServiceError as exc:
             self.stdout.write(f"demo load: {user.username} {request['name']} refused: {exc.message}")
             return False

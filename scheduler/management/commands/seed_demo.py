@@ -14,8 +14,8 @@ from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand
 from rest_framework.authtoken.models import Token
 
-from scheduler import queries
-from scheduler.agent_api import AGENT_GROUP
+from scheduler.api.agent import AGENT_GROUP
+from scheduler.budgets.rules import budget_defaults, effective_budget_for
 from scheduler.roles import ensure_groups
 
 DEMO_PASSWORD = "iris-demo"
@@ -57,9 +57,9 @@ class Command(BaseCommand):
 
         names = ", ".join(u for u, _ in DEMO_USERS)
         self.stdout.write(f"Demo users: {names} (password '{DEMO_PASSWORD}'). Console: http://127.0.0.1:8000/")
-        defaults = queries.budget_defaults()
+        defaults = budget_defaults()
         for username, _ in DEMO_USERS[2:]:
-            budget = queries.effective_budget_for(username)
+            budget = effective_budget_for(username)
             limit = f"{budget.budget_limit:,} points" if budget.budget_limit else "unlimited"
             self.stdout.write(f"  {username}: budget {limit}, max band {budget.max_band.wire}")
         self.stdout.write(

@@ -5,8 +5,8 @@ import json
 from django.core.management.base import BaseCommand
 
 from scheduler.core.wire import snapshot_to_json
-from scheduler.snapshot import load_snapshot
-from scheduler.tick import now_ms
+from scheduler.store.clock import now_ms
+from scheduler.tick.load import load_snapshot
 
 
 class Command(BaseCommand):

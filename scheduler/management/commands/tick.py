@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand
 
-from scheduler.tick import run_tick
+from scheduler.tick.run import run_tick
 
 
 class Command(BaseCommand):

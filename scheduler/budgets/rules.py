@@ -1,0 +1,107 @@
+"""Budget rules on rows: the defaults, each user's effective budget (row or defaults raised by
+active uplift grants), and live spend.
+
+Effective values are the best of the user's row (or the cluster defaults) and every active
+uplift grant: the highest ``max_band`` (lowest rank) and the largest ``budget_limit``, where 0
+(unlimited) beats any number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+from django.db.models import Count
+from django.utils import timezone
+
+from scheduler.cluster_config import cluster_config
+from scheduler.core.bands import Band
+from scheduler.core.budget import resource_value
+from scheduler.core.types import BudgetDefaults, BudgetSpec, Device, DeviceType, Resources
+from scheduler.models import Task, UpliftGrant, UserBudget
+from scheduler.store.states import ACTIVE_VALUES
+
+
+def live_spend(users: list[str] | None = None) -> dict[str, int]:
+    """Spend per user right now, in ONE aggregate query.
+
+    Active tasks (ASSIGNED/BUILDING/RUNNING) of jobs requested above BATCH are counted per user
+    and resource shape in SQL; the core's ``resource_value`` prices each shape. The Python loop
+    runs over (user, shape) groups, never over tasks. Users with zero spend are left out.
+    """
+    rows = Task.objects.filter(state__in=ACTIVE_VALUES, job__band__lt=int(Band.BATCH))
+    if users is not None:
+        rows = rows.filter(job__user__in=users)
+    groups = (
+        rows.order_by()
+        .values_list(
+            "job__user", "job__cpu_millicores", "job__memory_bytes", "job__device_type", "job__device_variant",
+            "job__device_count",
+        )
+        .annotate(n=Count("id"))
+    )
+    spend: dict[str, int] = {}
+    for user, cpu, memory, device_type, variant, count, n in groups:
+        device = Device() if device_type == DeviceType.CPU.value else Device(DeviceType(device_type), variant, count)
+        value = resource_value(Resources(cpu, memory, device)) * n
+        if value:
+            spend[user] = spend.get(user, 0) + value
+    return dict(sorted(spend.items()))
+
+
+def effective_budget_for(user: str, at_ms: int | None = None) -> BudgetSpec:
+    """One user's effective budget: row (or defaults) raised by active grants. Two queries."""
+    # Not truncated to milliseconds: a grant approved a moment ago must already count.
+    at = timezone.now() if at_ms is None else datetime.fromtimestamp(at_ms / 1000, tz=UTC)
+    defaults = budget_defaults()
+    limit, band = budget_rows_of([user]).get(user, (defaults.budget_limit, int(defaults.max_band)))
+    grants = UpliftGrant.objects.filter(
+        user_id=user, state=UpliftGrant.State.APPROVED, starts_at__lte=at, expires_at__gt=at
+    ).values_list("budget_limit", "max_band")
+    return raised_by_grants(user, limit, band, grants)
+
+
+def budget_rows_of(users: list[str] | None = None) -> dict[str, tuple[int, int]]:
+    """``{user: (budget_limit, max_band rank)}`` of the budget rows (of ``users``). One query."""
+    rows = UserBudget.objects.all() if users is None else UserBudget.objects.filter(user_id__in=users)
+    return {user: (limit, band) for user, limit, band in rows.values_list("user_id", "budget_limit", "max_band")}
+
+
+def budget_defaults() -> BudgetDefaults:
+    return cluster_config().budget_defaults
+
+
+def better_limit(a: int, b: int) -> int:
+    """The more generous of two limits; 0 means unlimited."""
+    if a == 0 or b == 0:
+        return 0
+    return max(a, b)
+
+
+def raised_by_grants(
+    user: str, limit: int, band: int, grants: Iterable[tuple[int | None, int | None]]
+) -> BudgetSpec:
+    """A user's budget (``limit``, ``band`` rank: their row or the defaults) raised by the
+    ``(budget_limit, max_band)`` of each grant active now; a grant's None leaves that value."""
+    for grant_limit, grant_band in grants:
+        if grant_limit is not None:
+            limit = better_limit(limit, grant_limit)
+        if grant_band is not None:
+            band = min(band, grant_band)
+    return BudgetSpec(user=user, budget_limit=limit, max_band=Band(band))
+
+
+def effective_budgets(now_ms: int) -> dict[str, BudgetSpec]:
+    """Every user with a row or an active grant, in two queries. Others get the defaults."""
+    defaults = budget_defaults()
+    rows = {user: (limit, band) for user, limit, band in UserBudget.objects.values_list("user_id", "budget_limit", "max_band")}
+    result = {user: BudgetSpec(user=user, budget_limit=limit, max_band=Band(band)) for user, (limit, band) in rows.items()}
+    now = datetime.fromtimestamp(now_ms / 1000, tz=UTC)
+    active: dict[str, list[tuple[int | None, int | None]]] = {}
+    for user, limit, band in UpliftGrant.objects.filter(
+        state=UpliftGrant.State.APPROVED, starts_at__lte=now, expires_at__gt=now
+    ).values_list("user_id", "budget_limit", "max_band"):
+        active.setdefault(user, []).append((limit, band))
+    for user, grants in active.items():
+        result[user] = raised_by_grants(user, *rows.get(user, (defaults.budget_limit, int(defaults.max_band))), grants)
+    return result

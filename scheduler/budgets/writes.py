@@ -1,0 +1,195 @@
+"""Budget writes: set a user's budget, request / approve / deny an uplift, expire grants.
+
+Every change writes one :class:`AuditEntry` (who, what, before, after, why) in one shape:
+:func:`budget_state` for a budget row, :func:`grant_state` for a grant.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from scheduler import roles
+from scheduler.access import require_admin, require_authenticated
+from scheduler.budgets.rules import budget_defaults
+from scheduler.core.bands import Band
+from scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from scheduler.inputs import MAX_INT64, parse_band, parse_int, parse_text, parse_user_id
+from scheduler.models import AuditEntry, UpliftGrant, UserBudget
+
+# An uplift lasts at most this long; longer needs a budget change, which is reviewed differently.
+MAX_UPLIFT_SECONDS = 90 * 24 * 3600
+# Who the audit log names for grants that ran out.
+EXPIRY_ACTOR = "grant-expiry"
+
+
+def audit(actor, action: str, target: str, before: Any, after: Any, reason: str) -> AuditEntry:
+    return AuditEntry.objects.create(
+        actor=actor if actor is not None and actor.is_authenticated else None,
+        actor_name=actor.username if actor is not None and actor.is_authenticated else "system",
+        action=action,
+        target=target,
+        before=before,
+        after=after,
+        reason=reason,
+    )
+
+
+def set_budget(actor, user_id: Any, *, budget_limit: Any = None, max_band: Any = None, reason: Any = "") -> UserBudget:
+    """Admins set a user's budget row (upsert). Omitted values keep the current ones (or defaults)."""
+    require_admin(actor, "set budgets")
+    user = parse_user_id(user_id)
+    if budget_limit in (None, "") and max_band in (None, ""):
+        raise InvalidArgument("give budget_limit, max_band or both", field="budget_limit")
+    limit = (
+        parse_int(budget_limit, "budget_limit", maximum=MAX_INT64) if budget_limit not in (None, "") else None
+    )
+    band = parse_band(max_band, "max_band") if max_band not in (None, "") else None
+    why = parse_text(reason, "reason", required=True)
+    defaults = budget_defaults()
+    with transaction.atomic():
+        row = UserBudget.objects.select_for_update().filter(user_id=user).first()
+        before = budget_state(row.budget_limit, row.max_band) if row else None
+        if row is None:
+            row = UserBudget(user_id=user, budget_limit=defaults.budget_limit, max_band=int(defaults.max_band))
+        if limit is not None:
+            row.budget_limit = limit
+        if band is not None:
+            row.max_band = int(band)
+        row.save()
+        audit(actor, "budget.set", user, before, budget_state(row.budget_limit, row.max_band), why)
+    return row
+
+
+def budget_state(budget_limit: int, max_band: int) -> dict:
+    """A budget row as audit entries record it (API writes and the cluster config's tiers)."""
+    return {"budget_limit": budget_limit, "max_band": Band(max_band).wire}
+
+
+def grant_values(max_band: int | None, budget_limit: int | None) -> dict[str, Any]:
+    """What a grant raises, as every audit entry about a grant records it."""
+    return {"max_band": None if max_band is None else Band(max_band).wire, "budget_limit": budget_limit}
+
+
+def grant_state(grant: UpliftGrant) -> dict[str, Any]:
+    """A grant as the request / approve / deny audit entries record it. Expiry records the
+    state and :func:`grant_values` only (the rest does not change when a grant expires)."""
+    return {
+        "state": grant.state,
+        **grant_values(grant.max_band, grant.budget_limit),
+        "duration_seconds": grant.duration_seconds,
+        "starts_at": grant.starts_at.isoformat() if grant.starts_at else None,
+        "expires_at": grant.expires_at.isoformat() if grant.expires_at else None,
+    }
+
+
+def request_uplift(
+    actor, *, user: Any = None, max_band: Any = None, budget_limit: Any = None, reason: Any = "",
+    duration_seconds: Any = None,
+) -> UpliftGrant:
+    """Ask for a time-bounded raise of ``max_band`` and/or ``budget_limit``. Researchers ask for themselves."""
+    require_authenticated(actor)
+    target = parse_user_id(user) if user not in (None, "") else actor.username
+    if target != actor.username and not roles.is_admin(actor):
+        raise PermissionDenied(f"you may request uplifts only for yourself ('{actor.username}')", field="user")
+    if max_band in (None, "") and budget_limit in (None, ""):
+        raise InvalidArgument("ask for max_band, budget_limit or both", field="max_band")
+    band = parse_band(max_band, "max_band") if max_band not in (None, "") else None
+    limit = parse_int(budget_limit, "budget_limit", maximum=MAX_INT64) if budget_limit not in (None, "") else None
+    why = parse_text(reason, "reason", required=True)
+    duration = parse_int(duration_seconds, "duration_seconds", minimum=60, maximum=MAX_UPLIFT_SECONDS)
+    with transaction.atomic():
+        grant = UpliftGrant.objects.create(
+            user_id=target,
+            requested_by=actor,
+            max_band=int(band) if band is not None else None,
+            budget_limit=limit,
+            reason=why,
+            duration_seconds=duration,
+        )
+        audit(actor, "uplift.request", f"uplift {grant.pk} for {target}", None, grant_state(grant), why)
+    return grant
+
+
+def _decide_uplift(actor, grant_id: Any, *, approve: bool, duration_seconds: Any, note: Any) -> UpliftGrant:
+    verb = "approve" if approve else "deny"
+    require_admin(actor, f"{verb} uplifts")
+    pk = parse_int(grant_id, "id", minimum=1, maximum=MAX_INT64)
+    text = parse_text(note, "note")
+    duration = (
+        parse_int(duration_seconds, "duration_seconds", minimum=60, maximum=MAX_UPLIFT_SECONDS)
+        if duration_seconds not in (None, "")
+        else None
+    )
+    with transaction.atomic():
+        grant = UpliftGrant.objects.select_for_update().filter(pk=pk).first()
+        if grant is None:
+            raise NotFound(f"uplift {pk} does not exist", field="id")
+        if grant.state != UpliftGrant.State.REQUESTED:
+            raise FailedPrecondition(f"uplift {pk} was already decided ({grant.state})", field="id")
+        before = grant_state(grant)
+        now = timezone.now()
+        grant.decided_by = actor
+        grant.decided_at = now
+        grant.decision_note = text
+        if approve:
+            if duration is not None:
+                grant.duration_seconds = duration
+            grant.state = UpliftGrant.State.APPROVED
+            grant.starts_at = now
+            grant.expires_at = now + timedelta(seconds=grant.duration_seconds)
+        else:
+            grant.state = UpliftGrant.State.DENIED
+        grant.save()
+        audit(actor, f"uplift.{verb}", f"uplift {pk} for {grant.user_id}", before, grant_state(grant),
+              text or grant.reason)
+    return grant
+
+
+def approve_uplift(actor, grant_id: Any, *, duration_seconds: Any = None, note: Any = "") -> UpliftGrant:
+    """Admins approve a requested grant: it starts now and expires after its duration."""
+    return _decide_uplift(actor, grant_id, approve=True, duration_seconds=duration_seconds, note=note)
+
+
+def deny_uplift(actor, grant_id: Any, *, note: Any = "") -> UpliftGrant:
+    return _decide_uplift(actor, grant_id, approve=False, duration_seconds=None, note=note)
+
+
+def expire_uplifts(now: datetime | None = None) -> int:
+    """Approved grants with ``expires_at <= now`` become expired; return how many. Beat runs this
+    every minute (``scheduler.expire_uplifts``).
+
+    Effective budgets already ignore a grant once ``expires_at`` has passed
+    (:mod:`scheduler.budgets.rules`); marking it expired makes the state visible in lists and
+    writes the audit trail. The due grants are locked first (``FOR UPDATE`` on PostgreSQL;
+    SQLite's write transaction locks the database), then moved in one UPDATE and audited once
+    each, so two runs at once never audit the same grant twice.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        due = list(
+            UpliftGrant.objects.select_for_update()
+            .filter(state=UpliftGrant.State.APPROVED, expires_at__lte=now)
+            .values("pk", "user_id", "max_band", "budget_limit", "expires_at")
+        )
+        if not due:
+            return 0
+        ids = [g["pk"] for g in due]
+        UpliftGrant.objects.filter(pk__in=ids, state=UpliftGrant.State.APPROVED).update(
+            state=UpliftGrant.State.EXPIRED
+        )
+        AuditEntry.objects.bulk_create(
+            AuditEntry(
+                actor_name=EXPIRY_ACTOR,
+                action="uplift.expire",
+                target=f"uplift {g['pk']} for {g['user_id']}",
+                before={"state": UpliftGrant.State.APPROVED.value, **grant_values(g["max_band"], g["budget_limit"])},
+                after={"state": UpliftGrant.State.EXPIRED.value, **grant_values(g["max_band"], g["budget_limit"])},
+                reason=f"expired at {g['expires_at'].isoformat()}",
+            )
+            for g in due
+        )
+    return len(due)

@@ -1,0 +1,238 @@
+"""The attempt state machine: a backend's or an agent's report about one attempt, applied.
+
+Reports are idempotent and ordered by attempt number: a late report about an older attempt, or
+a second final report, changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Count
+from django.utils import timezone
+
+from scheduler.backends import AttemptReport, AttemptStatus
+from scheduler.core.types import JobState, TaskState
+from scheduler.execution.outbox import close_intents, write_stop_intents
+from scheduler.models import Attempt, DispatchIntent, Job, Task
+from scheduler.store.states import ACTIVE_VALUES, NON_TERMINAL_VALUES, TERMINAL_JOB_VALUES
+
+log = logging.getLogger(__name__)
+
+# Attempt states a report may move forward from.
+BEFORE_RUNNING = (TaskState.ASSIGNED.value, TaskState.BUILDING.value)
+
+ATTEMPT_STATE_FOR = {
+    AttemptStatus.SUCCEEDED: TaskState.SUCCEEDED,
+    AttemptStatus.FAILED: TaskState.FAILED,
+    AttemptStatus.PREEMPTED: TaskState.PREEMPTED,
+    AttemptStatus.WORKER_LOST: TaskState.WORKER_FAILED,
+}
+
+# When a job's tasks have all finished, the job takes the first of these its tasks show.
+JOB_OUTCOME_ORDER = (
+    (TaskState.FAILED, JobState.FAILED),
+    (TaskState.WORKER_FAILED, JobState.FAILED),
+    (TaskState.PREEMPTED, JobState.PREEMPTED),
+    (TaskState.COSCHED_FAILED, JobState.COSCHED_FAILED),
+    (TaskState.UNSCHEDULABLE, JobState.UNSCHEDULABLE),
+    (TaskState.KILLED, JobState.KILLED),
+)
+
+
+@dataclass
+
+
+class ApplyOutcome:
+    applied: int = 0
+    ignored: int = 0
+
+
+def apply_reports(reports: Iterable[AttemptReport], now: datetime | None = None) -> ApplyOutcome:
+    """Apply reports in order, each in its own transaction. Reports that change nothing are ignored."""
+    outcome = ApplyOutcome()
+    for report in reports:
+        if apply_report(report, now or timezone.now()):
+            outcome.applied += 1
+        else:
+            outcome.ignored += 1
+    return outcome
+
+
+def apply_report(report: AttemptReport, now: datetime) -> bool:
+    """Apply one report. True when it changed something."""
+    with transaction.atomic():
+        attempt = (
+            Attempt.objects.filter(task_id=report.ref.task_pk, number=report.ref.attempt)
+            .values("pk", "state", "finished_at", "worker_id", "worker__name")
+            .first()
+        )
+        if attempt is None:
+            return False
+        if report.worker is not None and attempt["worker__name"] != report.worker:
+            log.warning("ignoring report from %s about %s, which runs on %s", report.worker, report.ref,
+                        attempt["worker__name"])
+            return False
+        if report.status.is_terminal:
+            return _finish(report, attempt, now)
+        return _progress(report, attempt, now)
+
+
+def _progress(report: AttemptReport, attempt: dict[str, Any], now: datetime) -> bool:
+    """BUILDING or RUNNING: forward only, and only for an attempt still active."""
+    key = (report.ref.task_pk, report.ref.attempt)
+    acknowledged = close_intents([key], now, kinds=(DispatchIntent.Kind.START,))
+    if attempt["state"] not in ACTIVE_VALUES or attempt["finished_at"] is not None:
+        return bool(acknowledged)
+    if report.status is AttemptStatus.RUNNING:
+        moved = Attempt.objects.filter(pk=attempt["pk"], state__in=BEFORE_RUNNING).update(
+            state=TaskState.RUNNING.value, started_at=now
+        )
+        if moved:
+            Task.objects.filter(pk=key[0], attempt_count=key[1], state__in=BEFORE_RUNNING).update(
+                state=TaskState.RUNNING.value, updated_at=now
+            )
+    else:
+        moved = Attempt.objects.filter(pk=attempt["pk"], state=TaskState.ASSIGNED.value).update(
+            state=TaskState.BUILDING.value
+        )
+        if moved:
+            Task.objects.filter(pk=key[0], attempt_count=key[1], state=TaskState.ASSIGNED.value).update(
+                state=TaskState.BUILDING.value, updated_at=now
+            )
+    return bool(moved or acknowledged)
+
+
+def _finish(report: AttemptReport, attempt: dict[str, Any], now: datetime) -> bool:
+    """A terminal report: end the attempt (if still active) and move its task on; always stamp
+    ``finished_at`` once, which frees the worker's capacity."""
+    task_pk, number = report.ref.task_pk, report.ref.attempt
+    close_intents([(task_pk, number)], now)
+    if attempt["finished_at"] is not None:
+        return False  # a duplicate or late report: the attempt has ended and stays so
+    message = report_message(report)
+    changed_task = False
+    if attempt["state"] in ACTIVE_VALUES:
+        changed_task = _end_task_attempt(task_pk, number, report.status, now, message)
+        Attempt.objects.filter(pk=attempt["pk"], state__in=ACTIVE_VALUES).update(
+            state=ATTEMPT_STATE_FOR[report.status].value, error=message
+        )
+    # The process has ended (or never ran): the attempt stops holding capacity. Its state stays
+    # what the scheduler decided (PREEMPTED, KILLED, ...) if the scheduler ended it first.
+    update: dict[str, Any] = {"finished_at": now}
+    if report.exit_code is not None:
+        update["exit_code"] = report.exit_code
+    Attempt.objects.filter(pk=attempt["pk"], finished_at__isnull=True).update(**update)
+    if changed_task:
+        log.info("task %s attempt %s %s%s", task_pk, number, report.status.value, f": {message}" if message else "")
+    return True
+
+
+def report_message(report: AttemptReport) -> str:
+    if report.message:
+        return report.message[:2000]
+    if report.status is AttemptStatus.FAILED and report.exit_code is not None:
+        return f"exited with code {report.exit_code}"
+    if report.status is AttemptStatus.SUCCEEDED:
+        return ""
+    return report.status.value.replace("_", " ")
+
+
+def _end_task_attempt(task_pk: int, number: int, status: AttemptStatus, now: datetime, message: str) -> bool:
+    """Move the task off its current attempt ``number`` (compare-and-set). True if it moved."""
+    task = (
+        Task.objects.filter(pk=task_pk)
+        .values(
+            "state", "attempt_count", "preemption_count", "failure_count", "index", "job_id", "job__name",
+            "job__group_by", "job__max_retries_failure", "job__max_retries_preemption",
+        )
+        .first()
+    )
+    if task is None or task["attempt_count"] != number or task["state"] not in ACTIVE_VALUES:
+        return False
+    preemptions, failures = task["preemption_count"], task["failure_count"]
+    if status is AttemptStatus.SUCCEEDED:
+        new_state = TaskState.SUCCEEDED
+    elif status is AttemptStatus.FAILED:
+        failures += 1
+        new_state = TaskState.PENDING if failures <= task["job__max_retries_failure"] else TaskState.FAILED
+    else:
+        retry = preemptions < task["job__max_retries_preemption"]
+        preemptions += 1
+        new_state = TaskState.PENDING if retry else ATTEMPT_STATE_FOR[status]
+    moved = Task.objects.filter(
+        pk=task_pk,
+        state=task["state"],
+        attempt_count=number,
+        preemption_count=task["preemption_count"],
+        failure_count=task["failure_count"],
+    ).update(
+        state=new_state.value,
+        worker=None,
+        band=None,
+        preemption_count=preemptions,
+        failure_count=failures,
+        updated_at=now,
+    )
+    if not moved:
+        return False
+    job_pk = task["job_id"]
+    task_name = f"{task['job__name']}/{task['index']}"
+    if task["job__group_by"] and new_state is not TaskState.SUCCEEDED:
+        if new_state is TaskState.PENDING:
+            _release_gang(job_pk, task_pk, now, requeue=True, reason=f"Requeued: gang member {task_name} {message}")
+        else:
+            _release_gang(job_pk, task_pk, now, requeue=False, reason=f"Gang member {task_name} ended: {message}")
+    if new_state is not TaskState.PENDING:
+        finish_jobs([job_pk], now)
+    return True
+
+
+def _release_gang(job_pk: int, except_task: int, now: datetime, *, requeue: bool, reason: str) -> None:
+    """A gang runs whole or not at all: requeue (free of charge) or end its other members.
+
+    Their processes still run, so their attempts keep holding capacity until stopped.
+    """
+    siblings = list(
+        Attempt.objects.filter(task__job_id=job_pk, state__in=ACTIVE_VALUES)
+        .exclude(task_id=except_task)
+        .values_list("pk", "task_id", "number", "worker_id")
+    )
+    tasks = Task.objects.filter(job_id=job_pk).exclude(pk=except_task)
+    if requeue:
+        tasks.filter(state__in=ACTIVE_VALUES).update(
+            state=TaskState.PENDING.value, worker=None, band=None, updated_at=now
+        )
+        attempt_state = TaskState.PREEMPTED.value
+    else:
+        tasks.filter(state__in=NON_TERMINAL_VALUES).update(
+            state=TaskState.COSCHED_FAILED.value, worker=None, band=None, updated_at=now
+        )
+        attempt_state = TaskState.COSCHED_FAILED.value
+    Attempt.objects.filter(pk__in=[s[0] for s in siblings], state__in=ACTIVE_VALUES).update(
+        state=attempt_state, error=reason[:2000]
+    )
+    write_stop_intents([(t, n, w) for _, t, n, w in siblings], reason, now)
+
+
+def finish_jobs(job_pks: Iterable[int], now: datetime) -> None:
+    """Finish each job whose tasks have all finished (one grouped read per job)."""
+    for job_pk in set(job_pks):
+        counts = dict(
+            Task.objects.filter(job_id=job_pk).order_by().values_list("state").annotate(n=Count("pk"))
+        )
+        if not counts or any(state in NON_TERMINAL_VALUES for state in counts):
+            continue
+        outcome = JobState.SUCCEEDED
+        for task_state, job_state in JOB_OUTCOME_ORDER:
+            if counts.get(task_state.value):
+                outcome = job_state
+                break
+        Job.objects.filter(pk=job_pk).exclude(state__in=TERMINAL_JOB_VALUES).update(
+            state=outcome.value, finished_at=now
+        )

@@ -1,0 +1,286 @@
+"""The dispatcher: drains the outbox, delivering each intent to its backend at most once.
+
+One drain at a time (the ``dispatch`` lease); failed deliveries retry with backoff until
+``IRIS_DISPATCH_MAX_TRIES``, then the attempt ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import F, Q
+from django.utils import timezone
+
+from scheduler import backends
+from scheduler.backends import AttemptRef, AttemptReport, AttemptStatus, BackendError, Delivery, PermanentBackendError
+from scheduler.execution.attempts import apply_reports
+from scheduler.execution.outbox import (
+    DELIVERED,
+    DONE,
+    FAILED,
+    HELD_MESSAGE,
+    PENDING,
+    START,
+    STOP,
+    start_order,
+    stop_order,
+    with_attempts,
+)
+from scheduler.models import Attempt, DispatchIntent
+from scheduler.store import lease
+from scheduler.store.states import ACTIVE_VALUES
+
+log = logging.getLogger(__name__)
+
+LEASE_NAME = "dispatch"
+
+# A dispatcher that died holding the lease is replaced after this long. Renewed every batch.
+LEASE_SECONDS = 30
+
+# Intents per batch. Each batch costs two reads and at most six writes, whatever its size.
+BATCH_SIZE = 500
+
+# Batches per drain, so one drain stays short; the next drain continues where work remains.
+MAX_BATCHES = 20
+
+# Longest wait between two delivery tries (the backoff doubles up to this).
+RETRY_MAX_SECONDS = 300
+
+
+@dataclass
+
+
+class DrainResult:
+    """What one drain did, by outcome."""
+
+    delivered: int = 0  # handed to a backend that will report back (a local agent's mailbox)
+    done: int = 0  # took effect, or needed nothing (already finished, superseded)
+    finished: int = 0  # stops that found nothing running: the attempt was marked finished
+    held: int = 0  # preemptor starts waiting for their victim's attempt to finish
+    retried: int = 0  # failed, will retry after backoff
+    failed: int = 0  # gave up after IRIS_DISPATCH_MAX_TRIES (or a permanent error)
+    batches: int = 0
+
+
+def acquire_lease(holder: str, now: datetime) -> bool:
+    """Take (or, already holding it, renew) the dispatch lease. True when this holder owns it."""
+    return lease.acquire(LEASE_NAME, holder, now, LEASE_SECONDS, reentrant=True)
+
+
+def release_lease(holder: str) -> None:
+    lease.release(LEASE_NAME, holder)
+
+
+def drain(now: datetime | None = None, *, batch_size: int = BATCH_SIZE, max_batches: int = MAX_BATCHES) -> DrainResult | None:
+    """Deliver due intents in id order. Returns None when another drain holds the lease."""
+    holder = uuid.uuid4().hex
+    if not acquire_lease(holder, now or timezone.now()):
+        log.debug("dispatch skipped: another drain holds the lease")
+        return None
+    result = DrainResult()
+    try:
+        after = 0
+        for _ in range(max_batches):
+            at = now or timezone.now()
+            batch = due_intents(at, after, batch_size)
+            if not batch:
+                break
+            result.batches += 1
+            deliver_batch(batch, at, result)
+            after = batch[-1].pk
+            if len(batch) < batch_size:
+                break
+            acquire_lease(holder, at)  # renew
+    finally:
+        release_lease(holder)
+    if result.batches:
+        log.info(
+            "dispatch: %d delivered, %d done, %d finished, %d held, %d retrying, %d failed",
+            result.delivered, result.done, result.finished, result.held, result.retried, result.failed,
+        )
+    return result
+
+
+def due_intents(now: datetime, after: int, limit: int) -> list[DispatchIntent]:
+    due = DispatchIntent.objects.filter(state=PENDING, pk__gt=after).filter(
+        Q(next_try_at__isnull=True) | Q(next_try_at__lte=now)
+    )
+    return list(with_attempts(due).order_by("pk")[:limit])
+
+
+def blocked_placements(batch: list[DispatchIntent]) -> dict[tuple[int, int], bool]:
+    """``(job pk, worker pk)`` pairs whose STARTs must wait: the worker still holds an unfinished
+    attempt of a task that a task of that job preempted (one query).
+
+    Matching by job rather than by task covers gangs, whose victims are paired with members in
+    no particular order; a victim attempt counts only if it existed when the eviction happened.
+    """
+    starts = [i for i in batch if i.kind == START and i.worker_id is not None]
+    if not starts:
+        return {}
+    workers = sorted({i.worker_id for i in starts})
+    jobs = sorted({i.task.job_id for i in starts})
+    rows = (
+        Attempt.objects.filter(finished_at__isnull=True, worker_id__in=workers)
+        .exclude(state__in=ACTIVE_VALUES)
+        .filter(
+            task__preempted_by_events__preemptor__job_id__in=jobs,
+            task__preempted_by_events__created_at__gte=F("created_at"),
+        )
+        .values_list("task__preempted_by_events__preemptor__job_id", "worker_id")
+        .distinct()
+    )
+    return {(job_pk, worker_pk): True for job_pk, worker_pk in rows}
+
+
+def deliver_batch(batch: list[DispatchIntent], now: datetime, result: DrainResult) -> None:
+    blocked = blocked_placements(batch)
+    to_send: list[DispatchIntent] = []
+    done: list[int] = []
+    held: list[tuple[str, int]] = []
+    never_ran: set[int] = set()  # attempts that never reached a backend: finished now
+    closed: set[tuple[int, int]] = set()
+
+    for intent in batch:
+        key = (intent.task_id, intent.attempt_number)
+        if intent.kind == START:
+            if intent.attempt_state not in ACTIVE_VALUES:
+                # Preempted or cancelled before it was sent: never start it.
+                done.append(intent.pk)
+                if intent.tries == 0 and intent.attempt_pk is not None:
+                    never_ran.add(intent.attempt_pk)
+                    closed.add(key)
+                continue
+            if intent.worker_id is not None and (intent.task.job_id, intent.worker_id) in blocked:
+                message = HELD_MESSAGE.format(worker=intent.worker.name)
+                if intent.last_error != message:
+                    held.append((message, intent.pk))
+                result.held += 1
+                continue
+        else:
+            if key in closed or intent.attempt_finished_at is not None or intent.attempt_pk is None:
+                done.append(intent.pk)
+                continue
+            if intent.start_pk is not None and intent.start_tries == 0:
+                # Its START never reached a backend, so nothing runs: no stop to send.
+                done.extend([intent.pk, intent.start_pk])
+                never_ran.add(intent.attempt_pk)
+                closed.add(key)
+                continue
+        to_send.append(intent)
+
+    if to_send:
+        # Count the try before sending: an intent that may have reached a backend is never "unsent".
+        DispatchIntent.objects.filter(pk__in=[i.pk for i in to_send]).update(tries=F("tries") + 1, updated_at=now)
+
+    delivered: list[int] = []
+    finished: list[DispatchIntent] = []
+    failures: list[tuple[DispatchIntent, int, str, bool]] = []
+    for intent in to_send:
+        tries = intent.tries + 1
+        try:
+            delivery = send(intent)
+        except PermanentBackendError as exc:
+            failures.append((intent, tries, describe(exc), True))
+        except Exception as exc:  # noqa: BLE001 -- any backend failure is retried with backoff
+            if not isinstance(exc, BackendError):
+                log.warning("backend error delivering %s", intent, exc_info=True)
+            failures.append((intent, tries, describe(exc), False))
+        else:
+            if delivery is Delivery.DELIVERED:
+                delivered.append(intent.pk)
+            elif delivery is Delivery.FINISHED and intent.kind == STOP:
+                finished.append(intent)
+            else:
+                done.append(intent.pk)
+
+    if delivered:
+        DispatchIntent.objects.filter(pk__in=delivered, state=PENDING).update(
+            state=DELIVERED, last_error="", next_try_at=None, updated_at=now
+        )
+        result.delivered += len(delivered)
+    if done:
+        DispatchIntent.objects.filter(pk__in=done, state__in=(PENDING, FAILED)).update(
+            state=DONE, next_try_at=None, updated_at=now
+        )
+        result.done += len(set(done))
+    if never_ran:
+        Attempt.objects.filter(pk__in=never_ran, finished_at__isnull=True).exclude(state__in=ACTIVE_VALUES).update(
+            finished_at=now
+        )
+    if held:
+        DispatchIntent.objects.bulk_update(
+            [DispatchIntent(pk=pk, last_error=message, updated_at=now) for message, pk in held],
+            ["last_error", "updated_at"],
+        )
+    if failures:
+        record_failures(failures, now, result)
+    if finished:
+        end_attempts(finished, AttemptStatus.PREEMPTED, "stopped: the backend has nothing running for this attempt", now)
+        result.finished += len(finished)
+
+
+def backend_name(intent: DispatchIntent) -> str:
+    """Where an intent goes: the backend of the worker its attempt was placed on; for an attempt
+    with no worker (a backend that admits work itself, such as Kueue), the job's route."""
+    if intent.worker is not None:
+        return intent.worker.backend
+    job_route = intent.task.job.route
+    if job_route and job_route != "workers":
+        return job_route
+    if intent.kind == START:
+        raise PermanentBackendError("the worker this attempt was placed on no longer exists")
+    return "local"  # a stop with nowhere to go: the local backend reports it finished
+
+
+def send(intent: DispatchIntent) -> Delivery:
+    backend = backends.get_backend(backend_name(intent))
+    if intent.kind == START:
+        return backend.start(start_order(intent))
+    return backend.stop(stop_order(intent))
+
+
+def describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"[:2000]
+
+
+def retry_delay(tries: int) -> float:
+    """Seconds before try ``tries + 1``: ``IRIS_DISPATCH_RETRY_SECONDS`` doubling, capped."""
+    return min(settings.DISPATCH_RETRY_SECONDS * 2 ** max(tries - 1, 0), RETRY_MAX_SECONDS)
+
+
+def record_failures(failures: list[tuple[DispatchIntent, int, str, bool]], now: datetime, result: DrainResult) -> None:
+    updates = []
+    given_up: list[DispatchIntent] = []
+    for intent, tries, error, permanent in failures:
+        if permanent or tries >= settings.DISPATCH_MAX_TRIES:
+            updates.append(DispatchIntent(pk=intent.pk, state=FAILED, next_try_at=None, last_error=error, updated_at=now))
+            given_up.append(intent)
+            result.failed += 1
+            log.error("dispatch gave up on %s after %d tries: %s", intent, tries, error)
+        else:
+            at = now + timedelta(seconds=retry_delay(tries))
+            updates.append(DispatchIntent(pk=intent.pk, state=PENDING, next_try_at=at, last_error=error, updated_at=now))
+            result.retried += 1
+    DispatchIntent.objects.bulk_update(updates, ["state", "next_try_at", "last_error", "updated_at"])
+    starts = [i for i in given_up if i.kind == START]
+    if starts:
+        # The task cannot start where it was placed: end the attempt as lost, so it retries elsewhere.
+        end_attempts(
+            starts, AttemptStatus.WORKER_LOST, "could not be delivered to its worker; see the dispatch intent's last error",
+            now,
+        )
+
+
+def end_attempts(intents: list[DispatchIntent], status: AttemptStatus, message: str, now: datetime) -> None:
+    """End the attempts of ``intents`` with ``status``, as if their backend had reported it."""
+
+    apply_reports(
+        [AttemptReport(ref=AttemptRef(i.task_id, i.attempt_number), status=status, message=message) for i in intents],
+        now=now,
+    )

@@ -1,0 +1,202 @@
+"""The dispatch outbox: START and STOP intents written in the same transaction as the change that
+needs them, the orders they become, and the operator's view of stuck intents.
+
+A drain is requested after commit through Celery by task name, so nothing here imports the
+tasks module.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.utils import timezone
+
+from scheduler.backends import AttemptRef, StartOrder, StopOrder
+from scheduler.core.bands import Band
+from scheduler.core.types import Resources
+from scheduler.enqueue import enqueue
+from scheduler.models import Attempt, DispatchIntent
+from scheduler.store.cluster_rows import device_from_columns
+
+log = logging.getLogger(__name__)
+
+START = DispatchIntent.Kind.START
+
+STOP = DispatchIntent.Kind.STOP
+
+PENDING = DispatchIntent.State.PENDING
+
+DELIVERED = DispatchIntent.State.DELIVERED
+
+DONE = DispatchIntent.State.DONE
+
+FAILED = DispatchIntent.State.FAILED
+
+OPEN_STATES = (PENDING, DELIVERED)
+
+HELD_MESSAGE = "held: waiting for the attempt it preempted on {worker} to finish"
+
+
+def request_dispatch() -> None:
+    """Ask Celery for a drain now. Call it after commit; it never raises (the broker may be down,
+    and beat drains every ``IRIS_DISPATCH_SECONDS`` anyway)."""
+    enqueue(
+        "scheduler.dispatch",
+        expires=float(max(settings.DISPATCH_SECONDS, 1)) * 5,
+        logger=log,
+        failure="could not enqueue a dispatch; beat's next drain will deliver the intents",
+    )
+
+
+def write_stop_intents(attempts: Iterable[tuple[int, int, int | None]], reason: str, now: datetime) -> int:
+    """Write STOP intents for ``(task pk, attempt number, worker pk)`` of attempts that just ended.
+
+    Call inside the transaction that ended them; a drain is requested after commit. An attempt
+    that already has a STOP keeps it (the outbox holds one intent per attempt and kind).
+    """
+    rows = [
+        DispatchIntent(
+            task_id=task_pk,
+            attempt_number=number,
+            kind=STOP,
+            worker_id=worker_pk,
+            state=PENDING,
+            reason=reason[:500],
+            created_at=now,
+        )
+        for task_pk, number, worker_pk in attempts
+    ]
+    if not rows:
+        return 0
+    DispatchIntent.objects.bulk_create(rows, ignore_conflicts=True)
+    transaction.on_commit(request_dispatch, robust=True)
+    return len(rows)
+
+
+def close_intents(attempt_keys: Iterable[tuple[int, int]], now: datetime, *, kinds=(START, STOP)) -> int:
+    """Mark open intents of the given ``(task pk, attempt number)`` attempts DONE (one statement)."""
+    match = Q()
+    for task_pk, number in attempt_keys:
+        match |= Q(task_id=task_pk, attempt_number=number)
+    if not match:
+        return 0
+    return DispatchIntent.objects.filter(match, kind__in=kinds, state__in=OPEN_STATES).update(
+        state=DONE, updated_at=now
+    )
+
+
+def with_attempts(intents: QuerySet[DispatchIntent]) -> QuerySet[DispatchIntent]:
+    """Intents with their task, job and worker, and their attempt's state annotated: one query."""
+    attempt = Attempt.objects.filter(task_id=OuterRef("task_id"), number=OuterRef("attempt_number"))
+    start = DispatchIntent.objects.filter(
+        task_id=OuterRef("task_id"), attempt_number=OuterRef("attempt_number"), kind=START
+    )
+    return (
+        intents.select_related("task__job", "worker")
+        .defer("task__job__submission_argv", "task__job__constraints", "worker__attributes")
+        .annotate(
+            attempt_pk=Subquery(attempt.values("pk")[:1]),
+            attempt_state=Subquery(attempt.values("state")[:1]),
+            attempt_band=Subquery(attempt.values("band")[:1]),
+            attempt_finished_at=Subquery(attempt.values("finished_at")[:1]),
+            start_pk=Subquery(start.values("pk")[:1]),
+            start_tries=Subquery(start.values("tries")[:1]),
+        )
+    )
+
+
+def task_environment(task: str, job: str, index: int, attempt: int, band: Band, worker: str) -> dict[str, str]:
+    """What a task's process sees, on every backend."""
+    return {
+        "IRIS_TASK_ID": task,
+        "IRIS_JOB_ID": job,
+        "IRIS_TASK_INDEX": str(index),
+        "IRIS_ATTEMPT": str(attempt),
+        "IRIS_BAND": band.wire,
+        "IRIS_WORKER": worker,
+    }
+
+
+def start_order(intent: DispatchIntent) -> StartOrder:
+    """The order for a START intent loaded through :func:`with_attempts`."""
+    task = intent.task
+    job = task.job
+    stamped = getattr(intent, "attempt_band", None)
+    band = Band(stamped if stamped is not None else (task.band if task.band is not None else job.band))
+    task_name = f"{job.name}/{task.index}"
+    worker = intent.worker.name if intent.worker else ""
+    device = device_from_columns(job.device_type, job.device_variant, job.device_count)
+    return StartOrder(
+        ref=AttemptRef(task.pk, intent.attempt_number),
+        task=task_name,
+        job=job.name,
+        user=job.user,
+        index=task.index,
+        replicas=job.replicas,
+        worker=worker,
+        band=band,
+        command=tuple(job.command or ()),
+        environment=task_environment(task_name, job.name, task.index, intent.attempt_number, band, worker),
+        resources=Resources(job.cpu_millicores, job.memory_bytes, device),
+        group_by=job.group_by or None,
+        created_at=intent.created_at,
+    )
+
+
+def stop_order(intent: DispatchIntent) -> StopOrder:
+    task = intent.task
+    return StopOrder(
+        ref=AttemptRef(task.pk, intent.attempt_number),
+        task=f"{task.job.name}/{task.index}",
+        worker=intent.worker.name if intent.worker else None,
+        reason=intent.reason,
+        grace_seconds=float(settings.STOP_GRACE_SECONDS),
+    )
+
+
+def stuck_intents(now: datetime | None = None) -> QuerySet[DispatchIntent]:
+    """Intents an operator should look at, oldest first: FAILED ones, ones retrying after an
+    error, and ones still not done ``IRIS_DISPATCH_STUCK_SECONDS`` after they were written
+    (a held preemptor start, an agent that does not fetch its mailbox). Slice it for a page;
+    ``task__job`` and ``worker`` are loaded with it.
+    """
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=settings.DISPATCH_STUCK_SECONDS)
+    return (
+        DispatchIntent.objects.filter(
+            Q(state=FAILED) | Q(state=PENDING, tries__gt=0) | Q(state__in=OPEN_STATES, created_at__lte=cutoff)
+        )
+        .select_related("task__job", "worker")
+        .order_by("created_at", "pk")
+    )
+
+
+def intent_counts(now: datetime | None = None) -> dict[str, int]:
+    """``{"pending": n, "delivered": n, "failed": n, "stuck": n}`` for open and failed intents (two queries)."""
+    counts = {state: 0 for state in (PENDING, DELIVERED, FAILED)}
+    for state, n in (
+        DispatchIntent.objects.exclude(state=DONE).order_by().values_list("state").annotate(n=Count("pk"))
+    ):
+        counts[state] = n
+    counts["stuck"] = stuck_intents(now).count()
+    return {str(k): v for k, v in counts.items()}
+
+
+def retry_intents(pks: Iterable[int] | None = None) -> int:
+    """Operators: send FAILED intents (all, or the given ones) once more at the next drain.
+
+    ``tries`` is kept, so an intent that fails again is FAILED again at once; a START retried
+    after its attempt ended is simply not sent.
+    """
+    failed = DispatchIntent.objects.filter(state=FAILED)
+    if pks is not None:
+        failed = failed.filter(pk__in=list(pks))
+    changed = failed.update(state=PENDING, next_try_at=None, updated_at=timezone.now())
+    if changed:
+        transaction.on_commit(request_dispatch, robust=True)
+    return changed

@@ -1,0 +1,65 @@
+"""Read side of workers: the worker list with its load, for the API and the console.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.db.models import Count, Q, QuerySet, Sum
+
+from scheduler.core.types import DeviceType
+from scheduler.models import Attempt, Task, Worker
+from scheduler.store.states import ACTIVE_VALUES
+
+
+def workers_with_load() -> QuerySet[Worker]:
+    """Workers by name, with how many tasks are active on each (one query)."""
+    return Worker.objects.annotate(
+        active_tasks=Count("tasks", filter=Q(tasks__state__in=ACTIVE_VALUES))
+    ).order_by("name")
+
+
+@dataclass
+
+
+class WorkerUse:
+    """What a worker's unfinished attempts hold (the scheduler counts the same)."""
+
+    cpu_millicores: int = 0
+    memory_bytes: int = 0
+    chips: int = 0
+    attempts: int = 0
+
+
+def worker_use(worker_pks: list[int]) -> dict[int, WorkerUse]:
+    """Capacity held on each worker by attempts not yet finished there. One grouped query.
+
+    An attempt holds its task's request from assignment until the worker confirms its process
+    ended, including a preempted or cancelled attempt still shutting down.
+    """
+    use = {pk: WorkerUse() for pk in worker_pks}
+    rows = (
+        Attempt.objects.filter(worker_id__in=worker_pks, finished_at__isnull=True)
+        .order_by().values_list("worker_id")
+        .annotate(
+            cpu=Sum("task__job__cpu_millicores"),
+            mem=Sum("task__job__memory_bytes"),
+            chips=Sum("task__job__device_count", filter=~Q(task__job__device_type=DeviceType.CPU.value)),
+            n=Count("id"),
+        )
+    )
+    for worker_pk, cpu, mem, chips, n in rows:
+        use[worker_pk] = WorkerUse(cpu or 0, mem or 0, chips or 0, n)
+    return use
+
+
+def worker_tasks(worker_pks: list[int]) -> dict[int, list[Task]]:
+    """Active tasks on each of the given workers, by job and index. One query."""
+    result: dict[int, list[Task]] = {pk: [] for pk in worker_pks}
+    for task in (
+        Task.objects.filter(worker_id__in=worker_pks, state__in=ACTIVE_VALUES)
+        .select_related("job").only("index", "state", "band", "worker_id", "job__name", "job__user")
+        .order_by("job__name", "index")
+    ):
+        result[task.worker_id].append(task)
+    return result

@@ -1,0 +1,303 @@
+"""The queue as the last tick explained it: positions, bands and reasons from the stored
+explanation (:mod:`scheduler.tick.explanation`), indexed for the queue page and the API.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db.models import Q
+
+from scheduler.core.bands import Band
+from scheduler.models import Task, TickRecord
+
+
+@dataclass(frozen=True)
+
+
+class QueueEntry:
+    task: str
+    job: str
+    index: int
+    user: str
+    band: Band
+    position: int
+    reason: str
+
+
+def split_task_id(task_id: str) -> tuple[str, int]:
+    job, _, index = task_id.rpartition("/")
+    return job, int(index)
+
+
+@dataclass(frozen=True)
+
+
+class QueueIndex:
+    """The newest tick's queue, indexed once per tick so pages of it cost nothing to cut.
+
+    ``ids[rank]`` lists that band's pending task ids in scheduling order (position = index + 1),
+    ``reason_of[rank]`` the matching indices into ``reasons`` and ``owner[rank]`` the users.
+    ``users[rank]`` is the band's round-robin order (each user's first appearance: lower spend
+    first). ``spend`` and ``limits`` are the tick's own samples, so a downgrade badge shows the
+    numbers the tick decided with.
+    """
+
+    tick_pk: int | None
+    tick_at: datetime | None
+    spend: dict[str, int]
+    limits: dict[str, int]
+    reasons: list[str]
+    ids: dict[int, list[str]]
+    reason_of: dict[int, list[int]]
+    owner: dict[int, list[str]]
+    users: dict[int, list[str]]
+
+    # {task id: (rank, offset in band)}, built on the first ``locate`` (see there).
+    _where: dict[str, tuple[int, int]] | None = field(default=None, compare=False, repr=False)
+
+    def count(self, rank: int) -> int:
+        return len(self.ids.get(rank, ()))
+
+    def band_counts(self) -> dict[int, int]:
+        """``{rank: pending tasks}`` of the bands that have any, highest band first."""
+        return {rank: len(self.ids[rank]) for rank in sorted(self.ids) if self.ids[rank]}
+
+    def entry(self, rank: int, offset: int) -> QueueEntry:
+        """The queue entry at ``offset`` (0-based) of band ``rank``; its position is ``offset + 1``."""
+        task_id = self.ids[rank][offset]
+        job_id, task_index = split_task_id(task_id)
+        reason_index = self.reason_of[rank][offset]
+        reason = self.reasons[reason_index] if 0 <= reason_index < len(self.reasons) else ""
+        return QueueEntry(task_id, job_id, task_index, self.owner[rank][offset], Band(rank), offset + 1, reason)
+
+    def locate(self, task_id: str) -> QueueEntry | None:
+        """The entry of a queued task, or None if the tick did not queue it.
+
+        The first call maps every queued task id (tens of milliseconds for 100,000 tasks), once
+        per index, that is once per tick per process; later calls are dictionary lookups. The map
+        is built aside and published whole, so a concurrent reader never sees half of it.
+        """
+        where = self._where
+        if where is None:
+            where = {task: (rank, i) for rank, ids in self.ids.items() for i, task in enumerate(ids)}
+            object.__setattr__(self, "_where", where)
+        found = where.get(task_id)
+        return None if found is None else self.entry(*found)
+
+    @property
+    def total(self) -> int:
+        return sum(len(ids) for ids in self.ids.values())
+
+    def pending_by_user(self) -> dict[tuple[int, str], int]:
+        """``{(effective band rank, user): pending tasks}``: one pass over the index."""
+        counts: dict[tuple[int, str], int] = {}
+        for rank, owners in self.owner.items():
+            for user in owners:
+                key = (rank, user)
+                counts[key] = counts.get(key, 0) + 1
+        return counts
+
+
+EMPTY_QUEUE = QueueIndex(None, None, {}, {}, [], {}, {}, {}, {})
+
+# Only the newest index is kept: ticks replace it every few seconds.
+_queue_index_cache: dict[tuple[int, int], QueueIndex] = {}
+
+
+def newest_explained_tick() -> int | None:
+    """The pk of the newest tick that kept its queue explanation. One query."""
+    return TickRecord.objects.filter(explanation__isnull=False).order_by("-pk").values_list("pk", flat=True).first()
+
+
+def _newest_explained_tick_key() -> tuple[int, int] | None:
+    """(pk, now_ms) of that tick: the cache key, so a reused pk (a test database) never hits."""
+    return TickRecord.objects.filter(explanation__isnull=False).order_by("-pk").values_list("pk", "now_ms").first()
+
+
+def queue_index() -> QueueIndex:
+    """The newest tick's queue, indexed. One query, plus one the first time a process sees a tick.
+
+    Parsing the explanation of 100,000 pending tasks takes tens of milliseconds; the index is
+    cached per process until a newer tick replaces it, so polling pages only pay for the first.
+    """
+    key = _newest_explained_tick_key()
+    if key is None:
+        return EMPTY_QUEUE
+    pk = key[0]
+    cached = _queue_index_cache.get(key)
+    if cached is not None:
+        return cached
+    row = TickRecord.objects.filter(pk=pk).values_list("started_at", "spend", "limits", "explanation").first()
+    if row is None or row[3] is None:  # a newer tick cleared it between our two reads
+        return EMPTY_QUEUE
+    started_at, spend, limits, explanation = row
+    ids: dict[int, list[str]] = {}
+    reason_of: dict[int, list[int]] = {}
+    owner: dict[int, list[str]] = {}
+    user_of_job: dict[str, str] = {}
+    in_order = True
+    # The explanation lists each band's tasks by position (1, 2, ...); checked, sorted if not.
+    for task_id, (rank, position, reason) in explanation.get("tasks", {}).items():
+        job_id = task_id[: task_id.rfind("/")]
+        user = user_of_job.get(job_id)
+        if user is None:
+            user = user_of_job[job_id] = job_id.split("/", 2)[1]
+        band_ids = ids.get(rank)
+        if band_ids is None:
+            band_ids = ids[rank] = []
+            reason_of[rank], owner[rank] = [], []
+        band_ids.append(task_id)
+        reason_of[rank].append(reason)
+        owner[rank].append(user)
+        if position != len(band_ids):
+            in_order = False
+    if not in_order:
+        tasks = explanation["tasks"]
+        for rank in ids:
+            order = sorted(range(len(ids[rank])), key=lambda i, r=rank: tasks[ids[r][i]][1])
+            ids[rank] = [ids[rank][i] for i in order]
+            reason_of[rank] = [reason_of[rank][i] for i in order]
+            owner[rank] = [owner[rank][i] for i in order]
+    # Each user's first appearance in a band is their turn in its round robin.
+    users = {rank: list(dict.fromkeys(owners)) for rank, owners in owner.items()}
+    index = QueueIndex(
+        tick_pk=pk, tick_at=started_at, spend=dict(spend or {}), limits=dict(limits or {}),
+        reasons=list(explanation.get("reasons", [])), ids=ids, reason_of=reason_of, owner=owner, users=users,
+    )
+    _queue_index_cache.clear()
+    _queue_index_cache[key] = index
+    return index
+
+
+def job_matches(task_id: str, job: str, *, exact: bool = False) -> bool:
+    """A job filter: ``/alice/train`` is that job and its children; other text is a substring.
+
+    ``exact`` (the API's filter, given a normalised job id) matches that job only.
+    """
+    job_id = task_id.rpartition("/")[0]
+    if exact:
+        return job_id == job
+    if job.startswith("/"):
+        job = job.rstrip("/")
+        return job_id == job or job_id.startswith(job + "/")
+    return job in job_id
+
+
+class QueueSelection:
+    """The queue entries matching a filter, in scheduling order (by band, then position).
+
+    A sequence for paginators: ``len`` and slices. Unfiltered, it holds ranges and cutting a
+    window is O(window); a filter scans each band it covers once (strings only). No query.
+    """
+
+    def __init__(self, index: QueueIndex, ranks: list[int], *, user: str | None = None, job: str | None = None,
+                 exact_job: bool = False) -> None:
+        self.index = index
+        self.parts: list[tuple[int, range | list[int]]] = []
+        for rank in ranks:
+            ids = index.ids.get(rank, [])
+            owners = index.owner.get(rank, [])
+            if user or job:
+                matches: range | list[int] = [
+                    i for i in range(len(ids))
+                    if (not user or owners[i] == user) and (not job or job_matches(ids[i], job, exact=exact_job))
+                ]
+            else:
+                matches = range(len(ids))
+            if matches:
+                self.parts.append((rank, matches))
+        self.total = sum(len(matches) for _, matches in self.parts)
+
+    def __len__(self) -> int:
+        return self.total
+
+    def __getitem__(self, item: slice | int):
+        if isinstance(item, int):
+            found = self[item:item + 1] if item >= 0 else self[self.total + item:self.total + item + 1]
+            if not found:
+                raise IndexError(item)
+            return found[0]
+        start, stop, step = item.indices(self.total)
+        if step != 1:
+            raise ValueError("queue selections are cut in steps of one")
+        entries: list[QueueEntry] = []
+        for rank, matches in self.parts:
+            if start >= stop:
+                break
+            if start >= len(matches):
+                start, stop = start - len(matches), stop - len(matches)
+                continue
+            entries.extend(self.index.entry(rank, i) for i in matches[start:stop])
+            start, stop = 0, stop - len(matches)
+        return entries
+
+
+def queue_selection(
+    index: QueueIndex, *, band: Band | int | None = None, user: str | None = None, job: str | None = None,
+    exact_job: bool = False,
+) -> QueueSelection:
+    """The entries of one band (or of all, highest first) matching ``user`` and ``job``. No query."""
+    ranks = sorted(index.ids) if band is None else [int(band)]
+    return QueueSelection(index, ranks, user=user, job=job, exact_job=exact_job)
+
+
+def queue_window(
+    index: QueueIndex, rank: int, *, user: str | None = None, job: str | None = None, offset: int = 0, limit: int = 50
+) -> tuple[list[QueueEntry], int]:
+    """One window of a band's queue, filtered, and how many tasks match. No query."""
+    selection = queue_selection(index, band=rank, user=user, job=job)
+    return selection[offset:offset + limit], len(selection)
+
+
+def queue_rows(entries: list[QueueEntry]) -> dict[str, Task]:
+    """The current rows of the tasks on a queue page, with their jobs. One query (none if empty)."""
+    if not entries:
+        return {}
+    by_job: dict[str, list[int]] = {}
+    for entry in entries:
+        by_job.setdefault(entry.job, []).append(entry.index)
+    match = Q()
+    for job_id, indices in by_job.items():
+        match |= Q(job__name=job_id, index__in=indices)
+    return {
+        f"{t.job.name}/{t.index}": t
+        for t in Task.objects.filter(match).select_related("job").only(
+            "index", "state", "updated_at", "attempt_count", "preemption_count",
+            "job__name", "job__user", "job__band", "job__state", "job__submitted_at_ms", "job__replicas",
+            "job__cpu_millicores", "job__memory_bytes", "job__device_type", "job__device_variant",
+            "job__device_count", "job__group_by",
+        )
+    }
+
+
+@dataclass(frozen=True)
+
+
+class RoundRobinPlace:
+    """Where a queued task stands in its band's round robin across users."""
+
+    band: Band
+    position: int
+    band_size: int
+    user: str
+    turn: int  # the user's turn in each round (1 = first)
+    users: list[tuple[str, int]]  # the band's users in round-robin order, with their spend
+    ahead_own: int  # the same user's tasks ahead of this one in the band
+
+
+def round_robin_place(index: QueueIndex, rank: int, position: int) -> RoundRobinPlace | None:
+    """The round-robin facts of the task at ``position`` (1-based) of band ``rank``. No query."""
+    owners = index.owner.get(rank, [])
+    if not 1 <= position <= len(owners):
+        return None
+    user = owners[position - 1]
+    band_users = index.users.get(rank, [])
+    ahead_own = sum(1 for u in owners[: position - 1] if u == user)
+    return RoundRobinPlace(
+        band=Band(rank), position=position, band_size=len(owners), user=user,
+        turn=band_users.index(user) + 1 if user in band_users else 0,
+        users=[(u, int(index.spend.get(u, 0))) for u in band_users],
+        ahead_own=ahead_own,
+    )

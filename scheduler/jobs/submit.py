@@ -1,0 +1,237 @@
+"""Submitting a job: every submission rule (:func:`plan_submission`), then the job and its tasks
+written in one transaction (:func:`submit_job`), and a prompt tick requested after commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Max
+
+from scheduler import roles
+from scheduler.access import owns_job, require_authenticated
+from scheduler.budgets.rules import effective_budget_for
+from scheduler.core.bands import ADMIN_BANDS, Band
+from scheduler.core.types import JobState, TaskState
+from scheduler.enqueue import enqueue
+from scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
+from scheduler.inputs import parse_segment
+from scheduler.jobs.request import JobRequest, parse_job_request
+from scheduler.models import MAX_ID_LENGTH, Job, Task
+from scheduler.store import clock
+from scheduler.store.states import NON_TERMINAL_VALUES, TERMINAL_JOB_VALUES
+
+log = logging.getLogger(__name__)
+
+# A SYSTEM submission must say why, naming the kind of work SYSTEM is for as a complete word:
+# "hero run; commit=abc" passes, "superhero" does not.
+SYSTEM_REASON = re.compile(r"\b(hero|finelog|iris)\b", re.IGNORECASE)
+
+# Advisory lock key serialising submissions on PostgreSQL (SQLite serialises writers anyway):
+# submission times must be strictly increasing and the per-user task cap must not be raced.
+SUBMIT_LOCK_KEY = 0x1215_0001
+
+
+@dataclass(frozen=True)
+
+
+class SubmissionPlan:
+    """A submission that passed every rule: what ``submit_job`` writes and ``what_if`` simulates."""
+
+    job_id: str
+    user: str
+    band: Band
+    parent: Job | None
+    depth: int
+    request: JobRequest
+    budget_max_band: Band
+
+
+def _resolve_job_id(actor, request: JobRequest) -> tuple[str, Job | None, str]:
+    """The new job's id, its parent row and its budget identity, with ownership checked."""
+    name = request.name
+    parent_id = request.parent
+    if name.startswith("/"):
+        if parent_id:
+            raise InvalidArgument("give either a full id '/<user>/<name>' or a parent and a one-segment name", field="name")
+        segments = name.strip("/").split("/")
+        for segment in segments:
+            parse_segment(segment, "name")
+        if len(segments) < 2:
+            raise InvalidArgument("a full job id has the form /<user>/<name>", field="name")
+        namespace = segments[0]
+        if namespace != actor.username and not roles.is_admin(actor):
+            raise PermissionDenied(
+                f"root jobs of '{actor.username}' live under /{actor.username}/; you may not submit {name!r}",
+                field="name",
+            )
+        if len(segments) > 2:
+            parent_id = "/" + "/".join(segments[:-1])
+        else:
+            return "/" + "/".join(segments), None, namespace
+        name = segments[-1]
+    else:
+        parse_segment(name, "name")
+
+    if parent_id is None:
+        return f"/{actor.username}/{name}", None, actor.username
+    parent = Job.objects.filter(name=parent_id).first()
+    if parent is None:
+        raise NotFound(f"parent job {parent_id} does not exist", field="parent")
+    if not owns_job(actor, parent):
+        raise PermissionDenied(
+            f"job {parent_id} belongs to '{parent.user}'; only its owner or an admin may add children", field="parent"
+        )
+    if parent.state in TERMINAL_JOB_VALUES:
+        raise FailedPrecondition(f"parent job {parent_id} has already finished ({parent.state})", field="parent")
+    return f"{parent_id}/{name}", parent, parent.user
+
+
+def max_band_message(user: str, band: Band, max_band: Band) -> str:
+    return (
+        f"Budget identity '{user}' cannot submit {band.name} jobs (max band: {max_band.name}). "
+        f"Use --priority {max_band.wire}, check that you are signed in "
+        f"as the right user, or request an uplift."
+    )
+
+
+def plan_submission(actor, request: JobRequest) -> SubmissionPlan:
+    """Apply every submission rule without writing; raise the first rule broken.
+
+    Order (as Iris): identity and ownership, band, limits, then the job id being free.
+    """
+    require_authenticated(actor)
+    job_id, parent, user = _resolve_job_id(actor, request)
+    if len(job_id) > MAX_ID_LENGTH - 8:  # leaves room for "/<task index>"
+        raise InvalidArgument(f"job id {job_id!r} is too long", field="name")
+
+    band = request.priority if request.priority is not None else (Band(parent.band) if parent else Band.INTERACTIVE)
+    effective = effective_budget_for(user)
+    if band in ADMIN_BANDS:
+        if not roles.is_admin(actor):
+            raise PermissionDenied(
+                f"only admins may submit {band.name} jobs; use --priority interactive or batch", field="priority"
+            )
+        if band is Band.SYSTEM and not SYSTEM_REASON.search(request.system_reason):
+            raise InvalidArgument(
+                "SYSTEM jobs need a reason naming hero, finelog or iris work (e.g. 'hero run; commit=abc')",
+                field="system_reason",
+            )
+    elif band < effective.max_band:
+        # Never downgraded at submission: a band above max_band is refused, and says what to do.
+        raise PermissionDenied(max_band_message(user, band, effective.max_band), field="priority",
+                               details={"user": user, "band": band.wire, "max_band": effective.max_band.wire})
+
+    if request.replicas > settings.MAX_REPLICAS_PER_JOB:
+        raise ResourceExhausted(
+            f"replicas: {request.replicas} exceeds the limit of {settings.MAX_REPLICAS_PER_JOB} tasks per job",
+            field="replicas",
+        )
+    active = Task.objects.filter(job__user=user, state__in=NON_TERMINAL_VALUES).count()
+    if active + request.replicas > settings.MAX_ACTIVE_TASKS_PER_USER:
+        raise ResourceExhausted(
+            f"'{user}' has {active} unfinished tasks; {request.replicas} more would exceed the limit of "
+            f"{settings.MAX_ACTIVE_TASKS_PER_USER} per user. Wait for work to finish or cancel some.",
+            field="replicas",
+            details={"active_tasks": active, "limit": settings.MAX_ACTIVE_TASKS_PER_USER},
+        )
+    if Job.objects.filter(name=job_id).exists():
+        raise FailedPrecondition(f"job {job_id} already exists; choose another name", field="name")
+    return SubmissionPlan(
+        job_id=job_id,
+        user=user,
+        band=band,
+        parent=parent,
+        depth=job_id.count("/") - 1,
+        request=request,
+        budget_max_band=effective.max_band,
+    )
+
+
+def submission_argv(request: JobRequest) -> list[str]:
+    """The client's argv as stored for audit; the system reason is always in it."""
+    argv = list(request.argv)
+    if request.system_reason and request.system_reason not in argv:
+        argv += ["--system-reason", request.system_reason]
+    return argv
+
+
+def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
+    """Submit a job: check every rule, then write the job and one task per replica atomically.
+
+    A rejected submission writes nothing. After commit a prompt tick is requested; a broker
+    outage is logged and never fails the submission (beat ticks anyway).
+    """
+    if not isinstance(request, JobRequest):
+        request = parse_job_request(request)
+    try:
+        with transaction.atomic():
+            lock_submissions()
+            now_ms = clock.now_ms()
+            plan = plan_submission(actor, request)
+            last = Job.objects.aggregate(last=Max("submitted_at_ms"))["last"]
+            submitted = now_ms if last is None else max(now_ms, last + 1)
+            parent = plan.parent
+            job = Job.objects.create(
+                name=plan.job_id,
+                parent=parent,
+                user=plan.user,
+                submitted_by=actor,
+                band=int(plan.band),
+                state=JobState.PENDING.value,
+                depth=plan.depth,
+                submitted_at_ms=submitted,
+                root_submitted_at_ms=parent.root_submitted_at_ms if parent else submitted,
+                replicas=request.replicas,
+                cpu_millicores=request.cpu_millicores,
+                memory_bytes=request.memory_bytes,
+                device_type=request.device.type.value,
+                device_variant=request.device.variant,
+                device_count=request.device.count,
+                group_by=request.group_by,
+                constraints=list(request.constraints),
+                scheduling_deadline_ms=(
+                    submitted + round(request.scheduling_timeout_seconds * 1000)
+                    if request.scheduling_timeout_seconds
+                    else None
+                ),
+                max_retries_preemption=request.max_retries_preemption,
+                max_retries_failure=request.max_retries_failure,
+                command=list(request.command),
+                submission_argv=submission_argv(request),
+                system_reason=request.system_reason,
+            )
+            Task.objects.bulk_create(
+                [Task(job=job, index=i, state=TaskState.PENDING.value) for i in range(request.replicas)],
+                batch_size=1000,
+            )
+            transaction.on_commit(request_prompt_tick, robust=True)
+    except IntegrityError:
+        # Two submissions of the same id raced past the existence check.
+        raise FailedPrecondition(f"job {plan.job_id} already exists; choose another name", field="name") from None
+    log.info("job %s submitted by %s as %s (%d tasks)", job.name, actor.username, plan.band.name, job.replicas)
+    return job
+
+
+def lock_submissions() -> None:
+    """Serialise submissions (PostgreSQL advisory lock held until commit; SQLite locks at BEGIN)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [SUBMIT_LOCK_KEY])
+
+
+def request_prompt_tick() -> None:
+    """Ask Celery for a tick now. Runs after commit; never raises (the broker may be down, and
+    beat's next tick picks the job up)."""
+    enqueue(
+        "scheduler.tick",
+        expires=float(settings.TICK_SECONDS),
+        logger=log,
+        failure="could not enqueue a prompt tick; the next scheduled tick will place the job",
+    )

@@ -1,0 +1,493 @@
+"""The rows a tick decides over, read from the database and, on PostgreSQL, kept between ticks.
+
+Reading a 100,000-task cluster whole costs over a second, most of it building Python objects
+for rows that did not change since the previous tick. On PostgreSQL a :class:`ClusterRows` kept
+in the tick process therefore reads only what changed: a trigger stamps every inserted or
+updated job, task and attempt row with its transaction id (``change_xid``, migration 0004), and
+each read takes the rows stamped at or after the oldest transaction still running at the
+previous read (``pg_snapshot_xmin``). Every transaction that committed since then has such an
+id, so nothing is missed whatever order transactions commit in; a row read twice is harmless.
+All reads of one refresh run in one ``REPEATABLE READ`` transaction, so they see one instant.
+
+The whole cluster is read again when the cache is cold, when a row was deleted (a trigger bumps
+``iris_snapshot_epoch``), when the last refresh is older than ``STALE_SECONDS`` (catching up on
+a long gap costs more than starting over), or when the database is another one. SQLite, the
+embedded default for small clusters, always reads everything.
+
+What is kept matches a whole read exactly (``tests/store/test_cluster_rows.py`` checks it):
+live jobs and tasks, plus finished tasks (and their jobs) whose earlier attempt still holds a
+worker: ended but not yet confirmed finished, so its resources stay committed there.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, fields, replace
+from typing import NamedTuple
+
+from django.db import connection, transaction
+
+from scheduler.core.bands import Band
+from scheduler.core.kueue import BACKEND_KEY
+from scheduler.core.types import (
+    TERMINAL_STATES,
+    Constraint,
+    ConstraintOp,
+    Device,
+    DeviceType,
+    JobSpec,
+    Resources,
+    TaskSnapshot,
+    TaskState,
+    WorkerSpec,
+)
+from scheduler.models import Attempt, Job, Task, Worker
+from scheduler.store.states import ACTIVE_VALUES, LIVE_JOB_VALUES, LIVE_TASK_VALUES
+
+# Plain dict look-ups: calling an Enum per row costs more than the rest of the row's work.
+TASK_STATES = {s.value: s for s in TaskState}
+BANDS = {int(b): b for b in Band}
+LIVE_TASKS = frozenset(LIVE_TASK_VALUES)
+LIVE_JOBS = frozenset(LIVE_JOB_VALUES)
+ACTIVE_TASKS = frozenset(ACTIVE_VALUES)
+LIVE_TASK_STATES = frozenset(s for s in TaskState if s not in TERMINAL_STATES)
+
+# A refresh after a longer gap reads the whole cluster instead of the changes since.
+STALE_SECONDS = 60.0
+
+
+class TaskRow(NamedTuple):
+    """What the shell needs to write a task back: its primary key and its state when read.
+    (A named tuple: one is built per task read, at a third of a frozen dataclass's cost.)"""
+
+    pk: int
+    job_pk: int
+    state: str
+    worker_pk: int | None
+    attempt_count: int
+
+
+_new = object.__new__
+(_set_id, _set_job_id, _set_index, _set_state, _set_worker, _set_band, _set_preemption_count,
+ _set_unfinished) = (TaskSnapshot.__dict__[f.name].__set__ for f in fields(TaskSnapshot))
+
+
+def task_snapshot(id, job_id, index, state, worker, band, preemption_count, unfinished_attempt_worker) -> TaskSnapshot:
+    """``TaskSnapshot(...)`` in half the time, for the 100,000 a whole read builds.
+
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``; this fills
+    the slots directly. The result is an ordinary ``TaskSnapshot``, equal (and hashing equal) to
+    the constructor's; ``tests/store/test_cluster_rows.py`` checks that, and that the fields are
+    still these eight in this order.
+    """
+    snapshot = _new(TaskSnapshot)
+    _set_id(snapshot, id)
+    _set_job_id(snapshot, job_id)
+    _set_index(snapshot, index)
+    _set_state(snapshot, state)
+    _set_worker(snapshot, worker)
+    _set_band(snapshot, band)
+    _set_preemption_count(snapshot, preemption_count)
+    _set_unfinished(snapshot, unfinished_attempt_worker)
+    return snapshot
+
+
+def in_list(values: tuple[str, ...]) -> str:
+    """``IN (...)`` over fixed state names: constants of ours, never user input."""
+    return "(" + ", ".join(f"'{v}'" for v in values) + ")"
+
+
+JOB = Job._meta.db_table
+TASK = Task._meta.db_table
+ATTEMPT = Attempt._meta.db_table
+WORKER = Worker._meta.db_table
+
+JOB_SELECT = (
+    "SELECT j.id, j.name, j.state, j.\"user\", j.band, p.name, j.submitted_at_ms, j.root_submitted_at_ms, "
+    "j.replicas, j.cpu_millicores, j.memory_bytes, j.device_type, j.device_variant, j.device_count, "
+    "j.group_by, j.constraints, j.scheduling_deadline_ms, j.max_retries_preemption, j.max_retries_failure "
+    f"FROM {JOB} j LEFT JOIN {JOB} p ON p.id = j.parent_id"
+)
+TASK_SELECT = f"SELECT t.id, t.job_id, t.\"index\", t.state, t.worker_id, t.band, t.preemption_count, t.attempt_count FROM {TASK} t"
+ATTEMPT_SELECT = f"SELECT a.id, a.task_id, a.worker_id, a.state, a.finished_at IS NULL FROM {ATTEMPT} a"
+# Attempts that ended (preempted, lost, killed) but whose process the worker has not yet
+# confirmed finished: their tasks' resources stay committed on that worker.
+HELD = f"a.finished_at IS NULL AND a.worker_id IS NOT NULL AND a.state NOT IN {in_list(ACTIVE_VALUES)}"
+WORKER_SELECT = (
+    "SELECT id, name, healthy, draining, cpu_millicores, memory_bytes, device_type, device_variant, "
+    f"device_count, attributes FROM {WORKER} ORDER BY name"
+)
+
+
+def device_from_columns(device_type: str, variant: str, count: int) -> Device:
+    kind = DeviceType(device_type)
+    if kind is DeviceType.CPU:
+        return Device()
+    return Device(type=kind, variant=variant or None, count=count)
+
+
+def json_value(raw):
+    """A JSON column's value, whether the driver parsed it or left it as text."""
+    return json.loads(raw) if isinstance(raw, str) else raw
+
+
+def constraints_from_json(raw: list[dict]) -> tuple[Constraint, ...]:
+    """Stored constraints were validated at submission; this only converts them. The reserved
+    ``backend`` key routes the job (``scheduler.core.kueue.route_job``) and is kept out of the
+    core's constraints, which workers could never satisfy."""
+    result = []
+    for item in raw:
+        if item.get("key") == BACKEND_KEY:
+            continue
+        value = item.get("value")
+        if isinstance(value, list):
+            value = tuple(value)
+        result.append(Constraint(key=item["key"], op=ConstraintOp(item["op"]), value=value, soft=bool(item.get("soft"))))
+    return tuple(result)
+
+
+class ClusterRows:
+    """Jobs, tasks and held attempts as of the last :meth:`refresh`, with the workers.
+
+    Kept in the shapes the tick hands on (task id -> row, job name -> spec, ...), so a refresh
+    that read a few thousand changed rows costs in proportion to them, not to the cluster.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.database: tuple | None = None
+        self.watermark: int | None = None
+        self.epoch: int | None = None
+        self.refreshed_at = 0.0
+        self.last_refresh_kind = ""
+        # Jobs: live ones, and ended ones while a held task of theirs needs them.
+        self.job_names: dict[int, str] = {}  # pk -> name; the dicts below are by name
+        self.ended_jobs: set[int] = set()
+        self.job_specs: dict[str, JobSpec] = {}
+        self.job_pks: dict[str, int] = {}
+        self.job_states: dict[str, str] = {}
+        # Tasks of kept jobs: live ones, and finished ones an unconfirmed attempt holds.
+        self.task_snapshots: dict[int, TaskSnapshot] = {}
+        self.task_rows: dict[str, TaskRow] = {}
+        self.tasks_of_job: dict[int, set[int]] = {}
+        self.held: dict[int, tuple[int, int]] = {}  # attempt pk -> (task pk, worker pk)
+        self.workers: tuple[WorkerSpec, ...] = ()
+        self.worker_names: dict[int, str] = {}
+        self.worker_pks: dict[str, int] = {}
+        self._worker_cache: dict[int, tuple[tuple, WorkerSpec]] = {}
+        self._resources: dict[tuple, Resources] = {}
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Bring the rows up to date, in one transaction (one consistent instant)."""
+        postgres = connection.vendor == "postgresql"
+        outermost = not connection.in_atomic_block
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                marks = None
+                if postgres:
+                    if outermost:
+                        # Every read below sees the same snapshot. (Inside a caller's
+                        # transaction, in tests, the caller's isolation applies.)
+                        cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                    cursor.execute(
+                        "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint, epoch "
+                        "FROM iris_snapshot_epoch WHERE id = 1"
+                    )
+                    marks = cursor.fetchone()
+                settings = connection.settings_dict
+                database = (connection.vendor, settings.get("NAME"), settings.get("HOST"), settings.get("PORT"))
+                incremental = (
+                    marks is not None
+                    and self.watermark is not None
+                    and database == self.database
+                    and marks[1] == self.epoch
+                    and time.monotonic() - self.refreshed_at < STALE_SECONDS
+                )
+                if not incremental:
+                    self.reset()
+                self._read_workers(cursor)
+                if incremental:
+                    self._read_changes(cursor, self.watermark)
+                else:
+                    self._read_all(cursor)
+        except BaseException:
+            self.reset()  # half-applied changes: start over next time
+            raise
+        self.database = database
+        self.watermark, self.epoch = marks if marks is not None else (None, None)
+        self.refreshed_at = time.monotonic()
+        self.last_refresh_kind = "changes" if incremental else "all"
+
+    def _read_workers(self, cursor) -> None:
+        """Every worker, every time (thousands of small rows); unchanged ones keep their spec."""
+        cursor.execute(WORKER_SELECT)
+        workers: list[WorkerSpec] = []
+        names: dict[int, str] = {}
+        cache: dict[int, tuple[tuple, WorkerSpec]] = {}
+        old = self._worker_cache
+        for row in cursor.fetchall():
+            pk, name = row[0], row[1]
+            names[pk] = name
+            previous = old.get(pk)
+            if previous is not None and previous[0] == row:
+                spec = previous[1]
+            else:
+                _, _, healthy, draining, cpu, mem, dtype, variant, count, attributes = row
+                spec = WorkerSpec(
+                    id=name,
+                    cpu_millicores=cpu,
+                    memory_bytes=mem,
+                    device=device_from_columns(dtype, variant, count),
+                    attributes={str(k): str(v) for k, v in (json_value(attributes) or {}).items()},
+                    healthy=bool(healthy) and not draining,
+                )
+            cache[pk] = (row, spec)
+            workers.append(spec)
+        self._worker_cache = cache
+        self.workers = tuple(workers)
+        self.worker_names = names
+        self.worker_pks = {name: pk for pk, name in names.items()}
+
+    def _read_all(self, cursor) -> None:
+        """The live jobs and tasks, and the finished ones an unconfirmed attempt still holds."""
+        cursor.execute(f"{ATTEMPT_SELECT} WHERE {HELD}")
+        self._take_attempts(cursor.fetchall())
+        held_tasks = f"SELECT a.task_id FROM {ATTEMPT} a WHERE {HELD}"
+        cursor.execute(f"{JOB_SELECT} WHERE j.state IN {in_list(LIVE_JOB_VALUES)}")
+        self._take_jobs(cursor.fetchall())
+        cursor.execute(
+            f"{JOB_SELECT} WHERE j.state NOT IN {in_list(LIVE_JOB_VALUES)} "
+            f"AND j.id IN (SELECT t.job_id FROM {TASK} t WHERE t.id IN ({held_tasks}))"
+        )
+        self._take_jobs(cursor.fetchall(), force=True)
+        cursor.execute(f"{TASK_SELECT} WHERE t.state IN {in_list(LIVE_TASK_VALUES)}")
+        self._take_tasks(cursor.fetchall())
+        cursor.execute(f"{TASK_SELECT} WHERE t.state NOT IN {in_list(LIVE_TASK_VALUES)} AND t.id IN ({held_tasks})")
+        self._take_tasks(cursor.fetchall())
+
+    def _read_changes(self, cursor, since: int) -> None:
+        """Rows written by transactions that may have committed after the previous read."""
+        cursor.execute(f"{ATTEMPT_SELECT} WHERE a.change_xid >= %s", [since])
+        dirty = self._take_attempts(cursor.fetchall())
+        cursor.execute(f"{JOB_SELECT} WHERE j.change_xid >= %s", [since])
+        self._take_jobs(cursor.fetchall())
+        cursor.execute(f"{TASK_SELECT} WHERE t.change_xid >= %s", [since])
+        seen, orphans = self._take_tasks(cursor.fetchall())
+        dirty -= seen
+
+        # Tasks whose held attempts changed but whose own row did not.
+        held_by = self.held_workers()
+        missing = []
+        for pk in dirty:
+            snapshot = self.task_snapshots.get(pk)
+            if snapshot is not None:
+                worker = held_by.get(pk)
+                name = self.worker_names.get(worker) if worker else None
+                if snapshot.state not in LIVE_TASK_STATES and worker is None:
+                    self._drop_task(pk)
+                elif name != snapshot.unfinished_attempt_worker:
+                    self.task_snapshots[pk] = replace(snapshot, unfinished_attempt_worker=name)
+            elif pk in held_by:
+                missing.append(pk)
+        if missing:
+            # A finished task, dropped earlier, that an attempt holds again.
+            cursor.execute(f"{TASK_SELECT} WHERE t.id = ANY(%s)", [missing])
+            orphans.extend(cursor.fetchall())
+        if orphans:
+            # Held tasks of jobs that ended before: the jobs come back while the hold lasts.
+            cursor.execute(f"{JOB_SELECT} WHERE j.id = ANY(%s)", [sorted({row[1] for row in orphans})])
+            self._take_jobs(cursor.fetchall(), force=True)
+            self._take_tasks(orphans)
+        self._drop_unneeded_jobs()
+
+    # --- taking rows in -----------------------------------------------------------------------
+
+    def held_workers(self) -> dict[int, int]:
+        """task pk -> the worker its newest held attempt is on."""
+        result: dict[int, int] = {}
+        for _, (task_pk, worker_pk) in sorted(self.held.items()):
+            result[task_pk] = worker_pk
+        return result
+
+    def _take_attempts(self, rows) -> set[int]:
+        """Track which attempts hold a worker; returns the tasks whose holds may have changed."""
+        dirty = set()
+        for pk, task_pk, worker_pk, state, unfinished in rows:
+            if unfinished and worker_pk is not None and state not in ACTIVE_TASKS:
+                if self.held.get(pk) != (task_pk, worker_pk):
+                    self.held[pk] = (task_pk, worker_pk)
+                    dirty.add(task_pk)
+            elif self.held.pop(pk, None) is not None:
+                dirty.add(task_pk)
+        return dirty
+
+    def _take_jobs(self, rows, *, force: bool = False) -> None:
+        """Live jobs are kept; a job that ended stays only while a held task needs it (``force``
+        takes ended jobs the caller knows are needed)."""
+        for row in rows:
+            pk, name, state = row[0], row[1], row[2]
+            live = state in LIVE_JOBS
+            if pk not in self.job_names:
+                if not (live or force):
+                    continue
+                self.job_names[pk] = name
+                self.job_specs[name] = self._job_spec(row)
+                self.job_pks[name] = pk
+            self.job_states[name] = state  # all else about a job is fixed at submission
+            if live:
+                self.ended_jobs.discard(pk)
+            else:
+                self.ended_jobs.add(pk)
+
+    def _job_spec(self, row) -> JobSpec:
+        (_, name, _, user, band, parent, submitted, root_submitted, replicas, cpu, mem, dtype, variant, count,
+         group_by, constraints, deadline, retries_preemption, retries_failure) = row
+        key = (cpu, mem, dtype, variant, count)
+        resources = self._resources.get(key)
+        if resources is None:
+            resources = self._resources[key] = Resources(cpu, mem, device_from_columns(dtype, variant, count))
+        constraints = json_value(constraints)
+        return JobSpec(
+            id=name,
+            user=user,
+            band=BANDS[band],
+            parent=parent,
+            submitted_at_ms=submitted,
+            root_submitted_at_ms=root_submitted,
+            replicas=replicas,
+            resources=resources,
+            group_by=group_by or None,
+            constraints=constraints_from_json(constraints) if constraints else (),
+            scheduling_deadline_ms=deadline,
+            max_retries_preemption=retries_preemption,
+            max_retries_failure=retries_failure,
+        )
+
+    def _take_tasks(self, rows) -> tuple[set[int], list[tuple]]:
+        """Keep live tasks and held finished ones of kept jobs. Returns the pks read, and the rows
+        of held tasks whose job is not kept (the caller fetches the job and offers them again)."""
+        held_by = self.held_workers()
+        seen = set()
+        orphans = []
+        worker_names = self.worker_names
+        job_names = self.job_names
+        snapshots = self.task_snapshots
+        task_rows = self.task_rows
+        tasks_of_job = self.tasks_of_job
+        pending = TaskState.PENDING.value
+        for pk, job_pk, index, state, worker_pk, band, preemption_count, attempt_count in rows:
+            seen.add(pk)
+            job_name = job_names.get(job_pk)
+            held = held_by.get(pk)
+            if job_name is None or (state not in LIVE_TASKS and held is None):
+                self._drop_task(pk)
+                if job_name is None and held is not None:
+                    orphans.append((pk, job_pk, index, state, worker_pk, band, preemption_count, attempt_count))
+                continue
+            task_id = f"{job_name}/{index}"
+            snapshots[pk] = task_snapshot(
+                task_id,
+                job_name,
+                index,
+                TASK_STATES[state],
+                worker_names.get(worker_pk) if worker_pk else None,
+                BANDS[band] if band is not None and state != pending else None,
+                preemption_count,
+                worker_names.get(held) if held else None,
+            )
+            task_rows[task_id] = TaskRow(pk, job_pk, state, worker_pk, attempt_count)
+            of_job = tasks_of_job.get(job_pk)
+            if of_job is None:
+                tasks_of_job[job_pk] = {pk}
+            else:
+                of_job.add(pk)
+        return seen, orphans
+
+    def _drop_task(self, pk: int) -> None:
+        snapshot = self.task_snapshots.pop(pk, None)
+        if snapshot is None:
+            return
+        row = self.task_rows.pop(snapshot.id)
+        of_job = self.tasks_of_job[row.job_pk]
+        of_job.discard(pk)
+        if not of_job:
+            del self.tasks_of_job[row.job_pk]
+
+    def _drop_unneeded_jobs(self) -> None:
+        """Ended jobs stay only while one of their tasks is held; their tasks go with them."""
+        if not self.ended_jobs:
+            return
+        needed = set()
+        for task_pk, _ in self.held.values():
+            snapshot = self.task_snapshots.get(task_pk)
+            if snapshot is not None:
+                needed.add(self.task_rows[snapshot.id].job_pk)
+        for pk in list(self.ended_jobs):
+            if pk not in needed:
+                self.ended_jobs.discard(pk)
+                name = self.job_names.pop(pk)
+                del self.job_specs[name]
+                del self.job_pks[name]
+                del self.job_states[name]
+                for task_pk in list(self.tasks_of_job.get(pk, ())):
+                    self._drop_task(task_pk)
+
+    # --- what the tick gets ---------------------------------------------------------------------
+
+    def view(self) -> ClusterView:
+        return ClusterView(
+            workers=self.workers,
+            worker_pks=dict(self.worker_pks),
+            jobs=dict(self.job_specs),
+            job_pks=dict(self.job_pks),
+            job_states=dict(self.job_states),
+            tasks=tuple(self.task_snapshots.values()),
+            task_rows=dict(self.task_rows),
+            refresh=self.last_refresh_kind,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """One refresh's rows, the caller's to keep: core specs, and the keys to write back with.
+    ``refresh`` says whether the whole cluster was read (``all``) or only changes."""
+
+    workers: tuple[WorkerSpec, ...]
+    worker_pks: dict[str, int]
+    jobs: dict[str, JobSpec]
+    job_pks: dict[str, int]
+    job_states: dict[str, str]
+    tasks: tuple[TaskSnapshot, ...]
+    task_rows: dict[str, TaskRow]
+    refresh: str
+
+
+_process_rows = ClusterRows()
+_lock = threading.Lock()
+
+
+def read_cluster() -> ClusterView:
+    """The cluster now: this process's rows, refreshed (see the module's docstring).
+
+    Inside a caller's transaction the rows read may include its own uncommitted writes, which a
+    rollback would take back: then the cluster is read whole and nothing is kept.
+    """
+    if connection.in_atomic_block:
+        rows = ClusterRows()
+        rows.refresh()
+        return rows.view()
+    with _lock:
+        _process_rows.refresh()
+        return _process_rows.view()
+
+
+def forget_cluster_rows() -> None:
+    """Read everything at the next refresh (tests: rows of a rolled-back test must not linger)."""
+    with _lock:
+        _process_rows.reset()

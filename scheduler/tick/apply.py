@@ -1,0 +1,275 @@
+"""Writing a decision back, inside the tick's transaction.
+
+Writes made while the tick decided are not overwritten: inside the transaction the shell
+re-reads the state of every task it is about to change (with ``FOR UPDATE`` on PostgreSQL) and
+drops any change whose task moved since the snapshot (a whole gang if one member moved).
+
+Every kind of write is one set-based statement (:mod:`scheduler.store.bulk`), so the number of
+statements per tick does not grow with the number of tasks; on PostgreSQL they are pipelined.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import connection
+
+from scheduler.core.types import ACTIVE_STATES, Decision, JobState, TaskState
+from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord
+from scheduler.store import bulk
+from scheduler.store.states import ACTIVE_VALUES, TERMINAL_JOB_VALUES
+from scheduler.tick.explanation import explanation_to_json
+from scheduler.tick.load import LoadedSnapshot
+
+
+@dataclass(frozen=True)
+
+
+class TickOutcome:
+    tick_id: int
+    decision: Decision
+    assigned: int
+    preempted: int
+    expired: int
+    skipped_conflicts: int
+    duration_ms: float
+    # Where the time went: reading the snapshot (whole or only changes, see ``refresh``),
+    # deciding; the rest of ``duration_ms`` is writing.
+    load_ms: float = 0.0
+    decide_ms: float = 0.0
+    refresh: str = ""
+
+
+def current_task_states(pks: list[int]) -> dict[int, tuple[str, int | None]]:
+    """Re-read (state, worker) of the given tasks in one statement, locking them on PostgreSQL."""
+    if not pks:
+        return {}
+    table = Task._meta.db_table
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"SELECT id, state, worker_id FROM {table} WHERE id = ANY(%s) FOR UPDATE", [pks])
+        else:
+            # json_each takes the whole id list as one parameter, whatever its length.
+            cursor.execute(
+                f"SELECT t.id, t.state, t.worker_id FROM {table} t JOIN json_each(%s) j ON t.id = j.value",
+                [json_list(pks)],
+            )
+        return {pk: (state, worker) for pk, state, worker in cursor.fetchall()}
+
+
+def json_list(values: list[int]) -> str:
+    return "[" + ",".join(str(int(v)) for v in values) + "]"
+
+
+def apply_decision(
+    loaded: LoadedSnapshot, decision: Decision, wall: datetime, started: float, decide_ms: float
+) -> TickOutcome:
+    """Write the decision. Must run inside ``transaction.atomic``."""
+    rows = loaded.tasks
+    changed = [t for t in decision.after if t in rows]
+    current = current_task_states([rows[t].pk for t in changed])
+
+    # A task that moved since the snapshot is left alone; for a gang, the whole job's changes go.
+    moved_jobs: set[int] = set()
+    for task_id in changed:
+        row = rows[task_id]
+        if current.get(row.pk) != (row.state, row.worker_pk):
+            moved_jobs.add(row.job_pk)
+    gang_jobs: set[str] = set()
+    if moved_jobs:
+        jobs = loaded.snapshot.jobs
+        gang_jobs = {name for name in {t.rsplit("/", 1)[0] for t in changed} if jobs[name].is_gang}
+
+    def keep(task_id: str) -> bool:
+        row = rows[task_id]
+        if current.get(row.pk) != (row.state, row.worker_pk):
+            return False
+        job_name = task_id.rsplit("/", 1)[0]
+        return not (job_name in gang_jobs and row.job_pk in moved_jobs)
+
+    kept = {t for t in changed if keep(t)}
+    skipped = len(changed) - len(kept)
+
+    tick = TickRecord.objects.create(
+        started_at=wall,
+        now_ms=loaded.snapshot.now_ms,
+        duration_ms=0,
+        decide_ms=decide_ms,
+        pending=sum(1 for t in loaded.snapshot.tasks if t.state is TaskState.PENDING) + len(loaded.kueue.pending),
+        spend=dict(decision.spend),
+        limits=limits_sample(loaded, decision),
+    )
+
+    assignments = [a for a in decision.assignments if a.task in kept]
+    assigned_tasks = {a.task for a in assignments}
+    preemptions = [p for p in decision.preemptions if p.victim in kept]
+    preemptor_of = {p.victim: p.preemptor for p in preemptions}
+    expired = [u for u in decision.unschedulable if u.task in kept]
+
+    task_updates = []
+    attempt_closes = []
+    for task_id in kept:
+        after = decision.after[task_id]
+        row = rows[task_id]
+        attempt_count = row.attempt_count + (1 if task_id in assigned_tasks else 0)
+        task_updates.append(
+            (
+                row.pk,
+                after.state.value,
+                loaded.worker_pks[after.worker] if after.worker else None,
+                int(after.band) if after.band is not None else None,
+                after.preemption_count,
+                attempt_count,
+                wall,
+            )
+        )
+        if row.state in ACTIVE_VALUES and after.state.value not in ACTIVE_VALUES and row.attempt_count:
+            if task_id in preemptor_of:
+                attempt_state, error = TaskState.PREEMPTED.value, f"Preempted by {preemptor_of[task_id]}"
+            elif after.state is TaskState.COSCHED_FAILED:
+                attempt_state, error = TaskState.COSCHED_FAILED.value, "A gang member was preempted for good"
+            elif after.state is TaskState.KILLED:
+                job_name = task_id.rsplit("/", 1)[0]
+                ended = decision.jobs_after.get(job_name)
+                attempt_state = TaskState.KILLED.value
+                error = f"Killed: job {job_name} ended {ended.value}" if ended else "Killed by the scheduler"
+            else:
+                attempt_state, error = TaskState.PREEMPTED.value, "Requeued: a gang member was preempted"
+            attempt_closes.append((row.pk, row.attempt_count, attempt_state, error, row.worker_pk))
+    # The writes go out pipelined (PostgreSQL): the server executes each while Python builds the
+    # next, and the queue explanation is computed while the last ones run.
+    with bulk.pipeline():
+        bulk.update_rows(
+            Task._meta.db_table,
+            [("id", "bigint")],
+            [("state", "text"), ("worker_id", "bigint"), ("band", "smallint"), ("preemption_count", "integer"),
+             ("attempt_count", "integer"), ("updated_at", "timestamptz")],
+            task_updates,
+        )
+        # The attempt of a task leaving ASSIGNED/BUILDING/RUNNING keeps holding its worker's capacity
+        # (finished_at stays empty) until the worker confirms the process ended.
+        bulk.update_rows(
+            Attempt._meta.db_table,
+            [("task_id", "bigint"), ("number", "integer")],
+            [("state", "text"), ("error", "text")],
+            [close[:4] for close in attempt_closes],
+        )
+        bulk.insert_rows(
+            Attempt._meta.db_table,
+            [("task_id", "bigint"), ("number", "integer"), ("worker_id", "bigint"), ("state", "text"),
+             ("band", "smallint"), ("created_at", "timestamptz"), ("error", "text")],
+            [
+                (rows[a.task].pk, rows[a.task].attempt_count + 1, loaded.worker_pks[a.worker],
+                 TaskState.ASSIGNED.value, int(a.band), wall, "")
+                for a in assignments
+            ],
+        )
+        bulk.insert_rows(
+            PreemptionEvent._meta.db_table,
+            [("tick_id", "bigint"), ("victim_id", "bigint"), ("preemptor_id", "bigint"), ("victim_band", "smallint"),
+             ("preemptor_band", "smallint"), ("worker_id", "bigint"), ("reason", "text"), ("created_at", "timestamptz")],
+            [
+                (
+                    tick.pk,
+                    rows[p.victim].pk,
+                    rows[p.preemptor].pk,
+                    int(p.victim_band),
+                    int(p.preemptor_band),
+                    loaded.worker_pks.get(p.worker),
+                    f"Preempted by {p.preemptor} ({p.preemptor_band.name} over {p.victim_band.name})",
+                    wall,
+                )
+                for p in preemptions
+                if p.preemptor in rows
+            ],
+        )
+        # The outbox, in the same transaction: start every new attempt, stop every attempt that ended.
+        bulk.insert_rows(
+            DispatchIntent._meta.db_table,
+            [("task_id", "bigint"), ("attempt_number", "integer"), ("kind", "text"), ("worker_id", "bigint"),
+             ("state", "text"), ("reason", "text"), ("tries", "integer"), ("last_error", "text"),
+             ("created_at", "timestamptz")],
+            [
+                (rows[a.task].pk, rows[a.task].attempt_count + 1, DispatchIntent.Kind.START.value,
+                 loaded.worker_pks[a.worker], DispatchIntent.State.PENDING.value, "assigned", 0, "", wall)
+                for a in assignments
+            ]
+            + [
+                (task_pk, number, DispatchIntent.Kind.STOP.value, worker_pk, DispatchIntent.State.PENDING.value,
+                 error, 0, "", wall)
+                for task_pk, number, _, error, worker_pk in attempt_closes
+            ],
+        )
+
+        job_table = Job._meta.db_table
+        kept_jobs = {task_id.rsplit("/", 1)[0] for task_id in kept}
+        terminal = ", ".join(f"'{value}'" for value in TERMINAL_JOB_VALUES)
+        bulk.update_rows(
+            job_table,
+            [("id", "bigint")],
+            [("state", "text"), ("finished_at", "timestamptz")],
+            [
+                (loaded.job_pks[job], state.value, wall)
+                for job, state in decision.jobs_after.items()
+                if job in loaded.job_pks and job in kept_jobs
+            ],
+            condition=f"{job_table}.state NOT IN ({terminal})",
+        )
+        # A live job is RUNNING while any of its tasks is active, PENDING otherwise (a job whose only
+        # task was preempted back to the queue is pending again).
+        bulk.update_rows(
+            job_table,
+            [("id", "bigint")],
+            [("state", "text")],
+            live_job_states(loaded, decision, kept),
+            condition=f"{job_table}.state IN ('{JobState.PENDING.value}', '{JobState.RUNNING.value}')",
+        )
+        explanation = explanation_to_json(loaded.snapshot, decision)
+
+    # Only the newest tick keeps the (large) queue explanation.
+    TickRecord.objects.filter(explanation__isnull=False, pk__lt=tick.pk).update(explanation=None)
+
+    duration_ms = (time.perf_counter() - started) * 1000
+    TickRecord.objects.filter(pk=tick.pk).update(
+        explanation=explanation,
+        duration_ms=duration_ms,
+        assigned=len(assignments),
+        preempted=len(preemptions),
+        expired=len(expired),
+    )
+    return TickOutcome(
+        tick_id=tick.pk,
+        decision=decision,
+        assigned=len(assignments),
+        preempted=len(preemptions),
+        expired=len(expired),
+        skipped_conflicts=skipped,
+        duration_ms=duration_ms,
+    )
+
+
+def live_job_states(loaded: LoadedSnapshot, decision: Decision, kept: set[str]) -> list[tuple[int, str]]:
+    """(job pk, pending|running) for each job with a written task change whose state changes."""
+    active: dict[str, bool] = {t.rsplit("/", 1)[0]: False for t in kept}
+    for task in loaded.snapshot.tasks:
+        if task.job_id in active and not active[task.job_id]:
+            state = decision.after[task.id].state if task.id in kept else task.state
+            active[task.job_id] = state in ACTIVE_STATES
+    changes = []
+    for job, is_active in sorted(active.items()):
+        state = (JobState.RUNNING if is_active else JobState.PENDING).value
+        if loaded.job_states.get(job) != state:
+            changes.append((loaded.job_pks[job], state))
+    return changes
+
+
+def limits_sample(loaded: LoadedSnapshot, decision: Decision) -> dict[str, int]:
+    """Each spending or budgeted user's effective limit this tick (0 = unlimited)."""
+    default = loaded.snapshot.config.budget_defaults.budget_limit
+    users = set(decision.spend) | set(loaded.snapshot.budgets)
+    return {
+        user: (loaded.snapshot.budgets[user].budget_limit if user in loaded.snapshot.budgets else default)
+        for user in sorted(users)
+    }

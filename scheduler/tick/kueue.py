@@ -1,0 +1,151 @@
+"""The tick's Kubernetes half: split the work routed to Kubernetes out of the core's snapshot,
+plan the Kueue promotions (pure, :mod:`scheduler.core.kueue`) and save the routes and the
+promotion bucket inside the tick's transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from django.db import connection
+
+from scheduler.cluster_config import cluster_config
+from scheduler.core.kueue import BACKEND_KEY, ROUTE_KUBERNETES, KueueInput, RoutingTable, plan_promotions, route_job
+from scheduler.core.types import (
+    ACTIVE_STATES,
+    ClusterSnapshot,
+    Constraint,
+    ConstraintOp,
+    DeviceType,
+    TaskSnapshot,
+    TaskState,
+)
+from scheduler.models import BackendState, Job, Worker
+from scheduler.store.states import TERMINAL_JOB_VALUES
+
+
+def split_kueue(snapshot: ClusterSnapshot) -> tuple[ClusterSnapshot, KueueInput, dict[int, str]]:
+    """Take the work routed to Kubernetes out of the core's snapshot (four small queries).
+
+    Kueue admits those tasks, so the core never sees them pending, and never sees the worker
+    row standing for the cluster: their active tasks stay in (they count towards spend) with no
+    worker, so they are neither capacity nor preemption victims. Jobs never routed are routed
+    here (:func:`scheduler.core.kueue.route_job`); the tick stamps them.
+    """
+    config = cluster_config()
+    kube = config.kubernetes
+    kube_rows = {
+        name: (healthy, draining)
+        for name, healthy, draining in Worker.objects.filter(backend=ROUTE_KUBERNETES).values_list(
+            "name", "healthy", "draining"
+        )
+    }
+    live_jobs = Job.objects.exclude(state__in=TERMINAL_JOB_VALUES)
+    kube_jobs = set(live_jobs.filter(route=ROUTE_KUBERNETES).values_list("name", flat=True))
+    unrouted = [
+        (pk, name, raw) for pk, name, raw in live_jobs.filter(route="").values_list("pk", "name", "constraints")
+        if name in snapshot.jobs
+    ]
+    core_workers = tuple(w for w in snapshot.workers if w.id not in kube_rows)
+    routes: dict[int, str] = {}
+    if unrouted:
+        table = RoutingTable(
+            worker_devices=frozenset(
+                {(w.device.type, w.device.variant) for w in core_workers}
+                | {(DeviceType.TPU, g.device_variant) for g in config.scale_groups if config.tpu.enabled}
+            ),
+            kubernetes_devices=frozenset(DeviceType(d) for d in kube.device_types) if kube.enabled else frozenset(),
+        )
+        for pk, name, raw in unrouted:
+            # The core's copy has no ``backend`` constraint; routing reads it from the row.
+            pins = tuple(
+                Constraint(BACKEND_KEY, ConstraintOp.EQ, str(c.get("value")))
+                for c in raw or () if c.get("key") == BACKEND_KEY and c.get("op") == "eq" and not c.get("soft")
+            )
+            spec = snapshot.jobs[name]
+            route = routes[pk] = route_job(replace(spec, constraints=spec.constraints + pins), table)
+            if route == ROUTE_KUBERNETES:
+                kube_jobs.add(name)
+    if not kube_jobs and not kube_rows:
+        return snapshot, KueueInput(), routes
+
+    core_tasks: list[TaskSnapshot] = []
+    pending: list[TaskSnapshot] = []
+    active: list[TaskSnapshot] = []
+    unfinished: set[str] = set()
+    for task in snapshot.tasks:
+        if task.job_id in kube_jobs:
+            if task.state is TaskState.PENDING:
+                pending.append(task)
+                if task.unfinished_attempt_worker is not None:
+                    unfinished.add(task.id)
+                continue
+            if task.state in ACTIVE_STATES:
+                active.append(task)
+            task = replace(task, worker=None, unfinished_attempt_worker=None)
+        elif task.worker in kube_rows or task.unfinished_attempt_worker in kube_rows:
+            # A finished Kubernetes job whose last pod has not gone yet.
+            task = replace(
+                task,
+                worker=None if task.worker in kube_rows else task.worker,
+                unfinished_attempt_worker=(
+                    None if task.unfinished_attempt_worker in kube_rows else task.unfinished_attempt_worker
+                ),
+            )
+        core_tasks.append(task)
+
+    blocked = ""
+    row = kube_rows.get(kube.worker_name)
+    state = BackendState.objects.filter(name=ROUTE_KUBERNETES).values("tokens", "tokens_at_ms", "last_error").first()
+    if not kube.enabled:
+        blocked = "disabled in the cluster config"
+    elif row is None:
+        blocked = "not set up yet (waiting for the first Kubernetes sync)"
+    elif not row[0] or row[1]:
+        error = (state or {}).get("last_error") or "see the backend's last error"
+        blocked = f"unhealthy: {error}" if not row[0] else "draining"
+    kueue = KueueInput(
+        jobs={name: snapshot.jobs[name] for name in kube_jobs if name in snapshot.jobs},
+        pending=tuple(pending),
+        unfinished=frozenset(unfinished),
+        active=tuple(active),
+        worker=kube.worker_name if row is not None else None,
+        blocked=blocked,
+        per_minute=kube.promotions_per_minute,
+        tokens=(state or {}).get("tokens"),
+        tokens_at_ms=(state or {}).get("tokens_at_ms"),
+    )
+    return replace(snapshot, workers=core_workers, tasks=tuple(core_tasks)), kueue, routes
+
+
+def plan_kueue(loaded: Any, decision: Any) -> Any:
+    """The tick's Kubernetes promotions for this snapshot (pure; see ``scheduler.core.kueue``).
+
+    Uses the spend the core computed, so both halves of the tick see the same budgets."""
+    snapshot = loaded.snapshot
+    return plan_promotions(
+        loaded.kueue, decision.spend, snapshot.budgets, snapshot.config.budget_defaults, snapshot.now_ms
+    )
+
+
+def save_kueue_state(loaded: Any, plan: Any) -> None:
+    """Inside the tick's transaction: stamp newly routed jobs (one statement per backend) and
+    store the promotion bucket (one statement when Kubernetes work exists)."""
+    by_route: dict[str, list[int]] = {}
+    for pk, route in loaded.routes.items():
+        by_route.setdefault(route, []).append(pk)
+    table = Job._meta.db_table
+    for route, pks in sorted(by_route.items()):
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute(f"UPDATE {table} SET route = %s WHERE route = '' AND id = ANY(%s)", [route, pks])
+            else:
+                cursor.execute(
+                    f"UPDATE {table} SET route = %s WHERE route = '' AND id IN (SELECT value FROM json_each(%s))",
+                    [route, "[" + ",".join(str(int(pk)) for pk in pks) + "]"],
+                )
+    if loaded.kueue.jobs or loaded.kueue.worker:
+        updated = BackendState.objects.filter(name=ROUTE_KUBERNETES).update(tokens=plan.tokens, tokens_at_ms=plan.tokens_at_ms)
+        if not updated:
+            BackendState.objects.create(name=ROUTE_KUBERNETES, tokens=plan.tokens, tokens_at_ms=plan.tokens_at_ms)

@@ -1,0 +1,76 @@
+"""The tick's load step: database rows -> the :class:`ClusterSnapshot` the core decides over.
+
+``load_snapshot`` reads everything a tick decides over with a fixed number of queries, whatever
+the size of the cluster, and returns it together with the id maps the shell needs to write the
+decision back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from scheduler.budgets.rules import budget_defaults, effective_budgets
+from scheduler.core.kueue import KueueInput
+from scheduler.core.types import ClusterSnapshot, SchedulerConfig
+from scheduler.store.cluster_rows import TaskRow, read_cluster
+from scheduler.tick.kueue import split_kueue
+
+
+@dataclass(frozen=True, slots=True)
+
+
+class LoadedSnapshot:
+    """What the tick decides over. ``snapshot`` is the core's part (tasks routed to Kubernetes
+    left out, see :func:`split_kueue`); ``kueue`` the Kubernetes promotion drain's input;
+    ``routes`` the jobs routed for the first time this tick (job pk -> backend), to stamp;
+    ``refresh`` whether the rows were read whole (``all``) or as changes (``changes``);
+    ``job_states`` each job's state as read (job name -> state value)."""
+
+    snapshot: ClusterSnapshot
+    tasks: dict[str, TaskRow]
+    job_pks: dict[str, int]
+    worker_pks: dict[str, int]
+    job_states: dict[str, str] = field(default_factory=dict)
+    kueue: KueueInput = field(default_factory=KueueInput)
+    routes: dict[int, str] = field(default_factory=dict)
+    refresh: str = "all"
+
+
+def scheduler_config() -> SchedulerConfig:
+    return SchedulerConfig(
+        max_tasks_per_job_per_cycle=settings.MAX_TASKS_PER_JOB_PER_CYCLE,
+        max_assignments_per_worker=settings.MAX_ASSIGNMENTS_PER_WORKER,
+        max_building_tasks=settings.MAX_BUILDING_TASKS,
+        budget_defaults=budget_defaults(),
+    )
+
+
+def load_snapshot(now_ms: int) -> LoadedSnapshot:
+    """The cluster at ``now_ms`` as the core sees it, with the keys to write the decision back.
+
+    The rows come from :func:`scheduler.store.cluster_rows.read_cluster` (whole, or only what changed
+    since this process's previous read, in a fixed number of queries either way); budgets and
+    the Kubernetes split take a few small queries more.
+    """
+    view = read_cluster()
+    snapshot = ClusterSnapshot(
+        now_ms=now_ms,
+        config=scheduler_config(),
+        budgets=effective_budgets(now_ms),
+        workers=view.workers,
+        jobs=view.jobs,
+        tasks=view.tasks,
+    )
+    snapshot, kueue, routes = split_kueue(snapshot)
+    return LoadedSnapshot(
+        snapshot=snapshot,
+        tasks=view.task_rows,
+        job_pks=view.job_pks,
+        worker_pks=view.worker_pks,
+        job_states=view.job_states,
+        kueue=kueue,
+        routes=routes,
+        refresh=view.refresh,
+    )

@@ -1,0 +1,78 @@
+"""Read side of ticks: recent tick records, task counts, preemption history.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db.models import Count, QuerySet
+
+from scheduler.core.bands import Band
+from scheduler.models import PreemptionEvent, Task, TickRecord
+from scheduler.store.states import ACTIVE_VALUES
+
+
+def recent_ticks(limit: int = 20) -> list[TickRecord]:
+    return list(TickRecord.objects.defer("explanation", "spend", "limits").order_by("-started_at")[:limit])
+
+
+def task_counts_by_state() -> dict[str, int]:
+    return dict(Task.objects.values_list("state").annotate(n=Count("id")).values_list("state", "n"))
+
+
+def preemptions(
+    *, user: str | None = None, band: Band | None = None, since: datetime | None = None, job: str | None = None
+) -> QuerySet[PreemptionEvent]:
+    """Preemption events newest first; filters apply to the victim (its user, stamped band, job)."""
+    qs = PreemptionEvent.objects.select_related("victim__job", "preemptor__job", "worker").order_by(
+        "-created_at", "-pk"
+    )
+    if user:
+        qs = qs.filter(victim__job__user=user)
+    if band is not None:
+        qs = qs.filter(victim_band=int(band))
+    if since is not None:
+        qs = qs.filter(created_at__gte=since)
+    if job:
+        qs = qs.filter(victim__job__name=job)
+    return qs
+
+
+# Appended for the console (scheduler/views/). Each function runs the fixed number of queries its
+# docstring names, whatever the number of tasks, jobs, users or workers.
+
+# A job preempted at least this many times is flagged on the preemption history: once is the
+# policy working; three times means the job keeps losing its place and its owner should know why.
+REPEATED_PREEMPTIONS = 3
+
+
+def preemption_counts(events: QuerySet[PreemptionEvent], limit: int = 20) -> list[dict]:
+    """Victim jobs of ``events`` with the most preemptions first. One grouped query.
+
+    ``repeated`` flags jobs preempted at least ``REPEATED_PREEMPTIONS`` times.
+    """
+    rows = (
+        events.order_by().values("victim__job__name", "victim__job__user")
+        .annotate(n=Count("id"), tasks=Count("victim", distinct=True))
+        .order_by("-n", "victim__job__name")[:limit]
+    )
+    return [
+        {"job": r["victim__job__name"], "user": r["victim__job__user"], "count": r["n"], "tasks": r["tasks"],
+         "repeated": r["n"] >= REPEATED_PREEMPTIONS}
+        for r in rows
+    ]
+
+
+def running_by_band_user() -> dict[tuple[int, str], int]:
+    """``{(stamped band rank, user): active tasks}``. One grouped query."""
+    return {
+        (band, user): n
+        for band, user, n in Task.objects.filter(state__in=ACTIVE_VALUES)
+        .order_by().values_list("band", "job__user").annotate(n=Count("id"))
+        if band is not None
+    }
+
+
+def newest_preemption() -> int | None:
+    """The pk of the newest preemption event (pollers compare it). One query."""
+    return PreemptionEvent.objects.order_by("-pk").values_list("pk", flat=True).first()

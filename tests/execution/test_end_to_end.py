@@ -1,0 +1,237 @@
+"""End to end on the local backend with real processes: worker agents (``manage.py
+iris_worker``) talk to a live server; tasks run as their subprocesses.
+
+The test thread plays the scheduler's part (tick, drain, worker check) in a loop, so each step
+is deterministic; one test runs the real Celery worker with beat instead.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import redis
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+
+from scheduler.execution.dispatcher import LEASE_NAME, drain
+from scheduler.execution.workers import check_workers
+from scheduler.jobs.submit import submit_job
+from scheduler.models import Attempt, DispatchIntent, Job, SchedulerLease, Task, Worker
+from scheduler.tick.run import run_tick
+from tests.conftest import REDIS_TEST_URL
+from tests.integration.subprocesses import ROOT, project_env, start, stop, wait_for
+from tests.personas import make_user, token_client
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+HEARTBEAT = "0.2"
+
+
+class Cluster:
+    """Agents against the live server, and the scheduler's loop driven from the test."""
+
+    def __init__(self, url: str, token: str, tmp_path: Path, log_dir: Path):
+        self.url = url
+        self.token = token
+        self.tmp_path = tmp_path
+        self.log_dir = log_dir
+        self.agents: dict[str, subprocess.Popen] = {}
+
+    def agent(self, name: str, *, cpu: int = 2, memory: str = "4Gi") -> subprocess.Popen:
+        args = [
+            "manage.py", "iris_worker", "--name", name, "--server", self.url, "--token", self.token,
+            "--cpu", str(cpu), "--memory", memory, "--heartbeat-seconds", HEARTBEAT, "--log-dir", str(self.log_dir),
+        ]
+        process = start(args, project_env(self.tmp_path), self.tmp_path / f"agent-{name}.log")
+        self.agents[name] = process
+        assert wait_for(lambda: Worker.objects.filter(name=name, healthy=True).exists(), timeout=20), self.logs()
+        return process
+
+    def pump(self, predicate, timeout: float = 20) -> bool:
+        """Tick, drain and check workers until ``predicate()`` holds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            run_tick()
+            drain()
+            check_workers()
+            if predicate():
+                return True
+            time.sleep(0.1)
+        return predicate()
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {path.name}\n{path.read_text()[-3000:]}" for path in sorted(self.tmp_path.glob("*.log"))
+        )
+
+    def stop_all(self) -> None:
+        for process in self.agents.values():
+            stop(process, timeout=10)
+
+
+@pytest.fixture
+def cluster(live_server, tmp_path, settings):
+    settings.TASK_LOG_DIR = tmp_path / "logs"
+    settings.STOP_GRACE_SECONDS = 3
+    settings.WORKER_GRACE_SECONDS = 3
+    token = Token.objects.create(user=make_user("agent", "agent"))
+    result = Cluster(live_server.url, token.key, tmp_path, settings.TASK_LOG_DIR)
+    yield result
+    result.stop_all()
+
+
+@pytest.fixture
+def people(transactional_db):
+    return {"alice": make_user("alice"), "ada": make_user("ada", "admin")}
+
+
+def attempt(job: Job, number: int = 1, index: int = 0) -> Attempt | None:
+    return Attempt.objects.filter(task__job=job, task__index=index, number=number).first()
+
+
+def attempt_state(job: Job, number: int = 1) -> str | None:
+    found = attempt(job, number)
+    return found.state if found else None
+
+
+def process_gone(pid: int) -> bool:
+    """Gone, or a zombie nobody reaped yet (the container's init may not reap)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return True
+    return "State:\tZ" in status
+
+
+def test_batch_task_gets_sigterm_when_preempted_and_retries_after_the_production_task(cluster, people, tmp_path):
+    cluster.agent("w1", cpu=2)
+    marker = tmp_path / "batch.marker"
+    script = (
+        f'trap "echo term-$IRIS_ATTEMPT >> {marker}; exit 0" TERM; '
+        f"echo start-$IRIS_ATTEMPT-$IRIS_BAND >> {marker}; while true; do sleep 0.1; done"
+    )
+    batch = submit_job(
+        people["alice"],
+        {"name": "sweep", "priority": "batch", "cpu": 2, "memory": "1Gi", "command": ["sh", "-c", script]},
+    )
+    assert cluster.pump(lambda: attempt_state(batch) == "running"), cluster.logs()
+
+    production = submit_job(
+        people["ada"],
+        {"name": "serve", "priority": "production", "cpu": 2, "memory": "1Gi", "command": ["sleep", "1"]},
+    )
+    assert cluster.pump(lambda: attempt_state(production) == "running"), cluster.logs()
+
+    victim = attempt(batch)
+    assert victim.state == "preempted" and victim.error == "Preempted by /ada/serve/0"
+    assert victim.finished_at is not None
+    assert marker.read_text().splitlines() == ["start-1-batch", "term-1"]
+    # The preemptor started only once its victim's process had ended.
+    assert attempt(production).started_at >= victim.finished_at
+    assert Task.objects.get(job=batch).preemption_count == 1
+
+    # The production task finishes; the batch task runs again, as attempt 2.
+    assert cluster.pump(lambda: attempt_state(batch, 2) == "running"), cluster.logs()
+    assert Job.objects.get(pk=production.pk).state == "succeeded"
+    assert wait_for(lambda: "start-2-batch" in marker.read_text(), timeout=5)
+
+
+def test_an_agent_killed_with_sigkill_loses_its_worker_and_the_task_retries_elsewhere(cluster, people, tmp_path):
+    agents = {"w1": cluster.agent("w1", cpu=1), "w2": cluster.agent("w2", cpu=1)}
+    script = f"echo $$ > {tmp_path}/pid-$IRIS_ATTEMPT; exec sleep 60"
+    job = submit_job(
+        people["alice"], {"name": "long", "cpu": 1, "memory": "1Gi", "command": ["sh", "-c", script]}
+    )
+    assert cluster.pump(lambda: attempt_state(job) == "running"), cluster.logs()
+    first = attempt(job)
+    lost, other = first.worker.name, ({"w1", "w2"} - {first.worker.name}).pop()
+    assert wait_for(lambda: (tmp_path / "pid-1").exists(), timeout=5)
+    pid = int((tmp_path / "pid-1").read_text())
+
+    os.kill(agents[lost].pid, signal.SIGKILL)
+
+    assert cluster.pump(lambda: attempt_state(job, 2) == "running", timeout=25), cluster.logs()
+    first.refresh_from_db()
+    assert first.state == "worker_failed" and first.finished_at is not None
+    assert "no heartbeat" in first.error
+    assert attempt(job, 2).worker.name == other
+    assert Worker.objects.get(name=lost).healthy is False
+    assert Task.objects.get(job=job).preemption_count == 1
+    if sys.platform.startswith("linux"):  # PR_SET_PDEATHSIG: the lost agent's process died with it
+        assert wait_for(lambda: process_gone(pid), timeout=5)
+
+
+CRASHING_DISPATCHER = """
+import os
+from scheduler.backends.local import LocalBackend
+from scheduler.execution.dispatcher import drain
+
+LocalBackend.start = lambda self, order: os._exit(9)  # dies between sending and recording
+drain()
+"""
+
+
+def test_outbox_survives_a_dispatcher_crash_and_a_start_is_never_run_twice(cluster, people, tmp_path):
+    cluster.agent("w1")
+    marker = tmp_path / "starts"
+    job = submit_job(
+        people["alice"],
+        {"name": "once", "cpu": 1, "memory": "1Gi", "command": ["sh", "-c", f"echo started >> {marker}; exec sleep 30"]},
+    )
+    run_tick()  # commits the START intent; nobody has dispatched it yet
+    start_intent = DispatchIntent.objects.get(task__job=job, kind="start")
+    time.sleep(1)  # heartbeats come and go: nothing was delivered, nothing runs
+    assert not marker.exists()
+
+    crashed = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", CRASHING_DISPATCHER],
+        cwd=ROOT, env=project_env(tmp_path), capture_output=True, text=True, timeout=60,
+    )
+    assert crashed.returncode == 9, crashed.stderr
+    start_intent.refresh_from_db()
+    assert (start_intent.state, start_intent.tries) == ("pending", 1)
+    # The dead dispatcher's lease runs out; the next drain delivers the intent.
+    SchedulerLease.objects.filter(name=LEASE_NAME).update(expires_at=timezone.now() - timedelta(seconds=1))
+    assert cluster.pump(lambda: attempt_state(job) == "running"), cluster.logs()
+    start_intent.refresh_from_db()
+    assert start_intent.state == "done" and DispatchIntent.objects.filter(task__job=job).count() == 1
+
+    # The agent's acknowledgement is lost, and the same start is handed out again: it is ignored.
+    started_at = attempt(job).started_at
+    DispatchIntent.objects.filter(pk=start_intent.pk).update(state="delivered")
+    assert wait_for(lambda: DispatchIntent.objects.get(pk=start_intent.pk).state == "done", timeout=10)
+    time.sleep(0.5)
+    assert marker.read_text().splitlines() == ["started"]
+    assert (attempt(job).state, attempt(job).started_at) == ("running", started_at)
+
+
+@pytest.mark.redis
+def test_celery_worker_and_beat_run_a_task_through_an_agent_to_success_and_its_log(cluster, people, tmp_path):
+    redis.Redis.from_url(REDIS_TEST_URL).flushdb()
+    celery = start(
+        ["-m", "celery", "-A", "iris_web", "worker", "--beat", "--pool", "solo", "--loglevel", "INFO",
+         "--schedule", str(tmp_path / "beat-schedule")],
+        project_env(tmp_path, IRIS_TICK_SECONDS="1", IRIS_DISPATCH_SECONDS="1"),
+        tmp_path / "celery.log",
+    )
+    try:
+        cluster.agent("w1")
+        job = submit_job(
+            people["alice"],
+            {"name": "hello", "cpu": 1, "memory": "1Gi", "command": ["sh", "-c", "echo hello from $IRIS_TASK_ID"]},
+        )
+        finished = wait_for(lambda: Job.objects.get(pk=job.pk).state == "succeeded", timeout=60)
+    finally:
+        stop(celery)
+    assert finished, cluster.logs()
+    task = Task.objects.get(job=job)
+    response = token_client(people["alice"]).get(f"/api/v1/agent/logs/{task.pk}/1/")
+    assert response.status_code == 200
+    assert response.content.decode().strip() == "hello from /alice/hello/0"

@@ -1,0 +1,39 @@
+"""One job-request model: the API schema, the console form and what-if all describe the fields
+:func:`scheduler.jobs.request.parse_job_request` accepts, and nothing else."""
+
+from __future__ import annotations
+
+from scheduler.api.serializers import JobSubmitSerializer, WhatIfRequestSerializer
+from scheduler.jobs.request import JOB_REQUEST_FIELDS, parse_job_request
+from scheduler.views.forms import JobForm, WhatIfForm
+
+FORM_DATA = {
+    "name": "train", "priority": "batch", "replicas": "2", "cpu": "1.5", "memory": "2Gi", "device_type": "gpu",
+    "device_variant": "h100", "device_count": "8", "group_by": "rack", "scheduling_timeout_seconds": "60",
+    "command": "python train.py --steps 10",
+}
+
+
+def test_the_api_schema_describes_exactly_the_fields_the_request_model_accepts():
+    assert set(JobSubmitSerializer().fields) == JOB_REQUEST_FIELDS
+
+
+def test_the_what_if_schema_adds_only_the_user_to_ask_as():
+    assert set(WhatIfRequestSerializer().fields) == JOB_REQUEST_FIELDS | {"user"}
+
+
+def test_the_console_form_sends_a_body_the_request_model_accepts():
+    form = JobForm(FORM_DATA)
+    assert form.is_valid(), form.errors
+    body = form.service_data()
+    assert set(body) <= JOB_REQUEST_FIELDS
+    request = parse_job_request(body)
+    assert (request.name, request.replicas, request.cpu_millicores, request.device.count) == ("train", 2, 1500, 8)
+
+
+def test_the_what_if_form_adds_only_the_user():
+    form = WhatIfForm({**FORM_DATA, "user": "bob"})
+    assert form.is_valid(), form.errors
+    body = form.service_data()
+    assert set(body) <= JOB_REQUEST_FIELDS | {"user"}
+    assert parse_job_request(body, ignore=("user",)).name == "train"
