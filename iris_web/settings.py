@@ -193,7 +193,7 @@ CELERY_BEAT_SCHEDULE = {
     "expire-uplifts": every("scheduler.expire_uplifts", 60),
 }
 
-# --- Dispatch and worker agents (scheduler/dispatch.py, scheduler/reports.py, scheduler/agent/) ----
+# --- Dispatch and worker agents (scheduler/execution/, scheduler/agent/) ------------------------
 # Seconds between outbox drains on beat. A tick that starts or stops work also requests a drain
 # right after it commits; this is the backstop when that message is lost.
 DISPATCH_SECONDS = env_float("IRIS_DISPATCH_SECONDS", 2)
