@@ -19,6 +19,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -50,6 +51,7 @@ from scheduler.errors import (
     Unauthenticated,
 )
 from scheduler.models import MAX_ID_LENGTH, Attempt, AuditEntry, Job, Task, UpliftGrant, UserBudget, Worker
+from scheduler.observability import events
 
 log = logging.getLogger(__name__)
 
@@ -550,6 +552,7 @@ def submission_argv(request: JobRequest) -> list[str]:
     return argv
 
 
+@events.counted_submissions
 def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
     """Submit a job: check every rule, then write the job and one task per replica atomically.
 
@@ -603,7 +606,9 @@ def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
     except IntegrityError:
         # Two submissions of the same id raced past the existence check.
         raise FailedPrecondition(f"job {plan.job_id} already exists; choose another name", field="name") from None
-    log.info("job %s submitted by %s as %s (%d tasks)", job.name, actor.username, plan.band.name, job.replicas)
+    log.info("job %s submitted by %s as %s (%d tasks)", job.name, actor.username, plan.band.name, job.replicas,
+             extra={"job": job.name, "actor": actor.username, "user": plan.user, "band": plan.band.wire,
+                    "tasks": job.replicas, "action": "job.submit"})
     return job
 
 
@@ -669,7 +674,9 @@ def cancel_job(actor, job_id: str) -> CancelOutcome:
         Job.objects.filter(pk__in=list(jobs)).exclude(state__in=TERMINAL_JOB_VALUES).update(
             state=JobState.KILLED.value, finished_at=now
         )
-    log.info("job %s cancelled by %s (%d jobs, %d tasks)", name, actor.username, len(jobs), killed_tasks)
+    log.info("job %s cancelled by %s (%d jobs, %d tasks)", name, actor.username, len(jobs), killed_tasks,
+             extra={"job": name, "actor": actor.username, "jobs": len(jobs), "tasks": killed_tasks,
+                    "action": "job.cancel"})
     return CancelOutcome(job=name, killed_jobs=sorted(jobs.values()), killed_tasks=killed_tasks)
 
 
@@ -682,6 +689,12 @@ def parse_user_id(value: Any, name: str = "user") -> str:
 
 
 def audit(actor, action: str, target: str, before: Any, after: Any, reason: str) -> AuditEntry:
+    """Record who changed a budget or grant, in the audit table and (after commit) the log."""
+    actor_name = actor.username if actor is not None and actor.is_authenticated else "system"
+    transaction.on_commit(partial(
+        log.info, "%s %s by %s: %s -> %s", action, target, actor_name, before, after,
+        extra={"action": action, "target": target, "actor": actor_name},
+    ))
     return AuditEntry.objects.create(
         actor=actor if actor is not None and actor.is_authenticated else None,
         actor_name=actor.username if actor is not None and actor.is_authenticated else "system",
@@ -876,7 +889,10 @@ def drain_worker(actor, name: Any) -> Worker:
         updated = Worker.objects.filter(name=worker_name).update(draining=True)
         if not updated:
             raise NotFound(f"worker {worker_name} is not registered", field="name")
-        return Worker.objects.get(name=worker_name)
+        worker = Worker.objects.get(name=worker_name)
+    log.info("worker %s drained by %s", worker_name, actor.username,
+             extra={"worker": worker_name, "actor": actor.username, "action": "worker.drain"})
+    return worker
 
 
 # --- tokens and ticks -----------------------------------------------------------------------------

@@ -20,6 +20,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -33,6 +34,7 @@ from scheduler.core.kueue import merge_into
 from scheduler.core.types import ACTIVE_STATES, TERMINAL_JOB_STATES, Decision, JobState, TaskState
 from scheduler.dispatch import request_dispatch
 from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, SchedulerLease, Task, TickRecord
+from scheduler.observability import events
 from scheduler.snapshot import LoadedSnapshot, explanation_to_json, load_snapshot
 
 log = logging.getLogger(__name__)
@@ -119,7 +121,13 @@ def cycle_collector_paused():
 def run_tick(now: int | None = None) -> TickOutcome | None:
     """Run one scheduling tick. Returns None when another tick holds the lease."""
     with cycle_collector_paused():
-        return _run_tick(now)
+        try:
+            outcome = _run_tick(now)
+        except Exception:
+            events.record_tick_failure()
+            raise
+    events.record_tick(outcome)
+    return outcome
 
 
 def _run_tick(now: int | None) -> TickOutcome | None:
@@ -127,7 +135,7 @@ def _run_tick(now: int | None) -> TickOutcome | None:
     started = time.perf_counter()
     wall = timezone.now()
     if not acquire_lease(holder, wall):
-        log.info("tick skipped: another tick holds the lease")
+        log.info("tick skipped: another tick holds the lease", extra={"outcome": "skipped"})
         return None
     try:
         tick_now = now if now is not None else now_ms()
@@ -150,9 +158,10 @@ def _run_tick(now: int | None) -> TickOutcome | None:
     finally:
         release_lease(holder)
     outcome = replace(outcome, load_ms=load_ms, decide_ms=decide_ms, refresh=loaded.refresh)
+    apply_ms = max(outcome.duration_ms - load_ms - decide_ms, 0.0)
     log.info(
         "tick %s: %d assigned, %d preempted, %d expired, %d conflicts, %.0f ms "
-        "(load %.0f ms reading %s, decide %.0f ms)",
+        "(load %.0f ms reading %s, decide %.0f ms, apply %.0f ms)",
         outcome.tick_id,
         outcome.assigned,
         outcome.preempted,
@@ -162,6 +171,13 @@ def _run_tick(now: int | None) -> TickOutcome | None:
         load_ms,
         "changes" if loaded.refresh == "changes" else "everything",
         decide_ms,
+        apply_ms,
+        extra={
+            "tick": outcome.tick_id, "outcome": "ran", "assigned": outcome.assigned, "preempted": outcome.preempted,
+            "expired": outcome.expired, "conflicts": outcome.skipped_conflicts,
+            "duration_ms": round(outcome.duration_ms, 1), "load_ms": round(load_ms, 1),
+            "decide_ms": round(decide_ms, 1), "apply_ms": round(apply_ms, 1), "refresh": loaded.refresh,
+        },
     )
     return outcome
 
@@ -366,6 +382,7 @@ def apply_decision(
         preempted=len(preemptions),
         expired=len(expired),
     )
+    transaction.on_commit(partial(events.record_placements, loaded, assignments, preemptions))
     return TickOutcome(
         tick_id=tick.pk,
         decision=decision,

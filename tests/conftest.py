@@ -9,13 +9,20 @@ so a green CI always means they ran.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import socket
+import tempfile
 from urllib.parse import urlparse
 
 import pytest
 from django.conf import settings
+
+# Event metrics of this test session (and the subprocesses it starts) go to a fresh directory, not
+# to the data dir's, so counts never carry over from an earlier run. Set before settings are read.
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="iris-test-metrics-")
+atexit.register(shutil.rmtree, os.environ["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)
 
 REDIS_TEST_URL = os.environ.get("IRIS_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 CHROMIUM = os.environ.get("IRIS_CHROMIUM", shutil.which("chromium") or shutil.which("chromium-browser") or "")

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_POST
 from scheduler import dispatch, queries, services
 from scheduler.core.bands import BANDS_IN_ORDER
 from scheduler.errors import ServiceError
+from scheduler.observability.health import readiness
 from scheduler.views.common import POLL_SECONDS, operator_required, page_or_fragment
 from scheduler.views.workers import backends_context
 
@@ -64,6 +65,8 @@ def scheduler_state(request):
         "stuck": list(dispatch.stuck_intents(now)[:STUCK_SHOWN]),
         "intents": dispatch.intent_counts(now),
         **backends_context(),
+        # The same checks as /readyz, from the same function.
+        "readiness": readiness(),
         "poll": POLL_SECONDS,
     }
     return page_or_fragment(request, "scheduler/scheduler_state.html", "state", context)
