@@ -20,8 +20,8 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from functools import partial
 from datetime import datetime, timedelta
+from functools import partial
 
 from django.conf import settings
 from django.db import connection, transaction

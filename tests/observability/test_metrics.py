@@ -80,6 +80,26 @@ def test_a_tick_that_finds_the_lease_taken_counts_as_skipped(scrape, tick):
     assert scrape().value("iris_ticks_total", outcome="skipped") == before + 1
 
 
+def test_a_tick_that_raises_counts_as_failed_and_nothing_else(alice, scrape, tick, monkeypatch):
+    from scheduler import tick as tick_module
+
+    make_worker("w1")
+    submit(alice, "train", cpu=1)
+    before = scrape()
+
+    def broken_decide(snapshot):
+        raise RuntimeError("the core failed")
+
+    monkeypatch.setattr(tick_module, "decide", broken_decide)
+    with pytest.raises(RuntimeError):
+        tick()
+
+    after = scrape()
+    assert after.value("iris_ticks_total", outcome="failed") == before.value("iris_ticks_total", outcome="failed") + 1
+    assert after.value("iris_ticks_total", outcome="ran") == before.value("iris_ticks_total", outcome="ran")
+    assert after.value("iris_assignments_total", band="interactive") == before.value("iris_assignments_total", band="interactive")
+
+
 def test_pending_tasks_count_by_the_band_the_tick_queued_them_in(alice, scrape, tick):
     submit(alice, "waits", cpu=1, replicas=3)  # no worker: they stay pending
 
