@@ -110,13 +110,18 @@ class DatabaseCollector:
             "iris_dispatch_intents", "Outbox intents not done, by state (pending, delivered, failed) and backend.",
             labels=["state", "backend"],
         )
-        rows = (
-            DispatchIntent.objects.exclude(state=DispatchIntent.State.DONE).order_by()
-            .values_list("state", "worker__backend", "task__job__backend").annotate(n=Count("id"))
-        )
+        open_intents = DispatchIntent.objects.exclude(state=DispatchIntent.State.DONE).order_by()
+        # By the worker's backend; only intents with no worker (work a backend such as Kueue
+        # places itself) need the join to their job, which is costly over a full outbox.
         by_state: Tally = Tally()
-        for state, worker_backend, job_backend, n in rows:
-            by_state[(state, worker_backend or job_backend or "unknown")] += n
+        for state, backend, n in (
+            open_intents.filter(worker__isnull=False).values_list("state", "worker__backend").annotate(n=Count("id"))
+        ):
+            by_state[(state, backend)] += n
+        for state, backend, n in (
+            open_intents.filter(worker__isnull=True).values_list("state", "task__job__backend").annotate(n=Count("id"))
+        ):
+            by_state[(state, backend or "unknown")] += n
         for (state, backend), n in sorted(by_state.items()):
             intents.add_metric([state, backend], n)
         yield intents
