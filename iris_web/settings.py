@@ -261,10 +261,48 @@ SPECTACULAR_SETTINGS = {
     },
 }
 
+# --- Observability (scheduler/observability/, docs/observability.md) ----------------------------
+# Counters and histograms of events (ticks, assignments, failed deliveries, submissions) are
+# written by every process (gunicorn workers, Celery workers) to files in this directory, which
+# /metrics sums (prometheus-client's multiprocess mode). Processes that share it must run on one
+# host; it is read when prometheus_client is first imported, so it is set here, before that.
+METRICS_DIR = Path(os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(DATA_DIR / "metrics")))
+METRICS_DIR.mkdir(parents=True, exist_ok=True)
+# Networks that may read /metrics without a token (comma-separated CIDRs); operators' API tokens
+# (``Authorization: Token ...``) work from anywhere.
+METRICS_ALLOW = [n.strip() for n in os.environ.get("IRIS_METRICS_ALLOW", "127.0.0.1/32,::1/128").split(",") if n.strip()]
+# Users named in the per-user spend and limit gauges: the N biggest spenders; the rest are summed
+# into user="__other__", so the number of series stays bounded whatever the number of users.
+METRICS_TOP_USERS = env_int("IRIS_METRICS_TOP_USERS", 20)
+# The window of iris_user_preemptions (preemptions suffered per user), in seconds.
+METRICS_PREEMPTION_WINDOW_SECONDS = env_int("IRIS_METRICS_PREEMPTION_WINDOW_SECONDS", 3600)
+# Seconds the broker check of /readyz waits for the broker.
+READY_BROKER_TIMEOUT_SECONDS = env_float("IRIS_READY_BROKER_TIMEOUT_SECONDS", 1.0)
+# "text" (readable lines, the default) or "json" (one JSON object per line, for log shippers).
+LOG_FORMAT = os.environ.get("IRIS_LOG_FORMAT", "text").strip().lower() or "text"
+LOG_LEVEL = os.environ.get("IRIS_LOG_LEVEL", "INFO").strip().upper() or "INFO"
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("IRIS_LOG_LEVEL", "INFO")},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {"()": "scheduler.observability.logging.JsonFormatter"},
+    },
+    "filters": {
+        # Per-second chatter (agent heartbeats in the access log, beat sending periodic tasks,
+        # Celery's received/succeeded lines for them) is logged at DEBUG, not INFO.
+        "chatter": {"()": "scheduler.observability.logging.DemoteChatter", "level": LOG_LEVEL},
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "json" if LOG_FORMAT == "json" else "plain",
+            "filters": ["chatter"],
+        }
+    },
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    # runserver's access log, through the same handler (so it is JSON too, and demoted).
+    "loggers": {"django.server": {"handlers": ["console"], "level": "INFO", "propagate": False}},
 }
+# --- end of Observability -------------------------------------------------------------------------

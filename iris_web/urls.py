@@ -5,6 +5,8 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from scheduler.views import health
+
 urlpatterns = [
     path("", include("scheduler.urls")),
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
@@ -14,6 +16,10 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),
+    # For machines: probes and Prometheus (docs/observability.md).
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    path("metrics", health.metrics_view, name="metrics"),
 ]
 
 # JSON errors for /api/ paths no view answers; Django's own pages elsewhere.

@@ -9,13 +9,20 @@ so a green CI always means they ran.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import socket
+import tempfile
 from urllib.parse import urlparse
 
 import pytest
 from django.conf import settings
+
+# Event metrics of this test session (and the subprocesses it starts) go to a fresh directory, not
+# to the data dir's, so counts never carry over from an earlier run. Set before settings are read.
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="iris-test-metrics-")
+atexit.register(shutil.rmtree, os.environ["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)
 
 REDIS_TEST_URL = os.environ.get("IRIS_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 CHROMIUM = os.environ.get("IRIS_CHROMIUM", shutil.which("chromium") or shutil.which("chromium-browser") or "")
@@ -129,6 +136,31 @@ def collected_static_files():
     from django.core.management import call_command
 
     call_command("collectstatic", interactive=False, verbosity=0)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def embedded_broker():
+    """On the embedded default (no IRIS_REDIS_URL), the suite runs the broker ``make run`` runs:
+    the Redis server of ``manage.py embedded_broker``, on its socket in the data dir. Submissions'
+    prompt ticks then reach a real broker, and readiness has one to check."""
+    import subprocess
+    import sys
+    import time
+
+    from scheduler.management.commands.embedded_broker import socket_answers
+
+    socket = settings.EMBEDDED_BROKER_SOCKET
+    if settings.CELERY_BROKER_URL != f"redis+socket://{socket}" or socket_answers(socket):
+        yield None
+        return
+    server = subprocess.Popen([sys.executable, "manage.py", "embedded_broker"], cwd=settings.BASE_DIR,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 15
+    while not socket_answers(socket) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield server
+    server.terminate()
+    server.wait(timeout=10)
 
 
 @pytest.fixture(autouse=True)

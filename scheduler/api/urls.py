@@ -6,7 +6,7 @@ which job names may not contain. Anything unmatched gets a JSON 404.
 
 from django.urls import path, re_path
 
-from scheduler.api import views
+from scheduler.api import status, views
 
 app_name = "api"
 
@@ -33,5 +33,6 @@ urlpatterns = [
     path("preemptions/", views.PreemptionsView.as_view(), name="preemptions"),
     path("ticks/", views.TicksView.as_view(), name="ticks"),
     path("what-if/", views.WhatIfView.as_view(), name="what-if"),
+    path("scheduler/status", status.SchedulerStatusView.as_view(), name="scheduler-status"),
     re_path(r"^.*$", views.NotFoundView.as_view(), name="not-found"),
 ]

@@ -6,7 +6,9 @@ Every change writes one :class:`AuditEntry` (who, what, before, after, why) in o
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -20,6 +22,8 @@ from scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, Perm
 from scheduler.inputs import MAX_INT64, parse_band, parse_int, parse_text, parse_user_id
 from scheduler.models import AuditEntry, UpliftGrant, UserBudget
 
+log = logging.getLogger(__name__)
+
 # An uplift lasts at most this long; longer needs a budget change, which is reviewed differently.
 MAX_UPLIFT_SECONDS = 90 * 24 * 3600
 # Who the audit log names for grants that ran out.
@@ -27,9 +31,15 @@ EXPIRY_ACTOR = "grant-expiry"
 
 
 def audit(actor, action: str, target: str, before: Any, after: Any, reason: str) -> AuditEntry:
+    """Record who changed a budget or grant, in the audit table and (after commit) the log."""
+    actor_name = actor.username if actor is not None and actor.is_authenticated else "system"
+    transaction.on_commit(partial(
+        log.info, "%s %s by %s: %s -> %s", action, target, actor_name, before, after,
+        extra={"action": action, "target": target, "actor": actor_name},
+    ))
     return AuditEntry.objects.create(
         actor=actor if actor is not None and actor.is_authenticated else None,
-        actor_name=actor.username if actor is not None and actor.is_authenticated else "system",
+        actor_name=actor_name,
         action=action,
         target=target,
         before=before,

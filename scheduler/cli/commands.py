@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from scheduler.cli import formatting as fmt
+from scheduler.cli import status
 from scheduler.cli.client import (
     DEFAULT_SERVER,
     CliError,
@@ -449,6 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
     workers = group("worker", "list and drain workers (operators)")
     command(workers, "list", cmd_worker_list, "workers with capacity and health")
     command(workers, "drain", cmd_worker_drain, "stop placing new tasks on a worker").add_argument("name", metavar="NAME")
+    status.add_commands(group("scheduler", "the scheduler's state, like Slurm's sdiag (operators)"), command)
     return parser
 
 

@@ -31,6 +31,7 @@ from scheduler.execution.outbox import (
     with_attempts,
 )
 from scheduler.models import Attempt, DispatchIntent
+from scheduler import instruments
 from scheduler.store import lease
 from scheduler.store.states import ACTIVE_VALUES
 
@@ -262,11 +263,14 @@ def record_failures(failures: list[tuple[DispatchIntent, int, str, bool]], now: 
             updates.append(DispatchIntent(pk=intent.pk, state=FAILED, next_try_at=None, last_error=error, updated_at=now))
             given_up.append(intent)
             result.failed += 1
-            log.error("dispatch gave up on %s after %d tries: %s", intent, tries, error)
+            log.error("dispatch gave up on %s after %d tries: %s", intent, tries, error,
+                      extra={"task": f"{intent.task.job.name}/{intent.task.index}", "attempt": intent.attempt_number,
+                             "worker": intent.worker.name if intent.worker else None})
         else:
             at = now + timedelta(seconds=retry_delay(tries))
             updates.append(DispatchIntent(pk=intent.pk, state=PENDING, next_try_at=at, last_error=error, updated_at=now))
             result.retried += 1
+        instruments.record_delivery_failure(intent, gave_up=permanent or tries >= settings.DISPATCH_MAX_TRIES)
     DispatchIntent.objects.bulk_update(updates, ["state", "next_try_at", "last_error", "updated_at"])
     starts = [i for i in given_up if i.kind == START]
     if starts:

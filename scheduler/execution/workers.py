@@ -131,7 +131,10 @@ def drain_worker(actor, name: Any) -> Worker:
         updated = Worker.objects.filter(name=worker_name).update(draining=True)
         if not updated:
             raise NotFound(f"worker {worker_name} is not registered", field="name")
-        return Worker.objects.get(name=worker_name)
+        worker = Worker.objects.get(name=worker_name)
+    log.info("worker %s drained by %s", worker_name, actor.username,
+             extra={"worker": worker_name, "actor": actor.username, "action": "worker.drain"})
+    return worker
 
 
 # Orders handed to one agent per heartbeat; the rest follow on the next one.

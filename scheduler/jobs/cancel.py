@@ -62,5 +62,7 @@ def cancel_job(actor, job_id: str) -> CancelOutcome:
         Job.objects.filter(pk__in=list(jobs)).exclude(state__in=TERMINAL_JOB_VALUES).update(
             state=JobState.KILLED.value, finished_at=now
         )
-    log.info("job %s cancelled by %s (%d jobs, %d tasks)", name, actor.username, len(jobs), killed_tasks)
+    log.info("job %s cancelled by %s (%d jobs, %d tasks)", name, actor.username, len(jobs), killed_tasks,
+             extra={"job": name, "actor": actor.username, "jobs": len(jobs), "tasks": killed_tasks,
+                    "action": "job.cancel"})
     return CancelOutcome(job=name, killed_jobs=sorted(jobs.values()), killed_tasks=killed_tasks)

@@ -24,6 +24,7 @@ from scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, Perm
 from scheduler.inputs import parse_segment
 from scheduler.jobs.request import JobRequest, parse_job_request
 from scheduler.models import MAX_ID_LENGTH, Job, Task
+from scheduler import instruments
 from scheduler.store import clock
 from scheduler.store.states import NON_TERMINAL_VALUES, TERMINAL_JOB_VALUES
 
@@ -162,6 +163,7 @@ def submission_argv(request: JobRequest) -> list[str]:
     return argv
 
 
+@instruments.counted_submissions
 def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
     """Submit a job: check every rule, then write the job and one task per replica atomically.
 
@@ -215,7 +217,9 @@ def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
     except IntegrityError:
         # Two submissions of the same id raced past the existence check.
         raise FailedPrecondition(f"job {plan.job_id} already exists; choose another name", field="name") from None
-    log.info("job %s submitted by %s as %s (%d tasks)", job.name, actor.username, plan.band.name, job.replicas)
+    log.info("job %s submitted by %s as %s (%d tasks)", job.name, actor.username, plan.band.name, job.replicas,
+             extra={"job": job.name, "actor": actor.username, "user": plan.user, "band": plan.band.wire,
+                    "tasks": job.replicas, "action": "job.submit"})
     return job
 
 

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import partial
 from datetime import datetime
 
-from django.db import connection
+from django.db import connection, transaction
 
 from scheduler.core.types import ACTIVE_STATES, Decision, JobState, TaskState
 from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord
+from scheduler import instruments
 from scheduler.store import bulk
 from scheduler.store.states import ACTIVE_VALUES, TERMINAL_JOB_VALUES
 from scheduler.tick.explanation import explanation_to_json
@@ -239,6 +241,7 @@ def apply_decision(
         preempted=len(preemptions),
         expired=len(expired),
     )
+    transaction.on_commit(partial(instruments.record_placements, loaded, assignments, preemptions))
     return TickOutcome(
         tick_id=tick.pk,
         decision=decision,

@@ -22,6 +22,7 @@ from scheduler.core.decision import collector_paused, decide
 from scheduler.core.kueue import merge_into
 from scheduler.errors import FailedPrecondition
 from scheduler.execution.outbox import request_dispatch
+from scheduler import instruments
 from scheduler.store import lease
 from scheduler.store.clock import now_ms
 from scheduler.tick.apply import TickOutcome, apply_decision
@@ -57,7 +58,13 @@ def run_tick(now: int | None = None) -> TickOutcome | None:
     # The tick also makes hundreds of thousands of short-lived objects beside the large cached
     # cluster (scheduler.store.cluster_rows): collections would walk all of it.
     with collector_paused():
-        return _run_tick(now)
+        try:
+            outcome = _run_tick(now)
+        except Exception:
+            instruments.record_tick_failure()
+            raise
+    instruments.record_tick(outcome)
+    return outcome
 
 
 def _run_tick(now: int | None) -> TickOutcome | None:
@@ -65,7 +72,7 @@ def _run_tick(now: int | None) -> TickOutcome | None:
     started = time.perf_counter()
     wall = timezone.now()
     if not acquire_lease(holder, wall):
-        log.info("tick skipped: another tick holds the lease")
+        log.info("tick skipped: another tick holds the lease", extra={"outcome": "skipped"})
         return None
     try:
         tick_now = now if now is not None else now_ms()
@@ -88,9 +95,10 @@ def _run_tick(now: int | None) -> TickOutcome | None:
     finally:
         release_lease(holder)
     outcome = replace(outcome, load_ms=load_ms, decide_ms=decide_ms, refresh=loaded.refresh)
+    apply_ms = max(outcome.duration_ms - load_ms - decide_ms, 0.0)
     log.info(
         "tick %s: %d assigned, %d preempted, %d expired, %d conflicts, %.0f ms "
-        "(load %.0f ms reading %s, decide %.0f ms)",
+        "(load %.0f ms reading %s, decide %.0f ms, apply %.0f ms)",
         outcome.tick_id,
         outcome.assigned,
         outcome.preempted,
@@ -100,6 +108,13 @@ def _run_tick(now: int | None) -> TickOutcome | None:
         load_ms,
         "changes" if loaded.refresh == "changes" else "everything",
         decide_ms,
+        apply_ms,
+        extra={
+            "tick": outcome.tick_id, "outcome": "ran", "assigned": outcome.assigned, "preempted": outcome.preempted,
+            "expired": outcome.expired, "conflicts": outcome.skipped_conflicts,
+            "duration_ms": round(outcome.duration_ms, 1), "load_ms": round(load_ms, 1),
+            "decide_ms": round(decide_ms, 1), "apply_ms": round(apply_ms, 1), "refresh": loaded.refresh,
+        },
     )
     return outcome
 

@@ -16,6 +16,7 @@ from scheduler.execution.outbox import intent_counts, stuck_intents
 from scheduler.jobs.queue import queue_index
 from scheduler.tick.queries import recent_ticks, running_by_band_user, task_counts_by_state
 from scheduler.tick.run import run_tick_now
+from scheduler.observability.health import readiness
 from scheduler.views.common import POLL_SECONDS, operator_required, page_or_fragment
 from scheduler.views.workers import backends_context
 
@@ -67,6 +68,8 @@ def scheduler_state(request):
         "stuck": list(stuck_intents(now)[:STUCK_SHOWN]),
         "intents": intent_counts(now),
         **backends_context(),
+        # The same checks as /readyz, from the same function.
+        "readiness": readiness(),
         "poll": POLL_SECONDS,
     }
     return page_or_fragment(request, "scheduler/scheduler_state.html", "state", context)

@@ -31,6 +31,26 @@ CHROMIUM_ARGS = [
 VIEWPORT = {"width": 1360, "height": 900}
 
 
+def start_live_server(addr: str):
+    """pytest-django's live server, less its test-only static-file handler: requests for static
+    files reach WhiteNoise, which serves the collected, hashed files as under ``make run``."""
+    from pytest_django.live_server_helper import LiveServer
+
+    server = LiveServer(addr, start=False)
+    server.thread.static_handler = lambda app: app
+    server.start()
+    return server
+
+
+@pytest.fixture(scope="session")
+def live_server(request):
+    """Overrides pytest-django's ``live_server`` (same address rules, same lifetime)."""
+    addr = request.config.getvalue("liveserver") or os.getenv("DJANGO_LIVE_TEST_SERVER_ADDRESS") or "localhost"
+    server = start_live_server(addr)
+    yield server
+    server.stop()
+
+
 @pytest.fixture(scope="session")
 def browser():
     from playwright.sync_api import sync_playwright

@@ -1,0 +1,83 @@
+"""Log formatting and filtering: JSON lines for log shippers, and chatter demoted to DEBUG.
+
+``IRIS_LOG_FORMAT=json`` makes every record one JSON object on one line. The context fields a
+trace needs (``tick``, ``job``, ``task``, ``attempt``, ``worker``, ``actor``, ...) are passed by
+the code that logs, as ``log.info(..., extra={"job": name, "actor": user})``, and become
+top-level keys; anything else a record carries stays out, so the shape is stable.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from datetime import datetime, timezone
+
+# Keys a record may carry through ``extra=``; they become top-level JSON fields.
+CONTEXT_FIELDS = (
+    "tick", "job", "task", "attempt", "worker", "user", "actor", "action", "target", "band",
+    "assigned", "preempted", "expired", "conflicts", "pending", "duration_ms", "load_ms",
+    "decide_ms", "apply_ms", "refresh", "outcome", "code", "tasks", "jobs", "status_code",
+)
+
+
+class JsonFormatter(logging.Formatter):
+    """``{"ts", "level", "logger", "message", <context fields>, "exc"}``, one line per record."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "ts": datetime.fromtimestamp(record.created, timezone.utc).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key in CONTEXT_FIELDS:
+            value = record.__dict__.get(key)
+            if value is not None:
+                entry[key] = value
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str, separators=(",", ":"))
+
+
+# runserver/gunicorn access lines of requests made every few seconds by machines, not people.
+CHATTY_PATHS = re.compile(r'^"?[A-Z]+ /(api/v1/agent/(heartbeat|report)/|metrics|healthz|readyz)[/ ?]')
+# Celery's per-task lines; every task of ours is periodic, so each would print every few seconds.
+CELERY_PER_TASK = {"celery.beat", "celery.worker.strategy", "celery.app.trace"}
+
+
+def is_chatter(record: logging.LogRecord) -> bool:
+    """A record that repeats every few seconds under normal operation and tells nothing new."""
+    if record.name == "kombu.connection" and record.msg.startswith("No hostname was supplied"):
+        return True  # the file-system broker has no host; said on every connection (readiness polls)
+    if record.levelno > logging.INFO:
+        return False
+    if record.name == "django.server":
+        status = getattr(record, "status_code", 0) or 0
+        first = str(record.args[0]) if isinstance(record.args, tuple) and record.args else record.getMessage()
+        return status < 400 and bool(CHATTY_PATHS.match(first))
+    if record.name in CELERY_PER_TASK:
+        return True
+    return False
+
+
+class DemoteChatter(logging.Filter):
+    """Handler filter: chatter becomes a DEBUG record, dropped unless the log level is DEBUG.
+
+    The chatter comes from Django's and Celery's own loggers, which cannot be told to log it at
+    DEBUG; errors from them (a failed task, a 500) are never chatter.
+    """
+
+    def __init__(self, level: str | int = "INFO"):
+        super().__init__()
+        self.level = logging.getLevelName(level) if isinstance(level, str) else level
+        if not isinstance(self.level, int):
+            self.level = logging.INFO
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not is_chatter(record):
+            return True
+        if self.level > logging.DEBUG:
+            return False
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return True
