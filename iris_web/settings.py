@@ -211,6 +211,9 @@ STOP_GRACE_SECONDS = env_float("IRIS_STOP_GRACE_SECONDS", 10)
 AGENT_HEARTBEAT_SECONDS = env_float("IRIS_AGENT_HEARTBEAT_SECONDS", 2)
 # The API token `manage.py iris_worker` uses when given no --token or --token-file.
 AGENT_TOKEN = os.environ.get("IRIS_AGENT_TOKEN", "")
+# The Unix user a worker agent run as root runs tasks as (empty: nobody), so tasks cannot read
+# the agent's token file or memory. An agent not run as root runs tasks as itself.
+AGENT_TASK_USER = os.environ.get("IRIS_AGENT_TASK_USER", "")
 # Where agents write task logs (<task pk>/<attempt>.log) and the log view reads them.
 TASK_LOG_DIR = DATA_DIR / "logs"
 # Workers are checked this often for missed heartbeats.
