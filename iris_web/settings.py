@@ -8,11 +8,15 @@ Every ``IRIS_*`` variable is read here, once, and documented in README.md.
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import os
+import secrets
 import tempfile
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -37,10 +41,103 @@ def env_float(name: str, default: float) -> float:
 DATA_DIR = Path(os.environ.get("IRIS_DATA_DIR", BASE_DIR / "var"))
 DATA_DIR.mkdir(parents=True, exist_ok=True)
 
-SECRET_KEY = os.environ.get("IRIS_SECRET_KEY", "insecure-dev-key-change-me-in-production")
 DEBUG = env_bool("IRIS_DEBUG", False)
 ALLOWED_HOSTS = [h for h in os.environ.get("IRIS_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("IRIS_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+
+# --- Deployment security -------------------------------------------------------------------------
+# The secret key: IRIS_SECRET_KEY, else one generated for this data dir on first start and kept
+# in IRIS_DATA_DIR/secret-key (mode 0600), so `make run` needs nothing and sessions survive
+# restarts. Processes that share sessions (several web servers) must share the key: set
+# IRIS_SECRET_KEY, or one data dir. A known, short or Django-placeholder key is refused unless
+# IRIS_DEBUG is on.
+SECRET_KEY_FILE = DATA_DIR / "secret-key"
+# Keys that were ever published (the old development default): never acceptable in production.
+PUBLISHED_SECRET_KEYS = {"insecure-dev-key-change-me-in-production"}
+
+
+def data_dir_secret_key(path: Path) -> str:
+    """The key in ``path``, written there first (0600, atomically, once) if it does not exist."""
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        pass
+    key = secrets.token_urlsafe(50)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process wrote it first: use theirs
+        return path.read_text().strip()
+    except OSError as exc:
+        raise ImproperlyConfigured(f"set IRIS_SECRET_KEY: cannot write {path} ({exc})") from None
+    with os.fdopen(fd, "w") as file:
+        file.write(key + "\n")
+    return key
+
+
+SECRET_KEY = os.environ.get("IRIS_SECRET_KEY", "") or data_dir_secret_key(SECRET_KEY_FILE)
+if not DEBUG and (
+    SECRET_KEY in PUBLISHED_SECRET_KEYS or SECRET_KEY.startswith("django-insecure") or len(SECRET_KEY) < 50
+):
+    raise ImproperlyConfigured(
+        "IRIS_SECRET_KEY is a published, placeholder or short (< 50 characters) key; set a random one "
+        "(python -c 'import secrets; print(secrets.token_urlsafe(50))'), or unset it to use IRIS_DATA_DIR/secret-key"
+    )
+
+# HTTPS. Off by default (`make run` serves plain HTTP on localhost); a deployment behind TLS
+# turns them on and `manage.py check --deploy` is then clean.
+SECURE_HSTS_SECONDS = env_int("IRIS_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("IRIS_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("IRIS_HSTS_PRELOAD", False)
+SECURE_SSL_REDIRECT = env_bool("IRIS_SSL_REDIRECT", False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_bool("IRIS_SECURE_COOKIES", False)
+# Behind a TLS-terminating proxy that sets X-Forwarded-Proto (and strips it from clients).
+if env_bool("IRIS_BEHIND_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+
+def env_networks(name: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    try:
+        return tuple(ipaddress.ip_network(item.strip(), strict=False) for item in os.environ.get(name, "").split(",") if item.strip())
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}: {exc}") from None
+
+
+# Addresses or networks of the reverse proxies whose X-Forwarded-For is believed (comma-separated,
+# e.g. 127.0.0.1,10.0.0.0/8). Login lockouts and API throttles count the client address this
+# rule finds (iris_web/client_address.py); with none, the peer address, whatever headers say.
+TRUSTED_PROXIES = env_networks("IRIS_TRUSTED_PROXIES")
+
+# Console login lockout (django-axes): after IRIS_LOGIN_FAILURE_LIMIT failures, the account and,
+# separately, the client address are locked for IRIS_LOGIN_LOCKOUT_MINUTES; a success resets them.
+AUTHENTICATION_BACKENDS = [
+    "iris_web.client_address.LoginLockoutBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("IRIS_LOGIN_FAILURE_LIMIT", 10)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("IRIS_LOGIN_LOCKOUT_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_CLIENT_IP_CALLABLE = "iris_web.client_address.client_address"
+
+# Content Security Policy (django-csp): the console loads only its own static files. Inline
+# style *attributes* are allowed (usage bars set their width), inline <style> and scripts not.
+# The Swagger page (/api/docs/) loads its UI from a CDN and is left out.
+CONTENT_SECURITY_POLICY = {
+    "EXCLUDE_URL_PREFIXES": ["/api/docs/"],
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "style-src-attr": ["'unsafe-inline'"],
+        "img-src": ["'self'", "data:"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    },
+}
+# --- end of deployment security -------------------------------------------------------------------
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -57,6 +154,8 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "django_htmx",
     "template_partials",
+    "axes",
+    "csp",
     "scheduler",
 ]
 
@@ -70,6 +169,9 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "csp.middleware.CSPMiddleware",
+    # Last, as django-axes requires: turns a locked-out login into its lockout response.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "iris_web.urls"
@@ -211,6 +313,9 @@ STOP_GRACE_SECONDS = env_float("IRIS_STOP_GRACE_SECONDS", 10)
 AGENT_HEARTBEAT_SECONDS = env_float("IRIS_AGENT_HEARTBEAT_SECONDS", 2)
 # The API token `manage.py iris_worker` uses when given no --token or --token-file.
 AGENT_TOKEN = os.environ.get("IRIS_AGENT_TOKEN", "")
+# The Unix user a worker agent run as root runs tasks as (empty: nobody), so tasks cannot read
+# the agent's token file or memory. An agent not run as root runs tasks as itself.
+AGENT_TASK_USER = os.environ.get("IRIS_AGENT_TASK_USER", "")
 # Where agents write task logs (<task pk>/<attempt>.log) and the log view reads them.
 TASK_LOG_DIR = DATA_DIR / "logs"
 # Workers are checked this often for missed heartbeats.

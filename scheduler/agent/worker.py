@@ -11,6 +11,10 @@ Guarantees:
 - **Robust to server restarts.** Any failure to reach the server is retried at the heartbeat
   cadence while processes keep running; a server that no longer knows the worker (a 404 on
   heartbeat) gets a fresh registration.
+- **A task never runs twice on one host.** Each live attempt's process group is in the state
+  file (``scheduler/agent/state.py``); an agent that starts again first SIGKILLs whatever its
+  previous life left running there, then registers and reports those attempts worker-lost (the
+  first thing it sends), before it accepts any work.
 - **Clean shutdown.** On SIGTERM/SIGINT the agent stops its processes (SIGTERM, SIGKILL after a
   short grace), reports them, says it is leaving (the worker becomes unhealthy) and exits.
 """
@@ -25,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.agent.client import AgentClient, ApiError, ServerUnreachable
-from scheduler.agent.process import AttemptProcess, log_path, task_environment
+from scheduler.agent.process import AttemptProcess, TaskUser, log_path, task_environment, work_path
+from scheduler.agent.state import AttemptState
 
 log = logging.getLogger("iris.agent")
 
@@ -57,12 +62,18 @@ class Agent:
         *,
         log_dir: Path,
         heartbeat_seconds: float,
+        work_dir: Path,
+        state: AttemptState,
+        task_user: TaskUser | None = None,
     ):
         self.client = client
         self.capacity = capacity
         self.name: str = capacity["name"]
         self.log_dir = Path(log_dir)
         self.heartbeat_seconds = heartbeat_seconds
+        self.work_dir = Path(work_dir)
+        self.state = state
+        self.task_user = task_user
         self.attempts: dict[tuple[int, int], LocalAttempt] = {}
         self.seen: dict[tuple[int, int], None] = {}  # insertion-ordered set
         self.outbox: list[dict[str, Any]] = []
@@ -74,6 +85,7 @@ class Agent:
 
     def run(self) -> None:
         log.info("agent %s starting (server %s)", self.name, self.client.base)
+        self.end_leftovers()
         next_heartbeat = 0.0
         while not self.stopping.is_set():
             self.poll_processes()
@@ -89,6 +101,22 @@ class Agent:
 
     def stop(self) -> None:
         self.stopping.set()
+
+    def end_leftovers(self) -> None:
+        """End what a previous life of this agent left running; queue their worker-lost reports,
+        which go out right after registration, before the first heartbeat takes orders."""
+        for left in self.state.end_leftovers():
+            key = (left.task, left.attempt)
+            self.remember(key)
+            if left.killed:
+                message = (
+                    f"the agent on {self.name} restarted and ended {left.killed} process(es) "
+                    "its previous run had left running"
+                )
+            else:
+                message = f"the agent on {self.name} restarted; the attempt's processes had already ended"
+            log.warning("agent %s: task %s attempt %s: %s", self.name, left.task, left.attempt, message)
+            self.queue(key, "worker_lost", message=message)
 
     def beat(self) -> bool:
         """Register if needed, flush reports, heartbeat, and carry out the orders. True if the server answered."""
@@ -141,12 +169,16 @@ class Agent:
             self.queue(key, "failed", exit_code=127, message="the job has no command to run")
             return
         try:
-            process = AttemptProcess.spawn(command, task_environment(order.get("env") or {}), file)
+            process = AttemptProcess.spawn(
+                command, task_environment(order.get("env") or {}), file,
+                work_dir=work_path(self.work_dir, *key), user=self.task_user,
+            )
         except OSError as exc:
             self.attempts[key] = LocalAttempt(key, name, None, final_queued=True)
             self.queue(key, "failed", exit_code=127, message=f"could not start {command[0]!r}: {exc}")
             return
         self.attempts[key] = LocalAttempt(key, name, process)
+        self.state.add(key, process.pid)
         log.info("agent %s: started %s attempt %s (pid %s)", self.name, name, key[1], process.pid)
         self.queue(key, "running")
 
@@ -177,6 +209,7 @@ class Agent:
             if code is None:
                 continue
             local.final_queued = True
+            self.ended(local)
             if local.stopping:
                 self.queue(key, "preempted", exit_code=code, message=f"stopped as asked (exit code {code})")
             elif code == 0:
@@ -184,6 +217,11 @@ class Agent:
             else:
                 self.queue(key, "failed", exit_code=code)
             log.info("agent %s: %s attempt %s exited with %s", self.name, local.name, key[1], code)
+
+    def ended(self, local: LocalAttempt) -> None:
+        """The attempt's process group is gone: forget it on disk, remove its working directory."""
+        self.state.remove(local.key)
+        local.process.remove_work_dir()
 
     def queue(self, key: tuple[int, int], status: str, *, exit_code: int | None = None, message: str = "") -> None:
         self.outbox.append(
@@ -235,6 +273,12 @@ class Agent:
             code = local.process.poll()
             if code is None:
                 local.process.kill()
+                try:
+                    code = local.process.popen.wait(timeout=SHUTDOWN_GRACE_SECONDS)
+                except Exception:  # noqa: BLE001 - still listed in the state file for the next start
+                    code = None
+            if code is not None:
+                self.ended(local)
             local.final_queued = True
             if local.stopping:
                 self.queue(local.key, "preempted", exit_code=code, message=f"stopped as asked (exit code {code})")

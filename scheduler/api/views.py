@@ -15,7 +15,7 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
-from rest_framework.throttling import AnonRateThrottle
+from iris_web.client_address import AccountThrottle, ClientAddressThrottle
 from rest_framework.views import APIView
 
 from scheduler import roles
@@ -128,8 +128,14 @@ def job_name_from_path(job_id: str) -> str:
 # --- tokens and me --------------------------------------------------------------------------------
 
 
-class TokenThrottle(AnonRateThrottle):
-    """Slows password guessing; no settings needed."""
+class TokenThrottle(ClientAddressThrottle):
+    """Slows password guessing from one client address (the one IRIS_TRUSTED_PROXIES finds)."""
+
+    rate = "30/minute"
+
+
+class TokenAccountThrottle(AccountThrottle):
+    """Slows guessing one account's password from many addresses."""
 
     rate = "30/minute"
 
@@ -137,7 +143,7 @@ class TokenThrottle(AnonRateThrottle):
 class TokenView(IrisView):
     authentication_classes = []
     permission_classes = [AllowAny]
-    throttle_classes = [TokenThrottle]
+    throttle_classes = [TokenThrottle, TokenAccountThrottle]
     error_statuses = ("400", "401", "429")
 
     @extend_schema(

@@ -7,6 +7,7 @@ is deterministic; one test runs the real Celery worker with beat instead.
 
 from __future__ import annotations
 
+import getpass
 import os
 import signal
 import subprocess
@@ -44,12 +45,22 @@ class Cluster:
         self.log_dir = log_dir
         self.agents: dict[str, subprocess.Popen] = {}
 
-    def agent(self, name: str, *, cpu: int = 2, memory: str = "4Gi") -> subprocess.Popen:
+    def agent(
+        self, name: str, *, cpu: int = 2, memory: str = "4Gi", task_user: str | None = None,
+        token_args: list[str] | None = None, env: dict[str, str] | None = None,
+    ) -> subprocess.Popen:
+        """Start an agent. Its tasks run as the tests' own user unless ``task_user`` says
+        otherwise: these tests' markers live in the private pytest tmp dir."""
         args = [
-            "manage.py", "iris_worker", "--name", name, "--server", self.url, "--token", self.token,
+            "manage.py", "iris_worker", "--name", name, "--server", self.url,
+            *(token_args if token_args is not None else ["--token", self.token]),
             "--cpu", str(cpu), "--memory", memory, "--heartbeat-seconds", HEARTBEAT, "--log-dir", str(self.log_dir),
+            "--task-user", task_user or getpass.getuser(),
         ]
-        process = start(args, project_env(self.tmp_path), self.tmp_path / f"agent-{name}.log")
+        log_file = self.tmp_path / f"agent-{name}.log"
+        if name in self.agents:  # a restart: keep the first life's log
+            log_file = self.tmp_path / f"agent-{name}-{len(list(self.tmp_path.glob(f'agent-{name}*.log')))}.log"
+        process = start(args, project_env(self.tmp_path, **(env or {})), log_file)
         self.agents[name] = process
         assert wait_for(lambda: Worker.objects.filter(name=name, healthy=True).exists(), timeout=20), self.logs()
         return process

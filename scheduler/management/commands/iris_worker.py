@@ -8,11 +8,18 @@
 Declared accelerators let a laptop stand in for a GPU host or a TPU slice host. The agent needs
 no database: it talks to the server's agent API with a token of an operator or a member of
 ``iris-agents``. SIGTERM or Ctrl-C stops its processes, reports them and exits.
+
+Before anything else the agent makes itself non-dumpable, reads its token into memory and
+scrubs ``IRIS_AGENT_TOKEN`` from its environment; run as root, it runs tasks as
+``--task-user`` (default ``nobody``). docs/operations.md ("Worker agents") says what each mode
+guarantees.
 """
 
 from __future__ import annotations
 
+import getpass
 import logging
+import os
 import signal
 from pathlib import Path
 
@@ -20,7 +27,12 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from scheduler.agent.client import AgentClient
+from scheduler.agent.credentials import make_non_dumpable, scrub_environment
+from scheduler.agent.process import TaskUser
+from scheduler.agent.state import AttemptState
 from scheduler.agent.worker import Agent
+
+log = logging.getLogger("iris.agent")
 
 
 def device_option(value: str, kind: str) -> dict:
@@ -56,9 +68,26 @@ class Command(BaseCommand):
         parser.add_argument(
             "--log-dir", default=None, help="where attempt logs are written (default IRIS_DATA_DIR/logs)"
         )
+        parser.add_argument(
+            "--task-user", default=None,
+            help="Unix user tasks run as when the agent runs as root (default IRIS_AGENT_TASK_USER, else nobody)",
+        )
+        parser.add_argument(
+            "--state-dir", default=None,
+            help="where the agent keeps its live process groups (default IRIS_DATA_DIR/agents/<name>)",
+        )
+        parser.add_argument(
+            "--work-dir", default=None,
+            help="parent of the attempts' working directories (default IRIS_DATA_DIR/work/<name>)",
+        )
 
     def handle(self, *args, **options):
+        logging.getLogger("iris.agent").setLevel(logging.INFO)
+        # Before the token is in memory: same-uid processes cannot read /proc/<pid>/environ|mem.
+        if not make_non_dumpable():
+            log.warning("could not make the agent non-dumpable: same-uid processes can read its memory")
         token = options["token"] or settings.AGENT_TOKEN
+        scrub_environment("IRIS_AGENT_TOKEN")
         if options["token_file"]:
             try:
                 token = Path(options["token_file"]).read_text().strip()
@@ -66,6 +95,9 @@ class Command(BaseCommand):
                 raise CommandError(f"cannot read --token-file: {exc}") from None
         if not token:
             raise CommandError("no token: pass --token, --token-file or set IRIS_AGENT_TOKEN")
+        if options["token"]:
+            log.warning("--token is visible to every local user in ps; prefer --token-file")
+        task_user = self.task_user(options["task_user"])
         attributes = {}
         for item in options["attribute"]:
             key, sep, value = item.partition("=")
@@ -85,12 +117,15 @@ class Command(BaseCommand):
             "attributes": attributes,
             "backend": options["backend"],
         }
-        logging.getLogger("iris.agent").setLevel(logging.INFO)
+        name = options["name"]
         agent = Agent(
             AgentClient(options["server"], token),
             capacity,
             log_dir=Path(options["log_dir"]) if options["log_dir"] else settings.TASK_LOG_DIR,
             heartbeat_seconds=options["heartbeat_seconds"] or settings.AGENT_HEARTBEAT_SECONDS,
+            work_dir=Path(options["work_dir"]) if options["work_dir"] else settings.DATA_DIR / "work" / name,
+            state=AttemptState(Path(options["state_dir"]) if options["state_dir"] else settings.DATA_DIR / "agents" / name),
+            task_user=task_user,
         )
 
         def leave(signum, frame):
@@ -99,3 +134,32 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, leave)
         signal.signal(signal.SIGINT, leave)
         agent.run()
+
+    @staticmethod
+    def task_user(requested: str | None) -> TaskUser | None:
+        """The user tasks run as, or None for the agent's own user (an agent not run as root).
+
+        A root agent runs tasks as ``--task-user``, else ``IRIS_AGENT_TASK_USER``, else
+        ``nobody``, and refuses to start when that user does not exist. ``root`` is accepted
+        only when asked for by name, with a warning: its tasks can read the agent's secrets.
+        """
+        name = requested or settings.AGENT_TASK_USER
+        if os.geteuid() != 0:
+            me = getpass.getuser()
+            if name and name != me:
+                raise CommandError(f"tasks can run as {name!r} only when the agent runs as root (it runs as {me!r})")
+            log.info("tasks run as the agent's own user %s (same-user mode: see docs/operations.md)", me)
+            return None
+        name = name or "nobody"
+        try:
+            user = TaskUser.named(name)
+        except KeyError:
+            raise CommandError(
+                f"the task user {name!r} does not exist: create it (useradd --system --no-create-home "
+                f"--shell /usr/sbin/nologin {name}) or pass --task-user"
+            ) from None
+        if user.uid == 0:
+            log.warning("tasks run as root: they can read the agent's token file and memory")
+        else:
+            log.info("tasks run as %s (uid %s)", user.name, user.uid)
+        return user

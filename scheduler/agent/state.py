@@ -1,0 +1,107 @@
+"""What the agent has running, on disk, so that its next life can end what this one left behind.
+
+``<state dir>/attempts.json`` lists each live attempt's process group (the pid of its session
+leader, which is the group id, and the leader's start time, so a reused pid is never mistaken
+for ours) and the boot it was started in. It is rewritten atomically whenever an attempt starts
+or ends. An agent that starts reads it first, SIGKILLs every process still in those groups, and
+reports the attempts as worker-lost before it registers or accepts work: a task never runs
+twice on one host because its agent was restarted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from scheduler.agent.supervise import group_members, kill_group, proc_stat
+
+log = logging.getLogger("iris.agent")
+
+STATE_FILE = "attempts.json"
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """An attempt a previous life of the agent had running, and how many processes of it were
+    still alive (and are now killed)."""
+
+    task: int
+    attempt: int
+    killed: int
+
+
+class AttemptState:
+    """The state file of one agent (one worker name on one host)."""
+
+    def __init__(self, state_dir: Path | str):
+        self.dir = Path(state_dir)
+        self.path = self.dir / STATE_FILE
+        self.groups: dict[tuple[int, int], tuple[int, int]] = {}  # key -> (pgid, leader start ticks)
+
+    def add(self, key: tuple[int, int], pid: int) -> None:
+        stat = proc_stat(pid)
+        self.groups[key] = (pid, stat[3] if stat else -1)
+        self.write()
+
+    def remove(self, key: tuple[int, int]) -> None:
+        if self.groups.pop(key, None) is not None:
+            self.write()
+
+    def write(self) -> None:
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        body = {
+            "boot": boot_id(),
+            "groups": [
+                {"task": task, "attempt": attempt, "pgid": pgid, "start": start}
+                for (task, attempt), (pgid, start) in sorted(self.groups.items())
+            ],
+        }
+        tmp = self.path.with_suffix(".tmp")
+        with open(tmp, "w", encoding="utf-8") as file:
+            json.dump(body, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, self.path)
+
+    def end_leftovers(self) -> list[Leftover]:
+        """SIGKILL what the previous agent left running; every attempt it listed is returned
+        (with 0 killed when its processes had already ended). The file is then emptied."""
+        try:
+            body = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as exc:
+            log.error("cannot read the agent state file %s (%s): leftover processes cannot be ended", self.path, exc)
+            return []
+        same_boot = body.get("boot") == boot_id()
+        leftovers = []
+        for entry in body.get("groups", []):
+            try:
+                task, attempt, pgid, start = (int(entry[k]) for k in ("task", "attempt", "pgid", "start"))
+            except (KeyError, TypeError, ValueError):
+                continue
+            killed = kill_group(pgid) if same_boot and self._ours(pgid, start) else 0
+            leftovers.append(Leftover(task, attempt, killed))
+        self.groups.clear()
+        self.write()
+        return leftovers
+
+    @staticmethod
+    def _ours(pgid: int, start: int) -> bool:
+        """Whether process group ``pgid`` is still the one recorded. A pid cannot be handed out
+        again while a group of that number has members, so: if the leader is alive it must be
+        the same process (same start time); if it is gone, any members left are ours."""
+        leader = proc_stat(pgid)
+        if leader is not None and leader[0] not in ("Z", "X"):
+            return leader[3] == start
+        return bool(group_members(pgid))
