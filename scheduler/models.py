@@ -195,7 +195,10 @@ class TickRecord(models.Model):
     now_ms = models.BigIntegerField()
     duration_ms = models.FloatField()
     decide_ms = models.FloatField(default=0)
+    # PENDING tasks at the start of the tick, and those it left pending (the queue it stored:
+    # the same number as the sum of its band counts).
     pending = models.PositiveIntegerField(default=0)
+    left_pending = models.PositiveIntegerField(default=0)
     assigned = models.PositiveIntegerField(default=0)
     preempted = models.PositiveIntegerField(default=0)
     expired = models.PositiveIntegerField(default=0)

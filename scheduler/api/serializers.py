@@ -370,17 +370,41 @@ class DowngradeSerializer(serializers.Serializer):
     text = serializers.CharField()
 
 
+class PendingReasonField(serializers.JSONField):
+    """``{code, text, <the code's parameters>, downgrade?, band, position, band_pending, tick}``:
+    a pending reason as data (docs/api.md lists every code and its parameters). ``text`` is
+    rendered on the server from the rest (``core.explain.pending_text``); clients show it and
+    never parse it."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("help_text", "a pending reason as data: {code, text, ...parameters} (see docs/api.md)")
+        super().__init__(**kwargs)
+
+
 class ExplainTaskSerializer(serializers.Serializer):
     task = serializers.CharField()
-    state = serializers.ChoiceField(choices=TASK_STATES)
-    band = NullableBandField(help_text="effective band if pending, stamped band if placed")
+    state = serializers.ChoiceField(choices=TASK_STATES, help_text="now")
+    band = NullableBandField(help_text="queued band (as of the tick) if pending, stamped band if placed")
+    requested_band = BandField()
+    stamped_band = NullableBandField(help_text="the band stamped at assignment, if placed")
     worker = serializers.CharField(allow_null=True)
-    position = serializers.IntegerField(allow_null=True)
-    pending_reason = serializers.CharField(allow_null=True)
+    position = serializers.IntegerField(allow_null=True, help_text="as of `tick`, 1-based in its band")
+    band_pending = serializers.IntegerField(allow_null=True, help_text="tasks the tick left pending in that band")
+    changed_since_tick = serializers.BooleanField(help_text="the tick queued it, and its state has changed since")
+    pending_reason = PendingReasonField(allow_null=True)
+
+
+class BandSummarySerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["running", "pending"])
+    band = BandField()
+    count = serializers.IntegerField()
+    why = serializers.CharField(allow_null=True)
 
 
 class ExplainPreemptionSerializer(serializers.Serializer):
     victim = serializers.CharField()
+    victim_band = BandField(help_text="the band the victim was stamped at when it was placed")
+    victim_stamp = serializers.CharField(help_text="why it ran in that band")
     preemptor = serializers.CharField()
     preemptor_band = BandField()
     worker = serializers.CharField(allow_null=True)
@@ -395,12 +419,18 @@ class ExplainSerializer(serializers.Serializer):
     requested_band = BandField()
     effective_band = BandField(help_text="the band its pending tasks queue in now")
     downgrade = DowngradeSerializer(allow_null=True)
-    spend = serializers.IntegerField()
-    limit = serializers.IntegerField(help_text="effective budget limit; 0 = unlimited")
-    position = serializers.IntegerField(allow_null=True, help_text="of its first pending task, in its band's queue")
-    band_queue_length = serializers.IntegerField(allow_null=True)
-    pending_reason = serializers.CharField(allow_null=True)
+    spend = serializers.IntegerField(help_text="live")
+    limit = serializers.IntegerField(help_text="effective budget limit, live; 0 = unlimited")
+    spend_at_tick = serializers.IntegerField(allow_null=True, help_text="the spend the scheduler used at `tick`")
+    limit_at_tick = serializers.IntegerField(allow_null=True, help_text="the limit the scheduler used at `tick`")
+    position = serializers.IntegerField(allow_null=True, help_text="of its first pending task, in its band, as of `tick`")
+    queued_band = NullableBandField(help_text="the band of that task, as of `tick`")
+    band_pending = serializers.IntegerField(allow_null=True, help_text="tasks the tick left pending in that band")
+    band_queue_length = serializers.IntegerField(allow_null=True, help_text="deprecated: same as band_pending")
+    pending_reason = PendingReasonField(allow_null=True)
     tick = serializers.IntegerField(allow_null=True, help_text="the tick the queue positions come from")
+    bands = BandSummarySerializer(many=True, help_text="tasks per stamped (running) and queued (pending) band")
+    bands_text = serializers.CharField()
     tasks = ExplainTaskSerializer(many=True)
     preemptions = ExplainPreemptionSerializer(many=True)
     what_would_change = serializers.CharField()
@@ -415,10 +445,12 @@ class QueueEntrySerializer(serializers.Serializer):
     user = serializers.CharField()
     band = BandField(help_text="effective band")
     requested_band = NullableBandField()
-    position = serializers.IntegerField(help_text="1-based, within the band")
+    position = serializers.IntegerField(help_text="1-based, within the band, as of `tick`")
+    band_pending = serializers.IntegerField(help_text="tasks the tick left pending in the band")
     resources = ResourcesSerializer(allow_null=True, help_text="per task")
-    pending_reason = serializers.CharField()
+    pending_reason = PendingReasonField()
     state = serializers.ChoiceField(choices=TASK_STATES, allow_null=True, help_text="now (the queue is as of the tick)")
+    changed_since_tick = serializers.BooleanField(help_text="its state now is not pending")
 
 
 class QueueFilterSerializer(serializers.Serializer):
@@ -507,7 +539,8 @@ class TickSerializer(serializers.Serializer):
     now_ms = serializers.IntegerField()
     duration_ms = serializers.FloatField()
     decide_ms = serializers.FloatField()
-    pending = serializers.IntegerField()
+    pending = serializers.IntegerField(help_text="PENDING when the tick started")
+    left_pending = serializers.IntegerField(help_text="tasks the tick left pending: the sum of its queue's band counts")
     assigned = serializers.IntegerField()
     preempted = serializers.IntegerField()
     expired = serializers.IntegerField()
@@ -547,5 +580,5 @@ class WhatIfSerializer(serializers.Serializer):
     would_place = serializers.BooleanField()
     worker = serializers.CharField(allow_null=True, help_text="where its first task would go")
     would_preempt = serializers.ListField(child=serializers.CharField())
-    pending_reason = serializers.CharField(allow_null=True)
+    pending_reason = PendingReasonField(allow_null=True)
 

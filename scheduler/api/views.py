@@ -307,9 +307,11 @@ class QueueView(IrisView):
             row = rows.get(e.task)
             data.append(
                 {"task": e.task, "job": e.job, "user": e.user, "band": e.band, "position": e.position,
-                 "requested_band": row.job.band if row else None,
+                 "band_pending": e.band_count,
+                 "requested_band": e.requested if e.requested is not None else (row.job.band if row else None),
                  "resources": s.job_resources(row.job) if row else None,
-                 "pending_reason": e.reason, "state": row.state if row else None}
+                 "pending_reason": e.as_data(), "state": row.state if row else None,
+                 "changed_since_tick": row is not None and row.state != "pending"}
             )
         response = paginator.get_paginated_response(s.QueueEntrySerializer(data, many=True).data)
         band_counts = {Band(rank).wire: n for rank, n in index.band_counts().items()}

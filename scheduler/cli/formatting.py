@@ -237,6 +237,7 @@ TASK_COLUMNS: list[Column] = [
 PREEMPTION_COLUMNS: list[Column] = [
     ("WHEN", lambda p: when(pick(p, "at", "created_at"))),
     ("VICTIM", lambda p: pick(p, "victim")),
+    ("RAN AS", lambda p: pick(p, "victim_stamp") or band(pick(p, "victim_band"))),
     ("BY", lambda p: pick(p, "preemptor")),
     ("BY BAND", lambda p: band(pick(p, "preemptor_band"))),
     ("WORKER", lambda p: pick(p, "worker")),
@@ -249,8 +250,19 @@ EXPLAIN_TASK_COLUMNS: list[Column] = [
     ("BAND", lambda t: band(pick(t, "band"))),
     ("WORKER", lambda t: pick(t, "worker")),
     ("POS", lambda t: pick(t, "position")),
-    ("PENDING REASON", lambda t: pick(t, "pending_reason")),
+    ("OF", lambda t: pick(t, "band_pending")),
+    ("PENDING REASON", lambda t: reason_cell(t)),
 ]
+
+
+def reason_cell(t: dict) -> str | None:
+    """A task's pending reason text (rendered by the server); a task that moved since the tick
+    is marked, keeping the place the tick gave it."""
+    reason = pick(t, "pending_reason", "reason")
+    text = text_of(reason) if reason else None
+    if pick(t, "changed_since_tick") and text:
+        return f"(now {pick(t, 'state')}) {text}"
+    return text
 
 
 def job_list(page: Any) -> str:
@@ -332,22 +344,26 @@ def explanation(data: dict) -> str:
     effective = band(pick(data, "effective_band"))
     if downgrade:
         effective += f" (downgraded: {text_of(downgrade)})"
-    position, length = pick(data, "position"), pick(data, "band_queue_length")
+    position, length = pick(data, "position"), pick(data, "band_pending", "band_queue_length")
     queue_line = None
     if position is not None:
         # Positions come from the last tick, whose band may differ from the effective band now
         # (spend moved since): name the band the position was counted in.
         tick_id = pick(data, "tick")
-        queue_line = f"{position} of {cell(length)} in the {queue_band(data)} queue" + (
+        queued = pick(data, "queued_band")
+        queue_line = f"{position} of {cell(length)} in the {band(queued) if queued else queue_band(data)} queue" + (
             f" (as of tick {tick_id})" if tick_id is not None else ""
         )
     spend, budget = pick(data, "spend"), pick(data, "limit")
+    tick_spend, tick_limit, tick_id = pick(data, "spend_at_tick"), pick(data, "limit_at_tick"), pick(data, "tick")
     head = fields(
         [
             ("job", job_id(pick(data, "job", default=""))),
             ("requested band", band(pick(data, "requested_band"))),
             ("effective band", effective),
-            ("spend / limit", f"{cell(spend)} / {limit(budget)}" if spend is not None or budget is not None else None),
+            ("tasks by band", pick(data, "bands_text") or None),
+            ("spend / limit", f"{cell(spend)} / {limit(budget)} (live)" if spend is not None or budget is not None else None),
+            ("spend at tick", f"{cell(tick_spend)} / {limit(tick_limit)} (tick {tick_id})" if tick_spend is not None else None),
             ("queue position", queue_line),
             ("pending reason", text_of(pick(data, "pending_reason")) if pick(data, "pending_reason") else None),
         ]
@@ -373,7 +389,8 @@ QUEUE_COLUMNS: list[Column] = [
     ("USER", lambda t: pick(t, "user")),
     ("REQUESTED", lambda t: band(pick(t, "requested_band"))),
     ("RESOURCES", resources),
-    ("PENDING REASON", lambda t: text_of(pick(t, "pending_reason", "reason")) if pick(t, "pending_reason", "reason") else None),
+    ("OF", lambda t: pick(t, "band_pending")),
+    ("PENDING REASON", reason_cell),
 ]
 
 

@@ -138,6 +138,14 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
         if after.state is not TaskState.PENDING:
             reasons.pop(task_id, None)
 
+    defaults = config.budget_defaults
+    requeue_bands = {
+        task_id: effective_band(jobs[job_id].band, jobs[job_id].user, spend, snapshot.budgets, defaults)
+        for task_id in outcome.requeued
+        if task_id in reasons
+        for job_id in (task_id.rsplit("/", 1)[0],)
+    }
+
     return Decision(
         spend=spend,
         effective_bands=effective_bands,
@@ -148,6 +156,7 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
         pending_reasons=reasons,
         after=outcome.after,
         jobs_after=dict(sorted(outcome.jobs_after.items())),
+        requeue_bands=requeue_bands,
     )
 
 

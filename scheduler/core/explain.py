@@ -11,15 +11,16 @@ explaining 100,000 pending tasks costs O(shapes × workers + jobs), not O(tasks 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from typing import ClassVar, Union
 
 from scheduler.core.bands import Band
 from scheduler.core.budget import GIB, MILLICORES_PER_CORE
+from scheduler.core.kueue import KUEUE_TEXT
 from scheduler.core.ordering import JobQueue
 from scheduler.core.placement import Shape, ShapeBook, WorkerPool
-from scheduler.core.types import Constraint, ConstraintOp, TaskSnapshot
+from scheduler.core.types import Constraint, ConstraintOp, Decision, TaskSnapshot
 
 # Bytes per MiB: memory below 1 GiB is shown in MiB.
 MIB = 1 << 20
@@ -294,16 +295,14 @@ class Downgrade:
 
 @dataclass(frozen=True, slots=True)
 class PendingReason:
-    """Everything said about one pending task: the cause, its place in its band, any downgrade.
+    """Everything said about why one pending task waits: the cause and any downgrade.
 
-    ``position`` is 1-based within ``band`` among the ``band_size`` tasks that passed the gates
-    in that band (None for tasks held back by the gates or put back in the queue this tick).
+    A reason says nothing about the task's place in the queue: one reason is shared by many
+    tasks, and the place is each task's own (:func:`pending_queue` is its one definition;
+    :func:`pending_text` puts the two together for people).
     """
 
     cause: Cause
-    band: Band | None = None
-    position: int | None = None
-    band_size: int | None = None
     downgrade: Downgrade | None = None
     _text: str | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -314,12 +313,131 @@ class PendingReason:
     def text(self) -> str:
         if self._text is None:
             parts = [self.cause.text()]
-            if self.position is not None and self.band is not None:
-                parts.append(f"position {number(self.position)} of {number(self.band_size or 0)} in {self.band.name}")
             if self.downgrade is not None:
                 parts.append(self.downgrade.text())
             object.__setattr__(self, "_text", "; ".join(parts))
         return self._text
+
+
+# -- reasons as stored data -----------------------------------------------------------------------
+#
+# A record is the JSON form of a reason: ``{"code": ..., <the cause's numbers>, "downgrade":
+# {...}}`` (``downgrade`` only when there is one). It is what the tick stores and the API serves;
+# the text is always rendered from it (``record_text``), never parsed back. docs/api.md lists
+# every code with its parameters.
+
+# Codes of causes whose parameters are exactly their dataclass fields.
+_CAUSE_TYPES: dict[str, type] = {
+    cls.code: cls
+    for cls in (
+        NoHealthyWorkers, NoMatchingWorker, BuildSlotsFull, AssignmentCapReached, GangGroupTooSmall,
+        GangNoRoom, RoomFreedThisTick, PerJobCap, JobExhausted, WaitingBehind, Preempted, Requeued,
+    )
+}
+# ``insufficient_<resource>``: one dataclass, the resource is a parameter.
+_INSUFFICIENT = {f"insufficient_{r}" for r in RESOURCE_FORMAT}
+
+# Reasons the shell gives for tasks the core did not explain (no tick has seen them yet, or a
+# stored record it cannot read): code -> text.
+SHELL_TEXT = {
+    "not_yet_ticked": "Waiting for the next scheduling tick",
+    "unknown": "No reason recorded",
+}
+
+
+def cause_record(cause: object) -> dict:
+    """The JSON form of a cause: its code and its fields (a nested cause as its own record)."""
+    record = getattr(cause, "record", None)
+    if callable(record):  # causes defined outside this module (Kubernetes waits)
+        return record()
+    out: dict = {"code": cause.code}
+    for f in fields(cause):
+        name = f.name
+        if name.startswith("_"):
+            continue
+        value = getattr(cause, name)
+        if name == "cause":
+            value = cause_record(value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[name] = value
+    return out
+
+
+def reason_record(reason: object) -> dict:
+    """The JSON form of a pending reason (a :class:`PendingReason`, or a bare cause)."""
+    if isinstance(reason, PendingReason):
+        out = cause_record(reason.cause)
+        if reason.downgrade is not None:
+            d = reason.downgrade
+            out["downgrade"] = {"requested": d.requested.wire, "effective": d.effective.wire,
+                                "spend": d.spend, "limit": d.limit}
+        return out
+    return cause_record(reason)
+
+
+def _cause_from_record(record: Mapping) -> object | None:
+    code = record.get("code")
+    params = {k: v for k, v in record.items() if k not in ("code", "downgrade")}
+    try:
+        if code in _INSUFFICIENT:
+            return InsufficientResource(**params)
+        cls = _CAUSE_TYPES.get(code)
+        if cls is not None:
+            if "cause" in params:
+                params["cause"] = _cause_from_record(params["cause"])
+            if "constraints" in params:
+                params["constraints"] = tuple(params["constraints"])
+            return cls(**params)
+    except TypeError:
+        return None
+    return None
+
+
+def _downgrade_from_record(record: Mapping | None) -> Downgrade | None:
+    if not record:
+        return None
+    return Downgrade(Band.parse(record["requested"]), Band.parse(record["effective"]), record["spend"], record["limit"])
+
+
+def cause_text(record: Mapping) -> str:
+    """The cause of a stored reason, for people (without the downgrade or the place)."""
+    cause = _cause_from_record(record)
+    if cause is not None:
+        return cause.text()
+    code = record.get("code", "unknown")
+    if code in SHELL_TEXT:
+        return SHELL_TEXT[code]
+    if code in KUEUE_TEXT:
+        return KUEUE_TEXT[code].format(detail=record.get("detail", ""))
+    return record.get("text") or SHELL_TEXT["unknown"]
+
+
+def downgrade_text(record: Mapping) -> str | None:
+    """The downgrade of a stored reason, for people, or None."""
+    downgrade = _downgrade_from_record(record.get("downgrade"))
+    return downgrade.text() if downgrade is not None else None
+
+
+def place_text(band: Band, position: int, band_count: int, tick: int | None) -> str:
+    """``position 3 of 17 in BATCH as of tick 812``: the one wording of a task's place."""
+    text = f"position {number(position)} of {number(band_count)} in {band.name}"
+    return f"{text} as of tick {tick}" if tick is not None else text
+
+
+def pending_text(
+    record: Mapping, band: Band | None = None, position: int | None = None, band_count: int | None = None,
+    tick: int | None = None,
+) -> str:
+    """THE text of a pending task: cause; place (if queued); downgrade. Every page, the API's
+    ``pending_reason.text`` and so the CLI render through here."""
+    parts = [cause_text(record)]
+    if band is not None and position is not None and band_count is not None:
+        parts.append(place_text(band, position, band_count, tick))
+    downgrade = downgrade_text(record)
+    if downgrade:
+        parts.append(downgrade)
+    return "; ".join(parts)
 
 
 # -- computing reasons --------------------------------------------------------------------------
@@ -460,28 +578,27 @@ def explain_pending(
     the per-job cap get theirs from :class:`HeldReasons`).
 
     ``queues`` are the jobs in priority order; ``downgrades`` maps a job id to its downgrade,
-    if any. A job's first unplaced task gets a reason of its own (with its place in the band);
-    the tasks after it (the job was exhausted) share one reason across jobs.
+    if any. A job's first unplaced task gets a reason of its own; the tasks after it (the job
+    was exhausted) share one reason across jobs.
     """
-    first_unplaced: dict[str, tuple[Band, int, int, int]] = {}
+    # job id -> how many tasks were placed ahead of the job's first unplaced task.
+    first_unplaced: dict[str, int] = {}
     ahead = 0
-    for band, tasks in bands.items():
-        size = len(tasks)
-        for i, task in enumerate(tasks):
+    for tasks in bands.values():
+        for task in tasks:
             if task.id in assigned:
                 ahead += 1
             elif task.job_id not in first_unplaced:
-                first_unplaced[task.job_id] = (band, i + 1, size, ahead)
+                first_unplaced[task.job_id] = ahead
 
     # (tasks, reason) pairs, turned into one dict at the end (far cheaper than per-job updates).
     shared: list[tuple[Sequence[TaskSnapshot], PendingReason]] = []
     exhausted_reasons: dict[tuple[int, int], PendingReason] = {}
     for queue in queues:
         job_id = queue.spec.id
-        placed = first_unplaced.get(job_id)
-        if placed is not None:
+        before = first_unplaced.get(job_id)
+        if before is not None:
             downgrade = downgrades.get(job_id)
-            band, position, size, before = placed
             passed = queue.passed
             unplaced = [t for t in passed if t.id not in assigned]
             if queue.gang:
@@ -491,7 +608,7 @@ def explain_pending(
             base = cause
             if fit_at_start and before and not isinstance(cause, RoomFreedThisTick):
                 cause = WaitingBehind(before, cause)
-            head = PendingReason(cause, band, position, size, downgrade)
+            head = PendingReason(cause, downgrade)
             if queue.gang or len(unplaced) == 1:
                 shared.append((unplaced, head))
             else:
@@ -502,3 +619,31 @@ def explain_pending(
                     exhausted_reasons[(id(base), id(downgrade))] = rest
                 shared.append((unplaced[1:], rest))
     return {task.id: reason for tasks, reason in shared for task in tasks}
+
+
+def pending_queue(decision: Decision) -> dict[Band, list[str]]:
+    """THE queue a tick leaves: per effective band, the ids of the tasks still pending, in the
+    tick's order. A task's position is its 1-based index here and its band count the list's
+    length; every page, the API and the CLI show these numbers.
+
+    The tick's order is the scheduling order of the tasks that passed the gates, then the
+    tasks the per-job cap held back (in job order), then the tasks put back in the queue this
+    tick (preemption victims and their gang siblings, in their next tick's band).
+    """
+    assigned = {a.task for a in decision.assignments}
+    reasons = decision.pending_reasons
+    bands = decision.effective_bands
+    requeued = decision.requeue_bands
+    queue: dict[Band, list[str]] = {}
+    seen = set(decision.order)
+    ordered = [t for t in decision.order if t in reasons and t not in assigned]
+    ordered.extend(t for t in reasons if t not in seen and t not in assigned)
+    for task_id in ordered:
+        band = bands.get(task_id)
+        if band is None:
+            band = requeued[task_id]
+        tasks = queue.get(band)
+        if tasks is None:
+            tasks = queue[band] = []
+        tasks.append(task_id)
+    return dict(sorted(queue.items()))

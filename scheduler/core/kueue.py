@@ -376,4 +376,5 @@ def merge_into(decision: Decision, plan: KueuePlan) -> Decision:
         pending_reasons={**decision.pending_reasons, **plan.pending_reasons},
         after={**decision.after, **plan.after},
         jobs_after=dict(sorted({**decision.jobs_after, **plan.jobs_after}.items())),
+        requeue_bands=decision.requeue_bands,
     )

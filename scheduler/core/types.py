@@ -271,3 +271,6 @@ class Decision:
     pending_reasons: Mapping[str, object]
     after: Mapping[str, TaskAfter]
     jobs_after: Mapping[str, JobState]
+    # The band each task put back in the queue this tick (a preemption victim, a gang sibling)
+    # queues in next: it was not pending at tick start, so it has no effective band above.
+    requeue_bands: Mapping[str, Band] = field(default_factory=dict)

@@ -32,6 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from scheduler.core.bands import BAND_NAMES, Band
+from scheduler.core.explain import pending_queue
 from scheduler.core.types import (
     ACTIVE_STATES,
     CPU_DEVICE,
@@ -529,7 +530,8 @@ def _by_task(mapping: Mapping[str, Any]) -> list[str]:
 
 
 def decision_to_json(decision: Decision) -> dict:
-    """The decision in the format of docs/snapshot-format.md; pending reasons rendered as text."""
+    """The decision in the format of docs/snapshot-format.md; pending reasons rendered as text
+    (cause and downgrade; a task's place is in ``queue``, the one definition of positions)."""
     texts: dict[int, str] = {}
 
     def render(reason: Any) -> str:
@@ -549,6 +551,7 @@ def decision_to_json(decision: Decision) -> dict:
         "preemptions": [{"victim": p.victim, "preemptor": p.preemptor, "worker": p.worker} for p in decision.preemptions],
         "unschedulable": [{"task": u.task, "reason": u.reason} for u in decision.unschedulable],
         "pending_reasons": {t: render(reasons[t]) for t in _by_task(reasons)},
+        "queue": {band.wire: tasks for band, tasks in pending_queue(decision).items()},
         "after": {
             t: {
                 "state": after[t].state.value,

@@ -6,9 +6,10 @@ from __future__ import annotations
 from scheduler.budgets.rules import budget_defaults, effective_budget_for, live_spend
 from scheduler.core.bands import Band
 from scheduler.core.budget import effective_band
-from scheduler.core.explain import Downgrade
+from scheduler.core.explain import Downgrade, pending_text
+from scheduler.core.explain import downgrade_text as downgrade_text_of_record
 from scheduler.core.types import BudgetSpec, TaskState
-from scheduler.jobs.queue import QueueIndex, queue_index
+from scheduler.jobs.queue import QueueEntry, QueueIndex, queue_index
 from scheduler.models import Job, PreemptionEvent, Task
 from scheduler.store.states import TERMINAL_JOB_VALUES
 
@@ -18,11 +19,67 @@ def downgrade_text(requested: Band, spend: int, limit: int) -> str:
     return Downgrade(requested, Band.BATCH, spend, limit).text()
 
 
+# A pending task no tick has explained yet (submitted, or put back, since the newest tick).
+NOT_YET_TICKED = {"code": "not_yet_ticked"}
+
+
+def not_yet_ticked_data() -> dict:
+    return {"code": "not_yet_ticked", "text": pending_text(NOT_YET_TICKED), "band": None, "position": None,
+            "band_pending": None, "tick": None}
+
+
+# Task states counted as "running" in a job's band summary (placed, stamped with a band).
+PLACED_STATES = (TaskState.ASSIGNED.value, TaskState.BUILDING.value, TaskState.RUNNING.value)
+
+
+def band_summary(tasks: list[dict], downgrade_text_at_tick: str | None) -> list[dict]:
+    """How many of a job's tasks run in each stamped band and wait in each queued band, e.g.
+    ``[{"kind": "running", "band": "interactive", "count": 4}, {"kind": "pending", "band":
+    "batch", "count": 2, "why": "INTERACTIVE runs as BATCH: spend 48 > limit 30"}]``."""
+    counts: dict[tuple[str, str], int] = {}
+    for t in tasks:
+        if t["state"] in PLACED_STATES and t["stamped_band"]:
+            key = ("running", t["stamped_band"])
+        elif t["state"] == TaskState.PENDING.value and t["band"]:
+            key = ("pending", t["band"])
+        else:
+            continue
+        counts[key] = counts.get(key, 0) + 1
+    out = []
+    for (kind, band), n in sorted(counts.items(), key=lambda kv: (kv[0][0] != "running", int(Band.parse(kv[0][1])))):
+        item = {"kind": kind, "band": band, "count": n, "why": None}
+        if kind == "pending" and downgrade_text_at_tick and band == Band.BATCH.wire:
+            item["why"] = downgrade_text_at_tick
+        out.append(item)
+    return out
+
+
+def band_summary_text(summary: list[dict]) -> str:
+    """``4 running as INTERACTIVE · 2 pending as BATCH: over budget, spend 48 > limit 30``."""
+    parts = []
+    for item in summary:
+        text = f"{item['count']:,} {item['kind']} as {Band.parse(item['band']).name}"
+        if item["why"]:
+            text += f": over budget, {item['why'].split(': ', 1)[-1]}"
+        parts.append(text)
+    return " · ".join(parts)
+
+
+def stamp_reason(victim_user: str, requested: Band, stamped: Band) -> str:
+    """Why a victim ran in the band it was preempted in."""
+    if stamped == requested:
+        return f"stamped {stamped.name} at assignment: the band it was requested at"
+    return f"stamped {stamped.name} at assignment: {victim_user} was over budget then (requested {requested.name})"
+
+
 def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
     """Why a job runs (or waits) where it does, with the numbers. A fixed number of queries.
 
-    Queue facts come from ``index`` (default: ``queue_index()``, which parses the newest tick's
-    explanation only once per tick per process).
+    Queue facts (positions, band counts, reasons, spend at the tick) come from ``index``
+    (default: ``queue_index()``, the newest tick's explanation, parsed once per tick per
+    process) and are labelled with its tick; ``spend`` and ``limit`` are live. A task the tick
+    queued whose state has changed since keeps its place as of that tick and is marked
+    ``changed_since_tick``.
     """
     requested = Band(job.band)
     spend_now = live_spend([job.user]).get(job.user, 0)
@@ -40,24 +97,28 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         Task.objects.filter(job=job).order_by("index").values_list("index", "state", "band", "worker__name")
     )
     tasks = []
-    best: tuple[int, int, str] | None = None  # (band rank, position, reason) of the job's first queued task
+    first: QueueEntry | None = None  # the job's first task in the newest tick's queue
     for task_index, state, band, worker in task_rows:
         task_id = f"{job.name}/{task_index}"
-        entry = index.locate(task_id) if state == TaskState.PENDING.value else None
-        reason = None
-        position = None
-        task_band = Band(band).wire if band is not None and state != TaskState.PENDING.value else None
+        entry = index.locate(task_id) if index.tick_pk is not None else None
+        stamped = Band(band).wire if band is not None and state in PLACED_STATES else None
+        queued = None
         if entry is not None:
-            rank, position = int(entry.band), entry.position
-            reason = entry.reason or None
-            task_band = entry.band.wire
-            if best is None or (rank, position) < best[:2]:
-                best = (rank, position, reason or "")
+            queued = entry.as_data()
+            if state == TaskState.PENDING.value and (first is None or (entry.band, entry.position) < (first.band, first.position)):
+                first = entry
         elif state == TaskState.PENDING.value:
-            reason = "Waiting for the next scheduling tick"
-            task_band = effective.wire
-        tasks.append({"task": task_id, "state": state, "band": task_band, "worker": worker,
-                      "position": position, "pending_reason": reason})
+            queued = not_yet_ticked_data()
+        pending = state == TaskState.PENDING.value
+        tasks.append({
+            "task": task_id, "state": state,
+            "band": (entry.band.wire if entry is not None else effective.wire) if pending else stamped,
+            "requested_band": requested.wire, "stamped_band": stamped, "worker": worker,
+            "position": entry.position if entry is not None else None,
+            "band_pending": entry.band_count if entry is not None else None,
+            "changed_since_tick": entry is not None and not pending,
+            "pending_reason": queued,
+        })
 
     events = list(
         PreemptionEvent.objects.filter(victim__job=job)
@@ -67,6 +128,8 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
     preempted = [
         {
             "victim": f"{e.victim.job.name}/{e.victim.index}",
+            "victim_band": Band(e.victim_band).wire,
+            "victim_stamp": stamp_reason(job.user, requested, Band(e.victim_band)),
             "preemptor": f"{e.preemptor.job.name}/{e.preemptor.index}",
             "preemptor_band": Band(e.preemptor_band).wire,
             "worker": e.worker.name if e.worker else None,
@@ -76,9 +139,13 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         for e in events
     ]
     pending = [t for t in tasks if t["state"] == TaskState.PENDING.value]
-    pending_reason = best[2] if best else (pending[0]["pending_reason"] if pending else None)
-    position = best[1] if best else None
-    queue_band = Band(best[0]) if best else (effective if pending else None)
+    pending_reason = first.as_data() if first else (pending[0]["pending_reason"] if pending else None)
+    at_tick_downgrade = None
+    if first is not None and first.reason.get("downgrade"):
+        at_tick_downgrade = downgrade_text_of_record(first.reason)
+    summary = band_summary(tasks, at_tick_downgrade)
+    spend_at_tick = int(index.spend.get(job.user, 0)) if index.tick_pk is not None else None
+    limit_at_tick = int(index.limits.get(job.user, budget.budget_limit)) if index.tick_pk is not None else None
     return {
         "job": job.name,
         "user": job.user,
@@ -88,22 +155,28 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         "downgrade": downgrade,
         "spend": spend_now,
         "limit": budget.budget_limit,
-        "position": position,
-        "band_queue_length": (
-            index.count(int(queue_band)) if queue_band is not None and index.tick_pk is not None else None
-        ),
+        "spend_at_tick": spend_at_tick,
+        "limit_at_tick": limit_at_tick,
+        "position": first.position if first else None,
+        "queued_band": first.band.wire if first else None,
+        "band_pending": first.band_count if first else None,
+        "band_queue_length": first.band_count if first else None,
         "pending_reason": pending_reason,
         "tick": index.tick_pk,
+        "bands": summary,
+        "bands_text": band_summary_text(summary),
         "tasks": tasks,
         "preemptions": preempted,
-        "what_would_change": what_would_change(job, requested, effective, spend_now, budget, pending, position,
-                                               pending_reason),
+        "what_would_change": what_would_change(job, requested, effective, spend_now, budget, pending,
+                                               first.position if first else None,
+                                               first.cause if first else None,
+                                               first.band if first else None),
     }
 
 
 def what_would_change(
     job: Job, requested: Band, effective: Band, spend: int, budget: BudgetSpec, pending: list[dict],
-    position: int | None, pending_reason: str | None,
+    position: int | None, pending_reason: str | None, queued_band: Band | None = None,
 ) -> str:
     """One paragraph a researcher can act on."""
     if job.state in TERMINAL_JOB_VALUES:
@@ -119,7 +192,7 @@ def what_would_change(
             f"admin approves a higher budget_limit (iris uplift request)."
         )
     if position is not None and position > 1:
-        parts.append(f"{position - 1:,} task(s) are ahead of it in the {effective.name} queue.")
+        parts.append(f"{position - 1:,} task(s) are ahead of it in the {(queued_band or effective).name} queue.")
     if pending_reason:
         parts.append(f"Scheduler: {pending_reason}.")
     if effective == requested and requested is Band.BATCH:

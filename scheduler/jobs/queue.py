@@ -10,20 +10,51 @@ from datetime import datetime
 from django.db.models import Q
 
 from scheduler.core.bands import Band
+from scheduler.core.explain import cause_text, pending_text
 from scheduler.models import Task, TickRecord
+from scheduler.tick.explanation import EXPLANATION_VERSION
 
 
 @dataclass(frozen=True)
 
 
 class QueueEntry:
+    """One task as the newest tick (``tick``) left it: effective band, place, reason record.
+
+    ``position`` (1-based) and ``band_count`` are the one definition
+    (``core.explain.pending_queue``); ``reason`` is the stored record (code and parameters).
+    """
+
     task: str
     job: str
     index: int
     user: str
     band: Band
     position: int
-    reason: str
+    reason: dict
+    band_count: int = 0
+    requested: Band | None = None
+    tick: int | None = None
+
+    @property
+    def code(self) -> str:
+        return self.reason.get("code", "unknown")
+
+    @property
+    def text(self) -> str:
+        """The whole reason, with the place "as of tick N" (``core.explain.pending_text``)."""
+        return pending_text(self.reason, self.band, self.position, self.band_count, self.tick)
+
+    @property
+    def cause(self) -> str:
+        """The cause alone, for places that show the place and the downgrade beside it."""
+        return cause_text(self.reason)
+
+    def as_data(self) -> dict:
+        """``{code, text, ...parameters, band, position, band_pending, tick}``: the API's
+        ``pending_reason``."""
+        return {**self.reason, "code": self.code, "text": self.text, "band": self.band.wire,
+                "position": self.position, "band_pending": self.band_count, "tick": self.tick}
 
 
 def split_task_id(task_id: str) -> tuple[str, int]:
@@ -48,11 +79,12 @@ class QueueIndex:
     tick_at: datetime | None
     spend: dict[str, int]
     limits: dict[str, int]
-    reasons: list[str]
+    reasons: list[dict]
     ids: dict[int, list[str]]
     reason_of: dict[int, list[int]]
     owner: dict[int, list[str]]
     users: dict[int, list[str]]
+    requested: dict[int, list[int]] = field(default_factory=dict)
 
     # {task id: (rank, offset in band)}, built on the first ``locate`` (see there).
     _where: dict[str, tuple[int, int]] | None = field(default=None, compare=False, repr=False)
@@ -69,8 +101,13 @@ class QueueIndex:
         task_id = self.ids[rank][offset]
         job_id, task_index = split_task_id(task_id)
         reason_index = self.reason_of[rank][offset]
-        reason = self.reasons[reason_index] if 0 <= reason_index < len(self.reasons) else ""
-        return QueueEntry(task_id, job_id, task_index, self.owner[rank][offset], Band(rank), offset + 1, reason)
+        reason = self.reasons[reason_index] if 0 <= reason_index < len(self.reasons) else {"code": "unknown"}
+        requested = self.requested.get(rank)
+        return QueueEntry(
+            task_id, job_id, task_index, self.owner[rank][offset], Band(rank), offset + 1, reason,
+            band_count=len(self.ids[rank]), requested=Band(requested[offset]) if requested else None,
+            tick=self.tick_pk,
+        )
 
     def locate(self, task_id: str) -> QueueEntry | None:
         """The entry of a queued task, or None if the tick did not queue it.
@@ -133,13 +170,17 @@ def queue_index() -> QueueIndex:
     if row is None or row[3] is None:  # a newer tick cleared it between our two reads
         return EMPTY_QUEUE
     started_at, spend, limits, explanation = row
+    if explanation.get("version") != EXPLANATION_VERSION:
+        # Stored by an older release (reasons as text): the next tick stores it again.
+        explanation = {}
     ids: dict[int, list[str]] = {}
     reason_of: dict[int, list[int]] = {}
     owner: dict[int, list[str]] = {}
+    requested: dict[int, list[int]] = {}
     user_of_job: dict[str, str] = {}
     in_order = True
     # The explanation lists each band's tasks by position (1, 2, ...); checked, sorted if not.
-    for task_id, (rank, position, reason) in explanation.get("tasks", {}).items():
+    for task_id, (rank, requested_rank, position, reason) in explanation.get("tasks", {}).items():
         job_id = task_id[: task_id.rfind("/")]
         user = user_of_job.get(job_id)
         if user is None:
@@ -147,24 +188,27 @@ def queue_index() -> QueueIndex:
         band_ids = ids.get(rank)
         if band_ids is None:
             band_ids = ids[rank] = []
-            reason_of[rank], owner[rank] = [], []
+            reason_of[rank], owner[rank], requested[rank] = [], [], []
         band_ids.append(task_id)
         reason_of[rank].append(reason)
         owner[rank].append(user)
+        requested[rank].append(requested_rank)
         if position != len(band_ids):
             in_order = False
     if not in_order:
         tasks = explanation["tasks"]
         for rank in ids:
-            order = sorted(range(len(ids[rank])), key=lambda i, r=rank: tasks[ids[r][i]][1])
+            order = sorted(range(len(ids[rank])), key=lambda i, r=rank: tasks[ids[r][i]][2])
             ids[rank] = [ids[rank][i] for i in order]
             reason_of[rank] = [reason_of[rank][i] for i in order]
             owner[rank] = [owner[rank][i] for i in order]
+            requested[rank] = [requested[rank][i] for i in order]
     # Each user's first appearance in a band is their turn in its round robin.
     users = {rank: list(dict.fromkeys(owners)) for rank, owners in owner.items()}
     index = QueueIndex(
         tick_pk=pk, tick_at=started_at, spend=dict(spend or {}), limits=dict(limits or {}),
         reasons=list(explanation.get("reasons", [])), ids=ids, reason_of=reason_of, owner=owner, users=users,
+        requested=requested,
     )
     _queue_index_cache.clear()
     _queue_index_cache[key] = index

@@ -21,7 +21,7 @@ from scheduler.jobs.request import parse_job_request
 from scheduler.jobs.submit import SubmissionPlan, plan_submission
 from scheduler.store import clock
 from scheduler.store.cluster_rows import constraints_from_json
-from scheduler.tick.explanation import explanation_to_json, reason_text
+from scheduler.core.explain import pending_queue, pending_text, reason_record
 from scheduler.tick.load import load_snapshot
 
 
@@ -40,7 +40,9 @@ class WhatIf:
     worker: str | None
     would_preempt: list[str]
     job: str | None = None
-    pending_reason: str | None = None
+    # ``{code, text, ...parameters, band, position, band_pending, tick: None}`` (hypothetical:
+    # the numbers are those of the simulated tick, not of a stored one).
+    pending_reason: dict | None = None
 
 
 def what_if(actor, data: Any) -> WhatIf:
@@ -107,15 +109,27 @@ def simulate_plan(plan: SubmissionPlan) -> WhatIf:
     first = tasks[0].id
     assignments = [a for a in decision.assignments if a.task in ours]
     victims = sorted(p.victim for p in decision.preemptions if p.preemptor in ours)
-    explanation = explanation_to_json(hypothetical, decision)
-    queued = [explanation["tasks"][t] for t in sorted(ours) if t in explanation["tasks"]]
+    # Our first queued task's place, by the one definition of positions.
+    place = None
+    for band, task_ids in pending_queue(decision).items():
+        for position, task_id in enumerate(task_ids, start=1):
+            if task_id in ours:
+                place = (band, position, len(task_ids), task_id)
+                break
+        if place is not None:
+            break
     effective = decision.effective_bands.get(first, plan.band)
     budgets_now = hypothetical.budgets
     limit = (
         budgets_now[plan.user].budget_limit if plan.user in budgets_now
         else hypothetical.config.budget_defaults.budget_limit
     )
-    reason = decision.pending_reasons.get(first)
+    pending_reason = None
+    if place is not None:
+        band, position, count, task_id = place
+        record = reason_record(decision.pending_reasons[task_id])
+        pending_reason = {**record, "text": pending_text(record, band, position, count), "band": band.wire,
+                          "position": position, "band_pending": count, "tick": None}
     return WhatIf(
         accepted=True,
         error=None,
@@ -123,10 +137,10 @@ def simulate_plan(plan: SubmissionPlan) -> WhatIf:
         effective_band=Band(effective),
         spend=int(decision.spend.get(plan.user, 0)),
         limit=limit,
-        position=min(q[1] for q in queued) if queued else None,
+        position=place[1] if place is not None else None,
         would_place=bool(assignments),
         worker=assignments[0].worker if assignments else None,
         would_preempt=victims,
         job=plan.job_id,
-        pending_reason=reason_text(reason) if reason is not None else None,
+        pending_reason=pending_reason,
     )

@@ -63,6 +63,7 @@ def scheduler_status(now: datetime | None = None) -> dict:
                 "duration_ms": round(t.duration_ms, 1),
                 "decide_ms": round(t.decide_ms, 1),
                 "pending": t.pending,
+                "left_pending": t.left_pending,
                 "assigned": t.assigned,
                 "preempted": t.preempted,
                 "expired": t.expired,

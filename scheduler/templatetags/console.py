@@ -15,7 +15,7 @@ from django.utils.timesince import timesince
 
 from scheduler import roles
 from scheduler.core.bands import Band
-from scheduler.core.explain import format_cores, format_memory
+from scheduler.core.explain import cause_text, format_cores, format_memory, pending_text
 
 register = template.Library()
 
@@ -169,3 +169,24 @@ def console_role(context):
     if user is None or not user.is_authenticated:
         return {"name": "anonymous", "admin": False, "operator": False}
     return {"name": roles.role_name(user), "admin": roles.is_admin(user), "operator": roles.is_operator(user)}
+
+
+@register.filter
+def reason_text(reason) -> str:
+    """A pending reason for people, from a queue entry or a served ``pending_reason`` dict,
+    through the one renderer (``core.explain.pending_text``)."""
+    if reason is None:
+        return ""
+    if isinstance(reason, dict):
+        band = reason.get("band")
+        return pending_text(reason, Band.parse(band) if band else None, reason.get("position"),
+                            reason.get("band_pending"), reason.get("tick"))
+    return reason.text
+
+
+@register.filter
+def reason_cause(reason) -> str:
+    """Only the cause of a pending reason (where the place and the downgrade are shown beside it)."""
+    if reason is None:
+        return ""
+    return cause_text(reason if isinstance(reason, dict) else reason.reason)

@@ -236,6 +236,7 @@ def apply_decision(
     duration_ms = (time.perf_counter() - started) * 1000
     TickRecord.objects.filter(pk=tick.pk).update(
         explanation=explanation,
+        left_pending=len(explanation["tasks"]),
         duration_ms=duration_ms,
         assigned=len(assignments),
         preempted=len(preemptions),

@@ -1,59 +1,61 @@
-"""Explanation storage: a decision turned into the queue the console and the API read
-(every still-pending task's band, position and reason), stored with the tick.
+"""Explanation storage: a decision turned into the queue the console, the API and the CLI read
+(every still-pending task's effective band, requested band, position, and reason as data),
+stored with the tick.
+
+Positions and band counts come from :func:`scheduler.core.explain.pending_queue`, the one
+definition; reasons are stored as records (code and parameters), never as text, so nothing
+downstream parses text back.
 """
 
 from __future__ import annotations
 
-from scheduler.core.budget import effective_band
+import json
+
+from scheduler.core.explain import pending_queue, reason_record
 from scheduler.core.types import ClusterSnapshot, Decision
+
+# The stored shape's version: 2 = reasons as records (issue 12). Version 1 (no "version" key)
+# stored reasons as text and positions counted differently; readers treat it as unexplained.
+EXPLANATION_VERSION = 2
 
 
 def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision) -> dict:
-    """The queue as the console shows it: every still-pending task's band, position and reason.
+    """The queue as the newest tick left it.
 
-    Shape: ``{"tasks": {task_id: [effective band rank, position in band (1-based), reason index]},
-    "reasons": [text, ...], "band_counts": {rank: n}}``. Reasons are interned because thousands
-    of tasks usually share a handful of them.
+    Shape: ``{"version": 2, "tasks": {task_id: [effective band rank, requested band rank,
+    position in band (1-based), reason index]}, "reasons": [record, ...], "band_counts":
+    {rank: n}}``, tasks listed band by band in position order. A record is
+    ``{"code", <parameters>, "downgrade"?}`` (docs/api.md lists the codes). Records are
+    interned: thousands of tasks share a handful of reasons, so one record is stored per
+    distinct reason (equal records from different reason objects are stored once).
     """
-    assigned = {a.task for a in decision.assignments}
-    reasons: list[str] = []
-    reason_index: dict[str, int] = {}
-    # Reasons are shared objects (one per job or request shape): render each once.
+    reasons: list[dict] = []
+    index_of_key: dict[str, int] = {}
+    # Reasons are shared objects (one per job or request shape): turn each into a record once.
     index_of_reason: dict[int, int] = {}
-    positions: dict[int, int] = {}
-    tasks: dict[str, list] = {}
     pending_reasons = decision.pending_reasons
-    effective_bands = decision.effective_bands
-    ordered = list(decision.order)
-    seen = set(ordered)
-    # Pending tasks held back by the gates are queued after the ones that passed.
-    ordered.extend(t for t in pending_reasons if t not in seen)
-    for task_id in ordered:
-        reason = pending_reasons.get(task_id)
-        if reason is None or task_id in assigned:
-            continue
-        band = effective_bands.get(task_id)
-        if band is None:
-            # Requeued this tick (a preemption victim or a gang sibling): it was not pending when
-            # the tick started, so it queues next tick in its requested band, downgraded as usual.
-            job = snapshot.jobs[task_id.rsplit("/", 1)[0]]
-            band = effective_band(
-                job.band, job.user, decision.spend, snapshot.budgets, snapshot.config.budget_defaults
-            )
-        band = int(band)
-        position = positions[band] = positions.get(band, 0) + 1
-        index = index_of_reason.get(id(reason))
-        if index is None:
-            text = reason_text(reason)
-            index = reason_index.get(text)
+    jobs = snapshot.jobs
+    requested_of_job: dict[str, int] = {}
+    tasks: dict[str, list] = {}
+    band_counts: dict[str, int] = {}
+    for band, task_ids in pending_queue(decision).items():
+        rank = int(band)
+        band_counts[str(rank)] = len(task_ids)
+        for position, task_id in enumerate(task_ids, start=1):
+            reason = pending_reasons[task_id]
+            index = index_of_reason.get(id(reason))
             if index is None:
-                index = reason_index[text] = len(reasons)
-                reasons.append(text)
-            index_of_reason[id(reason)] = index
-        tasks[task_id] = [band, position, index]
-    return {"tasks": tasks, "reasons": reasons, "band_counts": {str(k): v for k, v in sorted(positions.items())}}
-
-
-def reason_text(reason: object) -> str:
-    text = getattr(reason, "text", None)
-    return text() if callable(text) else str(reason)
+                record = reason_record(reason)
+                key = json.dumps(record, sort_keys=True)
+                index = index_of_key.get(key)
+                if index is None:
+                    index = index_of_key[key] = len(reasons)
+                    reasons.append(record)
+                index_of_reason[id(reason)] = index
+            job_id = task_id[: task_id.rfind("/")]
+            requested = requested_of_job.get(job_id)
+            if requested is None:
+                job = jobs.get(job_id)
+                requested = requested_of_job[job_id] = int(job.band) if job is not None else rank
+            tasks[task_id] = [rank, requested, position, index]
+    return {"version": EXPLANATION_VERSION, "tasks": tasks, "reasons": reasons, "band_counts": band_counts}

@@ -22,7 +22,8 @@ from scheduler.errors import InvalidArgument, ServiceError
 from scheduler.jobs import cancel as jobs_cancel
 from scheduler.jobs import queries as jobs_queries
 from scheduler.jobs import whatif as jobs_whatif
-from scheduler.jobs.explain import explain_job
+from scheduler.core.explain import cause_text
+from scheduler.jobs.explain import NOT_YET_TICKED, explain_job
 from scheduler.jobs.queries import job_tasks_window, task_counts
 from scheduler.store.states import TERMINAL_JOB_VALUES
 from scheduler.jobs.queue import RoundRobinPlace, queue_index, round_robin_place
@@ -39,8 +40,6 @@ from scheduler.views.forms import JobFilterForm, JobForm, WhatIfForm
 
 # Tasks shown per page on a job's detail page.
 TASKS_PER_PAGE = 50
-# What ``queries.explain_job`` says of a pending task no tick has explained yet.
-NOT_YET_TICKED = "Waiting for the next scheduling tick"
 JOB_FIELDS = {"device.type": "device_type", "device.variant": "device_variant", "device.count": "device_count",
               "device": "device_type", "cpu": "cpu", "memory": "memory"}
 
@@ -97,21 +96,24 @@ def why_sentences(explain: dict, job, viewer, place: RoundRobinPlace | None) -> 
         if downgrade:
             sentences.append("Tasks already running keep the band they were stamped with when placed.")
         return sentences
-    if explain["position"] is None and any(t["pending_reason"] == NOT_YET_TICKED for t in pending):
+    if explain["position"] is None and any(
+        (t["pending_reason"] or {}).get("code") == NOT_YET_TICKED["code"] for t in pending
+    ):
         sentences.append("No tick has looked at it yet; the next tick (every few seconds) places it or says why not.")
     if explain["position"] and explain["position"] > 1:
-        band = place.band.name if place else explain["effective_band"].upper()
-        sentences.append(f"{explain['position'] - 1:,} task(s) are ahead of it in the {band} queue.")
+        band = Band.parse(explain["queued_band"]).name
+        sentences.append(
+            f"{explain['position'] - 1:,} task(s) are ahead of it in the {band} queue (as of tick {explain['tick']})."
+        )
     if place and len(place.users) > 1:
         sentences.append(
             f"Within {place.band.name}, users take turns, lower spend first: {job.user} goes "
             f"{ordinal(place.turn)} of {len(place.users)} and has {place.ahead_own:,} task(s) of their own ahead "
             f"of this one."
         )
-    reason = explain.get("pending_reason") or ""
-    if explain["position"] is not None and reason and not reason.startswith(NOT_YET_TICKED):
-        cause = reason.split("; position ")[0].split("; INTERACTIVE runs as")[0]
-        sentences.append(f"The scheduler's last word on it: {cause}.")
+    reason = explain.get("pending_reason")
+    if explain["position"] is not None and reason and reason["code"] != NOT_YET_TICKED["code"]:
+        sentences.append(f"The scheduler's last word on it (tick {explain['tick']}): {cause_text(reason)}.")
     if requested is Band.BATCH and not downgrade:
         sentences.append("BATCH work runs when no higher band needs the capacity.")
     return sentences
@@ -127,15 +129,15 @@ def job_context(request, job) -> dict:
     explain = explain_job(job, index)
     counts = task_counts([job.pk]).get(job.pk, {})
     place = None
-    queued = [t for t in explain["tasks"] if t["position"] is not None and t["band"]]
-    if queued and explain["position"] is not None:
-        first = min(queued, key=lambda t: t["position"])
-        place = round_robin_place(index, int(Band.parse(first["band"])), first["position"])
+    if explain["position"] is not None:
+        place = round_robin_place(index, int(Band.parse(explain["queued_band"])), explain["position"])
     win = window(request, job.replicas, TASKS_PER_PAGE)
     tasks = job_tasks_window(job, offset=win.offset, limit=win.size)
-    pending_reasons = {t["task"]: t["pending_reason"] for t in explain["tasks"]}
+    explained = {t["task"]: t for t in explain["tasks"]}
     for task in tasks:
-        task.pending_reason = pending_reasons.get(f"{job.name}/{task.index}")
+        facts = explained.get(f"{job.name}/{task.index}", {})
+        task.pending_reason = facts.get("pending_reason")
+        task.changed_since_tick = facts.get("changed_since_tick", False)
         task.attempt_list = list(task.attempts.all())  # prefetched: each links to its log
         task.last_attempt = task.attempt_list[-1] if task.attempt_list else None
     for event in explain["preemptions"]:

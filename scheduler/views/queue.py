@@ -11,7 +11,7 @@ from django.contrib.auth.decorators import login_required
 
 from scheduler import roles
 from scheduler.core.bands import BANDS_IN_ORDER, Band
-from scheduler.core.explain import Downgrade
+from scheduler.core.explain import downgrade_text
 from scheduler.jobs.queue import QueueEntry, QueueIndex, queue_index, queue_rows, queue_window
 from scheduler.views.common import PAGE_SIZE, Window, no_change, page_number, page_or_fragment, unchanged
 from scheduler.views.forms import QueueFilterForm
@@ -21,19 +21,16 @@ PER_BAND_PREVIEW = 10
 
 
 def queue_row(entry: QueueEntry, task, index: QueueIndex) -> dict:
-    """One table row: the explanation's facts, the task's current row, and any downgrade."""
-    requested = Band(task.job.band) if task else None
+    """One table row: the explanation's facts (band, place, reason as of the tick, with the
+    downgrade the tick decided with), and the task's current row (to mark a task that moved)."""
+    requested = entry.requested or (Band(task.job.band) if task else None)
     downgrade = None
-    if requested is not None and requested != entry.band:
-        spend = int(index.spend.get(entry.user, 0))
-        limit = int(index.limits.get(entry.user, 0))
-        downgrade = {
-            "text": Downgrade(requested, entry.band, spend, limit).text(),
-            "over": spend - limit,
-            "spend": spend,
-            "limit": limit,
-        }
-    return {"entry": entry, "task": task, "requested": requested, "downgrade": downgrade}
+    record = entry.reason.get("downgrade")
+    if record:
+        spend, limit = int(record["spend"]), int(record["limit"])
+        downgrade = {"text": downgrade_text(entry.reason), "over": spend - limit, "spend": spend, "limit": limit}
+    return {"entry": entry, "task": task, "requested": requested, "downgrade": downgrade,
+            "changed": task is not None and task.state != "pending"}
 
 
 @login_required

@@ -11,7 +11,7 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from scheduler.core.bands import Band
-from scheduler.models import TickRecord
+from scheduler.models import Job, TickRecord
 from scheduler.store.clock import now_ms
 from tests.personas import token_client
 
@@ -65,20 +65,31 @@ def as_ada(ada):
 # --- builders -------------------------------------------------------------------------------------
 
 
-def make_tick(tasks: dict[str, tuple[Band, int, str]]) -> TickRecord:
-    """A tick whose explanation queues ``tasks``: {task id: (effective band, position, reason)}."""
-    reasons: list[str] = []
+# Reason records for hand-made ticks (the shapes ``core.explain.reason_record`` stores).
+NO_WORKERS = {"code": "no_healthy_workers"}
+SHORT_OF_CPU = {"code": "insufficient_cpu", "resource": "cpu", "need": 1000, "best_free": 0, "workers": 1,
+                "matching": 1}
+HELD = {"code": "per_job_cap", "limit": 4}
+
+
+def make_tick(tasks: dict[str, tuple[Band, int, dict]], spend: dict | None = None, limits: dict | None = None) -> TickRecord:
+    """A tick whose explanation queues ``tasks``: {task id: (effective band, position, reason record)};
+    the requested band is the job's (or the effective band for a job with no row)."""
+    reasons: list[dict] = []
     explained = {}
     counts: dict[str, int] = {}
+    bands = dict(Job.objects.values_list("name", "band"))
     for task_id, (band, position, reason) in tasks.items():
         if reason not in reasons:
             reasons.append(reason)
-        explained[task_id] = [int(band), position, reasons.index(reason)]
+        requested = bands.get(task_id.rpartition("/")[0], int(band))
+        explained[task_id] = [int(band), requested, position, reasons.index(reason)]
         counts[str(int(band))] = counts.get(str(int(band)), 0) + 1
     TickRecord.objects.filter(explanation__isnull=False).update(explanation=None)
     return TickRecord.objects.create(
-        started_at=timezone.now(), now_ms=now_ms(), duration_ms=1.0, pending=len(tasks),
-        explanation={"tasks": explained, "reasons": reasons, "band_counts": counts},
+        started_at=timezone.now(), now_ms=now_ms(), duration_ms=1.0, pending=len(tasks), left_pending=len(tasks),
+        spend=spend or {}, limits=limits or {},
+        explanation={"version": 2, "tasks": explained, "reasons": reasons, "band_counts": counts},
     )
 
 

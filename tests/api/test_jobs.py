@@ -12,7 +12,7 @@ from scheduler.jobs.cancel import cancel_job
 from scheduler.jobs.queue import _queue_index_cache
 from scheduler.jobs.submit import submit_job
 from scheduler.models import Attempt, Job, PreemptionEvent, Task, UserBudget
-from tests.api.conftest import error_of, make_tick
+from tests.api.conftest import HELD, NO_WORKERS, SHORT_OF_CPU, error_of, make_tick
 from tests.personas import make_worker, run_tasks, submit
 
 # Authentication (token + user) is one query; a list view must stay within a fixed budget.
@@ -170,11 +170,11 @@ def queued(alice, bob):
     submit(bob, "probe")
     return make_tick(
         {
-            "/alice/train/0": (Band.INTERACTIVE, 1, "No healthy workers available"),
-            "/bob/probe/0": (Band.INTERACTIVE, 2, "No healthy workers available"),
-            "/alice/train/1": (Band.INTERACTIVE, 3, "No healthy workers available"),
-            "/alice/train/2": (Band.BATCH, 2, "Insufficient CPU"),
-            "/bob/sweep/0": (Band.BATCH, 1, "Insufficient CPU"),
+            "/alice/train/0": (Band.INTERACTIVE, 1, NO_WORKERS),
+            "/bob/probe/0": (Band.INTERACTIVE, 2, NO_WORKERS),
+            "/alice/train/1": (Band.INTERACTIVE, 3, NO_WORKERS),
+            "/alice/train/2": (Band.BATCH, 2, SHORT_OF_CPU),
+            "/bob/sweep/0": (Band.BATCH, 1, SHORT_OF_CPU),
         }
     )
 
@@ -189,8 +189,13 @@ def test_queue_lists_pending_tasks_by_band_in_scheduling_order(as_bob, queued):
         ("/alice/train/2", "batch", 2),
     ]
     first = page["results"][0]
-    assert (first["user"], first["state"], first["requested_band"], first["pending_reason"]) == (
-        "alice", "pending", "interactive", "No healthy workers available")
+    assert (first["user"], first["state"], first["requested_band"], first["band_pending"]) == (
+        "alice", "pending", "interactive", 3)
+    assert first["pending_reason"] == {
+        "code": "no_healthy_workers", "band": "interactive", "position": 1, "band_pending": 3, "tick": queued.pk,
+        "text": f"No healthy workers available; position 1 of 3 in INTERACTIVE as of tick {queued.pk}",
+    }
+    assert first["changed_since_tick"] is False
     assert page["tick"] == queued.pk
     assert page["band_counts"] == {"interactive": 3, "batch": 2}
 
@@ -207,8 +212,11 @@ def test_queue_filters_and_pages(as_alice, queued, query, expected):
 
 def test_queue_shows_the_current_state_of_a_task_that_moved_since_the_tick(as_alice, alice, queued):
     cancel_job(alice, "/alice/train")
-    states = {e["task"]: e["state"] for e in as_alice.get("/api/v1/queue/?user=alice").json()["results"]}
-    assert set(states.values()) == {"killed"}
+    results = as_alice.get("/api/v1/queue/?user=alice").json()["results"]
+    assert {e["state"] for e in results} == {"killed"}
+    # Marked, not renumbered: the places stay those of the tick.
+    assert [(e["position"], e["band_pending"], e["changed_since_tick"]) for e in results] == [
+        (1, 3, True), (3, 3, True), (2, 2, True)]
 
 
 def test_queue_is_empty_before_any_tick(as_alice, alice):
@@ -223,8 +231,8 @@ def test_queue_runs_a_fixed_number_of_queries(as_alice, alice, jobs, django_asse
     entries = {}
     for i in range(jobs):
         submit(alice, f"j{i}", replicas=2)
-        entries[f"/alice/j{i}/0"] = (Band.INTERACTIVE, 2 * i + 1, "waiting")
-        entries[f"/alice/j{i}/1"] = (Band.INTERACTIVE, 2 * i + 2, "waiting")
+        entries[f"/alice/j{i}/0"] = (Band.INTERACTIVE, 2 * i + 1, HELD)
+        entries[f"/alice/j{i}/1"] = (Band.INTERACTIVE, 2 * i + 2, HELD)
     make_tick(entries)
     with django_assert_max_num_queries(LIST_QUERIES):
         assert len(as_alice.get("/api/v1/queue/").json()["results"]) == min(50, 2 * jobs)
@@ -238,17 +246,19 @@ def test_explain_shows_the_downgrade_with_the_numbers(as_alice, alice, bob):
     running = submit(alice, "running", replicas=2, cpu=4, memory="16Gi")  # 36 points per task
     run_tasks(running, make_worker("w1"))
     submit(alice, "waiting", replicas=2)
-    make_tick({"/alice/waiting/0": (Band.BATCH, 4, "Insufficient CPU (need 1 core, available 0 cores) - 1 worker(s)"),
-               "/alice/waiting/1": (Band.BATCH, 5, "Insufficient CPU (need 1 core, available 0 cores) - 1 worker(s)"),
-               "/bob/x/0": (Band.BATCH, 1, "x"), "/bob/x/1": (Band.BATCH, 2, "x"), "/bob/x/2": (Band.BATCH, 3, "x")})
+    make_tick({"/alice/waiting/0": (Band.BATCH, 4, SHORT_OF_CPU),
+               "/alice/waiting/1": (Band.BATCH, 5, SHORT_OF_CPU),
+               "/bob/x/0": (Band.BATCH, 1, HELD), "/bob/x/1": (Band.BATCH, 2, HELD), "/bob/x/2": (Band.BATCH, 3, HELD)})
 
     explained = as_alice.get("/api/v1/jobs/alice/waiting:explain").json()
     assert explained["requested_band"] == "interactive"
     assert explained["effective_band"] == "batch"
     assert explained["downgrade"] == {"spend": 72, "limit": 50, "text": "INTERACTIVE runs as BATCH: spend 72 > limit 50"}
     assert (explained["spend"], explained["limit"]) == (72, 50)
-    assert (explained["position"], explained["band_queue_length"]) == (4, 5)
-    assert explained["pending_reason"].startswith("Insufficient CPU")
+    assert (explained["position"], explained["band_pending"], explained["band_queue_length"]) == (4, 5, 5)
+    assert explained["pending_reason"]["code"] == "insufficient_cpu"
+    assert explained["pending_reason"]["text"].startswith(
+        "Insufficient CPU: need 1 core, at most 0 cores free on 1 of 1 matching worker; position 4 of 5 in BATCH as of tick")
     assert [(t["task"], t["band"], t["position"]) for t in explained["tasks"]] == [
         ("/alice/waiting/0", "batch", 4), ("/alice/waiting/1", "batch", 5)]
     assert "over the limit" in explained["what_would_change"]
@@ -260,7 +270,8 @@ def test_explain_of_a_job_under_budget_has_no_downgrade(as_alice, alice):
     explained = as_alice.get("/api/v1/jobs/alice/train:explain").json()
     assert (explained["effective_band"], explained["downgrade"]) == ("interactive", None)
     assert explained["position"] is None
-    assert explained["pending_reason"] == "Waiting for the next scheduling tick"
+    assert explained["pending_reason"]["code"] == "not_yet_ticked"
+    assert explained["pending_reason"]["text"] == "Waiting for the next scheduling tick"
 
 
 def test_explain_of_production_work_is_never_downgraded(as_ada, ada):
@@ -351,7 +362,7 @@ def test_explain_reads_the_tick_explanation_once_per_tick(as_alice, alice):
 
 
     submit(alice, "train", replicas=2)
-    make_tick({"/alice/train/0": (Band.INTERACTIVE, 1, "waiting"), "/alice/train/1": (Band.INTERACTIVE, 2, "waiting")})
+    make_tick({"/alice/train/0": (Band.INTERACTIVE, 1, HELD), "/alice/train/1": (Band.INTERACTIVE, 2, HELD)})
     _queue_index_cache.clear()
     counts = []
     for _ in range(2):
@@ -359,7 +370,7 @@ def test_explain_reads_the_tick_explanation_once_per_tick(as_alice, alice):
             assert as_alice.get("/api/v1/jobs/alice/train:explain").json()["position"] == 1
         counts.append(sum('"limits"' in q["sql"] for q in captured.captured_queries))
     assert counts == [1, 0]
-    make_tick({"/alice/train/0": (Band.INTERACTIVE, 1, "waiting")})
+    make_tick({"/alice/train/0": (Band.INTERACTIVE, 1, HELD)})
     with CaptureQueriesContext(connection) as captured:
         assert as_alice.get("/api/v1/jobs/alice/train:explain").json()["tasks"][1]["position"] is None
     assert sum('"limits"' in q["sql"] for q in captured.captured_queries) == 1

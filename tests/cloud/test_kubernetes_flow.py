@@ -13,6 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from scheduler.core.bands import Band
+from scheduler.core.explain import cause_text
 from scheduler.execution.dispatcher import drain
 from scheduler.jobs.cancel import cancel_job
 from scheduler.models import Attempt, BackendState, DispatchIntent, Job, Task, TickRecord, UserBudget, Worker
@@ -112,8 +113,10 @@ def test_waiting_tasks_are_explained_in_the_queue(kube, cluster_config):
     run_tick(NOW_MS)
 
     explanation = TickRecord.objects.latest("pk").explanation
-    band, position, reason = explanation["tasks"]["/alice/b/0"]
-    assert explanation["reasons"][reason] == "Kubernetes promotion rate cap: 0 of 1 pods left this minute"
+    band, requested, position, reason = explanation["tasks"]["/alice/b/0"]
+    record = explanation["reasons"][reason]
+    assert record["code"] == "rate_cap"
+    assert cause_text(record) == "Kubernetes promotion rate cap: 0 of 1 pods left this minute"
 
 
 def test_a_gang_is_promoted_whole_into_one_kueue_pod_group(cluster):
@@ -341,7 +344,7 @@ def test_a_failing_sync_marks_the_backend_unhealthy_and_holds_promotions(cluster
     run_tick(NOW_MS)
     assert task_of(job).state == "pending"
     explanation = TickRecord.objects.latest("pk").explanation
-    reason = explanation["reasons"][explanation["tasks"]["/alice/train/0"][2]]
+    reason = cause_text(explanation["reasons"][explanation["tasks"]["/alice/train/0"][3]])
     assert reason.startswith("Kubernetes backend not ready: unhealthy: ")
 
     sync()  # the API answers again

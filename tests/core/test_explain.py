@@ -15,6 +15,8 @@ from scheduler.core.explain import (
     format_cores,
     format_memory,
     number,
+    pending_text,
+    reason_record,
 )
 from scheduler.core.types import TaskState
 from tests.core.builders import GIB, budget, cluster, eq, job, reason_text, running, task, tpu_slice, worker
@@ -49,15 +51,17 @@ def test_a_downgrade_reads_requested_effective_and_the_numbers():
     assert text == "INTERACTIVE runs as BATCH: spend 12,400 > limit 10,000"
 
 
-def test_a_pending_reason_combines_cause_position_and_downgrade():
-    reason = PendingReason(
-        PerJobCap(4), Band.BATCH, position=1235, band_size=40000, downgrade=Downgrade(Band.INTERACTIVE, Band.BATCH, 2, 1)
-    )
+def test_a_pending_reason_is_its_cause_then_its_downgrade_and_the_place_is_added_by_pending_text():
+    reason = PendingReason(PerJobCap(4), downgrade=Downgrade(Band.INTERACTIVE, Band.BATCH, 2, 1))
     assert reason.text() == (
         "Held back by the per-job limit: at most 4 tasks of a job are scheduled per cycle; "
-        "position 1,235 of 40,000 in BATCH; INTERACTIVE runs as BATCH: spend 2 > limit 1"
+        "INTERACTIVE runs as BATCH: spend 2 > limit 1"
     )
     assert reason.code == "per_job_cap"
+    assert pending_text(reason_record(reason), Band.BATCH, 1235, 40000, tick=812) == (
+        "Held back by the per-job limit: at most 4 tasks of a job are scheduled per cycle; "
+        "position 1,235 of 40,000 in BATCH as of tick 812; INTERACTIVE runs as BATCH: spend 2 > limit 1"
+    )
 
 
 def test_no_healthy_worker():

@@ -150,6 +150,7 @@ def test_decision_json_has_exactly_the_documented_shape():
         "preemptions",
         "unschedulable",
         "pending_reasons",
+        "queue",
         "after",
         "jobs_after",
     ]
@@ -158,6 +159,7 @@ def test_decision_json_has_exactly_the_documented_shape():
     assert set(next(iter(doc["after"].values()))) == {"state", "worker", "band", "preemption_count"}
     assert set(doc["effective_bands"].values()) <= {"system", "production", "interactive", "batch"}
     assert all(isinstance(text, str) for text in doc["pending_reasons"].values())
+    assert sorted(t for tasks in doc["queue"].values() for t in tasks) == sorted(doc["pending_reasons"])
 
 
 def test_decision_json_sorts_task_keys_by_job_then_numeric_index():

@@ -92,8 +92,8 @@ def test_a_job_whose_only_task_was_preempted_is_pending_again_and_queued_in_its_
     victim_job.refresh_from_db()
     assert victim_job.state == "pending"
     assert Job.objects.get(name="/alice/prod").state == "running"
-    band, position, _ = TickRecord.objects.get().explanation["tasks"]["/bob/batch/0"]
-    assert (band, position) == (Band.BATCH, 1)
+    band, requested, position, _ = TickRecord.objects.get().explanation["tasks"]["/bob/batch/0"]
+    assert (band, requested, position) == (Band.BATCH, Band.BATCH, 1)
 
 
 def test_victim_unfinished_attempt_keeps_its_worker_full_on_the_next_tick():

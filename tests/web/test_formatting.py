@@ -131,7 +131,8 @@ def test_queue_index_is_read_once_per_tick_and_sorted_if_needed(django_assert_nu
     _queue_index_cache.clear()
     TickRecord.objects.create(
         started_at=timezone.now(), now_ms=0, duration_ms=1, spend={"bob": 7}, limits={},
-        explanation={"tasks": {"/bob/a/1": [2, 2, 0], "/bob/a/0": [2, 1, 0]}, "reasons": ["x"], "band_counts": {"2": 2}},
+        explanation={"version": 2, "tasks": {"/bob/a/1": [2, 2, 2, 0], "/bob/a/0": [2, 2, 1, 0]},
+                     "reasons": [{"code": "no_healthy_workers"}], "band_counts": {"2": 2}},
     )
     with django_assert_num_queries(2):
         index = queue_index()
