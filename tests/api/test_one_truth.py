@@ -1,0 +1,154 @@
+"""One truth for every explanation (issue 12): after a real tick over a generated cluster, every
+pending task's position and band count are the same in the queue API, the explain endpoint and
+the numbers inside the rendered reason text; band counts sum to what is pending; the scheduler
+state page shows the newest tick record's count. And the job page tells bands honestly."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.utils.html import escape
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler.core.bands import Band
+from scheduler.jobs.queue import _queue_index_cache
+from scheduler.models import Job, PreemptionEvent, Task, TickRecord, UserBudget, Worker
+from scheduler.store.cluster_rows import forget_cluster_rows
+from scheduler.tick.run import run_tick
+from tests.personas import NOW_MS, make_job, make_worker, start_running, token_client
+
+PLACE = re.compile(r"position ([\d,]+) of ([\d,]+) in (\w+) as of tick (\d+)")
+
+JOBS = st.lists(
+    st.tuples(
+        st.sampled_from(["alice", "bob"]),
+        st.sampled_from([Band.PRODUCTION, Band.INTERACTIVE, Band.BATCH]),
+        st.integers(1, 7),  # replicas
+        st.sampled_from([1, 2, 4, 8]),  # cores
+        st.booleans(),  # gang
+    ),
+    min_size=1, max_size=6,
+)
+CLUSTERS = st.tuples(
+    st.lists(st.sampled_from([2, 4, 8]), min_size=0, max_size=4),  # workers' cores
+    JOBS,
+    st.integers(0, 3),  # tasks of alice already running (over her budget if > 1)
+)
+
+
+def build(workers, jobs, running):
+    Task.objects.all().delete()
+    Job.objects.all().delete()
+    Worker.objects.all().delete()
+    TickRecord.objects.all().delete()
+    forget_cluster_rows()
+    _queue_index_cache.clear()
+    UserBudget.objects.update_or_create(user_id="alice", defaults={"budget_limit": 6, "max_band": Band.INTERACTIVE})
+    for i, cores in enumerate(workers):
+        make_worker(f"w{i}", cpu=cores, memory_gib=64, pool="a" if i % 2 else "b")
+    if running and workers:
+        held = make_job("/alice/held", replicas=running, cpu=0.5)
+        host = Worker.objects.order_by("name").first()
+        for i in range(running):
+            start_running(held, host, index=i)
+    for n, (user, band, replicas, cores, gang) in enumerate(jobs):
+        make_job(f"/{user}/j{n}", band=band, replicas=replicas, cpu=cores, group_by="pool" if gang and replicas > 1 else None)
+
+
+@pytest.mark.django_db
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(CLUSTERS)
+def test_queue_explain_reason_text_and_state_page_agree_after_a_tick(alice, ada, cluster):
+    build(*cluster)
+    run_tick(NOW_MS)
+    tick = TickRecord.objects.latest("pk")
+    api = token_client(ada)
+
+    page = api.get("/api/v1/queue/?page_size=500").json()
+    assert page["tick"] == tick.pk
+    entries = page["results"]
+    assert sum(page["band_counts"].values()) == len(entries) == tick.left_pending
+    pending_now = Task.objects.filter(state="pending").count()
+    assert tick.left_pending == pending_now  # nothing moved since the tick
+
+    seen_per_band: dict[str, int] = {}
+    for e in entries:
+        seen_per_band[e["band"]] = seen_per_band.get(e["band"], 0) + 1
+        # Positions are 1..N in order within each band, N the band count.
+        assert e["position"] == seen_per_band[e["band"]]
+        assert e["band_pending"] == page["band_counts"][e["band"]]
+        reason = e["pending_reason"]
+        assert (reason["position"], reason["band_pending"], reason["tick"]) == (e["position"], e["band_pending"], tick.pk)
+        match = PLACE.search(reason["text"])
+        assert match, reason["text"]
+        assert (int(match[1].replace(",", "")), int(match[2].replace(",", "")), match[3], int(match[4])) == (
+            e["position"], e["band_pending"], e["band"].upper(), tick.pk)
+
+    by_task = {e["task"]: e for e in entries}
+    for job in Job.objects.exclude(name="/alice/held"):
+        explained = api.get(f"/api/v1/jobs{job.name}:explain").json()
+        assert explained["tick"] == tick.pk
+        queued = [t for t in explained["tasks"] if t["position"] is not None]
+        for t in queued:
+            e = by_task[t["task"]]
+            assert (t["band"], t["position"], t["band_pending"]) == (e["band"], e["position"], e["band_pending"])
+            assert t["pending_reason"]["text"] == e["pending_reason"]["text"]
+        if queued:
+            first = min(queued, key=lambda t: (int(Band.parse(t["band"])), t["position"]))
+            assert (explained["position"], explained["band_pending"], explained["queued_band"]) == (
+                first["position"], first["band_pending"], first["band"])
+            assert explained["pending_reason"]["text"] == first["pending_reason"]["text"]
+        assert {t["task"] for t in explained["tasks"] if t["state"] == "pending"} == {
+            t["task"] for t in queued}
+
+    ada_console = token_client(ada)
+    ada_console.force_login(ada)
+    html = ada_console.get("/scheduler/").content.decode()
+    assert f'<strong id="left-pending">{tick.left_pending:,}</strong>' in html
+    assert f'data-tick="{tick.pk}">{tick.left_pending:,}</td>' in html
+
+
+@pytest.mark.django_db
+def test_job_header_counts_running_and_pending_bands_and_labels_both_spends(alice, ada):
+    UserBudget.objects.create(user_id="alice", budget_limit=30, max_band=Band.INTERACTIVE)
+    worker = make_worker("w1", cpu=4, memory_gib=16)
+    job = make_job("/alice/train", replicas=6, cpu=1, memory_gib=1)
+    for i in range(4):
+        start_running(job, worker, index=i, band=Band.INTERACTIVE)
+    make_job("/alice/big", replicas=2, cpu=4, memory_gib=4)  # 2 × 24 points: spend 48 once running
+    big = Job.objects.get(name="/alice/big")
+    other = make_worker("w2", cpu=8, memory_gib=16)
+    for i in range(2):
+        start_running(big, other, index=i, band=Band.INTERACTIVE)
+    run_tick(NOW_MS)
+    tick = TickRecord.objects.latest("pk")
+
+    explained = token_client(alice).get("/api/v1/jobs/alice/train:explain").json()
+    spend = explained["spend_at_tick"]
+    assert spend > 30
+    assert explained["bands_text"] == (
+        f"4 running as INTERACTIVE · 2 pending as BATCH: over budget, spend {spend} > limit 30")
+    client = token_client(alice)
+    client.force_login(alice)
+    html = client.get("/jobs/alice/train/").content.decode()
+    assert escape(explained["bands_text"]) in html
+    assert "(live)" in html and f"(at tick {tick.pk}, what the scheduler used)" in html
+
+
+@pytest.mark.django_db
+def test_a_victim_row_says_the_band_it_was_stamped_at_and_why(alice, ada):
+    UserBudget.objects.create(user_id="bob", budget_limit=1, max_band=Band.INTERACTIVE)
+    worker = make_worker("w1", cpu=4, memory_gib=16)
+    victim = make_job("/bob/old", band=Band.INTERACTIVE, cpu=4)
+    start_running(victim, worker, band=Band.BATCH)  # stamped BATCH: bob was over budget then
+    make_job("/bob/new", band=Band.INTERACTIVE, cpu=4)
+    UserBudget.objects.filter(user_id="bob").update(budget_limit=0)
+    run_tick(NOW_MS)
+    assert PreemptionEvent.objects.count() == 1
+
+    explained = token_client(ada).get("/api/v1/jobs/bob/old:explain").json()
+    (event,) = explained["preemptions"]
+    assert event["victim_band"] == "batch"
+    assert event["victim_stamp"] == "stamped BATCH at assignment: bob was over budget then (requested INTERACTIVE)"
