@@ -394,6 +394,38 @@ class ExplainTaskSerializer(serializers.Serializer):
     pending_reason = PendingReasonField(allow_null=True)
 
 
+class RequirementSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["constraint", "devices", "cpu", "memory", "group"])
+    label = serializers.CharField()
+    need = serializers.IntegerField(allow_null=True, help_text="millicores, bytes, devices or group size")
+    workers_alone = serializers.IntegerField(help_text="healthy workers meeting it (for group: the largest group)")
+    workers_with_previous = serializers.IntegerField(help_text="meeting it and every requirement above it")
+
+
+class HolderSerializer(serializers.Serializer):
+    user = serializers.CharField()
+    band = BandField(help_text="stamped band of the holding tasks")
+    tasks = serializers.IntegerField()
+    preemptible = serializers.BooleanField(help_text="whether the job's band could preempt them")
+
+
+class LargestWorkerSerializer(serializers.Serializer):
+    cpu_millicores = serializers.IntegerField()
+    memory_bytes = serializers.IntegerField()
+    devices = serializers.IntegerField()
+
+
+class FeasibilitySerializer(serializers.Serializer):
+    verdict = serializers.ChoiceField(choices=["never", "scale_group", "not_now", "fits"])
+    requirements = RequirementSerializer(many=True)
+    healthy_workers = serializers.IntegerField()
+    matching_workers = serializers.IntegerField()
+    largest_worker = LargestWorkerSerializer(allow_null=True, help_text="the biggest worker meeting the constraints")
+    scale_group = serializers.CharField(allow_null=True, help_text="a TPU scale group that could create a matching slice")
+    band = BandField(help_text="the band it queues at")
+    held_by = HolderSerializer(many=True, help_text="not_now: top holders of the matching workers")
+
+
 class BandSummarySerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=["running", "pending"])
     band = BandField()
@@ -431,6 +463,7 @@ class ExplainSerializer(serializers.Serializer):
     tick = serializers.IntegerField(allow_null=True, help_text="the tick the queue positions come from")
     bands = BandSummarySerializer(many=True, help_text="tasks per stamped (running) and queued (pending) band")
     bands_text = serializers.CharField()
+    feasibility = FeasibilitySerializer(allow_null=True, help_text="can it ever run? (null when nothing waits)")
     tasks = ExplainTaskSerializer(many=True)
     preemptions = ExplainPreemptionSerializer(many=True)
     what_would_change = serializers.CharField()
@@ -581,4 +614,5 @@ class WhatIfSerializer(serializers.Serializer):
     worker = serializers.CharField(allow_null=True, help_text="where its first task would go")
     would_preempt = serializers.ListField(child=serializers.CharField())
     pending_reason = PendingReasonField(allow_null=True)
+    feasibility = FeasibilitySerializer(allow_null=True, required=False)
 

@@ -369,6 +369,9 @@ def explanation(data: dict) -> str:
         ]
     )
     parts = [head]
+    feasibility = pick(data, "feasibility")
+    if isinstance(feasibility, dict):
+        parts.append(feasibility_text(feasibility))
     change = pick(data, "what_would_change")
     if change:
         items = change if isinstance(change, list) else [change]
@@ -380,6 +383,34 @@ def explanation(data: dict) -> str:
     if isinstance(preemptions, list):
         parts.append("Preemptions suffered:\n" + table(preemptions, PREEMPTION_COLUMNS))
     return "\n\n".join(p for p in parts if p)
+
+
+VERDICTS = {
+    "never": "NEVER, on the cluster as it is: no healthy worker meets every requirement, even idle",
+    "scale_group": "not yet: no worker fits, but scale group {scale_group} can create a matching slice",
+    "not_now": "not now: {matching_workers} matching worker(s), all full",
+    "fits": "yes: matching workers have room",
+}
+REQUIREMENT_COLUMNS: list[Column] = [
+    ("REQUIREMENT", lambda r: pick(r, "label") if pick(r, "kind") not in ("cpu", "memory") else f"{pick(r, 'kind')} >= {pick(r, 'need')}"),
+    ("WORKERS WITH IT", lambda r: pick(r, "workers_alone")),
+    ("AND ALL ABOVE", lambda r: pick(r, "workers_with_previous")),
+]
+
+
+def feasibility_text(f: dict) -> str:
+    """"Can it ever run?": the verdict, each requirement's worker counts, who holds the rest."""
+    lines = ["Can it ever run? " + VERDICTS.get(pick(f, "verdict"), cell(pick(f, "verdict"))).format(
+        scale_group=pick(f, "scale_group"), matching_workers=pick(f, "matching_workers"))]
+    reqs = pick(f, "requirements")
+    if isinstance(reqs, list) and reqs:
+        lines.append(table(reqs, REQUIREMENT_COLUMNS))
+    held = pick(f, "held_by")
+    if isinstance(held, list) and held:
+        lines.append("Held by: " + ", ".join(
+            f"{h['user']} ({h['tasks']} {band(h['band'])}, {'preemptible' if h['preemptible'] else 'not preemptible'})"
+            for h in held))
+    return "\n".join(lines)
 
 
 QUEUE_COLUMNS: list[Column] = [

@@ -17,10 +17,11 @@ from typing import ClassVar, Union
 
 from scheduler.core.bands import Band
 from scheduler.core.budget import GIB, MILLICORES_PER_CORE
+from scheduler.core.feasibility import ShapeAnalysis, analyse_job, any_fits_when_idle
 from scheduler.core.kueue import KUEUE_TEXT
 from scheduler.core.ordering import JobQueue
 from scheduler.core.placement import Shape, ShapeBook, WorkerPool
-from scheduler.core.types import Constraint, ConstraintOp, Decision, TaskSnapshot
+from scheduler.core.types import Constraint, ConstraintOp, Decision, JobSpec, TaskSnapshot, WorkerSpec
 
 # Bytes per MiB: memory below 1 GiB is shown in MiB.
 MIB = 1 << 20
@@ -262,7 +263,49 @@ class Requeued:
         return f"Requeued: gang member {self.member} was preempted"
 
 
+@dataclass(frozen=True, slots=True)
+class NeverFits:
+    """No healthy worker meets every requirement of the job, even idle: waiting will not help.
+
+    ``requirements`` are ``[kind, label, need, alone, cumulative]`` in the order of
+    :func:`scheduler.core.feasibility.analyse_job`; ``largest`` is (millicores, bytes, devices) of
+    the biggest worker meeting the constraints, or None.
+    """
+
+    requirements: tuple
+    largest: tuple | None
+    code: ClassVar[str] = "never_fits"
+
+    def text(self) -> str:
+        reqs = [tuple(r) for r in self.requirements]
+        blocking = next((r for r in reqs if r[4] == 0 or (r[0] == "group" and r[4] < (r[2] or 0))), None)
+        parts = ["Never fits on the cluster as it is"]
+        if blocking is not None:
+            kind, label, need, alone, cumulative = blocking
+            what = {"cpu": lambda: f"{format_cores(need)} per task", "memory": lambda: f"{format_memory(need)} per task"}
+            name = what[kind]() if kind in what else label
+            if kind == "group":
+                parts.append(f"need {name}, the largest group of matching workers has {number(cumulative)}")
+            else:
+                parts.append(
+                    f"{name}: {_plural(alone, 'healthy worker has', 'healthy workers have')} it, "
+                    f"{number(cumulative)} with every requirement before it"
+                )
+        if self.largest is not None:
+            c, m, d = self.largest
+            parts.append(f"largest matching worker: {format_cores(c)}, {format_memory(m)}"
+                         + (f", {_plural(d, 'device', 'devices')}" if d else ""))
+        return "; ".join(parts)
+
+
+def never_fits(analysis: ShapeAnalysis) -> NeverFits:
+    return NeverFits(
+        tuple((r.kind, r.label, r.need, r.alone, r.cumulative) for r in analysis.requirements), analysis.largest
+    )
+
+
 Cause = Union[
+    NeverFits,
     NoHealthyWorkers,
     NoMatchingWorker,
     InsufficientResource,
@@ -331,7 +374,7 @@ _CAUSE_TYPES: dict[str, type] = {
     cls.code: cls
     for cls in (
         NoHealthyWorkers, NoMatchingWorker, BuildSlotsFull, AssignmentCapReached, GangGroupTooSmall,
-        GangNoRoom, RoomFreedThisTick, PerJobCap, JobExhausted, WaitingBehind, Preempted, Requeued,
+        GangNoRoom, RoomFreedThisTick, PerJobCap, JobExhausted, WaitingBehind, Preempted, Requeued, NeverFits,
     )
 }
 # ``insufficient_<resource>``: one dataclass, the resource is a parameter.
@@ -359,7 +402,7 @@ def cause_record(cause: object) -> dict:
         if name == "cause":
             value = cause_record(value)
         elif isinstance(value, tuple):
-            value = list(value)
+            value = [list(v) if isinstance(v, tuple) else v for v in value]
         out[name] = value
     return out
 
@@ -388,6 +431,9 @@ def _cause_from_record(record: Mapping) -> object | None:
                 params["cause"] = _cause_from_record(params["cause"])
             if "constraints" in params:
                 params["constraints"] = tuple(params["constraints"])
+            if cls is NeverFits:
+                params["requirements"] = tuple(tuple(r) for r in params["requirements"])
+                params["largest"] = tuple(params["largest"]) if params.get("largest") else None
             return cls(**params)
     except TypeError:
         return None
@@ -446,9 +492,12 @@ def pending_text(
 class Explainer:
     """Causes per shape (solo) and per (shape, group_by, size) (gang), from the final capacity."""
 
-    def __init__(self, pool: WorkerPool, book: ShapeBook) -> None:
+    def __init__(self, pool: WorkerPool, book: ShapeBook, workers: Sequence[WorkerSpec] = ()) -> None:
         self.pool = pool
         self.book = book
+        # The snapshot's workers (total capacity, for "never"); empty: the check is skipped.
+        self.workers = workers
+        self._never: dict[int, NeverFits | None] = {}
         self._solo: dict[tuple, tuple[Cause, bool]] = {}
         self._by_shape: dict[int, tuple[Cause, bool]] = {}
         self._gang: dict[tuple, tuple[Cause, bool]] = {}
@@ -553,6 +602,21 @@ class Explainer:
         return GangNoRoom(n, group_by, best), fit_at_start
 
 
+    def never(self, shape: Shape, spec: JobSpec) -> NeverFits | None:
+        """The "never" reason of a shape no candidate could hold even idle, else None. Once per
+        shape: a cheap pass over its candidates' totals, and the full requirement analysis
+        only for shapes that fail it (rare)."""
+        if not self.workers or not shape.cands:
+            return None
+        if shape.id in self._never:
+            return self._never[shape.id]
+        result = None
+        if not any_fits_when_idle(self.workers, shape.cands, (shape.cpu, shape.mem, shape.gpu, shape.tpu)):
+            result = never_fits(analyse_job(spec, self.workers))
+        self._never[shape.id] = result
+        return result
+
+
 class HeldReasons:
     """The reason of tasks held back by the per-job cap: one object per downgrade (or none)."""
 
@@ -605,6 +669,10 @@ def explain_pending(
                 cause, fit_at_start = explainer.gang_cause(queue.shape, queue.spec.group_by, len(passed))
             else:
                 cause, fit_at_start = explainer.solo_cause(queue.shape)
+            if not fit_at_start and not isinstance(cause, (RoomFreedThisTick, NoHealthyWorkers, NoMatchingWorker)):
+                never = explainer.never(queue.shape, queue.spec)
+                if never is not None:
+                    cause = never
             base = cause
             if fit_at_start and before and not isinstance(cause, RoomFreedThisTick):
                 cause = WaitingBehind(before, cause)

@@ -9,6 +9,7 @@ from scheduler.core.budget import effective_band
 from scheduler.core.explain import Downgrade, pending_text
 from scheduler.core.explain import downgrade_text as downgrade_text_of_record
 from scheduler.core.types import BudgetSpec, TaskState
+from scheduler.jobs.feasibility import job_feasibility
 from scheduler.jobs.queue import QueueEntry, QueueIndex, queue_index
 from scheduler.models import Job, PreemptionEvent, Task
 from scheduler.store.states import TERMINAL_JOB_VALUES
@@ -144,6 +145,9 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
     if first is not None and first.reason.get("downgrade"):
         at_tick_downgrade = downgrade_text_of_record(first.reason)
     summary = band_summary(tasks, at_tick_downgrade)
+    feasibility = None
+    if job.state not in TERMINAL_JOB_VALUES:
+        feasibility = job_feasibility(job, first.band if first else effective, waiting=bool(pending))
     spend_at_tick = int(index.spend.get(job.user, 0)) if index.tick_pk is not None else None
     limit_at_tick = int(index.limits.get(job.user, budget.budget_limit)) if index.tick_pk is not None else None
     return {
@@ -165,6 +169,7 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         "tick": index.tick_pk,
         "bands": summary,
         "bands_text": band_summary_text(summary),
+        "feasibility": feasibility,
         "tasks": tasks,
         "preemptions": preempted,
         "what_would_change": what_would_change(job, requested, effective, spend_now, budget, pending,

@@ -21,7 +21,12 @@ from scheduler.jobs.request import parse_job_request
 from scheduler.jobs.submit import SubmissionPlan, plan_submission
 from scheduler.store import clock
 from scheduler.store.cluster_rows import constraints_from_json
+from scheduler.cluster_config import cluster_config
 from scheduler.core.explain import pending_queue, pending_text, reason_record
+from scheduler.core.feasibility import analyse_job
+from scheduler.core.types import ACTIVE_STATES
+from scheduler.jobs.feasibility import feasibility_data
+from scheduler.provisioning.tpu import group_specs
 from scheduler.tick.load import load_snapshot
 
 
@@ -43,6 +48,8 @@ class WhatIf:
     # ``{code, text, ...parameters, band, position, band_pending, tick: None}`` (hypothetical:
     # the numbers are those of the simulated tick, not of a stored one).
     pending_reason: dict | None = None
+    # Can it ever run? (``jobs.feasibility``), on the live cluster.
+    feasibility: dict | None = None
 
 
 def what_if(actor, data: Any) -> WhatIf:
@@ -130,6 +137,14 @@ def simulate_plan(plan: SubmissionPlan) -> WhatIf:
         record = reason_record(decision.pending_reasons[task_id])
         pending_reason = {**record, "text": pending_text(record, band, position, count), "band": band.wire,
                           "position": position, "band_pending": count, "tick": None}
+    jobs_now = hypothetical.jobs
+    active = [
+        (t.worker, jobs_now[t.job_id].user, t.band if t.band is not None else jobs_now[t.job_id].band)
+        for t in snapshot.tasks
+        if t.state in ACTIVE_STATES and t.worker is not None and t.job_id in jobs_now
+    ]
+    analysis = analyse_job(job, snapshot.workers, group_specs(cluster_config()))
+    feasibility = feasibility_data(analysis, place[0] if place else Band(effective), active, waiting=place is not None)
     return WhatIf(
         accepted=True,
         error=None,
@@ -143,4 +158,5 @@ def simulate_plan(plan: SubmissionPlan) -> WhatIf:
         would_preempt=victims,
         job=plan.job_id,
         pending_reason=pending_reason,
+        feasibility=feasibility,
     )

@@ -38,12 +38,17 @@ def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision) -> dict:
     requested_of_job: dict[str, int] = {}
     tasks: dict[str, list] = {}
     band_counts: dict[str, int] = {}
+    # Method lookups bound once: this loop runs once per pending task (100,000 in a large tick).
+    index_get = index_of_reason.get
+    requested_get = requested_of_job.get
     for band, task_ids in pending_queue(decision).items():
         rank = int(band)
         band_counts[str(rank)] = len(task_ids)
-        for position, task_id in enumerate(task_ids, start=1):
+        position = 0
+        for task_id in task_ids:
+            position += 1
             reason = pending_reasons[task_id]
-            index = index_of_reason.get(id(reason))
+            index = index_get(id(reason))
             if index is None:
                 record = reason_record(reason)
                 key = json.dumps(record, sort_keys=True)
@@ -53,7 +58,7 @@ def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision) -> dict:
                     reasons.append(record)
                 index_of_reason[id(reason)] = index
             job_id = task_id[: task_id.rfind("/")]
-            requested = requested_of_job.get(job_id)
+            requested = requested_get(job_id)
             if requested is None:
                 job = jobs.get(job_id)
                 requested = requested_of_job[job_id] = int(job.band) if job is not None else rank

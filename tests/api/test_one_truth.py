@@ -152,3 +152,30 @@ def test_a_victim_row_says_the_band_it_was_stamped_at_and_why(alice, ada):
     (event,) = explained["preemptions"]
     assert event["victim_band"] == "batch"
     assert event["victim_stamp"] == "stamped BATCH at assignment: bob was over budget then (requested INTERACTIVE)"
+
+
+@pytest.mark.django_db
+def test_not_now_lists_who_holds_the_matching_workers_and_whether_they_can_be_preempted(alice, ada):
+    w1, w2 = make_worker("w1", cpu=4, memory_gib=16), make_worker("w2", cpu=4, memory_gib=16)
+    make_worker("small", cpu=1, memory_gib=16)  # cannot hold it: not a matching worker
+    bob = make_job("/bob/dev", band=Band.INTERACTIVE, cpu=4)
+    start_running(bob, w1)
+    carol = make_job("/carol/sweep", band=Band.BATCH, replicas=1, cpu=4)
+    start_running(carol, w2)
+    make_job("/alice/train", band=Band.INTERACTIVE, cpu=4)
+
+    f = token_client(alice).get("/api/v1/jobs/alice/train:explain").json()["feasibility"]
+    assert (f["verdict"], f["matching_workers"], f["healthy_workers"]) == ("not_now", 2, 3)
+    assert f["held_by"] == [
+        {"user": "bob", "band": "interactive", "tasks": 1, "preemptible": False},  # its own band
+        {"user": "carol", "band": "batch", "tasks": 1, "preemptible": True},
+    ]
+
+
+@pytest.mark.django_db
+def test_batch_work_preempts_nothing(alice, ada):
+    w1 = make_worker("w1", cpu=4, memory_gib=16)
+    start_running(make_job("/bob/low", band=Band.BATCH, cpu=4), w1)
+    make_job("/alice/later", band=Band.BATCH, cpu=4)
+    f = token_client(alice).get("/api/v1/jobs/alice/later:explain").json()["feasibility"]
+    assert f["held_by"] == [{"user": "bob", "band": "batch", "tasks": 1, "preemptible": False}]

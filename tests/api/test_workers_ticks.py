@@ -133,12 +133,28 @@ def test_what_if_answers_where_the_job_would_go_and_writes_nothing(as_alice):
     make_worker("w1", cpu=8)
     before = counts()
     answer = what_if(as_alice, cpu=4).json()
+    feasibility = answer.pop("feasibility")
     assert answer | {"spend": 0} == {
         "accepted": True, "error": None, "job": "/alice/probe", "requested_band": "interactive",
         "effective_band": "interactive", "spend": 0, "limit": 1000, "position": None, "would_place": True,
         "worker": "w1", "would_preempt": [], "pending_reason": None,
     }
+    assert (feasibility["verdict"], feasibility["matching_workers"]) == ("fits", 1)
     assert counts() == before
+
+
+def test_what_if_says_a_job_bigger_than_any_worker_can_never_run(as_alice):
+    make_worker("w1", cpu=8)
+    answer = what_if(as_alice, cpu=1000).json()
+    assert answer["would_place"] is False
+    assert answer["pending_reason"]["code"] == "never_fits"
+    assert answer["pending_reason"]["text"].startswith(
+        "Never fits on the cluster as it is; 1,000 cores per task: 0 healthy workers have it")
+    f = answer["feasibility"]
+    assert f["verdict"] == "never"
+    assert [(r["kind"], r["workers_alone"], r["workers_with_previous"]) for r in f["requirements"]] == [
+        ("cpu", 0, 0), ("memory", 1, 0)]
+    assert f["largest_worker"]["cpu_millicores"] == 8000
 
 
 def test_what_if_reports_the_preemption_it_would_cause(as_alice, bob):

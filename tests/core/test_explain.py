@@ -73,19 +73,30 @@ def test_no_healthy_worker():
 def test_insufficient_memory_with_need_best_free_and_worker_count():
     """Two workers are short of memory (the most common blocker); the third, with plenty of
     memory, is short of CPU and does not count towards the memory numbers."""
-    workers = [worker("w1", cpu=64, mem=16), worker("w2", cpu=64, mem=48), worker("w3", cpu=1, mem=512)]
-    decision = decide(cluster(workers, [job("/a/j", cpu=2, mem=64)]))
+    # w4 could hold it idle (so the job is "not now", not "never") but is busy.
+    workers = [worker("w1", cpu=64, mem=16), worker("w2", cpu=64, mem=48), worker("w3", cpu=1, mem=512),
+               worker("w4", cpu=64, mem=64)]
+    jobs = [job("/v/big", cpu=1, mem=64), job("/a/j", cpu=2, mem=64)]
+    decision = decide(cluster(workers, jobs, [task("/v/big/0", TaskState.RUNNING, "w4")]))
     cause = decision.pending_reasons["/a/j/0"].cause
-    assert cause == InsufficientResource("memory", need=64 * GIB, best_free=48 * GIB, workers=2, matching=3)
+    assert cause == InsufficientResource("memory", need=64 * GIB, best_free=48 * GIB, workers=3, matching=4)
     assert reason_text(decision, "/a/j/0").startswith(
-        "Insufficient memory: need 64 GiB, at most 48 GiB free on 2 of 3 matching workers"
+        "Insufficient memory: need 64 GiB, at most 48 GiB free on 3 of 4 matching workers"
     )
 
 
 def test_insufficient_gpus():
+    workers = [worker("g", cpu=64, mem=256, gpu=8, variant="h100")]
+    jobs = [job("/v/half", gpu=4, variant="h100"), job("/a/j", gpu=8, variant="h100")]
+    decision = decide(cluster(workers, jobs, [task("/v/half/0", TaskState.RUNNING, "g")]))
+    assert "Insufficient GPUs: need 8 GPUs, at most 4 GPUs free" in reason_text(decision, "/a/j/0")
+
+
+def test_more_gpus_than_any_worker_has_never_fits():
     workers = [worker("g", cpu=64, mem=256, gpu=4, variant="h100")]
     decision = decide(cluster(workers, [job("/a/j", gpu=8, variant="h100")]))
-    assert "Insufficient GPUs: need 8 GPUs, at most 4 GPUs free" in reason_text(decision, "/a/j/0")
+    assert reason_text(decision, "/a/j/0").startswith(
+        "Never fits on the cluster as it is; 8 GPUs: 0 healthy workers have it")
 
 
 def test_build_slots():

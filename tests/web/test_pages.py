@@ -107,7 +107,9 @@ def test_why_panel_gives_the_owner_the_numbers_and_the_way_out(clients, over_bud
     assert ("You are 8 points over your limit (spend 18 > limit 10); your INTERACTIVE work runs as BATCH until your "
             "running work drops to 10 points or less, or an uplift is granted.") in page
     assert "Request an uplift" in page
-    assert "Insufficient CPU: need 4 cores" in page
+    # 4 cores per task on a 2-core cluster: waiting will not help, and the page says so.
+    assert "Never fits on the cluster as it is; 4 cores per task: 0 healthy workers have it" in page
+    assert "Can it ever run? Never, on the cluster as it is" in page
 
 
 def test_why_panel_speaks_of_the_owner_to_others(clients, over_budget):
