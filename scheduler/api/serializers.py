@@ -426,6 +426,24 @@ class FeasibilitySerializer(serializers.Serializer):
     held_by = HolderSerializer(many=True, help_text="not_now: top holders of the matching workers")
 
 
+class PriorityFactorSerializer(serializers.Serializer):
+    factor = serializers.ChoiceField(choices=[
+        "effective_band", "round_robin_turn", "own_tasks_ahead", "requested_band", "depth", "root_submitted_at_ms",
+        "submitted_at_ms", "task_index"])
+    value = serializers.JSONField(allow_null=True)
+    detail = serializers.CharField(allow_null=True)
+    users = serializers.ListField(child=serializers.DictField(), required=False,
+                                  help_text="round_robin_turn: the band's users in turn order with their spend at the tick")
+
+
+class PrioritySerializer(serializers.Serializer):
+    tick = serializers.IntegerField()
+    task = serializers.CharField(help_text="the job's first waiting task, whose place this explains")
+    factors = PriorityFactorSerializer(many=True, help_text="in the order the scheduler applies them")
+    position = serializers.IntegerField()
+    band_pending = serializers.IntegerField()
+
+
 class BandSummarySerializer(serializers.Serializer):
     kind = serializers.ChoiceField(choices=["running", "pending"])
     band = BandField()
@@ -463,7 +481,8 @@ class ExplainSerializer(serializers.Serializer):
     tick = serializers.IntegerField(allow_null=True, help_text="the tick the queue positions come from")
     bands = BandSummarySerializer(many=True, help_text="tasks per stamped (running) and queued (pending) band")
     bands_text = serializers.CharField()
-    feasibility = FeasibilitySerializer(allow_null=True, help_text="can it ever run? (null when nothing waits)")
+    feasibility = FeasibilitySerializer(allow_null=True, help_text="can it ever run? (null for a finished job)")
+    priority = PrioritySerializer(allow_null=True, help_text="the factors of its first waiting task's place (like sprio)")
     tasks = ExplainTaskSerializer(many=True)
     preemptions = ExplainPreemptionSerializer(many=True)
     what_would_change = serializers.CharField()

@@ -369,6 +369,9 @@ def explanation(data: dict) -> str:
         ]
     )
     parts = [head]
+    priority = pick(data, "priority")
+    if isinstance(priority, dict):
+        parts.append(priority_text(priority))
     feasibility = pick(data, "feasibility")
     if isinstance(feasibility, dict):
         parts.append(feasibility_text(feasibility))
@@ -396,6 +399,20 @@ REQUIREMENT_COLUMNS: list[Column] = [
     ("WORKERS WITH IT", lambda r: pick(r, "workers_alone")),
     ("AND ALL ABOVE", lambda r: pick(r, "workers_with_previous")),
 ]
+
+
+PRIORITY_COLUMNS: list[Column] = [
+    ("FACTOR", lambda f: pick(f, "factor")),
+    ("VALUE", lambda f: band(pick(f, "value")) if pick(f, "factor") in ("effective_band", "requested_band") else pick(f, "value")),
+    ("DETAIL", lambda f: pick(f, "detail")),
+]
+
+
+def priority_text(p: dict) -> str:
+    """Like sprio: the factors of the first waiting task's place, in the order they apply."""
+    head = (f"Priority of {pick(p, 'task')} (as of tick {pick(p, 'tick')}): position {pick(p, 'position')} "
+            f"of {pick(p, 'band_pending')}")
+    return head + "\n" + table(pick(p, "factors", default=[]), PRIORITY_COLUMNS)
 
 
 def feasibility_text(f: dict) -> str:

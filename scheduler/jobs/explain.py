@@ -10,7 +10,7 @@ from scheduler.core.explain import Downgrade, pending_text
 from scheduler.core.explain import downgrade_text as downgrade_text_of_record
 from scheduler.core.types import BudgetSpec, TaskState
 from scheduler.jobs.feasibility import job_feasibility
-from scheduler.jobs.queue import QueueEntry, QueueIndex, queue_index
+from scheduler.jobs.queue import QueueEntry, QueueIndex, queue_index, round_robin_place
 from scheduler.models import Job, PreemptionEvent, Task
 from scheduler.store.states import TERMINAL_JOB_VALUES
 
@@ -71,6 +71,44 @@ def stamp_reason(victim_user: str, requested: Band, stamped: Band) -> str:
     if stamped == requested:
         return f"stamped {stamped.name} at assignment: the band it was requested at"
     return f"stamped {stamped.name} at assignment: {victim_user} was over budget then (requested {requested.name})"
+
+
+def priority_factors(job: Job, index: QueueIndex, first: QueueEntry | None) -> dict | None:
+    """Like Slurm's ``sprio``: every factor of the job's first waiting task's place, in the
+    order the scheduler applies them (``core.ordering.scheduling_order``): the effective band;
+    the user's round-robin turn in that band (users by ascending spend at the tick); then,
+    within the user's own work, requested band, depth (deeper first), root job age, submission
+    time and task index. None when no tick has queued it."""
+    if first is None:
+        return None
+    place = round_robin_place(index, int(first.band), first.position)
+    requested = Band(job.band)
+    downgrade = downgrade_text_of_record(first.reason)
+    users = place.users if place else []
+    turn = place.turn if place else None
+    return {
+        "tick": index.tick_pk,
+        "task": first.task,
+        "factors": [
+            {"factor": "effective_band", "value": first.band.wire,
+             "detail": (f"requested {requested.name}; {downgrade}" if downgrade
+                        else f"requested {requested.name}, queued as requested")},
+            {"factor": "round_robin_turn", "value": turn,
+             "detail": (f"{job.user} goes {turn} of {len(users)} in {first.band.name}, lower spend first: "
+                        + ", ".join(f"{u} {s:,}" for u, s in users)
+                        + f" (spend at tick {index.tick_pk})") if place else None,
+             "users": [{"user": u, "spend": s} for u, s in users]},
+            {"factor": "own_tasks_ahead", "value": place.ahead_own if place else None,
+             "detail": f"{job.user}'s own tasks ahead of it in {first.band.name}, ordered by the factors below"},
+            {"factor": "requested_band", "value": requested.wire, "detail": "higher requested bands first"},
+            {"factor": "depth", "value": job.depth, "detail": "deeper jobs (children) first"},
+            {"factor": "root_submitted_at_ms", "value": job.root_submitted_at_ms, "detail": "older job trees first"},
+            {"factor": "submitted_at_ms", "value": job.submitted_at_ms, "detail": "older jobs first, then job id"},
+            {"factor": "task_index", "value": first.index, "detail": "lower indices first"},
+        ],
+        "position": first.position,
+        "band_pending": first.band_count,
+    }
 
 
 def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
@@ -170,6 +208,7 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         "bands": summary,
         "bands_text": band_summary_text(summary),
         "feasibility": feasibility,
+        "priority": priority_factors(job, index, first),
         "tasks": tasks,
         "preemptions": preempted,
         "what_would_change": what_would_change(job, requested, effective, spend_now, budget, pending,

@@ -179,3 +179,22 @@ def test_batch_work_preempts_nothing(alice, ada):
     make_job("/alice/later", band=Band.BATCH, cpu=4)
     f = token_client(alice).get("/api/v1/jobs/alice/later:explain").json()["feasibility"]
     assert f["held_by"] == [{"user": "bob", "band": "batch", "tasks": 1, "preemptible": False}]
+
+
+@pytest.mark.django_db
+def test_priority_factors_list_band_turn_and_job_keys_in_order_with_the_resulting_position(alice, ada):
+    make_worker("w1", cpu=1, memory_gib=4)
+    start_running(make_job("/alice/warm", cpu=1), Worker.objects.get())
+    make_job("/bob/a", replicas=2, cpu=1)
+    make_job("/alice/b", replicas=2, cpu=1)
+    run_tick(NOW_MS)
+    explained = token_client(alice).get("/api/v1/jobs/alice/b:explain").json()
+    priority = explained["priority"]
+    assert [f["factor"] for f in priority["factors"]] == [
+        "effective_band", "round_robin_turn", "own_tasks_ahead", "requested_band", "depth", "root_submitted_at_ms",
+        "submitted_at_ms", "task_index"]
+    turn = priority["factors"][1]
+    # bob spends nothing, alice runs one task: bob goes first.
+    assert [u["user"] for u in turn["users"]] == ["bob", "alice"] and turn["value"] == 2
+    assert (priority["position"], priority["band_pending"]) == (explained["position"], explained["band_pending"])
+    assert priority["position"] == 2  # bob's first task, then alice's
