@@ -19,6 +19,17 @@ from scheduler.store.cluster_rows import forget_cluster_rows
 from scheduler.tick.run import run_tick
 from tests.personas import NOW_MS, make_job, make_worker, start_running, token_client
 
+
+
+@pytest.fixture(autouse=True)
+def _fresh_queue_index():
+    """Ticks here all run at NOW_MS, and SQLite reuses a rolled-back tick's pk: the per-process
+    queue index (keyed by pk and now_ms) must not carry over from another test."""
+    _queue_index_cache.clear()
+    yield
+    _queue_index_cache.clear()
+
+
 PLACE = re.compile(r"position ([\d,]+) of ([\d,]+) in (\w+) as of tick (\d+)")
 
 JOBS = st.lists(
