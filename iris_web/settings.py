@@ -330,11 +330,20 @@ KUBERNETES_SYNC_SECONDS = env_float("IRIS_KUBERNETES_SYNC_SECONDS", 5)
 TPU_PROVISION_SECONDS = env_float("IRIS_TPU_PROVISION_SECONDS", 30)
 CELERY_BEAT_SCHEDULE["sync-kubernetes"] = every("scheduler.sync_kubernetes", KUBERNETES_SYNC_SECONDS)
 CELERY_BEAT_SCHEDULE["provision-tpu"] = every("scheduler.provision_tpu", TPU_PROVISION_SECONDS)
+# Backends beyond the built-in local, kubernetes and tpu (scheduler/backends/): comma-separated
+# name=module.path.ClassName entries; a worker registers with one of these names.
+EXTRA_BACKENDS = dict(
+    entry.strip().split("=", 1) for entry in os.environ.get("IRIS_BACKENDS", "").split(",") if "=" in entry
+)
 
 # --- Scheduler policy ----------------------------------------------------------------------------
 # Path of the cluster config (TOML or YAML): budget defaults, user tiers, backends.
 CLUSTER_CONFIG = os.environ.get("IRIS_CLUSTER_CONFIG", "")
-MAX_TASKS_PER_JOB_PER_CYCLE = env_int("IRIS_MAX_TASKS_PER_JOB_PER_CYCLE", 4)
+# Tasks of one non-gang job considered per tick. IRIS_MAX_TASKS_PER_JOB_PER_CYCLE is the old name,
+# still read when the new one is unset.
+MAX_TASKS_PER_JOB_PER_TICK = env_int(
+    "IRIS_MAX_TASKS_PER_JOB_PER_TICK", env_int("IRIS_MAX_TASKS_PER_JOB_PER_CYCLE", 4)
+)
 MAX_ASSIGNMENTS_PER_WORKER = env_int("IRIS_MAX_ASSIGNMENTS_PER_WORKER", 4)
 MAX_BUILDING_TASKS = env_int("IRIS_MAX_BUILDING_TASKS", 8)
 # Admission limits (RESOURCE_EXHAUSTED beyond them), as in Iris: tasks in one job, and unfinished
