@@ -150,7 +150,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.humanize",
     "rest_framework",
-    "rest_framework.authtoken",
+    # API tokens, stored hashed (the "API tokens" block below).
+    "knox",
     "drf_spectacular",
     "django_htmx",
     "template_partials",
@@ -311,7 +312,7 @@ WORKER_GRACE_SECONDS = env_float("IRIS_WORKER_GRACE_SECONDS", 30)
 STOP_GRACE_SECONDS = env_float("IRIS_STOP_GRACE_SECONDS", 10)
 # Seconds between an agent's heartbeats (agents also receive their orders in the answer).
 AGENT_HEARTBEAT_SECONDS = env_float("IRIS_AGENT_HEARTBEAT_SECONDS", 2)
-# The API token `manage.py iris_worker` uses when given no --token or --token-file.
+# The worker credential `manage.py iris_worker` uses when given no --token or --token-file.
 AGENT_TOKEN = os.environ.get("IRIS_AGENT_TOKEN", "")
 # The Unix user a worker agent run as root runs tasks as (empty: nobody), so tasks cannot read
 # the agent's token file or memory. An agent not run as root runs tasks as itself.
@@ -351,10 +352,29 @@ MAX_BUILDING_TASKS = env_int("IRIS_MAX_BUILDING_TASKS", 8)
 MAX_REPLICAS_PER_JOB = env_int("IRIS_MAX_REPLICAS_PER_JOB", 10_000)
 MAX_ACTIVE_TASKS_PER_USER = env_int("IRIS_MAX_ACTIVE_TASKS_PER_USER", 16_000)
 
+# --- API tokens and worker credentials (scheduler/access.py, scheduler/execution/enrolment.py) ---
+# API tokens are django-rest-knox tokens in scheduler.ApiToken: only their SHA-512 digest is
+# stored; each `POST tokens/` (each `iris login`) mints a new one that lives this many hours.
+# Worker agents use worker credentials (`manage.py worker_credential`), not API tokens.
+TOKEN_TTL_HOURS = env_int("IRIS_TOKEN_TTL_HOURS", 30 * 24)
+if TOKEN_TTL_HOURS < 1:
+    raise ImproperlyConfigured("IRIS_TOKEN_TTL_HOURS must be at least 1")
+KNOX_TOKEN_MODEL = "scheduler.ApiToken"
+# knox's own migrations create its default token table, which the swap above leaves unused
+# (and which PostgreSQL's flush then trips over): scheduler's migration 0008 creates ApiToken.
+MIGRATION_MODULES = {"knox": None}
+REST_KNOX = {
+    "TOKEN_TTL": timedelta(hours=TOKEN_TTL_HOURS),
+    # The expiry is fixed when the token is minted: a stolen token is not kept alive by use.
+    "AUTO_REFRESH": False,
+    "AUTH_HEADER_PREFIX": "Token",
+}
+# --- end of API tokens and worker credentials ------------------------------------------------------
+
 # --- API -----------------------------------------------------------------------------------------
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "knox.auth.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

@@ -13,6 +13,7 @@ import zlib
 
 from django.conf import settings
 from django.db import models
+from knox.models import AbstractAuthToken
 
 from scheduler.core.bands import Band
 from scheduler.core.types import DeviceType, JobState, TaskState
@@ -401,3 +402,42 @@ class TpuSlice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.state})"
+
+
+# --- credentials ----------------------------------------------------------------------------------
+
+
+class ApiToken(AbstractAuthToken):
+    """A person's API token (django-rest-knox, ``KNOX_TOKEN_MODEL``): one per device or purpose.
+
+    Only the SHA-512 ``digest`` of the token is stored, and its first 15 characters
+    (``token_key``), which knox uses to find the row and the API shows as the token's id; the
+    token itself is shown once, when it is minted. ``expiry`` is ``IRIS_TOKEN_TTL_HOURS`` after
+    minting; an expired token is refused (and deleted) on use.
+    """
+
+    name = models.CharField(max_length=100, blank=True, default="", help_text="device or purpose, e.g. 'iris CLI on laptop'")
+
+    class Meta:
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.token_key}... of {self.user} ({self.name or 'unnamed'})"
+
+
+class WorkerCredential(models.Model):
+    """The one credential of one worker agent, bound to the worker's name when an operator mints
+    it (``manage.py worker_credential``, ``POST workers/{name}:credential``).
+
+    It is not a user: it authenticates only the agent API (``Authorization: Worker <key>``),
+    and only as ``worker_name``. Only its SHA-512 ``digest`` is stored. Minting again replaces
+    it (the old key stops working); deleting the row revokes it.
+    """
+
+    worker_name = models.CharField(max_length=MAX_ID_LENGTH, unique=True)
+    digest = models.CharField(max_length=128, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=150, help_text="who minted it: a username, or manage.py")
+
+    def __str__(self) -> str:
+        return f"credential of worker {self.worker_name}"

@@ -15,6 +15,8 @@ JOB = r"(?P<job_id>[^:]+)"
 
 urlpatterns = [
     path("tokens/", views.TokenView.as_view(), name="tokens"),
+    path("tokens/current", views.CurrentTokenView.as_view(), name="token-current"),
+    re_path(r"^tokens/(?P<token_id>[0-9a-f]{1,32})$", views.TokenDetailView.as_view(), name="token"),
     path("me/", views.MeView.as_view(), name="me"),
     path("jobs/", views.JobsView.as_view(), name="jobs"),
     re_path(rf"^jobs/{JOB}:cancel$", views.JobCancelView.as_view(), name="job-cancel"),
@@ -29,6 +31,7 @@ urlpatterns = [
     path("audit/", views.AuditView.as_view(), name="audit"),
     path("workers/", views.WorkersView.as_view(), name="workers"),
     re_path(r"^workers/(?P<name>[^/:]+):heartbeat$", views.WorkerHeartbeatView.as_view(), name="worker-heartbeat"),
+    re_path(r"^workers/(?P<name>[^/:]+):credential$", views.WorkerCredentialView.as_view(), name="worker-credential"),
     re_path(r"^workers/(?P<name>[^/:]+):drain$", views.WorkerDrainView.as_view(), name="worker-drain"),
     path("preemptions/", views.PreemptionsView.as_view(), name="preemptions"),
     path("ticks/", views.TicksView.as_view(), name="ticks"),

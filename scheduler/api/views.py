@@ -19,13 +19,14 @@ from iris_web.client_address import AccountThrottle, ClientAddressThrottle
 from rest_framework.views import APIView
 
 from scheduler import roles
-from scheduler.access import mint_token
+from scheduler.access import api_tokens, mint_token, revoke_token
 from scheduler.api import serializers as s
-from scheduler.api.permissions import IsAdmin, IsResearcher, ReadAnyWriteAdmin, ReadAnyWriteOperator
+from scheduler.api.permissions import IsAdmin, IsOperator, IsResearcher, ReadAnyWriteAdmin, ReadAnyWriteOperator
 from scheduler.budgets.queries import audit_entries, budget_view, budget_views, uplift_grants, user_is_known
 from scheduler.budgets.writes import approve_uplift, deny_uplift, request_uplift, set_budget
 from scheduler.core.bands import Band
 from scheduler.errors import InvalidArgument, NotFound, PermissionDenied
+from scheduler.execution.enrolment import mint_worker_credential
 from scheduler.execution.queries import workers_with_load
 from scheduler.execution.workers import drain_worker, heartbeat_worker, register_worker
 from scheduler.jobs.cancel import cancel_job
@@ -141,14 +142,30 @@ class TokenAccountThrottle(AccountThrottle):
 
 
 class TokenView(IrisView):
-    authentication_classes = []
-    permission_classes = [AllowAny]
+    """``POST``: a password for a new token (anonymous, throttled). ``GET``: live tokens."""
+
     throttle_classes = [TokenThrottle, TokenAccountThrottle]
-    error_statuses = ("400", "401", "429")
+    error_statuses = ("400", "401", "403", "429")
+
+    def get_authenticators(self):
+        # Minting takes a password, not a token or a session; listing takes either.
+        if self.request is not None and self.request.method == "POST":
+            return []
+        return super().get_authenticators()
+
+    def get_permissions(self):
+        if self.request is not None and self.request.method == "POST":
+            return [AllowAny()]
+        return super().get_permissions()
+
+    def get_throttles(self):
+        if self.request is not None and self.request.method == "POST":
+            return super().get_throttles()
+        return []
 
     @extend_schema(
         operation_id="tokens_create",
-        summary="Exchange a username and password for an API token",
+        summary="Exchange a username and password for a new API token (one per device or purpose)",
         request=s.TokenRequestSerializer,
         responses={200: s.TokenSerializer},
         auth=[],
@@ -156,8 +173,48 @@ class TokenView(IrisView):
     )
     def post(self, request):
         data = self.body()
-        key, user = mint_token(data.get("username"), data.get("password"))
-        return Response({"token": key, "username": user.username, "role": roles.role_name(user)})
+        key, row = mint_token(data.get("username"), data.get("password"), data.get("name"))
+        return Response({
+            "token": key, "id": row.token_key, "name": row.name, "username": row.user.username,
+            "role": roles.role_name(row.user), "expires_at": row.expiry,
+        })
+
+    @extend_schema(
+        operation_id="tokens_list",
+        summary="Your live API tokens (admins: anyone's, with ?user=NAME or ?user=*)",
+        parameters=[s.TokenFilterSerializer],
+        responses={200: s.TokenInfoSerializer(many=True)},
+        tags=["auth"],
+    )
+    def get(self, request):
+        f = self.filters(s.TokenFilterSerializer)
+        rows = api_tokens(request.user, user=f.get("user"))
+        current = getattr(request.auth, "digest", None)
+        return Response(s.TokenInfoSerializer(rows, many=True, context={"current_digest": current}).data)
+
+
+class TokenDetailView(IrisView):
+    error_statuses = ("400", "401", "403", "404")
+
+    @extend_schema(operation_id="tokens_destroy", summary="Revoke an API token (its owner or an admin)",
+                   parameters=[path_parameter("token_id", "the token's id, as listed")],
+                   responses={204: None}, tags=["auth"])
+    def delete(self, request, token_id: str):
+        revoke_token(request.user, token_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class CurrentTokenView(IrisView):
+    error_statuses = ("401", "404")
+
+    @extend_schema(operation_id="tokens_current_destroy", summary="Revoke the token this request is made with (iris logout)",
+                   responses={204: None}, tags=["auth"])
+    def delete(self, request):
+        token_id = getattr(request.auth, "token_key", None)
+        if token_id is None:
+            raise NotFound("this request was not made with an API token")
+        revoke_token(request.user, token_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class MeView(IrisView):
@@ -511,6 +568,18 @@ class WorkerHeartbeatView(IrisView):
         data = self.body()
         worker = heartbeat_worker(request.user, name, healthy=data.get("healthy", True))
         return Response(s.WorkerSerializer(worker).data)
+
+
+class WorkerCredentialView(IrisView):
+    permission_classes = [IsOperator]
+    error_statuses = ("400", "401", "403")
+
+    @extend_schema(operation_id="workers_credential",
+                   summary="Mint a worker agent's credential, replacing the worker's earlier one (operators)",
+                   parameters=[WORKER], request=None, responses={201: s.WorkerCredentialSerializer}, tags=["workers"])
+    def post(self, request, name: str):
+        credential = mint_worker_credential(request.user, name)
+        return Response({"worker": name, "credential": credential}, status=status.HTTP_201_CREATED)
 
 
 class WorkerDrainView(IrisView):

@@ -13,6 +13,7 @@ import getpass
 import os
 import re
 import secrets
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -175,7 +176,9 @@ def cmd_login(session: Session, args: argparse.Namespace):
     username = args.username or ask("Username", stored.get("username") or getpass.getuser())
     password = args.password if args.password is not None else getpass.getpass("Password: ")
     session = Session(server=normalize_server(server))
-    answer = session.request("POST", "tokens/", {"username": username, "password": password}, auth=False)
+    # Each login mints a new token named for this machine, which `iris token list` shows.
+    body = {"username": username, "password": password, "name": f"iris CLI on {socket.gethostname()}"[:100]}
+    answer = session.request("POST", "tokens/", body, auth=False)
     path = write_credentials(session.server, answer["token"], answer.get("username") or username)
     safe = {k: v for k, v in answer.items() if k != "token"}
     message = (
@@ -188,12 +191,48 @@ def cmd_login(session: Session, args: argparse.Namespace):
 
 
 def cmd_logout(session: Session, args: argparse.Namespace):
+    """Revoke the saved token on its server, then forget it. A server that cannot be reached
+    leaves the token valid until it expires; logout says so and forgets it anyway."""
     path = credentials_path()
+    stored = read_credentials()
     existed = path.exists()
+    revoked, note = None, ""
+    if stored.get("server") and stored.get("token"):
+        saved = Session(server=normalize_server(stored["server"]), token=stored["token"])
+        try:
+            saved.request("DELETE", "tokens/current")
+            revoked = True
+        except CliError as exc:
+            if exc.code in ("UNAUTHENTICATED", "NOT_FOUND"):
+                revoked, note = True, " (the server no longer accepted it)"
+            else:
+                revoked = False
+                note = (
+                    f"\nWarning: could not revoke the token on {saved.server} ({exc.message}); it stays valid until "
+                    "it expires: revoke it with `iris token revoke ID` after logging in again."
+                )
     path.unlink(missing_ok=True)
-    return {"removed": str(path) if existed else None}, lambda _: (
-        f"Removed {path}." if existed else "Not logged in (no credentials file)."
-    )
+    if not existed:
+        text = "Not logged in (no credentials file)."
+    elif revoked:
+        text = f"Revoked the token on {stored['server']}{note} and removed {path}."
+    else:
+        text = f"Removed {path}.{note}"
+    return {"removed": str(path) if existed else None, "revoked": revoked}, lambda _: text
+
+
+def cmd_token_list(session: Session, args: argparse.Namespace):
+    tokens = session.get("tokens/", user=args.user)
+    return tokens, lambda rows: fmt.table(rows, [
+        ("ID", lambda r: r["id"]), ("USER", lambda r: r["username"]), ("NAME", lambda r: r["name"]),
+        ("CREATED", lambda r: r["created_at"]), ("EXPIRES", lambda r: r["expires_at"]),
+        ("", lambda r: "(this one)" if r.get("current") else ""),
+    ])
+
+
+def cmd_token_revoke(session: Session, args: argparse.Namespace):
+    session.request("DELETE", f"tokens/{args.id}")
+    return {"revoked": args.id}, lambda _: f"Revoked token {args.id}."
 
 
 def cmd_whoami(session: Session, args: argparse.Namespace):
@@ -366,7 +405,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(sub, "login", cmd_login, "log in and save a token to ~/.config/iris/credentials.json")
     p.add_argument("--username", help="default: asked, proposing your login name")
     p.add_argument("--password", help="default: asked without echo (avoid on shared machines: it lands in shell history)")
-    command(sub, "logout", cmd_logout, "forget the saved token")
+    command(sub, "logout", cmd_logout, "revoke the saved token on the server and forget it")
+    tokens = group("token", "list and revoke your API tokens (one per device or purpose)")
+    p = command(tokens, "list", cmd_token_list, "your live API tokens")
+    p.add_argument("--user", help="another user's tokens, or '*' for everyone's (admins)")
+    p = command(tokens, "revoke", cmd_token_revoke, "revoke one of your API tokens by its id")
+    p.add_argument("id", help="the token's id, as `iris token list` shows it")
     command(sub, "whoami", cmd_whoami, "who the server thinks you are, and your role")
 
     jobs = group("job", "submit, list, inspect and cancel jobs")

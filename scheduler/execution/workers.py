@@ -48,7 +48,7 @@ def upsert_worker(
     Draining is left as it was. Returns the worker and whether it is new.
 
     The one registration path: the caller has checked who may do it (an operator through
-    ``POST workers/``, an agent or operator through the agent API); ``by`` names that path in
+    ``POST workers/``, the worker's own agent through the agent API); ``by`` names that path in
     the log.
     """
     worker_name = parse_worker_name(name)
@@ -91,8 +91,8 @@ def register_worker(
 def register_agent(
     *, name: Any, cpu: Any, memory: Any, device: Any = None, attributes: Any = None, backend: Any = "local"
 ) -> tuple[Worker, bool]:
-    """A worker agent joins (or re-joins) through the agent API, whose permission (an operator
-    or a member of ``iris-agents``) the caller has checked: :func:`upsert_worker`."""
+    """A worker agent joins (or re-joins) through the agent API, which has checked that the
+    caller holds the credential of worker ``name`` (``execution/enrolment.py``): :func:`upsert_worker`."""
     return upsert_worker(
         name=name, cpu=cpu, memory=memory, device=device, attributes=attributes, backend=backend, by="its agent"
     )

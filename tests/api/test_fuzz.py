@@ -16,10 +16,10 @@ from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
 from hypothesis import HealthCheck, Phase, settings
-from rest_framework.authtoken.models import Token
 from schemathesis.checks import not_a_server_error
 
 from scheduler.budgets.writes import request_uplift
+from scheduler.models import ApiToken
 from tests.personas import make_worker, submit
 
 EXAMPLES_PER_OPERATION = 15
@@ -43,8 +43,8 @@ def admin_headers(ada, alice):
     submit(alice, "train", replicas=2)
     make_worker("w1")
     request_uplift(alice, budget_limit=5000, reason="deadline", duration_seconds=3600)
-    token, _ = Token.objects.get_or_create(user=ada)
-    return {"Authorization": f"Token {token.key}"}
+    _, key = ApiToken.objects.create(user=ada, name="fuzz")
+    return {"Authorization": f"Token {key}"}
 
 
 @schema.parametrize()
