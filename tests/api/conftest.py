@@ -89,3 +89,8 @@ def error_of(response) -> dict:
     assert isinstance(body["message"], str) and body["message"]
     assert isinstance(body["details"], dict)
     return body
+
+
+@pytest.fixture
+def as_agent(agent):
+    return token_client(agent)

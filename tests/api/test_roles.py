@@ -30,8 +30,8 @@ CODES = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 409
 MATRIX = [
     ("get", "me/", None, everyone(OK)),
     ("get", "jobs/", None, everyone(OK)),
-    ("post", "jobs/", {"name": "eval"}, everyone(CREATED)),
-    ("post", "jobs/", {"name": "eval", "parent": "alice/train"}, only(CREATED, "alice", "ada")),
+    ("post", "jobs/", {"name": "eval", "command": ["true"]}, everyone(CREATED)),
+    ("post", "jobs/", {"name": "eval", "parent": "alice/train", "command": ["true"]}, only(CREATED, "alice", "ada")),
     ("get", "jobs/alice/train", None, everyone(OK)),
     ("get", "jobs/alice/train:explain", None, everyone(OK)),
     ("post", "jobs/alice/train:cancel", None, only(OK, "alice", "ada")),
@@ -55,6 +55,7 @@ MATRIX = [
     ("post", "workers/", {"name": "w2", "cpu": 8, "memory": "32Gi"}, only(CREATED, "olivia", "ada")),
     ("post", "workers/w1:heartbeat", {"healthy": True}, only(OK, "olivia", "ada")),
     ("post", "workers/w1:drain", None, only(OK, "olivia", "ada")),
+    ("post", "workers/w1:undrain", None, only(OK, "olivia", "ada")),
     ("get", "preemptions/", None, everyone(OK)),
     ("get", "ticks/", None, everyone(OK)),
     ("post", "ticks/", None, only(OK, "olivia", "ada")),
