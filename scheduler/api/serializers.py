@@ -256,8 +256,10 @@ class JobSubmitSerializer(serializers.Serializer):
     max_retries_preemption = serializers.IntegerField(required=False, min_value=0, default=100)
     max_retries_failure = serializers.IntegerField(required=False, min_value=0, default=0)
     command = serializers.ListField(
-        child=serializers.CharField(allow_blank=True, max_length=MAX_COMMAND_ITEM_CHARS), min_length=1,
-        max_length=MAX_COMMAND_ITEMS, help_text="what each task runs; the first item (the program) not blank",
+        # The schema asks every item to be non-blank; the server requires it of the program only.
+        child=serializers.CharField(max_length=MAX_COMMAND_ITEM_CHARS, validators=[RegexValidator(r"\S")]),
+        min_length=1, max_length=MAX_COMMAND_ITEMS,
+        help_text="what each task runs; required, the first item (the program) not blank",
     )
     argv = serializers.ListField(
         child=serializers.CharField(allow_blank=True, max_length=MAX_COMMAND_ITEM_CHARS), required=False,
