@@ -76,6 +76,7 @@ def test_downgrade_explained_uplift_approved_and_preemption_recorded(live_server
     # She submits from the form (4 cores per task: no worker is big enough, so it keeps waiting).
     alice.goto(f"{live_server.url}/jobs/new/")
     alice.fill("#id_name", "train")
+    alice.fill("#id_command", "python train.py")
     alice.fill("#id_replicas", "2")
     alice.fill("#id_cpu", "4")
     alice.fill("#id_memory", "1Gi")
@@ -195,6 +196,7 @@ def test_researcher_submission_refused_with_the_rule_and_what_if_answers(live_se
     alice = as_user(open_page, live_server, "alice")
     alice.goto(f"{live_server.url}/jobs/new/")
     alice.fill("#id_name", "big")
+    alice.fill("#id_command", "python train.py")
     alice.select_option("#id_priority", "production")
     alice.click("#submit-form button[type=submit]")
     alice.wait_for_selector(".field.invalid")
@@ -203,6 +205,7 @@ def test_researcher_submission_refused_with_the_rule_and_what_if_answers(live_se
 
     alice.goto(f"{live_server.url}/what-if/")
     alice.fill("#id_name", "probe")
+    alice.fill("#id_command", "python train.py")
     alice.fill("#id_cpu", "1")
     alice.fill("#id_memory", "1Gi")
     alice.click("#what-if button[type=submit]")
