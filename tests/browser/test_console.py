@@ -205,7 +205,6 @@ def test_researcher_submission_refused_with_the_rule_and_what_if_answers(live_se
 
     alice.goto(f"{live_server.url}/what-if/")
     alice.fill("#id_name", "probe")
-    alice.fill("#id_command", "python train.py")
     alice.fill("#id_cpu", "1")
     alice.fill("#id_memory", "1Gi")
     alice.click("#what-if button[type=submit]")
