@@ -372,6 +372,10 @@ REST_KNOX = {
 # --- end of API tokens and worker credentials ------------------------------------------------------
 
 # --- API -----------------------------------------------------------------------------------------
+# Largest request body, in bytes (Django's setting; 2.5 MB, Django's default, stated here on
+# purpose): a job of 1,000 command items of a few hundred characters is far below it; above it
+# the API answers 413 with the JSON error, the console a 400 page.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("IRIS_MAX_REQUEST_BYTES", 2_621_440)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "knox.auth.TokenAuthentication",
@@ -379,6 +383,12 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # JSON bodies nested at most 32 levels (a deeper one is a 400, not a RecursionError).
+    "DEFAULT_PARSER_CLASSES": [
+        "scheduler.api.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     # Every error leaves as {"code", "message", "details"}; see scheduler/errors.py.
     "EXCEPTION_HANDLER": "scheduler.errors.api_exception_handler",
 }

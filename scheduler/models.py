@@ -117,8 +117,10 @@ class Job(models.Model):
     max_retries_preemption = models.PositiveIntegerField(default=100)
     max_retries_failure = models.PositiveIntegerField(default=0)
     command = models.JSONField(default=list, blank=True)
-    # The submission as received, kept for audit (includes --system-reason).
+    # The client's command line, only where a CLI really sent one (includes --system-reason).
     submission_argv = models.JSONField(default=list, blank=True)
+    # The submission as validated (JobRequest.as_json): what was really asked, from any client.
+    request = models.JSONField(default=dict, blank=True)
     system_reason = models.CharField(max_length=500, blank=True, default="")
     # The job's route: where its tasks run, stamped by the first tick that sees the job (see
     # scheduler.core.kueue.route_job): "" until then, "workers" (placed by our scheduler on

@@ -44,8 +44,9 @@ def make_user(username: str, role: str = "researcher"):
 
 
 def submit(user, name: str = "train", **spec) -> Job:
-    """Submit through the service, as the API and the console would."""
-    return submit_job(user, {"name": name, **spec})
+    """Submit through the service, as the API and the console would (a command is required;
+    tests that do not care run ``true``)."""
+    return submit_job(user, {"name": name, "command": ["true"], **spec})
 
 
 def make_worker(name: str = "w1", *, cpu: float = 32, memory_gib: int = 256, device=("cpu", "", 0), **attributes) -> Worker:

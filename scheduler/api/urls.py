@@ -33,6 +33,7 @@ urlpatterns = [
     re_path(r"^workers/(?P<name>[^/:]+):heartbeat$", views.WorkerHeartbeatView.as_view(), name="worker-heartbeat"),
     re_path(r"^workers/(?P<name>[^/:]+):credential$", views.WorkerCredentialView.as_view(), name="worker-credential"),
     re_path(r"^workers/(?P<name>[^/:]+):drain$", views.WorkerDrainView.as_view(), name="worker-drain"),
+    re_path(r"^workers/(?P<name>[^/:]+):undrain$", views.WorkerUndrainView.as_view(), name="worker-undrain"),
     path("preemptions/", views.PreemptionsView.as_view(), name="preemptions"),
     path("ticks/", views.TicksView.as_view(), name="ticks"),
     path("what-if/", views.WhatIfView.as_view(), name="what-if"),

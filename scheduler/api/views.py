@@ -12,7 +12,6 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.pagination import PageNumberPagination
-from rest_framework.parsers import JSONParser
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from iris_web.client_address import AccountThrottle, ClientAddressThrottle
@@ -21,6 +20,7 @@ from rest_framework.views import APIView
 from scheduler import roles
 from scheduler.access import api_tokens, mint_token, revoke_token
 from scheduler.api import serializers as s
+from scheduler.api.parsers import JSONParser
 from scheduler.api.permissions import IsAdmin, IsOperator, IsResearcher, ReadAnyWriteAdmin, ReadAnyWriteOperator
 from scheduler.budgets.queries import audit_entries, budget_view, budget_views, uplift_grants, user_is_known
 from scheduler.budgets.writes import approve_uplift, deny_uplift, request_uplift, set_budget
@@ -28,7 +28,7 @@ from scheduler.core.bands import Band
 from scheduler.errors import InvalidArgument, NotFound, PermissionDenied
 from scheduler.execution.enrolment import mint_worker_credential
 from scheduler.execution.queries import workers_with_load
-from scheduler.execution.workers import drain_worker, heartbeat_worker, register_worker
+from scheduler.execution.workers import drain_worker, heartbeat_worker, register_worker, undrain_worker
 from scheduler.jobs.cancel import cancel_job
 from scheduler.jobs.explain import explain_job
 from scheduler.jobs.queries import job_detail, jobs, task_counts
@@ -43,12 +43,21 @@ from scheduler.tick.run import run_tick_now
 COMMON_ERRORS = ("400", "401", "403", "404")
 
 
+# Every operation that takes a body can also answer these: a body over DATA_UPLOAD_MAX_MEMORY_SIZE
+# (413) and a body that is not JSON (415).
+BODY_ERRORS = ("413", "415")
+
+
 class IrisSchema(AutoSchema):
-    """Adds the JSON error responses each view declares (``error_statuses``) to its operations."""
+    """Adds the JSON error responses each view declares (``error_statuses``) to its operations,
+    and those of a request body to every operation that takes one."""
 
     def _get_response_bodies(self, direction="response"):
         responses = super()._get_response_bodies(direction)
-        for code in getattr(self.view, "error_statuses", COMMON_ERRORS):
+        statuses = list(getattr(self.view, "error_statuses", COMMON_ERRORS))
+        if self.method in ("POST", "PUT", "PATCH"):
+            statuses += [code for code in BODY_ERRORS if code not in statuses]
+        for code in statuses:
             if code not in responses:
                 responses[code] = self._get_response_for_code(s.ErrorSerializer, code, direction=direction)
         return responses
@@ -262,13 +271,14 @@ class JobsView(IrisView):
             "Limits give RESOURCE_EXHAUSTED."
         ),
         request=s.JobSubmitSerializer,
-        responses={201: s.JobDetailSerializer},
+        responses={201: s.JobSubmittedSerializer},
         tags=["jobs"],
     )
     def post(self, request):
         job = submit_job(request.user, self.body())
         detail = job_detail(job.name)
-        return Response(s.JobDetailSerializer(detail).data, status=status.HTTP_201_CREATED)
+        detail.warnings = job.warnings
+        return Response(s.JobSubmittedSerializer(detail).data, status=status.HTTP_201_CREATED)
 
 
 class JobDetailView(IrisView):
@@ -414,12 +424,13 @@ class BudgetView(IrisView):
     )
     def put(self, request, user: str):
         data = self.body()
-        unknown = sorted(set(data) - {"budget_limit", "max_band", "reason"})
+        known = {"budget_limit", "max_band", "reason", "create_user_budget"}
+        unknown = sorted(set(data) - known)
         if unknown:
-            raise InvalidArgument("unknown field; known fields are budget_limit, max_band, reason", field=unknown[0])
+            raise InvalidArgument(f"unknown field; known fields are {', '.join(sorted(known))}", field=unknown[0])
         row = set_budget(
             request.user, user, budget_limit=data.get("budget_limit"), max_band=data.get("max_band"),
-            reason=data.get("reason"),
+            reason=data.get("reason"), create_user_budget=data.get("create_user_budget", False),
         )
         return Response(s.BudgetSerializer(budget_view(row.user_id)).data)
 
@@ -590,7 +601,18 @@ class WorkerDrainView(IrisView):
                    parameters=[WORKER], request=None, responses={200: s.WorkerSerializer}, tags=["workers"])
     def post(self, request, name: str):
         worker = drain_worker(request.user, name)
-        return Response(s.WorkerSerializer(worker).data)
+        return Response(s.WorkerSerializer(workers_with_load().get(pk=worker.pk)).data)
+
+
+class WorkerUndrainView(IrisView):
+    permission_classes = [ReadAnyWriteOperator]
+    error_statuses = ("400", "401", "403", "404")
+
+    @extend_schema(operation_id="workers_undrain", summary="Place new work on a drained worker again (operators)",
+                   parameters=[WORKER], request=None, responses={200: s.WorkerSerializer}, tags=["workers"])
+    def post(self, request, name: str):
+        worker = undrain_worker(request.user, name)
+        return Response(s.WorkerSerializer(workers_with_load().get(pk=worker.pk)).data)
 
 
 # --- preemptions, ticks, what-if ------------------------------------------------------------------

@@ -263,10 +263,12 @@ def cmd_job_run(session: Session, args: argparse.Namespace):
 
     def render(job: dict) -> str:
         ident = fmt.job_id(job)
+        warnings = fmt.pick(job, "warnings", default=[]) or []
         return (
             f"Submitted {ident}: {fmt.band(fmt.pick(job, 'band', 'priority'))}, "
             f"{fmt.cell(fmt.pick(job, 'replicas'))} task(s), {fmt.cell(fmt.pick(job, 'state'))}.\n"
-            f"Why it waits or where it runs: iris job explain {ident}"
+            + "".join(f"Warning: {warning}\n" for warning in warnings)
+            + f"Why it waits or where it runs: iris job explain {ident}"
         )
 
     return job, render
@@ -332,7 +334,8 @@ def cmd_admin_budget_set(session: Session, args: argparse.Namespace):
     if args.limit is None and args.max_band is None:
         raise UsageError("give --limit and/or --max-band")
     # The server keeps a value the request leaves out.
-    body = drop_none({"budget_limit": args.limit, "max_band": args.max_band, "reason": args.reason})
+    body = drop_none({"budget_limit": args.limit, "max_band": args.max_band, "reason": args.reason,
+                      "create_user_budget": True if args.new_user else None})
     return session.put(f"budgets/{args.user}", body), lambda b: "Budget set.\n\n" + fmt.budget(b)
 
 
@@ -360,6 +363,11 @@ def cmd_worker_list(session: Session, args: argparse.Namespace):
 def cmd_worker_drain(session: Session, args: argparse.Namespace):
     worker = session.post(f"workers/{args.name}:drain")
     return worker, lambda w: f"Draining {fmt.cell(fmt.pick(w, 'name', default=args.name))}: it takes no new tasks."
+
+
+def cmd_worker_undrain(session: Session, args: argparse.Namespace):
+    worker = session.post(f"workers/{args.name}:undrain")
+    return worker, lambda w: f"Undrained {fmt.cell(fmt.pick(w, 'name', default=args.name))}: it takes new tasks again."
 
 
 def whoami(session: Session) -> str:
@@ -480,6 +488,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=non_negative_int, metavar="N", help="resource-value points, 0 = unlimited")
     p.add_argument("--max-band", choices=BANDS)
     p.add_argument("--reason", required=True, metavar="R")
+    p.add_argument("--new-user", action="store_true",
+                   help="USER is new (no account, budget, grant or job yet): create the budget on purpose")
     admin_uplift = group("uplift", "approve or deny uplift requests", parent=admin)
     p = command(admin_uplift, "approve", cmd_admin_uplift_approve, "approve a request; it starts now")
     p.add_argument("id", metavar="ID")
@@ -491,9 +501,10 @@ def build_parser() -> argparse.ArgumentParser:
     command(admin, "audit", cmd_admin_audit, "who changed which budget or grant, when and why").add_argument("--page", type=positive_int, metavar="N")
 
     command(sub, "tick", cmd_tick, "run one scheduling tick now (operators)")
-    workers = group("worker", "list and drain workers (operators)")
+    workers = group("worker", "list, drain and undrain workers (operators)")
     command(workers, "list", cmd_worker_list, "workers with capacity and health")
     command(workers, "drain", cmd_worker_drain, "stop placing new tasks on a worker").add_argument("name", metavar="NAME")
+    command(workers, "undrain", cmd_worker_undrain, "place new tasks on a drained worker again").add_argument("name", metavar="NAME")
     status.add_commands(group("scheduler", "the scheduler's state, like Slurm's sdiag (operators)"), command)
     return parser
 
