@@ -35,6 +35,7 @@ from scheduler.execution.outbox import (
 )
 from scheduler.models import Attempt, DispatchIntent
 from scheduler import instruments
+from scheduler.core.kueue import ROUTE_KUBERNETES
 from scheduler.core.placement import request_tuple
 from scheduler.core.types import Resources
 from scheduler.store import lease
@@ -164,8 +165,15 @@ def worker_room(batch: list[DispatchIntent]) -> dict[int, Room]:
     victim's room in its own accounting at once and may place more than the preemptor onto it
     in the same pass; the processes only leave when the agent confirms, so until then the
     room stays taken here, for every START, whichever job it belongs to.
+
+    The Kubernetes cluster's worker row has no capacity of its own (Kueue admits its pods, and
+    the core never places on it): its STARTs are not checked here.
     """
-    workers = {i.worker_id: i.worker for i in batch if i.kind == START and i.worker_id is not None and i.tries == 0}
+    workers = {
+        i.worker_id: i.worker
+        for i in batch
+        if i.kind == START and i.worker_id is not None and i.tries == 0 and i.worker.backend != ROUTE_KUBERNETES
+    }
     if not workers:
         return {}
     room: dict[int, Room] = {}
