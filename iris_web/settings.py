@@ -266,10 +266,15 @@ EMBEDDED_BROKER_SOCKET = embedded_broker_socket(DATA_DIR)
 CELERY_BROKER_URL = os.environ.get("IRIS_BROKER_URL") or REDIS_URL or f"redis+socket://{EMBEDDED_BROKER_SOCKET}"
 
 # Seconds between scheduling ticks (Celery beat). A submission also triggers a prompt tick.
-TICK_SECONDS = env_int("IRIS_TICK_SECONDS", 5)
 # A tick that has not started within this many seconds of being queued is dropped; the next
-# one is already on its way. Seconds a tick lease is held before another tick may take it over.
-TICK_LEASE_SECONDS = env_int("IRIS_TICK_LEASE_SECONDS", 60)
+# one is already on its way.
+TICK_SECONDS = env_int("IRIS_TICK_SECONDS", 5)
+# Seconds a tick lease lasts from its last renewal before another tick may take it over. The
+# tick renews it after loading, after deciding and before committing, so a dead tick is
+# replaced within this long; the load and the decision must each take less (at 100,000 pending
+# tasks, under a second each). The write transaction keeps the lease row locked until it
+# commits, however long it takes, and gives the lease back with its commit.
+TICK_LEASE_SECONDS = env_int("IRIS_TICK_LEASE_SECONDS", 10)
 # The Celery queue ticks go to (empty: the default queue). On PostgreSQL the process that ticks
 # keeps the cluster's rows between ticks and reads only what changed (scheduler/cluster_rows.py);
 # a queue served by one single-process worker keeps every tick in that one warm process.

@@ -234,7 +234,8 @@ class SchedulerLease(models.Model):
     """A named lease taken by compare-and-set, so two ticks never run at once.
 
     Beat alone is no guarantee (a slow tick overlaps the next one; two beats may run by
-    mistake). A tick that dies leaves the lease to expire after ``TICK_LEASE_SECONDS``.
+    mistake). The tick renews its lease at each phase boundary and gives it back with its
+    commit; a tick that dies leaves it to expire ``TICK_LEASE_SECONDS`` after its last renewal.
     """
 
     name = models.CharField(primary_key=True, max_length=32)
