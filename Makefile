@@ -25,6 +25,8 @@ DEMO_PROCESSES := $(if $(IRIS_REDIS_URL)$(IRIS_BROKER_URL),,broker) web schedule
 run: export IRIS_CLUSTER_CONFIG ?= $(CURDIR)/config/cluster.demo.toml
 run: setup
 	$(BIN)/python manage.py seed_demo
+	@# Prometheus' multiprocess files belong to the processes of one run: start each run empty.
+	rm -rf "$${PROMETHEUS_MULTIPROC_DIR:-$${IRIS_DATA_DIR:-var}/metrics}"
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/honcho start -f Procfile $(DEMO_PROCESSES)
 
 test: $(STAMP)

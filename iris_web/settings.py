@@ -150,7 +150,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.humanize",
     "rest_framework",
-    "rest_framework.authtoken",
+    # API tokens, stored hashed (the "API tokens" block below).
+    "knox",
     "drf_spectacular",
     "django_htmx",
     "template_partials",
@@ -265,10 +266,15 @@ EMBEDDED_BROKER_SOCKET = embedded_broker_socket(DATA_DIR)
 CELERY_BROKER_URL = os.environ.get("IRIS_BROKER_URL") or REDIS_URL or f"redis+socket://{EMBEDDED_BROKER_SOCKET}"
 
 # Seconds between scheduling ticks (Celery beat). A submission also triggers a prompt tick.
-TICK_SECONDS = env_int("IRIS_TICK_SECONDS", 5)
 # A tick that has not started within this many seconds of being queued is dropped; the next
-# one is already on its way. Seconds a tick lease is held before another tick may take it over.
-TICK_LEASE_SECONDS = env_int("IRIS_TICK_LEASE_SECONDS", 60)
+# one is already on its way.
+TICK_SECONDS = env_int("IRIS_TICK_SECONDS", 5)
+# Seconds a tick lease lasts from its last renewal before another tick may take it over. The
+# tick renews it after loading, after deciding and before committing, so a dead tick is
+# replaced within this long; the load and the decision must each take less (at 100,000 pending
+# tasks, under a second each). The write transaction keeps the lease row locked until it
+# commits, however long it takes, and gives the lease back with its commit.
+TICK_LEASE_SECONDS = env_int("IRIS_TICK_LEASE_SECONDS", 10)
 # The Celery queue ticks go to (empty: the default queue). On PostgreSQL the process that ticks
 # keeps the cluster's rows between ticks and reads only what changed (scheduler/cluster_rows.py);
 # a queue served by one single-process worker keeps every tick in that one warm process.
@@ -311,7 +317,7 @@ WORKER_GRACE_SECONDS = env_float("IRIS_WORKER_GRACE_SECONDS", 30)
 STOP_GRACE_SECONDS = env_float("IRIS_STOP_GRACE_SECONDS", 10)
 # Seconds between an agent's heartbeats (agents also receive their orders in the answer).
 AGENT_HEARTBEAT_SECONDS = env_float("IRIS_AGENT_HEARTBEAT_SECONDS", 2)
-# The API token `manage.py iris_worker` uses when given no --token or --token-file.
+# The worker credential `manage.py iris_worker` uses when given no --token or --token-file.
 AGENT_TOKEN = os.environ.get("IRIS_AGENT_TOKEN", "")
 # The Unix user a worker agent run as root runs tasks as (empty: nobody), so tasks cannot read
 # the agent's token file or memory. An agent not run as root runs tasks as itself.
@@ -330,11 +336,20 @@ KUBERNETES_SYNC_SECONDS = env_float("IRIS_KUBERNETES_SYNC_SECONDS", 5)
 TPU_PROVISION_SECONDS = env_float("IRIS_TPU_PROVISION_SECONDS", 30)
 CELERY_BEAT_SCHEDULE["sync-kubernetes"] = every("scheduler.sync_kubernetes", KUBERNETES_SYNC_SECONDS)
 CELERY_BEAT_SCHEDULE["provision-tpu"] = every("scheduler.provision_tpu", TPU_PROVISION_SECONDS)
+# Backends beyond the built-in local, kubernetes and tpu (scheduler/backends/): comma-separated
+# name=module.path.ClassName entries; a worker registers with one of these names.
+EXTRA_BACKENDS = dict(
+    entry.strip().split("=", 1) for entry in os.environ.get("IRIS_BACKENDS", "").split(",") if "=" in entry
+)
 
 # --- Scheduler policy ----------------------------------------------------------------------------
 # Path of the cluster config (TOML or YAML): budget defaults, user tiers, backends.
 CLUSTER_CONFIG = os.environ.get("IRIS_CLUSTER_CONFIG", "")
-MAX_TASKS_PER_JOB_PER_CYCLE = env_int("IRIS_MAX_TASKS_PER_JOB_PER_CYCLE", 4)
+# Tasks of one non-gang job considered per tick. IRIS_MAX_TASKS_PER_JOB_PER_CYCLE is the old name,
+# still read when the new one is unset.
+MAX_TASKS_PER_JOB_PER_TICK = env_int(
+    "IRIS_MAX_TASKS_PER_JOB_PER_TICK", env_int("IRIS_MAX_TASKS_PER_JOB_PER_CYCLE", 4)
+)
 MAX_ASSIGNMENTS_PER_WORKER = env_int("IRIS_MAX_ASSIGNMENTS_PER_WORKER", 4)
 MAX_BUILDING_TASKS = env_int("IRIS_MAX_BUILDING_TASKS", 8)
 # Admission limits (RESOURCE_EXHAUSTED beyond them), as in Iris: tasks in one job, and unfinished
@@ -342,14 +357,43 @@ MAX_BUILDING_TASKS = env_int("IRIS_MAX_BUILDING_TASKS", 8)
 MAX_REPLICAS_PER_JOB = env_int("IRIS_MAX_REPLICAS_PER_JOB", 10_000)
 MAX_ACTIVE_TASKS_PER_USER = env_int("IRIS_MAX_ACTIVE_TASKS_PER_USER", 16_000)
 
+# --- API tokens and worker credentials (scheduler/access.py, scheduler/execution/enrolment.py) ---
+# API tokens are django-rest-knox tokens in scheduler.ApiToken: only their SHA-512 digest is
+# stored; each `POST tokens/` (each `iris login`) mints a new one that lives this many hours.
+# Worker agents use worker credentials (`manage.py worker_credential`), not API tokens.
+TOKEN_TTL_HOURS = env_int("IRIS_TOKEN_TTL_HOURS", 30 * 24)
+if TOKEN_TTL_HOURS < 1:
+    raise ImproperlyConfigured("IRIS_TOKEN_TTL_HOURS must be at least 1")
+KNOX_TOKEN_MODEL = "scheduler.ApiToken"
+# knox's own migrations create its default token table, which the swap above leaves unused
+# (and which PostgreSQL's flush then trips over): scheduler's migration 0008 creates ApiToken.
+MIGRATION_MODULES = {"knox": None}
+REST_KNOX = {
+    "TOKEN_TTL": timedelta(hours=TOKEN_TTL_HOURS),
+    # The expiry is fixed when the token is minted: a stolen token is not kept alive by use.
+    "AUTO_REFRESH": False,
+    "AUTH_HEADER_PREFIX": "Token",
+}
+# --- end of API tokens and worker credentials ------------------------------------------------------
+
 # --- API -----------------------------------------------------------------------------------------
+# Largest request body, in bytes (Django's setting; 2.5 MB, Django's default, stated here on
+# purpose): a job of 1,000 command items of a few hundred characters is far below it; above it
+# the API answers 413 with the JSON error, the console a 400 page.
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("IRIS_MAX_REQUEST_BYTES", 2_621_440)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "knox.auth.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # JSON bodies nested at most 32 levels (a deeper one is a 400, not a RecursionError).
+    "DEFAULT_PARSER_CLASSES": [
+        "scheduler.api.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     # Every error leaves as {"code", "message", "details"}; see scheduler/errors.py.
     "EXCEPTION_HANDLER": "scheduler.errors.api_exception_handler",
 }

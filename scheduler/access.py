@@ -1,5 +1,11 @@
 """Who the caller is and what they may do: the checks every use case runs on its actor first,
-in the vocabulary of :mod:`scheduler.roles`, and the API token exchange.
+in the vocabulary of :mod:`scheduler.roles`, and people's API tokens.
+
+API tokens are django-rest-knox tokens (``scheduler.models.ApiToken``): stored as their SHA-512
+digest, one per device or purpose (each exchange of a password mints a new one), expiring after
+``IRIS_TOKEN_TTL_HOURS``, listed and revoked by their owner and by admins. A token's public id is
+its ``token_key`` (its first 15 characters, which knox stores to find it); that is not enough
+to use it.
 """
 
 from __future__ import annotations
@@ -7,12 +13,13 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import authenticate
-from rest_framework.authtoken.models import Token
+from django.db.models import QuerySet
+from django.utils import timezone
 
 from scheduler import roles
-from scheduler.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from scheduler.errors import InvalidArgument, NotFound, PermissionDenied, Unauthenticated
 from scheduler.inputs import check_text, parse_text
-from scheduler.models import Job
+from scheduler.models import ApiToken, Job
 
 
 def require_authenticated(actor) -> None:
@@ -39,14 +46,47 @@ def owns_job(actor, job: Job) -> bool:
     return job.user == actor.username or roles.is_admin(actor)
 
 
-def mint_token(username: Any, password: Any) -> tuple[str, Any]:
-    """Exchange a username and password for the user's API token (created on first use)."""
+# Longest device or purpose name of a token.
+MAX_TOKEN_NAME = 100
+
+
+def mint_token(username: Any, password: Any, name: Any = None) -> tuple[str, ApiToken]:
+    """Exchange a username and password for a new API token named ``name`` (a device or a
+    purpose). Returns the token, shown this once, and its row."""
     user_name = parse_text(username, "username", required=True, max_length=150)
     if not isinstance(password, str) or not password:
         raise InvalidArgument("required", field="password")
     check_text(password, "password")
+    label = parse_text(name, "name", max_length=MAX_TOKEN_NAME) or ""
     user = authenticate(username=user_name, password=password)
     if user is None or not user.is_active:
         raise Unauthenticated("wrong username or password")
-    token, _ = Token.objects.get_or_create(user=user)
-    return token.key, user
+    row, key = ApiToken.objects.create(user=user, name=label)
+    return key, row
+
+
+def api_tokens(actor, *, user: Any = None) -> QuerySet[ApiToken]:
+    """Live API tokens, newest first: the actor's own, or ``user``'s (admins only; ``"*"``: everyone's)."""
+    require_authenticated(actor)
+    wanted = parse_text(user, "user", max_length=150) or actor.username
+    if wanted != actor.username and not roles.is_admin(actor):
+        raise PermissionDenied(f"only admins may list other users' tokens; you are signed in as '{actor.username}'")
+    tokens = ApiToken.objects.select_related("user").exclude(expiry__lte=timezone.now()).order_by("-created")
+    if wanted != "*":
+        tokens = tokens.filter(user__username=wanted)
+    return tokens
+
+
+def revoke_token(actor, token_id: Any) -> ApiToken:
+    """Revoke the API token whose id (``token_key``) is ``token_id``: its owner or an admin may."""
+    require_authenticated(actor)
+    key = parse_text(token_id, "id", required=True, max_length=32)
+    row = ApiToken.objects.select_related("user").filter(token_key=key).first()
+    if row is None:
+        raise NotFound(f"no token {key}", field="id")
+    if row.user_id != actor.pk and not roles.is_admin(actor):
+        raise PermissionDenied(
+            f"only its owner and admins may revoke token {key}; you are signed in as '{actor.username}'"
+        )
+    row.delete()
+    return row

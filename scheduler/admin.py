@@ -8,6 +8,7 @@ from __future__ import annotations
 from django.contrib import admin, messages
 
 from scheduler import models
+from scheduler.core.bands import Band
 from scheduler.budgets.writes import approve_uplift, deny_uplift, set_budget
 from scheduler.errors import ServiceError
 from scheduler.execution.outbox import retry_intents
@@ -112,8 +113,8 @@ class UserBudgetAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         try:
-            set_budget(request.user, obj.user_id, budget_limit=obj.budget_limit, max_band=obj.max_band,
-                                reason=ADMIN_REASON)
+            set_budget(request.user, obj.user_id, budget_limit=obj.budget_limit,
+                       max_band=Band(int(obj.max_band)).wire, reason=ADMIN_REASON)
         except ServiceError as exc:
             self.message_user(request, exc.message, messages.ERROR)
 

@@ -13,6 +13,7 @@ a setting.
 
 from __future__ import annotations
 
+import difflib
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -23,7 +24,14 @@ import yaml
 from django.conf import settings
 
 from scheduler.core.bands import Band
+from scheduler.core.budget import MAX_BUDGET_POINTS
 from scheduler.core.types import BudgetDefaults
+
+TOP_LEVEL_KEYS = {"budget_defaults", "user_budgets", "kubernetes", "tpu", "scale_groups"}
+BUDGET_DEFAULTS_KEYS = {"budget_limit", "max_band"}
+TIER_KEYS = {"user_ids", "budget_limit", "max_band"}
+# A user id is a Django username: at most 150 characters.
+MAX_USER_ID_LENGTH = 150
 
 
 class ClusterConfigError(ValueError):
@@ -153,7 +161,34 @@ class ClusterConfig:
 def _limit(value: object, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ClusterConfigError(f"{where}.budget_limit: expected a non-negative integer, got {value!r}")
+    if value > MAX_BUDGET_POINTS:
+        raise ClusterConfigError(f"{where}.budget_limit: at most {MAX_BUDGET_POINTS:,} points, got {value:,}")
     return value
+
+
+def _unknown_keys(raw: dict, where: str, allowed: set[str]) -> None:
+    """An unknown key is an error naming it and the nearest known one (a typo never goes unnoticed)."""
+    unknown = sorted(set(raw) - allowed, key=str)
+    if not unknown:
+        return
+    key = str(unknown[0])
+    near = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.6)
+    hint = f"did you mean {near[0]!r}? " if near else ""
+    prefix = f"{where}.{key}" if where else key
+    raise ClusterConfigError(f"{prefix}: unknown key; {hint}expected one of {', '.join(sorted(allowed))}")
+
+
+def _user_id(user: object, where: str) -> str:
+    if not isinstance(user, str) or not user.strip():
+        raise ClusterConfigError(f"{where}: empty user id")
+    user = user.strip()
+    if "\x00" in user:
+        raise ClusterConfigError(f"{where}: a user id must not contain a NUL character")
+    if len(user) > MAX_USER_ID_LENGTH:
+        raise ClusterConfigError(f"{where}: a user id has at most {MAX_USER_ID_LENGTH} characters, got {len(user)}")
+    if not USER_ID.match(user):
+        raise ClusterConfigError(f"{where}: {user[:40]!r} is not a user id (letters, digits and . _ - + @)")
+    return user
 
 
 def _band(value: object, where: str) -> Band:
@@ -169,9 +204,11 @@ def parse_cluster_config(data: object, source: str = "<memory>") -> ClusterConfi
         data = {}
     if not isinstance(data, dict):
         raise ClusterConfigError(f"{source}: expected a mapping at the top level")
+    _unknown_keys(data, "", TOP_LEVEL_KEYS)
     raw_defaults = data.get("budget_defaults") or {}
     if not isinstance(raw_defaults, dict):
         raise ClusterConfigError("budget_defaults: expected a mapping")
+    _unknown_keys(raw_defaults, "budget_defaults", BUDGET_DEFAULTS_KEYS)
     defaults = BudgetDefaults(
         budget_limit=_limit(raw_defaults.get("budget_limit", 1000), "budget_defaults"),
         max_band=_band(raw_defaults.get("max_band", "interactive"), "budget_defaults"),
@@ -184,19 +221,18 @@ def parse_cluster_config(data: object, source: str = "<memory>") -> ClusterConfi
         where = f"user_budgets[{i}]"
         if not isinstance(raw, dict):
             raise ClusterConfigError(f"{where}: expected a mapping")
+        _unknown_keys(raw, where, TIER_KEYS)
         user_ids = raw.get("user_ids")
         if not isinstance(user_ids, list) or not user_ids:
             raise ClusterConfigError(f"{where}.user_ids: expected a non-empty list of user ids")
-        for j, user in enumerate(user_ids):
-            if not isinstance(user, str) or not user.strip():
-                raise ClusterConfigError(f"{where}.user_ids[{j}]: empty user id")
+        user_ids = [_user_id(user, f"{where}.user_ids[{j}]") for j, user in enumerate(user_ids)]
         if "budget_limit" not in raw:
             raise ClusterConfigError(f"{where}.budget_limit: missing")
         if "max_band" not in raw:
             raise ClusterConfigError(f"{where}.max_band: missing")
         tiers.append(
             BudgetTier(
-                user_ids=tuple(u.strip() for u in user_ids),
+                user_ids=tuple(user_ids),
                 budget_limit=_limit(raw["budget_limit"], where),
                 max_band=_band(raw["max_band"], where),
             )
@@ -222,9 +258,7 @@ def _section(raw: object, where: str, allowed: set[str]) -> dict:
         return {}
     if not isinstance(raw, dict):
         raise ClusterConfigError(f"{where}: expected a mapping")
-    unknown = sorted(set(raw) - allowed)
-    if unknown:
-        raise ClusterConfigError(f"{where}.{unknown[0]}: unknown key; expected one of {', '.join(sorted(allowed))}")
+    _unknown_keys(raw, where, allowed)
     return raw
 
 
@@ -267,6 +301,8 @@ def _dns_name(value: str, where: str) -> str:
 
 
 DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# What Django allows in usernames (as scheduler.inputs.SEGMENT).
+USER_ID = re.compile(r"^[A-Za-z0-9_.@+-]+$")
 KUBERNETES_KEYS = {
     "enabled", "api_server", "in_cluster", "kubeconfig", "context", "namespace", "queue_name", "image",
     "service_account", "worker_name", "device_types", "gpu_resource", "gpu_variant_label",
@@ -415,6 +451,10 @@ def read_cluster_config(path: str | Path) -> ClusterConfig:
         else:
             raise ClusterConfigError(f"{path}: cluster config must end in .toml, .yaml or .yml")
     except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        raise ClusterConfigError(f"{path}: {exc}") from None
+    except RecursionError:
+        raise ClusterConfigError(f"{path}: nested too deeply to be a cluster config") from None
+    except ValueError as exc:  # e.g. an integer literal too long for Python to convert
         raise ClusterConfigError(f"{path}: {exc}") from None
     return parse_cluster_config(data, source=str(path))
 

@@ -18,8 +18,8 @@ INTERNAL                 500     a bug; logged with its traceback, the message s
 =======================  ======  =================================================================
 
 Protocol errors that carry no business meaning (a wrong HTTP method, an unacceptable ``Accept``
-header, an unsupported content type) keep their HTTP status (405/406/415) with the code
-INVALID_ARGUMENT.
+header, a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``, an unsupported content type) keep their
+HTTP status (405/406/413/415) with the code INVALID_ARGUMENT.
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DataError
 from django.http import Http404, JsonResponse
@@ -146,6 +148,13 @@ def as_service_error(exc: BaseException) -> ServiceError:
     if isinstance(exc, DjangoValidationError):
         detail = exc.message_dict if hasattr(exc, "error_dict") else exc.messages
         return from_validation_detail(detail)
+    if isinstance(exc, RequestDataTooBig):
+        error = InvalidArgument(
+            f"request body larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE:,} bytes",
+            details={"limit_bytes": settings.DATA_UPLOAD_MAX_MEMORY_SIZE},
+        )
+        error.status = 413
+        return error
     if isinstance(exc, drf.ParseError):
         return InvalidArgument(f"malformed request body: {exc.detail}")
     if isinstance(exc, drf.NotAuthenticated | drf.AuthenticationFailed):

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal, InvalidOperation
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from scheduler.core.bands import BAND_NAMES, Band
+from scheduler.core.budget import MAX_BUDGET_POINTS
 from scheduler.core.types import DeviceType
 from scheduler.errors import InvalidArgument
 from scheduler.models import MAX_ID_LENGTH
@@ -29,7 +31,7 @@ MAX_INT64 = 2**63 - 1
 # Bounds on a task's request. Far above any real host; they keep arithmetic and columns sane.
 MAX_CPU_CORES = 1_000_000
 
-MAX_MEMORY_BYTES = 2**60
+MAX_MEMORY_BYTES = 2**60  # 1024 PiB, stated so in messages
 
 MAX_DEVICE_COUNT = 1_000_000
 
@@ -41,7 +43,11 @@ MEMORY_UNITS = {
     "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40, "pi": 2**50,
 }
 
-MEMORY_PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]i?)?b?\s*$", re.IGNORECASE)
+# At most 30 digits before the point: more cannot be a size below MAX_MEMORY_BYTES, and it keeps
+# the arithmetic cheap whatever a caller sends (a 400-digit number once overflowed a float).
+MEMORY_PATTERN = re.compile(r"^\s*(\d{1,30}(?:\.\d{1,30})?)\s*([kmgtp]i?)?b?\s*$", re.IGNORECASE)
+# One millicore is the smallest CPU request a worker can account; less would round to nothing.
+MIN_CPU_CORES = 0.001
 # What a task asks for when the caller does not say.
 DEFAULT_CPU_CORES = 1
 DEFAULT_MEMORY_BYTES = 1 << 30
@@ -71,7 +77,10 @@ def parse_text(value: Any, name: str, *, required: bool = False, max_length: int
     return value
 
 
-def parse_int(value: Any, name: str, *, minimum: int = 0, maximum: int = MAX_INT32, default: int | None = None) -> int:
+def parse_int(
+    value: Any, name: str, *, minimum: int = 0, maximum: int = MAX_INT32, default: int | None = None, unit: str = ""
+) -> int:
+    """An integer within ``[minimum, maximum]``; a bound is stated with ``unit`` ("60 seconds")."""
     if value is None or value == "":
         if default is None:
             raise InvalidArgument("required", field=name)
@@ -89,10 +98,11 @@ def parse_int(value: Any, name: str, *, minimum: int = 0, maximum: int = MAX_INT
             raise InvalidArgument(f"expected an integer, got {value!r}", field=name) from None
     elif not isinstance(value, int):
         raise InvalidArgument(f"expected an integer, got {type(value).__name__}", field=name)
+    suffix = f" {unit}" if unit else ""
     if value < minimum:
-        raise InvalidArgument(f"must be at least {minimum}", field=name)
+        raise InvalidArgument(f"must be at least {minimum:,}{suffix}", field=name)
     if value > maximum:
-        raise InvalidArgument(f"must be at most {maximum}", field=name)
+        raise InvalidArgument(f"must be at most {maximum:,}{suffix}", field=name)
     return value
 
 
@@ -116,10 +126,13 @@ def parse_number(value: Any, name: str, *, minimum: float = 0, maximum: float, d
 
 
 def parse_band(value: Any, name: str) -> Band:
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise InvalidArgument(f"expected one of {BAND_NAMES}", field=name)
-    if isinstance(value, str):
-        check_text(value, name)
+    """A band by name (``"batch"``, ``"BATCH"``). Ranks are not accepted on the wire: ``0`` is
+    SYSTEM, which nobody should reach by sending a number that looks like "nothing"."""
+    if not isinstance(value, str):
+        raise InvalidArgument(f"expected a band name, one of {BAND_NAMES}", field=name)
+    check_text(value, name)
+    if value.strip().isdigit():
+        raise InvalidArgument(f"expected a band name, one of {BAND_NAMES}, not a rank", field=name)
     try:
         return Band.parse(value)
     except ValueError:
@@ -143,24 +156,43 @@ def parse_memory(value: Any, name: str = "memory") -> int:
                 f"cannot read {value!r} as a size; use bytes or a unit: 512Mi, 16Gi, 2G", field=name
             )
         number, unit = match.groups()
-        amount = int(float(number) * MEMORY_UNITS[(unit or "").lower()])
+        try:
+            amount = int(Decimal(number) * MEMORY_UNITS[(unit or "").lower()])
+        except InvalidOperation:  # pragma: no cover - the pattern admits only plain decimals
+            raise InvalidArgument(f"cannot read {value!r} as a size", field=name) from None
     else:
         raise InvalidArgument("expected bytes as an integer or a size like '16Gi'", field=name)
     if amount < 0:
         raise InvalidArgument("must not be negative", field=name)
     if amount > MAX_MEMORY_BYTES:
-        raise InvalidArgument(f"must be at most {MAX_MEMORY_BYTES} bytes", field=name)
+        raise InvalidArgument(f"must be at most {format_size(MAX_MEMORY_BYTES)}", field=name)
     return amount
 
 
+def format_size(amount: int) -> str:
+    """Bytes in the largest binary unit that divides them: ``1024Pi``, ``32Gi``, ``1536``."""
+    for unit in ("pi", "ti", "gi", "mi", "ki"):
+        factor = MEMORY_UNITS[unit]
+        if amount and amount % factor == 0:
+            return f"{amount // factor:,}{unit.capitalize()}"
+    return f"{amount:,} bytes"
+
+
 def parse_cpu_millicores(value: Any, name: str = "cpu") -> int:
+    """Cores (``2``, ``0.5``) as millicores. Zero is allowed; a positive amount below one
+    millicore is refused rather than rounded to nothing."""
     cores = parse_number(value, name, maximum=MAX_CPU_CORES, default=DEFAULT_CPU_CORES)
+    if 0 < cores < MIN_CPU_CORES:
+        raise InvalidArgument(f"must be 0 or at least {MIN_CPU_CORES} cores (one millicore)", field=name)
     return round(cores * 1000)
 
 
+def parse_budget_limit(value: Any, name: str = "budget_limit") -> int:
+    """Points, 0 meaning unlimited, at most :data:`MAX_BUDGET_POINTS`."""
+    return parse_int(value, name, maximum=MAX_BUDGET_POINTS, unit="points")
+
+
 @dataclass(frozen=True)
-
-
 class DeviceRequest:
     type: DeviceType = DeviceType.CPU
     variant: str = ""

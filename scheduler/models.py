@@ -13,6 +13,7 @@ import zlib
 
 from django.conf import settings
 from django.db import models
+from knox.models import AbstractAuthToken
 
 from scheduler.core.bands import Band
 from scheduler.core.types import DeviceType, JobState, TaskState
@@ -116,8 +117,10 @@ class Job(models.Model):
     max_retries_preemption = models.PositiveIntegerField(default=100)
     max_retries_failure = models.PositiveIntegerField(default=0)
     command = models.JSONField(default=list, blank=True)
-    # The submission as received, kept for audit (includes --system-reason).
+    # The client's command line, only where a CLI really sent one (includes --system-reason).
     submission_argv = models.JSONField(default=list, blank=True)
+    # The submission as validated (JobRequest.as_json): what was really asked, from any client.
+    request = models.JSONField(default=dict, blank=True)
     system_reason = models.CharField(max_length=500, blank=True, default="")
     # The job's route: where its tasks run, stamped by the first tick that sees the job (see
     # scheduler.core.kueue.route_job): "" until then, "workers" (placed by our scheduler on
@@ -234,7 +237,8 @@ class SchedulerLease(models.Model):
     """A named lease taken by compare-and-set, so two ticks never run at once.
 
     Beat alone is no guarantee (a slow tick overlaps the next one; two beats may run by
-    mistake). A tick that dies leaves the lease to expire after ``TICK_LEASE_SECONDS``.
+    mistake). The tick renews its lease at each phase boundary and gives it back with its
+    commit; a tick that dies leaves it to expire ``TICK_LEASE_SECONDS`` after its last renewal.
     """
 
     name = models.CharField(primary_key=True, max_length=32)
@@ -404,3 +408,42 @@ class TpuSlice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.state})"
+
+
+# --- credentials ----------------------------------------------------------------------------------
+
+
+class ApiToken(AbstractAuthToken):
+    """A person's API token (django-rest-knox, ``KNOX_TOKEN_MODEL``): one per device or purpose.
+
+    Only the SHA-512 ``digest`` of the token is stored, and its first 15 characters
+    (``token_key``), which knox uses to find the row and the API shows as the token's id; the
+    token itself is shown once, when it is minted. ``expiry`` is ``IRIS_TOKEN_TTL_HOURS`` after
+    minting; an expired token is refused (and deleted) on use.
+    """
+
+    name = models.CharField(max_length=100, blank=True, default="", help_text="device or purpose, e.g. 'iris CLI on laptop'")
+
+    class Meta:
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.token_key}... of {self.user} ({self.name or 'unnamed'})"
+
+
+class WorkerCredential(models.Model):
+    """The one credential of one worker agent, bound to the worker's name when an operator mints
+    it (``manage.py worker_credential``, ``POST workers/{name}:credential``).
+
+    It is not a user: it authenticates only the agent API (``Authorization: Worker <key>``),
+    and only as ``worker_name``. Only its SHA-512 ``digest`` is stored. Minting again replaces
+    it (the old key stops working); deleting the row revokes it.
+    """
+
+    worker_name = models.CharField(max_length=MAX_ID_LENGTH, unique=True)
+    digest = models.CharField(max_length=128, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=150, help_text="who minted it: a username, or manage.py")
+
+    def __str__(self) -> str:
+        return f"credential of worker {self.worker_name}"

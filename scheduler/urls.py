@@ -28,6 +28,7 @@ urlpatterns = [
     path("preemptions/", history.preemptions, name="preemptions"),
     path("workers/", workers.workers, name="workers"),
     re_path(r"^workers/(?P<name>[^/:]+):drain$", workers.drain, name="worker-drain"),
+    re_path(r"^workers/(?P<name>[^/:]+):undrain$", workers.undrain, name="worker-undrain"),
     path("scheduler/", operations.scheduler_state, name="scheduler-state"),
     path("scheduler/tick", operations.run_tick, name="run-tick"),
     path("manage/", manage.budgets, name="manage-budgets"),

@@ -122,13 +122,6 @@ def ada(db, fast_passwords):
     return make_user("ada", "admin")
 
 
-@pytest.fixture
-def agent(db, fast_passwords):
-    from tests.personas import make_user
-
-    return make_user("agent", "agent")
-
-
 @pytest.fixture(scope="session", autouse=True)
 def collected_static_files():
     """Static files are served from their collected, hashed copies (WhiteNoise's manifest

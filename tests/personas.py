@@ -2,8 +2,8 @@
 dispatch, tick, cloud).
 
 Personas: alice and bob are researchers (bob is "the other researcher" for alice's things),
-charlie the outsider, olivia an operator, ada an admin, and ``agent`` the token user worker
-agents sign in as (``iris-agents``). The fixtures live in ``tests/conftest.py``; each test
+charlie the outsider, olivia an operator, ada an admin; worker agents are not users: each
+signs in with its own worker's credential (``agent_client``). The fixtures live in ``tests/conftest.py``; each test
 package builds its own signed-in clients (API tokens or console sessions).
 
 Builders: ``submit`` goes through the use case, as the API and the console would; ``make_job``,
@@ -15,15 +15,13 @@ heartbeated just now, with 32 cores and 256 GiB; tests that need a small one say
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from scheduler.api.agent import AGENT_GROUP
 from scheduler.core.bands import Band
+from scheduler.execution.enrolment import issue_worker_credential
 from scheduler.jobs.submit import submit_job
-from scheduler.models import Attempt, Job, Task, Worker
+from scheduler.models import ApiToken, Attempt, Job, Task, Worker
 from scheduler.roles import ensure_groups
 
 PASSWORD = "correct horse battery staple"
@@ -35,21 +33,20 @@ FAST_PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 def make_user(username: str, role: str = "researcher"):
-    """A user in the groups of ``role``: researcher (none), operator, admin or agent."""
+    """A user in the groups of ``role``: researcher (none), operator or admin."""
     admins, operators = ensure_groups()
     user = get_user_model().objects.create_user(username=username, password=PASSWORD)
     if role == "admin":
         user.groups.add(admins)
     elif role == "operator":
         user.groups.add(operators)
-    elif role == "agent":
-        user.groups.add(Group.objects.get_or_create(name=AGENT_GROUP)[0])
     return user
 
 
 def submit(user, name: str = "train", **spec) -> Job:
-    """Submit through the service, as the API and the console would."""
-    return submit_job(user, {"name": name, **spec})
+    """Submit through the service, as the API and the console would (a command is required;
+    tests that do not care run ``true``)."""
+    return submit_job(user, {"name": name, "command": ["true"], **spec})
 
 
 def make_worker(name: str = "w1", *, cpu: float = 32, memory_gib: int = 256, device=("cpu", "", 0), **attributes) -> Worker:
@@ -132,6 +129,13 @@ def token_client(user=None) -> APIClient:
     """An API client signed in as ``user`` with a real token (anonymous for None)."""
     client = APIClient()
     if user is not None:
-        token, _ = Token.objects.get_or_create(user=user)
-        client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+        _, key = ApiToken.objects.create(user=user, name="tests")
+        client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    return client
+
+
+def agent_client(worker_name: str = "w1") -> APIClient:
+    """An API client signed in as the agent of worker ``worker_name``, with its own credential."""
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Worker {issue_worker_credential(worker_name, by='tests')}")
     return client

@@ -1,4 +1,5 @@
-"""The agent's HTTP client for ``/api/v1/agent/`` (standard library only)."""
+"""The agent's HTTP client for ``/api/v1/agent/`` (standard library only). It sends its
+worker's credential as ``Authorization: Worker <credential>`` (docs/operations.md, "Worker agents")."""
 
 from __future__ import annotations
 
@@ -26,9 +27,9 @@ class ApiError(Exception):
 
 
 class AgentClient:
-    def __init__(self, server: str, token: str, *, timeout: float = REQUEST_TIMEOUT):
+    def __init__(self, server: str, credential: str, *, timeout: float = REQUEST_TIMEOUT):
         self.base = server.rstrip("/") + "/api/v1/agent/"
-        self.token = token
+        self.credential = credential
         self.timeout = timeout
 
     def post(self, path: str, body: dict[str, Any]) -> Any:
@@ -39,7 +40,7 @@ class AgentClient:
             headers={
                 "Content-Type": "application/json",
                 "Accept": "application/json",
-                "Authorization": f"Token {self.token}",
+                "Authorization": f"Worker {self.credential}",
             },
         )
         try:

@@ -1,9 +1,11 @@
 """The worker agents' API (``/api/v1/agent/``): register, heartbeat (answered with the agent's
 start and stop orders), report; and task logs for people.
 
-Agents authenticate with a DRF token of a user who is an operator or in the ``iris-agents``
-group (``seed_demo`` creates one for the local demo cluster). An agent speaks only for the
-worker it names: reports about attempts placed elsewhere are ignored.
+Each agent authenticates with its worker's own credential (``Authorization: Worker <key>``,
+minted by an operator: ``scheduler/execution/enrolment.py``) and acts only as that worker: a
+call that names another worker, or a report about an attempt placed on another worker, is
+refused (403) and logged. People's API tokens and sessions cannot call these endpoints, and a
+worker credential authenticates nothing else.
 
 The views are thin: they validate the wire format and call ``scheduler.execution``
 (``workers`` to register and heartbeat, ``attempts`` for reports). Wire shapes:
@@ -16,7 +18,7 @@ The views are thin: they validate the wire format and call ``scheduler.execution
   and a stop order ``{"task", "attempt", "reason", "grace_seconds"}``.
 - ``POST report/``    ``{"name", "reports": [{"task", "attempt", "status", "exit_code"?, "message"?}]}``
   with ``status`` one of building, running, succeeded, failed, preempted, worker_lost
-  -> ``{"applied", "ignored"}``
+  -> ``{"applied", "ignored"}`` (reports about attempts that do not exist are ignored)
 - ``GET logs/<task pk>/<attempt>/?tail=<bytes>``: the attempt's log as text, for the job's
   owner, operators and admins (logs are read from this server's ``IRIS_DATA_DIR/logs``, where
   agents on the same host write them).
@@ -24,12 +26,18 @@ The views are thin: they validate the wire format and call ``scheduler.execution
 
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
+from django.db.models import Q
 from django.http import HttpResponse
 from django.urls import path
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import serializers
+from knox.auth import TokenAuthentication
+from rest_framework import exceptions, serializers
+from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -40,11 +48,15 @@ from scheduler.agent.process import log_path
 from scheduler.backends import AttemptRef, AttemptReport, AttemptStatus, StartOrder, StopOrder
 from scheduler.errors import NotFound, PermissionDenied
 from scheduler.execution.attempts import apply_reports
+from scheduler.execution.enrolment import worker_for_credential
 from scheduler.execution.workers import agent_heartbeat, register_agent
 from scheduler.inputs import parse_int, parse_worker_name
 from scheduler.models import Attempt, Task
 
-AGENT_GROUP = "iris-agents"
+log = logging.getLogger(__name__)
+
+# The Authorization scheme of worker credentials (people's API tokens use "Token").
+WORKER_SCHEME = "Worker"
 # Bytes of a log returned when no ``tail`` is given, and at most.
 DEFAULT_LOG_TAIL = 256 * 1024
 MAX_LOG_TAIL = 8 * 1024 * 1024
@@ -52,22 +64,101 @@ MAX_REPORTS = 1000
 MAX_RUNNING = 10_000
 
 
-def is_agent(user) -> bool:
-    """Operators and members of ``iris-agents`` may act as worker agents."""
-    if not (user and user.is_authenticated):
-        return False
-    return roles.is_operator(user) or user.groups.filter(name=AGENT_GROUP).exists()
+class WorkerAgent:
+    """Who calls the agent API: the agent of one worker. Not a user: it has no role, no budget
+    and no groups, so every check of :mod:`scheduler.roles` says no."""
+
+    is_authenticated = True
+    is_anonymous = False
+    is_active = True
+    is_staff = False
+    is_superuser = False
+    pk = None
+    id = None
+
+    def __init__(self, worker_name: str):
+        self.worker_name = worker_name
+        self.username = f"worker:{worker_name}"
+        self._iris_groups: set[str] = set()  # what roles.is_admin / is_operator read
+
+    def __str__(self) -> str:
+        return self.username
 
 
-class IsAgent(BasePermission):
-    message = f"only worker agents (operators or members of '{AGENT_GROUP}') may call the agent API"
+class WorkerCredentialAuthentication(BaseAuthentication):
+    """``Authorization: Worker <credential>``: the caller is the agent of the credential's worker."""
+
+    def authenticate(self, request):
+        parts = get_authorization_header(request).split()
+        if not parts or parts[0].lower() != WORKER_SCHEME.lower().encode():
+            return None
+        if len(parts) != 2:
+            raise exceptions.AuthenticationFailed("expected 'Authorization: Worker <credential>'")
+        try:
+            credential = parts[1].decode("ascii")
+        except UnicodeDecodeError:
+            raise exceptions.AuthenticationFailed("invalid worker credential") from None
+        worker_name = worker_for_credential(credential)
+        if worker_name is None:
+            raise exceptions.AuthenticationFailed(
+                "invalid or revoked worker credential: an operator mints one with manage.py worker_credential"
+            )
+        agent = WorkerAgent(worker_name)
+        return agent, agent
+
+    def authenticate_header(self, request) -> str:
+        return WORKER_SCHEME
+
+
+class WorkerCredentialScheme(OpenApiAuthenticationExtension):
+    target_class = WorkerCredentialAuthentication
+    name = "workerCredential"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "apiKey", "in": "header", "name": "Authorization",
+                "description": "Worker <credential> (manage.py worker_credential NAME)"}
+
+
+class IsWorkerAgent(BasePermission):
+    message = (
+        "the agent API takes a worker's own credential ('Authorization: Worker <credential>', minted by "
+        "an operator with manage.py worker_credential); user tokens cannot act as workers"
+    )
 
     def has_permission(self, request, view) -> bool:
-        return is_agent(request.user)
+        return isinstance(request.user, WorkerAgent)
 
 
 class AgentView(APIView):
-    permission_classes = [IsAgent]
+    # People's tokens authenticate too, so that a person calling here is told why it is refused
+    # (403), not asked to sign in (401).
+    authentication_classes = [WorkerCredentialAuthentication, TokenAuthentication]
+    permission_classes = [IsWorkerAgent]
+
+    def own_worker(self, name) -> str:
+        """``name``, if it is the caller's worker; otherwise the call is refused and logged."""
+        worker_name = parse_worker_name(name)
+        caller = self.request.user.worker_name
+        if worker_name != caller:
+            log.warning(
+                "the agent of worker %s tried to act as worker %s", caller, worker_name,
+                extra={"worker": caller, "action": "agent.impersonation", "named": worker_name},
+            )
+            raise PermissionDenied(
+                f"this credential belongs to worker {caller}; it cannot act as worker {worker_name}", field="name"
+            )
+        return worker_name
+
+
+def attempts_placed_elsewhere(worker_name: str, refs: list[AttemptRef]) -> list[AttemptRef]:
+    """Those of ``refs`` that exist but were not placed on ``worker_name``."""
+    if not refs:
+        return []
+    wanted = Q()
+    for ref in set(refs):
+        wanted |= Q(task_id=ref.task_pk, number=ref.attempt)
+    rows = Attempt.objects.filter(wanted).values_list("task_id", "number", "worker__name")
+    return [AttemptRef(task, number) for task, number, placed_on in rows if placed_on != worker_name]
 
 
 # --- wire formats ---------------------------------------------------------------------------------
@@ -173,7 +264,7 @@ class RegisterView(AgentView):
     def post(self, request):
         data = valid(AgentRegisterSerializer, request.data)
         worker, created = register_agent(
-            name=data["name"], cpu=data["cpu"], memory=data["memory"], device=data.get("device"),
+            name=self.own_worker(data["name"]), cpu=data["cpu"], memory=data["memory"], device=data.get("device"),
             attributes=data.get("attributes"), backend=data["backend"],
         )
         return Response(
@@ -186,7 +277,7 @@ class HeartbeatView(AgentView):
     @extend_schema(request=AgentHeartbeatSerializer, responses=AgentHeartbeatAnswerSerializer)
     def post(self, request):
         data = valid(AgentHeartbeatSerializer, request.data)
-        name = parse_worker_name(data["name"])
+        name = self.own_worker(data["name"])
         running = [AttemptRef(item["task"], item["attempt"]) for item in data["running"]]
         box = agent_heartbeat(name, running, healthy=data["healthy"])
         return Response(
@@ -203,7 +294,16 @@ class ReportView(AgentView):
     @extend_schema(request=AgentReportSerializer, responses=AgentReportAnswerSerializer)
     def post(self, request):
         data = valid(AgentReportSerializer, request.data)
-        name = parse_worker_name(data["name"])
+        name = self.own_worker(data["name"])
+        refs = [AttemptRef(item["task"], item["attempt"]) for item in data["reports"]]
+        elsewhere = attempts_placed_elsewhere(name, refs)
+        if elsewhere:
+            listed = ", ".join(f"task {ref.task_pk} attempt {ref.attempt}" for ref in elsewhere[:10])
+            log.warning(
+                "the agent of worker %s reported on attempts not placed on it: %s", name, listed,
+                extra={"worker": name, "action": "agent.foreign_report", "attempts": len(elsewhere)},
+            )
+            raise PermissionDenied(f"worker {name} may report only on attempts placed on it, not on {listed}")
         outcome = apply_reports(
             AttemptReport(
                 ref=AttemptRef(item["task"], item["attempt"]),
@@ -221,6 +321,8 @@ class AttemptLogView(APIView):
     """An attempt's log, for the job's owner, operators and admins."""
 
     permission_classes = [IsAuthenticated]
+    # A worker credential is recognised here only to be refused (403): logs are for people.
+    authentication_classes = [WorkerCredentialAuthentication, *APIView.authentication_classes]
 
     @extend_schema(
         parameters=[OpenApiParameter("tail", int, description="bytes from the end (default 256 KiB)")],

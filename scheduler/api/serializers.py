@@ -8,12 +8,19 @@ and the admin share one set of rules and one wording of every message. Query-str
 
 from __future__ import annotations
 
+from django.core.validators import RegexValidator
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
 from rest_framework import serializers
 
 from scheduler.core.bands import BANDS_IN_ORDER, Band
 from scheduler.core.types import JobState, TaskState
-from scheduler.models import UpliftGrant
+from scheduler.inputs import MAX_BUDGET_POINTS, MAX_CPU_CORES
+from scheduler.jobs.request import MAX_COMMAND_ITEM_CHARS, MAX_COMMAND_ITEMS, MAX_CONSTRAINT_VALUES
+from scheduler.models import MAX_ID_LENGTH, UpliftGrant
+
+# What a job name may be, as the schema states it: one segment (``train``) or a full id
+# (``/alice/train/eval``), segments of letters, digits and . _ - + @ (no ':' and no spaces).
+JOB_NAME_PATTERN = r"^/?[A-Za-z0-9_.@+-]+(/[A-Za-z0-9_.@+-]+)*$"
 
 BAND_WIRE = [b.wire for b in BANDS_IN_ORDER]
 BAND_SCHEMA = {"type": "string", "enum": BAND_WIRE}
@@ -49,7 +56,8 @@ class NullableBandField(serializers.Field):
     {
         "oneOf": [
             {"type": "integer", "minimum": 0, "description": "bytes"},
-            {"type": "string", "example": "16Gi", "description": "a size: 512Mi, 16Gi, 2G, 1.5Gi"},
+            {"type": "string", "example": "16Gi", "description": "a size: 512Mi, 16Gi, 2G, 1.5Gi; at most 1024Pi",
+             "pattern": r"^\s*\d{1,30}(\.\d{1,30})?\s*([kKmMgGtTpP][iI]?)?[bB]?\s*$"},
         ]
     }
 )
@@ -61,7 +69,7 @@ class MemoryField(serializers.Field):
     {
         "oneOf": [
             {"type": "string"},
-            {"type": "array", "items": {"type": "string"}, "minItems": 1},
+            {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": MAX_CONSTRAINT_VALUES},
         ],
         "nullable": True,
         "description": "a string for eq/ne, a list of strings for in, absent for exists",
@@ -110,12 +118,39 @@ class ConstraintSerializer(serializers.Serializer):
 class TokenRequestSerializer(serializers.Serializer):
     username = serializers.CharField()
     password = serializers.CharField(style={"input_type": "password"})
+    name = serializers.CharField(required=False, max_length=100, help_text="the device or purpose, e.g. 'iris CLI on laptop'")
 
 
 class TokenSerializer(serializers.Serializer):
-    token = serializers.CharField()
+    token = serializers.CharField(help_text="shown this once; the server keeps only its hash")
+    id = serializers.CharField(help_text="the token's public id (its first characters), to list and revoke it")
+    name = serializers.CharField()
     username = serializers.CharField()
     role = serializers.ChoiceField(choices=["admin", "operator", "researcher"])
+    expires_at = serializers.DateTimeField()
+
+
+class TokenInfoSerializer(serializers.Serializer):
+    """A live API token as listed: never the token itself."""
+
+    id = serializers.CharField(source="token_key")
+    name = serializers.CharField()
+    username = serializers.CharField(source="user.username")
+    created_at = serializers.DateTimeField(source="created")
+    expires_at = serializers.DateTimeField(source="expiry", allow_null=True)
+    current = serializers.SerializerMethodField(help_text="the token this request was made with")
+
+    def get_current(self, token) -> bool:
+        return token.digest == self.context.get("current_digest")
+
+
+class TokenFilterSerializer(serializers.Serializer):
+    user = serializers.CharField(required=False, help_text="another user's tokens, or '*' for everyone's (admins)")
+
+
+class WorkerCredentialSerializer(serializers.Serializer):
+    worker = serializers.CharField()
+    credential = serializers.CharField(help_text="shown this once: the agent sends it as 'Authorization: Worker <credential>'")
 
 
 # --- uplift grants --------------------------------------------------------------------------------
@@ -149,7 +184,9 @@ class UpliftSerializer(serializers.Serializer):
 class UpliftRequestSerializer(serializers.Serializer):
     user = serializers.CharField(required=False, help_text="defaults to you; researchers ask only for themselves")
     max_band = serializers.ChoiceField(choices=BAND_WIRE, required=False)
-    budget_limit = serializers.IntegerField(required=False, min_value=0, help_text="points; 0 = unlimited")
+    budget_limit = serializers.IntegerField(
+        required=False, min_value=0, max_value=MAX_BUDGET_POINTS, help_text="points; 0 = unlimited"
+    )
     reason = serializers.CharField()
     duration_seconds = serializers.IntegerField(min_value=60, max_value=90 * 24 * 3600)
 
@@ -185,9 +222,15 @@ class BudgetSerializer(serializers.Serializer):
 
 
 class BudgetUpdateSerializer(serializers.Serializer):
-    budget_limit = serializers.IntegerField(required=False, min_value=0, help_text="points; 0 = unlimited")
+    budget_limit = serializers.IntegerField(
+        required=False, min_value=0, max_value=MAX_BUDGET_POINTS, help_text="points; 0 = unlimited"
+    )
     max_band = serializers.ChoiceField(choices=BAND_WIRE, required=False)
     reason = serializers.CharField(help_text="why; kept in the audit log")
+    create_user_budget = serializers.BooleanField(
+        required=False, default=False,
+        help_text="set a budget for a user nobody knows yet (no account, budget, grant or job): on purpose only",
+    )
 
 
 class MeSerializer(serializers.Serializer):
@@ -211,7 +254,10 @@ class AuditEntrySerializer(serializers.Serializer):
 
 
 class JobSubmitSerializer(serializers.Serializer):
-    name = serializers.CharField(help_text="'train' or '/alice/train'; with parent, one segment. No ':'")
+    name = serializers.CharField(
+        max_length=MAX_ID_LENGTH - 8, validators=[RegexValidator(JOB_NAME_PATTERN)],
+        help_text="'train' or '/alice/train'; with parent, one segment. Letters, digits and . _ - + @",
+    )
     parent = serializers.CharField(required=False, allow_null=True, help_text="job id of the parent, e.g. /alice/train")
     priority = serializers.ChoiceField(
         choices=BAND_WIRE, required=False, allow_null=True,
@@ -221,7 +267,10 @@ class JobSubmitSerializer(serializers.Serializer):
         required=False, allow_blank=True, help_text="required for system: must name hero, finelog or iris work"
     )
     replicas = serializers.IntegerField(required=False, min_value=1, default=1)
-    cpu = serializers.FloatField(required=False, min_value=0, default=1, help_text="cores per task")
+    cpu = serializers.FloatField(
+        required=False, min_value=0, max_value=MAX_CPU_CORES, default=1,
+        help_text="cores per task: 0, or at least 0.001 (one millicore)",
+    )
     memory = MemoryField(required=False, help_text="per task; default 1Gi")
     device = DeviceSerializer(required=False)
     group_by = serializers.CharField(
@@ -233,14 +282,24 @@ class JobSubmitSerializer(serializers.Serializer):
     )
     max_retries_preemption = serializers.IntegerField(required=False, min_value=0, default=100)
     max_retries_failure = serializers.IntegerField(required=False, min_value=0, default=0)
-    command = serializers.ListField(child=serializers.CharField(allow_blank=True), required=False)
+    command = serializers.ListField(
+        # The schema asks every item to be non-blank; the server requires it of the program only.
+        child=serializers.CharField(max_length=MAX_COMMAND_ITEM_CHARS, validators=[RegexValidator(r"\S")]),
+        min_length=1, max_length=MAX_COMMAND_ITEMS,
+        help_text="what each task runs; required, the first item (the program) not blank",
+    )
     argv = serializers.ListField(
-        child=serializers.CharField(allow_blank=True), required=False, help_text="the client's argv, kept for audit"
+        child=serializers.CharField(allow_blank=True, max_length=MAX_COMMAND_ITEM_CHARS), required=False,
+        max_length=MAX_COMMAND_ITEMS, help_text="the client's argv, kept for audit (a CLI sends it)",
     )
 
 
 class WhatIfRequestSerializer(JobSubmitSerializer):
     user = serializers.CharField(required=False, help_text="ask as another user (admins and operators); default you")
+    command = serializers.ListField(
+        child=serializers.CharField(allow_blank=True, max_length=MAX_COMMAND_ITEM_CHARS), required=False,
+        max_length=MAX_COMMAND_ITEMS, help_text="optional here: what-if runs nothing",
+    )
 
 
 class ResourcesSerializer(serializers.Serializer):
@@ -332,7 +391,8 @@ class JobDetailSerializer(JobSummarySerializer):
     max_retries_preemption = serializers.IntegerField()
     max_retries_failure = serializers.IntegerField()
     command = serializers.ListField(child=serializers.CharField())
-    submission_argv = serializers.ListField(child=serializers.CharField())
+    submission_argv = serializers.ListField(child=serializers.CharField(), help_text="only when a CLI sent one")
+    request = serializers.JSONField(help_text="the submission as validated, from any client")
     system_reason = serializers.CharField()
     submitted_by = serializers.SerializerMethodField()
     children = serializers.SerializerMethodField()
@@ -349,6 +409,15 @@ class JobDetailSerializer(JobSummarySerializer):
     @extend_schema_field(TaskSerializer(many=True))
     def get_tasks(self, job) -> list[dict]:
         return TaskSerializer(job.tasks.all(), many=True, context={"job_name": job.name}).data
+
+
+class JobSubmittedSerializer(JobDetailSerializer):
+    """The answer to a submission: the job, and what its submitter should know about it."""
+
+    warnings = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="e.g. that no registered worker could run a task of it, naming the largest one",
+    )
 
 
 class JobFilterSerializer(serializers.Serializer):

@@ -12,22 +12,23 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.pagination import PageNumberPagination
-from rest_framework.parsers import JSONParser
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from iris_web.client_address import AccountThrottle, ClientAddressThrottle
 from rest_framework.views import APIView
 
 from scheduler import roles
-from scheduler.access import mint_token
+from scheduler.access import api_tokens, mint_token, revoke_token
 from scheduler.api import serializers as s
-from scheduler.api.permissions import IsAdmin, IsResearcher, ReadAnyWriteAdmin, ReadAnyWriteOperator
+from scheduler.api.parsers import JSONParser
+from scheduler.api.permissions import IsAdmin, IsOperator, IsResearcher, ReadAnyWriteAdmin, ReadAnyWriteOperator
 from scheduler.budgets.queries import audit_entries, budget_view, budget_views, uplift_grants, user_is_known
 from scheduler.budgets.writes import approve_uplift, deny_uplift, request_uplift, set_budget
 from scheduler.core.bands import Band
 from scheduler.errors import InvalidArgument, NotFound, PermissionDenied
+from scheduler.execution.enrolment import mint_worker_credential
 from scheduler.execution.queries import workers_with_load
-from scheduler.execution.workers import drain_worker, heartbeat_worker, register_worker
+from scheduler.execution.workers import drain_worker, heartbeat_worker, register_worker, undrain_worker
 from scheduler.jobs.cancel import cancel_job
 from scheduler.jobs.explain import explain_job
 from scheduler.jobs.queries import job_detail, jobs, task_counts
@@ -42,12 +43,21 @@ from scheduler.tick.run import run_tick_now
 COMMON_ERRORS = ("400", "401", "403", "404")
 
 
+# Every operation that takes a body can also answer these: a body over DATA_UPLOAD_MAX_MEMORY_SIZE
+# (413) and a body that is not JSON (415).
+BODY_ERRORS = ("413", "415")
+
+
 class IrisSchema(AutoSchema):
-    """Adds the JSON error responses each view declares (``error_statuses``) to its operations."""
+    """Adds the JSON error responses each view declares (``error_statuses``) to its operations,
+    and those of a request body to every operation that takes one."""
 
     def _get_response_bodies(self, direction="response"):
         responses = super()._get_response_bodies(direction)
-        for code in getattr(self.view, "error_statuses", COMMON_ERRORS):
+        statuses = list(getattr(self.view, "error_statuses", COMMON_ERRORS))
+        if self.method in ("POST", "PUT", "PATCH"):
+            statuses += [code for code in BODY_ERRORS if code not in statuses]
+        for code in statuses:
             if code not in responses:
                 responses[code] = self._get_response_for_code(s.ErrorSerializer, code, direction=direction)
         return responses
@@ -141,14 +151,30 @@ class TokenAccountThrottle(AccountThrottle):
 
 
 class TokenView(IrisView):
-    authentication_classes = []
-    permission_classes = [AllowAny]
+    """``POST``: a password for a new token (anonymous, throttled). ``GET``: live tokens."""
+
     throttle_classes = [TokenThrottle, TokenAccountThrottle]
-    error_statuses = ("400", "401", "429")
+    error_statuses = ("400", "401", "403", "429")
+
+    def get_authenticators(self):
+        # Minting takes a password, not a token or a session; listing takes either.
+        if self.request is not None and self.request.method == "POST":
+            return []
+        return super().get_authenticators()
+
+    def get_permissions(self):
+        if self.request is not None and self.request.method == "POST":
+            return [AllowAny()]
+        return super().get_permissions()
+
+    def get_throttles(self):
+        if self.request is not None and self.request.method == "POST":
+            return super().get_throttles()
+        return []
 
     @extend_schema(
         operation_id="tokens_create",
-        summary="Exchange a username and password for an API token",
+        summary="Exchange a username and password for a new API token (one per device or purpose)",
         request=s.TokenRequestSerializer,
         responses={200: s.TokenSerializer},
         auth=[],
@@ -156,8 +182,48 @@ class TokenView(IrisView):
     )
     def post(self, request):
         data = self.body()
-        key, user = mint_token(data.get("username"), data.get("password"))
-        return Response({"token": key, "username": user.username, "role": roles.role_name(user)})
+        key, row = mint_token(data.get("username"), data.get("password"), data.get("name"))
+        return Response({
+            "token": key, "id": row.token_key, "name": row.name, "username": row.user.username,
+            "role": roles.role_name(row.user), "expires_at": row.expiry,
+        })
+
+    @extend_schema(
+        operation_id="tokens_list",
+        summary="Your live API tokens (admins: anyone's, with ?user=NAME or ?user=*)",
+        parameters=[s.TokenFilterSerializer],
+        responses={200: s.TokenInfoSerializer(many=True)},
+        tags=["auth"],
+    )
+    def get(self, request):
+        f = self.filters(s.TokenFilterSerializer)
+        rows = api_tokens(request.user, user=f.get("user"))
+        current = getattr(request.auth, "digest", None)
+        return Response(s.TokenInfoSerializer(rows, many=True, context={"current_digest": current}).data)
+
+
+class TokenDetailView(IrisView):
+    error_statuses = ("400", "401", "403", "404")
+
+    @extend_schema(operation_id="tokens_destroy", summary="Revoke an API token (its owner or an admin)",
+                   parameters=[path_parameter("token_id", "the token's id, as listed")],
+                   responses={204: None}, tags=["auth"])
+    def delete(self, request, token_id: str):
+        revoke_token(request.user, token_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class CurrentTokenView(IrisView):
+    error_statuses = ("401", "404")
+
+    @extend_schema(operation_id="tokens_current_destroy", summary="Revoke the token this request is made with (iris logout)",
+                   responses={204: None}, tags=["auth"])
+    def delete(self, request):
+        token_id = getattr(request.auth, "token_key", None)
+        if token_id is None:
+            raise NotFound("this request was not made with an API token")
+        revoke_token(request.user, token_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class MeView(IrisView):
@@ -205,13 +271,14 @@ class JobsView(IrisView):
             "Limits give RESOURCE_EXHAUSTED."
         ),
         request=s.JobSubmitSerializer,
-        responses={201: s.JobDetailSerializer},
+        responses={201: s.JobSubmittedSerializer},
         tags=["jobs"],
     )
     def post(self, request):
         job = submit_job(request.user, self.body())
         detail = job_detail(job.name)
-        return Response(s.JobDetailSerializer(detail).data, status=status.HTTP_201_CREATED)
+        detail.warnings = job.warnings
+        return Response(s.JobSubmittedSerializer(detail).data, status=status.HTTP_201_CREATED)
 
 
 class JobDetailView(IrisView):
@@ -359,12 +426,13 @@ class BudgetView(IrisView):
     )
     def put(self, request, user: str):
         data = self.body()
-        unknown = sorted(set(data) - {"budget_limit", "max_band", "reason"})
+        known = {"budget_limit", "max_band", "reason", "create_user_budget"}
+        unknown = sorted(set(data) - known)
         if unknown:
-            raise InvalidArgument("unknown field; known fields are budget_limit, max_band, reason", field=unknown[0])
+            raise InvalidArgument(f"unknown field; known fields are {', '.join(sorted(known))}", field=unknown[0])
         row = set_budget(
             request.user, user, budget_limit=data.get("budget_limit"), max_band=data.get("max_band"),
-            reason=data.get("reason"),
+            reason=data.get("reason"), create_user_budget=data.get("create_user_budget", False),
         )
         return Response(s.BudgetSerializer(budget_view(row.user_id)).data)
 
@@ -515,6 +583,18 @@ class WorkerHeartbeatView(IrisView):
         return Response(s.WorkerSerializer(worker).data)
 
 
+class WorkerCredentialView(IrisView):
+    permission_classes = [IsOperator]
+    error_statuses = ("400", "401", "403")
+
+    @extend_schema(operation_id="workers_credential",
+                   summary="Mint a worker agent's credential, replacing the worker's earlier one (operators)",
+                   parameters=[WORKER], request=None, responses={201: s.WorkerCredentialSerializer}, tags=["workers"])
+    def post(self, request, name: str):
+        credential = mint_worker_credential(request.user, name)
+        return Response({"worker": name, "credential": credential}, status=status.HTTP_201_CREATED)
+
+
 class WorkerDrainView(IrisView):
     permission_classes = [ReadAnyWriteOperator]
     error_statuses = ("400", "401", "403", "404")
@@ -523,7 +603,18 @@ class WorkerDrainView(IrisView):
                    parameters=[WORKER], request=None, responses={200: s.WorkerSerializer}, tags=["workers"])
     def post(self, request, name: str):
         worker = drain_worker(request.user, name)
-        return Response(s.WorkerSerializer(worker).data)
+        return Response(s.WorkerSerializer(workers_with_load().get(pk=worker.pk)).data)
+
+
+class WorkerUndrainView(IrisView):
+    permission_classes = [ReadAnyWriteOperator]
+    error_statuses = ("400", "401", "403", "404")
+
+    @extend_schema(operation_id="workers_undrain", summary="Place new work on a drained worker again (operators)",
+                   parameters=[WORKER], request=None, responses={200: s.WorkerSerializer}, tags=["workers"])
+    def post(self, request, name: str):
+        worker = undrain_worker(request.user, name)
+        return Response(s.WorkerSerializer(workers_with_load().get(pk=worker.pk)).data)
 
 
 # --- preemptions, ticks, what-if ------------------------------------------------------------------

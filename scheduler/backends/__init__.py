@@ -42,14 +42,23 @@ __all__ = [
     "unregister_backend",
 ]
 
-# name -> "module.path.ClassName". Other backends add their entry here (or call register_backend).
+# name -> "module.path.ClassName". A deployment adds its own with IRIS_BACKENDS
+# ("name=module.path.ClassName,..."; settings.EXTRA_BACKENDS), tests with register_backend.
 BUILTIN_BACKENDS: dict[str, str] = {
     "local": "scheduler.backends.local.LocalBackend",
     "kubernetes": "scheduler.backends.kubernetes.KubernetesBackend",
     "tpu": "scheduler.backends.tpu.TpuBackend",
 }
 
-_paths: dict[str, str] = dict(BUILTIN_BACKENDS)
+
+def configured_backends() -> dict[str, str]:
+    """The built-in backends and those the settings add (a configured name replaces a built-in)."""
+    from django.conf import settings
+
+    return {**BUILTIN_BACKENDS, **getattr(settings, "EXTRA_BACKENDS", {})}
+
+
+_paths: dict[str, str] = configured_backends()
 _instances: dict[str, Backend] = {}
 
 
@@ -70,8 +79,9 @@ def register_backend(name: str, backend: Backend | str) -> None:
 def unregister_backend(name: str) -> None:
     """Forget a registered backend (tests); built-in names fall back to their built-in class."""
     _instances.pop(name, None)
-    if name in BUILTIN_BACKENDS:
-        _paths[name] = BUILTIN_BACKENDS[name]
+    configured = configured_backends()
+    if name in configured:
+        _paths[name] = configured[name]
     else:
         _paths.pop(name, None)
 

@@ -16,16 +16,19 @@ from django.utils import timezone
 
 from scheduler import roles
 from scheduler.access import require_admin, require_authenticated
-from scheduler.budgets.rules import budget_defaults
+from scheduler.budgets.queries import user_is_known
+from scheduler.budgets.rules import budget_defaults, effective_budget_for
 from scheduler.core.bands import Band
 from scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
-from scheduler.inputs import MAX_INT64, parse_band, parse_int, parse_text, parse_user_id
+from scheduler.inputs import MAX_INT64, parse_band, parse_budget_limit, parse_int, parse_text, parse_user_id
 from scheduler.models import AuditEntry, UpliftGrant, UserBudget
 
 log = logging.getLogger(__name__)
 
 # An uplift lasts at most this long; longer needs a budget change, which is reviewed differently.
 MAX_UPLIFT_SECONDS = 90 * 24 * 3600
+# And at least a minute: shorter would expire before anyone could use it.
+MIN_UPLIFT_SECONDS = 60
 # Who the audit log names for grants that ran out.
 EXPIRY_ACTOR = "grant-expiry"
 
@@ -48,17 +51,31 @@ def audit(actor, action: str, target: str, before: Any, after: Any, reason: str)
     )
 
 
-def set_budget(actor, user_id: Any, *, budget_limit: Any = None, max_band: Any = None, reason: Any = "") -> UserBudget:
-    """Admins set a user's budget row (upsert). Omitted values keep the current ones (or defaults)."""
+def set_budget(
+    actor, user_id: Any, *, budget_limit: Any = None, max_band: Any = None, reason: Any = "",
+    create_user_budget: Any = False,
+) -> UserBudget:
+    """Admins set a user's budget row (upsert). Omitted values keep the current ones (or defaults).
+
+    A user nobody knows (no account, budget, grant or job) is refused as NOT_FOUND, so a typo
+    never creates a budget for a name no one uses; ``create_user_budget`` says it is meant (a
+    budget set up before the person's first login).
+    """
     require_admin(actor, "set budgets")
     user = parse_user_id(user_id)
+    if not isinstance(create_user_budget, bool):
+        raise InvalidArgument("expected true or false", field="create_user_budget")
     if budget_limit in (None, "") and max_band in (None, ""):
         raise InvalidArgument("give budget_limit, max_band or both", field="budget_limit")
-    limit = (
-        parse_int(budget_limit, "budget_limit", maximum=MAX_INT64) if budget_limit not in (None, "") else None
-    )
+    limit = parse_budget_limit(budget_limit) if budget_limit not in (None, "") else None
     band = parse_band(max_band, "max_band") if max_band not in (None, "") else None
     why = parse_text(reason, "reason", required=True)
+    if not create_user_budget and not user_is_known(user):
+        raise NotFound(
+            f"no user, budget, grant or job is named {user!r}. To set up a budget for a new user on purpose, "
+            f"say so (create_user_budget: true; iris admin budget set --new-user; the console's 'new user' box)",
+            field="user",
+        )
     defaults = budget_defaults()
     with transaction.atomic():
         row = UserBudget.objects.select_for_update().filter(user_id=user).first()
@@ -108,10 +125,29 @@ def request_uplift(
     if max_band in (None, "") and budget_limit in (None, ""):
         raise InvalidArgument("ask for max_band, budget_limit or both", field="max_band")
     band = parse_band(max_band, "max_band") if max_band not in (None, "") else None
-    limit = parse_int(budget_limit, "budget_limit", maximum=MAX_INT64) if budget_limit not in (None, "") else None
+    limit = parse_budget_limit(budget_limit) if budget_limit not in (None, "") else None
     why = parse_text(reason, "reason", required=True)
-    duration = parse_int(duration_seconds, "duration_seconds", minimum=60, maximum=MAX_UPLIFT_SECONDS)
+    duration = parse_int(duration_seconds, "duration_seconds", minimum=MIN_UPLIFT_SECONDS, maximum=MAX_UPLIFT_SECONDS, unit="seconds")
+    if band is not None and limit is None:
+        # A request that raises nothing: the band is already within reach (ranks: larger is lower).
+        current = effective_budget_for(target).max_band
+        if band >= current:
+            raise FailedPrecondition(
+                f"'{target}' may already submit {band.name} work (max band now: {current.name}); "
+                f"ask for a band above it, or for a budget_limit",
+                field="max_band", details={"max_band": current.wire},
+            )
     with transaction.atomic():
+        same = UpliftGrant.objects.filter(
+            user_id=target, state=UpliftGrant.State.REQUESTED,
+            max_band=int(band) if band is not None else None, budget_limit=limit,
+        ).order_by("pk").first()
+        if same is not None:
+            raise FailedPrecondition(
+                f"uplift {same.pk} already asks for the same for '{target}' and waits for an admin; "
+                f"no second request is needed",
+                field="max_band" if band is not None else "budget_limit", details={"uplift": same.pk},
+            )
         grant = UpliftGrant.objects.create(
             user_id=target,
             requested_by=actor,
@@ -130,7 +166,7 @@ def _decide_uplift(actor, grant_id: Any, *, approve: bool, duration_seconds: Any
     pk = parse_int(grant_id, "id", minimum=1, maximum=MAX_INT64)
     text = parse_text(note, "note")
     duration = (
-        parse_int(duration_seconds, "duration_seconds", minimum=60, maximum=MAX_UPLIFT_SECONDS)
+        parse_int(duration_seconds, "duration_seconds", minimum=MIN_UPLIFT_SECONDS, maximum=MAX_UPLIFT_SECONDS, unit="seconds")
         if duration_seconds not in (None, "")
         else None
     )

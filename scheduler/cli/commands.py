@@ -13,6 +13,7 @@ import getpass
 import os
 import re
 import secrets
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -175,7 +176,9 @@ def cmd_login(session: Session, args: argparse.Namespace):
     username = args.username or ask("Username", stored.get("username") or getpass.getuser())
     password = args.password if args.password is not None else getpass.getpass("Password: ")
     session = Session(server=normalize_server(server))
-    answer = session.request("POST", "tokens/", {"username": username, "password": password}, auth=False)
+    # Each login mints a new token named for this machine, which `iris token list` shows.
+    body = {"username": username, "password": password, "name": f"iris CLI on {socket.gethostname()}"[:100]}
+    answer = session.request("POST", "tokens/", body, auth=False)
     path = write_credentials(session.server, answer["token"], answer.get("username") or username)
     safe = {k: v for k, v in answer.items() if k != "token"}
     message = (
@@ -188,12 +191,48 @@ def cmd_login(session: Session, args: argparse.Namespace):
 
 
 def cmd_logout(session: Session, args: argparse.Namespace):
+    """Revoke the saved token on its server, then forget it. A server that cannot be reached
+    leaves the token valid until it expires; logout says so and forgets it anyway."""
     path = credentials_path()
+    stored = read_credentials()
     existed = path.exists()
+    revoked, note = None, ""
+    if stored.get("server") and stored.get("token"):
+        saved = Session(server=normalize_server(stored["server"]), token=stored["token"])
+        try:
+            saved.request("DELETE", "tokens/current")
+            revoked = True
+        except CliError as exc:
+            if exc.code in ("UNAUTHENTICATED", "NOT_FOUND"):
+                revoked, note = True, " (the server no longer accepted it)"
+            else:
+                revoked = False
+                note = (
+                    f"\nWarning: could not revoke the token on {saved.server} ({exc.message}); it stays valid until "
+                    "it expires: revoke it with `iris token revoke ID` after logging in again."
+                )
     path.unlink(missing_ok=True)
-    return {"removed": str(path) if existed else None}, lambda _: (
-        f"Removed {path}." if existed else "Not logged in (no credentials file)."
-    )
+    if not existed:
+        text = "Not logged in (no credentials file)."
+    elif revoked:
+        text = f"Revoked the token on {stored['server']}{note} and removed {path}."
+    else:
+        text = f"Removed {path}.{note}"
+    return {"removed": str(path) if existed else None, "revoked": revoked}, lambda _: text
+
+
+def cmd_token_list(session: Session, args: argparse.Namespace):
+    tokens = session.get("tokens/", user=args.user)
+    return tokens, lambda rows: fmt.table(rows, [
+        ("ID", lambda r: r["id"]), ("USER", lambda r: r["username"]), ("NAME", lambda r: r["name"]),
+        ("CREATED", lambda r: r["created_at"]), ("EXPIRES", lambda r: r["expires_at"]),
+        ("", lambda r: "(this one)" if r.get("current") else ""),
+    ])
+
+
+def cmd_token_revoke(session: Session, args: argparse.Namespace):
+    session.request("DELETE", f"tokens/{args.id}")
+    return {"revoked": args.id}, lambda _: f"Revoked token {args.id}."
 
 
 def cmd_whoami(session: Session, args: argparse.Namespace):
@@ -224,10 +263,12 @@ def cmd_job_run(session: Session, args: argparse.Namespace):
 
     def render(job: dict) -> str:
         ident = fmt.job_id(job)
+        warnings = fmt.pick(job, "warnings", default=[]) or []
         return (
             f"Submitted {ident}: {fmt.band(fmt.pick(job, 'band', 'priority'))}, "
             f"{fmt.cell(fmt.pick(job, 'replicas'))} task(s), {fmt.cell(fmt.pick(job, 'state'))}.\n"
-            f"Why it waits or where it runs: iris job explain {ident}"
+            + "".join(f"Warning: {warning}\n" for warning in warnings)
+            + f"Why it waits or where it runs: iris job explain {ident}"
         )
 
     return job, render
@@ -293,7 +334,8 @@ def cmd_admin_budget_set(session: Session, args: argparse.Namespace):
     if args.limit is None and args.max_band is None:
         raise UsageError("give --limit and/or --max-band")
     # The server keeps a value the request leaves out.
-    body = drop_none({"budget_limit": args.limit, "max_band": args.max_band, "reason": args.reason})
+    body = drop_none({"budget_limit": args.limit, "max_band": args.max_band, "reason": args.reason,
+                      "create_user_budget": True if args.new_user else None})
     return session.put(f"budgets/{args.user}", body), lambda b: "Budget set.\n\n" + fmt.budget(b)
 
 
@@ -321,6 +363,11 @@ def cmd_worker_list(session: Session, args: argparse.Namespace):
 def cmd_worker_drain(session: Session, args: argparse.Namespace):
     worker = session.post(f"workers/{args.name}:drain")
     return worker, lambda w: f"Draining {fmt.cell(fmt.pick(w, 'name', default=args.name))}: it takes no new tasks."
+
+
+def cmd_worker_undrain(session: Session, args: argparse.Namespace):
+    worker = session.post(f"workers/{args.name}:undrain")
+    return worker, lambda w: f"Undrained {fmt.cell(fmt.pick(w, 'name', default=args.name))}: it takes new tasks again."
 
 
 def whoami(session: Session) -> str:
@@ -366,7 +413,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(sub, "login", cmd_login, "log in and save a token to ~/.config/iris/credentials.json")
     p.add_argument("--username", help="default: asked, proposing your login name")
     p.add_argument("--password", help="default: asked without echo (avoid on shared machines: it lands in shell history)")
-    command(sub, "logout", cmd_logout, "forget the saved token")
+    command(sub, "logout", cmd_logout, "revoke the saved token on the server and forget it")
+    tokens = group("token", "list and revoke your API tokens (one per device or purpose)")
+    p = command(tokens, "list", cmd_token_list, "your live API tokens")
+    p.add_argument("--user", help="another user's tokens, or '*' for everyone's (admins)")
+    p = command(tokens, "revoke", cmd_token_revoke, "revoke one of your API tokens by its id")
+    p.add_argument("id", help="the token's id, as `iris token list` shows it")
     command(sub, "whoami", cmd_whoami, "who the server thinks you are, and your role")
 
     jobs = group("job", "submit, list, inspect and cancel jobs")
@@ -436,6 +488,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=non_negative_int, metavar="N", help="resource-value points, 0 = unlimited")
     p.add_argument("--max-band", choices=BANDS)
     p.add_argument("--reason", required=True, metavar="R")
+    p.add_argument("--new-user", action="store_true",
+                   help="USER is new (no account, budget, grant or job yet): create the budget on purpose")
     admin_uplift = group("uplift", "approve or deny uplift requests", parent=admin)
     p = command(admin_uplift, "approve", cmd_admin_uplift_approve, "approve a request; it starts now")
     p.add_argument("id", metavar="ID")
@@ -447,9 +501,10 @@ def build_parser() -> argparse.ArgumentParser:
     command(admin, "audit", cmd_admin_audit, "who changed which budget or grant, when and why").add_argument("--page", type=positive_int, metavar="N")
 
     command(sub, "tick", cmd_tick, "run one scheduling tick now (operators)")
-    workers = group("worker", "list and drain workers (operators)")
+    workers = group("worker", "list, drain and undrain workers (operators)")
     command(workers, "list", cmd_worker_list, "workers with capacity and health")
     command(workers, "drain", cmd_worker_drain, "stop placing new tasks on a worker").add_argument("name", metavar="NAME")
+    command(workers, "undrain", cmd_worker_undrain, "place new tasks on a drained worker again").add_argument("name", metavar="NAME")
     status.add_commands(group("scheduler", "the scheduler's state, like Slurm's sdiag (operators)"), command)
     return parser
 

@@ -24,6 +24,9 @@ GIB = 1 << 30
 # Points per whole CPU core requested (fractions are dropped).
 CORE_POINTS = 5
 MILLICORES_PER_CORE = 1000
+# The largest budget limit, in points: far above any cluster's total value (a million
+# accelerator chips are 10^9 points) and well inside the 64-bit column budgets are stored in.
+MAX_BUDGET_POINTS = 10**15
 
 
 def resource_value(resources: Resources) -> int:

@@ -2,6 +2,13 @@
 
 Reports are idempotent and ordered by attempt number: a late report about an older attempt, or
 a second final report, changes nothing.
+
+A final report locks its job's row (``FOR UPDATE`` on PostgreSQL) before it touches any task of
+the job, so two final reports for tasks of one job run one after the other: the second one's
+completion check sees the first one's task ended. Without it, each saw only its own update and
+counted the other task as still active, and the job stayed RUNNING for good. The order, job row
+before tasks, is the tick's and the cancel's too, so none of them waits on another in a cycle.
+SQLite takes its write lock at BEGIN, which serialises reports already.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count
+from django.db.models import Count, Subquery
 from django.utils import timezone
 
 from scheduler.backends import AttemptReport, AttemptStatus
@@ -143,8 +150,21 @@ def report_message(report: AttemptReport) -> str:
     return report.status.value.replace("_", " ")
 
 
+def lock_jobs(job_pks: Iterable[int]) -> None:
+    """Lock the job rows ``job_pks`` until commit, in id order (a no-op on SQLite)."""
+    list(Job.objects.select_for_update().filter(pk__in=sorted(set(job_pks))).order_by("pk").values_list("pk", flat=True))
+
+
+def lock_job_of(task_pk: int) -> None:
+    """Lock the row of ``task_pk``'s job until commit: taken before any task of the job is read
+    or written, so the job's reports (and the tick) take their turn."""
+    job = Task.objects.filter(pk=task_pk).values("job_id")
+    list(Job.objects.select_for_update().filter(pk=Subquery(job)).values_list("pk", flat=True))
+
+
 def _end_task_attempt(task_pk: int, number: int, status: AttemptStatus, now: datetime, message: str) -> bool:
     """Move the task off its current attempt ``number`` (compare-and-set). True if it moved."""
+    lock_job_of(task_pk)
     task = (
         Task.objects.filter(pk=task_pk)
         .values(
@@ -221,8 +241,14 @@ def _release_gang(job_pk: int, except_task: int, now: datetime, *, requeue: bool
 
 
 def finish_jobs(job_pks: Iterable[int], now: datetime) -> None:
-    """Finish each job whose tasks have all finished (one grouped read per job)."""
-    for job_pk in set(job_pks):
+    """Finish each job whose tasks have all finished (one grouped read per job).
+
+    The job rows are locked first (in id order), so the tasks read are every committed change:
+    another report ending a sibling task has either committed or waits for this one.
+    """
+    job_pks = sorted(set(job_pks))
+    lock_jobs(job_pks)
+    for job_pk in job_pks:
         counts = dict(
             Task.objects.filter(job_id=job_pk).order_by().values_list("state").annotate(n=Count("pk"))
         )

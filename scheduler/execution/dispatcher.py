@@ -1,7 +1,9 @@
 """The dispatcher: drains the outbox, delivering each intent to its backend at most once.
 
 One drain at a time (the ``dispatch`` lease); failed deliveries retry with backoff until
-``IRIS_DISPATCH_MAX_TRIES``, then the attempt ends.
+``IRIS_DISPATCH_MAX_TRIES``, then the attempt ends. A START goes out only onto room that is free
+on its worker counting every attempt that may still have a process there, victims whose stop
+is not confirmed included (``worker_room``); otherwise it is held until that room is free.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import F, Q
+from django.db.models import Count, Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from scheduler import backends
@@ -24,6 +26,7 @@ from scheduler.execution.outbox import (
     FAILED,
     HELD_MESSAGE,
     PENDING,
+    ROOM_HELD_MESSAGE,
     START,
     STOP,
     start_order,
@@ -32,7 +35,11 @@ from scheduler.execution.outbox import (
 )
 from scheduler.models import Attempt, DispatchIntent
 from scheduler import instruments
+from scheduler.core.kueue import ROUTE_KUBERNETES
+from scheduler.core.placement import request_tuple
+from scheduler.core.types import Resources
 from scheduler.store import lease
+from scheduler.store.cluster_rows import device_from_columns
 from scheduler.store.states import ACTIVE_VALUES
 
 log = logging.getLogger(__name__)
@@ -61,7 +68,7 @@ class DrainResult:
     delivered: int = 0  # handed to a backend that will report back (a local agent's mailbox)
     done: int = 0  # took effect, or needed nothing (already finished, superseded)
     finished: int = 0  # stops that found nothing running: the attempt was marked finished
-    held: int = 0  # preemptor starts waiting for their victim's attempt to finish
+    held: int = 0  # starts waiting for a victim's attempt to finish, or for room on their worker
     retried: int = 0  # failed, will retry after backoff
     failed: int = 0  # gave up after IRIS_DISPATCH_MAX_TRIES (or a permanent error)
     batches: int = 0
@@ -138,8 +145,79 @@ def blocked_placements(batch: list[DispatchIntent]) -> dict[tuple[int, int], boo
     return {(job_pk, worker_pk): True for job_pk, worker_pk in rows}
 
 
+# (cpu millicores, memory bytes, GPUs, TPU chips): the core's units (``request_tuple``).
+Room = list[int]
+
+
+def job_request(job) -> tuple[int, int, int, int]:
+    """What one task of ``job`` (a row) holds on its worker, computed as the core computes it."""
+    device = device_from_columns(job.device_type, job.device_variant, job.device_count)
+    return request_tuple(Resources(job.cpu_millicores, job.memory_bytes, device))
+
+
+def worker_room(batch: list[DispatchIntent]) -> dict[int, Room]:
+    """Per worker with never-sent STARTs in ``batch``: its capacity minus the requests of every
+    attempt that may have a process there (one query).
+
+    That is every attempt not confirmed finished, except those whose START never left the
+    outbox (pending, never tried): delivered and running attempts, and the attempts a tick ended
+    (preempted, requeued, killed) whose process has not reported its end. A tick frees a
+    victim's room in its own accounting at once and may place more than the preemptor onto it
+    in the same pass; the processes only leave when the agent confirms, so until then the
+    room stays taken here, for every START, whichever job it belongs to.
+
+    The Kubernetes cluster's worker row has no capacity of its own (Kueue admits its pods, and
+    the core never places on it): its STARTs are not checked here.
+    """
+    workers = {
+        i.worker_id: i.worker
+        for i in batch
+        if i.kind == START and i.worker_id is not None and i.tries == 0 and i.worker.backend != ROUTE_KUBERNETES
+    }
+    if not workers:
+        return {}
+    room: dict[int, Room] = {}
+    for pk, worker in workers.items():
+        device = device_from_columns(worker.device_type, worker.device_variant, worker.device_count)
+        room[pk] = [worker.cpu_millicores, worker.memory_bytes, device.gpu_count, device.tpu_count]
+    never_sent = DispatchIntent.objects.filter(
+        task_id=OuterRef("task_id"), attempt_number=OuterRef("number"), kind=START, state=PENDING, tries=0
+    )
+    rows = (
+        Attempt.objects.filter(finished_at__isnull=True, worker_id__in=sorted(workers))
+        .exclude(Exists(never_sent))
+        .order_by()
+        .values_list(
+            "worker_id", "task__job__cpu_millicores", "task__job__memory_bytes", "task__job__device_type",
+            "task__job__device_variant", "task__job__device_count",
+        )
+        .annotate(n=Count("pk"))
+    )
+    for worker_pk, cpu, mem, device_type, variant, count, n in rows:
+        device = device_from_columns(device_type, variant, count)
+        need = request_tuple(Resources(cpu, mem, device))
+        free = room[worker_pk]
+        for i in range(4):
+            free[i] -= need[i] * n
+    return room
+
+
+def take_room(room: dict[int, Room], intent: DispatchIntent) -> bool:
+    """Take the room ``intent``'s task needs on its worker, if it is free. True when taken."""
+    free = room.get(intent.worker_id)
+    if free is None:
+        return True
+    need = job_request(intent.task.job)
+    if any(free[i] < need[i] for i in range(4)):
+        return False
+    for i in range(4):
+        free[i] -= need[i]
+    return True
+
+
 def deliver_batch(batch: list[DispatchIntent], now: datetime, result: DrainResult) -> None:
     blocked = blocked_placements(batch)
+    room = worker_room(batch)
     to_send: list[DispatchIntent] = []
     done: list[int] = []
     held: list[tuple[str, int]] = []
@@ -156,8 +234,13 @@ def deliver_batch(batch: list[DispatchIntent], now: datetime, result: DrainResul
                     never_ran.add(intent.attempt_pk)
                     closed.add(key)
                 continue
+            message = None
             if intent.worker_id is not None and (intent.task.job_id, intent.worker_id) in blocked:
                 message = HELD_MESSAGE.format(worker=intent.worker.name)
+            elif intent.tries == 0 and not take_room(room, intent):
+                # A START tried before may already run: it is counted in the room, not held.
+                message = ROOM_HELD_MESSAGE.format(worker=intent.worker.name)
+            if message is not None:
                 if intent.last_error != message:
                     held.append((message, intent.pk))
                 result.held += 1

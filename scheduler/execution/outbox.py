@@ -41,6 +41,8 @@ OPEN_STATES = (PENDING, DELIVERED)
 
 HELD_MESSAGE = "held: waiting for the attempt it preempted on {worker} to finish"
 
+ROOM_HELD_MESSAGE = "held: waiting for capacity on {worker} still held by stopping attempts"
+
 
 def request_dispatch() -> None:
     """Ask Celery for a drain now. Call it after commit; it never raises (the broker may be down,

@@ -34,7 +34,7 @@ from scheduler.inputs import (
     parse_text,
     parse_worker_name,
 )
-from scheduler.models import Attempt, DispatchIntent, Worker
+from scheduler.models import Attempt, AuditEntry, DispatchIntent, Worker
 from scheduler.store.states import ACTIVE_VALUES
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ def upsert_worker(
     Draining is left as it was. Returns the worker and whether it is new.
 
     The one registration path: the caller has checked who may do it (an operator through
-    ``POST workers/``, an agent or operator through the agent API); ``by`` names that path in
+    ``POST workers/``, the worker's own agent through the agent API); ``by`` names that path in
     the log.
     """
     worker_name = parse_worker_name(name)
@@ -60,7 +60,7 @@ def upsert_worker(
     dev = parse_device(device)
     values.update(device_type=dev.type.value, device_variant=dev.variant, device_count=dev.count)
     values["attributes"] = parse_attributes(attributes)
-    values["backend"] = parse_segment(parse_text(backend, "backend", max_length=32) or "local", "backend")
+    values["backend"] = parse_backend(backend)
     values["healthy"] = True
     now = timezone.now()
     with transaction.atomic():
@@ -74,6 +74,15 @@ def upsert_worker(
             worker.save()
     log.info("worker %s %s by %s", worker_name, "registered" if created else "re-registered", by)
     return worker, created
+
+
+def parse_backend(value: Any, name: str = "backend") -> str:
+    """A registered backend's name (``local`` when omitted); an unknown one would never run a task."""
+    backend = parse_segment(parse_text(value, name, max_length=32) or "local", name)
+    known = backends.backend_names()
+    if backend not in known:
+        raise InvalidArgument(f"unknown backend {backend!r}; expected one of {', '.join(known)}", field=name)
+    return backend
 
 
 def register_worker(
@@ -91,8 +100,8 @@ def register_worker(
 def register_agent(
     *, name: Any, cpu: Any, memory: Any, device: Any = None, attributes: Any = None, backend: Any = "local"
 ) -> tuple[Worker, bool]:
-    """A worker agent joins (or re-joins) through the agent API, whose permission (an operator
-    or a member of ``iris-agents``) the caller has checked: :func:`upsert_worker`."""
+    """A worker agent joins (or re-joins) through the agent API, which has checked that the
+    caller holds the credential of worker ``name`` (``execution/enrolment.py``): :func:`upsert_worker`."""
     return upsert_worker(
         name=name, cpu=cpu, memory=memory, device=device, attributes=attributes, backend=backend, by="its agent"
     )
@@ -124,16 +133,33 @@ def heartbeat_worker(actor, name: Any, *, healthy: Any = True) -> Worker:
 
 
 def drain_worker(actor, name: Any) -> Worker:
-    """Stop placing new work on a worker; what runs there keeps running. Idempotent."""
-    require_operator(actor, "drain workers")
+    """Stop placing new work on a worker; what runs there keeps running. Idempotent; audited."""
+    return _set_draining(actor, name, draining=True)
+
+
+def undrain_worker(actor, name: Any) -> Worker:
+    """Place work on a drained worker again. Idempotent; audited."""
+    return _set_draining(actor, name, draining=False)
+
+
+def _set_draining(actor, name: Any, *, draining: bool) -> Worker:
+    verb = "drain" if draining else "undrain"
+    require_operator(actor, f"{verb} workers")
     worker_name = parse_worker_name(name)
     with transaction.atomic():
-        updated = Worker.objects.filter(name=worker_name).update(draining=True)
-        if not updated:
+        worker = Worker.objects.select_for_update().filter(name=worker_name).first()
+        if worker is None:
             raise NotFound(f"worker {worker_name} is not registered", field="name")
-        worker = Worker.objects.get(name=worker_name)
-    log.info("worker %s drained by %s", worker_name, actor.username,
-             extra={"worker": worker_name, "actor": actor.username, "action": "worker.drain"})
+        before = worker.draining
+        if before != draining:
+            Worker.objects.filter(pk=worker.pk).update(draining=draining)
+            worker.draining = draining
+        AuditEntry.objects.create(
+            actor=actor, actor_name=actor.username, action=f"worker.{verb}", target=f"worker {worker_name}",
+            before={"draining": before}, after={"draining": draining}, reason="",
+        )
+    log.info("worker %s %sed by %s", worker_name, verb, actor.username,
+             extra={"worker": worker_name, "actor": actor.username, "action": f"worker.{verb}"})
     return worker
 
 
@@ -185,8 +211,6 @@ def declare_worker_lost(worker_pk: int, now: datetime, reason: str, *, cutoff: d
 
 
 @dataclass
-
-
 class Mailbox:
     """What a heartbeat hands back to an agent."""
 

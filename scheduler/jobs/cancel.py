@@ -49,7 +49,10 @@ def cancel_job(actor, job_id: str) -> CancelOutcome:
             raise FailedPrecondition(f"job {name} has already finished ({job.state})", field="job")
         now = timezone.now()
         tree = Job.objects.filter(Q(pk=job.pk) | Q(name__startswith=f"{name}/")).exclude(state__in=TERMINAL_JOB_VALUES)
-        jobs = dict(tree.values_list("pk", "name"))
+        # Every job of the tree locked, in id order (a child's id is above its parent's, so the
+        # root locked above comes first): job rows before task rows, the order the tick and the
+        # attempt reports lock in, so none of them waits on another in a cycle.
+        jobs = dict(tree.select_for_update().order_by("pk").values_list("pk", "name"))
         active = Attempt.objects.filter(task__job_id__in=list(jobs), state__in=ACTIVE_VALUES)
         # Their processes still run: STOP intents tell the workers (delivered after commit).
         write_stop_intents(

@@ -32,7 +32,18 @@ from scheduler.models import MAX_ID_LENGTH
 
 MAX_CONSTRAINTS = 64
 
+# Values of one 'in' constraint: a list of hosts, zones or slices, not a database.
+MAX_CONSTRAINT_VALUES = 256
+
 MAX_COMMAND_ITEMS = 1000
+
+# Characters in one command item: Linux refuses a single exec argument longer than
+# MAX_ARG_STRLEN (128 KiB), so a longer one could never start.
+MAX_COMMAND_ITEM_CHARS = 128 * 1024
+
+# Characters in the whole command (or argv): well inside the kernel's 2 MiB ARG_MAX, which
+# the environment shares.
+MAX_COMMAND_CHARS = 256 * 1024
 
 
 def parse_constraints(value: Any, name: str = "constraints") -> list[dict[str, Any]]:
@@ -65,6 +76,8 @@ def parse_constraints(value: Any, name: str = "constraints") -> list[dict[str, A
         elif op is ConstraintOp.IN:
             if not isinstance(raw_value, list | tuple) or not raw_value:
                 raise InvalidArgument("'in' takes a non-empty list of strings", field=f"{where}.value")
+            if len(raw_value) > MAX_CONSTRAINT_VALUES:
+                raise InvalidArgument(f"'in' takes at most {MAX_CONSTRAINT_VALUES} values", field=f"{where}.value")
             item["value"] = [_attribute_value(v, f"{where}.value[{j}]") for j, v in enumerate(raw_value)]
         else:
             if raw_value is None:
@@ -83,11 +96,35 @@ def parse_string_list(value: Any, name: str) -> list[str]:
     if len(value) > MAX_COMMAND_ITEMS:
         raise InvalidArgument(f"at most {MAX_COMMAND_ITEMS} items", field=name)
     result = []
+    total = 0
     for i, item in enumerate(value):
         if not isinstance(item, str):
             raise InvalidArgument("expected a string", field=f"{name}[{i}]")
+        if len(item) > MAX_COMMAND_ITEM_CHARS:
+            raise InvalidArgument(f"at most {MAX_COMMAND_ITEM_CHARS:,} characters per item", field=f"{name}[{i}]")
+        total += len(item)
+        if total > MAX_COMMAND_CHARS:
+            raise InvalidArgument(f"at most {MAX_COMMAND_CHARS:,} characters in all", field=name)
         result.append(check_text(item, f"{name}[{i}]"))
     return result
+
+
+def parse_command(value: Any, name: str = "command", *, required: bool) -> list[str]:
+    """The command a task runs: a list of strings whose first item (the program) is not blank.
+    Required for a submission (a task without one can only fail); what-if may leave it out."""
+    command = parse_string_list(value, name)
+    if required and not command:
+        raise InvalidArgument("required: the command each task runs, e.g. [\"python\", \"train.py\"]", field=name)
+    if command and not command[0].strip():
+        raise InvalidArgument("the program (the first item) must not be empty", field=f"{name}[0]")
+    return command
+
+
+def parse_replicas(value: Any, name: str = "replicas") -> int:
+    """Tasks in the job, at least 1. The upper bound is ``IRIS_MAX_REPLICAS_PER_JOB``, checked by
+    the submission rules (RESOURCE_EXHAUSTED naming that limit, and what-if's answer says so);
+    any integer is accepted here so no message ever names the column's range instead."""
+    return parse_int(value, name, minimum=1, maximum=2**63 - 1, default=1, unit="tasks")
 
 
 def normalize_job_id(value: Any, name: str = "job") -> str:
@@ -102,8 +139,6 @@ def normalize_job_id(value: Any, name: str = "job") -> str:
 
 
 @dataclass(frozen=True)
-
-
 class JobRequest:
     """A job submission as parsed from the caller; the fields mirror POST /api/v1/jobs/."""
 
@@ -123,6 +158,30 @@ class JobRequest:
     command: tuple[str, ...] = ()
     argv: tuple[str, ...] = ()
 
+    def as_json(self) -> dict[str, Any]:
+        """The request in the API's body form (``Job.request``): what was submitted, with the
+        defaults it did not state filled in; ``argv`` is kept apart (``Job.submission_argv``)."""
+        body: dict[str, Any] = {
+            "name": self.name,
+            "replicas": self.replicas,
+            "cpu": self.cpu_millicores / 1000,
+            "memory": self.memory_bytes,
+            "device": self.device.as_json(),
+            "command": list(self.command),
+            "max_retries_preemption": self.max_retries_preemption,
+            "max_retries_failure": self.max_retries_failure,
+        }
+        optional = {
+            "parent": self.parent,
+            "priority": self.priority.wire if self.priority is not None else None,
+            "system_reason": self.system_reason or None,
+            "group_by": self.group_by,
+            "constraints": list(self.constraints) or None,
+            "scheduling_timeout_seconds": self.scheduling_timeout_seconds,
+        }
+        body.update({key: value for key, value in optional.items() if value is not None})
+        return body
+
 
 JOB_REQUEST_FIELDS = frozenset(
     {
@@ -133,8 +192,9 @@ JOB_REQUEST_FIELDS = frozenset(
 )
 
 
-def parse_job_request(data: Any, *, ignore: Sequence[str] = ()) -> JobRequest:
-    """Validate a submission body. Unknown fields are rejected so a typo never goes unnoticed."""
+def parse_job_request(data: Any, *, ignore: Sequence[str] = (), require_command: bool = True) -> JobRequest:
+    """Validate a submission body. Unknown fields are rejected so a typo never goes unnoticed.
+    ``require_command`` is false only for what-if, which runs nothing."""
     if not isinstance(data, Mapping):
         raise InvalidArgument("expected a JSON object describing the job")
     unknown = sorted(set(data) - JOB_REQUEST_FIELDS - set(ignore))
@@ -152,7 +212,7 @@ def parse_job_request(data: Any, *, ignore: Sequence[str] = ()) -> JobRequest:
         parent=normalize_job_id(parent, "parent") if parent not in (None, "") else None,
         priority=parse_band(priority, "priority") if priority not in (None, "") else None,
         system_reason=parse_text(data.get("system_reason"), "system_reason", max_length=500),
-        replicas=parse_int(data.get("replicas"), "replicas", minimum=1, default=1),
+        replicas=parse_replicas(data.get("replicas")),
         cpu_millicores=parse_cpu_millicores(data.get("cpu")),
         memory_bytes=parse_memory(data.get("memory")),
         device=parse_device(data.get("device")),
@@ -165,6 +225,6 @@ def parse_job_request(data: Any, *, ignore: Sequence[str] = ()) -> JobRequest:
         ),
         max_retries_preemption=parse_int(data.get("max_retries_preemption"), "max_retries_preemption", default=100),
         max_retries_failure=parse_int(data.get("max_retries_failure"), "max_retries_failure", default=0),
-        command=tuple(parse_string_list(data.get("command"), "command")),
+        command=tuple(parse_command(data.get("command"), required=require_command)),
         argv=tuple(parse_string_list(data.get("argv"), "argv")),
     )

@@ -17,13 +17,14 @@ from django.db.models import Max
 from scheduler import roles
 from scheduler.access import owns_job, require_authenticated
 from scheduler.budgets.rules import effective_budget_for
+from scheduler.cluster_config import cluster_config
 from scheduler.core.bands import ADMIN_BANDS, Band
-from scheduler.core.types import JobState, TaskState
+from scheduler.core.types import ANY_VARIANT, DeviceType, JobState, TaskState
 from scheduler.enqueue import enqueue
 from scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
 from scheduler.inputs import parse_segment
 from scheduler.jobs.request import JobRequest, parse_job_request
-from scheduler.models import MAX_ID_LENGTH, Job, Task
+from scheduler.models import MAX_ID_LENGTH, Job, Task, Worker
 from scheduler import instruments
 from scheduler.store import clock
 from scheduler.store.states import NON_TERMINAL_VALUES, TERMINAL_JOB_VALUES
@@ -131,8 +132,9 @@ def plan_submission(actor, request: JobRequest) -> SubmissionPlan:
 
     if request.replicas > settings.MAX_REPLICAS_PER_JOB:
         raise ResourceExhausted(
-            f"replicas: {request.replicas} exceeds the limit of {settings.MAX_REPLICAS_PER_JOB} tasks per job",
-            field="replicas",
+            f"replicas: {request.replicas:,} exceeds the limit of {settings.MAX_REPLICAS_PER_JOB:,} tasks per job "
+            f"(IRIS_MAX_REPLICAS_PER_JOB)",
+            field="replicas", details={"limit": settings.MAX_REPLICAS_PER_JOB},
         )
     active = Task.objects.filter(job__user=user, state__in=NON_TERMINAL_VALUES).count()
     if active + request.replicas > settings.MAX_ACTIVE_TASKS_PER_USER:
@@ -156,11 +158,68 @@ def plan_submission(actor, request: JobRequest) -> SubmissionPlan:
 
 
 def submission_argv(request: JobRequest) -> list[str]:
-    """The client's argv as stored for audit; the system reason is always in it."""
+    """The client's argv as stored for audit, only when a client sent one (the console and
+    scripts send none; ``Job.request`` records what they asked). The system reason is always in it."""
     argv = list(request.argv)
-    if request.system_reason and request.system_reason not in argv:
+    if argv and request.system_reason and request.system_reason not in argv:
         argv += ["--system-reason", request.system_reason]
     return argv
+
+
+def _size(amount: int) -> str:
+    gib = amount / (1 << 30)
+    return f"{gib:,.0f} GiB" if gib >= 1 and gib.is_integer() else f"{gib:,.2f} GiB"
+
+
+def _cores(millicores: int) -> str:
+    cores = millicores / 1000
+    return f"{cores:,.0f} cores" if cores.is_integer() else f"{cores:,.3g} cores"
+
+
+def capacity_warnings(request: JobRequest) -> list[str]:
+    """Why no registered worker could ever run one task of this job, or nothing.
+
+    The job is accepted anyway (workers come and go, a TPU scale group or Kubernetes may supply
+    one); the warning names the largest worker of the kind it asks for. Constraints are not
+    weighed here: why a job with them waits is the explanation's business. One query.
+    """
+    device = request.device
+    config = cluster_config()
+    if device.type is not DeviceType.CPU:
+        if device.type is DeviceType.TPU and any(g.device_variant == device.variant for g in config.scale_groups):
+            return []
+        if config.kubernetes.enabled and device.type.value in config.kubernetes.device_types:
+            return []
+    elif config.kubernetes.enabled and "cpu" in config.kubernetes.device_types:
+        return []
+    workers = list(Worker.objects.values_list("cpu_millicores", "memory_bytes", "device_type", "device_variant",
+                                              "device_count"))
+    if device.type is DeviceType.CPU:
+        kind, matching = "CPU host", [w for w in workers if w[2] == DeviceType.CPU.value] or workers
+    else:
+        label = device.type.value.upper()
+        any_variant = device.variant == ANY_VARIANT
+        kind = f"{label} host" if any_variant else f"{label} {device.variant} host"
+        matching = [w for w in workers if w[2] == device.type.value and (any_variant or w[3] == device.variant)]
+
+    def fits(w) -> bool:
+        return (w[0] >= request.cpu_millicores and w[1] >= request.memory_bytes
+                and (device.type is DeviceType.CPU or w[4] >= device.count))
+
+    if any(fits(w) for w in matching):
+        return []
+    asked = f"{_cores(request.cpu_millicores)}, {_size(request.memory_bytes)}"
+    if device.type is not DeviceType.CPU:
+        asked += f", {device.count} chips"
+    if not matching:
+        return [f"no registered worker could run a task of this job ({asked}): there is no {kind}. "
+                f"It waits until one registers."]
+    largest = max(matching, key=lambda w: (w[4], w[0], w[1]))
+    has = f"{_cores(largest[0])}, {_size(largest[1])}"
+    if device.type is not DeviceType.CPU:
+        has += f", {largest[4]} chips"
+    return [f"no registered worker could run a task of this job ({asked}); largest {kind}: {has}. "
+            f"It waits until a large enough worker registers."]
 
 
 @instruments.counted_submissions
@@ -168,7 +227,8 @@ def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
     """Submit a job: check every rule, then write the job and one task per replica atomically.
 
     A rejected submission writes nothing. After commit a prompt tick is requested; a broker
-    outage is logged and never fails the submission (beat ticks anyway).
+    outage is logged and never fails the submission (beat ticks anyway). ``job.warnings`` lists
+    what the caller should know about an accepted job (:func:`capacity_warnings`).
     """
     if not isinstance(request, JobRequest):
         request = parse_job_request(request)
@@ -207,6 +267,7 @@ def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
                 max_retries_failure=request.max_retries_failure,
                 command=list(request.command),
                 submission_argv=submission_argv(request),
+                request=request.as_json(),
                 system_reason=request.system_reason,
             )
             Task.objects.bulk_create(
@@ -217,6 +278,7 @@ def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
     except IntegrityError:
         # Two submissions of the same id raced past the existence check.
         raise FailedPrecondition(f"job {plan.job_id} already exists; choose another name", field="name") from None
+    job.warnings = capacity_warnings(request)
     log.info("job %s submitted by %s as %s (%d tasks)", job.name, actor.username, plan.band.name, job.replicas,
              extra={"job": job.name, "actor": actor.username, "user": plan.user, "band": plan.band.wire,
                     "tasks": job.replicas, "action": "job.submit"})

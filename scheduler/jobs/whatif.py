@@ -70,7 +70,7 @@ def what_if(actor, data: Any) -> WhatIf:
             subject = get_user_model().objects.filter(username=username).first()
             if subject is None:
                 raise NotFound(f"user {username} does not exist", field="user")
-    request = parse_job_request(data, ignore=("user",))
+    request = parse_job_request(data, ignore=("user",), require_command=False)
     try:
         plan = plan_submission(subject, request)
     except ServiceError as exc:

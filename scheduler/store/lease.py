@@ -4,7 +4,8 @@ A holder takes a lease when it is free or expired (or, with ``reentrant``, alrea
 renews it only while it still holds it, and releases it only if it still holds it. Each
 operation is one UPDATE that proceeds only if exactly one row changed, so two processes never
 both believe they hold the same lease. The tick (``tick``) and the dispatcher (``dispatch``)
-each hold one.
+each hold one, short, renewed while they work. Every operation takes ``now`` (or none), so
+expiry is tested with explicit times.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ Writes made while the tick decided are not overwritten: inside the transaction t
 re-reads the state of every task it is about to change (with ``FOR UPDATE`` on PostgreSQL) and
 drops any change whose task moved since the snapshot (a whole gang if one member moved).
 
+Locks are taken in the one order every writer of tasks uses (attempt reports, cancel): the
+jobs' rows first, in id order, then their tasks. A report that ends a task locks its job row
+first too, so the two never wait on each other in a cycle.
+
 Every kind of write is one set-based statement (:mod:`scheduler.store.bulk`), so the number of
 statements per tick does not grow with the number of tasks; on PostgreSQL they are pipelined.
 """
@@ -44,6 +48,16 @@ class TickOutcome:
     refresh: str = ""
 
 
+def lock_jobs(job_pks: set[int]) -> None:
+    """Lock the given job rows in id order (PostgreSQL; SQLite serialises writers at BEGIN)."""
+    if not job_pks or connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id FROM {Job._meta.db_table} WHERE id = ANY(%s) ORDER BY id FOR UPDATE", [sorted(job_pks)]
+        )
+
+
 def current_task_states(pks: list[int]) -> dict[int, tuple[str, int | None]]:
     """Re-read (state, worker) of the given tasks in one statement, locking them on PostgreSQL."""
     if not pks:
@@ -71,6 +85,7 @@ def apply_decision(
     """Write the decision. Must run inside ``transaction.atomic``."""
     rows = loaded.tasks
     changed = [t for t in decision.after if t in rows]
+    lock_jobs({rows[t].job_pk for t in changed})
     current = current_task_states([rows[t].pk for t in changed])
 
     # A task that moved since the snapshot is left alone; for a gang, the whole job's changes go.

@@ -40,7 +40,7 @@ class LoadedSnapshot:
 
 def scheduler_config() -> SchedulerConfig:
     return SchedulerConfig(
-        max_tasks_per_job_per_cycle=settings.MAX_TASKS_PER_JOB_PER_CYCLE,
+        max_tasks_per_job_per_cycle=settings.MAX_TASKS_PER_JOB_PER_TICK,
         max_assignments_per_worker=settings.MAX_ASSIGNMENTS_PER_WORKER,
         max_building_tasks=settings.MAX_BUILDING_TASKS,
         budget_defaults=budget_defaults(),

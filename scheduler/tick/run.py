@@ -3,6 +3,12 @@
 Two ticks never run at once: each takes the ``tick`` lease by compare-and-set and checks it
 still holds it inside its write transaction (a fencing check), so a tick that stalled past its
 lease cannot commit over a newer one. A tick that dies half-way rolls back entirely.
+
+The lease is short (``IRIS_TICK_LEASE_SECONDS``, 10 s) and renewed at every phase boundary
+(after the load, after the decision, and inside the write transaction), so a tick that dies is
+replaced within one lease, while a long tick whose phases each take less keeps it; a tick that
+finds it lost the lease stops there. The lease is given back inside the write transaction, so
+a tick killed after its commit leaves nothing held at all.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 
@@ -47,19 +54,31 @@ def release_lease(holder: str) -> None:
     lease.release(LEASE_NAME, holder)
 
 
-def confirm_lease(holder: str) -> None:
-    """Inside the write transaction: fail unless this holder still owns the lease (and renew it)."""
-    if not lease.renew(LEASE_NAME, holder, timezone.now(), settings.TICK_LEASE_SECONDS):
-        raise LeaseLost(f"tick {holder} lost its lease before commit")
+def keep_lease(holder: str, now: datetime, phase: str) -> None:
+    """At a phase boundary: renew the lease for another ``IRIS_TICK_LEASE_SECONDS`` from
+    ``now``, or raise :class:`LeaseLost` (it expired and another tick took it: stop here)."""
+    if not lease.renew(LEASE_NAME, holder, now, settings.TICK_LEASE_SECONDS):
+        raise LeaseLost(f"tick {holder} lost its lease {phase}")
 
 
-def run_tick(now: int | None = None) -> TickOutcome | None:
-    """Run one scheduling tick. Returns None when another tick holds the lease."""
+def confirm_lease(holder: str, now: datetime | None = None) -> None:
+    """Inside the write transaction: fail unless this holder still owns the lease (and renew it).
+
+    The renewal's row lock is held until commit, so no other tick can take the lease between
+    this check and the commit."""
+    keep_lease(holder, now or timezone.now(), "before commit")
+
+
+def run_tick(now: int | None = None, *, clock: Callable[[], datetime] = timezone.now) -> TickOutcome | None:
+    """Run one scheduling tick. Returns None when another tick holds the lease.
+
+    ``now`` is the scheduling time (ms) the decision is made at; ``clock`` the wall clock the
+    lease is taken and renewed by (tests pass their own)."""
     # The tick also makes hundreds of thousands of short-lived objects beside the large cached
     # cluster (scheduler.store.cluster_rows): collections would walk all of it.
     with collector_paused():
         try:
-            outcome = _run_tick(now)
+            outcome = _run_tick(now, clock)
         except Exception:
             instruments.record_tick_failure()
             raise
@@ -67,10 +86,10 @@ def run_tick(now: int | None = None) -> TickOutcome | None:
     return outcome
 
 
-def _run_tick(now: int | None) -> TickOutcome | None:
+def _run_tick(now: int | None, clock: Callable[[], datetime]) -> TickOutcome | None:
     holder = uuid.uuid4().hex
     started = time.perf_counter()
-    wall = timezone.now()
+    wall = clock()
     if not acquire_lease(holder, wall):
         log.info("tick skipped: another tick holds the lease", extra={"outcome": "skipped"})
         return None
@@ -78,21 +97,26 @@ def _run_tick(now: int | None) -> TickOutcome | None:
         tick_now = now if now is not None else now_ms()
         loaded = load_snapshot(tick_now)
         load_ms = (time.perf_counter() - started) * 1000
+        keep_lease(holder, clock(), "while loading")
         decide_started = time.perf_counter()
         decision = decide(loaded.snapshot)
         # Work routed to Kubernetes: ranked and promoted at a capped rate (Kueue admits it).
         kueue = plan_kueue(loaded, decision)
         decision = merge_into(decision, kueue)
         decide_ms = (time.perf_counter() - decide_started) * 1000
+        keep_lease(holder, clock(), "while deciding")
         with transaction.atomic():
-            confirm_lease(holder)
+            confirm_lease(holder, clock())
             outcome = apply_decision(loaded, decision, wall, started, decide_ms)
             save_kueue_state(loaded, kueue)
+            # Given back with the commit: a tick killed right after it holds nothing.
+            lease.release(LEASE_NAME, holder)
             if outcome.assigned or outcome.preempted:
                 # Deliver the new START/STOP intents right after commit; a broker outage is
                 # logged, never raised (beat drains the outbox every IRIS_DISPATCH_SECONDS).
                 transaction.on_commit(request_dispatch, robust=True)
     finally:
+        # After a failure (the transaction rolled back, the lease with it): give it back now.
         release_lease(holder)
     outcome = replace(outcome, load_ms=load_ms, decide_ms=decide_ms, refresh=loaded.refresh)
     apply_ms = max(outcome.duration_ms - load_ms - decide_ms, 0.0)

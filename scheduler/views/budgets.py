@@ -13,7 +13,6 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import redirect
 from django.utils import timezone
-from django.views.decorators.http import require_POST
 
 from scheduler import roles
 from scheduler.budgets import writes as budgets_writes
@@ -23,7 +22,7 @@ from scheduler.core.bands import Band
 from scheduler.core.budget import ACCELERATOR_POINTS, CORE_POINTS, GIB_POINTS
 from scheduler.errors import ServiceError
 from scheduler.views.charts import spend_chart
-from scheduler.views.common import POLL_SECONDS, apply_service_error, page_or_fragment
+from scheduler.views.common import POLL_SECONDS, apply_service_error, page_or_fragment, require_POST
 from scheduler.views.forms import UpliftRequestForm
 
 # Bars turn amber from this share of the limit (as Iris's dashboard) and red above the limit.

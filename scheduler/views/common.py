@@ -15,6 +15,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.template.loader import render_to_string
 
 from scheduler import roles
 from scheduler.errors import ServiceError
@@ -61,6 +62,22 @@ def admin_required(page: str) -> Callable:
         return wrapped
 
     return decorate
+
+
+def require_POST(view):
+    """Like Django's ``require_POST``, but a GET (a bookmarked or typed action URL) gets the
+    console's 405 page saying what the URL is for, not an empty response."""
+
+    @wraps(view)
+    def wrapped(request, *args, **kwargs):
+        if request.method != "POST":
+            body = render_to_string("405.html", {"method": request.method, "path": request.path}, request=request)
+            response = HttpResponse(body, status=405)
+            response["Allow"] = "POST"
+            return response
+        return view(request, *args, **kwargs)
+
+    return wrapped
 
 
 def page_or_fragment(request: HttpRequest, template: str, fragment: str, context: dict, *, status: int = 200) -> HttpResponse:

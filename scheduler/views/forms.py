@@ -13,6 +13,7 @@ from typing import Any
 
 from django import forms
 
+from scheduler.budgets.writes import MAX_UPLIFT_SECONDS, MIN_UPLIFT_SECONDS
 from scheduler.core.bands import Band
 from scheduler.core.types import JobState
 
@@ -48,7 +49,7 @@ class JobForm(forms.Form):
     scheduling_timeout_seconds = forms.IntegerField(
         required=False, min_value=1, label="Give up after (s)", help_text="Unschedulable if not placed by then."
     )
-    command = forms.CharField(required=False, max_length=2000, help_text="The command to run, shell-quoted.")
+    command = forms.CharField(max_length=2000, help_text="The command to run, shell-quoted.")
 
     def clean_command(self) -> list[str]:
         text = self.cleaned_data.get("command") or ""
@@ -78,10 +79,7 @@ class JobForm(forms.Form):
             body["group_by"] = data["group_by"]
         if data.get("scheduling_timeout_seconds"):
             body["scheduling_timeout_seconds"] = data["scheduling_timeout_seconds"]
-        argv = ["iris", "job", "run", "--name", data["name"]]
-        if data.get("priority"):
-            argv += ["--priority", data["priority"]]
-        body["argv"] = [*argv, "--", *(data.get("command") or [])]
+        # No argv: the console has no command line to keep, and the job records its request.
         return body
 
 
@@ -92,9 +90,12 @@ class WhatIfForm(JobForm):
 
     field_order = ["user"]
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["command"].required = False  # what-if runs nothing
+
     def service_data(self) -> dict[str, Any]:
         body = super().service_data()
-        body.pop("argv", None)
         if self.cleaned_data.get("user"):
             body["user"] = self.cleaned_data["user"]
         return body
@@ -102,11 +103,27 @@ class WhatIfForm(JobForm):
 
 class BudgetForm(forms.Form):
     user = forms.CharField(max_length=150)
+    new_user = forms.BooleanField(
+        required=False, label="New user", help_text="Set up a budget for a name nobody has used yet, on purpose."
+    )
     budget_limit = forms.IntegerField(
         required=False, min_value=0, label="Limit (points)", help_text="0 means unlimited. Leave empty to keep."
     )
     max_band = forms.ChoiceField(choices=OPTIONAL_BAND_CHOICES, required=False, label="Max band")
     reason = forms.CharField(max_length=2000, help_text="Why; kept in the audit log.")
+
+
+def clean_hours(hours):
+    """An uplift's duration in hours, bounded as the service bounds its seconds (one minute to
+    90 days) but said in hours, the unit of the field."""
+    if hours is None:
+        return hours
+    seconds = float(hours) * SECONDS_PER_HOUR
+    if seconds < MIN_UPLIFT_SECONDS:
+        raise forms.ValidationError("must be at least 0.02 hours (one minute)")
+    if seconds > MAX_UPLIFT_SECONDS:
+        raise forms.ValidationError(f"must be at most {MAX_UPLIFT_SECONDS // SECONDS_PER_HOUR:,} hours (90 days)")
+    return hours
 
 
 class UpliftRequestForm(forms.Form):
@@ -118,9 +135,12 @@ class UpliftRequestForm(forms.Form):
         required=False, min_value=0, label="Limit (points)", help_text="0 asks for unlimited."
     )
     duration_hours = forms.DecimalField(
-        min_value=0, decimal_places=2, initial=24, label="For (hours)", help_text="At most 90 days."
+        min_value=0, decimal_places=2, initial=24, label="For (hours)", help_text="At most 90 days (2,160 hours)."
     )
     reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), max_length=2000)
+
+    def clean_duration_hours(self):
+        return clean_hours(self.cleaned_data.get("duration_hours"))
 
     def duration_seconds(self) -> int:
         return round(float(self.cleaned_data["duration_hours"]) * SECONDS_PER_HOUR)
@@ -132,6 +152,9 @@ class UpliftDecisionForm(forms.Form):
         help_text="Empty: as requested.",
     )
     note = forms.CharField(required=False, max_length=2000)
+
+    def clean_duration_hours(self):
+        return clean_hours(self.cleaned_data.get("duration_hours"))
 
     def duration_seconds(self) -> int | None:
         hours = self.cleaned_data.get("duration_hours")

@@ -8,11 +8,12 @@ trigger, which stops the polling.
 
 from __future__ import annotations
 
+import json
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404
 from django.shortcuts import redirect
-from django.views.decorators.http import require_POST
 
 from scheduler import roles
 from scheduler.access import owns_job
@@ -35,6 +36,7 @@ from scheduler.views.common import (
     apply_service_error,
     page_or_fragment,
     window,
+    require_POST,
 )
 from scheduler.views.forms import JobFilterForm, JobForm, WhatIfForm
 
@@ -157,6 +159,8 @@ def job_context(request, job) -> dict:
         "own": request.user.username == job.user,
         "children": list(job.children.order_by("name").values_list("name", "state")[:50]),
         "downgraded": explain["effective_band"] != explain["requested_band"],
+        # What was really submitted, from any client (argv only where a CLI sent one).
+        "request_json": json.dumps(job.request, indent=2, ensure_ascii=False) if job.request else "",
     }
 
 
@@ -194,6 +198,8 @@ def submit(request):
                 request, f"Submitted {job.name} as {Band(job.band).name} with {job.replicas:,} task(s). "
                 f"It joins the queue at the next tick."
             )
+            for warning in job.warnings:
+                messages.warning(request, f"Warning: {warning}")
             return redirect("console:job", job_id=job.name.strip("/"))
     status = 400 if request.method == "POST" else 200
     budget = budget_view(request.user.username)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.shortcuts import redirect
-from django.views.decorators.http import require_POST
 
 from scheduler.budgets.queries import audit_entries, budget_rows, budget_view, budget_views, uplift_grants
 from scheduler.budgets.rules import budget_defaults, budget_rows_of
@@ -18,7 +17,7 @@ from scheduler.cluster_config import cluster_config
 from scheduler.core.bands import Band
 from scheduler.errors import ServiceError
 from scheduler.models import UpliftGrant
-from scheduler.views.common import PAGE_SIZE, admin_required, apply_service_error, page_or_fragment, window
+from scheduler.views.common import PAGE_SIZE, admin_required, apply_service_error, page_or_fragment, window, require_POST
 from scheduler.views.forms import BudgetForm, UpliftDecisionForm
 
 # Decided grants listed under the open requests.
@@ -35,6 +34,7 @@ def budgets(request):
                 row = set_budget(
                     request.user, data["user"], budget_limit=data.get("budget_limit"),
                     max_band=data.get("max_band") or None, reason=data["reason"],
+                    create_user_budget=bool(data.get("new_user")),
                 )
             except ServiceError as exc:
                 apply_service_error(form, exc)

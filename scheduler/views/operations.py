@@ -8,7 +8,6 @@ from django.conf import settings
 from django.contrib import messages
 from django.shortcuts import redirect
 from django.utils import timezone
-from django.views.decorators.http import require_POST
 
 from scheduler.core.bands import BANDS_IN_ORDER
 from scheduler.errors import ServiceError
@@ -17,7 +16,7 @@ from scheduler.jobs.queue import queue_index
 from scheduler.tick.queries import recent_ticks, running_by_band_user, task_counts_by_state
 from scheduler.tick.run import run_tick_now
 from scheduler.observability.health import readiness
-from scheduler.views.common import POLL_SECONDS, operator_required, page_or_fragment
+from scheduler.views.common import POLL_SECONDS, operator_required, page_or_fragment, require_POST
 from scheduler.views.workers import backends_context
 
 # Users shown in the band-by-user table (most pending and running first); the rest are summed.

@@ -8,15 +8,14 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect
 from django.utils import timezone
-from django.views.decorators.http import require_POST
 
 from scheduler import roles
 from scheduler.errors import ServiceError
 from scheduler.execution.queries import worker_tasks, worker_use, workers_with_load
-from scheduler.execution.workers import drain_worker
+from scheduler.execution.workers import drain_worker, undrain_worker
 from scheduler.provisioning.health import backend_status
 from scheduler.provisioning.tpu import tpu_slices
-from scheduler.views.common import PAGE_SIZE, POLL_SECONDS, operator_required, page_or_fragment, window
+from scheduler.views.common import PAGE_SIZE, POLL_SECONDS, operator_required, page_or_fragment, window, require_POST
 
 # Running tasks listed per worker; the rest are counted.
 TASKS_SHOWN = 6
@@ -86,4 +85,16 @@ def drain(request, name: str):
         messages.error(request, exc.message)
     else:
         messages.success(request, f"{worker.name} is draining: what runs there finishes, nothing new is placed.")
+    return redirect("console:workers")
+
+
+@operator_required("Undraining a worker")
+@require_POST
+def undrain(request, name: str):
+    try:
+        worker = undrain_worker(request.user, name)
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"{worker.name} takes new work again.")
     return redirect("console:workers")

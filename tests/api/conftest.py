@@ -100,3 +100,11 @@ def error_of(response) -> dict:
     assert isinstance(body["message"], str) and body["message"]
     assert isinstance(body["details"], dict)
     return body
+
+
+@pytest.fixture
+def as_agent(db):
+    """The agent of worker w1, signed in with its own worker credential."""
+    from tests.personas import agent_client
+
+    return agent_client("w1")

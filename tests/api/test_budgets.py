@@ -40,7 +40,7 @@ def test_spend_counts_active_tasks_of_work_requested_above_batch(alice, bob, ada
               worker)  # 8000 + 64 + 40
     run_tasks(submit(alice, "sweep", priority="batch", cpu=8), worker)  # BATCH: never counted
     run_tasks(submit(alice, "demoted", cpu=2, memory="2Gi"), worker, band=Band.BATCH)  # stamped BATCH: counted
-    run_tasks(submit_job(ada, {"name": "eval", "parent": "/alice/cpu", "cpu": 1}), worker)  # bills alice
+    run_tasks(submit_job(ada, {"command": ["true"], "name": "eval", "parent": "/alice/cpu", "cpu": 1}), worker)  # bills alice
     done = submit(bob, "done", cpu=64)
     run_tasks(done, worker)
     cancel_job(bob, "/bob/done")  # finished: not counted
@@ -124,7 +124,7 @@ def test_me_shows_role_and_effective_budget(clients):
 # --- setting budgets ------------------------------------------------------------------------------
 
 
-def test_admin_sets_a_budget_and_the_change_is_audited(as_ada, ada):
+def test_admin_sets_a_budget_and_the_change_is_audited(as_ada, ada, alice):
     response = as_ada.put("/api/v1/budgets/alice", {"budget_limit": 5000, "max_band": "batch", "reason": "new team"},
                           format="json")
     assert response.status_code == 200
@@ -260,7 +260,7 @@ def test_grant_expiry_marks_it_expired_and_the_budget_falls_back(as_alice, alice
     grant = budgets_writes.request_uplift(alice, max_band="interactive", budget_limit=9000, reason="r", duration_seconds=600)
     approve_uplift(ada, grant.pk)
     assert expire_uplifts() == 0  # not due yet
-    assert as_alice.post("/api/v1/jobs/", {"name": "during"}, format="json").status_code == 201
+    assert as_alice.post("/api/v1/jobs/", {"name": "during", "command": ["true"]}, format="json").status_code == 201
 
     grant.refresh_from_db()
     assert expire_uplifts(grant.expires_at + timedelta(seconds=1)) == 1
@@ -270,7 +270,7 @@ def test_grant_expiry_marks_it_expired_and_the_budget_falls_back(as_alice, alice
     assert (entry.before["state"], entry.after["state"]) == ("approved", "expired")
     budget = as_alice.get("/api/v1/budgets/alice").json()
     assert (budget["effective_budget_limit"], budget["effective_max_band"], budget["grants"]) == (1000, "batch", [])
-    response = as_alice.post("/api/v1/jobs/", {"name": "after"}, format="json")
+    response = as_alice.post("/api/v1/jobs/", {"name": "after", "command": ["true"]}, format="json")
     assert response.status_code == 403
     assert error_of(response)["code"] == "PERMISSION_DENIED"
 
@@ -314,7 +314,7 @@ def test_uplifts_list_runs_a_fixed_number_of_queries(as_ada, alice, ada, django_
 
 
 def test_audit_lists_every_budget_and_grant_change_newest_first(as_ada, grants):
-    as_ada.put("/api/v1/budgets/carol", {"budget_limit": 10, "reason": "r"}, format="json")
+    as_ada.put("/api/v1/budgets/carol", {"budget_limit": 10, "reason": "r", "create_user_budget": True}, format="json")
     page = as_ada.get("/api/v1/audit/").json()
     assert [e["action"] for e in page["results"]] == ["budget.set", "uplift.approve", "uplift.request", "uplift.request"]
     assert page["results"][0] | {"id": 0, "created_at": ""} == {

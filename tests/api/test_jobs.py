@@ -109,7 +109,7 @@ def test_unknown_jobs_are_not_found(as_alice, alice, path):
 def test_cancel_kills_unfinished_tasks_and_descendants(as_alice, alice, ada):
     job = submit(alice, "train", replicas=3)
     child = submit(alice, "eval", parent="/alice/train", replicas=2)
-    grandchild = submit_job(ada, {"name": "probe", "parent": "/alice/train/eval"})
+    grandchild = submit_job(ada, {"command": ["true"], "name": "probe", "parent": "/alice/train/eval"})
     worker = make_worker("w1")
     run_tasks(job, worker, 1)
     run_tasks(child, worker, 1)
@@ -276,7 +276,7 @@ def test_explain_of_a_job_under_budget_has_no_downgrade(as_alice, alice):
 
 def test_explain_of_production_work_is_never_downgraded(as_ada, ada):
     UserBudget.objects.create(user_id="ada", budget_limit=1, max_band=Band.INTERACTIVE)
-    job = submit_job(ada, {"name": "serve", "priority": "production", "cpu": 8, "replicas": 2})
+    job = submit_job(ada, {"command": ["true"], "name": "serve", "priority": "production", "cpu": 8, "replicas": 2})
     run_tasks(job, make_worker(), 1)
     explained = as_ada.get("/api/v1/jobs/ada/serve:explain").json()
     assert (explained["effective_band"], explained["downgrade"]) == ("production", None)
@@ -285,7 +285,7 @@ def test_explain_of_production_work_is_never_downgraded(as_ada, ada):
 def test_explain_lists_preemptions_suffered(as_alice, alice, ada):
     worker = make_worker("w1")
     victim_job = submit(alice, "train", priority="batch")
-    preemptor_job = submit_job(ada, {"name": "serve", "priority": "production"})
+    preemptor_job = submit_job(ada, {"command": ["true"], "name": "serve", "priority": "production"})
     run_tasks(victim_job, worker)
     PreemptionEvent.objects.create(
         victim=victim_job.tasks.get(), preemptor=preemptor_job.tasks.get(), victim_band=Band.BATCH,
@@ -309,7 +309,7 @@ def test_explain_of_a_finished_job_says_nothing_would_change(as_alice, alice):
 @pytest.fixture
 def preemptions(alice, bob, ada):
     worker = make_worker("w1")
-    serve = submit_job(ada, {"name": "serve", "priority": "production", "replicas": 50})
+    serve = submit_job(ada, {"command": ["true"], "name": "serve", "priority": "production", "replicas": 50})
     events = []
     now = timezone.now()
     for i, (owner, band) in enumerate([(alice, "batch"), (bob, "interactive"), (alice, "interactive")]):

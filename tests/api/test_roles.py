@@ -10,7 +10,7 @@ import pytest
 
 from scheduler.budgets.writes import request_uplift
 from tests.api.conftest import PERSONAS, error_of
-from tests.personas import make_worker, submit
+from tests.personas import agent_client, make_worker, submit
 
 OK = 200
 CREATED = 201
@@ -29,9 +29,12 @@ CODES = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 409
 # (method, path, body, expected status per persona)
 MATRIX = [
     ("get", "me/", None, everyone(OK)),
+    ("get", "tokens/", None, everyone(OK)),
+    ("get", "tokens/?user=alice", None, only(OK, "alice", "ada")),
+    ("get", "tokens/?user=*", None, only(OK, "ada")),
     ("get", "jobs/", None, everyone(OK)),
-    ("post", "jobs/", {"name": "eval"}, everyone(CREATED)),
-    ("post", "jobs/", {"name": "eval", "parent": "alice/train"}, only(CREATED, "alice", "ada")),
+    ("post", "jobs/", {"name": "eval", "command": ["true"]}, everyone(CREATED)),
+    ("post", "jobs/", {"name": "eval", "parent": "alice/train", "command": ["true"]}, only(CREATED, "alice", "ada")),
     ("get", "jobs/alice/train", None, everyone(OK)),
     ("get", "jobs/alice/train:explain", None, everyone(OK)),
     ("post", "jobs/alice/train:cancel", None, only(OK, "alice", "ada")),
@@ -55,6 +58,8 @@ MATRIX = [
     ("post", "workers/", {"name": "w2", "cpu": 8, "memory": "32Gi"}, only(CREATED, "olivia", "ada")),
     ("post", "workers/w1:heartbeat", {"healthy": True}, only(OK, "olivia", "ada")),
     ("post", "workers/w1:drain", None, only(OK, "olivia", "ada")),
+    ("post", "workers/w1:credential", None, only(CREATED, "olivia", "ada")),
+    ("post", "workers/w1:undrain", None, only(OK, "olivia", "ada")),
     ("get", "preemptions/", None, everyone(OK)),
     ("get", "ticks/", None, everyone(OK)),
     ("post", "ticks/", None, only(OK, "olivia", "ada")),
@@ -85,6 +90,20 @@ def test_role_matrix(world, clients, persona, method, path, body, expected):
     assert response.status_code == expected[persona], response.content
     if response.status_code >= 400:
         assert error_of(response)["code"] == CODES[response.status_code]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "expected"),
+    MATRIX,
+    ids=[f"{m.upper()} {p}" + (f" {sorted(b)}" if b else "") for m, p, b, _ in MATRIX],
+)
+def test_a_worker_agents_credential_opens_no_endpoint_of_the_api(world, method, path, body, expected):
+    """A worker credential is not a user: no submissions, no uplifts, nothing but the agent API."""
+    client = agent_client("w1")
+    url = "/api/v1/" + path.format(**world)
+    response = getattr(client, method)(url, body, format="json") if body is not None else getattr(client, method)(url)
+    assert response.status_code == 401, response.content
+    assert error_of(response)["code"] == "UNAUTHENTICATED"
 
 
 @pytest.mark.parametrize("persona", PERSONAS)

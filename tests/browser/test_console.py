@@ -51,9 +51,9 @@ def cluster(people):
     w1 = make_worker("w1", cpu=2, memory_gib=8, zone="a")
     w2 = make_worker("w2", cpu=2, memory_gib=8, zone="b")
     UserBudget.objects.create(user_id="alice", budget_limit=10, max_band=int(Band.INTERACTIVE))
-    warmup = submit_job(people["alice"], {"name": "warmup", "cpu": 2, "memory": "8Gi"})
+    warmup = submit_job(people["alice"], {"command": ["true"], "name": "warmup", "cpu": 2, "memory": "8Gi"})
     run_tasks(warmup, w1)
-    crunch = submit_job(people["bob"], {"name": "crunch", "priority": "batch", "cpu": 2, "memory": "8Gi"})
+    crunch = submit_job(people["bob"], {"command": ["true"], "name": "crunch", "priority": "batch", "cpu": 2, "memory": "8Gi"})
     run_tasks(crunch, w2)
     return {"w1": w1, "w2": w2}
 
@@ -76,6 +76,7 @@ def test_downgrade_explained_uplift_approved_and_preemption_recorded(live_server
     # She submits from the form (4 cores per task: no worker is big enough, so it keeps waiting).
     alice.goto(f"{live_server.url}/jobs/new/")
     alice.fill("#id_name", "train")
+    alice.fill("#id_command", "python train.py")
     alice.fill("#id_replicas", "2")
     alice.fill("#id_cpu", "4")
     alice.fill("#id_memory", "1Gi")
@@ -144,7 +145,7 @@ def test_downgrade_explained_uplift_approved_and_preemption_recorded(live_server
     # A PRODUCTION job preempts bob's BATCH crunch; the history page shows it as it happens.
     alice.goto(f"{live_server.url}/preemptions/")
     assert "No preemptions yet" in alice.inner_text("#history")
-    submit_job(people["ada"], {"name": "hero", "priority": "production", "cpu": 2, "memory": "8Gi"})
+    submit_job(people["ada"], {"command": ["true"], "name": "hero", "priority": "production", "cpu": 2, "memory": "8Gi"})
     run_tick()
     alice.locator("#history tr", has_text="/bob/crunch").first.wait_for(timeout=LIVE)
     text = alice.inner_text("#history")
@@ -195,6 +196,7 @@ def test_researcher_submission_refused_with_the_rule_and_what_if_answers(live_se
     alice = as_user(open_page, live_server, "alice")
     alice.goto(f"{live_server.url}/jobs/new/")
     alice.fill("#id_name", "big")
+    alice.fill("#id_command", "python train.py")
     alice.select_option("#id_priority", "production")
     alice.click("#submit-form button[type=submit]")
     alice.wait_for_selector(".field.invalid")

@@ -17,11 +17,10 @@ from dataclasses import dataclass
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
-from rest_framework.authtoken.models import Token
 
 from scheduler.cli import main
 from scheduler.core.bands import Band
-from scheduler.models import UserBudget
+from scheduler.models import ApiToken, UserBudget
 from tests.personas import FAST_PASSWORD_HASHERS, PASSWORD, make_user
 
 PERSONAS = (("alice", "researcher"), ("bob", "researcher"), ("olivia", "operator"), ("ada", "admin"))
@@ -58,9 +57,9 @@ class Iris:
 
     def use_token(self, username: str) -> None:
         """Skip the login: point IRIS_SERVER/IRIS_TOKEN at the live server as ``username``."""
-        token, _ = Token.objects.get_or_create(user=get_user_model().objects.get(username=username))
+        _, key = ApiToken.objects.create(user=get_user_model().objects.get(username=username), name="tests")
         self.monkeypatch.setenv("IRIS_SERVER", self.server)
-        self.monkeypatch.setenv("IRIS_TOKEN", token.key)
+        self.monkeypatch.setenv("IRIS_TOKEN", key)
 
 
 @pytest.fixture(autouse=True)

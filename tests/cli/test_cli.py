@@ -507,7 +507,7 @@ def test_uplift_list_is_a_table(iris):
 
 def test_admins_deny_uplifts(iris):
     iris.use_token("alice")
-    grant_id = str(iris("--json", "uplift", "request", "--max-band", "interactive", "--reason", "r",
+    grant_id = str(iris("--json", "uplift", "request", "--budget-limit", "5000", "--reason", "r",
                         "--duration", "1h").json()["id"])
     iris.use_token("ada")
 
@@ -522,7 +522,7 @@ def test_admins_deny_uplifts(iris):
 
 def test_researchers_cannot_approve_uplifts(iris):
     iris.use_token("alice")
-    grant_id = str(iris("--json", "uplift", "request", "--max-band", "interactive", "--reason", "r",
+    grant_id = str(iris("--json", "uplift", "request", "--budget-limit", "5000", "--reason", "r",
                         "--duration", "1h").json()["id"])
 
     result = iris("admin", "uplift", "approve", grant_id)

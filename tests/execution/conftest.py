@@ -1,7 +1,7 @@
 """Clients for the dispatch, reports and agent tests (personas: tests/personas.py).
 
-alice owns the jobs, charlie is the outsider for alice's things, and ``agent`` is the token
-user worker agents sign in as.
+alice owns the jobs, charlie is the outsider for alice's things, and ``agent`` is the agent of
+worker w1, signed in with w1's own credential.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler import backends
-from tests.personas import token_client
+from tests.personas import agent_client, token_client
 
 
 @pytest.fixture(autouse=True)
@@ -26,12 +26,13 @@ def _builtin_backends():
 
 
 @pytest.fixture
-def personas(alice, charlie, olivia, ada, agent):
-    return {"alice": alice, "charlie": charlie, "olivia": olivia, "ada": ada, "agent": agent}
+def personas(alice, charlie, olivia, ada):
+    return {"alice": alice, "charlie": charlie, "olivia": olivia, "ada": ada}
 
 
 @pytest.fixture
 def clients(personas):
     result = {name: token_client(user) for name, user in personas.items()}
     result["anonymous"] = token_client(None)
+    result["agent"] = agent_client("w1")
     return result

@@ -7,7 +7,7 @@ import pytest
 from scheduler.execution.dispatcher import drain
 from scheduler.models import Attempt, Task, Worker
 from scheduler.tick.run import run_tick
-from tests.personas import NOW_MS, make_job, make_worker
+from tests.personas import NOW_MS, agent_client, make_job, make_worker
 
 pytestmark = pytest.mark.django_db
 
@@ -22,9 +22,12 @@ REGISTER = {
 
 @pytest.mark.parametrize(
     ("persona", "status"),
-    [("anonymous", 401), ("alice", 403), ("charlie", 403), ("agent", 201), ("olivia", 201), ("ada", 201)],
+    [("anonymous", 401), ("alice", 403), ("charlie", 403), ("slice-agent", 201), ("olivia", 403), ("ada", 403)],
 )
-def test_only_agents_and_operators_may_register_workers(clients, persona, status):
+def test_only_the_workers_own_agent_may_register_it(clients, persona, status):
+    """People's tokens, operators' and admins' too, cannot act as a worker (they register
+    workers through ``POST workers/``); only the credential of slice-a-0 registers slice-a-0."""
+    clients["slice-agent"] = agent_client("slice-a-0")
     response = clients[persona].post("/api/v1/agent/register/", REGISTER, format="json")
 
     assert response.status_code == status, response.content
@@ -42,8 +45,9 @@ def test_researchers_may_not_heartbeat_or_report(clients, path):
 
 
 def test_registering_declares_capacity_accelerators_and_attributes_and_is_an_upsert(clients):
-    first = clients["agent"].post("/api/v1/agent/register/", REGISTER, format="json")
-    again = clients["agent"].post("/api/v1/agent/register/", {**REGISTER, "cpu": "4"}, format="json")
+    agent = agent_client("slice-a-0")
+    first = agent.post("/api/v1/agent/register/", REGISTER, format="json")
+    again = agent.post("/api/v1/agent/register/", {**REGISTER, "cpu": "4"}, format="json")
 
     assert (first.status_code, first.json()["created"]) == (201, True)
     assert (again.status_code, again.json()["created"]) == (200, False)
@@ -55,14 +59,14 @@ def test_registering_declares_capacity_accelerators_and_attributes_and_is_an_ups
 
 
 def test_registering_with_a_bad_size_names_the_field(clients):
-    response = clients["agent"].post("/api/v1/agent/register/", {**REGISTER, "memory": "lots"}, format="json")
+    response = agent_client("slice-a-0").post("/api/v1/agent/register/", {**REGISTER, "memory": "lots"}, format="json")
 
     assert response.status_code == 400
     assert response.json()["details"]["field"] == "memory"
 
 
 def test_heartbeat_of_an_unknown_worker_is_not_found_so_the_agent_registers_again(clients):
-    response = clients["agent"].post("/api/v1/agent/heartbeat/", {"name": "ghost", "running": []}, format="json")
+    response = agent_client("ghost").post("/api/v1/agent/heartbeat/", {"name": "ghost", "running": []}, format="json")
 
     assert response.status_code == 404
     assert response.json()["code"] == "NOT_FOUND"

@@ -1,32 +1,55 @@
-"""The demo's setup commands: seed_demo (idempotent, writes the agents' token) and demo_load."""
+"""The demo's setup commands: seed_demo (idempotent, writes each demo agent's own credential)
+and demo_load."""
 
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from rest_framework.authtoken.models import Token
 
-from scheduler.api.agent import AGENT_GROUP, is_agent
-from scheduler.models import Job
+from scheduler.execution.enrolment import worker_for_credential
+from scheduler.management.commands.seed_demo import DEMO_WORKERS
+from scheduler.models import Job, WorkerCredential
+from tests.integration.subprocesses import ROOT
 
 pytestmark = pytest.mark.django_db
 
 
-def test_seed_demo_is_idempotent_and_writes_the_agents_token_readable_only_by_its_owner(settings, tmp_path):
+def test_seed_demo_is_idempotent_and_writes_each_agent_its_own_credential_readable_only_by_its_owner(settings, tmp_path):
     settings.DATA_DIR = tmp_path
 
     call_command("seed_demo", stdout=io.StringIO())
-    first = (tmp_path / "demo-agent-token").read_text().strip()
+    first = {name: (tmp_path / "worker-credentials" / name).read_text().strip() for name in DEMO_WORKERS}
     call_command("seed_demo", stdout=io.StringIO())
 
-    agent = get_user_model().objects.get(username="iris-agent")
-    assert is_agent(agent) and agent.groups.filter(name=AGENT_GROUP).exists()
-    assert Token.objects.get(user=agent).key == first == (tmp_path / "demo-agent-token").read_text().strip()
-    assert (tmp_path / "demo-agent-token").stat().st_mode & 0o777 == 0o600
+    for name in DEMO_WORKERS:
+        path = tmp_path / "worker-credentials" / name
+        assert path.read_text().strip() == first[name]
+        assert worker_for_credential(first[name]) == name
+        assert path.stat().st_mode & 0o777 == 0o600
+    assert len(set(first.values())) == len(DEMO_WORKERS)
+    # The server keeps digests only.
+    assert not WorkerCredential.objects.filter(digest__in=first.values()).exists()
     assert get_user_model().objects.filter(username__in=["admin", "ops", "alice", "bob", "carol"]).count() == 5
+
+
+def test_seed_demo_mints_a_credential_again_when_its_file_no_longer_holds_a_valid_one(settings, tmp_path):
+    settings.DATA_DIR = tmp_path
+    call_command("seed_demo", stdout=io.StringIO())
+    WorkerCredential.objects.filter(worker_name="cpu-1").delete()
+
+    call_command("seed_demo", stdout=io.StringIO())
+
+    assert worker_for_credential((tmp_path / "worker-credentials" / "cpu-1").read_text().strip()) == "cpu-1"
+
+
+def test_every_agent_of_the_procfile_reads_the_credential_seed_demo_writes_for_its_own_name():
+    agents = re.findall(r"iris_worker --name (\S+) .*--token-file \S+/worker-credentials/(\S+)", (ROOT / "Procfile").read_text())
+
+    assert sorted(agents) == sorted((name, name) for name in DEMO_WORKERS)
 
 
 def test_demo_load_submits_a_mix_of_bands_sizes_and_gangs_through_the_submission_rules(settings, tmp_path):

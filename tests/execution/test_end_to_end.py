@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 import redis
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 
 from scheduler.execution.dispatcher import LEASE_NAME, drain
+from scheduler.execution.enrolment import issue_worker_credential
 from scheduler.execution.workers import check_workers
 from scheduler.jobs.submit import submit_job
 from scheduler.models import Attempt, DispatchIntent, Job, SchedulerLease, Task, Worker
@@ -38,12 +38,23 @@ HEARTBEAT = "0.2"
 class Cluster:
     """Agents against the live server, and the scheduler's loop driven from the test."""
 
-    def __init__(self, url: str, token: str, tmp_path: Path, log_dir: Path):
+    def __init__(self, url: str, tmp_path: Path, log_dir: Path):
         self.url = url
-        self.token = token
         self.tmp_path = tmp_path
         self.log_dir = log_dir
         self.agents: dict[str, subprocess.Popen] = {}
+        self.credentials: dict[str, str] = {}
+
+    def credential(self, name: str) -> str:
+        """Worker ``name``'s own credential, minted as an operator would, once per test."""
+        if name not in self.credentials:
+            self.credentials[name] = issue_worker_credential(name, by="tests")
+        return self.credentials[name]
+
+    @property
+    def token(self) -> str:
+        """The credential of worker w1, the worker most tests run."""
+        return self.credential("w1")
 
     def agent(
         self, name: str, *, cpu: int = 2, memory: str = "4Gi", task_user: str | None = None,
@@ -53,7 +64,7 @@ class Cluster:
         otherwise: these tests' markers live in the private pytest tmp dir."""
         args = [
             "manage.py", "iris_worker", "--name", name, "--server", self.url,
-            *(token_args if token_args is not None else ["--token", self.token]),
+            *(token_args if token_args is not None else ["--token", self.credential(name)]),
             "--cpu", str(cpu), "--memory", memory, "--heartbeat-seconds", HEARTBEAT, "--log-dir", str(self.log_dir),
             "--task-user", task_user or getpass.getuser(),
         ]
@@ -92,8 +103,7 @@ def cluster(live_server, tmp_path, settings):
     settings.TASK_LOG_DIR = tmp_path / "logs"
     settings.STOP_GRACE_SECONDS = 3
     settings.WORKER_GRACE_SECONDS = 3
-    token = Token.objects.create(user=make_user("agent", "agent"))
-    result = Cluster(live_server.url, token.key, tmp_path, settings.TASK_LOG_DIR)
+    result = Cluster(live_server.url, tmp_path, settings.TASK_LOG_DIR)
     yield result
     result.stop_all()
 

@@ -31,9 +31,11 @@ def test_submitting_creates_the_job_through_the_service_and_opens_it(clients):
     job = Job.objects.get(name="/alice/train")
     assert (job.user, job.band, job.replicas, job.memory_bytes) == ("alice", 2, 2, 2 << 30)
     assert job.command == ["python", "train.py", "--lr", "0.1"]
-    assert job.submission_argv[:4] == ["iris", "job", "run", "--name"]
+    assert job.submission_argv == []  # no fabricated command line: the console sent none
+    assert job.request["command"] == ["python", "train.py", "--lr", "0.1"] and job.request["replicas"] == 2
     page = clients["alice"].get(response["Location"]).content.decode()
     assert "Submitted /alice/train as INTERACTIVE with 2 task(s)." in page
+    assert "Submitted as" not in page and "&quot;train.py&quot;" in page  # the request is shown
 
 
 def test_a_band_only_admins_may_use_is_refused_on_the_priority_field(clients):

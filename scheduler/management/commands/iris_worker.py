@@ -1,13 +1,15 @@
 """Run a worker agent: register a worker with declared capacity and run what is placed on it.
 
-    python manage.py iris_worker --name cpu-1 --server http://127.0.0.1:8000 --token-file var/demo-agent-token \\
-        --cpu 4 --memory 8Gi
+    python manage.py worker_credential cpu-1 --file var/worker-credentials/cpu-1   # an operator, once
+    python manage.py iris_worker --name cpu-1 --server http://127.0.0.1:8000 \\
+        --token-file var/worker-credentials/cpu-1 --cpu 4 --memory 8Gi
     python manage.py iris_worker --name slice-a-0 --cpu 8 --memory 16Gi --tpu v5p-8:4 \\
         --attribute tpu-name=slice-a --attribute tpu-worker-id=0
 
 Declared accelerators let a laptop stand in for a GPU host or a TPU slice host. The agent needs
-no database: it talks to the server's agent API with a token of an operator or a member of
-``iris-agents``. SIGTERM or Ctrl-C stops its processes, reports them and exits.
+no database: it talks to the server's agent API with its worker's own credential, which an
+operator mints for that worker name (``manage.py worker_credential NAME`` or
+``POST /api/v1/workers/NAME:credential``) and which lets it act only as that worker. SIGTERM or Ctrl-C stops its processes, reports them and exits.
 
 Before anything else the agent makes itself non-dumpable, reads its token into memory and
 scrubs ``IRIS_AGENT_TOKEN`` from its environment; run as root, it runs tasks as
@@ -49,8 +51,10 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--name", required=True, help="worker name (unique in the cluster)")
         parser.add_argument("--server", default="http://127.0.0.1:8000", help="the Iris Web server URL")
-        parser.add_argument("--token", default="", help="API token (default: IRIS_AGENT_TOKEN)")
-        parser.add_argument("--token-file", default="", help="read the API token from this file")
+        parser.add_argument("--token", default="", help="the worker's credential (default: IRIS_AGENT_TOKEN)")
+        parser.add_argument(
+            "--token-file", default="", help="read the worker's credential from this file (manage.py worker_credential --file)"
+        )
         parser.add_argument("--cpu", required=True, help="cores, e.g. 4 or 0.5")
         parser.add_argument("--memory", required=True, help="bytes or a size, e.g. 8Gi")
         accel = parser.add_mutually_exclusive_group()
@@ -94,7 +98,10 @@ class Command(BaseCommand):
             except OSError as exc:
                 raise CommandError(f"cannot read --token-file: {exc}") from None
         if not token:
-            raise CommandError("no token: pass --token, --token-file or set IRIS_AGENT_TOKEN")
+            raise CommandError(
+                "no credential: pass --token-file (or --token, or set IRIS_AGENT_TOKEN) with the worker's credential, "
+                f"which an operator mints with: manage.py worker_credential {options['name']} --file PATH"
+            )
         if options["token"]:
             log.warning("--token is visible to every local user in ps; prefer --token-file")
         task_user = self.task_user(options["task_user"])

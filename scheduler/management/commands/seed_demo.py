@@ -1,36 +1,35 @@
-"""Create the demo users and the demo agents' token (idempotent), and print how to sign in.
+"""Create the demo users and the demo agents' credentials (idempotent), and print how to sign in.
 
 Budgets come from the cluster config (``make run`` uses ``config/cluster.demo.toml``: alice
-and bob have tiers, carol is unlisted and gets the defaults). The token of the ``iris-agent``
-user (group ``iris-agents``) is written to ``IRIS_DATA_DIR/demo-agent-token`` for the local
-worker agents that ``make run`` starts.
+and bob have tiers, carol is unlisted and gets the defaults). Each worker agent the
+``Procfile`` starts gets its own credential, bound to its worker's name, in
+``IRIS_DATA_DIR/worker-credentials/<name>`` (the agent's ``--token-file``); a credential that
+is still valid is kept, so running this again changes nothing.
 """
 
-import os
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand
-from rest_framework.authtoken.models import Token
 
-from scheduler.api.agent import AGENT_GROUP
 from scheduler.budgets.rules import budget_defaults, effective_budget_for
+from scheduler.execution.enrolment import issue_worker_credential, worker_for_credential
+from scheduler.management.commands.worker_credential import write_secret
 from scheduler.roles import ensure_groups
 
 DEMO_PASSWORD = "iris-demo"
 # (username, role) — alice and bob are researchers, carol is unlisted in any tier.
 DEMO_USERS = [("admin", "admin"), ("ops", "operator"), ("alice", "researcher"), ("bob", "researcher"), ("carol", "researcher")]
-AGENT_USER = "iris-agent"
-AGENT_TOKEN_FILE = "demo-agent-token"
+# The worker agents the Procfile starts (a test ties the two), and where their credentials go.
+DEMO_WORKERS = ("cpu-1", "cpu-2", "slice-a-0", "slice-a-1", "slice-a-2", "slice-a-3")
+CREDENTIALS_DIR = "worker-credentials"
 
 
 class Command(BaseCommand):
-    help = "Create demo users (admin, ops, alice, bob, carol) with a shared demo password, and the agents' token."
+    help = "Create demo users (admin, ops, alice, bob, carol) with a shared demo password, and the agents' credentials."
 
     def handle(self, *args, **options):
         admins, operators = ensure_groups()
-        agents, _ = Group.objects.get_or_create(name=AGENT_GROUP)
         User = get_user_model()
         for username, role in DEMO_USERS:
             user, created = User.objects.get_or_create(username=username)
@@ -44,16 +43,16 @@ class Command(BaseCommand):
             elif role == "operator":
                 user.groups.add(operators)
 
-        agent, created = User.objects.get_or_create(username=AGENT_USER)
-        if created:
-            agent.set_unusable_password()
-            agent.save()
-        agent.groups.add(agents)
-        token, _ = Token.objects.get_or_create(user=agent)
-        token_file = settings.DATA_DIR / AGENT_TOKEN_FILE
-        descriptor = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "w") as handle:
-            handle.write(token.key + "\n")
+        directory = settings.DATA_DIR / CREDENTIALS_DIR
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for worker in DEMO_WORKERS:
+            path = directory / worker
+            try:
+                kept = worker_for_credential(path.read_text().strip()) == worker
+            except OSError:
+                kept = False
+            if not kept:
+                write_secret(str(path), issue_worker_credential(worker, by="seed_demo"))
 
         names = ", ".join(u for u, _ in DEMO_USERS)
         self.stdout.write(f"Demo users: {names} (password '{DEMO_PASSWORD}'). Console: http://127.0.0.1:8000/")
@@ -65,4 +64,4 @@ class Command(BaseCommand):
         self.stdout.write(
             f"  (users no tier lists get {defaults.budget_limit:,} points; admin submits PRODUCTION and SYSTEM)"
         )
-        self.stdout.write(f"Worker agents sign in as '{AGENT_USER}' with the token in {token_file}.")
+        self.stdout.write(f"Worker agents {', '.join(DEMO_WORKERS)} use their own credentials in {directory}/.")

@@ -1,0 +1,29 @@
+"""The backend registry: the built-in backends plus those IRIS_BACKENDS names."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.integration.subprocesses import ROOT
+
+
+def backend_names_with(env_value: str) -> list[str]:
+    code = ("import django, json; django.setup(); from scheduler.backends import backend_names, backend_class; "
+            "print(json.dumps([backend_names(), backend_class('mine').__name__ if 'mine' in backend_names() else None]))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                         env={**os.environ, "DJANGO_SETTINGS_MODULE": "iris_web.settings",
+                              "IRIS_BACKENDS": env_value})
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_iris_backends_adds_a_named_backend_beside_the_built_in_ones():
+    names, cls = backend_names_with("mine=scheduler.backends.local.LocalBackend")
+    assert names == ["kubernetes", "local", "mine", "tpu"] and cls == "LocalBackend"
+
+
+def test_without_iris_backends_only_the_built_in_ones_exist():
+    names, cls = backend_names_with("")
+    assert names == ["kubernetes", "local", "tpu"] and cls is None
