@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("scheduler", "0007_job_route"),
+        ("scheduler", "0009_job_request"),
     ]
 
     operations = [
