@@ -64,10 +64,10 @@ def test_queue_page_job_page_and_cli_agree_on_one_task(live_server, open_page, c
 
     # The CLI, against the same server.
     monkeypatch.setenv("HOME", str(tmp_path))
-    from rest_framework.authtoken.models import Token
+    from scheduler.models import ApiToken
 
     monkeypatch.setenv("IRIS_SERVER", live_server.url)
-    monkeypatch.setenv("IRIS_TOKEN", Token.objects.get_or_create(user=alice)[0].key)
+    monkeypatch.setenv("IRIS_TOKEN", ApiToken.objects.create(user=alice, name="tests")[1])
     iris = Iris(live_server.url, capsys, monkeypatch)
     listed = iris("queue", "--band", "interactive")
     assert listed.code == 0, listed.err
