@@ -17,11 +17,11 @@ from typing import ClassVar, Union
 
 from scheduler.core.bands import Band
 from scheduler.core.budget import GIB, MILLICORES_PER_CORE
-from scheduler.core.feasibility import ShapeAnalysis, analyse_job, any_fits_when_idle
+from scheduler.core.feasibility import ShapeAnalysis, analyse_job, any_fits_when_idle, constraint_text
 from scheduler.core.kueue import KUEUE_TEXT
 from scheduler.core.ordering import JobQueue
 from scheduler.core.placement import Shape, ShapeBook, WorkerPool
-from scheduler.core.types import Constraint, ConstraintOp, Decision, JobSpec, TaskSnapshot, WorkerSpec
+from scheduler.core.types import Decision, JobSpec, TaskSnapshot, WorkerSpec
 
 # Bytes per MiB: memory below 1 GiB is shown in MiB.
 MIB = 1 << 20
@@ -60,16 +60,6 @@ RESOURCE_FORMAT = {
     "gpu": ("GPUs", lambda n: _plural(max(n, 0), "GPU", "GPUs")),
     "tpu": ("TPU chips", lambda n: _plural(max(n, 0), "TPU chip", "TPU chips")),
 }
-
-
-def constraint_text(c: Constraint) -> str:
-    if c.op is ConstraintOp.EQ:
-        return f"{c.key}={c.value}"
-    if c.op is ConstraintOp.NE:
-        return f"{c.key}!={c.value}"
-    if c.op is ConstraintOp.IN:
-        return f"{c.key} in ({', '.join(c.value)})"
-    return f"{c.key} exists"
 
 
 def deadline_text(deadline_ms: int, now_ms: int) -> str:

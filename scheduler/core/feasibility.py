@@ -29,7 +29,8 @@ from scheduler.core.types import Constraint, ConstraintOp, DeviceType, JobSpec, 
 ZONE_KEY = "zone"
 
 
-def _constraint_label(c: Constraint) -> str:
+def constraint_text(c: Constraint) -> str:
+    """``zone=us-east1``, ``pool!=spot``, ``gen in (a, b)``, ``gpu exists``."""
     if c.op is ConstraintOp.EQ:
         return f"{c.key}={c.value}"
     if c.op is ConstraintOp.NE:
@@ -114,7 +115,7 @@ def analyse_job(job: JobSpec, workers: Sequence[WorkerSpec], groups: Sequence[Gr
 
     hard = hard_constraints(job)
     for c in hard:
-        add("constraint", _constraint_label(c), None, lambda i, c=c: constraint_matches(attrs[i], c))
+        add("constraint", constraint_text(c), None, lambda i, c=c: constraint_matches(attrs[i], c))
     constrained = list(alive)
     if devices:
         kind = "GPU" if gpu else "TPU chip"
