@@ -411,23 +411,23 @@ def reason_record(reason: object) -> dict:
 
 def _cause_from_record(record: Mapping) -> object | None:
     code = record.get("code")
-    params = {k: v for k, v in record.items() if k not in ("code", "downgrade")}
+    cls = InsufficientResource if code in _INSUFFICIENT else _CAUSE_TYPES.get(code)
+    if cls is None:
+        return None
+    # Only the cause's own numbers: a served reason also carries its text, band and place.
+    names = {f.name for f in fields(cls)}
+    params = {k: v for k, v in record.items() if k in names}
+    if "cause" in params:
+        params["cause"] = _cause_from_record(params["cause"])
+    if "constraints" in params:
+        params["constraints"] = tuple(params["constraints"])
+    if cls is NeverFits:
+        params["requirements"] = tuple(tuple(r) for r in params.get("requirements", ()))
+        params["largest"] = tuple(params["largest"]) if params.get("largest") else None
     try:
-        if code in _INSUFFICIENT:
-            return InsufficientResource(**params)
-        cls = _CAUSE_TYPES.get(code)
-        if cls is not None:
-            if "cause" in params:
-                params["cause"] = _cause_from_record(params["cause"])
-            if "constraints" in params:
-                params["constraints"] = tuple(params["constraints"])
-            if cls is NeverFits:
-                params["requirements"] = tuple(tuple(r) for r in params["requirements"])
-                params["largest"] = tuple(params["largest"]) if params.get("largest") else None
-            return cls(**params)
+        return cls(**params)
     except TypeError:
         return None
-    return None
 
 
 def _downgrade_from_record(record: Mapping | None) -> Downgrade | None:

@@ -62,6 +62,18 @@ def test_every_cause_renders_the_same_text_from_its_stored_record(cause):
     assert cause_text(record) == cause.text()
 
 
+@pytest.mark.parametrize("cause", EVERY_CAUSE, ids=lambda c: c.code)
+def test_a_served_reason_renders_its_own_text_once(cause):
+    """The API serves the record with its text, band and place beside the numbers; rendering
+    that again (the console's job page does) gives the same text, not the place twice."""
+    downgrade = Downgrade(Band.INTERACTIVE, Band.BATCH, 48, 30)
+    record = reason_record(PendingReason(cause, downgrade))
+    text = pending_text(record, Band.BATCH, 2, 5, 13)
+    served = {**record, "text": text, "band": "batch", "position": 2, "band_pending": 5, "tick": 13}
+    assert pending_text(served, Band.BATCH, 2, 5, 13) == text
+    assert text.count("position 2 of 5") == 1
+
+
 def test_a_record_carries_the_numbers_behind_the_text():
     record = reason_record(PendingReason(WaitingBehind(7, CPU), Downgrade(Band.INTERACTIVE, Band.BATCH, 48, 30)))
     assert record == {
