@@ -47,12 +47,12 @@ def main() -> None:
     from django.core.management import call_command
     from django.db import connection
     from django.test import Client
-    from rest_framework.authtoken.models import Token
 
     from benchmarks.restore import restore_snapshot
     from benchmarks.synthetic import generate
-    from scheduler.cluster_rows import forget_cluster_rows
+    from scheduler.store.cluster_rows import forget_cluster_rows
     from scheduler.core.wire import snapshot_from_json
+    from scheduler.models import ApiToken
     from scheduler.roles import ensure_groups
     from scheduler.tick.run import run_tick
 
@@ -60,7 +60,7 @@ def main() -> None:
     _, operators = ensure_groups()
     ops, _ = get_user_model().objects.get_or_create(username="bench-ops")
     ops.groups.add(operators)
-    token = Token.objects.get_or_create(user=ops)[0].key
+    _, token = ApiToken.objects.create(user=ops, name="bench")
     client = Client(HTTP_AUTHORIZATION=f"Token {token}")
     endpoints = [("/healthz", {}), ("/readyz", {}), ("/metrics", {"REMOTE_ADDR": "127.0.0.1"}),
                  ("/api/v1/scheduler/status", {})]
