@@ -22,6 +22,7 @@ from scheduler.core.bands import Band
 from scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from scheduler.inputs import MAX_INT64, parse_band, parse_budget_limit, parse_int, parse_text, parse_user_id
 from scheduler.models import AuditEntry, UpliftGrant, UserBudget
+from scheduler.store.locks import hold_until_commit
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,8 @@ def request_uplift(
                 field="max_band", details={"max_band": current.wire},
             )
     with transaction.atomic():
+        # Two identical requests at once must not both pass the check below.
+        hold_until_commit(f"uplift-request:{target}")
         same = UpliftGrant.objects.filter(
             user_id=target, state=UpliftGrant.State.REQUESTED,
             max_band=int(band) if band is not None else None, budget_limit=limit,

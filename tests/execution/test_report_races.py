@@ -11,7 +11,6 @@ commit (the rendezvous sees it blocked on a lock and lets the first go on).
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from django.db import connection
@@ -22,44 +21,9 @@ from scheduler.execution import attempts
 from scheduler.execution.attempts import apply_reports
 from scheduler.models import Job
 from tests.personas import make_job, make_worker, run_tasks, start_running
+from tests.races import RENDEZVOUS_SECONDS, Rendezvous
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
-
-# How long the rendezvous waits for the other report at most (it is normally there at once).
-RENDEZVOUS_SECONDS = 20
-
-
-class Rendezvous:
-    """Each report, after its completion check, waits until the other has got there too or is
-    blocked on a lock the first one holds (then waiting longer would deadlock the test)."""
-
-    def __init__(self) -> None:
-        self.arrived: dict[str, bool] = {}
-        self.done: set[str] = set()
-        self.pids: dict[str, int] = {}
-        self.lock = threading.Lock()
-
-    def register(self, name: str) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_backend_pid()")
-            self.pids[name] = cursor.fetchone()[0]
-
-    def wait(self, name: str) -> None:
-        with self.lock:
-            self.arrived[name] = True
-        other = next(n for n in self.pids if n != name)
-        deadline = time.monotonic() + RENDEZVOUS_SECONDS
-        while time.monotonic() < deadline:
-            if self.arrived.get(other) or other in self.done:
-                return
-            with connection.cursor() as cursor:
-                # Computed from the lock manager now (pg_stat_activity would be this
-                # transaction's cached snapshot).
-                cursor.execute("SELECT cardinality(pg_blocking_pids(%s)) > 0", [self.pids[other]])
-                if cursor.fetchone()[0]:
-                    return
-            time.sleep(0.005)
-
 
 def race_final_reports(
     monkeypatch,
