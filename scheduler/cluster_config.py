@@ -25,7 +25,7 @@ from django.conf import settings
 
 from scheduler.core.bands import Band
 from scheduler.core.budget import MAX_BUDGET_POINTS
-from scheduler.core.types import BudgetDefaults
+from scheduler.core.types import BudgetDefaults, GroupSpec
 
 TOP_LEVEL_KEYS = {"budget_defaults", "user_budgets", "kubernetes", "tpu", "scale_groups"}
 BUDGET_DEFAULTS_KEYS = {"budget_limit", "max_band"}
@@ -467,3 +467,15 @@ def _cached(path: str) -> ClusterConfig:
 def cluster_config() -> ClusterConfig:
     """The configured cluster config, read once per process."""
     return _cached(settings.CLUSTER_CONFIG)
+
+
+def group_specs(config: ClusterConfig) -> tuple[GroupSpec, ...]:
+    """The scale groups as the core reads them (the provisioner's plan, the tick's and the
+    explain endpoint's "could a slice be created?"); none when TPU provisioning is off, since
+    then no slice will be."""
+    if not config.tpu.enabled:
+        return ()
+    return tuple(
+        GroupSpec(g.name, g.device_variant, g.zone, g.min_slices, g.max_slices, g.hosts_per_slice, g.chips_per_host)
+        for g in config.scale_groups
+    )

@@ -165,3 +165,14 @@ def fresh_cluster_rows():
     forget_cluster_rows()
     yield
     forget_cluster_rows()
+
+
+@pytest.fixture(autouse=True)
+def fresh_feasibility_cache():
+    """The explain endpoint's per-tick worker read (``scheduler.jobs.feasibility``) is keyed by
+    the tick's (pk, now_ms); SQLite reuses a rolled-back test's tick pk, so forget it."""
+    from scheduler.jobs.feasibility import forget_feasibility_cache
+
+    forget_feasibility_cache()
+    yield
+    forget_feasibility_cache()

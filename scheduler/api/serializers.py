@@ -493,13 +493,17 @@ class FeasibilitySerializer(serializers.Serializer):
     scale_group = serializers.CharField(allow_null=True, help_text="a TPU scale group that could create a matching slice")
     band = BandField(help_text="the band it queues at")
     held_by = HolderSerializer(many=True, help_text="not_now: top holders of the matching workers")
+    as_of_tick = serializers.IntegerField(
+        allow_null=True, help_text="the tick the workers were read at (once per tick); null: read now, no tick yet")
 
 
 class PriorityFactorSerializer(serializers.Serializer):
     factor = serializers.ChoiceField(choices=[
         "effective_band", "round_robin_turn", "own_tasks_ahead", "requested_band", "depth", "root_submitted_at_ms",
         "submitted_at_ms", "task_index"])
-    value = serializers.JSONField(allow_null=True)
+    label = serializers.CharField(help_text="the factor for people, e.g. 'Round-robin turn'")
+    value = serializers.JSONField(allow_null=True, help_text="for programs: a band name, a count or epoch milliseconds")
+    text = serializers.CharField(help_text="the value for people: a band, '2nd of 5 users', an ISO time with its age at the tick")
     detail = serializers.CharField(allow_null=True)
     users = serializers.ListField(child=serializers.DictField(), required=False,
                                   help_text="round_robin_turn: the band's users in turn order with their spend at the tick")
@@ -511,6 +515,7 @@ class PrioritySerializer(serializers.Serializer):
     factors = PriorityFactorSerializer(many=True, help_text="in the order the scheduler applies them")
     position = serializers.IntegerField()
     band_pending = serializers.IntegerField()
+    text = serializers.CharField(help_text="the resulting place, e.g. 'position 2 of 9 in BATCH as of tick 812'")
 
 
 class BandSummarySerializer(serializers.Serializer):
@@ -703,4 +708,5 @@ class WhatIfSerializer(serializers.Serializer):
     would_preempt = serializers.ListField(child=serializers.CharField())
     pending_reason = PendingReasonField(allow_null=True)
     feasibility = FeasibilitySerializer(allow_null=True, required=False)
+
 

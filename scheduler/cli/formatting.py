@@ -402,16 +402,16 @@ REQUIREMENT_COLUMNS: list[Column] = [
 
 
 PRIORITY_COLUMNS: list[Column] = [
-    ("FACTOR", lambda f: pick(f, "factor")),
-    ("VALUE", lambda f: band(pick(f, "value")) if pick(f, "factor") in ("effective_band", "requested_band") else pick(f, "value")),
+    ("FACTOR", lambda f: pick(f, "label", "factor")),
+    ("VALUE", lambda f: pick(f, "text", "value")),
     ("DETAIL", lambda f: pick(f, "detail")),
 ]
 
 
 def priority_text(p: dict) -> str:
-    """Like sprio: the factors of the first waiting task's place, in the order they apply."""
-    head = (f"Priority of {pick(p, 'task')} (as of tick {pick(p, 'tick')}): position {pick(p, 'position')} "
-            f"of {pick(p, 'band_pending')}")
+    """Like sprio: the factors of the first waiting task's place, in the order they apply, with
+    the server's labels and texts (the console shows the same)."""
+    head = f"Priority of {pick(p, 'task')}: {pick(p, 'text')}"
     return head + "\n" + table(pick(p, "factors", default=[]), PRIORITY_COLUMNS)
 
 

@@ -130,7 +130,7 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
     outcome.evict(plan)
     outcome.finish_jobs(pending_by_job, active_by_job)
 
-    reasons.update(explain_pending(queues, bands, assigned_ids, Explainer(pool, book, snapshot.workers), downgrades))
+    reasons.update(explain_pending(queues, bands, assigned_ids, Explainer(pool, book, snapshot.workers, snapshot.scale_groups), downgrades))
     reasons.update(outcome.requeued)
     # A task that ended in this decision (its gang failed for good, its job expired) is not
     # pending any more, whatever the placement pass said about it.

@@ -24,23 +24,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from scheduler.core.types import ANY_VARIANT
+from scheduler.core.types import ANY_VARIANT, GroupSpec
 
 # Slice states that count towards a group's size.
 LIVE_STATES = frozenset({"creating", "ready", "draining", "deleting"})
-
-
-@dataclass(frozen=True, slots=True)
-class GroupSpec:
-    """A scale group as the planner needs it (``scheduler.cluster_config.ScaleGroup``)."""
-
-    name: str
-    variant: str
-    zone: str
-    min_slices: int = 0
-    max_slices: int = 1
-    hosts_per_slice: int = 1
-    chips_per_host: int = 4
 
 
 @dataclass(frozen=True, slots=True)

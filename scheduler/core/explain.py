@@ -17,11 +17,11 @@ from typing import ClassVar, Union
 
 from scheduler.core.bands import Band
 from scheduler.core.budget import GIB, MILLICORES_PER_CORE
-from scheduler.core.feasibility import ShapeAnalysis, analyse_job, any_fits_when_idle, constraint_text
+from scheduler.core.feasibility import ShapeAnalysis, analyse_job, any_fits_when_idle, constraint_text, slice_group
 from scheduler.core.kueue import KUEUE_TEXT
 from scheduler.core.ordering import JobQueue
 from scheduler.core.placement import Shape, ShapeBook, WorkerPool
-from scheduler.core.types import Decision, JobSpec, TaskSnapshot, WorkerSpec
+from scheduler.core.types import Decision, GroupSpec, JobSpec, TaskSnapshot, WorkerSpec
 
 # Bytes per MiB: memory below 1 GiB is shown in MiB.
 MIB = 1 << 20
@@ -60,6 +60,32 @@ RESOURCE_FORMAT = {
     "gpu": ("GPUs", lambda n: _plural(max(n, 0), "GPU", "GPUs")),
     "tpu": ("TPU chips", lambda n: _plural(max(n, 0), "TPU chip", "TPU chips")),
 }
+
+
+def iso_time(ms: int) -> str:
+    """Epoch milliseconds as ISO 8601 UTC to the second: ``2026-12-02T05:10:03Z``."""
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_duration(ms: int) -> str:
+    """A span for people, to its two largest units: ``3d 4h``, ``2h 5m``, ``12m 3s``, ``45s``."""
+    seconds = max(ms, 0) // 1000
+    minutes, seconds = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    if minutes:
+        return f"{minutes}m {seconds}s"
+    return f"{seconds}s"
+
+
+def ordinal(n: int) -> str:
+    """``1`` -> ``1st``, ``2`` -> ``2nd``, ``11`` -> ``11th``, ``23`` -> ``23rd``."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{number(n)}{suffix}"
 
 
 def deadline_text(deadline_ms: int, now_ms: int) -> str:
@@ -150,7 +176,7 @@ class AssignmentCapReached:
     def text(self) -> str:
         return (
             f"{number(self.workers)} of {_plural(self.matching, 'matching worker', 'matching workers')} "
-            f"already took {number(self.limit)} new tasks this cycle"
+            f"already took {number(self.limit)} new tasks this tick"
         )
 
 
@@ -188,11 +214,11 @@ class GangNoRoom:
 class RoomFreedThisTick:
     """It would fit now: room was freed by preemption after it was considered."""
 
-    # The wire code and the text predate the word "tick"; clients and the goldens match them.
+    # The wire code predates the word "tick"; API clients match on it, so it stays.
     code: ClassVar[str] = "next_cycle"
 
     def text(self) -> str:
-        return "Schedulable — waiting for next scheduling cycle"
+        return "Schedulable — waiting for the next tick"
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,7 +227,7 @@ class PerJobCap:
     code: ClassVar[str] = "per_job_cap"
 
     def text(self) -> str:
-        return f"Held back by the per-job limit: at most {number(self.limit)} tasks of a job are scheduled per cycle"
+        return f"Held back by the per-job limit: at most {number(self.limit)} tasks of a job are scheduled per tick"
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +239,7 @@ class JobExhausted:
     code: ClassVar[str] = "job_exhausted"
 
     def text(self) -> str:
-        return "Waiting: an earlier task of this job did not fit this cycle"
+        return "Waiting: an earlier task of this job did not fit this tick"
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +253,7 @@ class WaitingBehind:
     def text(self) -> str:
         return (
             f"Waiting behind {_plural(self.ahead, 'higher-priority task', 'higher-priority tasks')} "
-            f"placed this cycle; now: {self.cause.text()}"
+            f"placed this tick; now: {self.cause.text()}"
         )
 
 
@@ -288,6 +314,18 @@ class NeverFits:
         return "; ".join(parts)
 
 
+@dataclass(frozen=True, slots=True)
+class WaitingForSlice:
+    """No healthy worker can hold the job as the cluster is, but the TPU scale group ``group``
+    could create a slice that does: it waits for the provisioner, not forever."""
+
+    group: str
+    code: ClassVar[str] = "scale_group"
+
+    def text(self) -> str:
+        return f"Waiting for a TPU slice: no worker can hold it yet, scale group '{self.group}' can create one"
+
+
 def never_fits(analysis: ShapeAnalysis) -> NeverFits:
     return NeverFits(
         tuple((r.kind, r.label, r.need, r.alone, r.cumulative) for r in analysis.requirements), analysis.largest
@@ -296,6 +334,7 @@ def never_fits(analysis: ShapeAnalysis) -> NeverFits:
 
 Cause = Union[
     NeverFits,
+    WaitingForSlice,
     NoHealthyWorkers,
     NoMatchingWorker,
     InsufficientResource,
@@ -365,6 +404,7 @@ _CAUSE_TYPES: dict[str, type] = {
     for cls in (
         NoHealthyWorkers, NoMatchingWorker, BuildSlotsFull, AssignmentCapReached, GangGroupTooSmall,
         GangNoRoom, RoomFreedThisTick, PerJobCap, JobExhausted, WaitingBehind, Preempted, Requeued, NeverFits,
+        WaitingForSlice,
     )
 }
 # ``insufficient_<resource>``: one dataclass, the resource is a parameter.
@@ -482,12 +522,15 @@ def pending_text(
 class Explainer:
     """Causes per shape (solo) and per (shape, group_by, size) (gang), from the final capacity."""
 
-    def __init__(self, pool: WorkerPool, book: ShapeBook, workers: Sequence[WorkerSpec] = ()) -> None:
+    def __init__(self, pool: WorkerPool, book: ShapeBook, workers: Sequence[WorkerSpec] = (),
+                 scale_groups: Sequence[GroupSpec] = ()) -> None:
         self.pool = pool
         self.book = book
         # The snapshot's workers (total capacity, for "never"); empty: the check is skipped.
         self.workers = workers
-        self._never: dict[int, NeverFits | None] = {}
+        # TPU scale groups: a job one of them could create a slice for is not "never".
+        self.scale_groups = scale_groups
+        self._never: dict[tuple[int, bool], NeverFits | WaitingForSlice | None] = {}
         self._solo: dict[tuple, tuple[Cause, bool]] = {}
         self._by_shape: dict[int, tuple[Cause, bool]] = {}
         self._gang: dict[tuple, tuple[Cause, bool]] = {}
@@ -592,19 +635,33 @@ class Explainer:
         return GangNoRoom(n, group_by, best), fit_at_start
 
 
-    def never(self, shape: Shape, spec: JobSpec) -> NeverFits | None:
-        """The "never" reason of a shape no candidate could hold even idle, else None. Once per
-        shape: a cheap pass over its candidates' totals, and the full requirement analysis
-        only for shapes that fail it (rare)."""
-        if not self.workers or not shape.cands:
-            return None
-        if shape.id in self._never:
-            return self._never[shape.id]
-        result = None
-        if not any_fits_when_idle(self.workers, shape.cands, (shape.cpu, shape.mem, shape.gpu, shape.tpu)):
-            result = never_fits(analyse_job(spec, self.workers))
-        self._never[shape.id] = result
+    def never(self, shape: Shape, spec: JobSpec, impossible: bool = False) -> NeverFits | WaitingForSlice | None:
+        """For a shape that did not fit even at tick start: :class:`WaitingForSlice` if no
+        worker could hold it idle but a TPU scale group could create a slice that does; else
+        :class:`NeverFits` if no worker could hold it idle; else None (it waits for room).
+
+        ``impossible``: the cause already says the cluster as it is cannot hold it (no healthy
+        or matching worker, no group big enough), so only the scale groups are asked. Once per
+        shape: a cheap pass over its candidates' totals, and the full requirement analysis only
+        for shapes that fail it (rare)."""
+        key = (shape.id, impossible)
+        if key in self._never:
+            return self._never[key]
+        result: NeverFits | WaitingForSlice | None = None
+        if impossible:
+            group = slice_group(spec, self.scale_groups)
+            result = WaitingForSlice(group) if group is not None else None
+        elif self.workers and shape.cands and not any_fits_when_idle(
+            self.workers, shape.cands, (shape.cpu, shape.mem, shape.gpu, shape.tpu)
+        ):
+            group = slice_group(spec, self.scale_groups)
+            result = WaitingForSlice(group) if group is not None else never_fits(analyse_job(spec, self.workers))
+        self._never[key] = result
         return result
+
+
+# Causes that already say no worker or group of the cluster as it is could hold the job.
+IMPOSSIBLE_AS_IS = (NoHealthyWorkers, NoMatchingWorker, GangGroupTooSmall)
 
 
 class HeldReasons:
@@ -659,8 +716,8 @@ def explain_pending(
                 cause, fit_at_start = explainer.gang_cause(queue.shape, queue.spec.group_by, len(passed))
             else:
                 cause, fit_at_start = explainer.solo_cause(queue.shape)
-            if not fit_at_start and not isinstance(cause, (RoomFreedThisTick, NoHealthyWorkers, NoMatchingWorker)):
-                never = explainer.never(queue.shape, queue.spec)
+            if not fit_at_start and not isinstance(cause, RoomFreedThisTick):
+                never = explainer.never(queue.shape, queue.spec, isinstance(cause, IMPOSSIBLE_AS_IS))
                 if never is not None:
                     cause = never
             base = cause

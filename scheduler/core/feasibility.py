@@ -17,13 +17,13 @@ Submission warnings may reuse :func:`analyse_job` as it is.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from scheduler.core.bands import Band
-from scheduler.core.demand import GroupSpec, PendingTpuJob, group_for
+from scheduler.core.demand import PendingTpuJob, group_for
 from scheduler.core.placement import constraint_matches, hard_constraints, request_tuple, worker_attributes
-from scheduler.core.types import Constraint, ConstraintOp, DeviceType, JobSpec, WorkerSpec
+from scheduler.core.types import Constraint, ConstraintOp, DeviceType, GroupSpec, JobSpec, WorkerSpec
 
 # Worker attribute naming the zone (the same key the TPU demand matches scale groups on).
 ZONE_KEY = "zone"
@@ -147,21 +147,33 @@ def analyse_job(job: JobSpec, workers: Sequence[WorkerSpec], groups: Sequence[Gr
         largest = (w.cpu_millicores, w.memory_bytes, w.device.count)
     analysis = ShapeAnalysis(tuple(reqs), len(healthy), len(alive), largest, None,
                              tuple(healthy[i].id for i in alive))
-    if analysis.fits_when_idle or job.resources.device.type is not DeviceType.TPU or not groups:
+    if analysis.fits_when_idle:
         return analysis
-    flat: set[str] = set()
-    for c in hard:
-        if c.key == ZONE_KEY and c.op is ConstraintOp.EQ:
-            flat.add(c.value)
-        elif c.key == ZONE_KEY and c.op is ConstraintOp.IN:
-            flat.update(c.value)
-    group = group_for(
-        PendingTpuJob(job.id, job.resources.device.variant, tpu, job.replicas, job.group_by is not None, frozenset(flat)), groups
-    )
+    group = slice_group(job, groups)
     if group is None:
         return analysis
-    return ShapeAnalysis(analysis.requirements, analysis.healthy, analysis.matching, analysis.largest, group.name,
+    return ShapeAnalysis(analysis.requirements, analysis.healthy, analysis.matching, analysis.largest, group,
                          analysis.matching_ids)
+
+
+def slice_group(job: JobSpec, groups: Sequence[GroupSpec]) -> str | None:
+    """The name of the first TPU scale group that could create a slice for ``job`` (its variant,
+    and a zone its hard ``zone`` constraint allows: the provisioner's own choice,
+    :func:`scheduler.core.demand.group_for`), or None (not a TPU job, or no group fits)."""
+    if job.resources.device.type is not DeviceType.TPU or not groups:
+        return None
+    zones: set[str] = set()
+    for c in hard_constraints(job):
+        if c.key == ZONE_KEY and c.op is ConstraintOp.EQ:
+            zones.add(c.value)
+        elif c.key == ZONE_KEY and c.op is ConstraintOp.IN:
+            zones.update(c.value)
+    chips = request_tuple(job.resources)[3]
+    group = group_for(
+        PendingTpuJob(job.id, job.resources.device.variant, chips, job.replicas, job.group_by is not None,
+                      frozenset(zones)), groups
+    )
+    return group.name if group is not None else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,5 +204,12 @@ def holders(
         if worker in wanted:
             key = (user, stamped)
             counts[key] = counts.get(key, 0) + 1
+    return rank_holders(counts, band, top)
+
+
+def rank_holders(counts: Mapping[tuple[str, Band], int], band: Band, top: int = 5) -> list[Holder]:
+    """The ``top`` (user, stamped band) pairs of ``counts`` (active tasks on the workers a job
+    could use) by task count, then band, then user; and whether a task of ``band`` could
+    preempt each."""
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], int(kv[0][1]), kv[0][0]))[:top]
     return [Holder(user, stamped, n, can_preempt(band, stamped)) for (user, stamped), n in ranked]

@@ -210,8 +210,28 @@ class TaskSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupSpec:
+    """A TPU scale group as the core needs it (``scheduler.cluster_config.ScaleGroup``): what
+    slices it creates (``variant``, ``hosts_per_slice`` hosts of ``chips_per_host`` chips, in
+    ``zone``) and how many it may have."""
+
+    name: str
+    variant: str
+    zone: str
+    min_slices: int = 0
+    max_slices: int = 1
+    hosts_per_slice: int = 1
+    chips_per_host: int = 4
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
-    """Everything one tick decides over, read at one instant ``now_ms``."""
+    """Everything one tick decides over, read at one instant ``now_ms``.
+
+    ``scale_groups`` are the TPU scale groups the provisioner may create slices from (empty when
+    TPU provisioning is off). Placement ignores them; the explanations read them, so a job no
+    worker can hold yet but a scale group could is "waiting for a slice", not "never".
+    """
 
     now_ms: int
     config: SchedulerConfig
@@ -219,6 +239,7 @@ class ClusterSnapshot:
     workers: tuple[WorkerSpec, ...]
     jobs: Mapping[str, JobSpec]
     tasks: tuple[TaskSnapshot, ...]
+    scale_groups: tuple[GroupSpec, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,7 +13,9 @@ from the id (checked if given), ``submitted_at_ms`` 0 (ties then break by job id
 snapshot), one replica, no resources, no coscheduling, no constraints, no deadline, 100
 preemption retries and 0 failure retries. A task that is not listed is PENDING with no
 history. An accelerator's ``variant`` may be null (unknown for a worker; any variant for a job,
-like ``auto``). Unknown keys are rejected, except a top-level ``description``.
+like ``auto``). Unknown keys are rejected, except a top-level ``description``. The optional
+``scale_groups`` list (TPU scale groups, read only by the explanations) is written only when
+it is not empty.
 
 ``snapshot_to_json`` writes every field explicitly and leaves out only tasks that are PENDING
 with no history; ``snapshot_from_json(snapshot_to_json(s)) == s`` for a snapshot that lists every
@@ -44,6 +46,7 @@ from scheduler.core.types import (
     Decision,
     Device,
     DeviceType,
+    GroupSpec,
     JobSpec,
     Resources,
     SchedulerConfig,
@@ -127,7 +130,7 @@ def _join(path: str, key: str) -> str:
 
 def snapshot_from_json(obj: Any) -> ClusterSnapshot:
     """Validate and convert a snapshot document; raise :class:`SnapshotError` naming the path."""
-    top = _object(obj, "", {"now_ms", "config", "budgets", "workers", "jobs", "tasks"} | EXTRA_TOP_LEVEL)
+    top = _object(obj, "", {"now_ms", "config", "budgets", "workers", "jobs", "tasks", "scale_groups"} | EXTRA_TOP_LEVEL)
     if "now_ms" not in top:
         raise _fail("now_ms", "required")
     now_ms = _int(top["now_ms"], "now_ms")
@@ -137,7 +140,38 @@ def snapshot_from_json(obj: Any) -> ClusterSnapshot:
     worker_ids = {w.id for w in workers}
     jobs = _jobs(top.get("jobs") or [], "jobs")
     tasks = _tasks(top.get("tasks") or [], "tasks", jobs, worker_ids)
-    return ClusterSnapshot(now_ms=now_ms, config=config, budgets=budgets, workers=workers, jobs=jobs, tasks=tasks)
+    scale_groups = _scale_groups(top.get("scale_groups") or [], "scale_groups")
+    return ClusterSnapshot(now_ms=now_ms, config=config, budgets=budgets, workers=workers, jobs=jobs, tasks=tasks,
+                           scale_groups=scale_groups)
+
+
+SCALE_GROUP_KEYS = {"name", "variant", "zone", "min_slices", "max_slices", "hosts_per_slice", "chips_per_host"}
+
+
+def _scale_groups(raw: Any, path: str) -> tuple[GroupSpec, ...]:
+    groups = []
+    seen: set[str] = set()
+    for i, item in enumerate(_list(raw, path)):
+        where = f"{path}[{i}]"
+        item = _object(item, where, SCALE_GROUP_KEYS)
+        for key in ("name", "variant", "zone"):
+            if key not in item:
+                raise _fail(f"{where}.{key}", "required")
+        name = _str(item["name"], f"{where}.name")
+        if name in seen:
+            raise _fail(f"{where}.name", f"duplicate scale group {name!r}")
+        seen.add(name)
+        base = GroupSpec(name, "", "")
+        groups.append(GroupSpec(
+            name=name,
+            variant=_str(item["variant"], f"{where}.variant"),
+            zone=_str(item["zone"], f"{where}.zone"),
+            min_slices=_int(item.get("min_slices", base.min_slices), f"{where}.min_slices"),
+            max_slices=_int(item.get("max_slices", base.max_slices), f"{where}.max_slices"),
+            hosts_per_slice=_int(item.get("hosts_per_slice", base.hosts_per_slice), f"{where}.hosts_per_slice", 1),
+            chips_per_host=_int(item.get("chips_per_host", base.chips_per_host), f"{where}.chips_per_host", 1),
+        ))
+    return tuple(groups)
 
 
 def _config(raw: Any, path: str) -> SchedulerConfig:
@@ -453,7 +487,7 @@ def snapshot_to_json(snapshot: ClusterSnapshot) -> dict:
                 tasks.append(_task_json(TaskSnapshot(task_id, job.id, index, state=OMITTED_TASK_STATE)))
             elif not _is_plain_pending(task):
                 tasks.append(_task_json(task))
-    return {
+    out = {
         "now_ms": snapshot.now_ms,
         "config": {
             "max_tasks_per_job_per_cycle": config.max_tasks_per_job_per_cycle,
@@ -481,6 +515,15 @@ def snapshot_to_json(snapshot: ClusterSnapshot) -> dict:
         "jobs": [_job_json(job) for job in snapshot.jobs.values()],
         "tasks": tasks,
     }
+    # Written only when there are any, so snapshots of clusters without TPU provisioning stay
+    # byte-identical to the format before scale groups were part of it.
+    if snapshot.scale_groups:
+        out["scale_groups"] = [
+            {"name": g.name, "variant": g.variant, "zone": g.zone, "min_slices": g.min_slices,
+             "max_slices": g.max_slices, "hosts_per_slice": g.hosts_per_slice, "chips_per_host": g.chips_per_host}
+            for g in snapshot.scale_groups
+        ]
+    return out
 
 
 def _job_json(job: JobSpec) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from scheduler.budgets.rules import budget_defaults, effective_budget_for, live_spend
 from scheduler.core.bands import Band
 from scheduler.core.budget import effective_band
-from scheduler.core.explain import Downgrade, pending_text
+from scheduler.core.explain import Downgrade, format_duration, iso_time, number, ordinal, pending_text, place_text
 from scheduler.core.explain import downgrade_text as downgrade_text_of_record
 from scheduler.core.types import BudgetSpec, TaskState
 from scheduler.jobs.feasibility import job_feasibility
@@ -73,12 +73,25 @@ def stamp_reason(victim_user: str, requested: Band, stamped: Band) -> str:
     return f"stamped {stamped.name} at assignment: {victim_user} was over budget then (requested {requested.name})"
 
 
+def submitted_text(at_ms: int, tick_ms: int | None, tick: int | None) -> str:
+    """``2026-12-02T05:10:03Z, 12m 3s before tick 812``: when, and how long before the tick that
+    ordered it (the age the order used, the same on every page whenever it is read)."""
+    text = iso_time(at_ms)
+    if tick_ms is not None and tick is not None:
+        text += f", {format_duration(tick_ms - at_ms)} before tick {tick}"
+    return text
+
+
 def priority_factors(job: Job, index: QueueIndex, first: QueueEntry | None) -> dict | None:
     """Like Slurm's ``sprio``: every factor of the job's first waiting task's place, in the
     order the scheduler applies them (``core.ordering.scheduling_order``): the effective band;
     the user's round-robin turn in that band (users by ascending spend at the tick); then,
     within the user's own work, requested band, depth (deeper first), root job age, submission
-    time and task index. None when no tick has queued it."""
+    time and task index. None when no tick has queued it.
+
+    Each factor has its machine ``value`` (band names, counts, epoch ms), a ``label`` and a
+    ``text`` for people (names, ordinals, ISO times with their age at the tick) and a
+    ``detail``: the console, the API and the CLI all show ``label``, ``text`` and ``detail``."""
     if first is None:
         return None
     place = round_robin_place(index, int(first.band), first.position)
@@ -86,28 +99,42 @@ def priority_factors(job: Job, index: QueueIndex, first: QueueEntry | None) -> d
     downgrade = downgrade_text_of_record(first.reason)
     users = place.users if place else []
     turn = place.turn if place else None
+    tick = index.tick_pk
+    tick_ms = index.tick_now_ms
+    spends = ", ".join(f"{u} {number(s)}" for u, s in users)
+    factors = [
+        ("effective_band", "Effective band", first.band.wire, first.band.name,
+         f"requested {requested.name}; {downgrade}" if downgrade else f"requested {requested.name}, queued as requested"),
+        ("round_robin_turn", "Round-robin turn", turn,
+         f"{ordinal(turn)} of {len(users)} users" if place and turn else None,
+         f"{job.user} goes {ordinal(turn)} in {first.band.name}: users take turns, lower spend first "
+         f"(spend at tick {tick}: {spends})" if place else None),
+        ("own_tasks_ahead", "Own tasks ahead", place.ahead_own if place else None,
+         number(place.ahead_own) if place else None,
+         f"{job.user}'s own tasks ahead of it in {first.band.name}, ordered by the factors below"),
+        ("requested_band", "Requested band", requested.wire, requested.name, "higher requested bands first"),
+        ("depth", "Depth", job.depth, f"{job.depth} ({'root job' if job.depth <= 1 else 'child job'})",
+         "deeper jobs (children) first"),
+        ("root_submitted_at_ms", "Job tree submitted", job.root_submitted_at_ms,
+         submitted_text(job.root_submitted_at_ms, tick_ms, tick), "older job trees first"),
+        ("submitted_at_ms", "Job submitted", job.submitted_at_ms,
+         submitted_text(job.submitted_at_ms, tick_ms, tick), "older jobs first, then job id"),
+        ("task_index", "Task index", first.index, number(first.index), "lower indices first"),
+    ]
+    out = []
+    for factor, label, value, text, detail in factors:
+        item = {"factor": factor, "label": label, "value": value, "text": text if text is not None else "—",
+                "detail": detail}
+        if factor == "round_robin_turn":
+            item["users"] = [{"user": u, "spend": s} for u, s in users]
+        out.append(item)
     return {
-        "tick": index.tick_pk,
+        "tick": tick,
         "task": first.task,
-        "factors": [
-            {"factor": "effective_band", "value": first.band.wire,
-             "detail": (f"requested {requested.name}; {downgrade}" if downgrade
-                        else f"requested {requested.name}, queued as requested")},
-            {"factor": "round_robin_turn", "value": turn,
-             "detail": (f"{job.user} goes {turn} of {len(users)} in {first.band.name}, lower spend first: "
-                        + ", ".join(f"{u} {s:,}" for u, s in users)
-                        + f" (spend at tick {index.tick_pk})") if place else None,
-             "users": [{"user": u, "spend": s} for u, s in users]},
-            {"factor": "own_tasks_ahead", "value": place.ahead_own if place else None,
-             "detail": f"{job.user}'s own tasks ahead of it in {first.band.name}, ordered by the factors below"},
-            {"factor": "requested_band", "value": requested.wire, "detail": "higher requested bands first"},
-            {"factor": "depth", "value": job.depth, "detail": "deeper jobs (children) first"},
-            {"factor": "root_submitted_at_ms", "value": job.root_submitted_at_ms, "detail": "older job trees first"},
-            {"factor": "submitted_at_ms", "value": job.submitted_at_ms, "detail": "older jobs first, then job id"},
-            {"factor": "task_index", "value": first.index, "detail": "lower indices first"},
-        ],
+        "factors": out,
         "position": first.position,
         "band_pending": first.band_count,
+        "text": place_text(first.band, first.position, first.band_count, tick),
     }
 
 
@@ -185,7 +212,8 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
     summary = band_summary(tasks, at_tick_downgrade)
     feasibility = None
     if job.state not in TERMINAL_JOB_VALUES:
-        feasibility = job_feasibility(job, first.band if first else effective, waiting=bool(pending))
+        tick_key = (index.tick_pk, index.tick_now_ms) if index.tick_pk is not None else None
+        feasibility = job_feasibility(job, first.band if first else effective, waiting=bool(pending), tick_key=tick_key)
     spend_at_tick = int(index.spend.get(job.user, 0)) if index.tick_pk is not None else None
     limit_at_tick = int(index.limits.get(job.user, budget.budget_limit)) if index.tick_pk is not None else None
     return {

@@ -2,18 +2,24 @@
 cluster as it is), waiting for a TPU scale group to create a slice, or not now (matching
 workers exist but are held, and by whom). The analysis is the core's
 (``core.feasibility.analyse_job``, once per job shape); this module feeds it rows.
+
+Bounded per request: the workers are read once per process per tick (the newest explained
+tick's key, as the queue index is) and each job shape is analysed once per tick, so a job page
+or an explain call that polls reads no worker rows and repeats no analysis until the next tick.
+Who holds the matching workers is one aggregate query (rows per (user, band), not per task).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable
 
-from scheduler.cluster_config import cluster_config
+from django.db.models import Count
+
+from scheduler.cluster_config import cluster_config, group_specs
 from scheduler.core.bands import Band
-from scheduler.core.feasibility import ShapeAnalysis, analyse_job, holders
+from scheduler.core.feasibility import Holder, ShapeAnalysis, analyse_job, rank_holders
 from scheduler.core.types import JobSpec, Resources, WorkerSpec
 from scheduler.models import Job, Task, Worker
-from scheduler.provisioning.tpu import group_specs
 from scheduler.store.cluster_rows import constraints_from_json, device_from_columns
 from scheduler.store.states import ACTIVE_VALUES
 
@@ -41,21 +47,28 @@ def worker_specs() -> list[WorkerSpec]:
     ]
 
 
-def feasibility_data(analysis: ShapeAnalysis, band: Band, active: Iterable[tuple[str, str, Band]],
-                     waiting: bool) -> dict:
-    """The served form: ``verdict`` is ``never``, ``scale_group`` (a slice could be created),
-    ``not_now`` (waiting: matching workers exist, ``held_by`` says who holds them) or ``fits``
-    (nothing waits)."""
+def verdict(analysis: ShapeAnalysis, waiting: bool) -> str:
+    """``never``, ``scale_group`` (a slice could be created), ``not_now`` (waiting: matching
+    workers exist) or ``fits`` (nothing waits)."""
     if analysis.never:
-        verdict = "never"
-    elif analysis.scale_group is not None and not analysis.fits_when_idle:
-        verdict = "scale_group"
-    else:
-        verdict = "not_now" if waiting else "fits"
-    held = holders(analysis.matching_ids, active, band) if verdict == "not_now" else []
+        return "never"
+    if analysis.scale_group is not None and not analysis.fits_when_idle:
+        return "scale_group"
+    return "not_now" if waiting else "fits"
+
+
+def feasibility_data(analysis: ShapeAnalysis, band: Band, held: Callable[[], list[Holder]], waiting: bool,
+                     tick: int | None = None) -> dict:
+    """The served form; ``held`` gives the holders (asked every time, so a page's query count
+    does not depend on the verdict; served only for ``not_now``); ``tick`` is the tick the
+    workers were read at (None: read now)."""
+    outcome = verdict(analysis, waiting)
+    holders = held()
+    if outcome != "not_now":
+        holders = []
     largest = analysis.largest
     return {
-        "verdict": verdict,
+        "verdict": outcome,
         "requirements": [
             {"kind": r.kind, "label": r.label, "need": r.need, "workers_alone": r.alone,
              "workers_with_previous": r.cumulative}
@@ -68,21 +81,61 @@ def feasibility_data(analysis: ShapeAnalysis, band: Band, active: Iterable[tuple
         ),
         "scale_group": analysis.scale_group,
         "band": band.wire,
-        "held_by": [{"user": h.user, "band": h.band.wire, "tasks": h.tasks, "preemptible": h.preemptible} for h in held],
+        "held_by": [{"user": h.user, "band": h.band.wire, "tasks": h.tasks, "preemptible": h.preemptible}
+                    for h in holders],
+        "as_of_tick": tick,
     }
 
 
-def job_feasibility(job: Job, band: Band, waiting: bool) -> dict:
-    """The feasibility of a job row, queued at ``band``. Two queries whatever the cluster size
-    and the answer: the workers, and the active tasks on the workers it matches."""
-    workers = worker_specs()
-    analysis = analyse_job(job_spec(job), workers, group_specs(cluster_config()))
-    # An empty list still runs the query (a name no worker has), so the count stays fixed.
-    names = list(analysis.matching_ids) if waiting and analysis.matching_ids else [""]
-    active: Sequence[tuple[str, str, Band]] = [
-        (worker, user, Band(stamped))
-        for worker, user, stamped in Task.objects.filter(
-            state__in=ACTIVE_VALUES, worker__name__in=names, band__isnull=False
-        ).values_list("worker__name", "job__user", "band")
-    ]
-    return feasibility_data(analysis, band, active, waiting)
+# The newest tick's workers and per-shape analyses: {"key": tick key, "workers": [...],
+# "analyses": {shape key: ShapeAnalysis}}. One tick's worth is kept; a newer tick replaces it.
+_per_tick: dict = {}
+
+
+def shape_key(spec: JobSpec) -> tuple:
+    """What the analysis depends on (not the job's id, user or times): equal keys, equal answers."""
+    return (spec.resources, spec.constraints, spec.group_by, spec.replicas if spec.group_by is not None else 1)
+
+
+def shape_analysis(spec: JobSpec, tick_key: tuple[int, int] | None) -> ShapeAnalysis:
+    """``analyse_job`` of ``spec`` over the workers, cached per tick (``tick_key``: the newest
+    explained tick's (pk, now_ms); None: no tick yet, so read and analyse now)."""
+    groups = group_specs(cluster_config())
+    if tick_key is None:
+        return analyse_job(spec, worker_specs(), groups)
+    if _per_tick.get("key") != (tick_key, groups):
+        _per_tick.clear()
+        _per_tick.update(key=(tick_key, groups), workers=worker_specs(), analyses={})
+    analyses = _per_tick["analyses"]
+    key = shape_key(spec)
+    analysis = analyses.get(key)
+    if analysis is None:
+        analysis = analyses[key] = analyse_job(spec, _per_tick["workers"], groups)
+    return analysis
+
+
+def forget_feasibility_cache() -> None:
+    _per_tick.clear()
+
+
+def holders_of(matching_ids: tuple[str, ...], band: Band) -> list[Holder]:
+    """The top holders of ``matching_ids`` now: one query, one row per (user, stamped band).
+    With no ids the query still runs (a name no worker has), so the count stays fixed."""
+    matching_ids = matching_ids or ("",)
+    counts = {
+        (user, Band(stamped)): n
+        for user, stamped, n in Task.objects.filter(
+            state__in=ACTIVE_VALUES, worker__name__in=matching_ids, band__isnull=False
+        ).values_list("job__user", "band").annotate(n=Count("pk")).order_by()
+    }
+    return rank_holders(counts, band)
+
+
+def job_feasibility(job: Job, band: Band, waiting: bool, tick_key: tuple[int, int] | None = None) -> dict:
+    """The feasibility of a job row, queued at ``band``: the shape's analysis as of the tick
+    ``tick_key`` (see :func:`shape_analysis`) and, when it waits for room, who holds the
+    matching workers now. At most two queries; none for the workers once this process has
+    read them for the tick."""
+    analysis = shape_analysis(job_spec(job), tick_key)
+    return feasibility_data(analysis, band, lambda: holders_of(analysis.matching_ids, band), waiting,
+                            tick_key[0] if tick_key else None)

@@ -85,6 +85,8 @@ class QueueIndex:
     owner: dict[int, list[str]]
     users: dict[int, list[str]]
     requested: dict[int, list[int]] = field(default_factory=dict)
+    # The instant the tick decided at (its ``now_ms``: what ages in its order are counted to).
+    tick_now_ms: int | None = None
 
     # {task id: (rank, offset in band)}, built on the first ``locate`` (see there).
     _where: dict[str, tuple[int, int]] | None = field(default=None, compare=False, repr=False)
@@ -208,7 +210,7 @@ def queue_index() -> QueueIndex:
     index = QueueIndex(
         tick_pk=pk, tick_at=started_at, spend=dict(spend or {}), limits=dict(limits or {}),
         reasons=list(explanation.get("reasons", [])), ids=ids, reason_of=reason_of, owner=owner, users=users,
-        requested=requested,
+        requested=requested, tick_now_ms=key[1],
     )
     _queue_index_cache.clear()
     _queue_index_cache[key] = index

@@ -21,12 +21,10 @@ from scheduler.jobs.request import parse_job_request
 from scheduler.jobs.submit import SubmissionPlan, plan_submission
 from scheduler.store import clock
 from scheduler.store.cluster_rows import constraints_from_json
-from scheduler.cluster_config import cluster_config
 from scheduler.core.explain import pending_queue, pending_text, reason_record
-from scheduler.core.feasibility import analyse_job
+from scheduler.core.feasibility import analyse_job, holders
 from scheduler.core.types import ACTIVE_STATES
 from scheduler.jobs.feasibility import feasibility_data
-from scheduler.provisioning.tpu import group_specs
 from scheduler.tick.load import load_snapshot
 
 
@@ -143,8 +141,10 @@ def simulate_plan(plan: SubmissionPlan) -> WhatIf:
         for t in snapshot.tasks
         if t.state in ACTIVE_STATES and t.worker is not None and t.job_id in jobs_now
     ]
-    analysis = analyse_job(job, snapshot.workers, group_specs(cluster_config()))
-    feasibility = feasibility_data(analysis, place[0] if place else Band(effective), active, waiting=place is not None)
+    analysis = analyse_job(job, snapshot.workers, snapshot.scale_groups)
+    queued_band = place[0] if place else Band(effective)
+    feasibility = feasibility_data(analysis, queued_band, lambda: holders(analysis.matching_ids, active, queued_band),
+                                   waiting=place is not None)
     return WhatIf(
         accepted=True,
         error=None,

@@ -20,8 +20,8 @@ from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from scheduler.backends.tpu import SliceRequest, TpuApi, TpuApiError
-from scheduler.cluster_config import ClusterConfig, cluster_config
-from scheduler.core.demand import FailureHistory, GroupSpec, PendingTpuJob, SliceView, plan_provisioning
+from scheduler.cluster_config import ClusterConfig, cluster_config, group_specs
+from scheduler.core.demand import FailureHistory, PendingTpuJob, SliceView, plan_provisioning
 from scheduler.core.types import TaskState
 from scheduler.execution.workers import declare_worker_lost
 from scheduler.models import Attempt, Job, TpuSlice, Worker
@@ -65,13 +65,6 @@ class TpuPass:
     errors: list[str] = field(default_factory=list)
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
     unserved: list[str] = field(default_factory=list)
-
-
-def group_specs(config: ClusterConfig) -> list[GroupSpec]:
-    return [
-        GroupSpec(g.name, g.device_variant, g.zone, g.min_slices, g.max_slices, g.hosts_per_slice, g.chips_per_host)
-        for g in config.scale_groups
-    ]
 
 
 def slice_name(group: str) -> str:

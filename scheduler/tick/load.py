@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 
 from scheduler.budgets.rules import budget_defaults, effective_budgets
+from scheduler.cluster_config import cluster_config, group_specs
 from scheduler.core.kueue import KueueInput
 from scheduler.core.types import ClusterSnapshot, SchedulerConfig
 from scheduler.store.cluster_rows import TaskRow, read_cluster
@@ -52,7 +53,8 @@ def load_snapshot(now_ms: int) -> LoadedSnapshot:
 
     The rows come from :func:`scheduler.store.cluster_rows.read_cluster` (whole, or only what changed
     since this process's previous read, in a fixed number of queries either way); budgets and
-    the Kubernetes split take a few small queries more.
+    the Kubernetes split take a few small queries more; the TPU scale groups come from the
+    cluster config.
     """
     view = read_cluster()
     snapshot = ClusterSnapshot(
@@ -62,6 +64,7 @@ def load_snapshot(now_ms: int) -> LoadedSnapshot:
         workers=view.workers,
         jobs=view.jobs,
         tasks=view.tasks,
+        scale_groups=group_specs(cluster_config()),
     )
     snapshot, kueue, routes = split_kueue(snapshot)
     return LoadedSnapshot(

@@ -209,3 +209,102 @@ def test_priority_factors_list_band_turn_and_job_keys_in_order_with_the_resultin
     assert [u["user"] for u in turn["users"]] == ["bob", "alice"] and turn["value"] == 2
     assert (priority["position"], priority["band_pending"]) == (explained["position"], explained["band_pending"])
     assert priority["position"] == 2  # bob's first task, then alice's
+
+
+@pytest.mark.django_db
+def test_priority_factors_read_as_people_expect_the_same_in_the_api_the_console_and_the_cli(alice):
+    make_worker("w1", cpu=1, memory_gib=4)
+    start_running(make_job("/alice/warm", cpu=1), Worker.objects.get())
+    make_job("/bob/a", replicas=2, cpu=1, submitted_at_ms=NOW_MS - 90_000)
+    make_job("/alice/b", replicas=2, cpu=1, submitted_at_ms=NOW_MS - 3_723_000)
+    run_tick(NOW_MS)
+    tick = TickRecord.objects.latest("pk")
+    explained = token_client(alice).get("/api/v1/jobs/alice/b:explain").json()
+    factors = {f["factor"]: f for f in explained["priority"]["factors"]}
+    assert factors["effective_band"]["label"] == "Effective band" and factors["effective_band"]["text"] == "INTERACTIVE"
+    assert factors["round_robin_turn"]["text"] == "2nd of 2 users"
+    assert "(spend at tick" in factors["round_robin_turn"]["detail"] and "bob 0, alice " in factors["round_robin_turn"]["detail"]
+    assert factors["depth"]["text"] == "1 (root job)"
+    # 1,800,000,000,000 ms is 2027-01-15T08:00:00Z; the age is counted to the tick that ordered it.
+    submitted = factors["submitted_at_ms"]
+    assert submitted["value"] == NOW_MS - 3_723_000
+    assert submitted["text"] == f"2027-01-15T06:57:57Z, 1h 2m before tick {tick.pk}"
+    assert explained["priority"]["text"] == f"position 2 of 4 in INTERACTIVE as of tick {tick.pk}"
+
+    client = token_client(alice)
+    client.force_login(alice)
+    html = client.get("/jobs/alice/b/").content.decode()
+    for f in factors.values():
+        assert f'<tr data-factor="{f["factor"]}"><th>{escape(f["label"])}</th>' in html
+        if f["factor"] not in ("effective_band", "requested_band"):
+            assert f"<td>{escape(f['text'])}</td>" in html
+    assert "effective_band" not in html.split('id="priority"')[1].split("</dd>")[0].replace('data-factor="effective_band"', "")
+
+    from scheduler.cli.formatting import priority_text
+
+    printed = priority_text(explained["priority"])
+    assert printed.splitlines()[0] == f"Priority of /alice/b/0: {explained['priority']['text']}"
+    for f in factors.values():
+        assert f["label"] in printed and f["text"] in printed
+
+
+V5P_POOL_CONFIG = (
+    '[tpu]\nproject = "lab"\nzone = "us-central2-b"\n\n'
+    '[[scale_groups]]\nname = "v5p-pool"\naccelerator_type = "v5p-8"\nruntime_version = "v2"\n'
+    "max_slices = 2\nhosts_per_slice = 2\nchips_per_host = 4\n"
+)
+
+
+@pytest.fixture
+def cluster_config_text(tmp_path, settings):
+    """Writes the cluster config (TOML text) and makes the process read it afresh. Nothing here
+    provisions, so no TPU API is called."""
+    from scheduler.cluster_config import _cached
+
+    path = tmp_path / "cluster.toml"
+    settings.CLUSTER_CONFIG = str(path)
+
+    def configure(text: str) -> None:
+        path.write_text(text)
+        _cached.cache_clear()
+        forget_cluster_rows()
+        _queue_index_cache.clear()
+
+    yield configure
+    _cached.cache_clear()
+
+
+def first_queued(client) -> dict:
+    return client.get("/api/v1/queue/?page_size=50").json()["results"][0]
+
+
+@pytest.mark.django_db
+def test_a_job_a_scale_group_could_create_a_slice_for_says_so_in_the_queue_the_job_page_and_explain(
+    alice, ada, cluster_config_text
+):
+    cluster_config_text(V5P_POOL_CONFIG)
+    make_worker("cpu-0", cpu=8, memory_gib=32)
+    make_worker("v5p-small-0", cpu=8, memory_gib=32, device=("tpu", "v5p-8", 2))  # too few chips
+    make_job("/alice/tpu", replicas=2, cpu=1, device=("tpu", "v5p-8", 4), group_by="tpu-name")
+    run_tick(NOW_MS)
+
+    queued = first_queued(token_client(ada))["pending_reason"]
+    assert (queued["code"], queued["group"]) == ("scale_group", "v5p-pool")
+    assert "scale group 'v5p-pool' can create one" in queued["text"]
+    explained = token_client(alice).get("/api/v1/jobs/alice/tpu:explain").json()
+    assert (explained["feasibility"]["verdict"], explained["feasibility"]["scale_group"]) == ("scale_group", "v5p-pool")
+    assert explained["pending_reason"]["text"] == queued["text"]
+    client = token_client(alice)
+    client.force_login(alice)
+    html = client.get("/jobs/alice/tpu/").content.decode()
+    assert 'data-code="scale_group"' in html and 'data-verdict="scale_group"' in html
+    assert escape(queued["text"]) in html
+
+    # TPU provisioning off: no slice will come. The queue names the requirement no worker meets
+    # (the small host has no 'tpu-name' group), the verdict is "never".
+    cluster_config_text("[tpu]\nenabled = false\n")
+    run_tick(NOW_MS + 1000)
+    queued = first_queued(token_client(ada))["pending_reason"]
+    explained = token_client(alice).get("/api/v1/jobs/alice/tpu:explain").json()
+    assert (queued["code"], explained["feasibility"]["verdict"]) == ("gang_group_too_small", "never")
+    assert explained["pending_reason"]["text"] == queued["text"]

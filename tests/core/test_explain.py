@@ -1,5 +1,7 @@
 """Pending reasons as data, rendered for people (reference §10)."""
 
+from dataclasses import replace
+
 import pytest
 
 from scheduler.core.bands import Band
@@ -12,13 +14,14 @@ from scheduler.core.explain import (
     NoHealthyWorkers,
     PendingReason,
     PerJobCap,
+    WaitingForSlice,
     format_cores,
     format_memory,
     number,
     pending_text,
     reason_record,
 )
-from scheduler.core.types import TaskState
+from scheduler.core.types import GroupSpec, TaskState
 from tests.core.builders import GIB, budget, cluster, eq, job, reason_text, running, task, tpu_slice, worker
 
 
@@ -54,12 +57,12 @@ def test_a_downgrade_reads_requested_effective_and_the_numbers():
 def test_a_pending_reason_is_its_cause_then_its_downgrade_and_the_place_is_added_by_pending_text():
     reason = PendingReason(PerJobCap(4), downgrade=Downgrade(Band.INTERACTIVE, Band.BATCH, 2, 1))
     assert reason.text() == (
-        "Held back by the per-job limit: at most 4 tasks of a job are scheduled per cycle; "
+        "Held back by the per-job limit: at most 4 tasks of a job are scheduled per tick; "
         "INTERACTIVE runs as BATCH: spend 2 > limit 1"
     )
     assert reason.code == "per_job_cap"
     assert pending_text(reason_record(reason), Band.BATCH, 1235, 40000, tick=812) == (
-        "Held back by the per-job limit: at most 4 tasks of a job are scheduled per cycle; "
+        "Held back by the per-job limit: at most 4 tasks of a job are scheduled per tick; "
         "position 1,235 of 40,000 in BATCH as of tick 812; INTERACTIVE runs as BATCH: spend 2 > limit 1"
     )
 
@@ -99,6 +102,35 @@ def test_more_gpus_than_any_worker_has_never_fits():
         "Never fits on the cluster as it is; 8 GPUs: 0 healthy workers have it")
 
 
+V5P_POOL = GroupSpec("v5p-pool", "v5p", "us-east5-a", max_slices=4, hosts_per_slice=4, chips_per_host=4)
+
+
+@pytest.mark.parametrize("workers", [
+    pytest.param([worker("cpu")], id="no-tpu-worker"),
+    pytest.param(tpu_slice("s", hosts=2), id="slice-too-small-for-the-gang"),
+    pytest.param(tpu_slice("s", hosts=4, chips=2), id="hosts-with-too-few-chips"),
+])
+def test_a_tpu_job_a_scale_group_could_create_a_slice_for_waits_for_the_slice(workers):
+    spec = job("/a/g", replicas=4, tpu=4, variant="v5p", group_by="tpu-name")
+    alone = decide(cluster(workers, [spec]))
+    assert alone.pending_reasons["/a/g/0"].code != "scale_group"
+    decision = decide(replace(cluster(workers, [spec]), scale_groups=(V5P_POOL,)))
+    for i in range(4):
+        assert decision.pending_reasons[f"/a/g/{i}"].cause == WaitingForSlice("v5p-pool")
+    assert reason_text(decision, "/a/g/0") == (
+        "Waiting for a TPU slice: no worker can hold it yet, scale group 'v5p-pool' can create one")
+
+
+def test_a_scale_group_of_another_variant_or_zone_leaves_never_as_never():
+    workers = [worker("g", cpu=64, mem=256, tpu=4, variant="v5p")]
+    jobs = [job("/a/big", tpu=8, variant="v5p"), job("/a/zoned", tpu=8, variant="v5p", constraints=[eq("zone", "eu")])]
+    groups = (GroupSpec("v6e-pool", "v6e", "us-east5-a", chips_per_host=8), replace(V5P_POOL, chips_per_host=8))
+    decision = decide(replace(cluster(workers, jobs), scale_groups=groups))
+    assert decision.pending_reasons["/a/big/0"].cause == WaitingForSlice("v5p-pool")
+    assert decision.pending_reasons["/a/zoned/0"].code == "constraints_match_nothing"
+    assert decide(replace(cluster(workers, jobs[:1]), scale_groups=groups[:1])).pending_reasons["/a/big/0"].code == "never_fits"
+
+
 def test_build_slots():
     jobs = [job("/v/b", replicas=8, cpu=0, mem=0), job("/a/j")]
     tasks = [task(f"/v/b/{i}", TaskState.BUILDING, "w") for i in range(8)]
@@ -110,7 +142,7 @@ def test_per_worker_assignment_cap():
     decision = decide(cluster([worker("w", cpu=64)], [job("/a/x", replicas=4), job("/a/y", submitted=1)]))
     reason = decision.pending_reasons["/a/y/0"]
     assert (reason.code, reason.cause.cause.code) == ("waiting_behind", "assignment_cap")
-    assert "1 of 1 matching worker already took 4 new tasks this cycle" in reason_text(decision, "/a/y/0")
+    assert "1 of 1 matching worker already took 4 new tasks this tick" in reason_text(decision, "/a/y/0")
 
 
 def test_waiting_behind_higher_priority_tasks_that_took_the_room():
@@ -119,7 +151,7 @@ def test_waiting_behind_higher_priority_tasks_that_took_the_room():
     decision = decide(cluster(workers, jobs))
     text = reason_text(decision, "/b/later/0")
     assert decision.pending_reasons["/b/later/0"].code == "waiting_behind"
-    assert text.startswith("Waiting behind 2 higher-priority tasks placed this cycle; now: Insufficient CPU")
+    assert text.startswith("Waiting behind 2 higher-priority tasks placed this tick; now: Insufficient CPU")
 
 
 def test_gang_group_too_small():

@@ -15,6 +15,7 @@ from scheduler.core.explain import (
     GangNoRoom,
     InsufficientResource,
     JobExhausted,
+    NeverFits,
     NoHealthyWorkers,
     NoMatchingWorker,
     PendingReason,
@@ -23,6 +24,7 @@ from scheduler.core.explain import (
     Requeued,
     RoomFreedThisTick,
     WaitingBehind,
+    WaitingForSlice,
     cause_text,
     downgrade_text,
     pending_queue,
@@ -52,6 +54,8 @@ EVERY_CAUSE = [
     WaitingBehind(7, CPU),
     Preempted("/bob/prod/0"),
     Requeued("/alice/gang/1"),
+    WaitingForSlice("v5p-pool"),
+    NeverFits((("cpu", "cpu", 64000, 0, 0),), (8000, 32 * GIB, 0)),
 ]
 
 
@@ -132,3 +136,15 @@ def test_the_queue_holds_every_pending_task_once_and_counts_sum_to_pending(snaps
             assert f"position {position:,} of {len(tasks):,} in {band.name} as of tick 1" in text
     still = {t for t, a in decision.after.items() if a.state is TaskState.PENDING}
     assert still <= set(queued)
+
+
+def test_docs_api_md_lists_every_reason_code():
+    """docs/api.md's table is the reference clients read: every code a record can carry is in it."""
+    from pathlib import Path
+
+    from scheduler.core.explain import _CAUSE_TYPES, _INSUFFICIENT, SHELL_TEXT
+    from scheduler.core.kueue import KUEUE_TEXT
+
+    table = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    codes = set(_CAUSE_TYPES) | _INSUFFICIENT | set(SHELL_TEXT) | set(KUEUE_TEXT)
+    assert {code for code in codes if f"`{code}`" not in table} == set()

@@ -1,13 +1,14 @@
 """The JSON snapshot and decision formats."""
 
 import copy
+from dataclasses import replace
 
 import pytest
 
 from benchmarks.synthetic import generate
 from scheduler.core.bands import Band
 from scheduler.core.decision import decide
-from scheduler.core.types import ClusterSnapshot, ConstraintOp, DeviceType, TaskState
+from scheduler.core.types import ClusterSnapshot, ConstraintOp, DeviceType, GroupSpec, TaskState
 from scheduler.core.wire import SnapshotError, decision_to_json, snapshot_from_json, snapshot_to_json
 from tests.core.builders import NOW, cluster, job, running, worker
 
@@ -111,6 +112,10 @@ def with_(path, value):
         (with_("tasks", [{"id": "/alice/train/0"}, {"id": "/alice/train/0"}]), "tasks[1].id: duplicate task id"),
         ({"now_ms": 0, "jobs": [{"id": "/a/b/c"}]}, "jobs[0].band: omitted, and parent job '/a/b' is not in the snapshot"),
         ([], "snapshot: expected an object"),
+        (with_("scale_groups", [{"name": "p", "variant": "v5p-8"}]), "scale_groups[0].zone: required"),
+        (with_("scale_groups", [{"name": "p", "variant": "v", "zone": "z", "chips_per_host": 0}]),
+         "scale_groups[0].chips_per_host: expected an integer >= 1"),
+        (with_("scale_groups", [{"name": "p", "variant": "v", "zone": "z", "size": 2}]), "scale_groups[0].size: unknown field"),
     ],
 )
 def test_errors_name_the_json_path_of_the_bad_field(doc, message):
@@ -123,6 +128,17 @@ def test_errors_name_the_json_path_of_the_bad_field(doc, message):
 def test_a_snapshot_round_trips_through_json():
     snapshot = snapshot_from_json(generate(pending=300, workers=40, seed=3))
     assert snapshot_from_json(snapshot_to_json(snapshot)) == snapshot
+
+
+def test_scale_groups_round_trip_and_are_written_only_when_there_are_any():
+    without = snapshot_from_json(generate(pending=20, workers=4, seed=5))
+    assert "scale_groups" not in snapshot_to_json(without)
+    groups = (GroupSpec("v5p-pool", "v5p-8", "us-east5-a", 0, 3, 2, 4),)
+    with_groups = replace(without, scale_groups=groups)
+    written = snapshot_to_json(with_groups)
+    assert written["scale_groups"] == [{"name": "v5p-pool", "variant": "v5p-8", "zone": "us-east5-a", "min_slices": 0,
+                                        "max_slices": 3, "hosts_per_slice": 2, "chips_per_host": 4}]
+    assert snapshot_from_json(written) == with_groups
 
 
 def test_snapshot_json_lists_only_tasks_with_history():

@@ -1,0 +1,62 @@
+"""The explain endpoint's "can it ever run?" reads the workers once per tick per process, not
+once per request, and its query count does not grow with the cluster (issue 12)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from scheduler.jobs.queue import _queue_index_cache
+from scheduler.models import Worker
+from scheduler.tick.run import run_tick
+from tests.personas import GIB, NOW_MS, make_job, make_worker, start_running, token_client
+
+pytestmark = pytest.mark.django_db
+
+
+def add_workers(start: int, n: int) -> None:
+    now = timezone.now()
+    Worker.objects.bulk_create(
+        Worker(name=f"bulk-{i:05d}", cpu_millicores=4000, memory_bytes=16 * GIB, device_type="cpu",
+               device_variant="", device_count=0, attributes={"zone": f"z{i % 7}"}, last_heartbeat=now)
+        for i in range(start, start + n)
+    )
+
+
+def explain(client) -> tuple[dict, list[str]]:
+    with CaptureQueriesContext(connection) as captured:
+        response = client.get("/api/v1/jobs/alice/wide:explain")
+    assert response.status_code == 200
+    return response.json(), [q["sql"] for q in captured.captured_queries]
+
+
+def worker_reads(sql: list[str]) -> int:
+    return sum(1 for q in sql if 'FROM "scheduler_worker"' in q and "scheduler_task" not in q)
+
+
+def test_explain_reads_the_workers_once_per_tick_and_its_queries_do_not_grow_with_them(alice):
+    big = make_worker("big", cpu=16, memory_gib=64)
+    start_running(make_job("/bob/hog", cpu=16, memory_gib=16), big)
+    make_job("/alice/wide", cpu=8, memory_gib=8)  # only "big" has 8 cores, and bob holds it
+    add_workers(0, 10)
+    run_tick(NOW_MS)
+    client = token_client(alice)
+
+    cold, cold_sql = explain(client)
+    warm, warm_sql = explain(client)
+    assert worker_reads(cold_sql) == 1 and worker_reads(warm_sql) == 0
+    assert cold["feasibility"] == warm["feasibility"]
+    f = warm["feasibility"]
+    assert (f["verdict"], f["matching_workers"], f["as_of_tick"]) == ("not_now", 1, warm["tick"])
+    assert f["held_by"] == [{"user": "bob", "band": "interactive", "tasks": 1, "preemptible": False}]
+
+    add_workers(10, 1500)
+    _queue_index_cache.clear()
+    run_tick(NOW_MS + 1000)  # a newer tick: the workers are read again, once
+    after, after_sql = explain(client)
+    again, again_sql = explain(client)
+    assert after["tick"] != warm["tick"] and after["feasibility"]["healthy_workers"] == 1511
+    assert (len(after_sql), len(again_sql)) == (len(cold_sql), len(warm_sql))
+    assert worker_reads(after_sql) == 1 and worker_reads(again_sql) == 0
