@@ -69,7 +69,7 @@ def test_after_a_deadline_passed_the_decision_is_never_reused():
     assert decision_to_json(decide(later)) != decision_to_json(previous.decision)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     snapshot=snapshots(),
     first=st.sampled_from([NOW, DEADLINE - 10, DEADLINE - 1, DEADLINE, DEADLINE + 1_000]),
