@@ -5,6 +5,12 @@ Usage (from the repository root)::
     python benchmarks/bench_decision.py            # 1k/10k/100k pending x 100/1k/10k workers
     python benchmarks/bench_decision.py --quick    # small sizes only, for a smoke run
     python benchmarks/bench_decision.py --sizes 100000x10000 --runs 7
+    python benchmarks/bench_decision.py --mix squatters --sizes 100000x10000 --squat-share 0.2 0.5 0.8
+
+``--mix`` picks the cluster generator: ``synthetic`` (``benchmarks/synthetic.py``, the default)
+or ``squatters`` (``benchmarks/squatters.py``: an accelerator-heavy cluster with CPU work
+squatting on GPU and TPU hosts and heavy preemption, built independently so a target cannot be
+met by tuning to one generator); ``--squat-share`` runs the squatters mix at each share given.
 
 Only ``decide`` is timed (the snapshot is built from the generator's JSON beforehand), as the
 median of ``--runs`` runs, with the garbage collector enabled as in production (``decide``
@@ -24,7 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.synthetic import generate  # noqa: E402
+from benchmarks import squatters, synthetic  # noqa: E402
 from scheduler.core.decision import decide  # noqa: E402
 from scheduler.core.wire import snapshot_from_json  # noqa: E402
 
@@ -54,8 +60,12 @@ def parse_size(text: str) -> tuple[int, int]:
     return int(pending), int(workers)
 
 
-def measure(pending: int, workers: int, runs: int, seed: int) -> dict:
-    snapshot = snapshot_from_json(generate(pending=pending, workers=workers, seed=seed))
+def measure(pending: int, workers: int, runs: int, seed: int, mix: str = "synthetic", squat_share: float = 0.5) -> dict:
+    if mix == "squatters":
+        document = squatters.generate(pending=pending, workers=workers, seed=seed, squat_share=squat_share)
+    else:
+        document = synthetic.generate(pending=pending, workers=workers, seed=seed)
+    snapshot = snapshot_from_json(document)
     timings = []
     cpu = []
     decision = None
@@ -65,6 +75,7 @@ def measure(pending: int, workers: int, runs: int, seed: int) -> dict:
         timings.append(time.perf_counter() - started)
         cpu.append(time.process_time() - started_cpu)
     return {
+        "mix": mix if mix == "synthetic" else f"squat {squat_share:g}",
         "pending": pending,
         "workers": workers,
         "running": sum(1 for t in snapshot.tasks if t.state.value == "running"),
@@ -85,20 +96,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", nargs="*", type=parse_size, help="sizes as PENDINGxWORKERS")
     parser.add_argument("--runs", type=int, default=5, help="runs per size (median reported)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--mix", choices=("synthetic", "squatters"), default="synthetic", help="cluster generator")
+    parser.add_argument("--squat-share", nargs="*", type=float, default=[0.5], help="squatters mix: shares of accelerator hosts squatted")
     args = parser.parse_args(argv)
     sizes = args.sizes or (QUICK_SIZES if args.quick else FULL_SIZES)
 
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"# decide() on synthetic clusters; Python {platform.python_version()}, {os.cpu_count()} CPUs, {args.runs} runs; load average {load}")
+    print(f"# decide() on {args.mix} clusters; Python {platform.python_version()}, {os.cpu_count()} CPUs, {args.runs} runs; load average {load}")
     print(f"# reference loop before: {reference_seconds():.3f} s")
-    header = f"| {'pending':>8} | {'workers':>7} | {'running':>7} | {'median s':>8} | {'min s':>6} | {'max s':>6} | {'cpu s':>6} | {'order':>6} | {'assigned':>8} | {'preempted':>9} | {'expired':>7} |"
+    header = f"| {'mix':>9} | {'pending':>8} | {'workers':>7} | {'running':>7} | {'median s':>8} | {'min s':>6} | {'max s':>6} | {'cpu s':>6} | {'order':>6} | {'assigned':>8} | {'preempted':>9} | {'expired':>7} |"
     print(header)
     print("|" + "|".join("-" * (len(cell)) for cell in header.split("|")[1:-1]) + "|")
     slow = False
-    for pending, workers in sizes:
-        r = measure(pending, workers, args.runs, args.seed)
+    shares = args.squat_share if args.mix == "squatters" else [0.0]
+    for pending, workers, share in [(p, w, share) for p, w in sizes for share in shares]:
+        r = measure(pending, workers, args.runs, args.seed, args.mix, share)
         print(
-            f"| {r['pending']:>8,} | {r['workers']:>7,} | {r['running']:>7,} | {r['median_s']:>8.3f} | {r['min_s']:>6.3f} | "
+            f"| {r['mix']:>9} | {r['pending']:>8,} | {r['workers']:>7,} | {r['running']:>7,} | {r['median_s']:>8.3f} | {r['min_s']:>6.3f} | "
             f"{r['max_s']:>6.3f} | {r['cpu_s']:>6.3f} | {r['order']:>6,} | {r['assigned']:>8,} | {r['preempted']:>9,} | "
             f"{r['expired']:>7,} |",
             flush=True,

@@ -35,8 +35,11 @@ TARGET_TICK_SECONDS = 2.0
 # full cluster's worth of work. "second", "third": the waves that follow, placing what the
 # preemptions and the per-worker caps left, reading only the rows changed since. "churn": the
 # steady state, after 1% of the pending count's running tasks ended and as many new tasks came.
-# "restarted": a new tick process again, reading the whole cluster.
-TICKS = ("first", "second", "third", "churn", "churn", "churn", "restarted")
+# "restarted": a new tick process again, reading the whole cluster. "unchanged": a tick when
+# nothing changed since the previous one (untimed ticks run first until one changes nothing, at
+# most SETTLE_TICKS of them), so its decision is reused (scheduler.core.reuse).
+TICKS = ("first", "second", "third", "churn", "churn", "churn", "restarted", "unchanged")
+SETTLE_TICKS = 30
 
 
 def recreate_database(url: str) -> None:
@@ -79,8 +82,9 @@ def main() -> None:
     print(f"# full tick on PostgreSQL — {platform.python_implementation()} {platform.python_version()}, "
           f"{os.cpu_count()} cores, {platform.machine()}")
     print(f"# reference loop before: {reference_seconds():.3f} s")
-    print("| pending | workers | run | tick | read | total s | load s | decide s | apply+commit s | assigned | preempted | SQL statements |")
-    print("|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    print(f"# load average: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+    print("| pending | workers | run | tick | read | total s | tick cpu s | load s | decide s | apply+commit s | assigned | preempted | SQL statements |")
+    print("|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     medians = []
     for pending, workers in sizes:
         snapshot = snapshot_from_json(generate(pending=pending, workers=workers, seed=args.seed))
@@ -97,6 +101,13 @@ def main() -> None:
                 elif label == "churn":
                     churned += 1
                     churn(snapshot.now_ms, pending // 100, pending // 100, label=f"run{run}-{churned}")
+                elif label == "unchanged":
+                    for _ in range(SETTLE_TICKS):
+                        settled = run_tick(snapshot.now_ms)
+                        if not (settled.assigned or settled.preempted or settled.expired):
+                            break
+                    else:
+                        print(f"# still changing after {SETTLE_TICKS} ticks: the unchanged tick below is not one")
                 statements = 0
 
                 def count(execute, sql, params, many, context):
@@ -105,15 +116,15 @@ def main() -> None:
                     return execute(sql, params, many, context)
 
                 with connection.execute_wrapper(count):
-                    started = time.perf_counter()
+                    started, cpu_started = time.perf_counter(), time.process_time()
                     outcome = run_tick(snapshot.now_ms)
-                    total = time.perf_counter() - started
+                    total, cpu = time.perf_counter() - started, time.process_time() - cpu_started
                 load, decide = outcome.load_ms / 1000, outcome.decide_ms / 1000
                 apply = max(total - load - decide, 0)
                 totals.setdefault(label, []).append((total, load, decide, apply))
                 flag = "" if total <= TARGET_TICK_SECONDS else " (over target)"
                 print(
-                    f"| {pending:,} | {workers:,} | {run} | {label} | {outcome.refresh} | {total:.2f}{flag} | "
+                    f"| {pending:,} | {workers:,} | {run} | {label} | {outcome.refresh} | {total:.2f}{flag} | {cpu:.2f} | "
                     f"{load:.2f} | {decide:.2f} | {apply:.2f} | {outcome.assigned:,} | {outcome.preempted:,} | "
                     f"{statements} |",
                     flush=True,
@@ -122,6 +133,7 @@ def main() -> None:
             columns = [statistics.median(values) for values in zip(*runs)]
             medians.append((pending, workers, label, len(runs), columns))
     print(f"# reference loop after: {reference_seconds():.3f} s")
+    print(f"# load average: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
     if args.repeat > 1:
         print()
         print("| pending | workers | tick | runs | median total s | load s | decide s | apply+commit s |")

@@ -158,13 +158,17 @@ def embedded_broker():
 
 @pytest.fixture(autouse=True)
 def fresh_cluster_rows():
-    """Each test reads the cluster whole first: the tick process's cached rows (see
-    ``scheduler.store.cluster_rows``) must not carry a rolled-back test's rows into the next."""
+    """Each test reads the cluster whole first and decides afresh: the tick process's cached rows
+    (see ``scheduler.store.cluster_rows``) must not carry a rolled-back test's rows into the
+    next, nor its newest decision (``scheduler.tick.run``) skip a test's replaced ``decide``."""
     from scheduler.store.cluster_rows import forget_cluster_rows
+    from scheduler.tick.run import forget_decision
 
     forget_cluster_rows()
+    forget_decision()
     yield
     forget_cluster_rows()
+    forget_decision()
 
 
 @pytest.fixture(autouse=True)

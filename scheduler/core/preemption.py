@@ -242,6 +242,9 @@ class PreemptionPass:
         self._gang_failed: dict[tuple, int] = {}
         self._slices_by_variant: dict[VariantKey, list[Slice]] = {}
         self._squat_groups: dict[tuple, list] = {}
+        # (shape, group_by, gang size, rank, excluded job) -> {group index: its hosts' versions
+        # when it could not take the gang}: until one of its hosts changes, it still cannot.
+        self._squat_failed: dict[tuple, dict[int, tuple[int, ...]]] = {}
         batch = Band.BATCH
         self.candidates = [t for t in candidates if queues[t.job_id].band is not batch]
         if self.candidates:
@@ -773,8 +776,14 @@ class PreemptionPass:
             groups = [g for g in self.book.groups(shape, group_by) if any(solo.get(w) for w in g.members)]
             self._squat_groups[key] = groups
         pool = self.pool
-        for group in groups:
+        own = queue.spec.id
+        failed = self._squat_failed.setdefault((shape.id, group_by, n, rank, own if own in self.victim_jobs else None), {})
+        version = self.version
+        for position_of_group, group in enumerate(groups):
             if len(group.members) < n:
+                continue
+            stamp = tuple([version[w] for w in group.members])
+            if failed.get(position_of_group) == stamp:
                 continue
             fitting: list[tuple[int, int]] = []
             recoverable = []
@@ -784,7 +793,7 @@ class PreemptionPass:
                 if pool.has_room(w, shape):
                     fitting.append((position, w))
                     continue
-                picks = self._victim_set(w, shape, rank, None, queue.spec.id, any_variant=True)
+                picks = self._victim_set(w, shape, rank, None, own, any_variant=True)
                 if picks is not None:
                     count = sum(k for _, k in picks)
                     value = sum(g.value * k for g, k in picks)
@@ -793,6 +802,7 @@ class PreemptionPass:
             if needed <= 0:
                 return False
             if len(recoverable) < needed:
+                failed[position_of_group] = stamp
                 continue
             recoverable.sort(key=lambda r: r[:3])
             chosen = recoverable[:needed]

@@ -11,7 +11,7 @@ which world a line lives in. Times are integer milliseconds since the epoch.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 
 from scheduler.core.bands import Band
@@ -207,6 +207,31 @@ class TaskSnapshot:
     band: Band | None = None
     preemption_count: int = 0
     unfinished_attempt_worker: str | None = None
+
+
+_new = object.__new__
+(_set_id, _set_job_id, _set_index, _set_state, _set_worker, _set_band, _set_preemption_count,
+ _set_unfinished) = (TaskSnapshot.__dict__[f.name].__set__ for f in fields(TaskSnapshot))
+
+
+def task_snapshot(id, job_id, index, state, worker, band, preemption_count, unfinished_attempt_worker) -> TaskSnapshot:
+    """``TaskSnapshot(...)`` in half the time, for the 100,000 a whole read builds.
+
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``; this fills
+    the slots directly. The result is an ordinary ``TaskSnapshot``, equal (and hashing equal) to
+    the constructor's; ``tests/core/test_task_snapshot_factory.py`` checks that, and that the fields are
+    still these eight in this order.
+    """
+    snapshot = _new(TaskSnapshot)
+    _set_id(snapshot, id)
+    _set_job_id(snapshot, job_id)
+    _set_index(snapshot, index)
+    _set_state(snapshot, state)
+    _set_worker(snapshot, worker)
+    _set_band(snapshot, band)
+    _set_preemption_count(snapshot, preemption_count)
+    _set_unfinished(snapshot, unfinished_attempt_worker)
+    return snapshot
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from scheduler.core.bands import BAND_NAMES, Band
@@ -53,6 +54,7 @@ from scheduler.core.types import (
     TaskSnapshot,
     TaskState,
     WorkerSpec,
+    task_snapshot,
 )
 
 
@@ -79,46 +81,61 @@ def _fail(path: str, message: str) -> SnapshotError:
     return SnapshotError(f"{path or 'snapshot'}: {message}")
 
 
-def _object(value: Any, path: str, allowed: set[str]) -> dict:
+def _at(path: str, key: str | None) -> str:
+    """The path of ``key`` inside ``path``; built only for an error message."""
+    return path if key is None else _join(path, key)
+
+
+def _object(value: Any, path: str, allowed: AbstractSet[str]) -> dict:
     if not isinstance(value, dict):
         raise _fail(path, "expected an object")
-    unknown = sorted(set(value) - allowed)
-    if unknown:
-        raise _fail(f"{path}.{unknown[0]}" if path else unknown[0], f"unknown field; expected one of {', '.join(sorted(allowed))}")
+    if not value.keys() <= allowed:
+        unknown = sorted(set(value) - allowed)
+        raise _fail(_join(path, unknown[0]), f"unknown field; expected one of {', '.join(sorted(allowed))}")
     return value
 
 
-def _list(value: Any, path: str) -> list:
+def _list(value: Any, path: str, key: str | None = None) -> list:
     if not isinstance(value, list):
-        raise _fail(path, "expected a list")
+        raise _fail(_at(path, key), "expected a list")
     return value
 
 
-def _int(value: Any, path: str, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _fail(path, "expected a non-negative integer" if minimum == 0 else f"expected an integer >= {minimum}")
+def _int(value: Any, path: str, key: str | None = None, minimum: int = 0) -> int:
+    if value.__class__ is not int or value < minimum:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise _fail(
+                _at(path, key), "expected a non-negative integer" if minimum == 0 else f"expected an integer >= {minimum}"
+            )
     return value
 
 
-def _str(value: Any, path: str) -> str:
+def _str(value: Any, path: str, key: str | None = None) -> str:
     if not isinstance(value, str) or not value:
-        raise _fail(path, "expected a non-empty string")
+        raise _fail(_at(path, key), "expected a non-empty string")
     return value
 
 
-def _bool(value: Any, path: str) -> bool:
+def _bool(value: Any, path: str, key: str | None = None) -> bool:
     if not isinstance(value, bool):
-        raise _fail(path, "expected true or false")
+        raise _fail(_at(path, key), "expected true or false")
     return value
 
 
-def _band(value: Any, path: str) -> Band:
+# Bands by their wire name: the spelling snapshots use, looked up before the general parse.
+BANDS_BY_WIRE = {band.wire: band for band in Band}
+
+
+def _band(value: Any, path: str, key: str | None = None) -> Band:
+    band = BANDS_BY_WIRE.get(value) if isinstance(value, str) else None
+    if band is not None:
+        return band
     if not isinstance(value, str):
-        raise _fail(path, f"expected one of {BAND_NAMES}")
+        raise _fail(_at(path, key), f"expected one of {BAND_NAMES}")
     try:
         return Band.parse(value)
     except ValueError:
-        raise _fail(path, f"expected one of {BAND_NAMES}") from None
+        raise _fail(_at(path, key), f"expected one of {BAND_NAMES}") from None
 
 
 def _join(path: str, key: str) -> str:
@@ -182,8 +199,8 @@ def _config(raw: Any, path: str) -> SchedulerConfig:
     if raw.get("budget_defaults") is not None:
         d = _object(raw["budget_defaults"], f"{path}.budget_defaults", {"budget_limit", "max_band"})
         defaults = BudgetDefaults(
-            budget_limit=_int(d.get("budget_limit", defaults.budget_limit), f"{path}.budget_defaults.budget_limit"),
-            max_band=_band(d.get("max_band", defaults.max_band.wire), f"{path}.budget_defaults.max_band"),
+            budget_limit=_int(d.get("budget_limit", defaults.budget_limit), path, "budget_defaults.budget_limit"),
+            max_band=_band(d.get("max_band", defaults.max_band.wire), path, "budget_defaults.max_band"),
         )
     return SchedulerConfig(
         max_tasks_per_job_per_cycle=_int(
@@ -192,7 +209,7 @@ def _config(raw: Any, path: str) -> SchedulerConfig:
         max_assignments_per_worker=_int(
             raw.get("max_assignments_per_worker", base.max_assignments_per_worker), f"{path}.max_assignments_per_worker"
         ),
-        max_building_tasks=_int(raw.get("max_building_tasks", base.max_building_tasks), f"{path}.max_building_tasks"),
+        max_building_tasks=_int(raw.get("max_building_tasks", base.max_building_tasks), path, "max_building_tasks"),
         budget_defaults=defaults,
     )
 
@@ -202,36 +219,41 @@ def _budgets(raw: Any, path: str, defaults: BudgetDefaults) -> dict[str, BudgetS
     for i, item in enumerate(_list(raw, path)):
         p = f"{path}[{i}]"
         item = _object(item, p, {"user", "budget_limit", "max_band"})
-        user = _str(item.get("user"), f"{p}.user")
+        user = _str(item.get("user"), p, "user")
         if user in budgets:
             raise _fail(f"{p}.user", f"duplicate user {user!r}")
         if "budget_limit" not in item:
             raise _fail(f"{p}.budget_limit", "required")
         budgets[user] = BudgetSpec(
             user=user,
-            budget_limit=_int(item["budget_limit"], f"{p}.budget_limit"),
-            max_band=_band(item.get("max_band", defaults.max_band.wire), f"{p}.max_band"),
+            budget_limit=_int(item["budget_limit"], p, "budget_limit"),
+            max_band=_band(item.get("max_band", defaults.max_band.wire), p, "max_band"),
         )
     return budgets
 
 
-def _device(raw: Any, path: str) -> Device:
-    raw = _object(raw, path, {"type", "variant", "count"})
+DEVICE_KEYS = frozenset({"type", "variant", "count"})
+DEVICE_TYPES_BY_VALUE = {device_type.value: device_type for device_type in DeviceType}
+
+
+def _device(raw: Any, path: str, key: str | None = None) -> Device:
+    if not isinstance(raw, dict) or not raw.keys() <= DEVICE_KEYS:
+        _object(raw, _at(path, key), DEVICE_KEYS)
     kind = raw.get("type")
-    try:
-        device_type = DeviceType(kind)
-    except ValueError:
-        raise _fail(f"{path}.type", "expected one of cpu|gpu|tpu") from None
+    device_type = DEVICE_TYPES_BY_VALUE.get(kind) if isinstance(kind, str) else None
+    if device_type is None:
+        raise _fail(_join(_at(path, key), "type"), "expected one of cpu|gpu|tpu")
     if device_type is DeviceType.CPU:
         if raw.get("variant") is not None or raw.get("count", 0) != 0:
-            raise _fail(path, "a cpu device has no variant and no count")
+            raise _fail(_at(path, key), "a cpu device has no variant and no count")
         return CPU_DEVICE
+    path = _at(path, key)
     variant = raw.get("variant")
     if variant is not None:
-        variant = _str(variant, f"{path}.variant")
+        variant = _str(variant, path, "variant")
     if "count" not in raw:
         raise _fail(f"{path}.count", "required for a gpu or tpu device")
-    return Device(type=device_type, variant=variant, count=_int(raw["count"], f"{path}.count"))
+    return Device(type=device_type, variant=variant, count=_int(raw["count"], path, "count"))
 
 
 def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
@@ -241,7 +263,7 @@ def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
     for i, item in enumerate(_list(raw, path)):
         p = f"{path}[{i}]"
         item = _object(item, p, keys)
-        worker_id = _str(item.get("id"), f"{p}.id")
+        worker_id = _str(item.get("id"), p, "id")
         if worker_id in seen:
             raise _fail(f"{p}.id", f"duplicate worker id {worker_id!r}")
         seen.add(worker_id)
@@ -257,11 +279,11 @@ def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
         workers.append(
             WorkerSpec(
                 id=worker_id,
-                cpu_millicores=_int(item["cpu_millicores"], f"{p}.cpu_millicores"),
-                memory_bytes=_int(item["memory_bytes"], f"{p}.memory_bytes"),
+                cpu_millicores=_int(item["cpu_millicores"], p, "cpu_millicores"),
+                memory_bytes=_int(item["memory_bytes"], p, "memory_bytes"),
                 device=_device(item["device"], f"{p}.device") if item.get("device") is not None else CPU_DEVICE,
                 attributes=dict(attributes),
-                healthy=_bool(item.get("healthy", True), f"{p}.healthy"),
+                healthy=_bool(item.get("healthy", True), p, "healthy"),
             )
         )
     return tuple(workers)
@@ -269,7 +291,7 @@ def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
 
 def _constraint(raw: Any, path: str) -> Constraint:
     raw = _object(raw, path, {"key", "op", "value", "soft"})
-    key = _str(raw.get("key"), f"{path}.key")
+    key = _str(raw.get("key"), path, "key")
     try:
         op = ConstraintOp(raw.get("op"))
     except ValueError:
@@ -279,11 +301,14 @@ def _constraint(raw: Any, path: str) -> Constraint:
         if value is not None:
             raise _fail(f"{path}.value", "'exists' takes no value")
     elif op is ConstraintOp.IN:
-        items = _list(value, f"{path}.value")
+        items = _list(value, path, "value")
         value = tuple(_str(v, f"{path}.value[{j}]") for j, v in enumerate(items))
     elif not isinstance(value, str):
         raise _fail(f"{path}.value", "expected a string")
-    return Constraint(key=key, op=op, value=value, soft=_bool(raw.get("soft", False), f"{path}.soft"))
+    return Constraint(key=key, op=op, value=value, soft=_bool(raw.get("soft", False), path, "soft"))
+
+
+RESOURCE_KEYS = frozenset({"cpu_millicores", "memory_bytes", "device"})
 
 
 def _jobs(raw: Any, path: str) -> dict[str, JobSpec]:
@@ -307,7 +332,7 @@ def _jobs(raw: Any, path: str) -> dict[str, JobSpec]:
     for i, item in enumerate(items):
         p = f"{path}[{i}]"
         item = _object(item, p, keys)
-        job_id = _str(item.get("id"), f"{p}.id")
+        job_id = _str(item.get("id"), p, "id")
         if not JOB_ID.match(job_id):
             raise _fail(f"{p}.id", "expected a job id like /user/name or /user/name/child")
         if job_id in parsed:
@@ -323,7 +348,7 @@ def _jobs(raw: Any, path: str) -> dict[str, JobSpec]:
             p = f"{path}[{i}]"
             parent = _parent(job_id)
             if item.get("band") is not None:
-                band = _band(item["band"], f"{p}.band")
+                band = _band(item["band"], p, "band")
             elif parent is None:
                 band = Band.INTERACTIVE
             elif parent in parsed:
@@ -342,46 +367,48 @@ def _jobs(raw: Any, path: str) -> dict[str, JobSpec]:
         parent = _parent(job_id)
         if "parent" in item and item["parent"] != parent:
             raise _fail(f"{p}.parent", f"expected {parent!r} (derived from the id)")
-        submitted = _int(item.get("submitted_at_ms", 0), f"{p}.submitted_at_ms")
+        submitted = _int(item.get("submitted_at_ms", 0), p, "submitted_at_ms")
         root = "/".join(job_id.split("/")[:3])
         if item.get("root_submitted_at_ms") is not None:
-            root_submitted = _int(item["root_submitted_at_ms"], f"{p}.root_submitted_at_ms")
+            root_submitted = _int(item["root_submitted_at_ms"], p, "root_submitted_at_ms")
         elif root in parsed:
             root_submitted = _int(parsed[root][1].get("submitted_at_ms", 0), f"{path}[{parsed[root][0]}].submitted_at_ms")
         else:
             root_submitted = submitted
         resources = Resources()
         if item.get("resources") is not None:
-            r = _object(item["resources"], f"{p}.resources", {"cpu_millicores", "memory_bytes", "device"})
+            r = item["resources"]
+            if not isinstance(r, dict) or not r.keys() <= RESOURCE_KEYS:
+                _object(r, f"{p}.resources", RESOURCE_KEYS)
             resources = Resources(
-                cpu_millicores=_int(r.get("cpu_millicores", 0), f"{p}.resources.cpu_millicores"),
-                memory_bytes=_int(r.get("memory_bytes", 0), f"{p}.resources.memory_bytes"),
-                device=_device(r["device"], f"{p}.resources.device") if r.get("device") is not None else CPU_DEVICE,
+                cpu_millicores=_int(r.get("cpu_millicores", 0), p, "resources.cpu_millicores"),
+                memory_bytes=_int(r.get("memory_bytes", 0), p, "resources.memory_bytes"),
+                device=_device(r["device"], p, "resources.device") if r.get("device") is not None else CPU_DEVICE,
             )
         group_by = None
         if item.get("coscheduling") is not None:
             c = _object(item["coscheduling"], f"{p}.coscheduling", {"group_by"})
-            group_by = _str(c.get("group_by"), f"{p}.coscheduling.group_by")
+            group_by = _str(c.get("group_by"), p, "coscheduling.group_by")
         constraints = tuple(
-            _constraint(c, f"{p}.constraints[{j}]") for j, c in enumerate(_list(item.get("constraints") or [], f"{p}.constraints"))
+            _constraint(c, f"{p}.constraints[{j}]") for j, c in enumerate(_list(item.get("constraints") or [], p, "constraints"))
         )
         resources = shared.setdefault(resources, resources)
         constraints = shared.setdefault(constraints, constraints)
         deadline = item.get("scheduling_deadline_ms")
         jobs[job_id] = JobSpec(
             id=job_id,
-            user=_str(item["user"], f"{p}.user") if item.get("user") is not None else job_id.split("/")[1],
+            user=_str(item["user"], p, "user") if item.get("user") is not None else job_id.split("/")[1],
             band=band_of(job_id),
             parent=parent,
             submitted_at_ms=submitted,
             root_submitted_at_ms=root_submitted,
-            replicas=_int(item.get("replicas", 1), f"{p}.replicas", minimum=1),
+            replicas=_int(item.get("replicas", 1), p, "replicas", minimum=1),
             resources=resources,
             group_by=group_by,
             constraints=constraints,
-            scheduling_deadline_ms=None if deadline is None else _int(deadline, f"{p}.scheduling_deadline_ms"),
-            max_retries_preemption=_int(item.get("max_retries_preemption", 100), f"{p}.max_retries_preemption"),
-            max_retries_failure=_int(item.get("max_retries_failure", 0), f"{p}.max_retries_failure"),
+            scheduling_deadline_ms=None if deadline is None else _int(deadline, p, "scheduling_deadline_ms"),
+            max_retries_preemption=_int(item.get("max_retries_preemption", 100), p, "max_retries_preemption"),
+            max_retries_failure=_int(item.get("max_retries_failure", 0), p, "max_retries_failure"),
         )
     return jobs
 
@@ -391,13 +418,17 @@ def _parent(job_id: str) -> str | None:
     return parent if parent.count("/") >= 2 else None
 
 
+# Plain dict look-ups: calling an Enum per task costs more than the rest of its validation.
+TASK_STATES_BY_VALUE = {state.value: state for state in TaskState}
+TASK_KEYS = frozenset({"id", "state", "worker", "band", "preemption_count", "unfinished_attempt_worker"})
+
+
 def _tasks(raw: Any, path: str, jobs: Mapping[str, JobSpec], worker_ids: set[str]) -> tuple[TaskSnapshot, ...]:
-    keys = {"id", "state", "worker", "band", "preemption_count", "unfinished_attempt_worker"}
     listed: dict[str, TaskSnapshot] = {}
     for i, item in enumerate(_list(raw, path)):
         p = f"{path}[{i}]"
-        item = _object(item, p, keys)
-        task_id = _str(item.get("id"), f"{p}.id")
+        item = _object(item, p, TASK_KEYS)
+        task_id = _str(item.get("id"), p, "id")
         job_id, _, index_text = task_id.rpartition("/")
         if not TASK_INDEX.match(index_text):
             raise _fail(f"{p}.id", "expected <job id>/<index>")
@@ -409,39 +440,42 @@ def _tasks(raw: Any, path: str, jobs: Mapping[str, JobSpec], worker_ids: set[str
             raise _fail(f"{p}.id", f"index {index} out of range: job {job_id!r} has {job.replicas} replicas")
         if task_id in listed:
             raise _fail(f"{p}.id", f"duplicate task id {task_id!r}")
-        try:
-            state = TaskState(item.get("state", "pending"))
-        except ValueError:
-            raise _fail(f"{p}.state", f"expected one of {STATE_NAMES}") from None
+        state = item.get("state", "pending")
+        state = TASK_STATES_BY_VALUE.get(state) if isinstance(state, str) else None
+        if state is None:
+            raise _fail(f"{p}.state", f"expected one of {STATE_NAMES}")
         worker = item.get("worker")
         if worker is not None:
-            worker = _str(worker, f"{p}.worker")
+            worker = _str(worker, p, "worker")
             if worker not in worker_ids:
                 raise _fail(f"{p}.worker", f"no worker {worker!r} in the snapshot")
             if state not in ACTIVE_STATES:
                 raise _fail(f"{p}.worker", f"a {state.value} task has no worker")
         unfinished = item.get("unfinished_attempt_worker")
         if unfinished is not None:
-            unfinished = _str(unfinished, f"{p}.unfinished_attempt_worker")
+            unfinished = _str(unfinished, p, "unfinished_attempt_worker")
             if unfinished not in worker_ids:
                 raise _fail(f"{p}.unfinished_attempt_worker", f"no worker {unfinished!r} in the snapshot")
         band = item.get("band")
-        listed[task_id] = TaskSnapshot(
-            id=task_id,
-            job_id=job_id,
-            index=index,
-            state=state,
-            worker=worker,
-            band=None if band is None else _band(band, f"{p}.band"),
-            preemption_count=_int(item.get("preemption_count", 0), f"{p}.preemption_count"),
-            unfinished_attempt_worker=unfinished,
+        listed[task_id] = task_snapshot(
+            task_id,
+            job_id,
+            index,
+            state,
+            worker,
+            None if band is None else _band(band, p, "band"),
+            _int(item.get("preemption_count", 0), p, "preemption_count"),
+            unfinished,
         )
     tasks = []
+    append = tasks.append
+    pending = TaskState.PENDING
     for job in jobs.values():
+        job_id = job.id
         for index in range(job.replicas):
-            task_id = f"{job.id}/{index}"
+            task_id = f"{job_id}/{index}"
             task = listed.get(task_id)
-            tasks.append(task if task is not None else TaskSnapshot(id=task_id, job_id=job.id, index=index))
+            append(task if task is not None else task_snapshot(task_id, job_id, index, pending, None, None, 0, None))
     return tuple(tasks)
 
 

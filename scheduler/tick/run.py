@@ -27,6 +27,7 @@ from django.utils import timezone
 from scheduler.access import require_operator
 from scheduler.core.decision import collector_paused, decide
 from scheduler.core.kueue import merge_into
+from scheduler.core.reuse import DecidedSnapshot, remember, still_decided
 from scheduler.errors import FailedPrecondition
 from scheduler.execution.outbox import request_dispatch
 from scheduler import instruments
@@ -39,6 +40,17 @@ from scheduler.tick.load import load_snapshot
 log = logging.getLogger(__name__)
 
 LEASE_NAME = "tick"
+
+# This process's newest decision with the snapshot it was made over: a tick whose snapshot
+# shows nothing the decision depends on changed takes it again instead of deciding
+# (scheduler.core.reuse says when that is exact). Read and replaced whole, never mutated.
+_newest_decision: DecidedSnapshot | None = None
+
+
+def forget_decision() -> None:
+    """Decide afresh at the next tick (tests that replace ``decide`` must see it called)."""
+    global _newest_decision
+    _newest_decision = None
 
 
 class LeaseLost(RuntimeError):
@@ -87,6 +99,7 @@ def run_tick(now: int | None = None, *, clock: Callable[[], datetime] = timezone
 
 
 def _run_tick(now: int | None, clock: Callable[[], datetime]) -> TickOutcome | None:
+    global _newest_decision
     holder = uuid.uuid4().hex
     started = time.perf_counter()
     wall = clock()
@@ -99,7 +112,12 @@ def _run_tick(now: int | None, clock: Callable[[], datetime]) -> TickOutcome | N
         load_ms = (time.perf_counter() - started) * 1000
         keep_lease(holder, clock(), "while loading")
         decide_started = time.perf_counter()
-        decision = decide(loaded.snapshot)
+        reused = still_decided(_newest_decision, loaded.snapshot)
+        if reused:
+            decision = _newest_decision.decision
+        else:
+            decision = decide(loaded.snapshot)
+            _newest_decision = remember(loaded.snapshot, decision)
         # Work routed to Kubernetes: ranked and promoted at a capped rate (Kueue admits it).
         kueue = plan_kueue(loaded, decision)
         decision = merge_into(decision, kueue)
@@ -122,7 +140,7 @@ def _run_tick(now: int | None, clock: Callable[[], datetime]) -> TickOutcome | N
     apply_ms = max(outcome.duration_ms - load_ms - decide_ms, 0.0)
     log.info(
         "tick %s: %d assigned, %d preempted, %d expired, %d conflicts, %.0f ms "
-        "(load %.0f ms reading %s, decide %.0f ms, apply %.0f ms)",
+        "(load %.0f ms reading %s, decide %.0f ms%s, apply %.0f ms)",
         outcome.tick_id,
         outcome.assigned,
         outcome.preempted,
@@ -132,12 +150,13 @@ def _run_tick(now: int | None, clock: Callable[[], datetime]) -> TickOutcome | N
         load_ms,
         "changes" if loaded.refresh == "changes" else "everything",
         decide_ms,
+        " reusing the previous decision: nothing it depends on changed" if reused else "",
         apply_ms,
         extra={
             "tick": outcome.tick_id, "outcome": "ran", "assigned": outcome.assigned, "preempted": outcome.preempted,
             "expired": outcome.expired, "conflicts": outcome.skipped_conflicts,
             "duration_ms": round(outcome.duration_ms, 1), "load_ms": round(load_ms, 1),
-            "decide_ms": round(decide_ms, 1), "apply_ms": round(apply_ms, 1), "refresh": loaded.refresh,
+            "decide_ms": round(decide_ms, 1), "decision_reused": reused, "apply_ms": round(apply_ms, 1), "refresh": loaded.refresh,
         },
     )
     return outcome

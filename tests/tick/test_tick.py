@@ -304,3 +304,27 @@ def test_two_ticks_racing_never_assign_a_task_twice():
     assert assigned > 0
     assert Attempt.objects.count() == assigned
     assert Attempt.objects.filter(number__gt=1).count() == 0
+
+
+def test_a_tick_over_an_unchanged_cluster_reuses_the_decision_and_records_the_same(monkeypatch):
+    from scheduler.tick import run
+
+    make_worker("w1", cpu=2, memory_gib=4)
+    make_job("/alice/big", cpu=8)  # never fits: the cluster stays as it is
+    make_job("/bob/late", cpu=8, deadline_ms=NOW_MS + 60_000)
+    calls = []
+    real_decide = run.decide
+    monkeypatch.setattr(run, "decide", lambda snapshot: calls.append(snapshot.now_ms) or real_decide(snapshot))
+
+    run_tick(NOW_MS)
+    reused = run_tick(NOW_MS + 1_000)
+    run.forget_decision()
+    fresh = run_tick(NOW_MS + 2_000)
+    at_deadline = run_tick(NOW_MS + 60_000)
+
+    assert calls == [NOW_MS, NOW_MS + 2_000, NOW_MS + 60_000]  # the second tick did not decide
+    assert decision_to_json(reused.decision) == decision_to_json(fresh.decision)
+    first, second, third = TickRecord.objects.order_by("pk")[:3]
+    fields = ("pending", "left_pending", "assigned", "preempted", "expired", "spend", "limits")
+    assert [getattr(second, f) for f in fields] == [getattr(third, f) for f in fields]
+    assert at_deadline.expired == 1

@@ -1,11 +1,11 @@
 """Run the scheduling decision on a JSON snapshot and print the decision. Touches no database."""
 
-import json
 import sys
 
+import orjson
 from django.core.management.base import BaseCommand, CommandError
 
-from scheduler.core.decision import decide
+from scheduler.core.decision import collector_paused, decide
 from scheduler.core.wire import SnapshotError, decision_to_json, snapshot_from_json
 
 
@@ -16,21 +16,25 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("file", help="Snapshot JSON file, or - for standard input.")
-        parser.add_argument("--indent", type=int, default=2)
+        parser.add_argument("--indent", type=int, default=2, choices=(0, 2), help="2 (the default) or 0 for one line.")
 
     def handle(self, *args, **options):
         path = options["file"]
         try:
-            text = sys.stdin.read() if path == "-" else open(path, encoding="utf-8").read()
+            data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()
         except OSError as exc:
             raise CommandError(f"cannot read {path}: {exc.strerror}") from None
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise CommandError(f"{path}: not valid JSON: {exc}") from None
-        try:
-            snapshot = snapshot_from_json(raw)
-        except SnapshotError as exc:
-            raise CommandError(f"{path}: {exc}") from None
-        indent = options["indent"] or None
-        self.stdout.write(json.dumps(decision_to_json(decide(snapshot)), indent=indent))
+        # The snapshot's objects are all live until the decision is written: collections on the
+        # way would only rescan them (see collector_paused).
+        with collector_paused():
+            try:
+                raw = orjson.loads(data)
+            except orjson.JSONDecodeError as exc:
+                raise CommandError(f"{path}: not valid JSON: {exc}") from None
+            try:
+                snapshot = snapshot_from_json(raw)
+            except SnapshotError as exc:
+                raise CommandError(f"{path}: {exc}") from None
+            decision = decision_to_json(decide(snapshot))
+            text = orjson.dumps(decision, option=orjson.OPT_INDENT_2 if options["indent"] else 0)
+        self.stdout.write(text.decode())

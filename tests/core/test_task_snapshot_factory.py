@@ -1,4 +1,4 @@
-"""``cluster_rows.task_snapshot`` builds the same ``TaskSnapshot`` as the constructor."""
+"""``types.task_snapshot`` builds the same ``TaskSnapshot`` as the constructor."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.core.bands import Band
-from scheduler.core.types import TaskSnapshot, TaskState
-from scheduler.store import cluster_rows
+from scheduler.core.types import TaskSnapshot, TaskState, task_snapshot
 
 
 @settings(max_examples=200, deadline=None)
@@ -23,7 +22,7 @@ from scheduler.store import cluster_rows
 )
 def test_the_fast_task_snapshot_is_the_constructors_task_snapshot(index, state, worker, band, preemption_count, unfinished):
     values = (f"/a/j/{index}", "/a/j", index, state, worker, band, preemption_count, unfinished)
-    made, constructed = cluster_rows.task_snapshot(*values), TaskSnapshot(*values)
+    made, constructed = task_snapshot(*values), TaskSnapshot(*values)
     assert [f.name for f in fields(TaskSnapshot)] == [
         "id", "job_id", "index", "state", "worker", "band", "preemption_count", "unfinished_attempt_worker"
     ]
