@@ -185,8 +185,8 @@ def _scale_groups(raw: Any, path: str) -> tuple[GroupSpec, ...]:
             zone=_str(item["zone"], f"{where}.zone"),
             min_slices=_int(item.get("min_slices", base.min_slices), f"{where}.min_slices"),
             max_slices=_int(item.get("max_slices", base.max_slices), f"{where}.max_slices"),
-            hosts_per_slice=_int(item.get("hosts_per_slice", base.hosts_per_slice), f"{where}.hosts_per_slice", 1),
-            chips_per_host=_int(item.get("chips_per_host", base.chips_per_host), f"{where}.chips_per_host", 1),
+            hosts_per_slice=_int(item.get("hosts_per_slice", base.hosts_per_slice), f"{where}.hosts_per_slice", minimum=1),
+            chips_per_host=_int(item.get("chips_per_host", base.chips_per_host), f"{where}.chips_per_host", minimum=1),
         ))
     return tuple(groups)
 
