@@ -1,0 +1,288 @@
+"""Start-time estimates: when will each pending task probably start, and how sure is that?
+
+The method (documented in docs/estimates.md) runs the scheduler's own :func:`decide` forward
+over simulated ticks on a copy of a snapshot. Running tasks end at times predicted from the
+history of finished runs (the same job, else the same user and shape, else the band); a task
+placed in the simulation runs for its own predicted duration. The first simulated tick that
+places a pending task is its estimated start. Two runs bracket it: one with median durations
+(p50), one with 90th-percentile durations (p90, pessimistic).
+
+A task the simulation cannot place (capacity held by work whose end nothing predicts, or past
+the simulated horizon) falls back to the observed waits of its band, conditioned on how long it
+has already waited. Where neither has enough samples the estimate is ``None`` with a reason:
+never a made-up number.
+
+Pure: no Django, no clock. ``snapshot.now_ms`` is the present; the caller passes the history
+and, if it wants a time budget, a ``out_of_time`` callable it owns.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from scheduler.core.bands import Band
+from scheduler.core.decision import decide
+from scheduler.core.types import (
+    ACTIVE_STATES,
+    ClusterSnapshot,
+    JobSpec,
+    Resources,
+    TaskSnapshot,
+    TaskState,
+)
+
+# Fewest finished runs (or observed waits) a prediction may rest on: below this a median or a
+# 90th percentile is noise, and the estimate says so instead.
+MIN_SAMPLES = 3
+
+METHOD_SIMULATION = "simulation"
+METHOD_WAIT_HISTORY = "wait_history"
+
+ShapeKey = tuple[int, int, str, str, int]
+
+
+def shape_key(resources: Resources) -> ShapeKey:
+    """What a task asks for, as a hashable key (CPU, memory, device type, variant, count)."""
+    device = resources.device
+    return (resources.cpu_millicores, resources.memory_bytes, device.type.value, device.variant or "", device.count)
+
+
+def quantile(values: Sequence[int], q: float) -> int:
+    """The nearest-rank ``q`` quantile of sorted ``values`` (which must not be empty)."""
+    rank = max(1, -(-int(q * 1000) * len(values) // 1000))  # ceil(q * n), exact in integers
+    return values[min(rank, len(values)) - 1]
+
+
+@dataclass(frozen=True, slots=True)
+class RunHistory:
+    """Finished runs' durations (ms) by key, and observed waits (ms, submission to first start)
+    by band. Each sequence is sorted ascending (``RunHistory.build`` sorts them)."""
+
+    by_job: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    by_user_shape: Mapping[tuple[str, ShapeKey], Sequence[int]] = field(default_factory=dict)
+    by_band: Mapping[Band, Sequence[int]] = field(default_factory=dict)
+    waits_by_band: Mapping[Band, Sequence[int]] = field(default_factory=dict)
+
+    @staticmethod
+    def build(runs: Sequence[tuple[str, str, ShapeKey, Band, int]], waits: Sequence[tuple[Band, int]] = ()) -> RunHistory:
+        """From ``(job id, user, shape, band, duration ms)`` runs and ``(band, wait ms)`` waits."""
+        by_job: dict[str, list[int]] = {}
+        by_user_shape: dict[tuple[str, ShapeKey], list[int]] = {}
+        by_band: dict[Band, list[int]] = {}
+        for job_id, user, shape, band, duration in runs:
+            by_job.setdefault(job_id, []).append(duration)
+            by_user_shape.setdefault((user, shape), []).append(duration)
+            by_band.setdefault(band, []).append(duration)
+        waits_by_band: dict[Band, list[int]] = {}
+        for band, wait in waits:
+            waits_by_band.setdefault(band, []).append(wait)
+        for table in (by_job, by_user_shape, by_band, waits_by_band):
+            for values in table.values():
+                values.sort()
+        return RunHistory(by_job, by_user_shape, by_band, waits_by_band)
+
+    def durations(self, job: JobSpec) -> Sequence[int] | None:
+        """The most specific history with enough samples for ``job``'s runs, or None."""
+        for values in (
+            self.by_job.get(job.id),
+            self.by_user_shape.get((job.user, shape_key(job.resources))),
+            self.by_band.get(job.band),
+        ):
+            if values is not None and len(values) >= MIN_SAMPLES:
+                return values
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class StartEstimate:
+    """A pending task's estimated start (ms since the epoch), or why there is none.
+
+    ``p50_ms``/``p90_ms`` are both set or both None; with None, ``reason`` says why.
+    ``as_of_ms`` is the snapshot's time.
+    """
+
+    as_of_ms: int
+    p50_ms: int | None = None
+    p90_ms: int | None = None
+    method: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """One simulated future: when each target task was first placed, and why the rest were not."""
+
+    starts: dict[str, int]
+    stopped_early: bool
+    blocked_by_unknown: bool
+    simulated_until_ms: int
+
+
+def estimate_starts(
+    snapshot: ClusterSnapshot,
+    history: RunHistory,
+    running_since: Mapping[str, int],
+    *,
+    tick_ms: int,
+    max_ticks: int = 200,
+    out_of_time: Callable[[], bool] = lambda: False,
+) -> dict[str, StartEstimate]:
+    """An estimate for every task PENDING in ``snapshot``.
+
+    ``running_since`` maps active task ids to when their current attempt started (ms; a task
+    missing from it is taken to have just started). ``tick_ms`` is the tick interval the
+    simulation steps by; it simulates at most ``max_ticks`` ticks per run and stops early once
+    ``out_of_time()`` is true (the tasks not yet placed then fall back to wait history).
+    """
+    targets = [t for t in snapshot.tasks if t.state is TaskState.PENDING]
+    if not targets:
+        return {}
+    runs = {}
+    for q in (0.5, 0.9):
+        runs[q] = _simulate(snapshot, history, running_since, q, tick_ms, max_ticks, out_of_time)
+    optimistic, pessimistic = runs[0.5], runs[0.9]
+    now = snapshot.now_ms
+    estimates: dict[str, StartEstimate] = {}
+    for task in targets:
+        a = optimistic.starts.get(task.id)
+        b = pessimistic.starts.get(task.id)
+        if a is not None and b is not None:
+            estimates[task.id] = StartEstimate(now, min(a, b), max(a, b), METHOD_SIMULATION)
+            continue
+        job = snapshot.jobs[task.job_id]
+        fallback = _from_waits(job, history, now)
+        if fallback is not None:
+            estimates[task.id] = fallback
+        else:
+            estimates[task.id] = StartEstimate(now, reason=_why_not(optimistic if a is None else pessimistic, history, job))
+    return estimates
+
+
+def _why_not(run: _Run, history: RunHistory, job: JobSpec) -> str:
+    if run.stopped_early:
+        return "not enough history: it starts beyond the simulated horizon and its band has too few observed waits"
+    if run.blocked_by_unknown:
+        return "not enough history: the work ahead of it has no run-time history to predict when it ends"
+    return "not placed in the simulated future (no worker frees up that fits it) and its band has too few observed waits"
+
+
+def _from_waits(job: JobSpec, history: RunHistory, now: int) -> StartEstimate | None:
+    """Observed waits of the job's band longer than it has already waited, if enough."""
+    waited = now - job.submitted_at_ms
+    waits = history.waits_by_band.get(job.band, ())
+    longer = [w for w in waits if w > waited]
+    if len(longer) < MIN_SAMPLES:
+        return None
+    submitted = job.submitted_at_ms
+    return StartEstimate(now, submitted + quantile(longer, 0.5), submitted + quantile(longer, 0.9), METHOD_WAIT_HISTORY)
+
+
+def _predicted_end(job: JobSpec, history: RunHistory, started_ms: int, now: int, q: float) -> int | None:
+    """When an active task started at ``started_ms`` ends at quantile ``q`` of its runs that
+    lasted longer than it has run so far; None if no such history."""
+    values = history.durations(job)
+    if values is None:
+        return None
+    elapsed = now - started_ms
+    longer = [v for v in values if v > elapsed]
+    if not longer:
+        return None
+    return started_ms + quantile(longer, q)
+
+
+def _simulate(
+    snapshot: ClusterSnapshot,
+    history: RunHistory,
+    running_since: Mapping[str, int],
+    q: float,
+    tick_ms: int,
+    max_ticks: int,
+    out_of_time: Callable[[], bool],
+) -> _Run:
+    jobs = snapshot.jobs
+    now = snapshot.now_ms
+    tasks: dict[str, TaskSnapshot] = {}
+    ends: dict[str, int | None] = {}
+    heap: list[tuple[int, str]] = []
+    targets: set[str] = set()
+    duration_cache: dict[str, int | None] = {}
+
+    def duration(job_id: str) -> int | None:
+        if job_id not in duration_cache:
+            values = history.durations(jobs[job_id])
+            duration_cache[job_id] = None if values is None else quantile(values, q)
+        return duration_cache[job_id]
+
+    for task in snapshot.tasks:
+        if task.state is TaskState.PENDING:
+            targets.add(task.id)
+        elif task.state in ACTIVE_STATES:
+            end = _predicted_end(jobs[task.job_id], history, running_since.get(task.id, now), now, q)
+            ends[task.id] = end
+            if end is not None:
+                heap.append((end, task.id))
+        elif task.unfinished_attempt_worker is None:
+            continue
+        tasks[task.id] = task
+    heapq.heapify(heap)
+
+    starts: dict[str, int] = {}
+    t = now
+    stopped_early = True
+    for step in range(max_ticks):
+        if out_of_time():
+            break
+        while heap and heap[0][0] <= t:
+            end, task_id = heapq.heappop(heap)
+            if ends.get(task_id) == end:
+                del ends[task_id]
+                del tasks[task_id]
+        decision = decide(replace(snapshot, now_ms=t, tasks=tuple(tasks.values())))
+        if step == 0:
+            # Earlier attempts still holding capacity are confirmed finished within a tick.
+            for task_id, task in list(tasks.items()):
+                if task.unfinished_attempt_worker is not None:
+                    if task.state in ACTIVE_STATES or task.state is TaskState.PENDING:
+                        tasks[task_id] = replace(task, unfinished_attempt_worker=None)
+                    else:
+                        del tasks[task_id]
+        assigned = set()
+        for a in decision.assignments:
+            assigned.add(a.task)
+            old = tasks[a.task]
+            tasks[a.task] = TaskSnapshot(a.task, old.job_id, old.index, TaskState.RUNNING, a.worker, a.band, old.preemption_count)
+            if a.task in targets and a.task not in starts:
+                starts[a.task] = t
+            d = duration(old.job_id)
+            end = None if d is None else t + d
+            ends[a.task] = end
+            if end is not None:
+                heapq.heappush(heap, (end, a.task))
+        for task_id, after in decision.after.items():
+            if task_id in assigned:
+                continue
+            if after.state is TaskState.PENDING:
+                old = tasks[task_id]
+                tasks[task_id] = TaskSnapshot(task_id, old.job_id, old.index, TaskState.PENDING, None, None, after.preemption_count)
+                ends.pop(task_id, None)
+            elif after.state not in ACTIVE_STATES:
+                tasks.pop(task_id, None)
+                ends.pop(task_id, None)
+                targets.discard(task_id)
+        if all(task_id in starts for task_id in targets):
+            stopped_early = False
+            break
+        if decision.assignments or decision.preemptions:
+            t += tick_ms
+            continue
+        # Nothing moved: skip the idle ticks to the one at or after the next predicted end.
+        while heap and ends.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)
+        if not heap:
+            stopped_early = False
+            break
+        t += max(1, -(-(heap[0][0] - t) // tick_ms)) * tick_ms
+    blocked = any(end is None for end in ends.values())
+    return _Run(starts, stopped_early, blocked, t)
