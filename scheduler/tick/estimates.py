@@ -147,13 +147,21 @@ def _iso(ms: int) -> str:
 
 def wait_text(row: EstimatedStart | None, now_ms: int) -> str:
     """"would start in about 20-45 min" (relative to ``now_ms``), or why there is no estimate."""
-    data, reason = estimate_data(row)
-    if data is None:
-        return reason
+    span = start_span(row, now_ms)
+    if span is None:
+        return estimate_data(row)[1]
+    return f"would start {span}"
+
+
+def start_span(row: EstimatedStart | None, now_ms: int) -> str | None:
+    """"in about 20-45 min" / "within a minute" (relative to ``now_ms``), or None without an
+    estimate (``estimate_data`` says why)."""
+    if row is None or row.p50_ms is None:
+        return None
     low, high = max(0, row.p50_ms - now_ms), max(0, row.p90_ms - now_ms)
     if high < 60_000:
-        return "would start within a minute"
-    return f"would start in about {_span(low, high)}"
+        return "within a minute"
+    return f"in about {_span(low, high)}"
 
 
 def _span(low_ms: int, high_ms: int) -> str:
@@ -167,3 +175,19 @@ def _span(low_ms: int, high_ms: int) -> str:
     if ua == ub:
         return f"{a}-{b} {ua}"
     return f"{a} {ua}-{b} {ub}"
+
+
+def estimate_behind(task_ahead: str | None, would_place: bool, now_ms: int) -> tuple[dict | None, str]:
+    """A hypothetical task's estimate (the what-if answer): placed at once if ``would_place``,
+    else no earlier than the stored estimate of ``task_ahead``, the task just ahead of it in its
+    band's queue. Returns ``(estimated_start, text)``, e.g. ``"would start in about 20-45 min"``.
+    One query at most."""
+    if would_place:
+        return None, "would start at the next tick"
+    if task_ahead is None:
+        return None, "no estimate: nothing is queued ahead of it to measure by, and it does not fit now"
+    row = estimates_for_tasks([task_ahead]).get(task_ahead)
+    data, reason = estimate_data(row)
+    if data is None:
+        return None, f"no estimate for the task ahead of it ({reason})"
+    return data, wait_text(row, now_ms) + f" (after {task_ahead}, just ahead of it)"
