@@ -337,8 +337,8 @@ WORKER_CHECK_SECONDS = max(1.0, min(5.0, WORKER_GRACE_SECONDS / 3))
 ESTIMATE_SECONDS = env_float("IRIS_ESTIMATE_SECONDS", 120)
 # Wall-time budget of one run's simulation; tasks not placed within it fall back to observed waits.
 ESTIMATE_BUDGET_SECONDS = env_float("IRIS_ESTIMATE_BUDGET_SECONDS", 60)
-# Most simulated ticks per run (each is one decide over the whole cluster).
-ESTIMATE_MAX_TICKS = env_int("IRIS_ESTIMATE_MAX_TICKS", 200)
+# Most simulated steps per run (each is one decide over the whole cluster; after the first minute a step is a minute).
+ESTIMATE_MAX_STEPS = env_int("IRIS_ESTIMATE_MAX_STEPS", 300)
 # The history the durations and waits come from: this many hours back, at most this many runs.
 ESTIMATE_HISTORY_HOURS = env_float("IRIS_ESTIMATE_HISTORY_HOURS", 168)
 ESTIMATE_HISTORY_RUNS = env_int("IRIS_ESTIMATE_HISTORY_RUNS", 50_000)

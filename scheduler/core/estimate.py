@@ -110,14 +110,11 @@ class StartEstimate:
     reason: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class _Run:
-    """One simulated future: when each target task was first placed, and why the rest were not."""
-
-    starts: dict[str, int]
-    stopped_early: bool
-    blocked_by_unknown: bool
-    simulated_until_ms: int
+# The first simulated minute goes tick by tick, as the scheduler will run it; after that the
+# simulation steps a minute at a time with the per-tick caps scaled to match, so an hour ahead
+# costs sixty decisions, not seven hundred (starts beyond the first minute are to the minute).
+FINE_STEPS_MS = 60_000
+COARSE_STEP_MS = 60_000
 
 
 def estimate_starts(
@@ -126,23 +123,29 @@ def estimate_starts(
     running_since: Mapping[str, int],
     *,
     tick_ms: int,
-    max_ticks: int = 200,
+    max_steps: int = 200,
+    coarse_step_ms: int = COARSE_STEP_MS,
     out_of_time: Callable[[], bool] = lambda: False,
 ) -> dict[str, StartEstimate]:
     """An estimate for every task PENDING in ``snapshot``.
 
     ``running_since`` maps active task ids to when their current attempt started (ms; a task
-    missing from it is taken to have just started). ``tick_ms`` is the tick interval the
-    simulation steps by; it simulates at most ``max_ticks`` ticks per run and stops early once
-    ``out_of_time()`` is true (the tasks not yet placed then fall back to wait history).
+    missing from it is taken to have just started). The simulation steps by ``tick_ms`` (the
+    tick interval) for the first minute, then by ``coarse_step_ms``; the two runs (p50 and p90
+    durations) advance in lockstep, at most ``max_steps`` steps each, until both are done or
+    ``out_of_time()`` is true (the tasks not yet placed then fall back to observed waits).
     """
     targets = [t for t in snapshot.tasks if t.state is TaskState.PENDING]
     if not targets:
         return {}
-    runs = {}
-    for q in (0.5, 0.9):
-        runs[q] = _simulate(snapshot, history, running_since, q, tick_ms, max_ticks, out_of_time)
-    optimistic, pessimistic = runs[0.5], runs[0.9]
+    runs = [_Future(snapshot, history, running_since, q, tick_ms, coarse_step_ms) for q in (0.5, 0.9)]
+    for _ in range(max_steps):
+        live = [run for run in runs if not run.done]
+        if not live or out_of_time():
+            break
+        for run in live:
+            run.step()
+    optimistic, pessimistic = runs
     now = snapshot.now_ms
     estimates: dict[str, StartEstimate] = {}
     for task in targets:
@@ -156,11 +159,11 @@ def estimate_starts(
         if fallback is not None:
             estimates[task.id] = fallback
         else:
-            estimates[task.id] = StartEstimate(now, reason=_why_not(optimistic if a is None else pessimistic, history, job))
+            estimates[task.id] = StartEstimate(now, reason=_why_not(optimistic if a is None else pessimistic))
     return estimates
 
 
-def _why_not(run: _Run, history: RunHistory, job: JobSpec) -> str:
+def _why_not(run: _Future) -> str:
     if run.stopped_early:
         return "not enough history: it starts beyond the simulated horizon and its band has too few observed waits"
     if run.blocked_by_unknown:
@@ -192,55 +195,67 @@ def _predicted_end(job: JobSpec, history: RunHistory, started_ms: int, now: int,
     return started_ms + quantile(longer, q)
 
 
-def _simulate(
-    snapshot: ClusterSnapshot,
-    history: RunHistory,
-    running_since: Mapping[str, int],
-    q: float,
-    tick_ms: int,
-    max_ticks: int,
-    out_of_time: Callable[[], bool],
-) -> _Run:
-    jobs = snapshot.jobs
-    now = snapshot.now_ms
-    tasks: dict[str, TaskSnapshot] = {}
-    ends: dict[str, int | None] = {}
-    heap: list[tuple[int, str]] = []
-    targets: set[str] = set()
-    duration_cache: dict[str, int | None] = {}
+class _Future:
+    """One simulated future of the cluster, advanced one scheduling step at a time."""
 
-    def duration(job_id: str) -> int | None:
-        if job_id not in duration_cache:
-            values = history.durations(jobs[job_id])
-            duration_cache[job_id] = None if values is None else quantile(values, q)
-        return duration_cache[job_id]
+    def __init__(self, snapshot: ClusterSnapshot, history: RunHistory, running_since: Mapping[str, int],
+                 q: float, tick_ms: int, coarse_step_ms: int) -> None:
+        self.snapshot = snapshot
+        self.history = history
+        self.q = q
+        self.tick_ms = tick_ms
+        factor = max(1, coarse_step_ms // tick_ms)
+        config = snapshot.config
+        self.coarse_ms = factor * tick_ms
+        # A coarse step stands for ``factor`` ticks: as many placements per worker and per job.
+        self.coarse_config = replace(
+            config,
+            max_tasks_per_job_per_cycle=config.max_tasks_per_job_per_cycle * factor,
+            max_assignments_per_worker=config.max_assignments_per_worker * factor,
+        )
+        self.durations: dict[str, int | None] = {}
+        now = snapshot.now_ms
+        self.t = now
+        self.tasks: dict[str, TaskSnapshot] = {}
+        self.ends: dict[str, int | None] = {}
+        self.heap: list[tuple[int, str]] = []
+        self.targets: set[str] = set()
+        self.starts: dict[str, int] = {}
+        self.done = False
+        self.stopped_early = True
+        self.steps = 0
+        jobs = snapshot.jobs
+        for task in snapshot.tasks:
+            if task.state is TaskState.PENDING:
+                self.targets.add(task.id)
+            elif task.state in ACTIVE_STATES:
+                end = _predicted_end(jobs[task.job_id], history, running_since.get(task.id, now), now, q)
+                self.ends[task.id] = end
+                if end is not None:
+                    self.heap.append((end, task.id))
+            elif task.unfinished_attempt_worker is None:
+                continue
+            self.tasks[task.id] = task
+        heapq.heapify(self.heap)
 
-    for task in snapshot.tasks:
-        if task.state is TaskState.PENDING:
-            targets.add(task.id)
-        elif task.state in ACTIVE_STATES:
-            end = _predicted_end(jobs[task.job_id], history, running_since.get(task.id, now), now, q)
-            ends[task.id] = end
-            if end is not None:
-                heap.append((end, task.id))
-        elif task.unfinished_attempt_worker is None:
-            continue
-        tasks[task.id] = task
-    heapq.heapify(heap)
+    def duration(self, job_id: str) -> int | None:
+        if job_id not in self.durations:
+            values = self.history.durations(self.snapshot.jobs[job_id])
+            self.durations[job_id] = None if values is None else quantile(values, self.q)
+        return self.durations[job_id]
 
-    starts: dict[str, int] = {}
-    t = now
-    stopped_early = True
-    for step in range(max_ticks):
-        if out_of_time():
-            break
+    def step(self) -> None:
+        """Decide one step at ``self.t``, apply it, and move the clock to the next step."""
+        tasks, ends, heap, t = self.tasks, self.ends, self.heap, self.t
         while heap and heap[0][0] <= t:
             end, task_id = heapq.heappop(heap)
             if ends.get(task_id) == end:
                 del ends[task_id]
                 del tasks[task_id]
-        decision = decide(replace(snapshot, now_ms=t, tasks=tuple(tasks.values())))
-        if step == 0:
+        fine = t - self.snapshot.now_ms < FINE_STEPS_MS
+        config = self.snapshot.config if fine else self.coarse_config
+        decision = decide(replace(self.snapshot, now_ms=t, config=config, tasks=tuple(tasks.values())))
+        if self.steps == 0:
             # Earlier attempts still holding capacity are confirmed finished within a tick.
             for task_id, task in list(tasks.items()):
                 if task.unfinished_attempt_worker is not None:
@@ -248,15 +263,17 @@ def _simulate(
                         tasks[task_id] = replace(task, unfinished_attempt_worker=None)
                     else:
                         del tasks[task_id]
+        self.steps += 1
         assigned = set()
+        running = TaskState.RUNNING
         for a in decision.assignments:
             assigned.add(a.task)
             old = tasks[a.task]
-            tasks[a.task] = TaskSnapshot(a.task, old.job_id, old.index, TaskState.RUNNING, a.worker, a.band, old.preemption_count)
-            if a.task in targets and a.task not in starts:
-                starts[a.task] = t
-            d = duration(old.job_id)
-            end = None if d is None else t + d
+            tasks[a.task] = TaskSnapshot(a.task, old.job_id, old.index, running, a.worker, a.band, old.preemption_count)
+            if a.task in self.targets and a.task not in self.starts:
+                self.starts[a.task] = t
+            d = self.duration(old.job_id)
+            end = None if d is None else t + max(d, 1)
             ends[a.task] = end
             if end is not None:
                 heapq.heappush(heap, (end, a.task))
@@ -270,19 +287,27 @@ def _simulate(
             elif after.state not in ACTIVE_STATES:
                 tasks.pop(task_id, None)
                 ends.pop(task_id, None)
-                targets.discard(task_id)
-        if all(task_id in starts for task_id in targets):
-            stopped_early = False
-            break
+                self.targets.discard(task_id)
+        if len(self.starts) >= len(self.targets) and all(task_id in self.starts for task_id in self.targets):
+            self._finish()
+            return
+        step = self.tick_ms if fine else self.coarse_ms
         if decision.assignments or decision.preemptions:
-            t += tick_ms
-            continue
-        # Nothing moved: skip the idle ticks to the one at or after the next predicted end.
+            self.t = t + step
+            return
+        # Nothing moved: skip the idle steps to the one at or after the next predicted end.
         while heap and ends.get(heap[0][1]) != heap[0][0]:
             heapq.heappop(heap)
         if not heap:
-            stopped_early = False
-            break
-        t += max(1, -(-(heap[0][0] - t) // tick_ms)) * tick_ms
-    blocked = any(end is None for end in ends.values())
-    return _Run(starts, stopped_early, blocked, t)
+            self._finish()
+            return
+        self.t = t + max(1, -(-(heap[0][0] - t) // step)) * step
+
+    def _finish(self) -> None:
+        self.done = True
+        self.stopped_early = False
+
+    @property
+    def blocked_by_unknown(self) -> bool:
+        """Some work in the simulated cluster holds capacity with no predicted end."""
+        return any(end is None for end in self.ends.values())

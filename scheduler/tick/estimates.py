@@ -94,7 +94,7 @@ def estimate_start_times(now_ms: int | None = None, *, budget_seconds: float | N
     deadline = started + budget
     estimates = estimate_starts(
         snapshot, history, running_since, tick_ms=int(settings.TICK_SECONDS * 1000),
-        max_ticks=settings.ESTIMATE_MAX_TICKS, out_of_time=lambda: time.monotonic() >= deadline,
+        max_steps=settings.ESTIMATE_MAX_STEPS, out_of_time=lambda: time.monotonic() >= deadline,
     )
     store_estimates(estimates)
     return EstimateRun(
