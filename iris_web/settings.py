@@ -342,6 +342,8 @@ ESTIMATE_MAX_STEPS = env_int("IRIS_ESTIMATE_MAX_STEPS", 300)
 # The history the durations and waits come from: this many hours back, at most this many runs.
 ESTIMATE_HISTORY_HOURS = env_float("IRIS_ESTIMATE_HISTORY_HOURS", 168)
 ESTIMATE_HISTORY_RUNS = env_int("IRIS_ESTIMATE_HISTORY_RUNS", 50_000)
+# The future submissions assumed: the last this-many minutes' jobs, arriving again.
+ESTIMATE_ARRIVALS_MINUTES = env_float("IRIS_ESTIMATE_ARRIVALS_MINUTES", 60)
 CELERY_BEAT_SCHEDULE["estimate-starts"] = every("scheduler.estimate_starts", ESTIMATE_SECONDS)
 
 CELERY_BEAT_SCHEDULE["dispatch-outbox"] = every("scheduler.dispatch", DISPATCH_SECONDS)

@@ -117,6 +117,21 @@ FINE_STEPS_MS = 60_000
 COARSE_STEP_MS = 60_000
 
 
+# The pessimistic run assumes this many times the recent rate of submissions (each recent job
+# once, and every second one again half a window later): a busier hour than the last one.
+PESSIMISTIC_ARRIVALS = 1.5
+
+
+def _replayed(arrivals: Sequence[tuple[int, JobSpec]], rate: float) -> list[tuple[int, JobSpec]]:
+    """The future jobs of one run, in time order, each with an id of its own."""
+    out = [(at, replace(job, id=f"{job.id}~1")) for at, job in arrivals]
+    if rate > 1 and len(arrivals) > 1:
+        span = max(at for at, _ in arrivals) - min(at for at, _ in arrivals)
+        out += [(at + span // 2, replace(job, id=f"{job.id}~2")) for at, job in arrivals[::2]]
+    out.sort(key=lambda pair: pair[0])
+    return out
+
+
 def estimate_starts(
     snapshot: ClusterSnapshot,
     history: RunHistory,
@@ -125,6 +140,7 @@ def estimate_starts(
     tick_ms: int,
     max_steps: int = 200,
     coarse_step_ms: int = COARSE_STEP_MS,
+    arrivals: Sequence[tuple[int, JobSpec]] = (),
     out_of_time: Callable[[], bool] = lambda: False,
 ) -> dict[str, StartEstimate]:
     """An estimate for every task PENDING in ``snapshot``.
@@ -134,16 +150,26 @@ def estimate_starts(
     tick interval) for the first minute, then by ``coarse_step_ms``; the two runs (p50 and p90
     durations) advance in lockstep, at most ``max_steps`` steps each, until both are done or
     ``out_of_time()`` is true (the tasks not yet placed then fall back to observed waits).
+
+    ``arrivals`` is the work assumed to be submitted in the future, ``(at ms, job)`` (the shell
+    replays the last hour's submissions an hour later): work of a higher band, or of a user
+    with less spend, that arrives while a task waits goes ahead of it, as it will in reality.
+    The p90 run replays it at ``PESSIMISTIC_ARRIVALS`` times the rate.
     """
     targets = [t for t in snapshot.tasks if t.state is TaskState.PENDING]
     if not targets:
         return {}
-    runs = [_Future(snapshot, history, running_since, q, tick_ms, coarse_step_ms) for q in (0.5, 0.9)]
+    runs = [
+        _Future(snapshot, history, running_since, 0.5, tick_ms, coarse_step_ms, _replayed(arrivals, 1)),
+        _Future(snapshot, history, running_since, 0.9, tick_ms, coarse_step_ms, _replayed(arrivals, PESSIMISTIC_ARRIVALS)),
+    ]
     for _ in range(max_steps):
         live = [run for run in runs if not run.done]
         if not live or out_of_time():
             break
         for run in live:
+            if out_of_time():
+                break
             run.step()
     optimistic, pessimistic = runs
     now = snapshot.now_ms
@@ -199,8 +225,11 @@ class _Future:
     """One simulated future of the cluster, advanced one scheduling step at a time."""
 
     def __init__(self, snapshot: ClusterSnapshot, history: RunHistory, running_since: Mapping[str, int],
-                 q: float, tick_ms: int, coarse_step_ms: int) -> None:
+                 q: float, tick_ms: int, coarse_step_ms: int, arrivals: list[tuple[int, JobSpec]] = ()) -> None:
         self.snapshot = snapshot
+        self.jobs = dict(snapshot.jobs)
+        self.arrivals = list(arrivals)
+        self.next_arrival = 0
         self.history = history
         self.q = q
         self.tick_ms = tick_ms
@@ -240,7 +269,7 @@ class _Future:
 
     def duration(self, job_id: str) -> int | None:
         if job_id not in self.durations:
-            values = self.history.durations(self.snapshot.jobs[job_id])
+            values = self.history.durations(self.jobs[job_id])
             self.durations[job_id] = None if values is None else quantile(values, self.q)
         return self.durations[job_id]
 
@@ -252,9 +281,16 @@ class _Future:
             if ends.get(task_id) == end:
                 del ends[task_id]
                 del tasks[task_id]
+        arrivals = self.arrivals
+        while self.next_arrival < len(arrivals) and arrivals[self.next_arrival][0] <= t:
+            _, job = arrivals[self.next_arrival]
+            self.next_arrival += 1
+            self.jobs[job.id] = replace(job, submitted_at_ms=t, root_submitted_at_ms=t)
+            for i in range(job.replicas):
+                tasks[f"{job.id}/{i}"] = TaskSnapshot(f"{job.id}/{i}", job.id, i)
         fine = t - self.snapshot.now_ms < FINE_STEPS_MS
         config = self.snapshot.config if fine else self.coarse_config
-        decision = decide(replace(self.snapshot, now_ms=t, config=config, tasks=tuple(tasks.values())))
+        decision = decide(replace(self.snapshot, now_ms=t, config=config, jobs=self.jobs, tasks=tuple(tasks.values())))
         if self.steps == 0:
             # Earlier attempts still holding capacity are confirmed finished within a tick.
             for task_id, task in list(tasks.items()):
@@ -298,10 +334,13 @@ class _Future:
         # Nothing moved: skip the idle steps to the one at or after the next predicted end.
         while heap and ends.get(heap[0][1]) != heap[0][0]:
             heapq.heappop(heap)
-        if not heap:
+        events = [heap[0][0]] if heap else []
+        if self.next_arrival < len(arrivals):
+            events.append(arrivals[self.next_arrival][0])
+        if not events:
             self._finish()
             return
-        self.t = t + max(1, -(-(heap[0][0] - t) // step)) * step
+        self.t = t + max(1, -(-(min(events) - t) // step)) * step
 
     def _finish(self) -> None:
         self.done = True

@@ -19,9 +19,10 @@ from django.db import transaction
 
 from scheduler.core.bands import Band
 from scheduler.core.estimate import RunHistory, StartEstimate, estimate_starts, shape_key
-from scheduler.core.types import Device, DeviceType, Resources
-from scheduler.models import Attempt, EstimatedStart
+from scheduler.core.types import Device, DeviceType, JobSpec, Resources
+from scheduler.models import Attempt, EstimatedStart, Job
 from scheduler.store.bulk import insert_rows
+from scheduler.store.cluster_rows import constraints_from_json, device_from_columns, json_value
 from scheduler.store.clock import now_ms as clock_now_ms
 from scheduler.store.states import TaskState
 from scheduler.tick.load import load_snapshot
@@ -65,6 +66,29 @@ def read_history(now_ms: int) -> tuple[RunHistory, dict[str, int]]:
     return RunHistory.build(runs, waits), running_since
 
 
+def recent_submissions(now_ms: int) -> list[tuple[int, JobSpec]]:
+    """The jobs submitted in the last ``IRIS_ESTIMATE_ARRIVALS_MINUTES`` (at most
+    ``IRIS_ESTIMATE_HISTORY_RUNS``), each as arriving again one window later: the future
+    submissions the estimator assumes. One query."""
+    window = int(settings.ESTIMATE_ARRIVALS_MINUTES * 60_000)
+    rows = (
+        Job.objects.filter(submitted_at_ms__gt=now_ms - window, submitted_at_ms__lte=now_ms)
+        .order_by("-submitted_at_ms")
+        .values_list("name", "user", "band", "replicas", "cpu_millicores", "memory_bytes", "device_type",
+                     "device_variant", "device_count", "group_by", "constraints", "submitted_at_ms")[:settings.ESTIMATE_HISTORY_RUNS]
+    )
+    out = []
+    for name, user, band, replicas, cpu, memory, dtype, variant, count, group_by, constraints, submitted in rows:
+        spec = JobSpec(
+            id=name, user=user, band=Band(band), parent=None, submitted_at_ms=submitted, root_submitted_at_ms=submitted,
+            replicas=replicas, resources=Resources(cpu, memory, device_from_columns(dtype, variant, count)),
+            group_by=group_by or None, constraints=constraints_from_json(json_value(constraints) or []),
+        )
+        out.append((submitted + window, spec))
+    out.reverse()
+    return out
+
+
 @dataclass(frozen=True)
 class EstimateRun:
     """What one estimator run did: how many tasks it estimated, how many got a range, and its
@@ -94,7 +118,7 @@ def estimate_start_times(now_ms: int | None = None, *, budget_seconds: float | N
     deadline = started + budget
     estimates = estimate_starts(
         snapshot, history, running_since, tick_ms=int(settings.TICK_SECONDS * 1000),
-        max_steps=settings.ESTIMATE_MAX_STEPS, out_of_time=lambda: time.monotonic() >= deadline,
+        max_steps=settings.ESTIMATE_MAX_STEPS, arrivals=recent_submissions(now), out_of_time=lambda: time.monotonic() >= deadline,
     )
     store_estimates(estimates)
     return EstimateRun(

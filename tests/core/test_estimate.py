@@ -124,3 +124,17 @@ def test_a_preemption_in_the_simulation_starts_the_preemptor_now():
     snapshot = cluster([worker("w", cpu=1, mem=1)], jobs, [running("/a/run/0", "w")])
     history = RunHistory.build(runs("/a/run", *[10 * MINUTE] * 3))
     assert estimate_starts(snapshot, history, {}, tick_ms=TICK)["/c/prod/0"].p50_ms == NOW
+
+
+def test_future_arrivals_of_a_higher_band_go_ahead_in_the_simulation():
+    """A PRODUCTION job is assumed to arrive in 5 minutes; the BATCH task waiting for the single
+    slot then starts after that job's 20 minutes, not when the slot frees at 10."""
+    jobs = [job("/a/run", band="production", cpu=1, mem=1), job("/b/wait", band="batch", cpu=1, mem=1)]
+    snapshot = cluster([worker("w", cpu=1, mem=1)], jobs, [running("/a/run/0", "w")])
+    history = RunHistory.build(runs("/a/run", *[10 * MINUTE] * 3, band=Band.PRODUCTION)
+                               + runs("/c/p", *[20 * MINUTE] * 3, user="c", band=Band.PRODUCTION))
+    arrival = job("/c/p", band="production", cpu=1, mem=1, submitted=NOW - 55 * MINUTE)
+    alone = estimate_starts(snapshot, history, {}, tick_ms=TICK)["/b/wait/0"]
+    busy = estimate_starts(snapshot, history, {}, tick_ms=TICK, arrivals=[(NOW + 5 * MINUTE, arrival)])["/b/wait/0"]
+    assert alone.p50_ms - NOW == 10 * MINUTE
+    assert busy.p50_ms - NOW == 30 * MINUTE

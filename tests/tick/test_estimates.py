@@ -133,3 +133,14 @@ def test_pages_read_estimates_in_constant_queries(alice):
     small = counts(2)
     assert EstimatedStart.objects.exclude(p50_ms=None).count() == 6
     assert counts(12) == small
+
+
+def test_recent_submissions_arrive_again_one_window_later(settings):
+    from scheduler.tick.estimates import recent_submissions
+
+    settings.ESTIMATE_ARRIVALS_MINUTES = 60
+    now = clock.now_ms()
+    make_job("/alice/old", submitted_at_ms=now - 2 * 60 * MINUTE)
+    make_job("/bob/recent", submitted_at_ms=now - 10 * MINUTE, replicas=2)
+    assert [(at - now, job.id, job.replicas) for at, job in recent_submissions(now)] == [(50 * MINUTE, "/bob/recent", 2)]
+
