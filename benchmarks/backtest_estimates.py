@@ -9,7 +9,7 @@ Usage (from the repository root)::
 A synthetic workload runs through the real ``decide`` for simulated hours, with the tick's own
 apply rules (an assignment starts the task; a preemption puts the victim back in the queue
 with its run lost; a task ends when its true duration has passed). Jobs arrive at random
-(Poisson) from 8 users in all three bands; each user has three kinds of job, each kind its
+(Poisson, ``--rate`` jobs a minute) from 8 users in all three bands, on 40 workers of 8 cores; each user has three kinds of job, each kind its
 own shape and its own true duration (10 to 120 minutes). With ``--noise`` a task's true
 duration is the kind's times a log-normal factor (sigma = the noise), so history predicts it
 only roughly. Every ``--every`` simulated minutes the estimator
@@ -60,7 +60,7 @@ NOW0 = 1_800_000_000_000
 BANDS = [(Band.PRODUCTION, 0.1), (Band.INTERACTIVE, 0.5), (Band.BATCH, 0.4)]
 
 
-def workload(rng: random.Random, hours: float, noise: float):
+def workload(rng: random.Random, hours: float, noise: float, rate: float):
     """Arrivals ``(at_ms, JobSpec, [true duration ms per task])`` in time order."""
     users = [f"u{i}" for i in range(8)]
     kinds = {
@@ -72,7 +72,7 @@ def workload(rng: random.Random, hours: float, noise: float):
     t = NOW0
     end = NOW0 + int(hours * 60 * MINUTE)
     n = 0
-    mean_gap = 60_000 / 2.2  # about 2.2 jobs a minute: a cluster a little over full, so queues form
+    mean_gap = 60_000 / rate  # jobs a minute; 1.1 is about 95% of capacity in demand
     while t < end:
         t += int(rng.expovariate(1 / mean_gap))
         user = rng.choice(users)
@@ -87,11 +87,11 @@ def workload(rng: random.Random, hours: float, noise: float):
     return arrivals
 
 
-def backtest(hours: float, noise: float, seed: int, every_min: float, warmup_h: float, budget_s: float) -> dict:
+def backtest(hours: float, noise: float, rate: float, seed: int, every_min: float, warmup_h: float, budget_s: float) -> dict:
     rng = random.Random(seed)
     workers = tuple(WorkerSpec(f"w{i}", 8000, 32 * GIB) for i in range(40))
     config = SchedulerConfig(budget_defaults=BudgetDefaults(budget_limit=0))
-    arrivals = workload(rng, hours, noise)
+    arrivals = workload(rng, hours, noise, rate)
     jobs: dict[str, JobSpec] = {}
     true_duration: dict[str, int] = {}
     tasks: dict[str, TaskSnapshot] = {}
@@ -206,6 +206,8 @@ def main() -> None:
     parser.add_argument("--hours", type=float, default=4, help="simulated hours of arrivals")
     parser.add_argument("--noise", type=float, default=None, help="one variant with this log-normal sigma (default: 0 and 0.5)")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--rate", type=float, default=1.1,
+                        help="jobs submitted a minute (1.1: demand about 95%% of capacity; 1.5: about 130%%, the queue grows)")
     parser.add_argument("--every", type=float, default=5, help="simulated minutes between estimator runs")
     parser.add_argument("--warmup", type=float, default=1, help="hours of history before figures count")
     parser.add_argument("--budget", type=float, default=10, help="the estimator's wall-time budget per run, seconds")
@@ -214,9 +216,9 @@ def main() -> None:
     variants = [args.noise] if args.noise is not None else [0.0, 0.5]
     for noise in variants:
         wall, cpu = time.perf_counter(), time.process_time()
-        result = backtest(args.hours, noise, args.seed, args.every, args.warmup, args.budget)
+        result = backtest(args.hours, noise, args.rate, args.seed, args.every, args.warmup, args.budget)
         label = "exact durations" if not noise else f"noisy durations (log-normal sigma {noise})"
-        report(f"{label}, {args.hours:g} h of arrivals, seed {args.seed}", result)
+        report(f"{label}, {args.hours:g} h of arrivals at {args.rate:g} jobs/min, seed {args.seed}", result)
         print(f"  backtest: {time.perf_counter() - wall:.0f} s wall, {time.process_time() - cpu:.0f} s CPU")
     print(f"load average: {os.getloadavg()}")
 
