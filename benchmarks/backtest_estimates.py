@@ -173,8 +173,10 @@ def summarise(jobs, first_estimate, real_start, warm_from: int, estimator_wall: 
         if p50 is None:
             row["none"] += 1
             continue
-        row["methods"][method] = row["methods"].get(method, 0) + 1
         start = real_start[task_id]
+        counts = row["methods"].setdefault(method, [0, 0])  # [tasks, covered]
+        counts[0] += 1
+        counts[1] += start <= p90
         row["covered"] += start <= p90
         wait = start - as_of
         if wait >= MINUTE:
@@ -182,9 +184,13 @@ def summarise(jobs, first_estimate, real_start, warm_from: int, estimator_wall: 
     return {"bands": by_band, "estimator_wall": estimator_wall}
 
 
+def methods_text(methods: dict) -> str:
+    return ", ".join(f"{m}: {n} ({c / n:.0%})" for m, (n, c) in sorted(methods.items()))
+
+
 def report(label: str, result: dict) -> None:
     print(f"{label}:")
-    print(f"  {'band':<12} {'tasks':>6} {'no est.':>8} {'coverage p90':>13} {'median |err|/wait':>18}  methods")
+    print(f"  {'band':<12} {'tasks':>6} {'no est.':>8} {'coverage p90':>13} {'median |err|/wait':>18}  method: tasks (coverage)")
     total = covered = estimated = 0
     for band in sorted(result["bands"], key=int, reverse=True):
         row = result["bands"][band]
@@ -194,7 +200,7 @@ def report(label: str, result: dict) -> None:
         covered += row["covered"]
         cover = f"{row['covered'] / est:.0%}" if est else "-"
         err = f"{statistics.median(row['errors']):.0%} (n={len(row['errors'])})" if row["errors"] else "-"
-        print(f"  {band.name:<12} {row['tasks']:>6} {row['none'] / row['tasks']:>8.0%} {cover:>13} {err:>18}  {row['methods']}")
+        print(f"  {band.name:<12} {row['tasks']:>6} {row['none'] / row['tasks']:>8.0%} {cover:>13} {err:>18}  {methods_text(row['methods'])}")
     if estimated:
         print(f"  all bands: {total} tasks, coverage {covered / estimated:.0%} of the {estimated} estimated")
     walls = result["estimator_wall"]

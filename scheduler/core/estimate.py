@@ -83,16 +83,23 @@ class RunHistory:
                 values.sort()
         return RunHistory(by_job, by_user_shape, by_band, waits_by_band)
 
-    def durations(self, job: JobSpec) -> Sequence[int] | None:
-        """The most specific history with enough samples for ``job``'s runs, or None."""
+    def levels(self, job: JobSpec) -> list[Sequence[int]]:
+        """The histories with enough samples for ``job``'s runs, most specific first: the same
+        job, the same user and shape, the band."""
+        found = []
         for values in (
             self.by_job.get(job.id),
             self.by_user_shape.get((job.user, shape_key(job.resources))),
             self.by_band.get(job.band),
         ):
             if values is not None and len(values) >= MIN_SAMPLES:
-                return values
-        return None
+                found.append(values)
+        return found
+
+    def durations(self, job: JobSpec) -> Sequence[int] | None:
+        """The most specific history with enough samples for ``job``'s runs, or None."""
+        levels = self.levels(job)
+        return levels[0] if levels else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +190,10 @@ def estimate_starts(
         job = snapshot.jobs[task.job_id]
         fallback = _from_waits(job, history, now)
         if fallback is not None:
-            estimates[task.id] = fallback
+            # Each run that did not place it says it starts after the time that run reached.
+            low = max(fallback.p50_ms, a if a is not None else optimistic.t)
+            high = max(fallback.p90_ms, b if b is not None else pessimistic.t, low)
+            estimates[task.id] = replace(fallback, p50_ms=low, p90_ms=high)
         else:
             estimates[task.id] = StartEstimate(now, reason=_why_not(optimistic if a is None else pessimistic))
     return estimates
@@ -209,16 +219,16 @@ def _from_waits(job: JobSpec, history: RunHistory, now: int) -> StartEstimate | 
 
 
 def _predicted_end(job: JobSpec, history: RunHistory, started_ms: int, now: int, q: float) -> int | None:
-    """When an active task started at ``started_ms`` ends at quantile ``q`` of its runs that
-    lasted longer than it has run so far; None if no such history."""
-    values = history.durations(job)
-    if values is None:
-        return None
+    """When an active task started at ``started_ms`` ends: quantile ``q`` of the runs that
+    lasted longer than it has run so far, from the most specific history that has
+    ``MIN_SAMPLES`` of them (a run past all of its own kind's is judged by a coarser kind's);
+    None if no history has."""
     elapsed = now - started_ms
-    longer = [v for v in values if v > elapsed]
-    if not longer:
-        return None
-    return started_ms + quantile(longer, q)
+    for values in history.levels(job):
+        longer = [v for v in values if v > elapsed]
+        if len(longer) >= MIN_SAMPLES:
+            return started_ms + quantile(longer, q)
+    return None
 
 
 class _Future:
