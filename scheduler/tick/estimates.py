@@ -9,6 +9,7 @@ tick never reads. The pages read the stored rows (:func:`estimates_for_tasks`,
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from scheduler.store.cluster_rows import constraints_from_json, device_from_colu
 from scheduler.store.clock import now_ms as clock_now_ms
 from scheduler.store.states import TaskState
 from scheduler.tick.load import load_snapshot
+
+logger = logging.getLogger(__name__)
 
 # Runs that ended on their own: their length is the work's length. Killed, preempted and lost
 # attempts were cut short and would bias the durations low.
@@ -121,10 +124,13 @@ def estimate_start_times(now_ms: int | None = None, *, budget_seconds: float | N
         max_steps=settings.ESTIMATE_MAX_STEPS, arrivals=recent_submissions(now), out_of_time=lambda: time.monotonic() >= deadline,
     )
     store_estimates(estimates)
-    return EstimateRun(
+    run = EstimateRun(
         as_of_ms=now, pending=len(estimates), estimated=sum(1 for e in estimates.values() if e.p50_ms is not None),
         wall_s=time.monotonic() - started, cpu_s=time.process_time() - started_cpu, history_s=history_s,
     )
+    logger.info("start estimates: %d pending, %d with a range, %.1f s wall (%.1f s CPU, history %.1f s)",
+                run.pending, run.estimated, run.wall_s, run.cpu_s, run.history_s)
+    return run
 
 
 _COLUMNS = (("task", "text"), ("job", "text"), ("p50_ms", "bigint"), ("p90_ms", "bigint"),
