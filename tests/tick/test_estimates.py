@@ -144,3 +144,13 @@ def test_recent_submissions_arrive_again_one_window_later(settings):
     make_job("/bob/recent", submitted_at_ms=now - 10 * MINUTE, replicas=2)
     assert [(at - now, job.id, job.replicas) for at, job in recent_submissions(now)] == [(50 * MINUTE, "/bob/recent", 2)]
 
+
+
+def test_the_estimator_has_its_own_beat_entry_and_task():
+    from django.conf import settings
+
+    from scheduler import tasks
+
+    entry = settings.CELERY_BEAT_SCHEDULE["estimate-starts"]
+    assert entry["task"] == tasks.estimate_starts.name == "scheduler.estimate_starts"
+    assert entry["options"]["expires"] == entry["schedule"] == settings.ESTIMATE_SECONDS
