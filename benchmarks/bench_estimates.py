@@ -13,7 +13,8 @@ Printed: wall and CPU seconds of the estimator, simulated ticks per run (two run
 durations), and how many pending tasks got a range from the simulation, from observed waits,
 or none. With ``--with-decide`` it also times ``decide`` alone on the same snapshot, before the
 estimator and in a second process while the estimator runs, to show what a tick sharing the
-machine with it sees.
+machine with it sees; ``--nice 10`` runs the estimator at a lower CPU priority, as the niced
+estimates worker of docs/operations.md does.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def _decide_in_child(size: tuple[int, int], seed: int, runs: int, out) -> None:
     out.put(decide_times(snapshot, runs))
 
 
-def measure(pending: int, workers: int, budget: float, seed: int, with_decide: bool) -> None:
+def measure(pending: int, workers: int, budget: float, seed: int, with_decide: bool, nice: int = 0) -> None:
     snapshot = snapshot_from_json(generate(pending=pending, workers=workers, seed=seed))
     rng = random.Random(seed)
     history = synthetic_history(rng)
@@ -78,6 +79,8 @@ def measure(pending: int, workers: int, budget: float, seed: int, with_decide: b
         queue = multiprocessing.Queue()
         child = multiprocessing.Process(target=_decide_in_child, args=((pending, workers), seed, 5, queue))
         child.start()
+        if nice:
+            os.nice(nice)  # the estimator's process only, as a niced estimates worker would run
 
     ticks = {"n": 0}
     original = estimate_module.decide
@@ -111,12 +114,13 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=60, help="the estimator's time budget, seconds")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--with-decide", action="store_true", help="also time decide beside the estimator")
+    parser.add_argument("--nice", type=int, default=0, help="with --with-decide: lower the estimator's CPU priority by this")
     args = parser.parse_args()
     print(f"load average: {os.getloadavg()}")
     for size in args.sizes.split(","):
         pending, _, workers = size.lower().partition("x")
         print(f"{int(pending):,} pending x {int(workers):,} workers, budget {args.budget:g} s:")
-        measure(int(pending), int(workers), args.budget, args.seed, args.with_decide)
+        measure(int(pending), int(workers), args.budget, args.seed, args.with_decide, args.nice)
     print(f"load average: {os.getloadavg()}")
 
 
