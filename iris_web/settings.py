@@ -287,6 +287,12 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BEAT_SCHEDULE_FILENAME = str(DATA_DIR / "celerybeat-schedule")
 CELERY_TASK_ROUTES = {"scheduler.tick": {"queue": TICK_QUEUE}} if TICK_QUEUE else {}
+# The Celery queue start-time estimates go to (empty: the default queue). A run takes up to
+# IRIS_ESTIMATE_BUDGET_SECONDS of one worker process: give it its own queue (and worker) where
+# ticks must never wait behind it.
+ESTIMATE_QUEUE = os.environ.get("IRIS_ESTIMATE_QUEUE", "")
+if ESTIMATE_QUEUE:
+    CELERY_TASK_ROUTES["scheduler.estimate_starts"] = {"queue": ESTIMATE_QUEUE}
 
 
 def every(task: str, seconds: float) -> dict:
@@ -326,6 +332,20 @@ AGENT_TASK_USER = os.environ.get("IRIS_AGENT_TASK_USER", "")
 TASK_LOG_DIR = DATA_DIR / "logs"
 # Workers are checked this often for missed heartbeats.
 WORKER_CHECK_SECONDS = max(1.0, min(5.0, WORKER_GRACE_SECONDS / 3))
+# --- Start-time estimates (scheduler/tick/estimates.py, docs/estimates.md) ----------------------
+# Seconds between estimator runs (its own beat entry, off the tick's path).
+ESTIMATE_SECONDS = env_float("IRIS_ESTIMATE_SECONDS", 120)
+# Wall-time budget of one run's simulation; tasks not placed within it fall back to observed waits.
+ESTIMATE_BUDGET_SECONDS = env_float("IRIS_ESTIMATE_BUDGET_SECONDS", 60)
+# Most simulated steps per run (each is one decide over the whole cluster; after the first minute a step is a minute).
+ESTIMATE_MAX_STEPS = env_int("IRIS_ESTIMATE_MAX_STEPS", 300)
+# The history the durations and waits come from: this many hours back, at most this many runs.
+ESTIMATE_HISTORY_HOURS = env_float("IRIS_ESTIMATE_HISTORY_HOURS", 168)
+ESTIMATE_HISTORY_RUNS = env_int("IRIS_ESTIMATE_HISTORY_RUNS", 50_000)
+# The future submissions assumed: the last this-many minutes' jobs, arriving again.
+ESTIMATE_ARRIVALS_MINUTES = env_float("IRIS_ESTIMATE_ARRIVALS_MINUTES", 60)
+CELERY_BEAT_SCHEDULE["estimate-starts"] = every("scheduler.estimate_starts", ESTIMATE_SECONDS)
+
 CELERY_BEAT_SCHEDULE["dispatch-outbox"] = every("scheduler.dispatch", DISPATCH_SECONDS)
 CELERY_BEAT_SCHEDULE["check-workers"] = every("scheduler.check_workers", WORKER_CHECK_SECONDS)
 

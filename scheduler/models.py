@@ -447,3 +447,25 @@ class WorkerCredential(models.Model):
 
     def __str__(self) -> str:
         return f"credential of worker {self.worker_name}"
+
+
+class EstimatedStart(models.Model):
+    """A pending task's estimated start, as the newest estimator run computed it
+    (:mod:`scheduler.tick.estimates`; the method is docs/estimates.md).
+
+    Keyed by the task's name (``/alice/train/0``) so the queue page reads a page of them in one
+    query; ``job`` (the job's name) serves the job page. ``p50_ms`` and ``p90_ms`` are both set
+    or both null; null means there was not enough history, and ``reason`` says why. The whole
+    table is replaced by each run.
+    """
+
+    task = models.CharField(primary_key=True, max_length=MAX_ID_LENGTH + 12)
+    job = models.CharField(max_length=MAX_ID_LENGTH, db_index=True)
+    p50_ms = models.BigIntegerField(null=True, blank=True)
+    p90_ms = models.BigIntegerField(null=True, blank=True)
+    method = models.CharField(max_length=16, blank=True, default="")
+    reason = models.CharField(max_length=300, blank=True, default="")
+    as_of_ms = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return f"estimated start of {self.task}"

@@ -12,6 +12,7 @@ from scheduler.execution.workers import check_workers as declare_lost_workers
 from scheduler.provisioning.kubernetes import sync_kubernetes as sync_kubernetes_backend
 from scheduler.provisioning.sync import sync_backends
 from scheduler.provisioning.tpu import provision_tpu as provision_tpu_slices
+from scheduler.tick.estimates import estimate_start_times
 from scheduler.tick.run import run_tick
 
 
@@ -44,3 +45,8 @@ def sync_kubernetes() -> None:
 @shared_task(name="scheduler.provision_tpu", ignore_result=True)
 def provision_tpu() -> None:
     provision_tpu_slices()
+
+
+@shared_task(name="scheduler.estimate_starts", ignore_result=True)
+def estimate_starts() -> None:
+    estimate_start_times()

@@ -450,6 +450,15 @@ class PendingReasonField(serializers.JSONField):
         super().__init__(**kwargs)
 
 
+class EstimatedStartSerializer(serializers.Serializer):
+    """When a pending task will probably start (docs/estimates.md)."""
+
+    p50 = serializers.CharField(help_text="ISO time: half the simulated futures start it by then")
+    p90 = serializers.CharField(help_text="ISO time: the pessimistic (90th-percentile durations) start")
+    method = serializers.ChoiceField(choices=["simulation", "wait_history"])
+    as_of = serializers.CharField(help_text="ISO time of the cluster state the estimate was made from")
+
+
 class ExplainTaskSerializer(serializers.Serializer):
     task = serializers.CharField()
     state = serializers.ChoiceField(choices=TASK_STATES, help_text="now")
@@ -461,6 +470,8 @@ class ExplainTaskSerializer(serializers.Serializer):
     band_pending = serializers.IntegerField(allow_null=True, help_text="tasks the tick left pending in that band")
     changed_since_tick = serializers.BooleanField(help_text="the tick queued it, and its state has changed since")
     pending_reason = PendingReasonField(allow_null=True)
+    estimated_start = EstimatedStartSerializer(allow_null=True, help_text="null if not pending or not enough history")
+    estimated_start_reason = serializers.CharField(allow_blank=True, help_text="why estimated_start is null")
 
 
 class RequirementSerializer(serializers.Serializer):
@@ -552,6 +563,9 @@ class ExplainSerializer(serializers.Serializer):
     band_pending = serializers.IntegerField(allow_null=True, help_text="tasks the tick left pending in that band")
     band_queue_length = serializers.IntegerField(allow_null=True, help_text="deprecated: same as band_pending")
     pending_reason = PendingReasonField(allow_null=True)
+    estimated_start = EstimatedStartSerializer(allow_null=True, help_text="of its first pending task; null with a reason")
+    estimated_start_reason = serializers.CharField(allow_blank=True, help_text="why estimated_start is null")
+    estimated_start_text = serializers.CharField(allow_blank=True, help_text='e.g. "would start in about 20-45 min"')
     tick = serializers.IntegerField(allow_null=True, help_text="the tick the queue positions come from")
     bands = BandSummarySerializer(many=True, help_text="tasks per stamped (running) and queued (pending) band")
     bands_text = serializers.CharField()
@@ -577,6 +591,8 @@ class QueueEntrySerializer(serializers.Serializer):
     pending_reason = PendingReasonField()
     state = serializers.ChoiceField(choices=TASK_STATES, allow_null=True, help_text="now (the queue is as of the tick)")
     changed_since_tick = serializers.BooleanField(help_text="its state now is not pending")
+    estimated_start = EstimatedStartSerializer(allow_null=True, help_text="null with a reason when there is not enough history")
+    estimated_start_reason = serializers.CharField(allow_blank=True)
 
 
 class QueueFilterSerializer(serializers.Serializer):
@@ -708,5 +724,7 @@ class WhatIfSerializer(serializers.Serializer):
     would_preempt = serializers.ListField(child=serializers.CharField())
     pending_reason = PendingReasonField(allow_null=True)
     feasibility = FeasibilitySerializer(allow_null=True, required=False)
+    estimated_start = EstimatedStartSerializer(allow_null=True, required=False, help_text="no earlier than the task just ahead of it")
+    estimated_start_text = serializers.CharField(required=False, help_text='e.g. "would start in about 20-45 min"')
 
 

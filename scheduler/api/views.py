@@ -32,10 +32,11 @@ from scheduler.execution.workers import drain_worker, heartbeat_worker, register
 from scheduler.jobs.cancel import cancel_job
 from scheduler.jobs.explain import explain_job
 from scheduler.jobs.queries import job_detail, jobs, task_counts
-from scheduler.jobs.queue import queue_index, queue_rows, queue_selection
+from scheduler.jobs.queue import queue_estimates, queue_index, queue_rows, queue_selection
 from scheduler.jobs.request import normalize_job_id
 from scheduler.jobs.submit import submit_job
 from scheduler.jobs.whatif import what_if
+from scheduler.tick.estimates import estimate_data
 from scheduler.tick.queries import preemptions, recent_ticks
 from scheduler.tick.run import run_tick_now
 
@@ -369,16 +370,19 @@ class QueueView(IrisView):
         paginator = Pagination()
         page = paginator.paginate_queryset(entries, request, view=self)
         rows = queue_rows(page)
+        estimates = queue_estimates(page)
         data = []
         for e in page:
             row = rows.get(e.task)
+            estimated, estimate_reason = estimate_data(estimates.get(e.task))
             data.append(
                 {"task": e.task, "job": e.job, "user": e.user, "band": e.band, "position": e.position,
                  "band_pending": e.band_count,
                  "requested_band": e.requested if e.requested is not None else (row.job.band if row else None),
                  "resources": s.job_resources(row.job) if row else None,
                  "pending_reason": e.as_data(), "state": row.state if row else None,
-                 "changed_since_tick": row is not None and row.state != "pending"}
+                 "changed_since_tick": row is not None and row.state != "pending",
+                 "estimated_start": estimated, "estimated_start_reason": estimate_reason}
             )
         response = paginator.get_paginated_response(s.QueueEntrySerializer(data, many=True).data)
         band_counts = {Band(rank).wire: n for rank, n in index.band_counts().items()}

@@ -366,6 +366,8 @@ def explanation(data: dict) -> str:
             ("spend at tick", f"{cell(tick_spend)} / {limit(tick_limit)} (tick {tick_id})" if tick_spend is not None else None),
             ("queue position", queue_line),
             ("pending reason", text_of(pick(data, "pending_reason")) if pick(data, "pending_reason") else None),
+            ("start estimate", estimate_line(data) if pick(data, "tasks") and any(
+                pick(t, "state") == "pending" for t in pick(data, "tasks")) else None),
         ]
     )
     parts = [head]
@@ -430,6 +432,26 @@ def feasibility_text(f: dict) -> str:
     return "\n".join(lines)
 
 
+def estimate_cell(t: dict) -> str:
+    """A pending task's estimated start as ``p50-p90`` times (``12:05-12:40Z``), or ``-``."""
+    e = pick(t, "estimated_start")
+    if not isinstance(e, dict):
+        return "-"
+    low, high = when(e.get("p50")), when(e.get("p90"))
+    if low[:10] == high[:10]:
+        return f"{low[11:16]}-{high[11:16]}Z"
+    return f"{low[:16]}-{high[:16]}Z"
+
+
+def estimate_line(data: dict) -> str | None:
+    """The explanation's estimated start: the sentence, the range and method, or why none."""
+    e = pick(data, "estimated_start")
+    sentence = pick(data, "estimated_start_text")
+    if isinstance(e, dict):
+        return f"{sentence} (p50 {when(e.get('p50'))}, p90 {when(e.get('p90'))}; by {e.get('method')}, as of {when(e.get('as_of'))})"
+    return sentence or pick(data, "estimated_start_reason") or None
+
+
 QUEUE_COLUMNS: list[Column] = [
     ("POS", lambda t: pick(t, "position", "rank")),
     ("BAND", lambda t: band(pick(t, "effective_band", "band"))),
@@ -438,6 +460,7 @@ QUEUE_COLUMNS: list[Column] = [
     ("REQUESTED", lambda t: band(pick(t, "requested_band"))),
     ("RESOURCES", resources),
     ("OF", lambda t: pick(t, "band_pending")),
+    ("ESTIMATED START", estimate_cell),
     ("PENDING REASON", reason_cell),
 ]
 

@@ -13,6 +13,8 @@ from scheduler.jobs.feasibility import job_feasibility
 from scheduler.jobs.queue import QueueEntry, QueueIndex, queue_index, round_robin_place
 from scheduler.models import Job, PreemptionEvent, Task
 from scheduler.store.states import TERMINAL_JOB_VALUES
+from scheduler.store import clock
+from scheduler.tick.estimates import estimate_data, estimates_for_job, wait_text
 
 
 def downgrade_text(requested: Band, spend: int, limit: int) -> str:
@@ -162,6 +164,7 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
     task_rows = list(
         Task.objects.filter(job=job).order_by("index").values_list("index", "state", "band", "worker__name")
     )
+    estimates = estimates_for_job(job.name)
     tasks = []
     first: QueueEntry | None = None  # the job's first task in the newest tick's queue
     for task_index, state, band, worker in task_rows:
@@ -176,6 +179,7 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         elif state == TaskState.PENDING.value:
             queued = not_yet_ticked_data()
         pending = state == TaskState.PENDING.value
+        estimated, estimate_reason = estimate_data(estimates.get(task_id)) if pending else (None, "")
         tasks.append({
             "task": task_id, "state": state,
             "band": (entry.band.wire if entry is not None else effective.wire) if pending else stamped,
@@ -184,6 +188,7 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
             "band_pending": entry.band_count if entry is not None else None,
             "changed_since_tick": entry is not None and not pending,
             "pending_reason": queued,
+            "estimated_start": estimated, "estimated_start_reason": estimate_reason,
         })
 
     events = list(
@@ -206,6 +211,8 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
     ]
     pending = [t for t in tasks if t["state"] == TaskState.PENDING.value]
     pending_reason = first.as_data() if first else (pending[0]["pending_reason"] if pending else None)
+    # The job's estimate is its first queued task's (else its first pending task's).
+    lead = next((t for t in pending if first is not None and t["task"] == first.task), pending[0] if pending else None)
     at_tick_downgrade = None
     if first is not None and first.reason.get("downgrade"):
         at_tick_downgrade = downgrade_text_of_record(first.reason)
@@ -232,6 +239,9 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         "band_pending": first.band_count if first else None,
         "band_queue_length": first.band_count if first else None,
         "pending_reason": pending_reason,
+        "estimated_start": lead["estimated_start"] if lead else None,
+        "estimated_start_reason": lead["estimated_start_reason"] if lead else "nothing is pending",
+        "estimated_start_text": wait_text(estimates.get(lead["task"]), clock.now_ms()) if lead else "",
         "tick": index.tick_pk,
         "bands": summary,
         "bands_text": band_summary_text(summary),

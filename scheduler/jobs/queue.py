@@ -12,6 +12,7 @@ from django.db.models import Q
 from scheduler.core.bands import Band
 from scheduler.core.explain import cause_text, pending_text
 from scheduler.models import Task, TickRecord
+from scheduler.tick.estimates import estimates_for_tasks
 from scheduler.tick.explanation import EXPLANATION_VERSION
 
 
@@ -316,6 +317,12 @@ def queue_rows(entries: list[QueueEntry]) -> dict[str, Task]:
             "job__device_count", "job__group_by",
         )
     }
+
+
+def queue_estimates(entries: list[QueueEntry]):
+    """The stored start estimates of the tasks on a queue page (task id -> row). One query
+    (none if empty)."""
+    return estimates_for_tasks(e.task for e in entries)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from scheduler.core.explain import pending_queue, pending_text, reason_record
 from scheduler.core.feasibility import analyse_job, holders
 from scheduler.core.types import ACTIVE_STATES
 from scheduler.jobs.feasibility import feasibility_data
+from scheduler.tick.estimates import estimate_behind
 from scheduler.tick.load import load_snapshot
 
 
@@ -48,6 +49,9 @@ class WhatIf:
     pending_reason: dict | None = None
     # Can it ever run? (``jobs.feasibility``), on the live cluster.
     feasibility: dict | None = None
+    # When it would probably start (``tick.estimates.estimate_behind``) and the sentence.
+    estimated_start: dict | None = None
+    estimated_start_text: str = ""
 
 
 def what_if(actor, data: Any) -> WhatIf:
@@ -116,10 +120,12 @@ def simulate_plan(plan: SubmissionPlan) -> WhatIf:
     victims = sorted(p.victim for p in decision.preemptions if p.preemptor in ours)
     # Our first queued task's place, by the one definition of positions.
     place = None
+    ahead = None  # the task just ahead of ours in its band, if any
     for band, task_ids in pending_queue(decision).items():
         for position, task_id in enumerate(task_ids, start=1):
             if task_id in ours:
                 place = (band, position, len(task_ids), task_id)
+                ahead = task_ids[position - 2] if position > 1 else None
                 break
         if place is not None:
             break
@@ -145,6 +151,7 @@ def simulate_plan(plan: SubmissionPlan) -> WhatIf:
     queued_band = place[0] if place else Band(effective)
     feasibility = feasibility_data(analysis, queued_band, lambda: holders(analysis.matching_ids, active, queued_band),
                                    waiting=place is not None)
+    estimated_start, estimated_text = estimate_behind(ahead, place is None and bool(assignments), now_ms)
     return WhatIf(
         accepted=True,
         error=None,
@@ -159,4 +166,6 @@ def simulate_plan(plan: SubmissionPlan) -> WhatIf:
         job=plan.job_id,
         pending_reason=pending_reason,
         feasibility=feasibility,
+        estimated_start=estimated_start,
+        estimated_start_text=estimated_text,
     )

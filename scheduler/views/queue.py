@@ -12,7 +12,9 @@ from django.contrib.auth.decorators import login_required
 from scheduler import roles
 from scheduler.core.bands import BANDS_IN_ORDER, Band
 from scheduler.core.explain import downgrade_text
-from scheduler.jobs.queue import QueueEntry, QueueIndex, queue_index, queue_rows, queue_window
+from scheduler.jobs.queue import QueueEntry, QueueIndex, queue_estimates, queue_index, queue_rows, queue_window
+from scheduler.store import clock
+from scheduler.tick.estimates import estimate_data, start_span
 from scheduler.views.common import PAGE_SIZE, Window, no_change, page_number, page_or_fragment, unchanged
 from scheduler.views.forms import QueueFilterForm
 
@@ -20,7 +22,7 @@ from scheduler.views.forms import QueueFilterForm
 PER_BAND_PREVIEW = 10
 
 
-def queue_row(entry: QueueEntry, task, index: QueueIndex) -> dict:
+def queue_row(entry: QueueEntry, task, index: QueueIndex, estimate=None, now_ms: int = 0) -> dict:
     """One table row: the explanation's facts (band, place, reason as of the tick, with the
     downgrade the tick decided with), and the task's current row (to mark a task that moved)."""
     requested = entry.requested or (Band(task.job.band) if task else None)
@@ -30,7 +32,9 @@ def queue_row(entry: QueueEntry, task, index: QueueIndex) -> dict:
         spend, limit = int(record["spend"]), int(record["limit"])
         downgrade = {"text": downgrade_text(entry.reason), "over": spend - limit, "spend": spend, "limit": limit}
     return {"entry": entry, "task": task, "requested": requested, "downgrade": downgrade,
-            "changed": task is not None and task.state != "pending"}
+            "changed": task is not None and task.state != "pending",
+            "estimate": start_span(estimate, now_ms), "estimate_reason": estimate_data(estimate)[1],
+            "estimate_method": estimate.method if estimate is not None else ""}
 
 
 @login_required
@@ -58,9 +62,12 @@ def queue(request):
             entries, total = queue_window(index, int(b), user=user or None, job=job or None,
                                                   limit=PER_BAND_PREVIEW)
             sections.append({"band": b, "entries": entries, "total": total, "window": None})
-    rows = queue_rows([e for s in sections for e in s["entries"]])
+    shown = [e for s in sections for e in s["entries"]]
+    rows = queue_rows(shown)
+    estimates = queue_estimates(shown)
+    now = clock.now_ms()
     for section in sections:
-        section["rows"] = [queue_row(e, rows.get(e.task), index) for e in section["entries"]]
+        section["rows"] = [queue_row(e, rows.get(e.task), index, estimates.get(e.task), now) for e in section["entries"]]
 
     context = {
         "form": form,

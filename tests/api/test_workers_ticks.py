@@ -138,6 +138,7 @@ def test_what_if_answers_where_the_job_would_go_and_writes_nothing(as_alice):
         "accepted": True, "error": None, "job": "/alice/probe", "requested_band": "interactive",
         "effective_band": "interactive", "spend": 0, "limit": 1000, "position": None, "would_place": True,
         "worker": "w1", "would_preempt": [], "pending_reason": None,
+        "estimated_start": None, "estimated_start_text": "would start at the next tick",
     }
     assert (feasibility["verdict"], feasibility["matching_workers"]) == ("fits", 1)
     assert counts() == before

@@ -1,0 +1,223 @@
+"""Start-time estimates, the shell half: read the history, run the pure estimator
+(:func:`scheduler.core.estimate.estimate_starts`) on the newest snapshot, store the answer.
+
+This runs as its own Celery task (``scheduler.estimate_starts``) on its own beat schedule, off
+the tick's critical path: it takes no lease and writes only ``EstimatedStart`` rows, which the
+tick never reads. The pages read the stored rows (:func:`estimates_for_tasks`,
+:func:`estimates_for_job`) in one query each.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from django.conf import settings
+from django.db import transaction
+
+from scheduler.core.bands import Band
+from scheduler.core.estimate import RunHistory, StartEstimate, estimate_starts, shape_key
+from scheduler.core.types import Device, DeviceType, JobSpec, Resources
+from scheduler.models import Attempt, EstimatedStart, Job
+from scheduler.store.bulk import insert_rows
+from scheduler.store.cluster_rows import constraints_from_json, device_from_columns, json_value
+from scheduler.store.clock import now_ms as clock_now_ms
+from scheduler.store.states import TaskState
+from scheduler.tick.load import load_snapshot
+
+logger = logging.getLogger(__name__)
+
+# Runs that ended on their own: their length is the work's length. Killed, preempted and lost
+# attempts were cut short and would bias the durations low.
+_NATURAL_ENDS = (TaskState.SUCCEEDED.value, TaskState.FAILED.value)
+
+
+def _ms(value: datetime) -> int:
+    return int(value.timestamp() * 1000)
+
+
+def read_history(now_ms: int) -> tuple[RunHistory, dict[str, int]]:
+    """Finished runs and first-start waits of the last ``IRIS_ESTIMATE_HISTORY_HOURS`` (at most
+    ``IRIS_ESTIMATE_HISTORY_RUNS`` of each, newest first), and when each unfinished attempt took
+    its slot (task name -> ms). Three queries."""
+    since = datetime.fromtimestamp(now_ms / 1000, tz=timezone.utc) - timedelta(hours=settings.ESTIMATE_HISTORY_HOURS)
+    limit = settings.ESTIMATE_HISTORY_RUNS
+    finished = (
+        Attempt.objects.filter(state__in=_NATURAL_ENDS, finished_at__gte=since)
+        .order_by("-finished_at")
+        .values_list(
+            "task__job__name", "task__job__user", "task__job__band", "task__job__cpu_millicores",
+            "task__job__memory_bytes", "task__job__device_type", "task__job__device_variant",
+            "task__job__device_count", "created_at", "finished_at",
+        )[:limit]
+    )
+    runs = []
+    for job, user, band, cpu, memory, device_type, variant, count, created, ended in finished:
+        shape = shape_key(Resources(cpu, memory, Device(DeviceType(device_type), variant or None, count)))
+        runs.append((job, user, shape, Band(band), max(0, _ms(ended) - _ms(created))))
+    first_starts = (
+        Attempt.objects.filter(number=1, created_at__gte=since)
+        .order_by("-created_at")
+        .values_list("task__job__band", "task__job__submitted_at_ms", "created_at")[:limit]
+    )
+    waits = [(Band(band), max(0, _ms(created) - submitted)) for band, submitted, created in first_starts]
+    unfinished = Attempt.objects.filter(finished_at__isnull=True).values_list("task__job__name", "task__index", "created_at")
+    running_since = {f"{job}/{index}": _ms(created) for job, index, created in unfinished}
+    return RunHistory.build(runs, waits), running_since
+
+
+def recent_submissions(now_ms: int) -> list[tuple[int, JobSpec]]:
+    """The jobs submitted in the last ``IRIS_ESTIMATE_ARRIVALS_MINUTES`` (at most
+    ``IRIS_ESTIMATE_HISTORY_RUNS``), each as arriving again one window later: the future
+    submissions the estimator assumes. One query."""
+    window = int(settings.ESTIMATE_ARRIVALS_MINUTES * 60_000)
+    rows = (
+        Job.objects.filter(submitted_at_ms__gt=now_ms - window, submitted_at_ms__lte=now_ms)
+        .order_by("-submitted_at_ms")
+        .values_list("name", "user", "band", "replicas", "cpu_millicores", "memory_bytes", "device_type",
+                     "device_variant", "device_count", "group_by", "constraints", "submitted_at_ms")[:settings.ESTIMATE_HISTORY_RUNS]
+    )
+    out = []
+    for name, user, band, replicas, cpu, memory, dtype, variant, count, group_by, constraints, submitted in rows:
+        spec = JobSpec(
+            id=name, user=user, band=Band(band), parent=None, submitted_at_ms=submitted, root_submitted_at_ms=submitted,
+            replicas=replicas, resources=Resources(cpu, memory, device_from_columns(dtype, variant, count)),
+            group_by=group_by or None, constraints=constraints_from_json(json_value(constraints) or []),
+        )
+        out.append((submitted + window, spec))
+    out.reverse()
+    return out
+
+
+@dataclass(frozen=True)
+class EstimateRun:
+    """What one estimator run did: how many tasks it estimated, how many got a range, and its
+    wall and CPU seconds (``history_s`` the history's part)."""
+
+    as_of_ms: int
+    pending: int
+    estimated: int
+    wall_s: float
+    cpu_s: float
+    history_s: float
+
+
+def estimate_start_times(now_ms: int | None = None, *, budget_seconds: float | None = None) -> EstimateRun:
+    """Estimate every pending task's start from the newest cluster state and replace the
+    stored estimates with the answer, in one transaction.
+
+    ``budget_seconds`` (default ``IRIS_ESTIMATE_BUDGET_SECONDS``) bounds the simulation's wall
+    time; tasks it had not placed by then fall back to observed waits or get no estimate.
+    """
+    started, started_cpu = time.monotonic(), time.process_time()
+    now = clock_now_ms() if now_ms is None else now_ms
+    budget = settings.ESTIMATE_BUDGET_SECONDS if budget_seconds is None else budget_seconds
+    history, running_since = read_history(now)
+    history_s = time.monotonic() - started
+    snapshot = load_snapshot(now).snapshot
+    deadline = started + budget
+    estimates = estimate_starts(
+        snapshot, history, running_since, tick_ms=int(settings.TICK_SECONDS * 1000),
+        max_steps=settings.ESTIMATE_MAX_STEPS, arrivals=recent_submissions(now), out_of_time=lambda: time.monotonic() >= deadline,
+    )
+    store_estimates(estimates)
+    run = EstimateRun(
+        as_of_ms=now, pending=len(estimates), estimated=sum(1 for e in estimates.values() if e.p50_ms is not None),
+        wall_s=time.monotonic() - started, cpu_s=time.process_time() - started_cpu, history_s=history_s,
+    )
+    logger.info("start estimates: %d pending, %d with a range, %.1f s wall (%.1f s CPU, history %.1f s)",
+                run.pending, run.estimated, run.wall_s, run.cpu_s, run.history_s)
+    return run
+
+
+_COLUMNS = (("task", "text"), ("job", "text"), ("p50_ms", "bigint"), ("p90_ms", "bigint"),
+            ("method", "text"), ("reason", "text"), ("as_of_ms", "bigint"))
+
+
+def store_estimates(estimates: dict[str, StartEstimate]) -> None:
+    """Replace every stored estimate with ``estimates`` (task name -> estimate)."""
+    rows = [
+        (task, task.rsplit("/", 1)[0], e.p50_ms, e.p90_ms, e.method, e.reason[:300], e.as_of_ms)
+        for task, e in estimates.items()
+    ]
+    with transaction.atomic():
+        EstimatedStart.objects.all().delete()
+        insert_rows(EstimatedStart._meta.db_table, _COLUMNS, rows)
+
+
+def estimates_for_tasks(task_names: Iterable[str]) -> dict[str, EstimatedStart]:
+    """The stored estimates of these tasks (task name -> row), in one query."""
+    names = list(task_names)
+    if not names:
+        return {}
+    return {e.task: e for e in EstimatedStart.objects.filter(task__in=names)}
+
+
+def estimates_for_job(job_name: str) -> dict[str, EstimatedStart]:
+    """The stored estimates of one job's tasks (task name -> row), in one query."""
+    return {e.task: e for e in EstimatedStart.objects.filter(job=job_name)}
+
+
+def estimate_data(row: EstimatedStart | None) -> tuple[dict | None, str]:
+    """The API's ``estimated_start`` (``{p50, p90, method, as_of}`` as ISO times, or None) and,
+    when None, why (``estimated_start_reason``)."""
+    if row is None:
+        return None, "not estimated yet: the estimator has not run since this task was queued"
+    if row.p50_ms is None:
+        return None, row.reason
+    return {"p50": _iso(row.p50_ms), "p90": _iso(row.p90_ms), "method": row.method, "as_of": _iso(row.as_of_ms)}, ""
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def wait_text(row: EstimatedStart | None, now_ms: int) -> str:
+    """"would start in about 20-45 min" (relative to ``now_ms``), or why there is no estimate."""
+    span = start_span(row, now_ms)
+    if span is None:
+        return estimate_data(row)[1]
+    return f"would start {span}"
+
+
+def start_span(row: EstimatedStart | None, now_ms: int) -> str | None:
+    """"in about 20-45 min" / "within a minute" (relative to ``now_ms``), or None without an
+    estimate (``estimate_data`` says why)."""
+    if row is None or row.p50_ms is None:
+        return None
+    low, high = max(0, row.p50_ms - now_ms), max(0, row.p90_ms - now_ms)
+    if high < 60_000:
+        return "within a minute"
+    return f"in about {_span(low, high)}"
+
+
+def _span(low_ms: int, high_ms: int) -> str:
+    def unit(ms: int) -> tuple[int, str]:
+        minutes = round(ms / 60_000)
+        return (minutes, "min") if minutes < 120 else (round(ms / 3_600_000), "h")
+
+    (a, ua), (b, ub) = unit(low_ms), unit(high_ms)
+    if a == b and ua == ub:
+        return f"{a} {ua}"
+    if ua == ub:
+        return f"{a}-{b} {ua}"
+    return f"{a} {ua}-{b} {ub}"
+
+
+def estimate_behind(task_ahead: str | None, would_place: bool, now_ms: int) -> tuple[dict | None, str]:
+    """A hypothetical task's estimate (the what-if answer): placed at once if ``would_place``,
+    else no earlier than the stored estimate of ``task_ahead``, the task just ahead of it in its
+    band's queue. Returns ``(estimated_start, text)``, e.g. ``"would start in about 20-45 min"``.
+    One query at most."""
+    if would_place:
+        return None, "would start at the next tick"
+    if task_ahead is None:
+        return None, "no estimate: nothing is queued ahead of it to measure by, and it does not fit now"
+    row = estimates_for_tasks([task_ahead]).get(task_ahead)
+    data, reason = estimate_data(row)
+    if data is None:
+        return None, f"no estimate for the task ahead of it ({reason})"
+    return data, wait_text(row, now_ms) + f" (after {task_ahead}, just ahead of it)"

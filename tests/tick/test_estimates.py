@@ -1,0 +1,156 @@
+"""The estimator's shell: history read from attempts, estimates stored for every pending task,
+and the API, the console and the what-if reading them in a constant number of queries."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from scheduler.core.bands import Band
+from scheduler.models import Attempt, EstimatedStart, Task
+from scheduler.store import clock
+from scheduler.tick.estimates import estimate_start_times, read_history, store_estimates, wait_text
+from scheduler.core.estimate import StartEstimate
+from tests.personas import make_job, make_worker, start_running, token_client
+
+pytestmark = pytest.mark.django_db
+
+MINUTE = 60_000
+
+
+def finished_runs(count: int, minutes: int, *, prefix: str = "/alice/old", worker=None, state: str = "succeeded"):
+    """``count`` finished one-task jobs of 1 core / 1 GiB that each held their slot ``minutes``."""
+    end = timezone.now() - timedelta(minutes=1)
+    for i in range(count):
+        job = make_job(f"{prefix}{i}", cpu=1, memory_gib=1)
+        task = Task.objects.get(job=job)
+        Task.objects.filter(pk=task.pk).update(state=state, attempt_count=1)
+        Attempt.objects.create(task=task, number=1, worker=worker, state=state, band=job.band,
+                               created_at=end - timedelta(minutes=minutes), started_at=end - timedelta(minutes=minutes),
+                               finished_at=end)
+        type(job).objects.filter(pk=job.pk).update(state=state)
+
+
+def one_slot_cluster():
+    """One 1-core worker busy with /alice/run (started now); /alice/wait needs the same slot."""
+    worker = make_worker("w1", cpu=1, memory_gib=1)
+    start_running(make_job("/alice/run", cpu=1, memory_gib=1), worker)
+    make_job("/alice/wait", cpu=1, memory_gib=1)
+    return worker
+
+
+def test_history_counts_natural_ends_only():
+    worker = make_worker("w1")
+    finished_runs(3, 10, worker=worker)
+    finished_runs(2, 1, prefix="/alice/killed", worker=worker, state="killed")
+    history, _ = read_history(clock.now_ms())
+    assert list(history.by_band) == [Band.INTERACTIVE]
+    assert list(history.by_band[Band.INTERACTIVE]) == [10 * MINUTE] * 3
+
+
+def test_the_estimator_stores_a_range_from_the_simulation():
+    worker = one_slot_cluster()
+    finished_runs(3, 10, worker=worker)
+    now = clock.now_ms()
+    run = estimate_start_times(now)
+    row = EstimatedStart.objects.get(task="/alice/wait/0")
+    assert (run.pending, run.estimated) == (1, 1)
+    assert row.method == "simulation" and row.as_of_ms == now and row.job == "/alice/wait"
+    # /alice/run took its slot just before `now` and runs 10 minutes: the next tick after.
+    assert 9 * MINUTE <= row.p50_ms - now <= 10 * MINUTE + 5_000
+    assert row.p90_ms >= row.p50_ms
+
+
+def test_no_history_stores_null_with_a_reason_and_the_api_says_so(alice):
+    one_slot_cluster()
+    estimate_start_times()
+    row = EstimatedStart.objects.get(task="/alice/wait/0")
+    assert row.p50_ms is None and "not enough history" in row.reason
+    body = token_client(alice).get("/api/v1/jobs/alice/wait:explain").json()
+    assert body["estimated_start"] is None
+    assert "not enough history" in body["estimated_start_reason"]
+    assert body["tasks"][0]["estimated_start"] is None
+
+
+def test_each_run_replaces_the_stored_estimates():
+    store_estimates({"/alice/gone/0": StartEstimate(1, 2, 3, "simulation")})
+    make_worker("w1")
+    make_job("/alice/new")
+    estimate_start_times()
+    assert list(EstimatedStart.objects.values_list("task", flat=True)) == ["/alice/new/0"]
+
+
+def test_explain_queue_and_pages_show_the_same_estimate(alice):
+    worker = one_slot_cluster()
+    finished_runs(3, 30, worker=worker)
+    from scheduler.tick.run import run_tick
+
+    run_tick()
+    estimate_start_times()
+    row = EstimatedStart.objects.get(task="/alice/wait/0")
+    api = token_client(alice)
+    explain = api.get("/api/v1/jobs/alice/wait:explain").json()
+    assert explain["estimated_start"]["method"] == "simulation"
+    assert explain["estimated_start_text"].startswith("would start in about 3")  # 29-30 min
+    queue = api.get("/api/v1/queue/").json()["results"]
+    assert [e["estimated_start"] for e in queue] == [explain["estimated_start"]]
+    client = Client()
+    client.force_login(alice)
+    page = client.get("/jobs/alice/wait/").content.decode()
+    assert explain["estimated_start_text"] in page
+    assert wait_text(row, clock.now_ms())[len("would start "):] in client.get("/queue/").content.decode()
+
+
+def test_pages_read_estimates_in_constant_queries(alice):
+    worker = make_worker("w1", cpu=1, memory_gib=1)
+    start_running(make_job("/alice/run", cpu=1, memory_gib=1), worker)
+    finished_runs(3, 10, worker=worker)
+    from scheduler.jobs.queue import _queue_index_cache
+    from scheduler.tick.run import run_tick
+
+    client = Client()
+    client.force_login(alice)
+
+    def counts(jobs: int) -> tuple[int, int, int]:
+        for i in range(jobs):
+            make_job(f"/alice/w{jobs}x{i}", cpu=1, memory_gib=1, replicas=3)
+        run_tick()
+        estimate_start_times()
+        _queue_index_cache.clear()
+        out = []
+        for url in ("/queue/", f"/jobs/alice/w{jobs}x0/", f"/api/v1/jobs/alice/w{jobs}x0:explain"):
+            _queue_index_cache.clear()
+            with CaptureQueriesContext(connection) as captured:
+                assert client.get(url).status_code == 200
+            out.append(len(captured))
+        return tuple(out)
+
+    small = counts(2)
+    assert EstimatedStart.objects.exclude(p50_ms=None).count() == 6
+    assert counts(12) == small
+
+
+def test_recent_submissions_arrive_again_one_window_later(settings):
+    from scheduler.tick.estimates import recent_submissions
+
+    settings.ESTIMATE_ARRIVALS_MINUTES = 60
+    now = clock.now_ms()
+    make_job("/alice/old", submitted_at_ms=now - 2 * 60 * MINUTE)
+    make_job("/bob/recent", submitted_at_ms=now - 10 * MINUTE, replicas=2)
+    assert [(at - now, job.id, job.replicas) for at, job in recent_submissions(now)] == [(50 * MINUTE, "/bob/recent", 2)]
+
+
+
+def test_the_estimator_has_its_own_beat_entry_and_task():
+    from django.conf import settings
+
+    from scheduler import tasks
+
+    entry = settings.CELERY_BEAT_SCHEDULE["estimate-starts"]
+    assert entry["task"] == tasks.estimate_starts.name == "scheduler.estimate_starts"
+    assert entry["options"]["expires"] == entry["schedule"] == settings.ESTIMATE_SECONDS
