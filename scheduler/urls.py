@@ -20,6 +20,7 @@ urlpatterns = [
     path("jobs/", jobs.jobs, name="jobs"),
     path("jobs/new/", jobs.submit, name="submit"),
     path("what-if/", jobs.what_if, name="what-if"),
+    path("jobs:cancel", jobs.cancel_jobs, name="jobs-cancel"),
     re_path(rf"^jobs/{JOB}:cancel$", jobs.cancel_job, name="job-cancel"),
     re_path(rf"^jobs/{JOB}/$", jobs.job_detail, name="job"),
     path("budgets/", budgets.budgets, name="budgets"),

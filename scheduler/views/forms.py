@@ -178,10 +178,3 @@ class PreemptionFilterForm(forms.Form):
     since = forms.ChoiceField(choices=SINCE_CHOICES, required=False, label="When")
     job = forms.CharField(required=False, max_length=255, label="Victim job")
 
-
-class JobFilterForm(forms.Form):
-    user = forms.CharField(required=False, max_length=150)
-    state = forms.ChoiceField(
-        required=False,
-        choices=[("", "Any state"), *((s.value, s.value) for s in JobState)],
-    )
