@@ -15,7 +15,6 @@ from django import forms
 
 from scheduler.budgets.writes import MAX_UPLIFT_SECONDS, MIN_UPLIFT_SECONDS
 from scheduler.core.bands import Band
-from scheduler.core.types import JobState
 
 BAND_CHOICES = [(b.wire, b.name) for b in Band]
 OPTIONAL_BAND_CHOICES = [("", "— keep —"), *BAND_CHOICES]
