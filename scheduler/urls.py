@@ -23,6 +23,7 @@ urlpatterns = [
     path("jobs:cancel", jobs.cancel_jobs, name="jobs-cancel"),
     re_path(rf"^jobs/{JOB}:cancel$", jobs.cancel_job, name="job-cancel"),
     re_path(rf"^jobs/{JOB}/$", jobs.job_detail, name="job"),
+    path("logs/<int:task_pk>/<int:attempt>/", jobs.attempt_log, name="attempt-log"),
     path("budgets/", budgets.budgets, name="budgets"),
     re_path(r"^budgets/(?P<user>[^/:]+)/$", budgets.budget_detail, name="budget"),
     re_path(r"^budgets/(?P<user>[^/:]+):request-uplift$", budgets.request_uplift, name="request-uplift"),

@@ -31,6 +31,8 @@ from scheduler.jobs import whatif as jobs_whatif
 from scheduler.core.explain import cause_text
 from scheduler.jobs.explain import NOT_YET_TICKED, explain_job
 from scheduler.jobs.queries import job_tasks_window, task_counts
+from scheduler.execution.logs import may_read_log, read_tail
+from scheduler.models import Attempt
 from scheduler.store.states import TERMINAL_JOB_VALUES
 from scheduler.jobs.queue import RoundRobinPlace, queue_index, round_robin_place
 from scheduler.jobs.request import normalize_job_id
@@ -38,6 +40,7 @@ from scheduler.jobs.submit import submit_job
 from scheduler.views.common import (
     POLL_SECONDS,
     apply_service_error,
+    denied,
     page_or_fragment,
     window,
     require_POST,
@@ -252,6 +255,28 @@ def cancel_job(request, job_id: str):
     else:
         messages.success(request, f"Cancelled {outcome.job}: {outcome.killed_tasks:,} task(s) killed.")
     return redirect("console:job", job_id=name.strip("/"))
+
+
+# Bytes of a log shown inline (its tail), and seconds between refreshes while following it.
+LOG_TAIL_BYTES = 64 * 1024
+LOG_POLL_SECONDS = 2
+
+
+@login_required
+def attempt_log(request, task_pk: int, attempt: int):
+    """One attempt's log tail; while the attempt runs (and ``follow`` is not 0) the fragment
+    polls itself, and the first render after the attempt ended has no trigger: polling stops."""
+    row = (Attempt.objects.select_related("task__job", "worker").filter(task_id=task_pk, number=attempt).first())
+    if row is None:
+        raise Http404(f"Task {task_pk} has no attempt {attempt}.")
+    job = row.task.job
+    if not may_read_log(request.user, job):
+        raise denied(request.user, f"The log of {job.name}", f"its owner ({job.user}), operators and admins")
+    running = row.finished_at is None
+    follow = running and request.GET.get("follow") != "0"
+    context = {"attempt": row, "task": row.task, "job": job, "log": read_tail(task_pk, attempt, LOG_TAIL_BYTES),
+               "running": running, "follow": follow, "poll": LOG_POLL_SECONDS, "tail_bytes": LOG_TAIL_BYTES}
+    return page_or_fragment(request, "scheduler/attempt_log.html", "log", context)
 
 
 @login_required

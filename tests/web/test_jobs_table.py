@@ -8,6 +8,7 @@ import re
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from scheduler.core.bands import Band
 from scheduler.models import Job, Task, UserBudget
@@ -106,3 +107,46 @@ def test_an_admin_bulk_cancels_anyones_jobs(clients):
     make_job("/bob/b")
     clients["ada"].post("/jobs:cancel", {"scope": "filter", "state": "pending", "confirm": "yes"})
     assert set(Job.objects.values_list("state", flat=True)) == {"killed"}
+
+
+# --- inline logs -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def logged(settings, tmp_path):
+    settings.TASK_LOG_DIR = tmp_path / "logs"
+    settings.SHIPPED_LOG_DIR = tmp_path / "shipped"
+    job = make_job("/alice/train")
+    run_tasks(job, make_worker())
+    task = job.tasks.get()
+    path = settings.TASK_LOG_DIR / str(task.pk) / "1.log"
+    path.parent.mkdir(parents=True)
+    path.write_text("epoch 1\n")
+    return task, path
+
+
+def test_a_running_attempts_log_follows_and_stops_when_it_ends(clients, logged):
+    task, path = logged
+    url = f"/logs/{task.pk}/1/"
+    first = clients["alice"].get(url, HTTP_HX_REQUEST="true").content.decode()
+    assert "epoch 1" in first and 'hx-trigger="every 2s"' in first
+    path.write_text("epoch 1\nepoch 2\n")
+    assert "epoch 2" in clients["alice"].get(url, HTTP_HX_REQUEST="true").content.decode()
+    assert 'hx-trigger' not in clients["alice"].get(url + "?follow=0", HTTP_HX_REQUEST="true").content.decode()
+
+    task.attempts.update(state="succeeded", finished_at=timezone.now())
+    ended = clients["alice"].get(url, HTTP_HX_REQUEST="true").content.decode()
+    assert "hx-trigger" not in ended and "The attempt has ended." in ended
+
+
+def test_only_the_owner_operators_and_admins_read_a_log(clients, logged):
+    task, _ = logged
+    assert clients["bob"].get(f"/logs/{task.pk}/1/").status_code == 403
+    assert clients["olivia"].get(f"/logs/{task.pk}/1/").status_code == 200
+    assert clients["alice"].get(f"/logs/{task.pk}/9/").status_code == 404
+
+
+def test_the_job_page_links_each_attempt_to_its_inline_log(clients, logged):
+    task, _ = logged
+    html = clients["alice"].get("/jobs/alice/train/").content.decode()
+    assert f'hx-get="/logs/{task.pk}/1/" hx-target="#log"' in html and 'id="log"' in html
