@@ -190,10 +190,25 @@ def over_budget_users() -> frozenset[str]:
     return frozenset(u for u, s in spend.items() if is_over_budget(s, budget_limit(u, budgets, defaults)))
 
 
+def downgraded(over_budget: frozenset[str]) -> Q:
+    """Jobs whose pending work runs as BATCH now, though they asked for a higher band."""
+    return Q(band__in=[int(b) for b in DOWNGRADABLE_BANDS], user__in=sorted(over_budget), state__in=LIVE_JOB_VALUES)
+
+
 def effective_rank(over_budget: frozenset[str]) -> Case:
     """SQL for the effective band's rank of each job (see the module docstring)."""
-    downgraded = Q(band__in=[int(b) for b in DOWNGRADABLE_BANDS], user__in=sorted(over_budget), state__in=LIVE_JOB_VALUES)
-    return Case(When(downgraded, then=Value(int(Band.BATCH))), default=F("band"), output_field=IntegerField())
+    return Case(When(downgraded(over_budget), then=Value(int(Band.BATCH))), default=F("band"), output_field=IntegerField())
+
+
+def effective_is(band: Band, over_budget: frozenset[str]) -> Q:
+    """``effective == band`` as plain conditions on columns (not on the CASE), so the band
+    index serves it: BATCH is "asked for BATCH, or downgraded"; a downgradable band is "asked
+    for it and not downgraded"; the others are their requested band."""
+    if band is Band.BATCH:
+        return Q(band=int(Band.BATCH)) | downgraded(over_budget)
+    if band in DOWNGRADABLE_BANDS:
+        return Q(band=int(band)) & ~downgraded(over_budget)
+    return Q(band=int(band))
 
 
 def filtered_jobs(f: JobFilter, over_budget: frozenset[str]) -> QuerySet[Job]:
@@ -204,7 +219,7 @@ def filtered_jobs(f: JobFilter, over_budget: frozenset[str]) -> QuerySet[Job]:
     if f.band is not None:
         qs = qs.filter(band=int(f.band))
     if f.effective is not None:
-        qs = qs.filter(effective=int(f.effective))
+        qs = qs.filter(effective_is(f.effective, over_budget))
     if f.state:
         qs = qs.filter(state=f.state)
     if f.route is not None:

@@ -137,3 +137,10 @@ def test_a_strict_filter_refuses_unknown_keys_so_a_typo_never_widens_it():
         listing.parse_filter({"usr": "alice"}, strict=True)
     assert refused.value.field == "filter" and "usr" in refused.value.message
     assert listing.parse_filter({"usr": "alice"}).empty  # the console and GET ignore other parameters
+
+
+def test_with_nobody_over_budget_the_effective_band_is_the_requested_band():
+    for i, band in enumerate(Band):
+        make_job(f"/alice/j{i}", band=band)
+    for band in Band:
+        assert listed({"effective": band.wire}) == listed({"band": band.wire}) != []
