@@ -165,3 +165,10 @@ def fresh_cluster_rows():
     forget_cluster_rows()
     yield
     forget_cluster_rows()
+
+
+@pytest.fixture(autouse=True)
+def private_shipped_logs(settings, tmp_path_factory):
+    """Agents in end-to-end tests ship their logs to the server: each test gets its own store,
+    so no test reads another's shipped log (task pks repeat across test databases)."""
+    settings.SHIPPED_LOG_DIR = tmp_path_factory.mktemp("shipped-logs")
