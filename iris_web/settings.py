@@ -330,6 +330,11 @@ AGENT_TOKEN = os.environ.get("IRIS_AGENT_TOKEN", "")
 AGENT_TASK_USER = os.environ.get("IRIS_AGENT_TASK_USER", "")
 # Where agents write task logs (<task pk>/<attempt>.log) and the log view reads them.
 TASK_LOG_DIR = DATA_DIR / "logs"
+# Where the logs agents ship in chunks are kept (same layout), so a log survives its worker's host.
+SHIPPED_LOG_DIR = DATA_DIR / "shipped-logs"
+# Bytes of each attempt's log the server keeps from an agent (16 MiB): the first that many, then a
+# line saying the rest was cut; the agent stops shipping that attempt (its host keeps the whole log).
+TASK_LOG_MAX_BYTES = env_int("IRIS_TASK_LOG_MAX_BYTES", 16 * 1024 * 1024)
 # Workers are checked this often for missed heartbeats.
 WORKER_CHECK_SECONDS = max(1.0, min(5.0, WORKER_GRACE_SECONDS / 3))
 # --- Start-time estimates (scheduler/tick/estimates.py, docs/estimates.md) ----------------------

@@ -180,3 +180,10 @@ def fresh_feasibility_cache():
     forget_feasibility_cache()
     yield
     forget_feasibility_cache()
+
+
+@pytest.fixture(autouse=True)
+def private_shipped_logs(settings, tmp_path_factory):
+    """Agents in end-to-end tests ship their logs to the server: each test gets its own store,
+    so no test reads another's shipped log (task pks repeat across test databases)."""
+    settings.SHIPPED_LOG_DIR = tmp_path_factory.mktemp("shipped-logs")

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.agent.client import AgentClient, ApiError, ServerUnreachable
+from scheduler.agent.logship import LogShipper
 from scheduler.agent.process import AttemptProcess, TaskUser, log_path, task_environment, work_path
 from scheduler.agent.state import AttemptState
 
@@ -80,6 +81,7 @@ class Agent:
         self.registered = False
         self.failures = 0
         self.stopping = threading.Event()
+        self.logs = LogShipper(client, self.name, self.log_dir)
 
     # --- the loop ---------------------------------------------------------------------------------
 
@@ -127,6 +129,8 @@ class Agent:
                 log.info("agent %s registered", self.name)
             if not self.flush_reports():
                 return False
+            for key in list(self.attempts):
+                self.logs.ship(key)
             answer = self.client.heartbeat(self.name, self.running())
         except ServerUnreachable as exc:
             running = f"; {len(self.attempts)} attempt(s) keep running" if self.attempts else ""
@@ -233,7 +237,12 @@ class Agent:
         if not self.outbox:
             return True
         batch = self.outbox[:1000]
+        final = {"succeeded", "failed", "preempted", "worker_lost"}
         try:
+            # A final report lets the attempt be forgotten here: its whole log goes first.
+            for report in batch:
+                if report["status"] in final:
+                    self.logs.ship((report["task"], report["attempt"]), final=True)
             self.client.report(self.name, batch)
         except ServerUnreachable as exc:
             log.warning("agent %s: could not report (%s); will retry", self.name, exc)
@@ -245,12 +254,12 @@ class Agent:
             # The server refused them as malformed: retrying cannot help.
             log.error("agent %s: reports rejected: %s", self.name, exc)
         del self.outbox[: len(batch)]
-        final = {"succeeded", "failed", "preempted", "worker_lost"}
         for report in batch:
             key = (report["task"], report["attempt"])
             local = self.attempts.get(key)
             if report["status"] in final and local is not None and local.final_queued:
                 del self.attempts[key]
+                self.logs.forget(key)
         return True
 
     def remember(self, key: tuple[int, int]) -> None:

@@ -19,13 +19,19 @@ The views are thin: they validate the wire format and call ``scheduler.execution
 - ``POST report/``    ``{"name", "reports": [{"task", "attempt", "status", "exit_code"?, "message"?}]}``
   with ``status`` one of building, running, succeeded, failed, preempted, worker_lost
   -> ``{"applied", "ignored"}`` (reports about attempts that do not exist are ignored)
+- ``POST logs/``      ``{"name", "task", "attempt", "offset", "data"}`` (``data`` base64, at most
+  256 KiB): a chunk of an attempt's log, only for attempts placed on the caller's worker
+  -> ``{"size", "truncated"}`` (where the next chunk starts; ``truncated``: stop, the server
+  keeps no more, see ``scheduler.execution.logs``)
 - ``GET logs/<task pk>/<attempt>/?tail=<bytes>``: the attempt's log as text, for the job's
-  owner, operators and admins (logs are read from this server's ``IRIS_DATA_DIR/logs``, where
-  agents on the same host write them).
+  owner, operators and admins: the file agents on this host write under ``IRIS_DATA_DIR/logs``,
+  else the copy remote agents shipped (``X-Log-Source`` says which).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 
 from django.conf import settings
@@ -42,13 +48,11 @@ from rest_framework.permissions import BasePermission, IsAuthenticated
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from scheduler import roles
-from scheduler.access import owns_job
-from scheduler.agent.process import log_path
 from scheduler.backends import AttemptRef, AttemptReport, AttemptStatus, StartOrder, StopOrder
-from scheduler.errors import NotFound, PermissionDenied
+from scheduler.errors import InvalidArgument, NotFound, PermissionDenied
 from scheduler.execution.attempts import apply_reports
 from scheduler.execution.enrolment import worker_for_credential
+from scheduler.execution.logs import may_read_log, read_tail, store_chunk
 from scheduler.execution.workers import agent_heartbeat, register_agent
 from scheduler.inputs import parse_int, parse_worker_name
 from scheduler.models import Attempt, Task
@@ -60,6 +64,8 @@ WORKER_SCHEME = "Worker"
 # Bytes of a log returned when no ``tail`` is given, and at most.
 DEFAULT_LOG_TAIL = 256 * 1024
 MAX_LOG_TAIL = 8 * 1024 * 1024
+# Bytes of log one shipped chunk may carry (agents send at most this per request).
+MAX_LOG_CHUNK = 256 * 1024
 MAX_REPORTS = 1000
 MAX_RUNNING = 10_000
 
@@ -317,6 +323,45 @@ class ReportView(AgentView):
         return Response({"applied": outcome.applied, "ignored": outcome.ignored})
 
 
+class AgentLogChunkSerializer(AgentAttemptKeySerializer):
+    name = serializers.CharField(max_length=255)
+    offset = serializers.IntegerField(min_value=0, help_text="where the chunk starts in the agent's log, in bytes")
+    data = serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=4 * MAX_LOG_CHUNK // 3 + 4,
+                                 help_text=f"the chunk's bytes, base64 (at most {MAX_LOG_CHUNK:,} bytes)")
+
+
+class AgentLogChunkAnswerSerializer(serializers.Serializer):
+    size = serializers.IntegerField(help_text="bytes of the log the server has: where the next chunk starts")
+    truncated = serializers.BooleanField(help_text="the server keeps no more of this log (IRIS_TASK_LOG_MAX_BYTES)")
+
+
+class LogChunkView(AgentView):
+    """An agent ships a chunk of an attempt's log; only for attempts placed on its own worker."""
+
+    @extend_schema(request=AgentLogChunkSerializer, responses=AgentLogChunkAnswerSerializer)
+    def post(self, request):
+        data = valid(AgentLogChunkSerializer, request.data)
+        name = self.own_worker(data["name"])
+        ref = AttemptRef(data["task"], data["attempt"])
+        placed_on = Attempt.objects.filter(task_id=ref.task_pk, number=ref.attempt).values_list("worker__name", flat=True)
+        if not placed_on:
+            raise NotFound(f"task {ref.task_pk} has no attempt {ref.attempt}", field="attempt")
+        if placed_on[0] != name:
+            log.warning(
+                "the agent of worker %s shipped a log of task %s attempt %s, not placed on it", name, ref.task_pk,
+                ref.attempt, extra={"worker": name, "action": "agent.foreign_log", "attempts": 1},
+            )
+            raise PermissionDenied(f"worker {name} may ship logs only of attempts placed on it")
+        try:
+            chunk = base64.b64decode(data["data"], validate=True)
+        except (binascii.Error, ValueError):
+            raise InvalidArgument("must be base64", field="data") from None
+        if len(chunk) > MAX_LOG_CHUNK:
+            raise InvalidArgument(f"at most {MAX_LOG_CHUNK:,} bytes per chunk", field="data")
+        outcome = store_chunk(ref.task_pk, ref.attempt, data["offset"], chunk)
+        return Response({"size": outcome.size, "truncated": outcome.truncated})
+
+
 class AttemptLogView(APIView):
     """An attempt's log, for the job's owner, operators and admins."""
 
@@ -332,8 +377,7 @@ class AttemptLogView(APIView):
         task = Task.objects.select_related("job").filter(pk=task_pk).first()
         if task is None:
             raise NotFound(f"task {task_pk} does not exist")
-        user = request.user
-        if not (owns_job(user, task.job) or roles.is_operator(user)):
+        if not may_read_log(request.user, task.job):
             raise PermissionDenied(
                 f"logs of {task.job.name} are for its owner '{task.job.user}', operators and admins"
             )
@@ -343,20 +387,16 @@ class AttemptLogView(APIView):
         tail = parse_int(
             request.query_params.get("tail"), "tail", minimum=1, maximum=MAX_LOG_TAIL, default=DEFAULT_LOG_TAIL
         )
-        file = log_path(settings.TASK_LOG_DIR, task_pk, attempt)
-        if not file.is_file():
+        found = read_tail(task_pk, attempt, tail)
+        if found is None:
             where = f"on worker {row.worker.name}" if row.worker else "on its worker"
             raise NotFound(
-                f"no log for attempt {attempt} of {task.job.name}/{task.index} on this server; "
-                f"it is written {where} under its IRIS_DATA_DIR/logs/{task_pk}/{attempt}.log"
+                f"no log for attempt {attempt} of {task.job.name}/{task.index} on this server yet; it is written "
+                f"{where} under its IRIS_DATA_DIR/logs/{task_pk}/{attempt}.log and shipped here as it grows"
             )
-        with open(file, "rb") as handle:
-            handle.seek(0, 2)
-            size = handle.tell()
-            handle.seek(max(0, size - tail))
-            body = handle.read()
-        response = HttpResponse(body.decode("utf-8", errors="replace"), content_type="text/plain; charset=utf-8")
-        response["X-Log-Size"] = str(size)
+        response = HttpResponse(found.text, content_type="text/plain; charset=utf-8")
+        response["X-Log-Size"] = str(found.size)
+        response["X-Log-Source"] = found.source
         return response
 
 
@@ -366,5 +406,6 @@ urlpatterns = [
     path("register/", RegisterView.as_view(), name="register"),
     path("heartbeat/", HeartbeatView.as_view(), name="heartbeat"),
     path("report/", ReportView.as_view(), name="report"),
+    path("logs/", LogChunkView.as_view(), name="log-chunk"),
     path("logs/<int:task_pk>/<int:attempt>/", AttemptLogView.as_view(), name="log"),
 ]

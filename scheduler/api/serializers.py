@@ -332,6 +332,13 @@ class JobSummarySerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
     task_counts = serializers.SerializerMethodField()
+    effective_band = serializers.SerializerMethodField()
+
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_effective_band(self, job) -> str | None:
+        """In lists only: the band the job's pending work is scheduled in now (jobs.listing)."""
+        rank = getattr(job, "effective", None)
+        return None if rank is None else Band(rank).wire
 
     @extend_schema_field({"type": "string", "nullable": True})
     def get_parent(self, job) -> str | None:
@@ -421,9 +428,38 @@ class JobSubmittedSerializer(JobDetailSerializer):
 
 
 class JobFilterSerializer(serializers.Serializer):
+    """The jobs table's filter (``scheduler.jobs.listing`` parses and validates it); documents
+    the query parameters of ``GET jobs/`` and the ``filter`` of ``POST jobs:cancel``."""
+
     user = serializers.CharField(required=False, max_length=150)
-    band = serializers.ChoiceField(choices=BAND_WIRE, required=False)
+    band = serializers.ChoiceField(choices=BAND_WIRE, required=False, help_text="the requested band")
+    effective = serializers.ChoiceField(choices=BAND_WIRE, required=False,
+                                        help_text="the band the job's pending work is scheduled in now")
     state = serializers.ChoiceField(choices=JOB_STATES, required=False)
+    route = serializers.ChoiceField(choices=["workers", "kubernetes", "unrouted"], required=False)
+    name = serializers.CharField(required=False, max_length=150, help_text="substring of the job id, any case")
+    submitted_after = serializers.CharField(required=False, help_text="YYYY-MM-DD or ISO 8601, inclusive")
+    submitted_before = serializers.CharField(required=False,
+                                             help_text="YYYY-MM-DD (the whole day included) or ISO 8601, exclusive")
+
+
+class JobListParametersSerializer(JobFilterSerializer):
+    sort = serializers.CharField(required=False, help_text="name|user|band|effective|state|route|tasks|submitted; "
+                                                           "- first for descending (default -submitted)")
+
+
+class BulkCancelRequestSerializer(serializers.Serializer):
+    ids = serializers.ListField(child=serializers.CharField(), required=False)
+    filter = JobFilterSerializer(required=False)
+    dry_run = serializers.BooleanField(required=False, default=False, help_text="only count what would be cancelled")
+
+
+class BulkCancelSerializer(serializers.Serializer):
+    dry_run = serializers.BooleanField()
+    selected = serializers.ListField(child=serializers.CharField(), help_text="the selected unfinished jobs (first 100)")
+    selected_count = serializers.IntegerField()
+    jobs = serializers.IntegerField(help_text="jobs killed (or to be killed), unfinished descendants included")
+    tasks = serializers.IntegerField(help_text="unfinished tasks killed (or to be killed)")
 
 
 class CancelSerializer(serializers.Serializer):

@@ -19,6 +19,7 @@ urlpatterns = [
     re_path(r"^tokens/(?P<token_id>[0-9a-f]{1,32})$", views.TokenDetailView.as_view(), name="token"),
     path("me/", views.MeView.as_view(), name="me"),
     path("jobs/", views.JobsView.as_view(), name="jobs"),
+    path("jobs:cancel", views.JobsCancelView.as_view(), name="jobs-cancel"),
     re_path(rf"^jobs/{JOB}:cancel$", views.JobCancelView.as_view(), name="job-cancel"),
     re_path(rf"^jobs/{JOB}:explain$", views.JobExplainView.as_view(), name="job-explain"),
     re_path(rf"^jobs/{JOB}$", views.JobDetailView.as_view(), name="job"),

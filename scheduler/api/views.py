@@ -29,7 +29,8 @@ from scheduler.errors import InvalidArgument, NotFound, PermissionDenied
 from scheduler.execution.enrolment import mint_worker_credential
 from scheduler.execution.queries import workers_with_load
 from scheduler.execution.workers import drain_worker, heartbeat_worker, register_worker, undrain_worker
-from scheduler.jobs.cancel import cancel_job
+from scheduler.jobs import listing
+from scheduler.jobs.cancel import Selection, cancel_job, cancel_jobs, preview_cancel
 from scheduler.jobs.explain import explain_job
 from scheduler.jobs.queries import job_detail, jobs, task_counts
 from scheduler.jobs.queue import queue_estimates, queue_index, queue_rows, queue_selection
@@ -247,14 +248,17 @@ class JobsView(IrisView):
 
     @extend_schema(
         operation_id="jobs_list",
-        summary="List jobs, newest first",
-        parameters=[s.JobFilterSerializer, *PAGE_PARAMETERS],
+        summary="List jobs (newest first unless sorted), filtered as the console's jobs table",
+        parameters=[s.JobListParametersSerializer, *PAGE_PARAMETERS],
         responses={200: paginated(s.JobSummarySerializer, "PaginatedJobList")},
         tags=["jobs"],
     )
     def get(self, request):
-        f = self.filters(s.JobFilterSerializer)
-        qs = jobs(user=f.get("user"), band=band_or_none(f.get("band")), state=f.get("state"))
+        params = self.request.query_params
+        job_filter = listing.parse_filter(params)
+        view = listing.parse_view({"sort": params.get("sort")})
+        over = listing.over_budget_users()
+        qs = listing.ordered(listing.filtered_jobs(job_filter, over), view).select_related("parent")
         paginator = Pagination()
         page = paginator.paginate_queryset(qs, request, view=self)
         counts = task_counts([job.pk for job in page])
@@ -314,6 +318,53 @@ class JobCancelView(IrisView):
                  "killed_tasks": outcome.killed_tasks}
             ).data
         )
+
+
+
+# The most job ids a bulk-cancel answer lists; ``selected_count`` always has the full number.
+LISTED_IDS = 100
+
+
+class JobsCancelView(IrisView):
+    error_statuses = ("400", "401", "403", "404", "409")
+
+    @extend_schema(
+        operation_id="jobs_cancel_many",
+        summary="Cancel many jobs: a list of ids or every job a filter matches (own jobs; any for admins)",
+        description=(
+            "Body: {\"ids\": [job ids]} or {\"filter\": {user, band, effective, state, route, name, "
+            "submitted_after, submitted_before}}, and \"dry_run\": true to only count. All or nothing: an unknown "
+            "id, another user's job (for a researcher), an unknown filter key or a bad value cancels nothing. "
+            "Finished jobs in the selection are left as they are."
+        ),
+        request=s.BulkCancelRequestSerializer,
+        responses={200: s.BulkCancelSerializer},
+        tags=["jobs"],
+    )
+    def post(self, request):
+        body = self.body()
+        unknown = sorted(set(body) - {"ids", "filter", "dry_run"})
+        if unknown:
+            raise InvalidArgument(f"unknown field(s) {', '.join(unknown)}; expected ids, filter, dry_run", field=unknown[0])
+        dry_run = body.get("dry_run", False)
+        if not isinstance(dry_run, bool):
+            raise InvalidArgument("must be true or false", field="dry_run")
+        if "filter" in body:
+            if not isinstance(body["filter"], dict):
+                raise InvalidArgument("must be an object of filter fields", field="filter")
+            if "ids" in body:
+                raise InvalidArgument("give ids or a filter, not both", field="ids")
+            selection = Selection(filter=listing.parse_filter(body["filter"], strict=True))
+        else:
+            ids = body.get("ids")
+            if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+                raise InvalidArgument("must be a list of job ids (or give a filter)", field="ids")
+            selection = Selection(names=tuple(ids))
+        outcome = (preview_cancel if dry_run else cancel_jobs)(request.user, selection)
+        return Response(s.BulkCancelSerializer({
+            "dry_run": dry_run, "selected": outcome.selected[:LISTED_IDS], "selected_count": len(outcome.selected),
+            "jobs": outcome.jobs, "tasks": outcome.tasks,
+        }).data)
 
 
 class JobExplainView(IrisView):

@@ -37,6 +37,8 @@ BANDS = [b.wire for b in Band]
 UPLIFT_STATES = ["requested", "approved", "denied", "expired"]
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 DURATION_RE = re.compile(r"(\d+)([smhdw])")
+FILTER_HELP = ("user, band, effective, state, route (workers|kubernetes|unrouted), name (substring), "
+               "submitted_after, submitted_before (YYYY-MM-DD or ISO 8601)")
 
 
 
@@ -275,7 +277,16 @@ def cmd_job_run(session: Session, args: argparse.Namespace):
 
 
 def cmd_job_list(session: Session, args: argparse.Namespace):
-    return session.get("jobs/", user=args.user, band=args.band, state=args.state, page=args.page), fmt.job_list
+    query = {**dict(args.filter or []), "user": args.user, "band": args.band, "state": args.state}
+    return session.get("jobs/", **query, sort=args.sort, page=args.page), fmt.job_list
+
+
+def filter_item(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` of the jobs table's filter; the server validates keys and values."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. state=pending), got {text!r}")
+    return key.strip(), value.strip()
 
 
 def cmd_job_show(session: Session, args: argparse.Namespace):
@@ -287,7 +298,9 @@ def cmd_job_explain(session: Session, args: argparse.Namespace):
 
 
 def cmd_job_cancel(session: Session, args: argparse.Namespace):
-    answer = session.post(job_path(args.job) + ":cancel")
+    if args.filter or len(args.jobs) != 1:
+        return cancel_many(session, args)
+    answer = session.post(job_path(args.jobs[0]) + ":cancel")
 
     def render(a: dict) -> str:
         jobs, tasks = fmt.pick(a, "killed_jobs", default=[]), fmt.pick(a, "killed_tasks")
@@ -295,6 +308,34 @@ def cmd_job_cancel(session: Session, args: argparse.Namespace):
         return f"Cancelled {fmt.job_id(a)}{extra}" + (f": {tasks} task(s) killed." if tasks is not None else ".")
 
     return answer, render
+
+
+def cancel_many(session: Session, args: argparse.Namespace):
+    """``iris job cancel A B ...`` or ``--filter KEY=VALUE ...``: count first (a dry run), then
+    cancel once confirmed (``--yes``, or ``y`` at the prompt in a terminal)."""
+    if args.filter and args.jobs:
+        raise UsageError("give job ids or --filter, not both")
+    if not args.filter and not args.jobs:
+        raise UsageError("give a job id, several, or --filter KEY=VALUE")
+    selection = {"filter": dict(args.filter)} if args.filter else {"ids": list(args.jobs)}
+    preview = session.post("jobs:cancel", {**selection, "dry_run": True})
+    jobs, tasks = fmt.pick(preview, "jobs", default=0), fmt.pick(preview, "tasks", default=0)
+    if not jobs:
+        return preview, lambda a: "Nothing to cancel: no unfinished job matches."
+    summary = f"{jobs:,} job(s) (descendants included) and {tasks:,} task(s)"
+    if not args.yes:
+        if not sys.stdin.isatty():
+            raise CliError("NOT_CONFIRMED", f"this would cancel {summary}; nothing cancelled: add --yes")
+        answer = input(f"Cancel {summary}? [y/N] ").strip().lower()
+        if answer not in ("y", "yes"):
+            raise CliError("NOT_CONFIRMED", "nothing cancelled")
+    done = session.post("jobs:cancel", selection)
+
+    def render(a: dict) -> str:
+        return (f"Cancelled {fmt.pick(a, 'selected_count')} job(s) ({fmt.pick(a, 'jobs')} with descendants): "
+                f"{fmt.pick(a, 'tasks')} task(s) killed.")
+
+    return done, render
 
 
 def cmd_queue(session: Session, args: argparse.Namespace):
@@ -451,13 +492,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--user", metavar="U")
     p.add_argument("--band", choices=BANDS)
     p.add_argument("--state", metavar="S", help="pending, running, succeeded, failed, killed, ...")
+    p.add_argument("--filter", type=filter_item, action="append", metavar="KEY=VALUE",
+                   help=f"more filters (repeatable): {FILTER_HELP}")
+    p.add_argument("--sort", metavar="COLUMN", help="name, user, band, effective, state, route, tasks, submitted; --sort=-COLUMN for descending")
     p.add_argument("--page", type=positive_int, metavar="N")
     for name, handler, help in [
         ("show", cmd_job_show, "a job with its tasks and attempts"),
         ("explain", cmd_job_explain, "why a job runs where it runs, or why it waits"),
-        ("cancel", cmd_job_cancel, "cancel a job and its children"),
     ]:
         command(jobs, name, handler, help).add_argument("job", metavar="JOB", help="job id, e.g. /alice/train")
+    p = command(jobs, "cancel", cmd_job_cancel, "cancel jobs and their children: ids, or every job a filter matches")
+    p.add_argument("jobs", nargs="*", metavar="JOB", help="job id(s), e.g. /alice/train")
+    p.add_argument("--filter", type=filter_item, action="append", metavar="KEY=VALUE",
+                   help=f"cancel every unfinished job matching all of these (repeatable): {FILTER_HELP}")
+    p.add_argument("--yes", action="store_true", help="do not ask for confirmation (needed when not in a terminal)")
 
     p = command(sub, "queue", cmd_queue, "pending tasks per effective band, in scheduling order")
     p.add_argument("--band", choices=BANDS)

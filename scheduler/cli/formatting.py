@@ -210,6 +210,7 @@ JOB_COLUMNS: list[Column] = [
     ("JOB", job_id),
     ("USER", lambda j: pick(j, "user")),
     ("BAND", lambda j: band(pick(j, "band", "priority"))),
+    ("EFFECTIVE", lambda j: band(pick(j, "effective_band"))),
     ("STATE", lambda j: pick(j, "state")),
     ("TASKS", lambda j: task_counts(j)),
     ("RESOURCES", resources),

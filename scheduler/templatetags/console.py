@@ -190,3 +190,27 @@ def reason_cause(reason) -> str:
     if reason is None:
         return ""
     return cause_text(reason if isinstance(reason, dict) else reason.reason)
+
+
+@register.filter
+def split_pairs(spec: str) -> list[tuple[str, str]]:
+    """``"a:A,b:B"`` -> ``[("a", "A"), ("b", "B")]``: small fixed option lists in templates."""
+    return [tuple(item.split(":", 1)) for item in spec.split(",")]
+
+
+@register.simple_tag(takes_context=True)
+def sort_header(context, column: str, label: str, current: str):
+    """A sortable column's header: a link (with its HTMX twin) that sorts by ``column``, and
+    descending when it already sorts ascending; the current sort is marked with an arrow."""
+    request = context["request"]
+    query = request.GET.copy()
+    query.pop("page", None)
+    ascending = current == column
+    query["sort"] = f"-{column}" if ascending else column
+    href = f"{request.path}?{query.urlencode()}"
+    arrow = " ▲" if ascending else " ▼" if current == f"-{column}" else ""
+    state = "ascending" if ascending else "descending" if arrow else "none"
+    return format_html(
+        '<th aria-sort="{}"><a href="{}" hx-get="{}" hx-target="#jobs" hx-swap="outerHTML" hx-push-url="true" '
+        'data-sort="{}">{}{}</a></th>', state, href, href, column, label, arrow,
+    )

@@ -15,7 +15,6 @@ from django import forms
 
 from scheduler.budgets.writes import MAX_UPLIFT_SECONDS, MIN_UPLIFT_SECONDS
 from scheduler.core.bands import Band
-from scheduler.core.types import JobState
 
 BAND_CHOICES = [(b.wire, b.name) for b in Band]
 OPTIONAL_BAND_CHOICES = [("", "— keep —"), *BAND_CHOICES]
@@ -178,10 +177,3 @@ class PreemptionFilterForm(forms.Form):
     since = forms.ChoiceField(choices=SINCE_CHOICES, required=False, label="When")
     job = forms.CharField(required=False, max_length=255, label="Victim job")
 
-
-class JobFilterForm(forms.Form):
-    user = forms.CharField(required=False, max_length=150)
-    state = forms.ChoiceField(
-        required=False,
-        choices=[("", "Any state"), *((s.value, s.value) for s in JobState)],
-    )

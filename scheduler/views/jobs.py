@@ -9,36 +9,43 @@ trigger, which stops the polling.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
+from django.urls import reverse
 
 from scheduler import roles
 from scheduler.access import owns_job
 from scheduler.budgets.queries import budget_view
-from scheduler.core.bands import Band
+from scheduler.core.bands import BANDS_IN_ORDER, Band
+from scheduler.core.types import JobState
 from scheduler.errors import InvalidArgument, ServiceError
 from scheduler.jobs import cancel as jobs_cancel
+from scheduler.jobs import listing
 from scheduler.jobs import queries as jobs_queries
 from scheduler.jobs import whatif as jobs_whatif
 from scheduler.core.explain import cause_text
 from scheduler.jobs.explain import NOT_YET_TICKED, explain_job
 from scheduler.jobs.queries import job_tasks_window, task_counts
+from scheduler.execution.logs import may_read_log, read_tail
+from scheduler.models import Attempt
 from scheduler.store.states import TERMINAL_JOB_VALUES
 from scheduler.jobs.queue import RoundRobinPlace, queue_index, round_robin_place
 from scheduler.jobs.request import normalize_job_id
 from scheduler.jobs.submit import submit_job
 from scheduler.views.common import (
-    PAGE_SIZE,
     POLL_SECONDS,
     apply_service_error,
+    denied,
     page_or_fragment,
     window,
     require_POST,
 )
-from scheduler.views.forms import JobFilterForm, JobForm, WhatIfForm
+from scheduler.views.forms import JobForm, WhatIfForm
 
 # Tasks shown per page on a job's detail page.
 TASKS_PER_PAGE = 50
@@ -61,18 +68,83 @@ def get_job(job_id: str):
     return job
 
 
-@login_required
-def jobs(request):
-    form = JobFilterForm(request.GET or None)
-    filters = form.cleaned_data if form.is_valid() else {}
-    qs = jobs_queries.jobs(user=(filters.get("user") or "").strip() or None, state=filters.get("state") or None)
-    win = window(request, qs.count(), PAGE_SIZE)
-    page = list(qs[win.offset:win.offset + win.size])
+@dataclass
+class Group:
+    """One group's header row in a grouped table: its key (a user or a band rank), label and size."""
+
+    key: object
+    label: str
+    jobs: int
+
+
+def listing_context(request) -> dict:
+    """The table's filter, sort, grouping and one page of rows, or the error a bad value got.
+
+    A fixed number of queries: over-budget users (3), count, page, task counts, group counts.
+    """
+    try:
+        job_filter = listing.parse_filter(request.GET)
+        view = listing.parse_view(request.GET)
+    except InvalidArgument as exc:
+        return {"error": exc.message, "jobs": [], "filter": request.GET, "view": listing.JobView(), "groups": []}
+    over = listing.over_budget_users()
+    qs = listing.filtered_jobs(job_filter, over)
+    total = qs.count()
+    win = window(request, min(total, listing.MAX_OFFSET + listing.PAGE_SIZE), listing.PAGE_SIZE)
+    page = list(listing.ordered(qs, view)[win.offset:win.offset + win.size])
     counts = task_counts([job.pk for job in page])
+    groups: dict = {}
+    if view.group:
+        sizes = listing.group_counts(qs, view.group)
+        groups = {key: Group(key, key if view.group == "user" else Band(key).name, n) for key, n in sizes.items()}
+    previous = object()
     for job in page:
         job.counts = counts.get(job.pk, {})
-    context = {"form": form, "jobs": page, "window": win, "me": request.user.username}
-    return page_or_fragment(request, "scheduler/jobs.html", "list", context)
+        job.downgraded = job.effective != job.band
+        key = getattr(job, listing.GROUPS[view.group]) if view.group else None
+        job.group_head = groups.get(key) if view.group and key != previous else None
+        previous = key
+    return {
+        "jobs": page, "window": win, "total": total, "filter": job_filter.given, "view": view,
+        "groups": sorted(groups.values(), key=lambda g: g.key), "truncated": total > listing.MAX_OFFSET + listing.PAGE_SIZE,
+        "selection_query": urlencode(job_filter.given),
+    }
+
+
+@login_required
+def jobs(request):
+    context = listing_context(request)
+    context.update(me=request.user.username, states=[s.value for s in JobState], bands=BANDS_IN_ORDER,
+                   routes=list(listing.ROUTES), sorts=list(listing.SORTS), admin=roles.is_admin(request.user))
+    return page_or_fragment(request, "scheduler/jobs.html", "list", context, status=400 if "error" in context else 200)
+
+
+@login_required
+@require_POST
+def cancel_jobs(request):
+    """Bulk cancel of ticked jobs (``ids``) or of the whole filtered set (the filter's fields,
+    with ``scope=filter``). Without ``confirm`` it shows what would be killed; with it, kills."""
+    params = request.POST
+    try:
+        if params.get("scope") == "filter":
+            selection = jobs_cancel.Selection(filter=listing.parse_filter(
+                {k: params[k] for k in listing.FILTER_KEYS if k in params}))
+        else:
+            selection = jobs_cancel.Selection(names=tuple(params.getlist("ids")))
+        if params.get("confirm") != "yes":
+            preview = jobs_cancel.preview_cancel(request.user, selection)
+            context = {"preview": preview, "params": [(k, v) for k in params for v in params.getlist(k)
+                                                       if k not in ("csrfmiddlewaretoken", "confirm")],
+                       "back": request.POST.get("back", "")}
+            return render(request, "scheduler/jobs_cancel.html", context)
+        outcome = jobs_cancel.cancel_jobs(request.user, selection)
+    except ServiceError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Cancelled {len(outcome.selected):,} job(s) ({outcome.jobs:,} with descendants): "
+                                  f"{outcome.tasks:,} task(s) killed.")
+    back = params.get("back", "")
+    return redirect(f"{reverse('console:jobs')}{back if back.startswith('?') else ''}")
 
 
 def why_sentences(explain: dict, job, viewer, place: RoundRobinPlace | None) -> list[str]:
@@ -183,6 +255,28 @@ def cancel_job(request, job_id: str):
     else:
         messages.success(request, f"Cancelled {outcome.job}: {outcome.killed_tasks:,} task(s) killed.")
     return redirect("console:job", job_id=name.strip("/"))
+
+
+# Bytes of a log shown inline (its tail), and seconds between refreshes while following it.
+LOG_TAIL_BYTES = 64 * 1024
+LOG_POLL_SECONDS = 2
+
+
+@login_required
+def attempt_log(request, task_pk: int, attempt: int):
+    """One attempt's log tail; while the attempt runs (and ``follow`` is not 0) the fragment
+    polls itself, and the first render after the attempt ended has no trigger: polling stops."""
+    row = (Attempt.objects.select_related("task__job", "worker").filter(task_id=task_pk, number=attempt).first())
+    if row is None:
+        raise Http404(f"Task {task_pk} has no attempt {attempt}.")
+    job = row.task.job
+    if not may_read_log(request.user, job):
+        raise denied(request.user, f"The log of {job.name}", f"its owner ({job.user}), operators and admins")
+    running = row.finished_at is None
+    follow = running and request.GET.get("follow") != "0"
+    context = {"attempt": row, "task": row.task, "job": job, "log": read_tail(task_pk, attempt, LOG_TAIL_BYTES),
+               "running": running, "follow": follow, "poll": LOG_POLL_SECONDS, "tail_bytes": LOG_TAIL_BYTES}
+    return page_or_fragment(request, "scheduler/attempt_log.html", "log", context)
 
 
 @login_required

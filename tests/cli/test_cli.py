@@ -274,10 +274,13 @@ def test_job_list_shows_a_table_and_filters(some_jobs):
 
     assert everything.code == 0
     header, *rows = everything.out.splitlines()
-    assert header.split()[:4] == ["JOB", "USER", "BAND", "STATE"]
+    assert header.split()[:5] == ["JOB", "USER", "BAND", "EFFECTIVE", "STATE"]
     assert {row.split()[0] for row in rows} == {"/alice/train", "/bob/sweep"}
     assert [row.split()[0] for row in alices.out.splitlines()[1:]] == ["/alice/train"]
     assert [job["id"] for job in batch.json()["results"]] == ["/bob/sweep"]
+    by_name = iris("job", "list", "--filter", "name=swe", "--sort=-name")
+    assert by_name.code == 0, by_name.err
+    assert [row.split()[0] for row in by_name.out.splitlines()[1:]] == ["/bob/sweep"]
 
 
 def test_job_list_rejects_an_unknown_state_with_the_servers_message(some_jobs):
@@ -374,6 +377,36 @@ def test_cancelling_a_finished_job_is_a_failed_precondition(some_jobs):
 
     assert result.code == 1
     assert result.err.startswith("FAILED_PRECONDITION: ")
+
+
+def test_job_cancel_by_filter_counts_first_and_needs_yes_outside_a_terminal(some_jobs):
+    iris = some_jobs
+    iris.use_token("alice")
+    iris("job", "run", "--name", "eval", "--", "z")
+
+    unconfirmed = iris("job", "cancel", "--filter", "user=alice", "--filter", "state=pending")
+    assert unconfirmed.code == 1
+    assert unconfirmed.err.startswith("NOT_CONFIRMED: this would cancel 2 job(s) (descendants included) and 3 task(s)")
+    assert not Job.objects.filter(state="killed").exists()
+
+    done = iris("job", "cancel", "--filter", "user=alice", "--filter", "state=pending", "--yes")
+    assert done.code == 0, done.err
+    assert done.out.startswith("Cancelled 2 job(s) (2 with descendants): 3 task(s) killed.")
+    assert Job.objects.get(name="/bob/sweep").state == "pending"
+
+
+def test_job_cancel_by_filter_refuses_others_jobs_and_bad_filters(some_jobs):
+    iris = some_jobs
+    iris.use_token("alice")
+
+    others = iris("job", "cancel", "--filter", "state=pending", "--yes")
+    typo = iris("job", "cancel", "--filter", "usr=alice", "--yes")
+    shape = iris("job", "cancel", "--filter", "alice")
+
+    assert others.code == 1 and others.err.startswith("PERMISSION_DENIED: ")
+    assert typo.code == 1 and typo.err.startswith("INVALID_ARGUMENT: filter: unknown filter key(s) usr")
+    assert shape.code == 2
+    assert not Job.objects.filter(state="killed").exists()
 
 
 # --- queue -----------------------------------------------------------------------------------------------

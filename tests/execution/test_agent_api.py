@@ -182,3 +182,68 @@ def test_a_missing_log_says_where_it_is_written(clients, logged_attempt, setting
 
 def test_logs_of_an_attempt_that_does_not_exist_are_not_found(clients, logged_attempt):
     assert clients["alice"].get(f"/api/v1/agent/logs/{logged_attempt.pk}/9/").status_code == 404
+
+
+# --- logs shipped by remote agents ------------------------------------------------------------------
+
+
+def ship(client, task, offset, data: bytes, attempt=1, name="w1"):
+    import base64
+
+    return client.post("/api/v1/agent/logs/", {"name": name, "task": task.pk, "attempt": attempt, "offset": offset,
+                                               "data": base64.b64encode(data).decode()}, format="json")
+
+
+@pytest.fixture
+def remote_attempt(settings, tmp_path, personas):
+    """An attempt on w1 whose log is not on this server's disk (its agent runs elsewhere)."""
+    settings.TASK_LOG_DIR = tmp_path / "logs"
+    settings.SHIPPED_LOG_DIR = tmp_path / "shipped"
+    make_worker("w1")
+    make_worker("w2")
+    make_job("/alice/train")
+    run_tick(NOW_MS)
+    return Task.objects.get()
+
+
+def test_a_shipped_log_is_served_and_a_retried_chunk_is_not_stored_twice(clients, remote_attempt):
+    worker = Attempt.objects.get().worker.name
+    agent = agent_client(worker)
+    assert ship(agent, remote_attempt, 0, b"step 1\n", name=worker).json() == {"size": 7, "truncated": False}
+    assert ship(agent, remote_attempt, 0, b"step 1\n", name=worker).json()["size"] == 7  # a retry after a lost answer
+    assert ship(agent, remote_attempt, 7, b"step 2\n", name=worker).json()["size"] == 14
+    assert ship(agent, remote_attempt, 30, b"later\n", name=worker).json()["size"] == 14  # a gap: resume at 14
+
+    response = clients["alice"].get(f"/api/v1/agent/logs/{remote_attempt.pk}/1/")
+    assert response.content == b"step 1\nstep 2\n"
+    assert response["X-Log-Source"] == "shipped"
+
+
+def test_an_agent_may_ship_logs_only_of_attempts_on_its_own_worker(clients, remote_attempt, settings):
+    placed_on = Attempt.objects.get().worker.name
+    other = "w2" if placed_on == "w1" else "w1"
+    response = ship(agent_client(other), remote_attempt, 0, b"forged\n", name=other)
+    assert response.status_code == 403 and response.json()["code"] == "PERMISSION_DENIED"
+    assert ship(agent_client(placed_on), remote_attempt, 0, b"x", name=other).status_code == 403  # impersonation
+    assert ship(clients["alice"], remote_attempt, 0, b"x", name=placed_on).status_code == 403  # people cannot
+    assert not (settings.SHIPPED_LOG_DIR / str(remote_attempt.pk) / "1.log").exists()
+
+
+def test_a_shipped_log_is_cut_at_the_bound_and_says_so(clients, remote_attempt, settings):
+    settings.TASK_LOG_MAX_BYTES = 10
+    worker = Attempt.objects.get().worker.name
+    agent = agent_client(worker)
+    assert ship(agent, remote_attempt, 0, b"0123456", name=worker).json() == {"size": 7, "truncated": False}
+    assert ship(agent, remote_attempt, 7, b"789abcdef", name=worker).json() == {"size": 16, "truncated": True}
+    assert ship(agent, remote_attempt, 16, b"more", name=worker).json()["truncated"] is True
+    text = clients["alice"].get(f"/api/v1/agent/logs/{remote_attempt.pk}/1/").content.decode()
+    assert text.startswith("0123456789\n[iris] log cut at 10 bytes") and "more" not in text
+
+
+@pytest.mark.parametrize("change", [{"data": "not base64!"}, {"offset": -1}, {"attempt": 9}])
+def test_a_bad_log_chunk_is_refused(remote_attempt, change):
+    worker = Attempt.objects.get().worker.name
+    body = {"name": worker, "task": remote_attempt.pk, "attempt": 1, "offset": 0, "data": "", **change}
+    response = agent_client(worker).post("/api/v1/agent/logs/", body, format="json")
+    assert response.status_code in (400, 404)
+    assert response.json()["code"] in ("INVALID_ARGUMENT", "NOT_FOUND")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from django.utils import timezone
 
 from scheduler.execution.dispatcher import LEASE_NAME, drain
 from scheduler.execution.enrolment import issue_worker_credential
+from scheduler.execution.logs import read_tail
 from scheduler.execution.workers import check_workers
 from scheduler.jobs.submit import submit_job
 from scheduler.models import Attempt, DispatchIntent, Job, SchedulerLease, Task, Worker
@@ -256,3 +258,24 @@ def test_celery_worker_and_beat_run_a_task_through_an_agent_to_success_and_its_l
     response = token_client(people["alice"]).get(f"/api/v1/agent/logs/{task.pk}/1/")
     assert response.status_code == 200
     assert response.content.decode().strip() == "hello from /alice/hello/0"
+
+
+def test_a_remote_agent_ships_its_task_log_so_the_log_survives_its_host(cluster, people, tmp_path, settings):
+    """The agent writes to a directory the server never reads (another host's disk); the log
+    still reaches the server, whole, before the attempt's final report, and outlives that disk."""
+    settings.SHIPPED_LOG_DIR = tmp_path / "shipped"
+    remote_disk = tmp_path / "remote-host-logs"
+    cluster.log_dir = remote_disk
+    cluster.agent("w1", cpu=1)
+    lines = 3000  # ~30 KiB over several heartbeats and chunks
+    script = f'i=0; while [ $i -lt {lines} ]; do echo "line $i of the remote task"; i=$((i+1)); done'
+    job = submit_job(people["alice"], {"name": "remote", "cpu": 1, "memory": "1Gi", "command": ["sh", "-c", script]})
+
+    assert cluster.pump(lambda: attempt_state(job) == "succeeded"), cluster.logs()
+    first = attempt(job)
+    shutil.rmtree(remote_disk)  # the agent's host is gone
+
+    found = read_tail(first.task_id, 1, 1 << 20)
+    assert found is not None and found.source == "shipped"
+    written = found.text.splitlines()
+    assert written[0] == "line 0 of the remote task" and f"line {lines - 1} of the remote task" in written

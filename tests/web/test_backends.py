@@ -76,7 +76,7 @@ def test_job_page_shows_its_backend_and_links_each_attempt_to_its_log(clients, a
                            created_at=timezone.now())
     Job.objects.filter(pk=job.pk).update(route="workers")
     html = clients["alice"].get("/jobs/alice/train/").content.decode()
-    assert f'href="/api/v1/agent/logs/{task.pk}/1/"' in html and f'href="/api/v1/agent/logs/{task.pk}/2/"' in html
+    assert f'href="/logs/{task.pk}/1/"' in html and f'href="/logs/{task.pk}/2/"' in html
     assert "Runs on Registered workers" in text(clients["alice"].get("/jobs/alice/train/"))
     Job.objects.filter(pk=job.pk).update(route="kubernetes")
     assert "Runs on Kubernetes" in text(clients["alice"].get("/jobs/alice/train/"))

@@ -1,0 +1,248 @@
+"""The jobs table's one filter: parse it from query parameters (the console's URL, the API's query
+string or a bulk-cancel body), turn it into one queryset, sort, group and page it.
+
+One parser serves the console, ``GET /api/v1/jobs/``, ``POST /api/v1/jobs:cancel`` and
+``iris job cancel --filter``, so a filter means the same everywhere and a bad value gets the same
+``INVALID_ARGUMENT`` naming the field. Each page costs a fixed number of queries whatever the
+number of jobs: the over-budget users (three), the count, the page, the group counts.
+
+The effective band is the band the scheduler gives the job's *pending* work now: the requested
+band, except that a downgradable band (INTERACTIVE) of a user strictly over a positive limit
+runs as BATCH (``core.budget.effective_band``). A finished job's effective band is its requested
+band. Spend and limits are live, as on the job page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, date, datetime, time, timedelta
+
+from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Value, When
+from django.utils import timezone
+
+from scheduler.budgets.rules import budget_defaults, effective_budgets, live_spend
+from scheduler.core.bands import ADMIN_BANDS, BAND_NAMES, Band
+from scheduler.core.budget import budget_limit, is_over_budget
+from scheduler.core.kueue import ROUTE_KUBERNETES, ROUTE_WORKERS
+from scheduler.core.types import JobState
+from scheduler.errors import InvalidArgument
+from scheduler.models import Job
+from scheduler.store.states import LIVE_JOB_VALUES
+
+# Bands a budget can downgrade (to BATCH): never SYSTEM or PRODUCTION, and BATCH is already
+# BATCH. Must agree with core.budget.effective_band (tests/jobs/test_listing.py checks it).
+DOWNGRADABLE_BANDS = frozenset(Band) - ADMIN_BANDS - {Band.BATCH}
+
+# The route filter's values: the two routes and "unrouted" (no tick has routed the job yet).
+UNROUTED = "unrouted"
+ROUTES = {ROUTE_WORKERS: ROUTE_WORKERS, ROUTE_KUBERNETES: ROUTE_KUBERNETES, UNROUTED: ""}
+
+# Sortable columns: URL name -> queryset field (``effective`` is an annotation).
+SORTS = {
+    "name": "name",
+    "user": "user",
+    "band": "band",
+    "effective": "effective",
+    "state": "state",
+    "route": "route",
+    "tasks": "replicas",
+    "submitted": "submitted_at_ms",
+}
+DEFAULT_SORT = "-submitted"
+GROUPS = {"user": "user", "band": "band", "effective": "effective"}
+
+# The filter's parameter names, in the order the console shows them.
+FILTER_KEYS = ("user", "band", "effective", "state", "route", "name", "submitted_after", "submitted_before")
+VIEW_KEYS = ("sort", "group")
+MAX_NAME_SUBSTRING = 150
+
+# Rows per page, and the deepest row a page may start at. Offset paging over an index is cheap
+# to this depth (the database walks at most this many index entries); beyond it the table asks
+# for a narrower filter instead of walking 100,000 rows per page.
+PAGE_SIZE = 50
+MAX_OFFSET = 10_000
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """A parsed filter of the jobs table; every field None (or empty) means "any"."""
+
+    user: str | None = None
+    band: Band | None = None
+    effective: Band | None = None
+    state: str | None = None
+    route: str | None = None  # a key of ROUTES
+    name: str | None = None
+    submitted_after_ms: int | None = None  # inclusive
+    submitted_before_ms: int | None = None  # exclusive
+    # The raw values as given, for URLs and forms (only the non-empty ones).
+    given: Mapping[str, str] = field(default_factory=dict, compare=False)
+
+    @property
+    def empty(self) -> bool:
+        return not self.given
+
+    def for_user(self, user: str) -> JobFilter:
+        return replace(self, user=user, given={**self.given, "user": user})
+
+
+@dataclass(frozen=True)
+class JobView:
+    """How the table shows a filter's jobs: the sort column (``-`` first for descending) and
+    the grouping (``""`` for none)."""
+
+    sort: str = DEFAULT_SORT
+    group: str = ""
+
+
+def parse_filter(params: Mapping[str, object], *, strict: bool = False) -> JobFilter:
+    """A ``JobFilter`` from query parameters or a JSON body.
+
+    ``strict`` (bulk cancel) refuses unknown keys, so a misspelt key never widens a
+    cancellation to every job. Bad values raise ``InvalidArgument`` naming the field.
+    """
+    if strict:
+        unknown = sorted(set(params) - set(FILTER_KEYS))
+        if unknown:
+            raise InvalidArgument(
+                f"unknown filter key(s) {', '.join(unknown)}; expected some of {', '.join(FILTER_KEYS)}", field="filter"
+            )
+    given: dict[str, str] = {}
+    for key in FILTER_KEYS:
+        value = params.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise InvalidArgument("must be a string", field=key)
+        if value.strip():
+            given[key] = value.strip()
+    band = _band(given, "band")
+    effective = _band(given, "effective")
+    state = given.get("state")
+    if state is not None and state not in {s.value for s in JobState}:
+        raise InvalidArgument(
+            f"unknown state {state!r}; expected one of {'|'.join(s.value for s in JobState)}", field="state"
+        )
+    route = given.get("route")
+    if route is not None and route not in ROUTES:
+        raise InvalidArgument(f"unknown route {route!r}; expected one of {'|'.join(ROUTES)}", field="route")
+    user = given.get("user")
+    if user is not None and len(user) > 150:
+        raise InvalidArgument("at most 150 characters", field="user")
+    name = given.get("name")
+    if name is not None and len(name) > MAX_NAME_SUBSTRING:
+        raise InvalidArgument(f"at most {MAX_NAME_SUBSTRING} characters", field="name")
+    after = _instant(given, "submitted_after", end_of_day=False)
+    before = _instant(given, "submitted_before", end_of_day=True)
+    if after is not None and before is not None and after >= before:
+        raise InvalidArgument("must be later than submitted_after", field="submitted_before")
+    return JobFilter(user=user, band=band, effective=effective, state=state, route=route, name=name,
+                     submitted_after_ms=after, submitted_before_ms=before, given=given)
+
+
+def parse_view(params: Mapping[str, object]) -> JobView:
+    sort = str(params.get("sort") or DEFAULT_SORT).strip()
+    if sort.lstrip("-") not in SORTS:
+        raise InvalidArgument(f"unknown column {sort!r}; expected one of {'|'.join(SORTS)} (- first for descending)",
+                              field="sort")
+    group = str(params.get("group") or "").strip()
+    if group and group not in GROUPS:
+        raise InvalidArgument(f"unknown grouping {group!r}; expected one of {'|'.join(GROUPS)}", field="group")
+    return JobView(sort=sort, group=group)
+
+
+def _band(given: dict[str, str], key: str) -> Band | None:
+    if key not in given:
+        return None
+    try:
+        return Band.parse(given[key])
+    except ValueError:
+        raise InvalidArgument(f"unknown band {given[key]!r}; expected one of {BAND_NAMES}", field=key) from None
+
+
+def _instant(given: dict[str, str], key: str, *, end_of_day: bool) -> int | None:
+    """Milliseconds since the epoch. A date alone is its midnight (UTC), and for
+    ``submitted_before`` the next midnight, so a date picker's day is included whole."""
+    if key not in given:
+        return None
+    raw = given[key]
+    try:
+        if len(raw) == 10:
+            day = date.fromisoformat(raw)
+            at = datetime.combine(day + timedelta(days=1) if end_of_day else day, time(), tzinfo=UTC)
+        else:
+            at = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+            if at.tzinfo is None:
+                at = at.replace(tzinfo=UTC)
+    except ValueError:
+        raise InvalidArgument(f"{raw!r} is not a date (YYYY-MM-DD) or an ISO 8601 time", field=key) from None
+    return int(at.timestamp() * 1000)
+
+
+def over_budget_users() -> frozenset[str]:
+    """Users strictly over a positive limit right now (live spend): three queries."""
+    spend = live_spend()
+    if not spend:
+        return frozenset()
+    budgets = effective_budgets(int(timezone.now().timestamp() * 1000))
+    defaults = budget_defaults()
+    return frozenset(u for u, s in spend.items() if is_over_budget(s, budget_limit(u, budgets, defaults)))
+
+
+def downgraded(over_budget: frozenset[str]) -> Q:
+    """Jobs whose pending work runs as BATCH now, though they asked for a higher band."""
+    return Q(band__in=[int(b) for b in DOWNGRADABLE_BANDS], user__in=sorted(over_budget), state__in=LIVE_JOB_VALUES)
+
+
+def effective_rank(over_budget: frozenset[str]) -> Case:
+    """SQL for the effective band's rank of each job (see the module docstring)."""
+    return Case(When(downgraded(over_budget), then=Value(int(Band.BATCH))), default=F("band"), output_field=IntegerField())
+
+
+def effective_is(band: Band, over_budget: frozenset[str]) -> Q:
+    """``effective == band`` as plain conditions on columns (not on the CASE), so the band
+    index serves it: BATCH is "asked for BATCH, or downgraded"; a downgradable band is "asked
+    for it and not downgraded"; the others are their requested band."""
+    if band is Band.BATCH:
+        return Q(band=int(Band.BATCH)) | downgraded(over_budget)
+    if band in DOWNGRADABLE_BANDS:
+        return Q(band=int(band)) & ~downgraded(over_budget)
+    return Q(band=int(band))
+
+
+def filtered_jobs(f: JobFilter, over_budget: frozenset[str]) -> QuerySet[Job]:
+    """The jobs ``f`` matches, annotated with ``effective`` (the effective band's rank), unordered."""
+    qs = Job.objects.annotate(effective=effective_rank(over_budget))
+    if f.user:
+        qs = qs.filter(user=f.user)
+    if f.band is not None:
+        qs = qs.filter(band=int(f.band))
+    if f.effective is not None:
+        qs = qs.filter(effective_is(f.effective, over_budget))
+    if f.state:
+        qs = qs.filter(state=f.state)
+    if f.route is not None:
+        qs = qs.filter(route=ROUTES[f.route])
+    if f.name:
+        qs = qs.filter(name__icontains=f.name)
+    if f.submitted_after_ms is not None:
+        qs = qs.filter(submitted_at_ms__gte=f.submitted_after_ms)
+    if f.submitted_before_ms is not None:
+        qs = qs.filter(submitted_at_ms__lt=f.submitted_before_ms)
+    return qs.order_by()
+
+
+def ordered(qs: QuerySet[Job], view: JobView) -> QuerySet[Job]:
+    """Grouped rows first by the group key (ascending), then by the sort column, then by id."""
+    column = SORTS[view.sort.lstrip("-")]
+    descending = view.sort.startswith("-")
+    keys = [GROUPS[view.group]] if view.group else []
+    keys += [f"-{column}" if descending else column, "-pk" if descending else "pk"]
+    return qs.order_by(*keys)
+
+
+def group_counts(qs: QuerySet[Job], group: str) -> dict:
+    """``{group key: jobs}`` of the whole filtered set, one grouped query."""
+    key = GROUPS[group]
+    return dict(qs.order_by().values_list(key).annotate(n=Count("pk")).values_list(key, "n"))
