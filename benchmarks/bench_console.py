@@ -59,6 +59,13 @@ def main() -> None:
     import django
 
     django.setup()
+    from django.test.utils import override_settings
+
+    # The pages link static files; the manifest needs `collectstatic`, which a benchmark skips.
+    override_settings(STORAGES={
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }).enable()
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.db import connection
@@ -101,6 +108,7 @@ def main() -> None:
         job = Job.objects.filter(state="pending").order_by("id").values_list("name", flat=True).first()
         user = Job.objects.filter(state="pending").order_by("id").values_list("user", flat=True).first()
         worker = Worker.objects.order_by("name").values_list("name", flat=True).first()
+        get_user_model().objects.get_or_create(username=user)  # what-if asks on this user's behalf
         whatif = {"name": "bench-whatif", "user": user, "cpu_millicores": 1000, "memory_bytes": 1 << 30}
         endpoints = [
             (console, "GET", "/queue/", None),

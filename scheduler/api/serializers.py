@@ -688,6 +688,14 @@ class WhatIfErrorSerializer(serializers.Serializer):
     message = serializers.CharField()
 
 
+class WhatIfBasisSerializer(serializers.Serializer):
+    source = serializers.ChoiceField(choices=["tick", "live"], help_text=(
+        "tick: the newest tick's free capacity and queue (spend and budget live); live: the whole "
+        "live snapshot, before any tick"))
+    tick = serializers.IntegerField(allow_null=True)
+    tick_at = serializers.DateTimeField(allow_null=True)
+
+
 @extend_schema_serializer(component_name="WhatIf")
 class WhatIfSerializer(serializers.Serializer):
     accepted = serializers.BooleanField()
@@ -703,4 +711,5 @@ class WhatIfSerializer(serializers.Serializer):
     would_preempt = serializers.ListField(child=serializers.CharField())
     pending_reason = PendingReasonField(allow_null=True)
     feasibility = FeasibilitySerializer(allow_null=True, required=False)
+    basis = WhatIfBasisSerializer(allow_null=True, required=False, help_text="what the answer stands on")
 

@@ -17,7 +17,7 @@ Submission warnings may reuse :func:`analyse_job` as it is.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from scheduler.core.bands import Band
@@ -192,5 +192,11 @@ def holders(
         if worker in wanted:
             key = (user, stamped)
             counts[key] = counts.get(key, 0) + 1
+    return top_holders(counts, band, top)
+
+
+def top_holders(counts: Mapping[tuple[str, Band], int], band: Band, top: int = 5) -> list[Holder]:
+    """The ``top`` (user, stamped band) pairs of ``counts`` (active tasks on the workers a job
+    could use) by task count, and whether a task of ``band`` could preempt each."""
     ranked = sorted(counts.items(), key=lambda kv: (-kv[1], int(kv[0][1]), kv[0][0]))[:top]
     return [Holder(user, stamped, n, can_preempt(band, stamped)) for (user, stamped), n in ranked]

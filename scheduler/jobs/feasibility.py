@@ -6,16 +6,19 @@ workers exist but are held, and by whom). The analysis is the core's
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping
+
+from django.db.models import Count
 
 from scheduler.cluster_config import cluster_config
 from scheduler.core.bands import Band
-from scheduler.core.feasibility import ShapeAnalysis, analyse_job, holders
+from scheduler.core.feasibility import ShapeAnalysis, analyse_job, holders, top_holders
 from scheduler.core.types import JobSpec, Resources, WorkerSpec
 from scheduler.models import Job, Task, Worker
 from scheduler.provisioning.tpu import group_specs
 from scheduler.store.cluster_rows import constraints_from_json, device_from_columns
 from scheduler.store.states import ACTIVE_VALUES
+from scheduler.tick.queries import whatif_basis
 
 
 def job_spec(job: Job) -> JobSpec:
@@ -42,17 +45,23 @@ def worker_specs() -> list[WorkerSpec]:
 
 
 def feasibility_data(analysis: ShapeAnalysis, band: Band, active: Iterable[tuple[str, str, Band]],
-                     waiting: bool) -> dict:
+                     waiting: bool, held_counts: Mapping[tuple[str, Band], int] | None = None) -> dict:
     """The served form: ``verdict`` is ``never``, ``scale_group`` (a slice could be created),
     ``not_now`` (waiting: matching workers exist, ``held_by`` says who holds them) or ``fits``
-    (nothing waits)."""
+    (nothing waits). ``held_counts`` (active tasks per (user, stamped band) on the matching
+    workers, already counted) stands in for ``active`` when given."""
     if analysis.never:
         verdict = "never"
     elif analysis.scale_group is not None and not analysis.fits_when_idle:
         verdict = "scale_group"
     else:
         verdict = "not_now" if waiting else "fits"
-    held = holders(analysis.matching_ids, active, band) if verdict == "not_now" else []
+    if verdict != "not_now":
+        held = []
+    elif held_counts is not None:
+        held = top_holders(held_counts, band)
+    else:
+        held = holders(analysis.matching_ids, active, band)
     largest = analysis.largest
     return {
         "verdict": verdict,
@@ -73,16 +82,26 @@ def feasibility_data(analysis: ShapeAnalysis, band: Band, active: Iterable[tuple
 
 
 def job_feasibility(job: Job, band: Band, waiting: bool) -> dict:
-    """The feasibility of a job row, queued at ``band``. Two queries whatever the cluster size
-    and the answer: the workers, and the active tasks on the workers it matches."""
-    workers = worker_specs()
+    """The feasibility of a job row, queued at ``band``, over the workers as the newest tick
+    read them (every worker's row before any tick). One or two queries for the workers (none
+    once this process parsed the tick's basis), and, when it waits, one grouped query for who
+    holds the workers it matches."""
+    basis = whatif_basis()
+    workers = basis.workers if basis is not None else worker_specs()
     analysis = analyse_job(job_spec(job), workers, group_specs(cluster_config()))
-    # An empty list still runs the query (a name no worker has), so the count stays fixed.
-    names = list(analysis.matching_ids) if waiting and analysis.matching_ids else [""]
-    active: Sequence[tuple[str, str, Band]] = [
-        (worker, user, Band(stamped))
-        for worker, user, stamped in Task.objects.filter(
-            state__in=ACTIVE_VALUES, worker__name__in=names, band__isnull=False
-        ).values_list("worker__name", "job__user", "band")
-    ]
-    return feasibility_data(analysis, band, active, waiting)
+    return feasibility_data(analysis, band, (), waiting, held_counts(analysis, waiting))
+
+
+def held_counts(analysis: ShapeAnalysis, waiting: bool = True) -> dict[tuple[str, Band], int]:
+    """Active tasks per (user, stamped band) on the workers ``analysis`` matched. One grouped
+    query (counted in SQL: tens of thousands of active tasks never reach Python). A job that
+    does not wait needs none: the query still runs, on no worker, so the count stays fixed."""
+    rows = Task.objects.filter(state__in=ACTIVE_VALUES, band__isnull=False)
+    if not waiting:
+        rows = rows.filter(worker__name__in=[""])
+    elif len(analysis.matching_ids) < analysis.healthy:
+        rows = rows.filter(worker__name__in=list(analysis.matching_ids) or [""])
+    return {
+        (user, Band(stamped)): n
+        for user, stamped, n in rows.order_by().values_list("job__user", "band").annotate(n=Count("id"))
+    }

@@ -11,15 +11,23 @@ from __future__ import annotations
 
 import json
 
+from collections.abc import Mapping
+
+from scheduler.core.bands import Band
 from scheduler.core.explain import pending_queue, reason_record
 from scheduler.core.types import ClusterSnapshot, Decision
+from scheduler.core.whatif import queue_counts
+
+# The what-if basis's shape (``whatif_basis_to_json``).
+WHATIF_BASIS_VERSION = 1
 
 # The stored shape's version: 2 = reasons as records (issue 12). Version 1 (no "version" key)
 # stored reasons as text and positions counted differently; readers treat it as unexplained.
 EXPLANATION_VERSION = 2
 
 
-def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision) -> dict:
+def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision,
+                        queue: Mapping[Band, list[str]] | None = None) -> dict:
     """The queue as the newest tick left it.
 
     Shape: ``{"version": 2, "tasks": {task_id: [effective band rank, requested band rank,
@@ -28,6 +36,7 @@ def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision) -> dict:
     ``{"code", <parameters>, "downgrade"?}`` (docs/api.md lists the codes). Records are
     interned: thousands of tasks share a handful of reasons, so one record is stored per
     distinct reason (equal records from different reason objects are stored once).
+    ``queue`` is ``pending_queue(decision)`` when the caller has it already.
     """
     reasons: list[dict] = []
     index_of_key: dict[str, int] = {}
@@ -41,7 +50,7 @@ def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision) -> dict:
     # Method lookups bound once: this loop runs once per pending task (100,000 in a large tick).
     index_get = index_of_reason.get
     requested_get = requested_of_job.get
-    for band, task_ids in pending_queue(decision).items():
+    for band, task_ids in (pending_queue(decision) if queue is None else queue).items():
         rank = int(band)
         band_counts[str(rank)] = len(task_ids)
         position = 0
@@ -64,3 +73,37 @@ def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision) -> dict:
                 requested = requested_of_job[job_id] = int(job.band) if job is not None else rank
             tasks[task_id] = [rank, requested, position, index]
     return {"version": EXPLANATION_VERSION, "tasks": tasks, "reasons": reasons, "band_counts": band_counts}
+
+
+def whatif_basis_to_json(snapshot: ClusterSnapshot, decision: Decision, queue: Mapping[Band, list[str]]) -> dict:
+    """What a what-if needs of this tick, without the cluster's tasks (``jobs.whatif``).
+
+    Shape: ``{"version": 1, "queue": {rank: [[user, pending], ...]}, "attributes": [attrs, ...],
+    "workers": [[name, cpu, memory, device type, variant, count, attributes index, healthy,
+    free cpu, free memory, free devices, building], ...]}``: each band's users in round-robin
+    order with their pending counts (``core.whatif.queue_counts``), and every worker with its
+    totals and what it has free once this decision's placements and evictions are counted
+    (``Decision.capacity_left``). Attribute maps are interned (hosts of a pool share them).
+    """
+    left = decision.capacity_left
+    where = {name: i for i, name in enumerate(left.workers)}
+    attributes: list[dict] = []
+    attribute_index: dict[str, int] = {}
+    rows = []
+    for w in snapshot.workers:
+        key = json.dumps(w.attributes, sort_keys=True)
+        a = attribute_index.get(key)
+        if a is None:
+            a = attribute_index[key] = len(attributes)
+            attributes.append(dict(w.attributes))
+        i = where.get(w.id)
+        device = w.device
+        if i is None:
+            free = [0, 0, 0, 0]
+        else:
+            chips = left.gpu[i] if device.type.value == "gpu" else left.tpu[i]
+            free = [left.cpu[i], left.mem[i], chips, left.building[i]]
+        rows.append([w.id, w.cpu_millicores, w.memory_bytes, device.type.value, device.variant or "", device.count,
+                     a, w.healthy, *free])
+    return {"version": WHATIF_BASIS_VERSION, "queue": queue_counts(queue, snapshot.jobs), "attributes": attributes,
+            "workers": rows}

@@ -150,6 +150,8 @@ def test_what_if_answers_where_the_job_would_go_and_writes_nothing(as_alice):
     before = counts()
     answer = what_if(as_alice, cpu=4).json()
     feasibility = answer.pop("feasibility")
+    # No tick has run: the answer is a decision over the whole live snapshot, and says so.
+    assert answer.pop("basis") == {"source": "live", "tick": None, "tick_at": None}
     assert answer | {"spend": 0} == {
         "accepted": True, "error": None, "job": "/alice/probe", "requested_band": "interactive",
         "effective_band": "interactive", "spend": 0, "limit": 1000, "position": None, "would_place": True,
@@ -213,3 +215,86 @@ def test_what_if_for_an_unknown_user_is_not_found(as_ada):
 def test_what_if_with_a_malformed_spec_is_invalid_argument(as_alice):
     response = what_if(as_alice, memory="lots")
     assert (response.status_code, error_of(response)["details"]["field"]) == (400, "memory")
+
+
+# --- what-if after a tick: answered from the tick's basis ----------------------------------------
+
+
+def test_after_a_tick_what_if_places_on_the_capacity_the_tick_left_free(as_alice, bob):
+    from scheduler.tick.run import run_tick
+
+    make_worker("w1", cpu=8)
+    submit(bob, "big", cpu=6)
+    tick = run_tick().tick_id
+    before = counts()
+    too_big = what_if(as_alice, cpu=4).json()
+    fits = what_if(as_alice, cpu=2).json()
+    assert too_big["basis"]["source"] == "tick" and too_big["basis"]["tick"] == tick
+    assert (too_big["would_place"], too_big["worker"], too_big["position"]) == (False, None, 1)
+    assert too_big["pending_reason"]["tick"] == tick and f"tick {tick}" in too_big["pending_reason"]["text"]
+    assert too_big["feasibility"]["verdict"] == "not_now"
+    assert too_big["feasibility"]["held_by"] == [{"user": "bob", "band": "interactive", "tasks": 1,
+                                                  "preemptible": False}]
+    assert (fits["would_place"], fits["worker"], fits["pending_reason"]) == (True, "w1", None)
+    assert counts() == before
+
+
+def test_after_a_tick_what_if_gives_the_place_the_job_then_gets(as_alice, alice, bob):
+    from scheduler.jobs.queue import queue_index
+    from scheduler.tick.run import run_tick
+
+    make_worker("w1", cpu=1)
+    run_tasks(submit(bob, "running", cpu=1), Worker.objects.get())  # bob spends, alice does not
+    for name in ("a", "b"):
+        submit(alice, name, cpu=1)
+        submit(bob, f"waits-{name}", cpu=1)
+    run_tick()
+    answer = what_if(as_alice, name="probe", cpu=1).json()
+    submit(alice, "probe", cpu=1)
+    run_tick()
+    queued = queue_index().locate("/alice/probe/0")
+    assert (answer["position"], answer["pending_reason"]["band_pending"]) == (queued.position, queued.band_count)
+    assert answer["position"] == 5
+
+
+def test_after_a_tick_what_if_reports_the_preemption_it_would_cause(as_alice, bob):
+    from scheduler.tick.run import run_tick
+
+    make_worker("w1", cpu=8)
+    submit(bob, "sweep", priority="batch", cpu=8)
+    run_tick()
+    Task.objects.update(state="running")  # as its agent reports (only running work is preempted)
+    answer = what_if(as_alice, cpu=8).json()
+    assert answer["basis"]["source"] == "tick"
+    assert (answer["would_place"], answer["worker"], answer["would_preempt"]) == (True, "w1", ["/bob/sweep/0"])
+    assert what_if(as_alice, cpu=8, priority="batch").json()["would_preempt"] == []  # BATCH never preempts
+
+
+def test_after_a_tick_what_if_says_a_job_bigger_than_any_worker_can_never_run(as_alice):
+    from scheduler.tick.run import run_tick
+
+    make_worker("w1", cpu=8)
+    run_tick()
+    answer = what_if(as_alice, cpu=1000).json()
+    assert (answer["would_place"], answer["pending_reason"]["code"], answer["feasibility"]["verdict"]) == (
+        False, "never_fits", "never")
+    assert answer["feasibility"]["largest_worker"]["cpu_millicores"] == 8000
+
+
+def test_what_if_after_a_tick_runs_the_same_queries_on_a_larger_cluster(as_alice, bob, django_assert_num_queries):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from scheduler.tick.run import run_tick
+
+    def measured(n: int) -> int:
+        for i in range(n):
+            make_worker(f"w{n}-{i}", cpu=1)
+            submit(bob, f"j{n}-{i}", cpu=1, replicas=2)
+        run_tick()
+        what_if(as_alice, cpu=1)  # the first answer after a tick parses the basis (one more query)
+        with CaptureQueriesContext(connection) as captured:
+            assert what_if(as_alice, cpu=1).status_code == 200
+        return len(captured)
+
+    assert measured(2) == measured(20)

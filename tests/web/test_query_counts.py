@@ -8,6 +8,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from scheduler.jobs.queue import _queue_index_cache, newest_explained_tick
+from scheduler.tick.queries import _basis_cache
 from tests.personas import submit
 from tests.web.conftest import build_cluster
 
@@ -42,6 +43,7 @@ PAGES = [
 
 def count_queries(client, url: str, htmx: bool = False) -> tuple[int, list[str]]:
     _queue_index_cache.clear()  # a cold index costs one more query; measure cold every time
+    _basis_cache.clear()  # so does a cold what-if basis
     headers = {"HTTP_HX_REQUEST": "true"} if htmx else {}
     with CaptureQueriesContext(connection) as captured:
         response = client.get(url, **headers)

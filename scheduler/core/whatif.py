@@ -1,0 +1,76 @@
+"""What-if arithmetic over the newest tick's record: where one new job would stand in its band's
+queue, and the cluster its placement is tried on. Pure: the shell reads the record and rows.
+
+The tick leaves, per band, its users in round-robin order with their pending task counts
+(:func:`queue_counts`), and each worker's free capacity (``Decision.capacity_left``). A new
+job's place follows the core's own order (``core.ordering.round_robin``): users by ascending
+spend, round k takes each user's k-th task; a new job is the newest of its user, so its first
+task comes after that user's pending tasks in the band.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from scheduler.core.bands import Band
+from scheduler.core.types import CapacityLeft, Device, DeviceType, JobSpec, WorkerSpec
+
+
+def queue_counts(queue: Mapping[Band, Sequence[str]], jobs: Mapping[str, JobSpec]) -> dict[int, list[list]]:
+    """``{band rank: [[user, pending tasks], ...]}``, users in their order of first appearance
+    in the band (the round robin's order), from the tick's queue (``core.explain.pending_queue``)."""
+    out: dict[int, list[list]] = {}
+    for band, task_ids in queue.items():
+        per_job = Counter([task_id.rpartition("/")[0] for task_id in task_ids])
+        users: dict[str, int] = {}
+        for job_id, n in per_job.items():
+            job = jobs.get(job_id)
+            user = job.user if job is not None else job_id.split("/", 2)[1]
+            users[user] = users.get(user, 0) + n
+        out[int(band)] = [[user, n] for user, n in users.items()]
+    return out
+
+
+def queue_place(band_users: Sequence[Sequence], spend: Mapping[str, int], user: str, replicas: int) -> tuple[int, int]:
+    """(position of the new job's first task, the band's pending count with the job added).
+
+    ``band_users`` is the band's ``[user, count]`` list in round-robin order, ``spend`` the
+    spend the order was decided with (``user``'s own may be newer). A user new to the band
+    joins after every user whose spend is not above theirs (equal spend keeps first appearance,
+    and this job appears last).
+    """
+    order = [(str(u), int(n)) for u, n in band_users]
+    total = sum(n for _, n in order)
+    if user not in {u for u, _ in order}:
+        mine = spend.get(user, 0)
+        at = next((i for i, (u, _) in enumerate(order) if spend.get(u, 0) > mine), len(order))
+        order.insert(at, (user, 0))
+    k = next(n for u, n in order if u == user)  # the round the new task falls in (0-based)
+    position = 1 + k
+    before = True
+    for u, n in order:
+        if u == user:
+            before = False
+            continue
+        position += min(n, k) + (1 if before and n > k else 0)
+    return position, total + replicas
+
+
+def free_workers(workers: Sequence[WorkerSpec], left: CapacityLeft, max_building: int) -> tuple[WorkerSpec, ...]:
+    """``workers`` as a new task finds them after the decision ``left`` came from: each one's
+    capacity is what it has free (a worker the decision did not see, or with every build slot
+    taken, has none). ``max_building`` 0 means unlimited."""
+    where = {name: i for i, name in enumerate(left.workers)}
+    out = []
+    for w in workers:
+        i = where.get(w.id)
+        full = i is None or (max_building and left.building[i] >= max_building)
+        if full:
+            cpu = mem = chips = 0
+        else:
+            cpu, mem = left.cpu[i], left.mem[i]
+            chips = left.gpu[i] if w.device.type is DeviceType.GPU else left.tpu[i]
+        device = w.device if w.device.type is DeviceType.CPU else Device(w.device.type, w.device.variant, max(0, chips))
+        out.append(WorkerSpec(w.id, max(0, cpu), max(0, mem), device, w.attributes, w.healthy))
+    return tuple(out)
