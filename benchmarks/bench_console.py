@@ -109,7 +109,7 @@ def main() -> None:
         user = Job.objects.filter(state="pending").order_by("id").values_list("user", flat=True).first()
         worker = Worker.objects.order_by("name").values_list("name", flat=True).first()
         get_user_model().objects.get_or_create(username=user)  # what-if asks on this user's behalf
-        whatif = {"name": "bench-whatif", "user": user, "cpu_millicores": 1000, "memory_bytes": 1 << 30}
+        whatif = {"name": "bench-whatif", "user": user, "cpu": 1, "memory": "1Gi"}
         endpoints = [
             (console, "GET", "/queue/", None),
             (console, "GET", "/jobs/", None),

@@ -1,5 +1,5 @@
 """What-if arithmetic over the newest tick's record: where one new job would stand in its band's
-queue, and the cluster its placement is tried on. Pure: the shell reads the record and rows.
+queue. Pure: the shell reads the record (``tick.queries.whatif_basis``) and rows.
 
 The tick leaves, per band, its users in round-robin order with their pending task counts
 (:func:`queue_counts`), and each worker's free capacity (``Decision.capacity_left``). A new
@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from scheduler.core.bands import Band
-from scheduler.core.types import CapacityLeft, Device, DeviceType, JobSpec, WorkerSpec
+from scheduler.core.types import JobSpec
 
 
 def queue_counts(queue: Mapping[Band, Sequence[str]], jobs: Mapping[str, JobSpec]) -> dict[int, list[list]]:
@@ -55,22 +55,3 @@ def queue_place(band_users: Sequence[Sequence], spend: Mapping[str, int], user: 
             continue
         position += min(n, k) + (1 if before and n > k else 0)
     return position, total + replicas
-
-
-def free_workers(workers: Sequence[WorkerSpec], left: CapacityLeft, max_building: int) -> tuple[WorkerSpec, ...]:
-    """``workers`` as a new task finds them after the decision ``left`` came from: each one's
-    capacity is what it has free (a worker the decision did not see, or with every build slot
-    taken, has none). ``max_building`` 0 means unlimited."""
-    where = {name: i for i, name in enumerate(left.workers)}
-    out = []
-    for w in workers:
-        i = where.get(w.id)
-        full = i is None or (max_building and left.building[i] >= max_building)
-        if full:
-            cpu = mem = chips = 0
-        else:
-            cpu, mem = left.cpu[i], left.mem[i]
-            chips = left.gpu[i] if w.device.type is DeviceType.GPU else left.tpu[i]
-        device = w.device if w.device.type is DeviceType.CPU else Device(w.device.type, w.device.variant, max(0, chips))
-        out.append(WorkerSpec(w.id, max(0, cpu), max(0, mem), device, w.attributes, w.healthy))
-    return tuple(out)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import Count, Sum
+from django.db.models import Sum
 
 from scheduler import roles
 from scheduler.access import require_authenticated
@@ -62,6 +62,9 @@ from scheduler.tick.queries import WhatIfBasis, whatif_basis
 # core then chooses victims among them as a tick would. (A tick searches every worker; a gang
 # needing more hosts than this is answered as waiting.)
 PREEMPTION_WORKERS = 16
+# A solo job is tried on at most this many of the workers with room for it (the first by id,
+# which first-fit would take first anyway): trying it on 10,000 costs more than the answer.
+FIRST_FIT_WORKERS = 64
 
 
 @dataclass(frozen=True)
@@ -159,13 +162,13 @@ def simulate_plan(plan: SubmissionPlan) -> WhatIf:
     budget = effective_budget_for(plan.user)
     spend = live_spend([plan.user]).get(plan.user, 0)
     band = effective_band(plan.band, plan.user, {plan.user: spend}, {plan.user: budget}, defaults)
-    analysis = analyse_job(job, basis.workers, group_specs(cluster_config()))
+    analysis = analyse_job(job, basis.workers, group_specs(cluster_config()), basis.attributes)
     config = scheduler_config()
     # The job alone, at the band it would be scheduled in (so the trial does not re-price it),
     # on the capacity the tick left free; a job that never fits is tried on the totals, so
     # its reason names what no worker has at all.
     alone = replace(job, band=band)
-    trial = decide(ClusterSnapshot(now_ms, config, {}, basis.workers if analysis.never else basis.free,
+    trial = decide(ClusterSnapshot(now_ms, config, {}, trial_workers(alone, analysis, basis),
                                    {job.id: alone}, tasks))
     ours = {t.id for t in tasks}
     assignments = [a for a in trial.assignments if a.task in ours]
@@ -184,6 +187,32 @@ def simulate_plan(plan: SubmissionPlan) -> WhatIf:
         feasibility=feasibility_data(analysis, band, (), waiting, held_counts(analysis, waiting)),
         basis={"source": "tick", "tick": basis.tick, "tick_at": basis.tick_at},
     )
+
+
+def trial_workers(job: JobSpec, analysis: ShapeAnalysis, basis: WhatIfBasis) -> tuple[WorkerSpec, ...]:
+    """The workers the job alone is tried on, as free as the tick left them.
+
+    Placement is first-fit over the healthy workers matching the hard constraints, in id order
+    (soft constraints first): so a solo job without soft constraints is placed as on the whole
+    cluster when tried on the first ``FIRST_FIT_WORKERS`` matching workers with room, by id.
+    When none has room, every worker is offered, so the reason it waits counts the cluster;
+    a job that never fits is offered the totals, so its reason names what no worker has.
+    """
+    if analysis.never:
+        return basis.workers
+    need = job.resources
+    chips = need.device.count if need.device.type is not DeviceType.CPU else 0
+    matching = set(analysis.matching_ids)
+    room = [
+        w for w in basis.free
+        if w.id in matching and w.cpu_millicores >= need.cpu_millicores and w.memory_bytes >= need.memory_bytes
+        and w.device.count >= chips
+    ]
+    if not room:
+        return basis.free
+    if job.group_by is not None or any(c.soft for c in job.constraints):
+        return tuple(room)
+    return tuple(sorted(room, key=lambda w: w.id)[:FIRST_FIT_WORKERS])
 
 
 def answer(plan: SubmissionPlan, *, band: Band, spend: int, limit: int, place: tuple[int, int] | None,

@@ -7,9 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.conf import settings
 from django.db.models import Count, QuerySet
 
 from scheduler.core.bands import Band
+from scheduler.core.placement import worker_attributes
 from scheduler.core.types import Device, DeviceType, WorkerSpec
 from scheduler.models import PreemptionEvent, Task, TickRecord
 from scheduler.store.cluster_rows import device_from_columns
@@ -21,7 +23,7 @@ from scheduler.tick.explanation import WHATIF_BASIS_VERSION
 class WhatIfBasis:
     """The newest tick's what-if basis, parsed: every worker as the tick read it (``workers``,
     a draining worker counting as unhealthy) and as a new task finds it (``free``: capacity
-    is what the decision left free), each band's ``[user, pending]`` in round-robin order
+    is what the decision left free, none where every build slot is taken), each band's ``[user, pending]`` in round-robin order
     (``queue``), and the spend the tick decided with."""
 
     tick: int
@@ -30,6 +32,8 @@ class WhatIfBasis:
     queue: dict[int, list[list]]
     workers: tuple[WorkerSpec, ...]
     free: tuple[WorkerSpec, ...]
+    # Each worker's attributes as constraints see them (``core.placement.worker_attributes``).
+    attributes: tuple[dict[str, str], ...] = ()
     free_by_name: dict[str, WorkerSpec] = field(default_factory=dict, compare=False, repr=False)
 
 
@@ -54,14 +58,19 @@ def whatif_basis() -> WhatIfBasis | None:
     attributes = [{str(k): str(v) for k, v in a.items()} for a in data["attributes"]]
     workers, free = [], []
     cpu_type = DeviceType.CPU
-    for name, cpu, mem, dtype, variant, count, a, healthy, free_cpu, free_mem, free_chips, _building in data["workers"]:
+    # A worker with every build slot taken has no room for a new task, whatever it has free.
+    max_building = settings.MAX_BUILDING_TASKS
+    for name, cpu, mem, dtype, variant, count, a, healthy, free_cpu, free_mem, free_chips, building in data["workers"]:
         device = device_from_columns(dtype, variant, count)
         workers.append(WorkerSpec(name, cpu, mem, device, attributes[a], healthy))
+        if max_building and building >= max_building:
+            free_cpu = free_mem = free_chips = 0
         left = device if device.type is cpu_type else Device(device.type, device.variant, max(0, free_chips))
         free.append(WorkerSpec(name, max(0, free_cpu), max(0, free_mem), left, attributes[a], healthy))
     basis = WhatIfBasis(
         tick=key[0], tick_at=started_at, spend={str(u): int(v) for u, v in (spend or {}).items()},
         queue={int(rank): users for rank, users in data["queue"].items()}, workers=tuple(workers), free=tuple(free),
+        attributes=tuple(worker_attributes(w.attributes, w.device.type, w.device.variant) for w in workers),
         free_by_name={w.id: w for w in free},
     )
     _basis_cache.clear()
