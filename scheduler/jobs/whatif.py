@@ -184,7 +184,7 @@ def simulate_plan(plan: SubmissionPlan) -> WhatIf:
         plan, band=band, spend=spend, limit=budget.budget_limit, place=place,
         reason=trial.pending_reasons.get(tasks[0].id) if waiting else None,
         worker=assignments[0].worker if assignments else None, victims=victims,
-        feasibility=feasibility_data(analysis, band, (), waiting, held_counts(analysis, waiting)),
+        feasibility=feasibility_data(analysis, band, (), waiting, held_counts(analysis) if waiting else {}),
         basis={"source": "tick", "tick": basis.tick, "tick_at": basis.tick_at},
     )
 
