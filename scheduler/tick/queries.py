@@ -37,6 +37,18 @@ class WhatIfBasis:
     free_by_name: dict[str, WorkerSpec] = field(default_factory=dict, compare=False, repr=False)
 
 
+def constraint_attributes(attributes: list[dict], rows: list[list], workers: list[WorkerSpec]):
+    """Each worker's attributes as constraints see them, computed once per distinct
+    (attributes, device type, variant)."""
+    seen: dict[tuple, dict[str, str]] = {}
+    for row, w in zip(rows, workers, strict=True):
+        key = (row[6], row[3], row[4])
+        found = seen.get(key)
+        if found is None:
+            found = seen[key] = worker_attributes(attributes[row[6]], w.device.type, w.device.variant)
+        yield found
+
+
 # Only the newest basis is kept: ticks replace it every few seconds.
 _basis_cache: dict[tuple[int, int], WhatIfBasis] = {}
 
@@ -60,17 +72,28 @@ def whatif_basis() -> WhatIfBasis | None:
     cpu_type = DeviceType.CPU
     # A worker with every build slot taken has no room for a new task, whatever it has free.
     max_building = settings.MAX_BUILDING_TASKS
+    # Devices interned: 10,000 hosts share a handful of shapes, and building one costs more than
+    # the rest of a row.
+    devices: dict[tuple, Device] = {}
     for name, cpu, mem, dtype, variant, count, a, healthy, free_cpu, free_mem, free_chips, building in data["workers"]:
-        device = device_from_columns(dtype, variant, count)
+        device = devices.get((dtype, variant, count))
+        if device is None:
+            device = devices[(dtype, variant, count)] = device_from_columns(dtype, variant, count)
         workers.append(WorkerSpec(name, cpu, mem, device, attributes[a], healthy))
         if max_building and building >= max_building:
             free_cpu = free_mem = free_chips = 0
-        left = device if device.type is cpu_type else Device(device.type, device.variant, max(0, free_chips))
+        if device.type is cpu_type:
+            left = device
+        else:
+            left = devices.get((dtype, variant, -1 - max(0, free_chips)))
+            if left is None:
+                left = devices[(dtype, variant, -1 - max(0, free_chips))] = Device(device.type, device.variant,
+                                                                                  max(0, free_chips))
         free.append(WorkerSpec(name, max(0, free_cpu), max(0, free_mem), left, attributes[a], healthy))
     basis = WhatIfBasis(
         tick=key[0], tick_at=started_at, spend={str(u): int(v) for u, v in (spend or {}).items()},
         queue={int(rank): users for rank, users in data["queue"].items()}, workers=tuple(workers), free=tuple(free),
-        attributes=tuple(worker_attributes(w.attributes, w.device.type, w.device.variant) for w in workers),
+        attributes=tuple(constraint_attributes(attributes, data["workers"], workers)),
         free_by_name={w.id: w for w in free},
     )
     _basis_cache.clear()
