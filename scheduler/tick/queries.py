@@ -57,7 +57,9 @@ def whatif_basis() -> WhatIfBasis | None:
     """The newest tick's what-if basis, or None before any tick recorded one. One query, plus
     one (and a parse of a few milliseconds per thousand workers) the first time a process sees
     a tick."""
-    key = TickRecord.objects.filter(whatif_basis__isnull=False).order_by("-pk").values_list("pk", "now_ms").first()
+    # The newest tick that kept its explanation (as the queue reads): its basis or none, never
+    # an older tick's (a tick written by an older release stores none and clears none).
+    key = TickRecord.objects.filter(explanation__isnull=False).order_by("-pk").values_list("pk", "now_ms").first()
     if key is None:
         return None
     cached = _basis_cache.get(key)
