@@ -184,6 +184,14 @@ def test_budgets_are_listed_a_page_at_a_time(clients):
     assert 'hx-get="/budgets/?page=2"' in second
 
 
+def test_the_admin_budget_list_is_paginated_too(clients):
+    UserBudget.objects.bulk_create([UserBudget(user_id=f"u{i:02}", budget_limit=100, max_band=2) for i in range(53)])
+    first = clients["ada"].get("/manage/").content.decode()
+    second = clients["ada"].get("/manage/?page=2").content.decode()
+    rows = re.compile(r'<tr><td><a href="/budgets/(u\d+)/">')
+    assert (len(rows.findall(first)), rows.findall(second)) == (50, ["u50", "u51", "u52"])
+
+
 def test_budget_chart_is_drawn_from_tick_samples(clients, alice):
     UserBudget.objects.create(user_id="alice", budget_limit=10, max_band=2)
     now = timezone.now()
