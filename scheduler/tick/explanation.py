@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from scheduler.core.bands import Band
 from scheduler.core.explain import pending_queue, reason_record
-from scheduler.core.types import ClusterSnapshot, Decision
+from scheduler.core.types import ClusterSnapshot, Decision, DeviceType
 from scheduler.core.whatif import queue_counts
 
 # The what-if basis's shape (``whatif_basis_to_json``).
@@ -87,23 +87,25 @@ def whatif_basis_to_json(snapshot: ClusterSnapshot, decision: Decision, queue: M
     """
     left = decision.capacity_left
     where = {name: i for i, name in enumerate(left.workers)}
+    gpu = DeviceType.GPU
     attributes: list[dict] = []
-    attribute_index: dict[str, int] = {}
+    attribute_index: dict[tuple, int] = {}
     rows = []
     for w in snapshot.workers:
-        key = json.dumps(w.attributes, sort_keys=True)
+        key = tuple(sorted(w.attributes.items()))
         a = attribute_index.get(key)
         if a is None:
             a = attribute_index[key] = len(attributes)
             attributes.append(dict(w.attributes))
         i = where.get(w.id)
         device = w.device
+        dtype = device.type
         if i is None:
             free = [0, 0, 0, 0]
         else:
-            chips = left.gpu[i] if device.type.value == "gpu" else left.tpu[i]
+            chips = left.gpu[i] if dtype is gpu else left.tpu[i]
             free = [left.cpu[i], left.mem[i], chips, left.building[i]]
-        rows.append([w.id, w.cpu_millicores, w.memory_bytes, device.type.value, device.variant or "", device.count,
+        rows.append([w.id, w.cpu_millicores, w.memory_bytes, dtype.value, device.variant or "", device.count,
                      a, w.healthy, *free])
     return {"version": WHATIF_BASIS_VERSION, "queue": queue_counts(queue, snapshot.jobs), "attributes": attributes,
             "workers": rows}
