@@ -10,25 +10,23 @@ task comes after that user's pending tasks in the band.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from scheduler.core.bands import Band
 from scheduler.core.types import JobSpec
 
 
-def queue_counts(queue: Mapping[Band, Sequence[str]], jobs: Mapping[str, JobSpec]) -> dict[int, list[list]]:
+def queue_counts(job_counts: Mapping[int, Mapping[str, int]], jobs: Mapping[str, JobSpec]) -> dict[int, list[list]]:
     """``{band rank: [[user, pending tasks], ...]}``, users in their order of first appearance
-    in the band (the round robin's order), from the tick's queue (``core.explain.pending_queue``)."""
+    in the band (the round robin's order), from each band's ``{job id: queued tasks}`` in the
+    order the tick's queue (``core.explain.pending_queue``) first lists each job."""
     out: dict[int, list[list]] = {}
-    for band, task_ids in queue.items():
-        per_job = Counter([task_id.rpartition("/")[0] for task_id in task_ids])
+    for rank, per_job in job_counts.items():
         users: dict[str, int] = {}
         for job_id, n in per_job.items():
             job = jobs.get(job_id)
             user = job.user if job is not None else job_id.split("/", 2)[1]
             users[user] = users.get(user, 0) + n
-        out[int(band)] = [[user, n] for user, n in users.items()]
+        out[int(rank)] = [[user, n] for user, n in users.items()]
     return out
 
 

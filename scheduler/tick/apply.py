@@ -26,7 +26,6 @@ from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task
 from scheduler import instruments
 from scheduler.store import bulk
 from scheduler.store.states import ACTIVE_VALUES, TERMINAL_JOB_VALUES
-from scheduler.core.explain import pending_queue
 from scheduler.tick.explanation import explanation_to_json, whatif_basis_to_json
 from scheduler.tick.load import LoadedSnapshot
 
@@ -244,9 +243,9 @@ def apply_decision(
             live_job_states(loaded, decision, kept),
             condition=f"{job_table}.state IN ('{JobState.PENDING.value}', '{JobState.RUNNING.value}')",
         )
-        queue = pending_queue(decision)
-        explanation = explanation_to_json(loaded.snapshot, decision, queue)
-        whatif_basis = whatif_basis_to_json(loaded.snapshot, decision, queue)
+        job_counts: dict[int, dict[str, int]] = {}
+        explanation = explanation_to_json(loaded.snapshot, decision, job_counts=job_counts)
+        whatif_basis = whatif_basis_to_json(loaded.snapshot, decision, job_counts)
 
     # Only the newest tick keeps the (large) queue explanation and the what-if basis.
     TickRecord.objects.filter(explanation__isnull=False, pk__lt=tick.pk).update(explanation=None, whatif_basis=None)

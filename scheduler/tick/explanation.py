@@ -27,7 +27,8 @@ EXPLANATION_VERSION = 2
 
 
 def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision,
-                        queue: Mapping[Band, list[str]] | None = None) -> dict:
+                        queue: Mapping[Band, list[str]] | None = None,
+                        job_counts: dict[int, dict[str, int]] | None = None) -> dict:
     """The queue as the newest tick left it.
 
     Shape: ``{"version": 2, "tasks": {task_id: [effective band rank, requested band rank,
@@ -36,7 +37,9 @@ def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision,
     ``{"code", <parameters>, "downgrade"?}`` (docs/api.md lists the codes). Records are
     interned: thousands of tasks share a handful of reasons, so one record is stored per
     distinct reason (equal records from different reason objects are stored once).
-    ``queue`` is ``pending_queue(decision)`` when the caller has it already.
+    ``queue`` is ``pending_queue(decision)`` when the caller has it already; ``job_counts``,
+    when given, is filled with ``{rank: {job id: queued tasks}}`` on the way (the what-if
+    basis counts users from it, without a second pass over every task).
     """
     reasons: list[dict] = []
     index_of_key: dict[str, int] = {}
@@ -53,6 +56,10 @@ def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision,
     for band, task_ids in (pending_queue(decision) if queue is None else queue).items():
         rank = int(band)
         band_counts[str(rank)] = len(task_ids)
+        per_job: dict[str, int] = {}
+        per_job_get = per_job.get
+        if job_counts is not None:
+            job_counts[rank] = per_job
         position = 0
         for task_id in task_ids:
             position += 1
@@ -67,6 +74,7 @@ def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision,
                     reasons.append(record)
                 index_of_reason[id(reason)] = index
             job_id = task_id[: task_id.rfind("/")]
+            per_job[job_id] = per_job_get(job_id, 0) + 1
             requested = requested_get(job_id)
             if requested is None:
                 job = jobs.get(job_id)
@@ -75,13 +83,14 @@ def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision,
     return {"version": EXPLANATION_VERSION, "tasks": tasks, "reasons": reasons, "band_counts": band_counts}
 
 
-def whatif_basis_to_json(snapshot: ClusterSnapshot, decision: Decision, queue: Mapping[Band, list[str]]) -> dict:
+def whatif_basis_to_json(snapshot: ClusterSnapshot, decision: Decision, job_counts: Mapping[int, Mapping[str, int]]) -> dict:
     """What a what-if needs of this tick, without the cluster's tasks (``jobs.whatif``).
 
     Shape: ``{"version": 1, "queue": {rank: [[user, pending], ...]}, "attributes": [attrs, ...],
     "workers": [[name, cpu, memory, device type, variant, count, attributes index, healthy,
     free cpu, free memory, free devices, building], ...]}``: each band's users in round-robin
-    order with their pending counts (``core.whatif.queue_counts``), and every worker with its
+    order with their pending counts (``core.whatif.queue_counts`` over ``job_counts``, which
+    ``explanation_to_json`` fills), and every worker with its
     totals and what it has free once this decision's placements and evictions are counted
     (``Decision.capacity_left``). Attribute maps are interned (hosts of a pool share them).
     """
@@ -107,5 +116,5 @@ def whatif_basis_to_json(snapshot: ClusterSnapshot, decision: Decision, queue: M
             free = [left.cpu[i], left.mem[i], chips, left.building[i]]
         rows.append([w.id, w.cpu_millicores, w.memory_bytes, dtype.value, device.variant or "", device.count,
                      a, w.healthy, *free])
-    return {"version": WHATIF_BASIS_VERSION, "queue": queue_counts(queue, snapshot.jobs), "attributes": attributes,
+    return {"version": WHATIF_BASIS_VERSION, "queue": queue_counts(job_counts, snapshot.jobs), "attributes": attributes,
             "workers": rows}
