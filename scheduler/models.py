@@ -223,6 +223,10 @@ class TickRecord(models.Model):
     # The latest tick's explanation of the queue (see scheduler.tick.explanation.explanation_to_json);
     # cleared on older ticks so only one copy is kept.
     explanation = CompressedJSONField(null=True, blank=True)
+    # The latest tick's what-if basis (see scheduler.tick.explanation.whatif_basis_to_json): each
+    # worker's free capacity and each band's users with their pending counts, small enough
+    # for a web process to read per tick. Cleared on older ticks, as the explanation.
+    whatif_basis = CompressedJSONField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"tick {self.pk} at {self.started_at:%Y-%m-%d %H:%M:%S}"

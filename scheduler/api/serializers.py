@@ -745,6 +745,14 @@ class WhatIfErrorSerializer(serializers.Serializer):
     message = serializers.CharField()
 
 
+class WhatIfBasisSerializer(serializers.Serializer):
+    source = serializers.ChoiceField(choices=["tick", "live"], help_text=(
+        "tick: the newest tick's free capacity and queue (spend and budget live); live: the whole "
+        "live snapshot, before any tick"))
+    tick = serializers.IntegerField(allow_null=True)
+    tick_at = serializers.DateTimeField(allow_null=True)
+
+
 @extend_schema_serializer(component_name="WhatIf")
 class WhatIfSerializer(serializers.Serializer):
     accepted = serializers.BooleanField()
@@ -762,5 +770,6 @@ class WhatIfSerializer(serializers.Serializer):
     feasibility = FeasibilitySerializer(allow_null=True, required=False)
     estimated_start = EstimatedStartSerializer(allow_null=True, required=False, help_text="no earlier than the task just ahead of it")
     estimated_start_text = serializers.CharField(required=False, help_text='e.g. "would start in about 20-45 min"')
+    basis = WhatIfBasisSerializer(allow_null=True, required=False, help_text="what the answer stands on")
 
 

@@ -27,7 +27,7 @@ from scheduler.budgets.writes import approve_uplift, deny_uplift, request_uplift
 from scheduler.core.bands import Band
 from scheduler.errors import InvalidArgument, NotFound, PermissionDenied
 from scheduler.execution.enrolment import mint_worker_credential
-from scheduler.execution.queries import workers_with_load
+from scheduler.execution.queries import with_active_tasks, workers_by_name, workers_with_load
 from scheduler.execution.workers import drain_worker, heartbeat_worker, register_worker, undrain_worker
 from scheduler.jobs import listing
 from scheduler.jobs.cancel import Selection, cancel_job, cancel_jobs, preview_cancel
@@ -599,10 +599,13 @@ class WorkersView(IrisView):
     permission_classes = [ReadAnyWriteOperator]
     error_statuses = ("400", "401", "403")
 
-    @extend_schema(operation_id="workers_list", summary="Workers with capacity and active task counts",
-                   responses={200: s.WorkerSerializer(many=True)}, tags=["workers"])
+    @extend_schema(operation_id="workers_list", summary="Workers by name with capacity and active task counts",
+                   parameters=PAGE_PARAMETERS, responses={200: paginated(s.WorkerSerializer, "PaginatedWorkerList")},
+                   tags=["workers"])
     def get(self, request):
-        return Response(s.WorkerSerializer(workers_with_load(), many=True).data)
+        paginator = Pagination()
+        page = with_active_tasks(paginator.paginate_queryset(workers_by_name(), request, view=self))
+        return paginator.get_paginated_response(s.WorkerSerializer(page, many=True).data)
 
     @extend_schema(
         operation_id="workers_register",

@@ -397,8 +397,23 @@ def cmd_tick(session: Session, args: argparse.Namespace):
     return session.post("ticks/"), fmt.tick
 
 
+# Pages ``iris worker list --all`` asks for at once (the server's largest page).
+WORKER_PAGE_SIZE = 500
+
+
 def cmd_worker_list(session: Session, args: argparse.Namespace):
-    return session.get("workers/"), fmt.worker_list
+    if not args.all:
+        return session.get("workers/", page=args.page), fmt.worker_list
+    # Every worker: follow the pages until the last, and answer as one page holding them all.
+    first = session.get("workers/", page_size=WORKER_PAGE_SIZE)
+    workers = list(first.get("results", []))
+    page = first
+    number = 1
+    while page.get("next"):
+        number += 1
+        page = session.get("workers/", page=number, page_size=WORKER_PAGE_SIZE)
+        workers.extend(page.get("results", []))
+    return {"count": len(workers), "next": None, "previous": None, "results": workers}, fmt.worker_list
 
 
 def cmd_worker_drain(session: Session, args: argparse.Namespace):
@@ -550,7 +565,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     command(sub, "tick", cmd_tick, "run one scheduling tick now (operators)")
     workers = group("worker", "list, drain and undrain workers (operators)")
-    command(workers, "list", cmd_worker_list, "workers with capacity and health")
+    p = command(workers, "list", cmd_worker_list, "workers with capacity and health, by name")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--page", type=positive_int, metavar="N")
+    shown.add_argument("--all", action="store_true", help="every worker (follows the pages)")
     command(workers, "drain", cmd_worker_drain, "stop placing new tasks on a worker").add_argument("name", metavar="NAME")
     command(workers, "undrain", cmd_worker_undrain, "place new tasks on a drained worker again").add_argument("name", metavar="NAME")
     status.add_commands(group("scheduler", "the scheduler's state, like Slurm's sdiag (operators)"), command)

@@ -157,6 +157,7 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
         after=outcome.after,
         jobs_after=dict(sorted(outcome.jobs_after.items())),
         requeue_bands=requeue_bands,
+        capacity_left=pool.capacity_left(),
     )
 
 

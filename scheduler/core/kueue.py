@@ -377,4 +377,5 @@ def merge_into(decision: Decision, plan: KueuePlan) -> Decision:
         after={**decision.after, **plan.after},
         jobs_after=dict(sorted({**decision.jobs_after, **plan.jobs_after}.items())),
         requeue_bands=decision.requeue_bands,
+        capacity_left=decision.capacity_left,
     )

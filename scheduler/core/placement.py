@@ -25,6 +25,7 @@ from scheduler.core.bands import Band
 from scheduler.core.ordering import JobQueue
 from scheduler.core.types import (
     ANY_VARIANT,
+    CapacityLeft,
     ClusterSnapshot,
     Constraint,
     ConstraintOp,
@@ -140,6 +141,11 @@ class WorkerPool:
         self.start_gpu = list(self.gpu)
         self.start_tpu = list(self.tpu)
         self.start_building = list(self.building)
+
+    def capacity_left(self) -> CapacityLeft:
+        """The free capacity as it stands now (after the placements made so far)."""
+        return CapacityLeft(tuple(self.ids), tuple(self.cpu), tuple(self.mem), tuple(self.gpu), tuple(self.tpu),
+                            tuple(self.building))
 
     def has_build_slot(self, w: int) -> bool:
         """Fewer than ``max_building_tasks`` ASSIGNED or BUILDING tasks on ``w``."""

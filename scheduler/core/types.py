@@ -304,6 +304,21 @@ class TaskAfter:
 
 
 @dataclass(frozen=True, slots=True)
+class CapacityLeft:
+    """What each worker has free once a decision's placements and evictions are counted: what
+    a task arriving next could use. Parallel tuples in the snapshot's worker order; ``building``
+    counts ASSIGNED and BUILDING tasks (the build-slot cap). Resources in millicores, bytes,
+    GPUs and TPU chips."""
+
+    workers: tuple[str, ...] = ()
+    cpu: tuple[int, ...] = ()
+    mem: tuple[int, ...] = ()
+    gpu: tuple[int, ...] = ()
+    tpu: tuple[int, ...] = ()
+    building: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     """The outcome of one tick. See docs/snapshot-format.md for the JSON form."""
 
@@ -320,3 +335,5 @@ class Decision:
     # The band each task put back in the queue this tick (a preemption victim, a gang sibling)
     # queues in next: it was not pending at tick start, so it has no effective band above.
     requeue_bands: Mapping[str, Band] = field(default_factory=dict)
+    # Free capacity after this decision (what-if answers from it; not part of the JSON form).
+    capacity_left: CapacityLeft = field(default_factory=CapacityLeft, compare=False)

@@ -174,7 +174,10 @@ def stuck_intents(now: datetime | None = None) -> QuerySet[DispatchIntent]:
             Q(state=FAILED) | Q(state=PENDING, tries__gt=0) | Q(state__in=OPEN_STATES, created_at__lte=cutoff)
         )
         .select_related("task__job", "worker")
-        .order_by("created_at", "pk")
+        # Oldest first by id (ids are handed out as intents are written): the primary key's index
+        # walks in that order and stops at the page, where ordering by created_at sorted every
+        # match (1.3 s with 30,000 undelivered intents behind a stopped dispatcher).
+        .order_by("pk")
     )
 
 

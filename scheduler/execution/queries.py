@@ -19,6 +19,26 @@ def workers_with_load() -> QuerySet[Worker]:
     ).order_by("name")
 
 
+def workers_by_name() -> QuerySet[Worker]:
+    """Every worker by name, without its load: the list to cut a page from."""
+    return Worker.objects.order_by("name")
+
+
+def with_active_tasks(workers: list[Worker]) -> list[Worker]:
+    """The given workers with ``active_tasks`` set (as :func:`workers_with_load` annotates it).
+
+    One grouped query over the tasks of these workers only, so a page of a large cluster costs
+    what the page holds, not what the cluster does.
+    """
+    counts = dict(
+        Task.objects.filter(worker_id__in=[w.pk for w in workers], state__in=ACTIVE_VALUES)
+        .order_by().values_list("worker_id").annotate(n=Count("id"))
+    ) if workers else {}
+    for worker in workers:
+        worker.active_tasks = counts.get(worker.pk, 0)
+    return workers
+
+
 @dataclass
 
 

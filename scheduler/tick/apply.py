@@ -26,7 +26,7 @@ from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task
 from scheduler import instruments
 from scheduler.store import bulk
 from scheduler.store.states import ACTIVE_VALUES, TERMINAL_JOB_VALUES
-from scheduler.tick.explanation import explanation_to_json
+from scheduler.tick.explanation import explanation_to_json, whatif_basis_to_json
 from scheduler.tick.load import LoadedSnapshot
 
 
@@ -243,14 +243,17 @@ def apply_decision(
             live_job_states(loaded, decision, kept),
             condition=f"{job_table}.state IN ('{JobState.PENDING.value}', '{JobState.RUNNING.value}')",
         )
-        explanation = explanation_to_json(loaded.snapshot, decision)
+        job_counts: dict[int, dict[str, int]] = {}
+        explanation = explanation_to_json(loaded.snapshot, decision, job_counts=job_counts)
+        whatif_basis = whatif_basis_to_json(loaded.snapshot, decision, job_counts)
 
-    # Only the newest tick keeps the (large) queue explanation.
-    TickRecord.objects.filter(explanation__isnull=False, pk__lt=tick.pk).update(explanation=None)
+    # Only the newest tick keeps the (large) queue explanation and the what-if basis.
+    TickRecord.objects.filter(explanation__isnull=False, pk__lt=tick.pk).update(explanation=None, whatif_basis=None)
 
     duration_ms = (time.perf_counter() - started) * 1000
     TickRecord.objects.filter(pk=tick.pk).update(
         explanation=explanation,
+        whatif_basis=whatif_basis,
         left_pending=len(explanation["tasks"]),
         duration_ms=duration_ms,
         assigned=len(assignments),

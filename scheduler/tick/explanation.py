@@ -11,15 +11,24 @@ from __future__ import annotations
 
 import json
 
+from collections.abc import Mapping
+
+from scheduler.core.bands import Band
 from scheduler.core.explain import pending_queue, reason_record
-from scheduler.core.types import ClusterSnapshot, Decision
+from scheduler.core.types import ClusterSnapshot, Decision, DeviceType
+from scheduler.core.whatif import queue_counts
+
+# The what-if basis's shape (``whatif_basis_to_json``).
+WHATIF_BASIS_VERSION = 1
 
 # The stored shape's version: 2 = reasons as records (issue 12). Version 1 (no "version" key)
 # stored reasons as text and positions counted differently; readers treat it as unexplained.
 EXPLANATION_VERSION = 2
 
 
-def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision) -> dict:
+def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision,
+                        queue: Mapping[Band, list[str]] | None = None,
+                        job_counts: dict[int, dict[str, int]] | None = None) -> dict:
     """The queue as the newest tick left it.
 
     Shape: ``{"version": 2, "tasks": {task_id: [effective band rank, requested band rank,
@@ -28,6 +37,9 @@ def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision) -> dict:
     ``{"code", <parameters>, "downgrade"?}`` (docs/api.md lists the codes). Records are
     interned: thousands of tasks share a handful of reasons, so one record is stored per
     distinct reason (equal records from different reason objects are stored once).
+    ``queue`` is ``pending_queue(decision)`` when the caller has it already; ``job_counts``,
+    when given, is filled with ``{rank: {job id: queued tasks}}`` on the way (the what-if
+    basis counts users from it, without a second pass over every task).
     """
     reasons: list[dict] = []
     index_of_key: dict[str, int] = {}
@@ -41,9 +53,13 @@ def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision) -> dict:
     # Method lookups bound once: this loop runs once per pending task (100,000 in a large tick).
     index_get = index_of_reason.get
     requested_get = requested_of_job.get
-    for band, task_ids in pending_queue(decision).items():
+    for band, task_ids in (pending_queue(decision) if queue is None else queue).items():
         rank = int(band)
         band_counts[str(rank)] = len(task_ids)
+        per_job: dict[str, int] = {}
+        per_job_get = per_job.get
+        if job_counts is not None:
+            job_counts[rank] = per_job
         position = 0
         for task_id in task_ids:
             position += 1
@@ -58,9 +74,47 @@ def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision) -> dict:
                     reasons.append(record)
                 index_of_reason[id(reason)] = index
             job_id = task_id[: task_id.rfind("/")]
+            per_job[job_id] = per_job_get(job_id, 0) + 1
             requested = requested_get(job_id)
             if requested is None:
                 job = jobs.get(job_id)
                 requested = requested_of_job[job_id] = int(job.band) if job is not None else rank
             tasks[task_id] = [rank, requested, position, index]
     return {"version": EXPLANATION_VERSION, "tasks": tasks, "reasons": reasons, "band_counts": band_counts}
+
+
+def whatif_basis_to_json(snapshot: ClusterSnapshot, decision: Decision, job_counts: Mapping[int, Mapping[str, int]]) -> dict:
+    """What a what-if needs of this tick, without the cluster's tasks (``jobs.whatif``).
+
+    Shape: ``{"version": 1, "queue": {rank: [[user, pending], ...]}, "attributes": [attrs, ...],
+    "workers": [[name, cpu, memory, device type, variant, count, attributes index, healthy,
+    free cpu, free memory, free devices, building], ...]}``: each band's users in round-robin
+    order with their pending counts (``core.whatif.queue_counts`` over ``job_counts``, which
+    ``explanation_to_json`` fills), and every worker with its
+    totals and what it has free once this decision's placements and evictions are counted
+    (``Decision.capacity_left``). Attribute maps are interned (hosts of a pool share them).
+    """
+    left = decision.capacity_left
+    where = {name: i for i, name in enumerate(left.workers)}
+    gpu = DeviceType.GPU
+    attributes: list[dict] = []
+    attribute_index: dict[tuple, int] = {}
+    rows = []
+    for w in snapshot.workers:
+        key = tuple(sorted(w.attributes.items()))
+        a = attribute_index.get(key)
+        if a is None:
+            a = attribute_index[key] = len(attributes)
+            attributes.append(dict(w.attributes))
+        i = where.get(w.id)
+        device = w.device
+        dtype = device.type
+        if i is None:
+            free = [0, 0, 0, 0]
+        else:
+            chips = left.gpu[i] if dtype is gpu else left.tpu[i]
+            free = [left.cpu[i], left.mem[i], chips, left.building[i]]
+        rows.append([w.id, w.cpu_millicores, w.memory_bytes, dtype.value, device.variant or "", device.count,
+                     a, w.healthy, *free])
+    return {"version": WHATIF_BASIS_VERSION, "queue": queue_counts(job_counts, snapshot.jobs), "attributes": attributes,
+            "workers": rows}

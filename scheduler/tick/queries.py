@@ -1,19 +1,110 @@
-"""Read side of ticks: recent tick records, task counts, preemption history.
+"""Read side of ticks: recent tick records, the newest tick's what-if basis, task counts,
+preemption history.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 
+from django.conf import settings
 from django.db.models import Count, QuerySet
 
 from scheduler.core.bands import Band
+from scheduler.core.placement import worker_attributes
+from scheduler.core.types import Device, DeviceType, WorkerSpec
 from scheduler.models import PreemptionEvent, Task, TickRecord
+from scheduler.store.cluster_rows import device_from_columns
 from scheduler.store.states import ACTIVE_VALUES
+from scheduler.tick.explanation import WHATIF_BASIS_VERSION
+
+
+@dataclass(frozen=True)
+class WhatIfBasis:
+    """The newest tick's what-if basis, parsed: every worker as the tick read it (``workers``,
+    a draining worker counting as unhealthy) and as a new task finds it (``free``: capacity
+    is what the decision left free, none where every build slot is taken), each band's ``[user, pending]`` in round-robin order
+    (``queue``), and the spend the tick decided with."""
+
+    tick: int
+    tick_at: datetime
+    spend: dict[str, int]
+    queue: dict[int, list[list]]
+    workers: tuple[WorkerSpec, ...]
+    free: tuple[WorkerSpec, ...]
+    # Each worker's attributes as constraints see them (``core.placement.worker_attributes``).
+    attributes: tuple[dict[str, str], ...] = ()
+    free_by_name: dict[str, WorkerSpec] = field(default_factory=dict, compare=False, repr=False)
+
+
+def constraint_attributes(attributes: list[dict], rows: list[list], workers: list[WorkerSpec]):
+    """Each worker's attributes as constraints see them, computed once per distinct
+    (attributes, device type, variant)."""
+    seen: dict[tuple, dict[str, str]] = {}
+    for row, w in zip(rows, workers, strict=True):
+        key = (row[6], row[3], row[4])
+        found = seen.get(key)
+        if found is None:
+            found = seen[key] = worker_attributes(attributes[row[6]], w.device.type, w.device.variant)
+        yield found
+
+
+# Only the newest basis is kept: ticks replace it every few seconds.
+_basis_cache: dict[tuple[int, int], WhatIfBasis] = {}
+
+
+def whatif_basis() -> WhatIfBasis | None:
+    """The newest tick's what-if basis, or None before any tick recorded one. One query, plus
+    one (and a parse of a few milliseconds per thousand workers) the first time a process sees
+    a tick."""
+    # The newest tick that kept its explanation (as the queue reads): its basis or none, never
+    # an older tick's (a tick written by an older release stores none and clears none).
+    key = TickRecord.objects.filter(explanation__isnull=False).order_by("-pk").values_list("pk", "now_ms").first()
+    if key is None:
+        return None
+    cached = _basis_cache.get(key)
+    if cached is not None:
+        return cached
+    row = TickRecord.objects.filter(pk=key[0]).values_list("started_at", "spend", "whatif_basis").first()
+    if row is None or row[2] is None or row[2].get("version") != WHATIF_BASIS_VERSION:
+        return None  # a newer tick cleared it between the two reads, or an older release stored it
+    started_at, spend, data = row
+    attributes = [{str(k): str(v) for k, v in a.items()} for a in data["attributes"]]
+    workers, free = [], []
+    cpu_type = DeviceType.CPU
+    # A worker with every build slot taken has no room for a new task, whatever it has free.
+    max_building = settings.MAX_BUILDING_TASKS
+    # Devices interned: 10,000 hosts share a handful of shapes, and building one costs more than
+    # the rest of a row.
+    devices: dict[tuple, Device] = {}
+    for name, cpu, mem, dtype, variant, count, a, healthy, free_cpu, free_mem, free_chips, building in data["workers"]:
+        device = devices.get((dtype, variant, count))
+        if device is None:
+            device = devices[(dtype, variant, count)] = device_from_columns(dtype, variant, count)
+        workers.append(WorkerSpec(name, cpu, mem, device, attributes[a], healthy))
+        if max_building and building >= max_building:
+            free_cpu = free_mem = free_chips = 0
+        if device.type is cpu_type:
+            left = device
+        else:
+            left = devices.get((dtype, variant, -1 - max(0, free_chips)))
+            if left is None:
+                left = devices[(dtype, variant, -1 - max(0, free_chips))] = Device(device.type, device.variant,
+                                                                                  max(0, free_chips))
+        free.append(WorkerSpec(name, max(0, free_cpu), max(0, free_mem), left, attributes[a], healthy))
+    basis = WhatIfBasis(
+        tick=key[0], tick_at=started_at, spend={str(u): int(v) for u, v in (spend or {}).items()},
+        queue={int(rank): users for rank, users in data["queue"].items()}, workers=tuple(workers), free=tuple(free),
+        attributes=tuple(constraint_attributes(attributes, data["workers"], workers)),
+        free_by_name={w.id: w for w in free},
+    )
+    _basis_cache.clear()
+    _basis_cache[key] = basis
+    return basis
 
 
 def recent_ticks(limit: int = 20) -> list[TickRecord]:
-    return list(TickRecord.objects.defer("explanation", "spend", "limits").order_by("-started_at")[:limit])
+    return list(TickRecord.objects.defer("explanation", "whatif_basis", "spend", "limits").order_by("-started_at")[:limit])
 
 
 def task_counts_by_state() -> dict[str, int]:

@@ -22,7 +22,7 @@ from scheduler.core.bands import Band
 from scheduler.core.budget import ACCELERATOR_POINTS, CORE_POINTS, GIB_POINTS
 from scheduler.errors import ServiceError
 from scheduler.views.charts import spend_chart
-from scheduler.views.common import POLL_SECONDS, apply_service_error, page_or_fragment, require_POST
+from scheduler.views.common import PAGE_SIZE, POLL_SECONDS, apply_service_error, page_or_fragment, require_POST, window
 from scheduler.views.forms import UpliftRequestForm
 
 # Bars turn amber from this share of the limit (as Iris's dashboard) and red above the limit.
@@ -52,7 +52,9 @@ def bar(row: BudgetRow) -> dict:
 
 @login_required
 def budgets(request):
-    rows = budget_rows()
+    every = budget_rows()  # sorted over every user (most active first), then one page is drawn
+    win = window(request, len(every), PAGE_SIZE)
+    rows = every[win.offset:win.offset + win.size]
     defaults = budget_defaults()
     samples = samples_for(SPARK_SECONDS, SPARK_POINTS)
     for row in rows:
@@ -61,6 +63,7 @@ def budgets(request):
         row.spark = spend_chart(samples, row.view.user, defaults.budget_limit, width=140, height=30, axes=False)
     context = {
         "rows": rows,
+        "window": win,
         "defaults": defaults,
         "rule": SPEND_RULE,
         "amber": AMBER_PERCENT,

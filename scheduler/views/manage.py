@@ -53,7 +53,10 @@ def budgets(request):
             initial = {"user": user, "budget_limit": view.budget_limit, "max_band": view.max_band.wire}
         form = BudgetForm(initial=initial)
         status = 200
-    context = {"form": form, "rows": budget_rows(), "defaults": budget_defaults(), "tab": "budgets"}
+    every = budget_rows()
+    win = window(request, len(every), PAGE_SIZE)
+    context = {"form": form, "rows": every[win.offset:win.offset + win.size], "window": win,
+               "defaults": budget_defaults(), "tab": "budgets"}
     return page_or_fragment(request, "scheduler/manage_budgets.html", "table", context, status=status)
 
 

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from scheduler import roles
 from scheduler.errors import ServiceError
-from scheduler.execution.queries import worker_tasks, worker_use, workers_with_load
+from scheduler.execution.queries import with_active_tasks, worker_tasks, worker_use, workers_by_name
 from scheduler.execution.workers import drain_worker, undrain_worker
 from scheduler.provisioning.health import backend_status
 from scheduler.provisioning.tpu import tpu_slices
@@ -53,9 +53,9 @@ def backends_context() -> dict:
 
 @login_required
 def workers(request):
-    qs = workers_with_load()
+    qs = workers_by_name()
     win = window(request, qs.count(), PAGE_SIZE)
-    page = list(qs[win.offset:win.offset + win.size])
+    page = with_active_tasks(list(qs[win.offset:win.offset + win.size]))
     pks = [w.pk for w in page]
     use = worker_use(pks)
     tasks = worker_tasks(pks)

@@ -609,6 +609,23 @@ def test_operators_list_and_drain_workers(iris):
     assert Worker.objects.get(name="gpu-07").draining
 
 
+def test_worker_list_shows_one_page_and_all_follows_every_page(iris, monkeypatch):
+    from scheduler.cli import commands
+
+    Worker.objects.bulk_create([Worker(name=f"w{i:02}", cpu_millicores=1000, memory_bytes=GIB) for i in range(52)])
+    iris.use_token("olivia")
+    monkeypatch.setattr(commands, "WORKER_PAGE_SIZE", 20)  # three pages to follow
+
+    first = iris("worker", "list")
+    second = iris("worker", "list", "--page", "2")
+    every = iris("worker", "list", "--all", "--json")
+
+    assert first.code == 0 and "50 of 52 shown (page 1); next: --page 2" in first.out
+    assert [line.split()[0] for line in second.out.splitlines()[1:3]] == ["w50", "w51"]
+    assert every.code == 0, every.err
+    assert [w["name"] for w in every.json()["results"]] == [f"w{i:02}" for i in range(52)]
+
+
 def test_researchers_cannot_drain_workers(iris):
     Worker.objects.create(name="gpu-07", cpu_millicores=8000, memory_bytes=64 * GIB)
     iris.use_token("alice")

@@ -172,6 +172,26 @@ def test_budgets_list_spend_limit_bands_grants_and_counts(clients, over_budget, 
     assert "What spend means" in page and "1,000 points per accelerator chip" in page
 
 
+def test_budgets_are_listed_a_page_at_a_time(clients):
+    UserBudget.objects.bulk_create([UserBudget(user_id=f"u{i:02}", budget_limit=100, max_band=2) for i in range(53)])
+    first = clients["bob"].get("/budgets/").content.decode()
+    second = clients["bob"].get("/budgets/?page=2").content.decode()
+    rows = re.compile(r'<tr[^>]*>\s*<td><a href="/budgets/(u\d+)/">')
+    assert rows.findall(first) == [f"u{i:02}" for i in range(50)]
+    assert rows.findall(second) == ["u50", "u51", "u52"]
+    assert "1–50 of 53" in first and "Page 2 of 2" in second
+    # The poll keeps the page it is on.
+    assert 'hx-get="/budgets/?page=2"' in second
+
+
+def test_the_admin_budget_list_is_paginated_too(clients):
+    UserBudget.objects.bulk_create([UserBudget(user_id=f"u{i:02}", budget_limit=100, max_band=2) for i in range(53)])
+    first = clients["ada"].get("/manage/").content.decode()
+    second = clients["ada"].get("/manage/?page=2").content.decode()
+    rows = re.compile(r'<tr><td><a href="/budgets/(u\d+)/">')
+    assert (len(rows.findall(first)), rows.findall(second)) == (50, ["u50", "u51", "u52"])
+
+
 def test_budget_chart_is_drawn_from_tick_samples(clients, alice):
     UserBudget.objects.create(user_id="alice", budget_limit=10, max_band=2)
     now = timezone.now()

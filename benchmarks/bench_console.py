@@ -1,0 +1,191 @@
+"""Time every console page and API list (and what-if) on PostgreSQL, on a synthetic cluster
+after one tick: cold and warm, with SQL statement counts and response sizes.
+
+Usage (from the repository root; needs a PostgreSQL server)::
+
+    IRIS_BENCH_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/iris_wt_pages_bench \\
+      .venv/bin/python benchmarks/bench_console.py                     # 100k pending x 10k workers
+    .venv/bin/python benchmarks/bench_console.py --sizes 10000x1000 --requests 10
+    .venv/bin/python benchmarks/bench_console.py --reuse              # keep the restored cluster
+
+The benchmark database (``IRIS_BENCH_DATABASE_URL``) is dropped, recreated and filled by
+``benchmarks/restore.py`` (``--reuse`` keeps it as a previous run left it, and runs one more
+tick). Each request goes through Django's test client (the whole middleware and view stack, no
+network), as an operator signed in to the console or holding an API token. "cold" is the first
+request after the tick (when pages parse the newest tick's queue explanation); the median and p90
+are of the requests that follow. "cpu ms" is the median process time of the warm requests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+SIZES = [(100_000, 10_000)]
+TARGET_WARM_MS = 150
+TARGET_BYTES = 300_000
+TARGET_WHATIF_WARM_MS = 50
+TARGET_WHATIF_COLD_MS = 250
+
+
+def _rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", nargs="*", help="PENDINGxWORKERS, e.g. 100000x10000")
+    parser.add_argument("--requests", type=int, default=10, help="warm requests per endpoint after the first")
+    parser.add_argument("--reuse", action="store_true", help="keep the database a previous run restored")
+    parser.add_argument("--only", help="only the endpoints whose path contains this text")
+    args = parser.parse_args()
+    sizes = [tuple(int(x) for x in s.lower().split("x")) for s in args.sizes] if args.sizes else SIZES
+
+    from benchmarks.bench_tick import DEFAULT_URL, recreate_database
+
+    url = os.environ.get("IRIS_BENCH_DATABASE_URL", DEFAULT_URL)
+    if not args.reuse:
+        recreate_database(url)
+    os.environ["IRIS_DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "iris_web.settings")
+    import django
+
+    django.setup()
+    from django.test.utils import override_settings
+
+    # The pages link static files; the manifest needs `collectstatic`, which a benchmark skips.
+    override_settings(STORAGES={
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }).enable()
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test import Client
+
+    from benchmarks.restore import restore_snapshot
+    from benchmarks.synthetic import generate
+    from scheduler.core.wire import snapshot_from_json
+    from scheduler.models import ApiToken, Job, Worker
+    from scheduler.roles import ensure_groups
+    from scheduler.store import clock
+    from scheduler.store.cluster_rows import forget_cluster_rows
+    from scheduler.jobs.queue import _queue_index_cache
+    try:
+        from scheduler.tick.queries import _basis_cache
+    except ImportError:  # measuring a release from before the what-if basis
+        _basis_cache = {}
+    from scheduler.tick.run import run_tick
+
+    call_command("migrate", verbosity=0)
+    admins, _ = ensure_groups()
+    ops, _ = get_user_model().objects.get_or_create(username="bench-admin")
+    ops.groups.add(admins)
+    ops.is_staff = True
+    ops.save()
+    _, token = ApiToken.objects.create(user=ops, name="bench")
+    api = Client(HTTP_AUTHORIZATION=f"Token {token}")
+    console = Client()
+    console.force_login(ops)
+
+    print("| pending | workers | request | status | KB | cold ms | warm median ms | warm p90 ms | warm cpu ms | SQL | at target |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for pending, workers in sizes:
+        if not args.reuse:
+            snapshot = snapshot_from_json(generate(pending=pending, workers=workers, seed=0))
+            restore_snapshot(snapshot)
+            with connection.cursor() as cursor:
+                cursor.execute("ANALYZE")
+            now_ms = snapshot.now_ms
+        else:
+            now_ms = clock.now_ms()
+        forget_cluster_rows()
+        run_tick(now_ms)
+        forget_cluster_rows()  # the web process holds no copy of the cluster, as in production
+        job = Job.objects.filter(state="pending").order_by("id").values_list("name", flat=True).first()
+        user = Job.objects.filter(state="pending").order_by("id").values_list("user", flat=True).first()
+        worker = Worker.objects.order_by("name").values_list("name", flat=True).first()
+        get_user_model().objects.get_or_create(username=user)  # what-if asks on this user's behalf
+        whatif = {"name": "bench-whatif", "user": user, "cpu": 1, "memory": "1Gi"}
+        endpoints = [
+            (console, "GET", "/queue/", None),
+            (console, "GET", "/jobs/", None),
+            (console, "GET", f"/jobs{job}/", None),
+            (console, "GET", "/budgets/", None),
+            (console, "GET", f"/budgets/{user}/", None),
+            (console, "GET", "/preemptions/", None),
+            (console, "GET", "/workers/", None),
+            (console, "GET", "/scheduler/", None),
+            (console, "GET", "/manage/", None),
+            (console, "GET", "/manage/tiers/", None),
+            (console, "GET", "/manage/uplifts/", None),
+            (console, "GET", "/manage/audit/", None),
+            (console, "GET", "/what-if/", None),
+            (api, "GET", "/api/v1/jobs/", None),
+            (api, "GET", f"/api/v1/jobs{job}", None),
+            (api, "GET", f"/api/v1/jobs{job}:explain", None),
+            (api, "GET", "/api/v1/queue/", None),
+            (api, "GET", "/api/v1/budgets/", None),
+            (api, "GET", f"/api/v1/budgets/{user}", None),
+            (api, "GET", "/api/v1/uplifts/", None),
+            (api, "GET", "/api/v1/audit/", None),
+            (api, "GET", "/api/v1/workers/", None),
+            (api, "GET", "/api/v1/preemptions/", None),
+            (api, "GET", "/api/v1/ticks/", None),
+            (api, "GET", "/api/v1/scheduler/status", None),
+            (api, "POST", "/api/v1/what-if/", whatif),
+        ]
+        del worker
+        rss_before = _rss_mib()
+        for client, method, path, body in endpoints:
+            if args.only and args.only not in path:
+                continue
+            times, cpus = [], []
+            statements = 0
+            # Cold: this process has parsed nothing of the newest tick (queue index, what-if basis).
+            _queue_index_cache.clear()
+            _basis_cache.clear()
+            for _ in range(args.requests + 1):
+                count = 0
+
+                def counting(execute, sql, params, many, context):
+                    nonlocal count
+                    count += 1
+                    return execute(sql, params, many, context)
+
+                with connection.execute_wrapper(counting):
+                    started, cpu = time.perf_counter(), time.process_time()
+                    if method == "GET":
+                        response = client.get(path)
+                    else:
+                        response = client.post(path, data=json.dumps(body), content_type="application/json")
+                    times.append((time.perf_counter() - started) * 1000)
+                    cpus.append((time.process_time() - cpu) * 1000)
+                statements = count
+            warm = sorted(times[1:])
+            size = len(response.content)
+            is_whatif = "what-if" in path and method == "POST"
+            warm_ms = statistics.median(warm)
+            if is_whatif:
+                ok = warm_ms <= TARGET_WHATIF_WARM_MS and times[0] <= TARGET_WHATIF_COLD_MS
+            else:
+                ok = warm_ms <= TARGET_WARM_MS and size <= TARGET_BYTES
+            print(
+                f"| {pending:,} | {workers:,} | `{method} {path}` | {response.status_code} | {size / 1000:.1f} | "
+                f"{times[0]:.1f} | {warm_ms:.1f} | {warm[int(len(warm) * 0.9)]:.1f} | "
+                f"{statistics.median(cpus[1:]):.1f} | {statements} | {'yes' if ok else 'NO'} |",
+                flush=True,
+            )
+        print(f"\npeak RSS {_rss_mib():.0f} MiB (before the requests: {rss_before:.0f} MiB)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
