@@ -98,10 +98,17 @@ class ShapeAnalysis:
         return last.cumulative > 0
 
 
-def analyse_job(job: JobSpec, workers: Sequence[WorkerSpec], groups: Sequence[GroupSpec] = ()) -> ShapeAnalysis:
-    """The requirement-by-requirement analysis of ``job`` over ``workers`` (and ``groups``)."""
+def analyse_job(job: JobSpec, workers: Sequence[WorkerSpec], groups: Sequence[GroupSpec] = (),
+                attributes: Sequence[Mapping[str, str]] | None = None) -> ShapeAnalysis:
+    """The requirement-by-requirement analysis of ``job`` over ``workers`` (and ``groups``).
+
+    ``attributes``, when given, is each worker's ``placement.worker_attributes`` (in ``workers``'
+    order), computed once by a caller that analyses many jobs over the same workers."""
     healthy = [w for w in workers if w.healthy]
-    attrs = [worker_attributes(w.attributes, w.device.type, w.device.variant) for w in healthy]
+    if attributes is None:
+        attrs = [worker_attributes(w.attributes, w.device.type, w.device.variant) for w in healthy]
+    else:
+        attrs = [a for a, w in zip(attributes, workers, strict=True) if w.healthy]
     cpu, mem, gpu, tpu = request_tuple(job.resources)
     devices = gpu or tpu
     reqs: list[Requirement] = []

@@ -211,12 +211,12 @@ def estimate_behind(task_ahead: str | None, would_place: bool, now_ms: int) -> t
     """A hypothetical task's estimate (the what-if answer): placed at once if ``would_place``,
     else no earlier than the stored estimate of ``task_ahead``, the task just ahead of it in its
     band's queue. Returns ``(estimated_start, text)``, e.g. ``"would start in about 20-45 min"``.
-    One query at most."""
+    One query, whatever the answer (so the what-if's query count does not depend on its place)."""
+    row = estimates_for_tasks([task_ahead or ""]).get(task_ahead or "")
     if would_place:
         return None, "would start at the next tick"
     if task_ahead is None:
         return None, "no estimate: nothing is queued ahead of it to measure by, and it does not fit now"
-    row = estimates_for_tasks([task_ahead]).get(task_ahead)
     data, reason = estimate_data(row)
     if data is None:
         return None, f"no estimate for the task ahead of it ({reason})"
