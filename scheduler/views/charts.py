@@ -131,3 +131,67 @@ def spend_chart(
             for i in sorted({0, len(samples) // 2, len(samples) - 1})
         ]
     return chart
+
+
+@dataclass
+class ShareChart:
+    """One band's share of running value by user over time: a polyline per user (0 to 100%)."""
+
+    width: int
+    height: int
+    left: int = 40
+    right: int = 12
+    top: int = 10
+    bottom: int = 24
+    lines: list[tuple[str, str, int]] = field(default_factory=list)  # user, points, colour index
+    y_ticks: list[tuple[float, str]] = field(default_factory=list)
+    x_ticks: list[tuple[float, str, str]] = field(default_factory=list)
+    samples: int = 0
+
+    @property
+    def empty(self) -> bool:
+        return self.samples == 0
+
+    @property
+    def plot_right(self) -> int:
+        return self.width - self.right
+
+
+# Distinct line colours of the share chart (CSS classes share-0 .. share-7); users beyond reuse them.
+SHARE_COLOURS = 8
+
+
+def share_chart(series: list[tuple[datetime, dict[str, float]]], *, width: int = 640, height: int = 160) -> ShareChart:
+    """A chart of each user's share of one band's running value over ``series`` (oldest first);
+    a user missing from a sample had no demand then and counts as 0."""
+    chart = ShareChart(width, height)
+    if not series:
+        return chart
+    chart.samples = len(series)
+    users = sorted({u for _, shares in series for u in shares})
+    x0, x1 = chart.left, width - chart.right
+    y0, y1 = chart.top, height - chart.bottom
+    start = series[0][0]
+    span = (series[-1][0] - start).total_seconds() or 1.0
+
+    def x(i: int) -> float:
+        if len(series) == 1:
+            return float(x1)
+        return round(x0 + (x1 - x0) * (series[i][0] - start).total_seconds() / span, 1)
+
+    def y(share: float) -> float:
+        return round(y1 - (y1 - y0) * share, 1)
+
+    for n, user in enumerate(users):
+        points = [f"{x(i)},{y(shares.get(user, 0.0))}" for i, (_, shares) in enumerate(series)]
+        if len(points) == 1:
+            points.insert(0, f"{x0},{points[0].split(',')[1]}")
+        chart.lines.append((user, " ".join(points), n % SHARE_COLOURS))
+    chart.y_ticks = [(y(k / 4), f"{k * 25}%") for k in range(5)]
+    fmt = "%H:%M" if span < 2 * 86400 else "%b %d"
+    middle = (x0 + x1) / 2
+    chart.x_ticks = [
+        (x(i), series[i][0].strftime(fmt), "end" if x(i) > middle + 1 else "middle" if x(i) > x0 else "start")
+        for i in sorted({0, len(series) // 2, len(series) - 1})
+    ]
+    return chart
