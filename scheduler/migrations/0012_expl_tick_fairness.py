@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("scheduler", "0010_structured_explanations"),
+        ("scheduler", "0011_start_estimates"),
     ]
 
     operations = [
