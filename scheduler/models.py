@@ -220,6 +220,9 @@ class TickRecord(models.Model):
     spend = models.JSONField(default=dict)
     # {user: effective budget limit} at the start of the tick (0 = unlimited).
     limits = models.JSONField(default=dict)
+    # What the tick saw of fairness, per band per user (scheduler.core.fairness.fairness_sample):
+    # kept on every tick, small (users x bands), for the fairness page and its share chart.
+    fairness = models.JSONField(default=dict)
     # The latest tick's explanation of the queue (see scheduler.tick.explanation.explanation_to_json);
     # cleared on older ticks so only one copy is kept.
     explanation = CompressedJSONField(null=True, blank=True)

@@ -7,7 +7,7 @@ follow a colon (``jobs/alice/train:cancel``), which job names may not contain, a
 from django.urls import path, re_path
 from django.views.generic import RedirectView
 
-from scheduler.views import budgets, history, jobs, manage, operations, queue, workers
+from scheduler.views import budgets, fairness, history, jobs, manage, operations, queue, workers
 
 app_name = "console"
 
@@ -28,6 +28,7 @@ urlpatterns = [
     re_path(r"^budgets/(?P<user>[^/:]+)/$", budgets.budget_detail, name="budget"),
     re_path(r"^budgets/(?P<user>[^/:]+):request-uplift$", budgets.request_uplift, name="request-uplift"),
     path("preemptions/", history.preemptions, name="preemptions"),
+    path("fairness/", fairness.fairness, name="fairness"),
     path("workers/", workers.workers, name="workers"),
     re_path(r"^workers/(?P<name>[^/:]+):drain$", workers.drain, name="worker-drain"),
     re_path(r"^workers/(?P<name>[^/:]+):undrain$", workers.undrain, name="worker-undrain"),

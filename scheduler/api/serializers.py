@@ -773,3 +773,54 @@ class WhatIfSerializer(serializers.Serializer):
     basis = WhatIfBasisSerializer(allow_null=True, required=False, help_text="what the answer stands on")
 
 
+
+class FairnessUserSerializer(serializers.Serializer):
+    user = serializers.CharField()
+    running_value = serializers.IntegerField(help_text="resource value of the user's tasks running in the band after the tick")
+    share = serializers.FloatField(help_text="running_value / the band's running value (0 to 1)")
+    equal_share = serializers.FloatField(help_text="1 / the number of users with demand in the band")
+    pending = serializers.IntegerField(help_text="the user's tasks the tick left pending in the band")
+    over_budget = serializers.BooleanField(help_text="spend at the tick was over the user's limit")
+    got_turn = serializers.BooleanField(help_text="at least one of the user's tasks was placed in the band this tick")
+
+
+class SmallestWaitingSerializer(serializers.Serializer):
+    job = serializers.CharField()
+    user = serializers.CharField()
+    task = serializers.CharField(help_text="its first pending task, whose reason this is")
+    value = serializers.IntegerField(help_text="resource value of one task")
+    pending = serializers.IntegerField()
+    reason = serializers.DictField(help_text="the pending reason record (code, parameters) and its text")
+
+
+class FairnessBandSerializer(serializers.Serializer):
+    band = BandField()
+    running_value = serializers.IntegerField()
+    users = FairnessUserSerializer(many=True)
+    smallest_waiting = SmallestWaitingSerializer(allow_null=True, help_text="the smallest job the tick left waiting")
+
+
+class LostWorkSerializer(serializers.Serializer):
+    user = serializers.CharField()
+    preemptions = serializers.IntegerField()
+    point_hours = serializers.FloatField(help_text="sum over evictions of resource value x hours the attempt had run")
+
+
+class StarvingTaskSerializer(serializers.Serializer):
+    task = serializers.CharField()
+    job = serializers.CharField()
+    user = serializers.CharField()
+    band = NullableBandField(help_text="the band it was last stamped at")
+    state = serializers.CharField()
+    preemptions = serializers.IntegerField()
+    history = serializers.CharField(help_text="the job's page: its preemptions suffered")
+
+
+class FairnessSerializer(serializers.Serializer):
+    tick = serializers.IntegerField(allow_null=True, help_text="the tick the per-band numbers are from")
+    tick_at = serializers.DateTimeField(allow_null=True)
+    bands = FairnessBandSerializer(many=True)
+    since = serializers.DateTimeField(help_text="start of the 24-hour window of lost_work and starving")
+    lost_work = LostWorkSerializer(many=True)
+    starvation_threshold = serializers.IntegerField(help_text="starving: preempted more than this many times")
+    starving = StarvingTaskSerializer(many=True)

@@ -37,6 +37,7 @@ urlpatterns = [
     re_path(r"^workers/(?P<name>[^/:]+):undrain$", views.WorkerUndrainView.as_view(), name="worker-undrain"),
     path("preemptions/", views.PreemptionsView.as_view(), name="preemptions"),
     path("ticks/", views.TicksView.as_view(), name="ticks"),
+    path("fairness/", views.FairnessView.as_view(), name="fairness"),
     path("what-if/", views.WhatIfView.as_view(), name="what-if"),
     path("scheduler/status", status.SchedulerStatusView.as_view(), name="scheduler-status"),
     re_path(r"^.*$", views.NotFoundView.as_view(), name="not-found"),

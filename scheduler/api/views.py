@@ -8,6 +8,7 @@ Job ids contain slashes, so job routes take the id as a path and custom verbs fo
 
 from __future__ import annotations
 
+from django.utils import timezone
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers, status
@@ -38,6 +39,7 @@ from scheduler.jobs.request import normalize_job_id
 from scheduler.jobs.submit import submit_job
 from scheduler.jobs.whatif import what_if
 from scheduler.tick.estimates import estimate_data
+from scheduler.tick.fairness import fairness_report
 from scheduler.tick.queries import preemptions, recent_ticks
 from scheduler.tick.run import run_tick_now
 
@@ -717,6 +719,20 @@ class TicksView(IrisView):
     def post(self, request):
         outcome = run_tick_now(request.user)
         return Response(s.TickRunSerializer(outcome).data)
+
+
+class FairnessView(IrisView):
+    error_statuses = ("401",)
+
+    @extend_schema(operation_id="fairness", summary="Fairness per band as of the newest tick, and the last 24 hours",
+                   responses={200: s.FairnessSerializer}, tags=["ticks"])
+    def get(self, request):
+        report = fairness_report(timezone.now())
+        return Response(s.FairnessSerializer({
+            "tick": report.tick, "tick_at": report.tick_at, "bands": report.bands, "since": report.since,
+            "lost_work": report.lost_work, "starvation_threshold": report.starvation_threshold,
+            "starving": report.starving,
+        }).data)
 
 
 class WhatIfView(IrisView):

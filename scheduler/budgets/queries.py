@@ -8,15 +8,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.contrib.auth import get_user_model
-from django.db.models import Count, F, QuerySet, Subquery
+from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from scheduler.budgets.rules import budget_defaults, budget_rows_of, live_spend, raised_by_grants
 from scheduler.core.bands import Band
 from scheduler.core.budget import effective_band
 from scheduler.core.types import TaskState
-from scheduler.models import AuditEntry, Job, Task, TickRecord, UpliftGrant, UserBudget
+from scheduler.models import AuditEntry, Job, Task, UpliftGrant, UserBudget
 from scheduler.store.states import ACTIVE_VALUES, TERMINAL_JOB_VALUES
+from scheduler.store.tick_samples import thinned_tick_rows
 
 OPEN_GRANT_STATES = (UpliftGrant.State.REQUESTED, UpliftGrant.State.APPROVED)
 
@@ -175,17 +176,7 @@ class SpendSample:
 
 
 def spend_samples(*, since: datetime, points: int = 240) -> list[SpendSample]:
-    """Tick spend and limit samples since ``since``, oldest first, thinned to about ``points``.
-
-    Two queries: how many ticks the window holds, then every k-th of them counted back from the
-    newest (so the newest tick is always in), whatever the number of ticks or users.
-    """
-    window = TickRecord.objects.filter(started_at__gte=since)
-    every = max(1, -(-window.count() // max(points, 1)))
-    qs = window
-    if every > 1:
-        newest = Subquery(TickRecord.objects.order_by("-pk").values("pk")[:1])
-        qs = qs.annotate(_slot=(newest - F("pk")) % every).filter(_slot=0)
-    rows = list(qs.order_by("-pk").values_list("started_at", "spend", "limits")[: points + 1])
-    rows.reverse()
+    """Tick spend and limit samples since ``since``, oldest first, thinned to about ``points``
+    (two queries, see :func:`scheduler.store.tick_samples.thinned_tick_rows`)."""
+    rows = thinned_tick_rows(since, points, "started_at", "spend", "limits")
     return [SpendSample(at, dict(spend or {}), dict(limits or {})) for at, spend, limits in rows]

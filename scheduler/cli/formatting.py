@@ -103,6 +103,11 @@ def limit(value: Any) -> str:
     return "unlimited" if value == 0 else cell(value)
 
 
+def points(value: Any) -> str:
+    """Budget points as the console shows them: ``16,112``."""
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else cell(value)
+
+
 def device(job: dict) -> str:
     dev = pick(job, "device", "resources.device")
     if isinstance(dev, dict):
@@ -363,8 +368,10 @@ def explanation(data: dict) -> str:
             ("requested band", band(pick(data, "requested_band"))),
             ("effective band", effective),
             ("tasks by band", pick(data, "bands_text") or None),
-            ("spend / limit", f"{cell(spend)} / {limit(budget)} (live)" if spend is not None or budget is not None else None),
-            ("spend at tick", f"{cell(tick_spend)} / {limit(tick_limit)} (tick {tick_id})" if tick_spend is not None else None),
+            ("spend / limit", f"{points(spend)} / {'unlimited' if budget == 0 else points(budget)} (live)"
+             if spend is not None or budget is not None else None),
+            ("spend at tick", f"{points(tick_spend)} / {'unlimited' if tick_limit == 0 else points(tick_limit)} (tick {tick_id})"
+             if tick_spend is not None else None),
             ("queue position", queue_line),
             ("pending reason", text_of(pick(data, "pending_reason")) if pick(data, "pending_reason") else None),
             ("start estimate", estimate_line(data) if pick(data, "tasks") and any(

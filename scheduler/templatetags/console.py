@@ -161,6 +161,14 @@ def percent(value):
     return f"{value:,.0f}%"
 
 
+@register.filter
+def share(fraction):
+    """A fraction of 1 as a percentage to one decimal: ``0.3333`` -> ``33.3%``."""
+    if fraction is None:
+        return "—"
+    return f"{fraction * 100:.1f}%"
+
+
 @register.simple_tag(takes_context=True)
 def console_role(context):
     """The signed-in user's role and what it may do, for the nav and for hiding actions."""

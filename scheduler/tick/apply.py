@@ -22,6 +22,7 @@ from datetime import datetime
 from django.db import connection, transaction
 
 from scheduler.core.types import ACTIVE_STATES, Decision, JobState, TaskState
+from scheduler.core.fairness import fairness_sample
 from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord
 from scheduler import instruments
 from scheduler.store import bulk
@@ -117,6 +118,7 @@ def apply_decision(
         pending=sum(1 for t in loaded.snapshot.tasks if t.state is TaskState.PENDING) + len(loaded.kueue.pending),
         spend=dict(decision.spend),
         limits=limits_sample(loaded, decision),
+        fairness=fairness_sample(loaded.snapshot, decision),
     )
 
     assignments = [a for a in decision.assignments if a.task in kept]

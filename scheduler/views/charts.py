@@ -6,6 +6,7 @@ ticks' spend and limit samples. A limit of 0 (unlimited) draws no limit line for
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -13,25 +14,18 @@ from scheduler.budgets.queries import SpendSample
 
 
 @dataclass
-class Chart:
+class Plot:
+    """A chart's frame: size, margins, axis ticks, how many samples it draws."""
+
     width: int
     height: int
     left: int
     right: int
     top: int
     bottom: int
-    spend: str = ""  # polyline points
-    area: str = ""  # polygon under the spend line
-    limits: list[str] = field(default_factory=list)  # one polyline per stretch with a limit
-    over: list[tuple[float, float]] = field(default_factory=list)  # samples over the limit
     y_ticks: list[tuple[float, str]] = field(default_factory=list)
     x_ticks: list[tuple[float, str, str]] = field(default_factory=list)  # x, label, text-anchor
-    last_spend: int = 0
-    last_limit: int = 0
-    peak: int = 0
     samples: int = 0
-    start: datetime | None = None
-    end: datetime | None = None
 
     @property
     def empty(self) -> bool:
@@ -44,6 +38,40 @@ class Chart:
     @property
     def plot_bottom(self) -> int:
         return self.height - self.bottom
+
+
+@dataclass
+class Chart(Plot):
+    """A user's spend and limit over time."""
+
+    spend: str = ""  # polyline points
+    area: str = ""  # polygon under the spend line
+    limits: list[str] = field(default_factory=list)  # one polyline per stretch with a limit
+    over: list[tuple[float, float]] = field(default_factory=list)  # samples over the limit
+    last_spend: int = 0
+    last_limit: int = 0
+    peak: int = 0
+    start: datetime | None = None
+    end: datetime | None = None
+
+
+def time_axis(times: list[datetime], x0: int, x1: int) -> tuple[Callable[[int], float], list[tuple[float, str, str]]]:
+    """The x of sample ``i`` (by its time, between ``x0`` and ``x1``; a lone sample at ``x1``) and
+    three labelled ticks: first, middle and last sample (hours and minutes within two days)."""
+    span = (times[-1] - times[0]).total_seconds() or 1.0
+
+    def x(i: int) -> float:
+        if len(times) == 1:
+            return float(x1)
+        return round(x0 + (x1 - x0) * (times[i] - times[0]).total_seconds() / span, 1)
+
+    fmt = "%H:%M" if span < 2 * 86400 else "%b %d"
+    middle = (x0 + x1) / 2
+    ticks = [
+        (x(i), times[i].strftime(fmt), "end" if x(i) > middle + 1 else "middle" if x(i) > x0 else "start")
+        for i in sorted({0, len(times) // 2, len(times) - 1})
+    ]
+    return x, ticks
 
 
 def nice_ceiling(value: float) -> int:
@@ -92,12 +120,7 @@ def spend_chart(
     top_value = nice_ceiling(max(max(spends), max(limits)) * 1.1)
     x0, x1 = chart.left, width - chart.right
     y0, y1 = chart.top, height - chart.bottom
-    span = (samples[-1].at - samples[0].at).total_seconds() or 1.0
-
-    def x(i: int) -> float:
-        if len(samples) == 1:
-            return float(x1)
-        return round(x0 + (x1 - x0) * (samples[i].at - samples[0].at).total_seconds() / span, 1)
+    x, x_ticks = time_axis([sample.at for sample in samples], x0, x1)
 
     def y(v: int) -> float:
         return round(y1 - (y1 - y0) * v / top_value, 1)
@@ -124,10 +147,40 @@ def spend_chart(
         divisions = round_step(top_value)
         chart.y_ticks = [(y(top_value * k // divisions), short_number(top_value * k // divisions))
                          for k in range(divisions + 1)]
-        fmt = "%H:%M" if span < 2 * 86400 else "%b %d"
-        middle = (x0 + x1) / 2
-        chart.x_ticks = [
-            (x(i), samples[i].at.strftime(fmt), "end" if x(i) > middle + 1 else "middle" if x(i) > x0 else "start")
-            for i in sorted({0, len(samples) // 2, len(samples) - 1})
-        ]
+        chart.x_ticks = x_ticks
+    return chart
+
+
+@dataclass
+class ShareChart(Plot):
+    """One band's share of running value by user over time: a polyline per user (0 to 100%)."""
+
+    lines: list[tuple[str, str, int]] = field(default_factory=list)  # user, points, colour index
+
+
+# Distinct line colours of the share chart (CSS classes share-0 .. share-7); users beyond reuse them.
+SHARE_COLOURS = 8
+
+
+def share_chart(series: list[tuple[datetime, dict[str, float]]], *, width: int = 640, height: int = 160) -> ShareChart:
+    """A chart of each user's share of one band's running value over ``series`` (oldest first);
+    a user missing from a sample had no demand then and counts as 0."""
+    chart = ShareChart(width, height, 40, 12, 10, 24)
+    if not series:
+        return chart
+    chart.samples = len(series)
+    users = sorted({u for _, shares in series for u in shares})
+    x0, x1 = chart.left, width - chart.right
+    y0, y1 = chart.top, height - chart.bottom
+    x, chart.x_ticks = time_axis([at for at, _ in series], x0, x1)
+
+    def y(share: float) -> float:
+        return round(y1 - (y1 - y0) * share, 1)
+
+    for n, user in enumerate(users):
+        points = [f"{x(i)},{y(shares.get(user, 0.0))}" for i, (_, shares) in enumerate(series)]
+        if len(points) == 1:
+            points.insert(0, f"{x0},{points[0].split(',')[1]}")
+        chart.lines.append((user, " ".join(points), n % SHARE_COLOURS))
+    chart.y_ticks = [(y(k / 4), f"{k * 25}%") for k in range(5)]
     return chart

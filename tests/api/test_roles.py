@@ -62,6 +62,7 @@ MATRIX = [
     ("post", "workers/w1:undrain", None, only(OK, "olivia", "ada")),
     ("get", "preemptions/", None, everyone(OK)),
     ("get", "ticks/", None, everyone(OK)),
+    ("get", "fairness/", None, everyone(OK)),
     ("post", "ticks/", None, only(OK, "olivia", "ada")),
     ("post", "what-if/", {"name": "probe"}, everyone(OK)),
     ("post", "what-if/", {"name": "probe", "user": "alice"}, only(OK, "alice", "olivia", "ada")),

@@ -324,7 +324,7 @@ def test_job_explain_gives_bands_budget_and_reason(some_jobs):
     assert text.code == 0, text.err
     assert "requested band  INTERACTIVE" in text.out
     assert "effective band  INTERACTIVE" in text.out
-    assert "spend / limit   0 / 1000" in text.out
+    assert "spend / limit   0 / 1,000 (live)" in text.out  # points as the console shows them
     assert "What would change it:" in text.out
     assert data["requested_band"] == "interactive"
     assert {t["task"] for t in data["tasks"]} == {"/alice/train/0", "/alice/train/1"}

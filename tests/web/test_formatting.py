@@ -18,7 +18,7 @@ from scheduler.jobs.queue import (
     queue_window,
     round_robin_place,
 )
-from scheduler.views.charts import nice_ceiling, round_step, spend_chart
+from scheduler.views.charts import nice_ceiling, round_step, share_chart, spend_chart
 
 
 def render(source: str, **context) -> str:
@@ -64,6 +64,18 @@ def test_chart_geometry_follows_the_samples():
     assert len(chart.limits) == 1 and len(chart.limits[0].split()) == 3  # unlimited stretch not drawn
     assert len(chart.over) == 2
     assert [label for _, label in chart.y_ticks] == ["0", "10", "20", "30", "40", "50"]
+
+
+def test_share_chart_draws_a_line_per_user_and_a_missing_user_at_zero():
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    series = [(t0, {"alice": 0.5, "bob": 0.5}), (t0 + timedelta(minutes=5), {"alice": 1.0})]
+    chart = share_chart(series, width=200, height=100)
+    lines = {user: [tuple(map(float, p.split(","))) for p in points.split()] for user, points, _ in chart.lines}
+    bottom, top = chart.height - chart.bottom, chart.top
+    assert lines["alice"] == [(chart.left, (bottom + top) / 2), (chart.plot_right, top)]
+    assert lines["bob"] == [(chart.left, (bottom + top) / 2), (chart.plot_right, bottom)]
+    assert [label for _, label in chart.y_ticks] == ["0%", "25%", "50%", "75%", "100%"]
+    assert share_chart([]).empty
 
 
 def test_chart_of_a_user_missing_from_samples_uses_the_default_limit():

@@ -1,0 +1,18 @@
+"""Issue 15 section 2: each tick records its fairness sample (per band, per user: running value,
+pending tasks, over budget, got a turn; the smallest job left waiting), for the fairness page."""
+
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("scheduler", "0011_start_estimates"),
+    ]
+
+    operations = [
+        migrations.AddField(
+            model_name="tickrecord",
+            name="fairness",
+            field=models.JSONField(default=dict),
+        ),
+    ]

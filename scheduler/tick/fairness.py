@@ -1,0 +1,134 @@
+"""Fairness you can see (issue 15 §2): what the fairness page and ``GET fairness/`` read.
+
+Per band, from the newest tick's own fairness sample (``TickRecord.fairness``, written by the
+tick in its transaction: ``core.fairness.fairness_sample``): the users with demand and their
+numbers, and the smallest job left waiting with why. Over the last 24 hours: the work each user
+lost to preemption (resource value × how long the evicted attempt had run, in point-hours) and
+the tasks preempted more than ``STARVATION_PREEMPTIONS`` times; and each band's share by
+user over time, from the ticks' samples thinned as the spend charts are.
+
+A fixed number of queries whatever the number of ticks, users, preemptions or tasks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db.models import OuterRef, Subquery
+
+from scheduler.core.bands import Band
+from scheduler.core.budget import resource_value
+from scheduler.core.explain import pending_text
+from scheduler.core.fairness import FAIRNESS_VERSION, band_rows
+from scheduler.core.types import Resources
+from scheduler.models import Attempt, PreemptionEvent, Task, TickRecord
+from scheduler.store.cluster_rows import device_from_columns
+from scheduler.store.states import TERMINAL_JOB_VALUES
+from scheduler.store.tick_samples import thinned_tick_rows
+from scheduler.tick.queries import REPEATED_PREEMPTIONS
+
+# The window of the preemption figures and the share chart.
+WINDOW = timedelta(hours=24)
+# Points of the share chart: one every 12 minutes over 24 hours. Fewer than the spend chart's
+# 240 because each point reads a whole fairness sample (about 30 bytes per band and user).
+CHART_POINTS = 120
+# A task preempted more than this many times is starving: the preemption history flags a job at
+# three (``REPEATED_PREEMPTIONS``); a single task past it keeps losing its place.
+STARVATION_PREEMPTIONS = REPEATED_PREEMPTIONS
+# At most this many starving tasks are listed (most preempted first).
+STARVING_LIMIT = 50
+# Milliseconds per hour: lost work is in point-hours.
+MS_PER_HOUR = 3_600_000
+
+
+@dataclass
+class FairnessReport:
+    tick: int | None
+    tick_at: datetime | None
+    bands: list[dict] = field(default_factory=list)
+    lost_work: list[dict] = field(default_factory=list)
+    starving: list[dict] = field(default_factory=list)
+    starvation_threshold: int = 0
+    shares: dict[str, list[tuple[datetime, dict[str, float]]]] = field(default_factory=dict)
+    since: datetime | None = None
+
+
+def band_view(band_wire: str, band: dict) -> dict:
+    """One stored band for people: its users' rows and the smallest waiting job with its reason's text."""
+    waiting = band.get("smallest_waiting")
+    if waiting:
+        waiting = {**waiting, "reason": {**waiting["reason"], "text": pending_text(waiting["reason"])}}
+    return {"band": band_wire, "running_value": band.get("running_value", 0), "users": band_rows(band),
+            "smallest_waiting": waiting}
+
+
+def lost_work(since: datetime) -> list[dict]:
+    """Per user, the work lost to preemption since ``since``: for each eviction, the victim's
+    resource value × how long its evicted attempt had run (started to evicted). One query."""
+    started = Attempt.objects.filter(
+        task=OuterRef("victim"), started_at__isnull=False, started_at__lte=OuterRef("created_at")
+    ).order_by("-number").values("started_at")[:1]
+    rows = PreemptionEvent.objects.filter(created_at__gte=since).annotate(run_from=Subquery(started)).values_list(
+        "victim__job__user", "victim__job__cpu_millicores", "victim__job__memory_bytes", "victim__job__device_type",
+        "victim__job__device_variant", "victim__job__device_count", "created_at", "run_from",
+    )
+    by_user: dict[str, dict] = {}
+    for user, cpu, mem, dtype, variant, count, at, run_from in rows:
+        value = resource_value(Resources(cpu, mem, device_from_columns(dtype, variant, count)))
+        ran_ms = max(int((at - run_from).total_seconds() * 1000), 0) if run_from is not None else 0
+        entry = by_user.setdefault(user, {"user": user, "preemptions": 0, "point_ms": 0})
+        entry["preemptions"] += 1
+        entry["point_ms"] += value * ran_ms
+    out = [
+        {"user": e["user"], "preemptions": e["preemptions"], "point_hours": round(e["point_ms"] / MS_PER_HOUR, 3)}
+        for e in by_user.values()
+    ]
+    return sorted(out, key=lambda e: (-e["point_hours"], -e["preemptions"], e["user"]))
+
+
+def starving_tasks(since: datetime, threshold: int) -> list[dict]:
+    """Unfinished tasks preempted more than ``threshold`` times, at least once since ``since``,
+    most preempted first. One query."""
+    rows = (
+        Task.objects.filter(preemption_count__gt=threshold, preempted_by_events__created_at__gte=since)
+        .exclude(job__state__in=TERMINAL_JOB_VALUES)
+        .values_list("job__name", "index", "job__user", "band", "state", "preemption_count")
+        .distinct()
+        .order_by("-preemption_count", "job__name", "index")[:STARVING_LIMIT]
+    )
+    return [
+        {"task": f"{job}/{index}", "job": job, "user": user, "band": Band(band).wire if band is not None else None,
+         "state": state, "preemptions": n, "history": f"/jobs{job}/"}
+        for job, index, user, band, state, n in rows
+    ]
+
+
+def share_series(since: datetime) -> dict[str, list[tuple[datetime, dict[str, float]]]]:
+    """Per band, (tick time, {user: share of the band's running value}) over the window, oldest
+    first, from the ticks' own samples. Two queries."""
+    series: dict[str, list[tuple[datetime, dict[str, float]]]] = {}
+    for at, sample in thinned_tick_rows(since, CHART_POINTS, "started_at", "fairness"):
+        if not sample or sample.get("version") != FAIRNESS_VERSION:
+            continue
+        for band_wire, band in sample.get("bands", {}).items():
+            total = band.get("running_value", 0)
+            shares = {u: (r[0] / total if total else 0.0) for u, r in band.get("users", {}).items()}
+            series.setdefault(band_wire, []).append((at, shares))
+    return dict(sorted(series.items(), key=lambda kv: int(Band.parse(kv[0]))))
+
+
+def fairness_report(now: datetime) -> FairnessReport:
+    """Everything the fairness page shows, as of the newest tick and the 24 hours before ``now``."""
+    since = now - WINDOW
+    threshold = STARVATION_PREEMPTIONS
+    newest = TickRecord.objects.order_by("-pk").values_list("pk", "started_at", "fairness").first()
+    report = FairnessReport(tick=None, tick_at=None, starvation_threshold=threshold, since=since)
+    if newest is not None:
+        report.tick, report.tick_at, sample = newest
+        if sample and sample.get("version") == FAIRNESS_VERSION:
+            report.bands = [band_view(b, data) for b, data in sample.get("bands", {}).items()]
+    report.lost_work = lost_work(since)
+    report.starving = starving_tasks(since, threshold)
+    report.shares = share_series(since)
+    return report

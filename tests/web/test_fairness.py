@@ -1,0 +1,145 @@
+"""The fairness page and GET /api/v1/fairness/ (issue 15 §2): after a real tick, the per-band
+numbers are what the tick decided (read back from the rows it wrote and the queue it stored);
+preemption losses and starving tasks over 24 hours; a fixed number of queries."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from django.utils.html import escape
+
+from scheduler.core.bands import Band
+from scheduler.core.budget import resource_value
+from scheduler.jobs.feasibility import job_spec
+from scheduler.jobs.queue import _queue_index_cache
+from scheduler.models import Attempt, Job, PreemptionEvent, Task, TickRecord, UserBudget, Worker
+from scheduler.store.states import ACTIVE_VALUES
+from scheduler.tick.run import run_tick
+from tests.personas import NOW_MS, make_job, make_worker, start_running, token_client
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _fresh_queue_index():
+    _queue_index_cache.clear()
+    yield
+    _queue_index_cache.clear()
+
+
+def small_cluster():
+    UserBudget.objects.create(user_id="alice", budget_limit=10, max_band=Band.INTERACTIVE)
+    w1, w2 = make_worker("w1", cpu=8, memory_gib=32), make_worker("w2", cpu=8, memory_gib=32)
+    start_running(make_job("/alice/run", cpu=4, memory_gib=8), w1)  # alice: over her limit of 10
+    make_job("/bob/new", replicas=2, cpu=4, memory_gib=8)
+    make_job("/carol/big", cpu=8, memory_gib=8)
+    make_job("/carol/small", cpu=1, memory_gib=1)
+    make_job("/dave/batch", band=Band.BATCH, replicas=3, cpu=8, memory_gib=8)
+    return w1, w2
+
+
+def test_the_api_serves_what_the_tick_decided(alice):
+    small_cluster()
+    run_tick(NOW_MS)
+    tick = TickRecord.objects.latest("pk")
+    body = token_client(alice).get("/api/v1/fairness/").json()
+    assert body["tick"] == tick.pk
+
+    # What the tick left: running value per (band, user) from the rows it wrote; pending from its queue.
+    running: dict[tuple[str, str], int] = {}
+    for task in Task.objects.filter(state__in=ACTIVE_VALUES).select_related("job"):
+        key = (Band(task.band).wire, task.job.user)
+        running[key] = running.get(key, 0) + resource_value(job_spec(task.job).resources)
+    pending: dict[tuple[str, str], int] = {}
+    for entry in token_client(alice).get("/api/v1/queue/?page_size=500").json()["results"]:
+        key = (entry["band"], entry["user"])
+        pending[key] = pending.get(key, 0) + 1
+    placed_users = {(Band(t.band).wire, t.job.user) for t in Task.objects.filter(attempts__created_at__isnull=False,
+                    state="assigned").select_related("job")}
+
+    served = {(b["band"], u["user"]): u for b in body["bands"] for u in b["users"]}
+    assert set(served) == set(running) | set(pending)
+    for key, u in served.items():
+        assert (u["running_value"], u["pending"]) == (running.get(key, 0), pending.get(key, 0)), key
+        assert u["got_turn"] == (key in placed_users), key
+    assert served[("interactive", "alice")]["over_budget"] is True
+    assert served[("interactive", "bob")]["over_budget"] is False
+    for band in body["bands"]:
+        assert band["running_value"] == sum(running.get((band["band"], u["user"]), 0) for u in band["users"])
+        assert all(u["equal_share"] == pytest.approx(1 / len(band["users"])) for u in band["users"])
+    interactive = next(b for b in body["bands"] if b["band"] == "interactive")
+    waiting = interactive["smallest_waiting"]
+    assert waiting["job"] == "/carol/small" and waiting["reason"]["text"]
+
+
+def test_the_page_shows_each_band_and_the_smallest_waiting_job_and_is_in_the_navigation(clients, alice):
+    small_cluster()
+    run_tick(NOW_MS)
+    body = token_client(alice).get("/api/v1/fairness/").json()
+    html = clients["alice"].get("/fairness/").content.decode()
+    assert '<a href="/fairness/" aria-current="page">Fairness</a>' in html
+    for band in body["bands"]:
+        assert f'data-band="{band["band"]}"' in html
+        waiting = band["smallest_waiting"]
+        if waiting:
+            assert f'data-job="{waiting["job"]}"' in html and escape(waiting["reason"]["text"]) in html
+    assert "<polyline class=\"share-line" in html  # the share chart, from this tick's sample
+    assert clients["anonymous"].get("/fairness/").status_code == 302
+
+
+def preempted_at(job: Job, worker: Worker, preemptor: Task, ran: timedelta, ago: timedelta, times: int = 1) -> Task:
+    """A task of ``job`` whose attempt ran ``ran`` before being preempted ``ago``."""
+    task = start_running(job, worker)
+    now = timezone.now()
+    Attempt.objects.filter(task=task).update(started_at=now - ago - ran, state="preempted")
+    Task.objects.filter(pk=task.pk).update(state="pending", worker=None, preemption_count=times)
+    PreemptionEvent.objects.create(victim=task, preemptor=preemptor, victim_band=int(Band.BATCH),
+                                   preemptor_band=int(Band.INTERACTIVE), worker=worker, reason="test",
+                                   created_at=now - ago)
+    return task
+
+
+def test_work_lost_to_preemption_and_starving_tasks_over_the_last_24_hours(alice):
+    w = make_worker("w1", cpu=64, memory_gib=256)
+    preemptor = start_running(make_job("/alice/prod", cpu=1), w)
+    victim_job = make_job("/bob/sweep", band=Band.BATCH, replicas=3, cpu=4, memory_gib=8)
+    value = resource_value(job_spec(victim_job).resources)
+    preempted_at(victim_job, w, preemptor, ran=timedelta(hours=2), ago=timedelta(hours=1))
+    preempted_at(make_job("/bob/unlucky", band=Band.BATCH, cpu=4, memory_gib=8), w, preemptor,
+                            ran=timedelta(minutes=30), ago=timedelta(minutes=5), times=5)
+    old = make_job("/carol/old", band=Band.BATCH, cpu=4, memory_gib=8)
+    preempted_at(old, w, preemptor, ran=timedelta(hours=1), ago=timedelta(hours=30), times=9)  # outside the window
+
+    body = token_client(alice).get("/api/v1/fairness/").json()
+    assert body["lost_work"] == [{"user": "bob", "preemptions": 2, "point_hours": pytest.approx(value * 2.5)}]
+    assert body["starving"] == [{"task": "/bob/unlucky/0", "job": "/bob/unlucky", "user": "bob", "band": "batch",
+                                 "state": "pending", "preemptions": 5, "history": "/jobs/bob/unlucky/"}]
+    assert body["starvation_threshold"] == 3
+
+
+def fairness_queries(client, url: str) -> int:
+    _queue_index_cache.clear()
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(url).status_code == 200
+    return len(captured)
+
+
+def test_the_page_and_the_api_run_a_fixed_number_of_queries(clients, alice):
+    small_cluster()
+    run_tick(NOW_MS)
+    api = token_client(alice)
+    few = (fairness_queries(clients["alice"], "/fairness/"), fairness_queries(api, "/api/v1/fairness/"))
+    w = Worker.objects.get(name="w2")
+    preemptor = Task.objects.filter(state__in=ACTIVE_VALUES).first()
+    for n in range(20):
+        preempted_at(make_job(f"/user{n}/x", band=Band.BATCH, cpu=1), w, preemptor, ran=timedelta(minutes=n + 1),
+                     ago=timedelta(minutes=1), times=4)
+        make_job(f"/user{n}/wait", cpu=2)
+    for t in range(3):
+        run_tick(NOW_MS + 1000 * (t + 1))
+    many = (fairness_queries(clients["alice"], "/fairness/"), fairness_queries(api, "/api/v1/fairness/"))
+    assert few == many
