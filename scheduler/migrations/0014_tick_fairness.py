@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("scheduler", "0011_start_estimates"),
+        ("scheduler", "0013_whatif_basis"),
     ]
 
     operations = [
