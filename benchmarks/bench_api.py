@@ -95,8 +95,8 @@ def _wait_for(port: int, seconds: float) -> None:
 class Clients:
     """``count`` threads submitting jobs; each records (start, latency, status) per submission."""
 
-    def __init__(self, port: int, tokens: list[str], limit: int, seconds: float):
-        self.port, self.tokens, self.limit, self.seconds = port, tokens, limit, seconds
+    def __init__(self, port: int, tokens: list[str], limit: int, seconds: float, tag: str):
+        self.port, self.tokens, self.limit, self.seconds, self.tag = port, tokens, limit, seconds, tag
         self.results: list[tuple[float, float, int]] = []
         self.lock = threading.Lock()
         self.sent = 0
@@ -113,10 +113,10 @@ class Clients:
         headers = {"Authorization": f"Token {self.tokens[client]}", "Content-Type": "application/json"}
         i = 0
         while time.monotonic() < stop_at:
-            if (n := self._next()) is None:
+            if self._next() is None:
                 return
             i += 1
-            body = json.dumps({"name": f"j{client}-{i}", "command": ["true"], "cpu": 1})
+            body = json.dumps({"name": f"{self.tag}{client}-{i}", "command": ["true"], "cpu": 1})
             started = time.monotonic()
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
@@ -132,7 +132,6 @@ class Clients:
                 self.results.append((started, latency, status))
                 if status != 201 and status not in self.errors:
                     self.errors[status] = text[:300].decode(errors="replace")
-            del n
 
     def run(self) -> None:
         stop_at = time.monotonic() + self.seconds
@@ -213,7 +212,7 @@ def main() -> None:
             )
             processes.append(ticker)
         _wait_for(args.port, 60)
-        Clients(args.port, tokens, WARMUP_PER_CLIENT * args.clients, 60).run()
+        Clients(args.port, tokens, WARMUP_PER_CLIENT * args.clients, 60, "warm").run()
         backends = _backends(database)
         servers = {"web": _tree(web.pid), "postgres": backends}
         if not args.no_tick:
@@ -221,7 +220,7 @@ def main() -> None:
         cpu_before = {name: _cpu_seconds(pids) for name, pids in servers.items()}
         client_before = time.process_time()
         load_before = os.getloadavg()
-        clients = Clients(args.port, tokens, args.submissions, args.seconds)
+        clients = Clients(args.port, tokens, args.submissions, args.seconds, "j")
         wall_start = time.monotonic()
         clients.run()
         wall = time.monotonic() - wall_start
