@@ -134,7 +134,8 @@ class Job(models.Model):
         # The jobs table (scheduler.jobs.listing): its default order is newest first, and each
         # equality filter (user, requested band, state, route) has an index that leads with it
         # and then serves that order, so a page reads PAGE_SIZE index entries, not the table.
-        # (state, user) also serves the spend and the state+user filter sorted by user.
+        # (state, user) also serves the spend and the state+user filter sorted by user;
+        # job_newest_first also serves the submission clock's read of the newest time.
         indexes = [
             models.Index(fields=["state", "user"]),
             models.Index(fields=["-submitted_at_ms", "-id"], name="job_newest_first"),

@@ -7,6 +7,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from scheduler.budgets.writes import expire_uplifts as expire_due_uplifts
+from scheduler.enqueue import PROMPT_TICK, forget_request
 from scheduler.execution.dispatcher import drain
 from scheduler.execution.workers import check_workers as declare_lost_workers
 from scheduler.provisioning.kubernetes import sync_kubernetes as sync_kubernetes_backend
@@ -18,6 +19,7 @@ from scheduler.tick.run import run_tick
 
 @shared_task(name="scheduler.tick", ignore_result=True)
 def tick() -> None:
+    forget_request(PROMPT_TICK)  # before it reads: a submission after this asks for another
     run_tick()
 
 

@@ -418,13 +418,42 @@ class JobDetailSerializer(JobSummarySerializer):
         return TaskSerializer(job.tasks.all(), many=True, context={"job_name": job.name}).data
 
 
+class NewTaskSerializer(TaskSerializer):
+    """A task just written by its submission: pending, on no worker, without attempts."""
+
+    attempts = serializers.SerializerMethodField()
+
+    @extend_schema_field(AttemptSerializer(many=True))
+    def get_attempts(self, task) -> list[dict]:
+        return []
+
+
 class JobSubmittedSerializer(JobDetailSerializer):
-    """The answer to a submission: the job, and what its submitter should know about it."""
+    """The answer to a submission: the job, and what its submitter should know about it.
+
+    Rendered from the rows the submission just wrote (``submit_job`` leaves its tasks in
+    ``job.new_tasks``), without reading them back: as ``GET`` of the job would answer, until a
+    tick or a child changes it."""
 
     warnings = serializers.ListField(
         child=serializers.CharField(),
         help_text="e.g. that no registered worker could run a task of it, naming the largest one",
     )
+
+    @extend_schema_field({"type": "object", "additionalProperties": {"type": "integer"}})
+    def get_task_counts(self, job) -> dict:
+        counts: dict[str, int] = {}
+        for task in job.new_tasks:
+            counts[task.state] = counts.get(task.state, 0) + 1
+        return dict(sorted(counts.items()))
+
+    @extend_schema_field({"type": "array", "items": {"type": "string"}})
+    def get_children(self, job) -> list[str]:
+        return []
+
+    @extend_schema_field(TaskSerializer(many=True))
+    def get_tasks(self, job) -> list[dict]:
+        return NewTaskSerializer(job.new_tasks, many=True, context={"job_name": job.name}).data
 
 
 class JobFilterSerializer(serializers.Serializer):

@@ -283,9 +283,7 @@ class JobsView(IrisView):
     )
     def post(self, request):
         job = submit_job(request.user, self.body())
-        detail = job_detail(job.name)
-        detail.warnings = job.warnings
-        return Response(s.JobSubmittedSerializer(detail).data, status=status.HTTP_201_CREATED)
+        return Response(s.JobSubmittedSerializer(job).data, status=status.HTTP_201_CREATED)
 
 
 class JobDetailView(IrisView):

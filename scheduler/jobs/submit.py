@@ -1,5 +1,8 @@
 """Submitting a job: every submission rule (:func:`plan_submission`), then the job and its tasks
 written in one transaction (:func:`submit_job`), and a prompt tick requested after commit.
+
+No global lock: submissions of one budget identity are serialised (its unfinished-task cap),
+and submission times come from the submission clock (``scheduler.store.submission_order``).
 """
 
 from __future__ import annotations
@@ -11,8 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
-from django.db.models import Max
+from django.db import IntegrityError, transaction
 
 from scheduler import roles
 from scheduler.access import owns_job, require_authenticated
@@ -20,13 +22,15 @@ from scheduler.budgets.rules import effective_budget_for
 from scheduler.cluster_config import cluster_config
 from scheduler.core.bands import ADMIN_BANDS, Band
 from scheduler.core.types import ANY_VARIANT, DeviceType, JobState, TaskState
-from scheduler.enqueue import enqueue
+from scheduler.enqueue import PROMPT_TICK, request_once
 from scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
 from scheduler.inputs import parse_segment
 from scheduler.jobs.request import JobRequest, parse_job_request
 from scheduler.models import MAX_ID_LENGTH, Job, Task, Worker
 from scheduler import instruments
 from scheduler.store import clock
+from scheduler.store.locks import hold_until_commit
+from scheduler.store.submission_order import next_submission_ms
 from scheduler.store.states import NON_TERMINAL_VALUES, TERMINAL_JOB_VALUES
 
 log = logging.getLogger(__name__)
@@ -35,14 +39,8 @@ log = logging.getLogger(__name__)
 # "hero run; commit=abc" passes, "superhero" does not.
 SYSTEM_REASON = re.compile(r"\b(hero|finelog|iris)\b", re.IGNORECASE)
 
-# Advisory lock key serialising submissions on PostgreSQL (SQLite serialises writers anyway):
-# submission times must be strictly increasing and the per-user task cap must not be raced.
-SUBMIT_LOCK_KEY = 0x1215_0001
-
 
 @dataclass(frozen=True)
-
-
 class SubmissionPlan:
     """A submission that passed every rule: what ``submit_job`` writes and ``what_if`` simulates."""
 
@@ -103,10 +101,12 @@ def max_band_message(user: str, band: Band, max_band: Band) -> str:
     )
 
 
-def plan_submission(actor, request: JobRequest) -> SubmissionPlan:
+def plan_submission(actor, request: JobRequest, *, serialise_user: bool = False) -> SubmissionPlan:
     """Apply every submission rule without writing; raise the first rule broken.
 
     Order (as Iris): identity and ownership, band, limits, then the job id being free.
+    ``serialise_user`` (a submission about to write) first waits for the budget identity's other
+    submissions to commit, so the unfinished-task cap counts them.
     """
     require_authenticated(actor)
     job_id, parent, user = _resolve_job_id(actor, request)
@@ -136,8 +136,14 @@ def plan_submission(actor, request: JobRequest) -> SubmissionPlan:
             f"(IRIS_MAX_REPLICAS_PER_JOB)",
             field="replicas", details={"limit": settings.MAX_REPLICAS_PER_JOB},
         )
-    active = Task.objects.filter(job__user=user, state__in=NON_TERMINAL_VALUES).count()
-    if active + request.replicas > settings.MAX_ACTIVE_TASKS_PER_USER:
+    if serialise_user:
+        hold_until_commit(f"submissions:{user}")
+    unfinished = Task.objects.filter(job__user=user, state__in=NON_TERMINAL_VALUES)
+    # Counting stops past what the cap allows, so a user's long history costs nothing extra;
+    # only a refusal counts them all, for its message.
+    allowed = settings.MAX_ACTIVE_TASKS_PER_USER - request.replicas
+    if allowed < 0 or unfinished.values("pk")[: allowed + 1].count() > allowed:
+        active = unfinished.count()
         raise ResourceExhausted(
             f"'{user}' has {active} unfinished tasks; {request.replicas} more would exceed the limit of "
             f"{settings.MAX_ACTIVE_TASKS_PER_USER} per user. Wait for work to finish or cancel some.",
@@ -181,7 +187,8 @@ def capacity_warnings(request: JobRequest) -> list[str]:
 
     The job is accepted anyway (workers come and go, a TPU scale group or Kubernetes may supply
     one); the warning names the largest worker of the kind it asks for. Constraints are not
-    weighed here: why a job with them waits is the explanation's business. One query.
+    weighed here: why a job with them waits is the explanation's business. One query when a
+    worker fits (whatever the number of workers), up to four when none does.
     """
     device = request.device
     config = cluster_config()
@@ -192,32 +199,41 @@ def capacity_warnings(request: JobRequest) -> list[str]:
             return []
     elif config.kubernetes.enabled and "cpu" in config.kubernetes.device_types:
         return []
-    workers = list(Worker.objects.values_list("cpu_millicores", "memory_bytes", "device_type", "device_variant",
-                                              "device_count"))
+
+    def fits(workers) -> bool:
+        workers = workers.filter(cpu_millicores__gte=request.cpu_millicores, memory_bytes__gte=request.memory_bytes)
+        if device.type is not DeviceType.CPU:
+            workers = workers.filter(device_count__gte=device.count)
+        return workers.exists()
+
     if device.type is DeviceType.CPU:
-        kind, matching = "CPU host", [w for w in workers if w[2] == DeviceType.CPU.value] or workers
+        kind, matching = "CPU host", Worker.objects.filter(device_type=DeviceType.CPU.value)
+        if fits(matching):
+            return []
+        if not matching.exists():  # no CPU host at all: any worker may run CPU work
+            matching = Worker.objects.all()
+            if fits(matching):
+                return []
     else:
         label = device.type.value.upper()
         any_variant = device.variant == ANY_VARIANT
         kind = f"{label} host" if any_variant else f"{label} {device.variant} host"
-        matching = [w for w in workers if w[2] == device.type.value and (any_variant or w[3] == device.variant)]
-
-    def fits(w) -> bool:
-        return (w[0] >= request.cpu_millicores and w[1] >= request.memory_bytes
-                and (device.type is DeviceType.CPU or w[4] >= device.count))
-
-    if any(fits(w) for w in matching):
-        return []
+        matching = Worker.objects.filter(device_type=device.type.value)
+        if not any_variant:
+            matching = matching.filter(device_variant=device.variant)
+        if fits(matching):
+            return []
+    largest = matching.order_by("-device_count", "-cpu_millicores", "-memory_bytes").values_list(
+        "cpu_millicores", "memory_bytes", "device_count").first()
     asked = f"{_cores(request.cpu_millicores)}, {_size(request.memory_bytes)}"
     if device.type is not DeviceType.CPU:
         asked += f", {device.count} chips"
-    if not matching:
+    if largest is None:
         return [f"no registered worker could run a task of this job ({asked}): there is no {kind}. "
                 f"It waits until one registers."]
-    largest = max(matching, key=lambda w: (w[4], w[0], w[1]))
     has = f"{_cores(largest[0])}, {_size(largest[1])}"
     if device.type is not DeviceType.CPU:
-        has += f", {largest[4]} chips"
+        has += f", {largest[2]} chips"
     return [f"no registered worker could run a task of this job ({asked}); largest {kind}: {has}. "
             f"It waits until a large enough worker registers."]
 
@@ -234,11 +250,8 @@ def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
         request = parse_job_request(request)
     try:
         with transaction.atomic():
-            lock_submissions()
-            now_ms = clock.now_ms()
-            plan = plan_submission(actor, request)
-            last = Job.objects.aggregate(last=Max("submitted_at_ms"))["last"]
-            submitted = now_ms if last is None else max(now_ms, last + 1)
+            plan = plan_submission(actor, request, serialise_user=True)
+            submitted = next_submission_ms(clock.now_ms())
             parent = plan.parent
             job = Job.objects.create(
                 name=plan.job_id,
@@ -270,7 +283,7 @@ def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
                 request=request.as_json(),
                 system_reason=request.system_reason,
             )
-            Task.objects.bulk_create(
+            job.new_tasks = Task.objects.bulk_create(
                 [Task(job=job, index=i, state=TaskState.PENDING.value) for i in range(request.replicas)],
                 batch_size=1000,
             )
@@ -285,18 +298,12 @@ def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
     return job
 
 
-def lock_submissions() -> None:
-    """Serialise submissions (PostgreSQL advisory lock held until commit; SQLite locks at BEGIN)."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [SUBMIT_LOCK_KEY])
-
-
 def request_prompt_tick() -> None:
-    """Ask Celery for a tick now. Runs after commit; never raises (the broker may be down, and
-    beat's next tick picks the job up)."""
-    enqueue(
-        "scheduler.tick",
+    """Ask Celery for a tick now, unless one already asked for has not started yet (it will
+    see this job: this runs after commit, and a tick forgets the request before it reads the
+    cluster). Never raises (the broker may be down, and beat's next tick picks the job up)."""
+    request_once(
+        PROMPT_TICK,
         expires=float(settings.TICK_SECONDS),
         logger=log,
         failure="could not enqueue a prompt tick; the next scheduled tick will place the job",

@@ -351,3 +351,76 @@ def test_a_broker_outage_never_fails_a_submission(as_alice, monkeypatch, caplog,
     assert response.status_code == 201
     assert Job.objects.filter(name="/alice/x").exists()
     assert "could not enqueue a prompt tick" in caplog.text
+
+
+# --- cost and order of a submission (issue 14) ------------------------------------------------------
+
+
+def _statements_of_a_submission(client, name: str) -> int:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as captured:
+        assert post(client, {"name": name}).status_code == 201
+    return len(captured.captured_queries)
+
+
+def test_a_submissions_statements_do_not_grow_with_the_users_or_the_clusters_jobs(as_alice):
+    from tests.personas import make_job
+
+    make_worker()
+    post(as_alice, {"name": "warm"})  # first-request work (content types, groups) is not the point
+    few = _statements_of_a_submission(as_alice, "one")
+    for i in range(200):
+        make_job(f"/alice/old-{i}")
+        make_job(f"/bob/other-{i}")
+    many = _statements_of_a_submission(as_alice, "two")
+    assert Job.objects.filter(user="alice").count() == 203 and Job.objects.filter(user="bob").count() == 200
+    assert many == few
+    assert few <= 13  # token (2), budget (2), cap, id free, clock, job, tasks, savepoint (2), capacity; +1 user lock on PostgreSQL
+
+
+def test_the_answer_to_a_submission_is_what_reading_the_job_answers(as_alice):
+    make_worker()
+    body = post(as_alice, {"name": "x", "replicas": 3, "constraints": [{"key": "zone", "op": "eq", "value": "a"}]}).json()
+    assert body.pop("warnings") == []
+    assert body == as_alice.get("/api/v1/jobs/alice/x").json()
+
+
+def test_submission_times_are_strictly_increasing_and_after_every_job_written(alice):
+    from tests.personas import NOW_MS, make_job
+
+    make_job("/bob/future", submitted_at_ms=NOW_MS + 10_000)  # written without the submission clock
+    times = [submit(alice, f"t{i}").submitted_at_ms for i in range(3)]
+    assert times == sorted(set(times)) and times[0] > NOW_MS + 10_000
+
+
+def test_a_burst_of_submissions_asks_for_one_prompt_tick_until_the_tick_starts(as_alice, monkeypatch):
+    from celery import current_app
+
+    from scheduler.enqueue import PROMPT_TICK, forget_request
+
+    sent = []
+    monkeypatch.setattr(current_app, "send_task", lambda name, **kwargs: sent.append(name))  # the broker is external
+    for name in ("a", "b", "c"):
+        request_prompt_tick()
+    assert sent == [PROMPT_TICK]
+    forget_request(PROMPT_TICK)  # what the tick task does first
+    request_prompt_tick()
+    assert sent == [PROMPT_TICK, PROMPT_TICK]
+
+
+def test_a_failed_prompt_tick_request_is_sent_again_by_the_next_submission(as_alice, monkeypatch):
+    from celery import current_app
+
+    sent = []
+
+    def flaky(name, **kwargs):
+        sent.append(name)
+        if len(sent) == 1:
+            raise ConnectionRefusedError("broker down")
+
+    monkeypatch.setattr(current_app, "send_task", flaky)
+    request_prompt_tick()
+    request_prompt_tick()
+    assert len(sent) == 2

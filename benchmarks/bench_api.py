@@ -1,0 +1,271 @@
+"""Sustained ``POST /api/v1/jobs/`` throughput: real gunicorn, real PostgreSQL, a real Celery
+worker (with beat) ticking, N concurrent clients, bounded in count and in time.
+
+Usage (from the repository root; needs PostgreSQL and Redis, and gunicorn: ``pip install -e '.[bench]'``)::
+
+    .venv/bin/python benchmarks/bench_api.py                                # 16 clients, 4,000 submissions
+    .venv/bin/python benchmarks/bench_api.py --cluster 100000x10000         # on a pre-filled cluster
+    .venv/bin/python benchmarks/bench_api.py --no-tick --submissions 2000   # the web path alone
+
+The benchmark database (``IRIS_BENCH_DATABASE_URL``, default
+``postgresql://postgres@127.0.0.1:5432/iris_bench_api``) is dropped and recreated; the broker and
+cache are ``IRIS_REDIS_URL`` (default ``redis://127.0.0.1:6379/15``); gunicorn binds
+``127.0.0.1:--port``. Each client is its own user (``bench-<n>``, a researcher with an API token)
+submitting single-task CPU jobs one after another on a new connection each (gunicorn's sync
+workers close every connection). The run stops after ``--submissions`` answers or ``--seconds``,
+whichever comes first.
+
+Printed: submissions/s over the measured window, p50/p99 latency, errors by status, and CPU seconds
+per submission of the web workers, of the PostgreSQL backends of the benchmark database, of the
+Celery worker and of the clients (this process), read from /proc before and after the window, so
+a figure can be judged on a machine other work shares (the load average is printed too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from urllib.parse import urlparse
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/iris_bench_api"
+DEFAULT_REDIS = "redis://127.0.0.1:6379/15"
+# Submissions before the window opens: every web worker has connected and imported everything.
+WARMUP_PER_CLIENT = 5
+
+
+def _cpu_seconds(pids) -> float:
+    """User + system CPU seconds of the given live processes (dead ones count 0)."""
+    import psutil
+
+    total = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def _tree(pid: int) -> list[int]:
+    import psutil
+
+    try:
+        parent = psutil.Process(pid)
+    except psutil.Error:
+        return []
+    return [parent.pid, *(child.pid for child in parent.children(recursive=True))]
+
+
+def _backends(database: str) -> list[int]:
+    """The PostgreSQL backend pids connected to the benchmark database."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", [database])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _wait_for(port: int, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/healthz")
+            if conn.getresponse().status == 200:
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"gunicorn did not answer on port {port} within {seconds:.0f} s")
+
+
+class Clients:
+    """``count`` threads submitting jobs; each records (start, latency, status) per submission."""
+
+    def __init__(self, port: int, tokens: list[str], limit: int, seconds: float, tag: str):
+        self.port, self.tokens, self.limit, self.seconds, self.tag = port, tokens, limit, seconds, tag
+        self.results: list[tuple[float, float, int]] = []
+        self.lock = threading.Lock()
+        self.sent = 0
+        self.errors: dict[int, str] = {}
+
+    def _next(self) -> int | None:
+        with self.lock:
+            if self.sent >= self.limit:
+                return None
+            self.sent += 1
+            return self.sent
+
+    def _run(self, client: int, stop_at: float) -> None:
+        headers = {"Authorization": f"Token {self.tokens[client]}", "Content-Type": "application/json"}
+        i = 0
+        while time.monotonic() < stop_at:
+            if self._next() is None:
+                return
+            i += 1
+            body = json.dumps({"name": f"{self.tag}{client}-{i}", "command": ["true"], "cpu": 1})
+            started = time.monotonic()
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+                conn.request("POST", "/api/v1/jobs/", body=body, headers=headers)
+                response = conn.getresponse()
+                text = response.read()
+                status = response.status
+                conn.close()
+            except OSError as exc:
+                status, text = 0, str(exc).encode()
+            latency = time.monotonic() - started
+            with self.lock:
+                self.results.append((started, latency, status))
+                if status != 201 and status not in self.errors:
+                    self.errors[status] = text[:300].decode(errors="replace")
+
+    def run(self) -> None:
+        stop_at = time.monotonic() + self.seconds
+        threads = [threading.Thread(target=self._run, args=(c, stop_at), daemon=True) for c in range(len(self.tokens))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--submissions", type=int, default=4000, help="at most this many in the window")
+    parser.add_argument("--seconds", type=float, default=60.0, help="at most this long")
+    parser.add_argument("--web-workers", type=int, default=4, help="gunicorn sync workers")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("IRIS_BENCH_PORT", "8120")))
+    parser.add_argument("--cluster", help="PENDINGxWORKERS: pre-fill a synthetic cluster (benchmarks/restore.py)")
+    parser.add_argument("--no-tick", action="store_true", help="no Celery worker (the web path alone)")
+    args = parser.parse_args()
+
+    from benchmarks.bench_tick import recreate_database
+
+    url = os.environ.get("IRIS_BENCH_DATABASE_URL", DEFAULT_URL)
+    database = urlparse(url).path.lstrip("/")
+    recreate_database(url)
+    data_dir = tempfile.mkdtemp(prefix="iris-bench-api-")
+    env = {
+        **os.environ,
+        "IRIS_DATABASE_URL": url,
+        "IRIS_REDIS_URL": os.environ.get("IRIS_REDIS_URL", DEFAULT_REDIS),
+        "IRIS_DATA_DIR": data_dir,
+        "DJANGO_SETTINGS_MODULE": "iris_web.settings",
+        "IRIS_LOG_LEVEL": "WARNING",
+    }
+    os.environ.update(env)
+    import django
+
+    django.setup()
+    import redis
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.db import connection
+
+    from scheduler.models import ApiToken, Job
+
+    redis.Redis.from_url(env["IRIS_REDIS_URL"]).flushdb()
+    call_command("migrate", verbosity=0)
+    if args.cluster:
+        from benchmarks.restore import restore_snapshot
+        from benchmarks.synthetic import generate
+        from scheduler.core.wire import snapshot_from_json
+
+        pending, workers = (int(x) for x in args.cluster.lower().split("x"))
+        restore_snapshot(snapshot_from_json(generate(pending=pending, workers=workers, seed=0)))
+    tokens = []
+    for c in range(args.clients):
+        user = get_user_model().objects.create_user(username=f"bench-{c}")
+        tokens.append(ApiToken.objects.create(user=user, name="bench")[1])
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    jobs_before = Job.objects.count()
+
+    bin_dir = os.path.dirname(sys.executable)
+    processes = []
+    try:
+        web = subprocess.Popen(
+            [os.path.join(bin_dir, "gunicorn"), "-b", f"127.0.0.1:{args.port}", "-w", str(args.web_workers),
+             "--log-level", "warning", "iris_web.wsgi"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, start_new_session=True,
+        )
+        processes.append(web)
+        if not args.no_tick:
+            ticker = subprocess.Popen(
+                [os.path.join(bin_dir, "celery"), "-A", "iris_web", "worker", "--beat", "--concurrency", "1",
+                 "--loglevel", "WARNING"],
+                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            )
+            processes.append(ticker)
+        _wait_for(args.port, 60)
+        Clients(args.port, tokens, WARMUP_PER_CLIENT * args.clients, 60, "warm").run()
+        backends = _backends(database)
+        servers = {"web": _tree(web.pid), "postgres": backends}
+        if not args.no_tick:
+            servers["celery"] = _tree(ticker.pid)
+        cpu_before = {name: _cpu_seconds(pids) for name, pids in servers.items()}
+        client_before = time.process_time()
+        load_before = os.getloadavg()
+        clients = Clients(args.port, tokens, args.submissions, args.seconds, "j")
+        wall_start = time.monotonic()
+        clients.run()
+        wall = time.monotonic() - wall_start
+        client_cpu = time.process_time() - client_before
+        servers["postgres"] = sorted(set(backends) | set(_backends(database)))
+        cpu = {name: _cpu_seconds(pids) - cpu_before.get(name, 0.0) for name, pids in servers.items()}
+        load_after = os.getloadavg()
+    finally:
+        for process in processes:
+            try:
+                os.killpg(process.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for process in processes:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+
+    ok = [r for r in clients.results if r[2] == 201]
+    latencies = sorted(r[1] * 1000 for r in clients.results)
+    errors = {status: sum(1 for r in clients.results if r[2] == status) for status in clients.errors}
+    jobs_after = Job.objects.count()
+    ticks = _ticks_in_window()
+    n = max(len(ok), 1)
+    print(f"clients {args.clients}, gunicorn workers {args.web_workers}, cluster {args.cluster or 'empty'}, "
+          f"tick worker {'no' if args.no_tick else 'yes'}")
+    print(f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
+          f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
+    print(f"submissions {len(ok)} in {wall:.2f} s: {len(ok) / wall:.1f}/s; errors {errors or 'none'}")
+    if latencies:
+        p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+        print(f"latency ms: p50 {statistics.median(latencies):.1f}, p99 {p99:.1f}, max {latencies[-1]:.1f}")
+    print("CPU ms per submission: " + ", ".join(f"{name} {seconds * 1000 / n:.2f}" for name, seconds in cpu.items())
+          + f", clients {client_cpu * 1000 / n:.2f}, total {(sum(cpu.values()) + client_cpu) * 1000 / n:.2f}")
+    print(f"jobs written {jobs_after - jobs_before} (warm-up included); ticks recorded {ticks}")
+    for status, text in clients.errors.items():
+        print(f"first {status} answer: {text}")
+
+
+def _ticks_in_window() -> int:
+    from scheduler.models import TickRecord
+
+    return TickRecord.objects.count()
+
+
+if __name__ == "__main__":
+    main()
