@@ -231,20 +231,25 @@ class ClusterRows:
         self.worker_pks = {name: pk for pk, name in names.items()}
 
     def _read_all(self, cursor) -> None:
-        """The live jobs and tasks, and the finished ones an unconfirmed attempt still holds."""
+        """The live jobs and tasks, and the finished ones an unconfirmed attempt still holds.
+
+        In id order, as the rows kept between refreshes are (new rows come after old ones): the
+        decision may follow the order of jobs in a tie, and without an order PostgreSQL returns
+        rows as they lie on disk, which an update reshuffles, so two whole reads of an unchanged
+        cluster would differ (and an unchanged tick could not reuse its decision)."""
         cursor.execute(f"{ATTEMPT_SELECT} WHERE {HELD}")
         self._take_attempts(cursor.fetchall())
         held_tasks = f"SELECT a.task_id FROM {ATTEMPT} a WHERE {HELD}"
-        cursor.execute(f"{JOB_SELECT} WHERE j.state IN {in_list(LIVE_JOB_VALUES)}")
+        cursor.execute(f"{JOB_SELECT} WHERE j.state IN {in_list(LIVE_JOB_VALUES)} ORDER BY j.id")
         self._take_jobs(cursor.fetchall())
         cursor.execute(
             f"{JOB_SELECT} WHERE j.state NOT IN {in_list(LIVE_JOB_VALUES)} "
-            f"AND j.id IN (SELECT t.job_id FROM {TASK} t WHERE t.id IN ({held_tasks}))"
+            f"AND j.id IN (SELECT t.job_id FROM {TASK} t WHERE t.id IN ({held_tasks})) ORDER BY j.id"
         )
         self._take_jobs(cursor.fetchall(), force=True)
-        cursor.execute(f"{TASK_SELECT} WHERE t.state IN {in_list(LIVE_TASK_VALUES)}")
+        cursor.execute(f"{TASK_SELECT} WHERE t.state IN {in_list(LIVE_TASK_VALUES)} ORDER BY t.id")
         self._take_tasks(cursor.fetchall())
-        cursor.execute(f"{TASK_SELECT} WHERE t.state NOT IN {in_list(LIVE_TASK_VALUES)} AND t.id IN ({held_tasks})")
+        cursor.execute(f"{TASK_SELECT} WHERE t.state NOT IN {in_list(LIVE_TASK_VALUES)} AND t.id IN ({held_tasks}) ORDER BY t.id")
         self._take_tasks(cursor.fetchall())
 
     def _read_changes(self, cursor, since: int) -> None:
