@@ -61,8 +61,8 @@ def lock_jobs(job_pks: set[int]) -> None:
 
 def hold_workers(worker_pks: set[int]) -> None:
     """Keep the given workers from being deleted until commit (PostgreSQL's ``FOR KEY SHARE``,
-    which heartbeats' updates do not wait for): the attempts and intents the tick writes name
-    them, and those tables have no foreign-key constraints to check it row by row (see
+    which heartbeats' updates do not wait for): the tasks, attempts and intents the tick writes
+    name them, and those columns have no foreign-key constraints to check it row by row (see
     ``scheduler.models.Attempt``). SQLite serialises writers at BEGIN."""
     if not worker_pks or connection.vendor != "postgresql":
         return
@@ -169,6 +169,7 @@ def apply_decision(
             else:
                 attempt_state, error = TaskState.PREEMPTED.value, "Requeued: a gang member was preempted"
             attempt_closes.append((row.pk, row.attempt_count, attempt_state, error, row.worker_pk))
+    bulk.keep_payloads_in_memory()
     hold_workers(
         {loaded.worker_pks[a.worker] for a in assignments} | {close[4] for close in attempt_closes if close[4] is not None}
     )
