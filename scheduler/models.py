@@ -175,9 +175,10 @@ class Attempt(models.Model):
 
     # No database foreign-key constraints on the rows every placement writes (attempts here,
     # intents below, a task's worker): the tick writes tens of thousands in a burst, and
-    # PostgreSQL checks each constraint once per row at commit (a third of a burst tick's writes). The tick itself holds
-    # the tasks (FOR UPDATE) and workers (FOR KEY SHARE) it references until commit
-    # (scheduler.tick.apply), and deletions go through Django, which cascades in Python.
+    # PostgreSQL checks each constraint once per row at commit (a third of a burst tick's
+    # writes). The tick itself holds the tasks (FOR UPDATE) and workers (FOR KEY SHARE) it
+    # references until commit (scheduler.tick.apply), and deletions go through Django, which
+    # cascades or nulls them in Python.
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts", db_index=False, db_constraint=False)
     number = models.PositiveIntegerField()
     worker = models.ForeignKey(

@@ -5,9 +5,10 @@ re-reads the state of every task it is about to change (with ``FOR UPDATE`` on P
 drops any change whose task moved since the snapshot (a whole gang if one member moved).
 
 Locks are taken in the one order every writer of tasks uses (attempt reports, cancel): the
-jobs' rows first, in id order, then their tasks; then the tick holds the workers its new
-attempts and intents name (``FOR KEY SHARE``: those tables have no foreign-key constraints).
-A report that ends a task locks its job row first too, so the two never wait on each other in a cycle.
+jobs' rows first, in id order, then their tasks; then the tick holds the workers its tasks,
+attempts and intents name (``FOR KEY SHARE``: those columns have no foreign-key constraints).
+A report that ends a task locks its job row first too, so the two never wait on each other in
+a cycle.
 
 Every kind of write is one set-based statement (:mod:`scheduler.store.bulk`), so the number of
 statements per tick does not grow with the number of tasks; on PostgreSQL they are pipelined.
