@@ -23,6 +23,7 @@ import platform
 import statistics
 import sys
 import time
+from contextlib import ExitStack, contextmanager, nullcontext
 from urllib.parse import urlparse
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,12 +54,92 @@ def recreate_database(url: str) -> None:
         conn.execute(f'CREATE DATABASE "{name}"')
 
 
+class WriteProfile:
+    """Times every statement of one tick (and the commit). Statements that write through
+    ``scheduler.store.bulk`` or stamp routes run under ``EXPLAIN (ANALYZE, BUFFERS)`` so the
+    server's own time and buffer counts are printed beside this process's wall time. Pipelining is
+    switched off for the profiled tick, so each statement's wall time is its own."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[float, str, str]] = []
+        self.commit_s = 0.0
+        self.stack = ExitStack()
+
+    def __enter__(self):
+        from django.db import connection
+
+        from scheduler.store import bulk
+
+        self.stack.enter_context(connection.execute_wrapper(self.time_statement))
+        original_pipeline, original_commit = bulk.pipeline, connection._commit
+
+        @contextmanager
+        def unpipelined():
+            # Foreign keys are checked at commit (deferred); checked here instead, their cost
+            # shows in each statement's plan ("Trigger for constraint ...").
+            with connection.cursor() as cursor:
+                cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            yield
+
+        def timed_commit():
+            started = time.perf_counter()
+            try:
+                return original_commit()
+            finally:
+                self.commit_s += time.perf_counter() - started
+
+        bulk.pipeline = unpipelined
+        connection._commit = timed_commit
+
+        def restore():
+            bulk.pipeline = original_pipeline
+            connection._commit = original_commit
+
+        self.stack.callback(restore)
+        return self
+
+    def __exit__(self, *exc):
+        return self.stack.__exit__(*exc)
+
+    def time_statement(self, execute, sql, params, many, context):
+        # Only writes whose row counts nobody reads (EXPLAIN returns the plan instead).
+        explain = ("json_array_elements" in sql or "SET route" in sql) and not many
+        started = time.perf_counter()
+        if not explain:
+            result = execute(sql, params, many, context)
+            self.rows.append((time.perf_counter() - started, sql, ""))
+            return result
+        result = execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params, many, context)
+        plan = "\n".join(line for (line,) in context["cursor"].fetchall())
+        self.rows.append((time.perf_counter() - started, sql, plan))
+        return result
+
+    def report(self) -> None:
+        total = sum(seconds for seconds, _, _ in self.rows)
+        print(f"# profiled tick: {len(self.rows)} statements, {total:.2f} s in statements, commit {self.commit_s:.2f} s")
+        for seconds, sql, plan in sorted(self.rows, key=lambda row: -row[0])[:14]:
+            print(f"#   {seconds * 1000:8.1f} ms  {' '.join(sql.split())[:150]}")
+            lines = plan.splitlines()
+            buffers = [line for line in lines if "Buffers:" in line][:1]
+            timings = [line for line in lines if line.startswith(("Trigger", "Execution Time"))]
+            for line in lines[:1] + buffers + timings:
+                print(f"#              | {line.strip()[:140]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", nargs="*", help="PENDINGxWORKERS, e.g. 100000x10000")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=1, help="run each size's ticks this many times; medians follow")
+    parser.add_argument(
+        "--profile-writes", action="store_true",
+        help="after each size's first tick, print where its write transaction spent its time: each statement's "
+        "wall time in this process and, for the set-based writes, PostgreSQL's own execution time "
+        "(EXPLAIN ANALYZE, BUFFERS); the profiled tick runs its writes unpipelined, so its total is not comparable",
+    )
+    parser.add_argument("--ticks", nargs="*", choices=sorted(set(TICKS)), help="run only these of TICKS (in their order)")
     args = parser.parse_args()
+    ticks = [label for label in TICKS if not args.ticks or label in args.ticks]
     sizes = [tuple(int(x) for x in s.lower().split("x")) for s in args.sizes] if args.sizes else SIZES
 
     url = os.environ.get("IRIS_BENCH_DATABASE_URL", DEFAULT_URL)
@@ -95,7 +176,7 @@ def main() -> None:
                 cursor.execute("ANALYZE")
             forget_cluster_rows()
             churned = 0
-            for label in TICKS:
+            for label in ticks:
                 if label == "restarted":
                     forget_cluster_rows()
                 elif label == "churn":
@@ -115,10 +196,13 @@ def main() -> None:
                     statements += 1
                     return execute(sql, params, many, context)
 
-                with connection.execute_wrapper(count):
+                profiler = WriteProfile() if args.profile_writes and label == "first" else None
+                with connection.execute_wrapper(count), (profiler or nullcontext()):
                     started, cpu_started = time.perf_counter(), time.process_time()
                     outcome = run_tick(snapshot.now_ms)
                     total, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+                if profiler:
+                    profiler.report()
                 load, decide = outcome.load_ms / 1000, outcome.decide_ms / 1000
                 apply = max(total - load - decide, 0)
                 totals.setdefault(label, []).append((total, load, decide, apply))

@@ -11,6 +11,8 @@ from datetime import UTC, datetime
 from django.db import connection, transaction
 from django.db.models import F
 
+from scheduler.cluster_config import cluster_config
+from scheduler.core.kueue import settled_route
 from scheduler.core.types import ACTIVE_STATES, ClusterSnapshot, DeviceType, TaskState
 from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord, UserBudget, Worker
 
@@ -26,6 +28,14 @@ def clear_cluster() -> None:
         else:
             for model in models:
                 cursor.execute(f"DELETE FROM {model._meta.db_table}")
+
+
+def _submitted_route(device: DeviceType, constraints) -> str:
+    """The route submission stamps (scheduler.jobs.submit.route_at_submission): "" for the jobs
+    whose route waits for the first tick. Core constraints carry no ``backend`` pin."""
+    kube = cluster_config().kubernetes
+    accepted = frozenset(DeviceType(d) for d in kube.device_types) if kube.enabled else frozenset()
+    return settled_route(device, None, accepted) or ""
 
 
 def _device_columns(device) -> dict:
@@ -81,6 +91,7 @@ def restore_snapshot(snapshot: ClusterSnapshot) -> None:
                     scheduling_deadline_ms=j.scheduling_deadline_ms,
                     max_retries_preemption=j.max_retries_preemption,
                     max_retries_failure=j.max_retries_failure,
+                    route=_submitted_route(j.resources.device.type, j.constraints),
                     **_device_columns(j.resources.device),
                 )
                 for j in level
@@ -151,6 +162,7 @@ def churn(now_ms: int, finished: int, submitted: int, *, label: str) -> None:
             replicas=1,
             cpu_millicores=1000,
             memory_bytes=2 * 1024**3,
+            route=_submitted_route(DeviceType.CPU, ()),
         )
         for i in range(submitted)
     )

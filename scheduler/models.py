@@ -155,7 +155,12 @@ class Task(models.Model):
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="tasks", db_index=False)
     index = models.PositiveIntegerField()
     state = models.CharField(max_length=16, choices=TASK_STATE_CHOICES, default=TaskState.PENDING.value)
-    worker = models.ForeignKey(Worker, null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks", db_index=False)
+    # No database foreign-key constraint: the tick sets thousands of workers at once and holds
+    # them itself until commit (as for Attempt, below).
+    worker = models.ForeignKey(
+        Worker, null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks", db_index=False,
+        db_constraint=False,
+    )
     band = models.PositiveSmallIntegerField(choices=BAND_CHOICES, null=True, blank=True)
     preemption_count = models.PositiveIntegerField(default=0)
     failure_count = models.PositiveIntegerField(default=0)
@@ -180,9 +185,17 @@ class Task(models.Model):
 class Attempt(models.Model):
     """One try at running a task on a worker. It holds capacity until ``finished_at`` is set."""
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts", db_index=False)
+    # No database foreign-key constraints on the rows every placement writes (attempts here,
+    # intents below, a task's worker): the tick writes tens of thousands in a burst, and
+    # PostgreSQL checks each constraint once per row at commit (a third of a burst tick's
+    # writes). The tick itself holds the tasks (FOR UPDATE) and workers (FOR KEY SHARE) it
+    # references until commit (scheduler.tick.apply), and deletions go through Django, which
+    # cascades or nulls them in Python.
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts", db_index=False, db_constraint=False)
     number = models.PositiveIntegerField()
-    worker = models.ForeignKey(Worker, null=True, blank=True, on_delete=models.SET_NULL, related_name="attempts")
+    worker = models.ForeignKey(
+        Worker, null=True, blank=True, on_delete=models.SET_NULL, related_name="attempts", db_constraint=False
+    )
     state = models.CharField(max_length=16, choices=TASK_STATE_CHOICES)
     band = models.PositiveSmallIntegerField(choices=BAND_CHOICES)
     created_at = models.DateTimeField()
@@ -344,10 +357,14 @@ class DispatchIntent(models.Model):
         DONE = "done"  # the backend confirmed it took effect
         FAILED = "failed"  # gave up after too many tries; an operator must look
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="intents", db_index=False)
+    # No database foreign-key constraints, as for Attempt (the tick writes one intent per attempt).
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="intents", db_index=False, db_constraint=False)
     attempt_number = models.PositiveIntegerField()
     kind = models.CharField(max_length=8, choices=Kind.choices)
-    worker = models.ForeignKey(Worker, null=True, blank=True, on_delete=models.SET_NULL, related_name="intents", db_index=False)
+    worker = models.ForeignKey(
+        Worker, null=True, blank=True, on_delete=models.SET_NULL, related_name="intents", db_index=False,
+        db_constraint=False,
+    )
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
     reason = models.CharField(max_length=500, blank=True, default="")
     tries = models.PositiveIntegerField(default=0)

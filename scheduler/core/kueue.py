@@ -21,7 +21,8 @@ Promoted tasks become ASSIGNED to the worker row that stands for the Kubernetes 
 the effective band stamped; the shell writes their START intents in the same transaction.
 A job past its scheduling deadline ends UNSCHEDULABLE (its active tasks KILLED), as in the core.
 
-Routing (:func:`route_job`) is a job's one-time choice of backend, stamped by the first tick
+Routing (:func:`route_job`) is a job's one-time choice of backend, stamped at submission when
+it does not depend on the cluster's workers (:func:`settled_route`), else by the first tick
 that sees the job: an explicit hard ``backend`` constraint wins; otherwise a job whose device a
 registered worker (local agent or TPU slice host) or a TPU scale group serves goes to our own
 scheduler ("workers"); otherwise a job whose device type the Kubernetes backend accepts goes
@@ -88,6 +89,15 @@ def pinned_backend(job: JobSpec) -> str | None:
     return None
 
 
+def pinned_backend_in(raw_constraints: Iterable[Mapping] | None) -> str | None:
+    """:func:`pinned_backend` over constraints as stored on the job row (dicts), where the
+    ``backend`` key lives (the core's copy of a job leaves it out)."""
+    for c in raw_constraints or ():
+        if c.get("key") == BACKEND_KEY and c.get("op") == "eq" and not c.get("soft"):
+            return ROUTE_KUBERNETES if str(c.get("value")) == ROUTE_KUBERNETES else ROUTE_WORKERS
+    return None
+
+
 def serves(devices: Iterable[tuple[DeviceType, str | None]], job: JobSpec) -> bool:
     """Whether any of these device classes can run the job (a CPU job runs on any host)."""
     device = job.resources.device
@@ -100,6 +110,19 @@ def serves(devices: Iterable[tuple[DeviceType, str | None]], job: JobSpec) -> bo
     return False
 
 
+def settled_route(device: DeviceType, pinned: str | None, kubernetes_devices: Iterable[DeviceType]) -> str | None:
+    """The route :func:`route_job` gives whatever workers exist, or None when it depends on them.
+
+    Only a job Kubernetes could take (its device type accepted there) and no hard ``backend``
+    constraint waits for the cluster's worker classes; every other job's route is known when it
+    is submitted, so submission stamps it and the tick does not write the job again for it."""
+    if pinned is not None:
+        return pinned
+    if device not in kubernetes_devices:
+        return ROUTE_WORKERS
+    return None
+
+
 def route_job(job: JobSpec, table: RoutingTable) -> str:
     """Where a job runs: ``"workers"`` (our scheduler places it) or ``"kubernetes"`` (Kueue does).
 
@@ -108,14 +131,10 @@ def route_job(job: JobSpec, table: RoutingTable) -> str:
     3. else a job whose device type Kubernetes accepts goes to ``"kubernetes"``;
     4. else ``"workers"``, where it waits with an explanation until a worker that fits joins.
     """
-    pinned = pinned_backend(job)
-    if pinned is not None:
-        return pinned
-    if serves(table.worker_devices, job):
-        return ROUTE_WORKERS
-    if job.resources.device.type in table.kubernetes_devices:
-        return ROUTE_KUBERNETES
-    return ROUTE_WORKERS
+    settled = settled_route(job.resources.device.type, pinned_backend(job), table.kubernetes_devices)
+    if settled is not None:
+        return settled
+    return ROUTE_WORKERS if serves(table.worker_devices, job) else ROUTE_KUBERNETES
 
 
 # --- the token bucket -----------------------------------------------------------------------------

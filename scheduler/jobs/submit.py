@@ -21,6 +21,7 @@ from scheduler.access import owns_job, require_authenticated
 from scheduler.budgets.rules import effective_budget_for
 from scheduler.cluster_config import cluster_config
 from scheduler.core.bands import ADMIN_BANDS, Band
+from scheduler.core.kueue import pinned_backend_in, settled_route
 from scheduler.core.types import ANY_VARIANT, DeviceType, JobState, TaskState
 from scheduler.enqueue import PROMPT_TICK, request_once
 from scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
@@ -254,6 +255,7 @@ def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
             submitted = next_submission_ms(clock.now_ms())
             parent = plan.parent
             job = Job.objects.create(
+                route=route_at_submission(request),
                 name=plan.job_id,
                 parent=parent,
                 user=plan.user,
@@ -296,6 +298,14 @@ def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
              extra={"job": job.name, "actor": actor.username, "user": plan.user, "band": plan.band.wire,
                     "tasks": job.replicas, "action": "job.submit"})
     return job
+
+
+def route_at_submission(request: JobRequest) -> str:
+    """The job's route when it does not depend on the cluster's workers, else "" (the first tick
+    routes it): see :func:`scheduler.core.kueue.settled_route`."""
+    kube = cluster_config().kubernetes
+    accepted = frozenset(DeviceType(d) for d in kube.device_types) if kube.enabled else frozenset()
+    return settled_route(request.device.type, pinned_backend_in(request.constraints), accepted) or ""
 
 
 def request_prompt_tick() -> None:

@@ -58,6 +58,21 @@ def pipeline():
         yield
 
 
+# Enough for a burst tick's largest payload (tens of thousands of rows) to be read back without
+# spilling to temporary files; the default (4 MB) is per sort or set-returning function.
+PAYLOAD_WORK_MEM = "64MB"
+
+
+def keep_payloads_in_memory() -> None:
+    """For the rest of the current transaction (PostgreSQL), let the statements here read their
+    rows back in memory: ``json_array_elements`` materialises its rows, and past ``work_mem``
+    they go through temporary files. Must run inside ``transaction.atomic``."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET LOCAL work_mem = '{PAYLOAD_WORK_MEM}'")
+
+
 def insert_rows(table: str, columns: Sequence[Column], rows: Sequence[tuple]) -> None:
     """``INSERT INTO table (columns) VALUES row...`` in one statement."""
     if not rows:

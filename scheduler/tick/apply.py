@@ -5,8 +5,10 @@ re-reads the state of every task it is about to change (with ``FOR UPDATE`` on P
 drops any change whose task moved since the snapshot (a whole gang if one member moved).
 
 Locks are taken in the one order every writer of tasks uses (attempt reports, cancel): the
-jobs' rows first, in id order, then their tasks. A report that ends a task locks its job row
-first too, so the two never wait on each other in a cycle.
+jobs' rows first, in id order, then their tasks; then the tick holds the workers its tasks,
+attempts and intents name (``FOR KEY SHARE``: those columns have no foreign-key constraints).
+A report that ends a task locks its job row first too, so the two never wait on each other in
+a cycle.
 
 Every kind of write is one set-based statement (:mod:`scheduler.store.bulk`), so the number of
 statements per tick does not grow with the number of tasks; on PostgreSQL they are pipelined.
@@ -23,7 +25,7 @@ from django.db import connection, transaction
 
 from scheduler.core.types import ACTIVE_STATES, Decision, JobState, TaskState
 from scheduler.core.fairness import fairness_sample
-from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord
+from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord, Worker
 from scheduler import instruments
 from scheduler.store import bulk
 from scheduler.store.states import ACTIVE_VALUES, TERMINAL_JOB_VALUES
@@ -56,6 +58,19 @@ def lock_jobs(job_pks: set[int]) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT id FROM {Job._meta.db_table} WHERE id = ANY(%s) ORDER BY id FOR UPDATE", [sorted(job_pks)]
+        )
+
+
+def hold_workers(worker_pks: set[int]) -> None:
+    """Keep the given workers from being deleted until commit (PostgreSQL's ``FOR KEY SHARE``,
+    which heartbeats' updates do not wait for): the tasks, attempts and intents the tick writes
+    name them, and those columns have no foreign-key constraints to check it row by row (see
+    ``scheduler.models.Attempt``). SQLite serialises writers at BEGIN."""
+    if not worker_pks or connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id FROM {Worker._meta.db_table} WHERE id = ANY(%s) ORDER BY id FOR KEY SHARE", [sorted(worker_pks)]
         )
 
 
@@ -157,6 +172,10 @@ def apply_decision(
             else:
                 attempt_state, error = TaskState.PREEMPTED.value, "Requeued: a gang member was preempted"
             attempt_closes.append((row.pk, row.attempt_count, attempt_state, error, row.worker_pk))
+    bulk.keep_payloads_in_memory()
+    hold_workers(
+        {loaded.worker_pks[a.worker] for a in assignments} | {close[4] for close in attempt_closes if close[4] is not None}
+    )
     # The writes go out pipelined (PostgreSQL): the server executes each while Python builds the
     # next, and the queue explanation is computed while the last ones run.
     with bulk.pipeline():

@@ -11,7 +11,15 @@ from typing import Any
 from django.db import connection
 
 from scheduler.cluster_config import cluster_config
-from scheduler.core.kueue import BACKEND_KEY, ROUTE_KUBERNETES, KueueInput, RoutingTable, plan_promotions, route_job
+from scheduler.core.kueue import (
+    BACKEND_KEY,
+    ROUTE_KUBERNETES,
+    KueueInput,
+    RoutingTable,
+    pinned_backend_in,
+    plan_promotions,
+    route_job,
+)
 from scheduler.core.types import (
     ACTIVE_STATES,
     ClusterSnapshot,
@@ -59,10 +67,8 @@ def split_kueue(snapshot: ClusterSnapshot) -> tuple[ClusterSnapshot, KueueInput,
         )
         for pk, name, raw in unrouted:
             # The core's copy has no ``backend`` constraint; routing reads it from the row.
-            pins = tuple(
-                Constraint(BACKEND_KEY, ConstraintOp.EQ, str(c.get("value")))
-                for c in raw or () if c.get("key") == BACKEND_KEY and c.get("op") == "eq" and not c.get("soft")
-            )
+            pinned = pinned_backend_in(raw)
+            pins = (Constraint(BACKEND_KEY, ConstraintOp.EQ, pinned),) if pinned else ()
             spec = snapshot.jobs[name]
             route = routes[pk] = route_job(replace(spec, constraints=spec.constraints + pins), table)
             if route == ROUTE_KUBERNETES:

@@ -20,7 +20,7 @@ from scheduler.models import Attempt, BackendState, DispatchIntent, Job, Task, T
 from scheduler.provisioning.health import backend_status
 from scheduler.provisioning.kubernetes import sync_kubernetes
 from scheduler.tick.run import run_tick
-from tests.personas import NOW_MS, make_job, make_worker
+from tests.personas import NOW_MS, make_job, make_user, make_worker, submit
 
 pytestmark = pytest.mark.django_db
 
@@ -73,6 +73,23 @@ def test_a_gpu_job_no_worker_serves_goes_to_kubernetes_and_becomes_a_pod(cluster
     assert pod["spec"]["priorityClassName"] == "iris-production"
     assert pod["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "iris"
     assert DispatchIntent.objects.get(task=task, kind="start").state == "done"
+
+
+def test_submission_stamps_the_routes_no_worker_can_change_and_leaves_the_rest_to_the_tick(kube, cluster_config):
+    cluster_config(tpu=False, scale_groups=[])  # no TPU scale group either: nothing here serves a CPU job
+    alice = make_user("alice")
+    tpu = submit(alice, "tpu", device={"type": "tpu", "variant": "v5p-8", "count": 4})  # Kubernetes takes no TPU
+    pinned = submit(alice, "pinned", constraints=[{"key": "backend", "op": "eq", "value": "kubernetes"}])
+    cpu = submit(alice, "cpu")  # Kubernetes takes CPU work: depends on the hosts the tick sees
+    assert (tpu.route, pinned.route, cpu.route) == ("workers", "kubernetes", "")
+
+    run_tick(NOW_MS)  # no local host: the CPU job goes to Kubernetes; the stamped routes stay
+    assert dict(Job.objects.values_list("name", "route")) == {
+        "/alice/tpu": "workers", "/alice/pinned": "kubernetes", "/alice/cpu": "kubernetes",
+    }
+
+    cluster_config(kubernetes=False)
+    assert submit(alice, "later").route == "workers"
 
 
 def test_the_tick_promotes_at_most_the_cap_per_minute(kube, cluster_config):

@@ -12,6 +12,7 @@ from scheduler.core.kueue import (
     plan_promotions,
     refill,
     route_job,
+    settled_route,
 )
 from scheduler.core.types import (
     BudgetDefaults,
@@ -239,3 +240,25 @@ def test_a_hard_backend_constraint_pins_the_job():
     assert route_job(pinned, table) == "kubernetes"
     soft = job("/alice/j", constraints=[Constraint("backend", ConstraintOp.EQ, "kubernetes", soft=True)])
     assert route_job(soft, table) == "workers"
+
+
+@pytest.mark.parametrize("kube", [KUBE, frozenset({DeviceType.GPU}), frozenset()])
+@pytest.mark.parametrize("pin", [None, "kubernetes", "workers"])
+def test_a_route_settled_before_the_first_tick_is_the_one_the_tick_would_choose(kube, pin):
+    """Submission stamps ``settled_route``'s answer: whatever workers register before the first
+    tick, ``route_job`` must give the same one; where it would not, nothing is settled."""
+    devices = [Device(), H100, Device(DeviceType.GPU, "auto", 1), Device(DeviceType.TPU, "v5p-8", 4)]
+    worker_sets = [set(), {CPU}, {GPU_H100}, {TPU_V5P}, {CPU, GPU_H100, TPU_V5P}]
+    constraints = [Constraint("backend", ConstraintOp.EQ, pin)] if pin else []
+    unsettled = 0
+    for device in devices:
+        spec = job("/alice/j", device=device, constraints=constraints)
+        routes = {route_job(spec, RoutingTable(frozenset(workers), kube)) for workers in worker_sets}
+        settled = settled_route(device.type, pin, kube)
+        if settled is None:
+            unsettled += 1
+            assert device.type in kube and pin is None
+        else:
+            assert routes == {settled}
+    # Only jobs Kubernetes could take wait for the tick, and only when nothing pins them.
+    assert unsettled == (0 if pin else sum(1 for d in devices if d.type in kube))
