@@ -12,7 +12,7 @@ export IRIS_DATA_DIR="${IRIS_DATA_DIR:-$PWD/var/bench/data}"
 export IRIS_BENCH_DATABASE_URL="${IRIS_BENCH_DATABASE_URL:-postgresql://postgres@127.0.0.1:5432/iris_bench}"
 export IRIS_REDIS_URL="${IRIS_REDIS_URL:-redis://127.0.0.1:6379/9}"
 
-step() { printf '\n## %s\n$ %s\nload: %s\n' "$1" "${*:2}" "$(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT"; "${@:2}" 2>&1 | tee -a "$OUT"; }
+step() { printf '\n## %s\n$ %s\nload: %s\n' "$1" "${*:2}" "$(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$OUT"; "${@:2}" 2>&1 | tee -a "$OUT" || echo "(exit status $?: a target missed or a failure, above)" | tee -a "$OUT"; }
 
 step "decide, synthetic mix" $PY benchmarks/bench_decision.py --sizes 100000x10000 --runs 3
 step "decide, squatters mix" $PY benchmarks/bench_decision.py --sizes 100000x10000 --runs 3 --mix squatters --squat-share 0.2 0.5 0.8
