@@ -33,15 +33,13 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from scheduler.core.bands import Band  # noqa: E402
 from scheduler.core.decision import decide  # noqa: E402
-from scheduler.core.estimate import RunHistory, estimate_starts, shape_key  # noqa: E402
+from scheduler.core.estimate import RunHistory, apply_unassigned, estimate_starts, shape_key  # noqa: E402
 from scheduler.core.types import (  # noqa: E402
-    ACTIVE_STATES,
     BudgetDefaults,
     ClusterSnapshot,
     JobSpec,
@@ -147,17 +145,12 @@ def backtest(hours: float, noise: float, rate: float, seed: int, every_min: floa
                 real_start[a.task] = t
                 waits.append((jobs[old.job_id].band, t - jobs[old.job_id].submitted_at_ms))
         assigned = {a.task for a in decision.assignments}
-        for task_id, after in decision.after.items():
-            if task_id in assigned:
-                continue
-            if after.state is TaskState.PENDING:
-                old = tasks[task_id]
-                tasks[task_id] = TaskSnapshot(task_id, old.job_id, old.index, TaskState.PENDING, None, None, after.preemption_count)
-                ends.pop(task_id, None)
-                started_at.pop(task_id, None)
-            elif after.state not in ACTIVE_STATES:
-                tasks.pop(task_id, None)
-                ends.pop(task_id, None)
+        requeued, ended = apply_unassigned(tasks, decision, assigned)
+        for task_id in requeued:
+            ends.pop(task_id, None)
+            started_at.pop(task_id, None)
+        for task_id in ended:
+            ends.pop(task_id, None)
         t += TICK_MS
     return summarise(jobs, first_estimate, real_start, NOW0 + int(warmup_h * 60 * MINUTE), estimator_wall)
 

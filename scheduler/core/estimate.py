@@ -323,17 +323,10 @@ class _Future:
             ends[a.task] = end
             if end is not None:
                 heapq.heappush(heap, (end, a.task))
-        for task_id, after in decision.after.items():
-            if task_id in assigned:
-                continue
-            if after.state is TaskState.PENDING:
-                old = tasks[task_id]
-                tasks[task_id] = TaskSnapshot(task_id, old.job_id, old.index, TaskState.PENDING, None, None, after.preemption_count)
-                ends.pop(task_id, None)
-            elif after.state not in ACTIVE_STATES:
-                tasks.pop(task_id, None)
-                ends.pop(task_id, None)
-                self.targets.discard(task_id)
+        requeued, ended = apply_unassigned(tasks, decision, assigned)
+        for task_id in requeued + ended:
+            ends.pop(task_id, None)
+        self.targets.difference_update(ended)
         if len(self.starts) >= len(self.targets) and all(task_id in self.starts for task_id in self.targets):
             self._finish()
             return
@@ -360,3 +353,23 @@ class _Future:
     def blocked_by_unknown(self) -> bool:
         """Some work in the simulated cluster holds capacity with no predicted end."""
         return any(end is None for end in self.ends.values())
+
+
+def apply_unassigned(tasks: dict[str, TaskSnapshot], decision, assigned: set[str]) -> tuple[list[str], list[str]]:
+    """Carry a decision's other outcomes into simulated ``tasks`` (task id -> snapshot): a task
+    it sent back to pending (preempted, retried) is pending again with its new preemption count;
+    a task it ended is dropped. Returns ``(requeued, ended)`` ids, for the caller's own books."""
+    requeued: list[str] = []
+    ended: list[str] = []
+    for task_id, after in decision.after.items():
+        if task_id in assigned:
+            continue
+        if after.state is TaskState.PENDING:
+            old = tasks[task_id]
+            tasks[task_id] = TaskSnapshot(task_id, old.job_id, old.index, TaskState.PENDING, None, None,
+                                          after.preemption_count)
+            requeued.append(task_id)
+        elif after.state not in ACTIVE_STATES:
+            tasks.pop(task_id, None)
+            ended.append(task_id)
+    return requeued, ended
