@@ -335,6 +335,11 @@ SHIPPED_LOG_DIR = DATA_DIR / "shipped-logs"
 # Bytes of each attempt's log the server keeps from an agent (16 MiB): the first that many, then a
 # line saying the rest was cut; the agent stops shipping that attempt (its host keeps the whole log).
 TASK_LOG_MAX_BYTES = env_int("IRIS_TASK_LOG_MAX_BYTES", 16 * 1024 * 1024)
+# Shipped logs not written to for this many days are deleted (0: kept for ever).
+SHIPPED_LOG_DAYS = env_float("IRIS_SHIPPED_LOG_DAYS", 30)
+# Tick records (counts, spend and fairness samples behind the charts) are kept this many days
+# (0: for ever); the longest chart window is 7 days.
+TICK_HISTORY_DAYS = env_float("IRIS_TICK_HISTORY_DAYS", 8)
 # Workers are checked this often for missed heartbeats.
 WORKER_CHECK_SECONDS = max(1.0, min(5.0, WORKER_GRACE_SECONDS / 3))
 # --- Start-time estimates (scheduler/tick/estimates.py, docs/estimates.md) ----------------------
@@ -351,6 +356,8 @@ ESTIMATE_HISTORY_RUNS = env_int("IRIS_ESTIMATE_HISTORY_RUNS", 50_000)
 ESTIMATE_ARRIVALS_MINUTES = env_float("IRIS_ESTIMATE_ARRIVALS_MINUTES", 60)
 CELERY_BEAT_SCHEDULE["estimate-starts"] = every("scheduler.estimate_starts", ESTIMATE_SECONDS)
 
+# Old tick records and shipped logs deleted (scheduler/tick/history.py, scheduler/execution/logs.py).
+CELERY_BEAT_SCHEDULE["prune-history"] = every("scheduler.prune_history", 3600)
 CELERY_BEAT_SCHEDULE["dispatch-outbox"] = every("scheduler.dispatch", DISPATCH_SECONDS)
 CELERY_BEAT_SCHEDULE["check-workers"] = every("scheduler.check_workers", WORKER_CHECK_SECONDS)
 

@@ -3,18 +3,25 @@
 The use cases never import this module: they ask for a task by its name (``scheduler.enqueue``).
 """
 
+import logging
+
 from celery import shared_task
+from django.conf import settings
 from django.utils import timezone
 
 from scheduler.budgets.writes import expire_uplifts as expire_due_uplifts
 from scheduler.enqueue import PROMPT_TICK, forget_request
 from scheduler.execution.dispatcher import drain
+from scheduler.execution.logs import prune_shipped_logs
 from scheduler.execution.workers import check_workers as declare_lost_workers
 from scheduler.provisioning.kubernetes import sync_kubernetes as sync_kubernetes_backend
 from scheduler.provisioning.sync import sync_backends
 from scheduler.provisioning.tpu import provision_tpu as provision_tpu_slices
 from scheduler.tick.estimates import estimate_start_times
+from scheduler.tick.history import prune_tick_records
 from scheduler.tick.run import run_tick
+
+log = logging.getLogger(__name__)
 
 
 @shared_task(name="scheduler.tick", ignore_result=True)
@@ -52,3 +59,12 @@ def provision_tpu() -> None:
 @shared_task(name="scheduler.estimate_starts", ignore_result=True)
 def estimate_starts() -> None:
     estimate_start_times()
+
+
+@shared_task(name="scheduler.prune_history", ignore_result=True)
+def prune_history() -> None:
+    now = timezone.now()
+    ticks = prune_tick_records(now, settings.TICK_HISTORY_DAYS)
+    files, freed = prune_shipped_logs(now.timestamp(), settings.SHIPPED_LOG_DAYS)
+    log.info("pruned %d tick record(s) and %d shipped log(s) (%d bytes)", ticks, files, freed,
+             extra={"action": "history.pruned", "tick_records": ticks, "shipped_logs": files, "bytes": freed})

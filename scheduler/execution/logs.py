@@ -9,10 +9,16 @@ one (it is the most complete), else the shipped copy.
 Each shipped log is bounded by ``TASK_LOG_MAX_BYTES``: the server keeps the first that many
 bytes of an attempt's log, then one line saying the rest was cut, and answers ``truncated`` so
 the agent stops shipping it. The full log stays on the agent's host while that host lives.
+
+Shipped logs not written to for ``IRIS_SHIPPED_LOG_DAYS`` are deleted by the hourly
+``scheduler.prune_history`` task (:func:`prune_shipped_logs`). An attempt still running whose log
+was deleted loses nothing it ships later: its next chunk is answered with the size the server
+has (none), and the agent ships the log again from its start.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,3 +94,33 @@ def store_chunk(task_pk: int, attempt: int, offset: int, data: bytes) -> ShipOut
             handle.write(TRUNCATED_LINE.format(limit=limit).encode())
             return ShipOutcome(size=end, truncated=True)
     return ShipOutcome(size=max(end, stored), truncated=False)
+
+
+def prune_shipped_logs(now_s: float, keep_days: float) -> tuple[int, int]:
+    """Delete the shipped logs last written more than ``keep_days`` before ``now_s`` (a Unix
+    time; 0 days: keep all), and the task directories left empty. Returns (files, bytes)."""
+    root = Path(settings.SHIPPED_LOG_DIR)
+    if keep_days <= 0 or not root.is_dir():
+        return 0, 0
+    cutoff = now_s - keep_days * 86400
+    files = freed = 0
+    with os.scandir(root) as tasks:
+        for task_dir in tasks:
+            if not task_dir.is_dir(follow_symlinks=False):
+                continue
+            left = False
+            with os.scandir(task_dir.path) as logs:
+                for entry in logs:
+                    stat = entry.stat(follow_symlinks=False)
+                    if entry.is_file(follow_symlinks=False) and stat.st_mtime < cutoff:
+                        os.unlink(entry.path)
+                        files += 1
+                        freed += stat.st_size
+                    else:
+                        left = True
+            if not left:
+                try:
+                    os.rmdir(task_dir.path)
+                except OSError:  # a chunk arrived meanwhile
+                    pass
+    return files, freed

@@ -1,0 +1,121 @@
+"""Retention: old tick records and shipped logs are deleted by ``scheduler.prune_history``;
+the newest tick and everything recent are kept, and preemption history outlives its ticks."""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from scheduler import tasks
+from scheduler.core.bands import Band
+from scheduler.execution.logs import log_file, prune_shipped_logs, store_chunk
+from scheduler.models import PreemptionEvent, TickRecord
+from scheduler.tick.history import prune_tick_records
+from tests.personas import make_job
+
+pytestmark = pytest.mark.django_db
+
+DAY = timedelta(days=1)
+
+
+def tick_at(at) -> TickRecord:
+    return TickRecord.objects.create(started_at=at, now_ms=int(at.timestamp() * 1000), duration_ms=1)
+
+
+def test_tick_records_past_the_window_are_deleted_in_batches_and_recent_ones_kept():
+    now = timezone.now()
+    old = [tick_at(now - 10 * DAY + i * timedelta(minutes=1)) for i in range(5)]
+    recent = [tick_at(now - 7 * DAY + timedelta(minutes=1)), tick_at(now - timedelta(minutes=1))]
+
+    assert prune_tick_records(now, keep_days=8, batch=2) == 5
+
+    assert set(TickRecord.objects.values_list("pk", flat=True)) == {t.pk for t in recent}
+    assert not TickRecord.objects.filter(pk__in=[t.pk for t in old]).exists()
+
+
+def test_the_newest_tick_is_kept_however_old_it_is():
+    now = timezone.now()
+    tick_at(now - 30 * DAY)
+    newest = tick_at(now - 20 * DAY)
+
+    assert prune_tick_records(now, keep_days=8) == 1
+    assert list(TickRecord.objects.values_list("pk", flat=True)) == [newest.pk]
+
+
+def test_preemption_events_outlive_their_tick():
+    now = timezone.now()
+    old = tick_at(now - 9 * DAY)
+    tick_at(now)
+    victim, preemptor = make_job("/alice/batch").tasks.get(), make_job("/bob/prod").tasks.get()
+    event = PreemptionEvent.objects.create(
+        tick=old, victim=victim, preemptor=preemptor, victim_band=int(Band.BATCH),
+        preemptor_band=int(Band.PRODUCTION), reason="r", created_at=old.started_at)
+
+    assert prune_tick_records(now, keep_days=8) == 1
+    event.refresh_from_db()
+    assert event.tick_id is None and event.reason == "r"
+
+
+def test_zero_days_keeps_every_tick():
+    now = timezone.now()
+    tick_at(now - 400 * DAY)
+    tick_at(now)
+    assert prune_tick_records(now, keep_days=0) == 0
+    assert TickRecord.objects.count() == 2
+
+
+def aged(path, days: float, now: float) -> None:
+    os.utime(path, (now - days * 86400, now - days * 86400))
+
+
+def test_shipped_logs_not_written_for_the_window_are_deleted_with_their_empty_directories(settings, tmp_path):
+    settings.SHIPPED_LOG_DIR = tmp_path / "shipped"
+    now = time.time()
+    store_chunk(1, 1, 0, b"old\n")
+    store_chunk(2, 1, 0, b"old too\n")
+    store_chunk(2, 2, 0, b"recent\n")
+    aged(log_file(settings.SHIPPED_LOG_DIR, 1, 1), 31, now)
+    aged(log_file(settings.SHIPPED_LOG_DIR, 2, 1), 40, now)
+    aged(log_file(settings.SHIPPED_LOG_DIR, 2, 2), 29, now)
+
+    assert prune_shipped_logs(now, keep_days=30) == (2, len(b"old\n") + len(b"old too\n"))
+
+    assert not (settings.SHIPPED_LOG_DIR / "1").exists()
+    assert not log_file(settings.SHIPPED_LOG_DIR, 2, 1).exists()
+    assert log_file(settings.SHIPPED_LOG_DIR, 2, 2).read_bytes() == b"recent\n"
+    assert prune_shipped_logs(now, keep_days=0) == (0, 0)
+
+
+def test_an_agent_shipping_a_pruned_log_is_told_to_start_again_from_the_beginning(settings, tmp_path):
+    settings.SHIPPED_LOG_DIR = tmp_path / "shipped"
+    now = time.time()
+    store_chunk(7, 1, 0, b"first part\n")
+    aged(log_file(settings.SHIPPED_LOG_DIR, 7, 1), 31, now)
+    prune_shipped_logs(now, keep_days=30)
+
+    answer = store_chunk(7, 1, len(b"first part\n"), b"second part\n")
+
+    assert (answer.size, answer.truncated) == (0, False)
+    assert store_chunk(7, 1, 0, b"first part\nsecond part\n").size == len(b"first part\nsecond part\n")
+
+
+def test_the_task_prunes_by_the_settings_and_runs_hourly_from_beat(settings, tmp_path):
+    settings.SHIPPED_LOG_DIR = tmp_path / "shipped"
+    settings.TICK_HISTORY_DAYS, settings.SHIPPED_LOG_DAYS = 2, 1
+    now = timezone.now()
+    tick_at(now - 3 * DAY)
+    kept = tick_at(now - timedelta(hours=1))
+    store_chunk(3, 1, 0, b"x")
+    aged(log_file(settings.SHIPPED_LOG_DIR, 3, 1), 2, time.time())
+
+    tasks.prune_history()
+
+    assert list(TickRecord.objects.values_list("pk", flat=True)) == [kept.pk]
+    assert not (settings.SHIPPED_LOG_DIR / "3").exists()
+    entry = settings.CELERY_BEAT_SCHEDULE["prune-history"]
+    assert entry["task"] == tasks.prune_history.name == "scheduler.prune_history"
+    assert entry["schedule"] == 3600
