@@ -87,3 +87,33 @@ def test_a_running_attempts_log_follows_and_stops_when_it_ends(live_server, open
     alice.wait_for_selector("#log[data-following=no]", timeout=8_000)
     assert "The attempt has ended." in alice.inner_text("#log")
     save_screenshot(alice, "job-log-followed")
+
+
+def test_a_followed_log_keeps_to_its_end_unless_the_reader_scrolled_up(live_server, open_page, people, settings,
+                                                                       tmp_path, monkeypatch):
+    monkeypatch.setattr("scheduler.views.jobs.LOG_POLL_SECONDS", 1)
+    settings.TASK_LOG_DIR = tmp_path / "logs"
+    settings.SHIPPED_LOG_DIR = tmp_path / "shipped"
+    job = make_job("/alice/train")
+    run_tasks(job, make_worker())
+    task = job.tasks.get()
+    log = settings.TASK_LOG_DIR / str(task.pk) / "1.log"
+    log.parent.mkdir(parents=True)
+    lines = [f"step {i}\n" for i in range(300)]
+    log.write_text("".join(lines))
+    alice = signed_in(open_page, live_server, "alice")
+    alice.goto(f"{live_server.url}/jobs/alice/train/")
+    alice.click("a[data-log='0.1']")
+    alice.wait_for_selector("#log[data-following=yes] #log-text:has-text('step 299')")
+    from_end = "(() => { const p = document.getElementById('log-text'); return p.scrollHeight - p.scrollTop - p.clientHeight; })()"
+    assert alice.evaluate("document.getElementById('log-text').scrollHeight > 2 * document.getElementById('log-text').clientHeight")
+    assert alice.evaluate(from_end) < 8  # opened at its end
+
+    log.write_text("".join(lines) + "step 300\n")
+    alice.wait_for_selector("#log-text:has-text('step 300')", timeout=8_000)
+    assert alice.evaluate(from_end) < 8  # and kept there as it grows
+
+    alice.evaluate("document.getElementById('log-text').scrollTop = 0")
+    log.write_text("".join(lines) + "step 300\nstep 301\n")
+    alice.wait_for_selector("#log-text:has-text('step 301')", timeout=8_000)
+    assert alice.evaluate("document.getElementById('log-text').scrollTop") == 0  # the reader's place kept
