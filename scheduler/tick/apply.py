@@ -16,7 +16,9 @@ statements per tick does not grow with the number of tasks; on PostgreSQL they a
 
 from __future__ import annotations
 
+import json
 import time
+import zlib
 from dataclasses import dataclass
 from functools import partial
 from datetime import datetime
@@ -49,6 +51,36 @@ class TickOutcome:
     load_ms: float = 0.0
     decide_ms: float = 0.0
     refresh: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredForDecision:
+    """What this process's newest tick stored for its decision: the fairness sample, the queue
+    explanation and the what-if basis (compressed, as ``CompressedJSONField`` stores them) and
+    the queue's length. All are functions of the snapshot (less its clock) and the decision, so
+    a tick whose decision is this very object (reused: ``scheduler.core.reuse``, and no
+    Kubernetes plan merged into it) stores them again as they are instead of rebuilding them."""
+
+    decision: Decision
+    fairness: dict
+    explanation: bytes
+    whatif_basis: bytes
+    left_pending: int
+
+
+# Read and replaced whole, never mutated; per process, like the decision it belongs to.
+_stored: StoredForDecision | None = None
+
+
+def forget_stored() -> None:
+    """Rebuild the stored explanation and sample at the next tick (with ``forget_decision``)."""
+    global _stored
+    _stored = None
+
+
+def compressed(value: dict) -> bytes:
+    """``value`` as ``CompressedJSONField`` stores it."""
+    return zlib.compress(json.dumps(value, separators=(",", ":")).encode(), 1)
 
 
 def lock_jobs(job_pks: set[int]) -> None:
@@ -124,6 +156,9 @@ def apply_decision(
 
     kept = {t for t in changed if keep(t)}
     skipped = len(changed) - len(kept)
+    global _stored
+    # The same decision object as the previous tick's: what it stored is this tick's too.
+    stored = _stored if _stored is not None and _stored.decision is decision else None
 
     tick = TickRecord.objects.create(
         started_at=wall,
@@ -133,7 +168,7 @@ def apply_decision(
         pending=sum(1 for t in loaded.snapshot.tasks if t.state is TaskState.PENDING) + len(loaded.kueue.pending),
         spend=dict(decision.spend),
         limits=limits_sample(loaded, decision),
-        fairness=fairness_sample(loaded.snapshot, decision),
+        fairness=stored.fairness if stored is not None else fairness_sample(loaded.snapshot, decision),
     )
 
     assignments = [a for a in decision.assignments if a.task in kept]
@@ -264,23 +299,33 @@ def apply_decision(
             live_job_states(loaded, decision, kept),
             condition=f"{job_table}.state IN ('{JobState.PENDING.value}', '{JobState.RUNNING.value}')",
         )
-        job_counts: dict[int, dict[str, int]] = {}
-        explanation = explanation_to_json(loaded.snapshot, decision, job_counts=job_counts)
-        whatif_basis = whatif_basis_to_json(loaded.snapshot, decision, job_counts)
+        if stored is None:
+            job_counts: dict[int, dict[str, int]] = {}
+            explanation = explanation_to_json(loaded.snapshot, decision, job_counts=job_counts)
+            whatif_basis = whatif_basis_to_json(loaded.snapshot, decision, job_counts)
+            stored = StoredForDecision(
+                decision=decision,
+                fairness=tick.fairness,
+                explanation=compressed(explanation),
+                whatif_basis=compressed(whatif_basis),
+                left_pending=len(explanation["tasks"]),
+            )
 
     # Only the newest tick keeps the (large) queue explanation and the what-if basis.
     TickRecord.objects.filter(explanation__isnull=False, pk__lt=tick.pk).update(explanation=None, whatif_basis=None)
 
     duration_ms = (time.perf_counter() - started) * 1000
     TickRecord.objects.filter(pk=tick.pk).update(
-        explanation=explanation,
-        whatif_basis=whatif_basis,
-        left_pending=len(explanation["tasks"]),
+        explanation=stored.explanation,
+        whatif_basis=stored.whatif_basis,
+        left_pending=stored.left_pending,
         duration_ms=duration_ms,
         assigned=len(assignments),
         preempted=len(preemptions),
         expired=len(expired),
     )
+    # Kept for the next tick only once this one committed (a rolled-back tick stored nothing).
+    transaction.on_commit(partial(_keep_stored, stored))
     transaction.on_commit(partial(instruments.record_placements, loaded, assignments, preemptions))
     return TickOutcome(
         tick_id=tick.pk,
@@ -291,6 +336,11 @@ def apply_decision(
         skipped_conflicts=skipped,
         duration_ms=duration_ms,
     )
+
+
+def _keep_stored(stored: StoredForDecision) -> None:
+    global _stored
+    _stored = stored
 
 
 def live_job_states(loaded: LoadedSnapshot, decision: Decision, kept: set[str]) -> list[tuple[int, str]]:

@@ -328,3 +328,40 @@ def test_a_tick_over_an_unchanged_cluster_reuses_the_decision_and_records_the_sa
     fields = ("pending", "left_pending", "assigned", "preempted", "expired", "spend", "limits")
     assert [getattr(second, f) for f in fields] == [getattr(third, f) for f in fields]
     assert at_deadline.expired == 1
+
+
+def test_a_reused_tick_stores_the_queue_again_without_rebuilding_it_and_pages_show_it_as_of_that_tick(
+    monkeypatch, django_capture_on_commit_callbacks
+):
+    from scheduler.jobs.explain import explain_job
+    from scheduler.jobs.queue import queue_index
+    from scheduler.tick import apply
+
+    make_worker("w1", cpu=2, memory_gib=4)
+    job = make_job("/alice/big", cpu=8)  # never fits: the cluster stays as it is
+    built = []
+    real_explanation, real_fairness = apply.explanation_to_json, apply.fairness_sample
+    monkeypatch.setattr(apply, "explanation_to_json", lambda *a, **k: built.append("explanation") or real_explanation(*a, **k))
+    monkeypatch.setattr(apply, "fairness_sample", lambda *a: built.append("fairness") or real_fairness(*a))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        run_tick(NOW_MS)
+    stored_first = TickRecord.objects.values_list("explanation", "whatif_basis").get()
+    with django_capture_on_commit_callbacks(execute=True):
+        run_tick(NOW_MS + 90_000)
+
+    assert built == ["fairness", "explanation"]  # the second tick built neither again
+    first, second = TickRecord.objects.order_by("pk")
+    assert (second.explanation, second.whatif_basis) == stored_first
+    assert (second.fairness, second.left_pending, second.pending) == (first.fairness, first.left_pending, 1)
+    assert TickRecord.objects.filter(explanation__isnull=False).get() == second  # only the newest keeps it
+    # What the pages read is the reused tick's: its number and its clock (ages at the tick).
+    index = queue_index()
+    assert (index.tick_pk, index.tick_now_ms) == (second.pk, NOW_MS + 90_000)
+    shown = json.dumps(explain_job(job))
+    assert f"tick {second.pk}" in shown and f"tick {first.pk}" not in shown
+
+    make_worker("w2", cpu=16, memory_gib=32)  # something changed: the next tick builds again
+    with django_capture_on_commit_callbacks(execute=True):
+        outcome = run_tick(NOW_MS + 100_000)
+    assert outcome.assigned == 1 and built == ["fairness", "explanation"] * 2
