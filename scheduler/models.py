@@ -26,6 +26,12 @@ DEVICE_CHOICES = [(d.value, d.name) for d in DeviceType]
 MAX_ID_LENGTH = 255
 
 
+def compress_json(value) -> bytes:
+    """``value`` as :class:`CompressedJSONField` stores it (so a stored value can be kept and
+    written again as it is)."""
+    return zlib.compress(json.dumps(value, separators=(",", ":")).encode(), 1)
+
+
 class CompressedJSONField(models.BinaryField):
     """JSON kept as zlib-compressed bytes: for large documents written often and read rarely.
 
@@ -36,7 +42,7 @@ class CompressedJSONField(models.BinaryField):
 
     def get_db_prep_value(self, value, connection, prepared=False):
         if value is not None and not isinstance(value, (bytes, memoryview)):
-            value = zlib.compress(json.dumps(value, separators=(",", ":")).encode(), 1)
+            value = compress_json(value)
         return super().get_db_prep_value(value, connection, prepared)
 
     def from_db_value(self, value, expression, connection):

@@ -16,9 +16,7 @@ statements per tick does not grow with the number of tasks; on PostgreSQL they a
 
 from __future__ import annotations
 
-import json
 import time
-import zlib
 from dataclasses import dataclass
 from functools import partial
 from datetime import datetime
@@ -27,7 +25,7 @@ from django.db import connection, transaction
 
 from scheduler.core.types import ACTIVE_STATES, Decision, JobState, TaskState
 from scheduler.core.fairness import fairness_sample
-from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord, Worker
+from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord, Worker, compress_json
 from scheduler import instruments
 from scheduler.store import bulk
 from scheduler.store.states import ACTIVE_VALUES, TERMINAL_JOB_VALUES
@@ -76,11 +74,6 @@ def forget_stored() -> None:
     """Rebuild the stored explanation and sample at the next tick (with ``forget_decision``)."""
     global _stored
     _stored = None
-
-
-def compressed(value: dict) -> bytes:
-    """``value`` as ``CompressedJSONField`` stores it."""
-    return zlib.compress(json.dumps(value, separators=(",", ":")).encode(), 1)
 
 
 def lock_jobs(job_pks: set[int]) -> None:
@@ -306,8 +299,8 @@ def apply_decision(
             stored = StoredForDecision(
                 decision=decision,
                 fairness=tick.fairness,
-                explanation=compressed(explanation),
-                whatif_basis=compressed(whatif_basis),
+                explanation=compress_json(explanation),
+                whatif_basis=compress_json(whatif_basis),
                 left_pending=len(explanation["tasks"]),
             )
 
