@@ -370,7 +370,7 @@ class ShapeBook:
             else:
                 posting = self._posting(key)
                 values = value if op is ConstraintOp.IN else (value,)
-                matching = frozenset(w for v in set(values) for w in posting.get(v, ()))
+                matching = frozenset().union(*(posting.get(v, ()) for v in values))
                 if op is ConstraintOp.NE:
                     matching = self._healthy() - matching
             self._matching_sets[c] = matching
