@@ -307,6 +307,8 @@ class ShapeBook:
         self._candidates: dict[tuple, list[int]] = {}
         self._groups: dict[tuple, list[Group]] = {}
         self._postings: dict[str, dict[str, list[int]]] = {}
+        self._matching_sets: dict[Constraint, frozenset[int]] = {}
+        self._healthy_set: frozenset[int] | None = None
         self.shapes: list[Shape] = []
         self.gang_cursor: dict[tuple, int] = {}
         self._host_keys: dict[int, tuple[int, int, str, int]] = {}
@@ -338,28 +340,46 @@ class ShapeBook:
         if cands is not None:
             return cands
         pool = self.pool
-        attrs = pool.attrs
-        rest = list(hard)
-        base = pool.by_id
-        # Start from the smallest posting list among the equality constraints.
-        for c in hard:
-            if c.op is ConstraintOp.EQ and not (c.key == DEVICE_VARIANT_KEY and c.value == ANY_VARIANT):
-                posting = self._posting(c.key).get(c.value, [])
-                if len(posting) < len(base) or base is pool.by_id:
-                    base, chosen = posting, c
-        if base is not pool.by_id:
-            rest.remove(chosen)
-        cands = list(base)
-        for c in rest:
-            cands = filter_workers(cands, attrs, c)
+        rank = pool.rank
+        if hard:
+            # Each constraint's matching workers are one set built once per tick; a signature
+            # intersects them (in C, from the smallest) instead of filtering a list per
+            # constraint, then puts them back in id order.
+            sets = sorted((self._matching(c) for c in hard), key=len)
+            cands = sorted(sets[0].intersection(*sets[1:]), key=rank.__getitem__)
+        else:
+            cands = list(pool.by_id)
         if soft:
             score = Counter()
             for c in soft:
-                score.update(filter_workers(cands, attrs, c))
-            rank = pool.rank
+                matching = self._matching(c)
+                score.update([w for w in cands if w in matching])
             cands.sort(key=lambda w: (-score[w], rank[w]))
         self._candidates[key] = cands
         return cands
+
+    def _matching(self, c: Constraint) -> frozenset[int]:
+        """The healthy workers satisfying ``c`` (memoised): from the posting lists for ``eq``,
+        ``in`` and ``ne``, by one pass of :func:`filter_workers` otherwise."""
+        matching = self._matching_sets.get(c)
+        if matching is None:
+            key, value, op = c.key, c.value, c.op
+            any_variant = key == DEVICE_VARIANT_KEY and (value == ANY_VARIANT or (op is ConstraintOp.IN and ANY_VARIANT in value))
+            if any_variant or op not in (ConstraintOp.EQ, ConstraintOp.IN, ConstraintOp.NE):
+                matching = frozenset(filter_workers(self.pool.by_id, self.pool.attrs, c))
+            else:
+                posting = self._posting(key)
+                values = value if op is ConstraintOp.IN else (value,)
+                matching = frozenset().union(*(posting.get(v, ()) for v in values))
+                if op is ConstraintOp.NE:
+                    matching = self._healthy() - matching
+            self._matching_sets[c] = matching
+        return matching
+
+    def _healthy(self) -> frozenset[int]:
+        if self._healthy_set is None:
+            self._healthy_set = frozenset(self.pool.by_id)
+        return self._healthy_set
 
     def _posting(self, key: str) -> dict[str, list[int]]:
         posting = self._postings.get(key)

@@ -1,8 +1,11 @@
 """Placement: capacity, constraints, gangs, job exhaustion, bands."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from scheduler.core.decision import decide
+from scheduler.core.placement import ShapeBook, WorkerPool, constraint_matches
 from scheduler.core.types import TaskState
 from tests.core.builders import (
     cluster,
@@ -217,3 +220,40 @@ def test_assignments_carry_the_effective_band():
     assert [(a.task, a.worker, a.band.wire) for a in decision.assignments] == [("/a/j/0", "w", "production")]
     after = decision.after["/a/j/0"]
     assert (after.state, after.worker, after.band.wire) == (TaskState.ASSIGNED, "w", "production")
+
+
+# Candidate lists are built from memoised per-constraint worker sets (ShapeBook._matching); this
+# pins them to the plain definition: every healthy worker matching each hard constraint, best
+# soft score first, then by id, whichever operators and values appear (including "auto").
+_values = st.sampled_from(["a", "b", "c", "auto"])
+_constraints = st.builds(
+    lambda key, op, values, soft: {"eq": eq, "ne": ne, "exists": exists, "in": in_}[op](
+        key, *([] if op == "exists" else values if op == "in" else values[:1]), soft=soft
+    ),
+    st.sampled_from(["zone", "pool", "device-variant"]),
+    st.sampled_from(["eq", "ne", "in", "exists"]),
+    st.lists(_values, min_size=1, max_size=3),
+    st.booleans(),
+)
+_attrs = st.dictionaries(st.sampled_from(["zone", "pool"]), _values, max_size=2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    hosts=st.lists(st.tuples(_attrs, st.sampled_from([None, "a", "b"]), st.booleans()), max_size=12),
+    constraints=st.lists(_constraints, max_size=4),
+)
+def test_candidates_are_the_matching_healthy_workers_by_soft_score_then_id(hosts, constraints):
+    workers = [
+        worker(f"w{i:02d}", gpu=1 if variant else 0, variant=variant, healthy=healthy, **attrs)
+        for i, (attrs, variant, healthy) in enumerate(reversed(hosts))
+    ]
+    snapshot = cluster(workers)
+    pool = WorkerPool(snapshot, {}, [])
+    hard = tuple(c for c in constraints if not c.soft)
+    soft = tuple(c for c in constraints if c.soft)
+    expected = sorted(
+        (w for w in pool.by_id if all(constraint_matches(pool.attrs[w], c) for c in hard)),
+        key=lambda w: (-sum(constraint_matches(pool.attrs[w], c) for c in soft), pool.ids[w]),
+    )
+    assert ShapeBook(pool).candidates(hard, soft) == expected
