@@ -13,7 +13,9 @@ console, the admin, and API calls made with the console's session cookie (for wh
 is loaded and DRF's SessionAuthentication still enforces CSRF on writes). Only the hooks the wrapped
 middleware defines are forwarded, so Django's handler sees the same hooks as before.
 django-axes' middleware stays as it is: it only turns a lockout flag set by a login into its
-response, costs nothing, and its system check looks for it by name.
+response, costs nothing, and its system check looks for it by name. Django's CSRF middleware
+stays too: API views are CSRF-exempt, so it does next to nothing there, and `check --deploy`
+looks for it by name.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from django.conf import settings
 from django.contrib.auth.middleware import AuthenticationMiddleware
 from django.contrib.messages.middleware import MessageMiddleware
 from django.contrib.sessions.middleware import SessionMiddleware
-from django.middleware.csrf import CsrfViewMiddleware
 from django.utils.module_loading import import_string
 
 # knox's header prefix, compared as knox compares it: case-insensitively.
@@ -72,7 +73,6 @@ def _forwarded(middleware_class: type, hook: str):
 
 
 SessionMiddleware = console_only(SessionMiddleware)
-CsrfViewMiddleware = console_only(CsrfViewMiddleware)
 AuthenticationMiddleware = console_only(AuthenticationMiddleware)
 MessageMiddleware = console_only(MessageMiddleware)
 HtmxMiddleware = console_only(import_string("django_htmx.middleware.HtmxMiddleware"))

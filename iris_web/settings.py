@@ -160,14 +160,14 @@ INSTALLED_APPS = [
     "scheduler",
 ]
 
-# The console's middleware (sessions, CSRF, auth, messages, HTMX, CSP) is
+# The console's middleware (sessions, auth, messages, HTMX, CSP) is
 # skipped for token-authenticated /api/ calls: iris_web/middleware.py says why that is safe.
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "iris_web.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "iris_web.middleware.CsrfViewMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
     "iris_web.middleware.AuthenticationMiddleware",
     "iris_web.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",

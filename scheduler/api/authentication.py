@@ -10,6 +10,7 @@ are deleted by the hourly ``scheduler.delete_expired_tokens`` task
 from __future__ import annotations
 
 from django.utils import timezone
+from drf_spectacular.contrib.knox_auth_token import KnoxTokenScheme
 from knox.auth import TokenAuthentication
 
 
@@ -22,3 +23,9 @@ class ApiTokenAuthentication(TokenAuthentication):
             auth_token.delete()
             return True
         return False
+
+
+class ApiTokenScheme(KnoxTokenScheme):
+    """The schema's description of this class: knox's token scheme, unchanged."""
+
+    target_class = "scheduler.api.authentication.ApiTokenAuthentication"
