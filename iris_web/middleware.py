@@ -1,6 +1,6 @@
 """Console-only middleware: skipped for token-authenticated API calls.
 
-Sessions, CSRF, authentication, messages, HTMX and the Content Security Policy serve the
+Sessions, authentication, messages, HTMX and the Content Security Policy serve the
 browser console. A request to ``/api/`` that carries ``Authorization: Token ...`` is decided by
 knox alone: DRF tries token authentication first, and with that header it either authenticates
 (setting ``request.user``) or answers 401, never falling back to the session. API views are
