@@ -160,17 +160,19 @@ INSTALLED_APPS = [
     "scheduler",
 ]
 
+# The console's middleware (sessions, auth, messages, HTMX, CSP) is
+# skipped for token-authenticated /api/ calls: iris_web/middleware.py says why that is safe.
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
+    "iris_web.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "iris_web.middleware.AuthenticationMiddleware",
+    "iris_web.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "django_htmx.middleware.HtmxMiddleware",
-    "csp.middleware.CSPMiddleware",
+    "iris_web.middleware.HtmxMiddleware",
+    "iris_web.middleware.CSPMiddleware",
     # Last, as django-axes requires: turns a locked-out login into its lockout response.
     "axes.middleware.AxesMiddleware",
 ]
@@ -269,6 +271,11 @@ CELERY_BROKER_URL = os.environ.get("IRIS_BROKER_URL") or REDIS_URL or f"redis+so
 # A tick that has not started within this many seconds of being queued is dropped; the next
 # one is already on its way.
 TICK_SECONDS = env_int("IRIS_TICK_SECONDS", 5)
+# Milliseconds a prompt tick (the one a submission asks for) waits after the previous tick
+# started: a steady stream of submissions then costs at most one tick per interval, not one per
+# finished tick, which on a small machine took CPU from the web processes. A submission is
+# placed within this plus one tick's time. 0: no spacing.
+PROMPT_TICK_MIN_INTERVAL_MS = env_int("IRIS_PROMPT_TICK_MIN_INTERVAL_MS", 500)
 # Seconds a tick lease lasts from its last renewal before another tick may take it over. The
 # tick renews it after loading, after deciding and before committing, so a dead tick is
 # replaced within this long; the load and the decision must each take less (at 100,000 pending
@@ -305,6 +312,8 @@ CELERY_BEAT_SCHEDULE = {
     # Approved uplift grants past their expiry become expired (and audited). Budgets already
     # ignore an expired grant, so a minute's delay only affects what lists show.
     "expire-uplifts": every("scheduler.expire_uplifts", 60),
+    # Expired API tokens are refused when used; this deletes the rows (knox did it per request).
+    "delete-expired-tokens": every("scheduler.delete_expired_tokens", 3600),
 }
 
 # --- Dispatch and worker agents (scheduler/execution/, scheduler/agent/) ------------------------
@@ -415,7 +424,8 @@ REST_KNOX = {
 DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("IRIS_MAX_REQUEST_BYTES", 2_621_440)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "knox.auth.TokenAuthentication",
+        # knox's, without its scan of the user's other tokens on every call.
+        "scheduler.api.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

@@ -6,6 +6,11 @@ digest, one per device or purpose (each exchange of a password mints a new one),
 ``IRIS_TOKEN_TTL_HOURS``, listed and revoked by their owner and by admins. A token's public id is
 its ``token_key`` (its first 15 characters, which knox stores to find it); that is not enough
 to use it.
+
+API calls authenticate with :class:`scheduler.api.authentication.ApiTokenAuthentication`: knox's, except that a request no
+longer reads all of its user's other tokens to delete their expired ones (one statement per API
+call); expired tokens are deleted by a periodic task instead (:func:`delete_expired_tokens`). A
+token that has expired is refused (and deleted) when used, as before.
 """
 
 from __future__ import annotations
@@ -44,6 +49,12 @@ def require_operator(actor, action: str) -> None:
 def owns_job(actor, job: Job) -> bool:
     """The budget identity of a job is its root's submitter: they own the whole tree."""
     return job.user == actor.username or roles.is_admin(actor)
+
+
+def delete_expired_tokens(now) -> int:
+    """Delete every API token past its expiry (they are refused anyway); the number deleted."""
+    deleted, _ = ApiToken.objects.filter(expiry__lt=now).delete()
+    return deleted
 
 
 # Longest device or purpose name of a token.

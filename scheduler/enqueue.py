@@ -9,11 +9,17 @@ A burst of submissions asks for one prompt tick, not one each (:func:`request_on
 is not sent again while the one sent has not started. The flag lives in the cache (Redis when
 ``IRIS_REDIS_URL`` is set, shared by the web and Celery processes); with the in-process cache of
 the embedded default the task cannot clear it, so it lapses with the message's ``expires``.
+
+A request may also ask for a minimum spacing (``min_interval``): a task started less than that
+long ago (the task records its start, :func:`task_started`) is sent with a countdown to the end
+of the spacing, not at once. The prompt tick uses it (``IRIS_PROMPT_TICK_MIN_INTERVAL_MS``), so a
+steady stream of submissions costs at most one tick per interval, not one per finished tick.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 
 from celery import current_app
 from django.core.cache import cache
@@ -24,12 +30,16 @@ log = logging.getLogger(__name__)
 PROMPT_TICK = "scheduler.tick"
 
 
-def enqueue(task_name: str, *, expires: float, logger: logging.Logger, failure: str) -> bool:
-    """Send ``task_name`` to the broker, dropped by the worker if not started within ``expires``
-    seconds. Never raises: on any broker failure log ``failure`` (with the traceback) on
-    ``logger`` and return False; beat's next run of the same task does the work."""
+def enqueue(task_name: str, *, expires: float, logger: logging.Logger, failure: str, countdown: float = 0.0) -> bool:
+    """Send ``task_name`` to the broker, to start ``countdown`` seconds from now, dropped by the
+    worker if not started within ``expires`` seconds of that. Never raises: on any broker failure
+    log ``failure`` (with the traceback) on ``logger`` and return False; beat's next run of the
+    same task does the work."""
     try:
-        current_app.send_task(task_name, expires=expires, retry=False)
+        if countdown > 0:
+            current_app.send_task(task_name, countdown=countdown, expires=countdown + expires, retry=False)
+        else:
+            current_app.send_task(task_name, expires=expires, retry=False)
     except Exception:  # noqa: BLE001 -- any broker failure; beat runs the task anyway
         logger.warning(failure, exc_info=True)
         return False
@@ -40,18 +50,42 @@ def _requested(task_name: str) -> str:
     return f"iris:requested:{task_name}"
 
 
-def request_once(task_name: str, *, expires: float, logger: logging.Logger, failure: str) -> None:
+def _started(task_name: str) -> str:
+    return f"iris:started:{task_name}"
+
+
+def request_once(
+    task_name: str, *, expires: float, logger: logging.Logger, failure: str, min_interval: float = 0.0
+) -> None:
     """:func:`enqueue` ``task_name`` unless a request of it sent before has not started yet
-    (the task calls :func:`forget_request` first thing). Whoever calls this after its own writes
-    committed is covered either way: the waiting task starts after those writes. Never raises."""
+    (the task calls :func:`task_started` first thing). Whoever calls this after its own writes
+    committed is covered either way: the waiting task starts after those writes. With
+    ``min_interval`` (seconds), a task that started less than that long ago is requested for
+    the end of the interval instead of now. Never raises."""
     key = _requested(task_name)
+    countdown = 0.0
     try:
-        if not cache.add(key, 1, timeout=max(1, round(expires))):
+        if not cache.add(key, 1, timeout=max(1, round(min_interval + expires))):
             return
+        if min_interval > 0:
+            last = cache.get(_started(task_name))
+            if last is not None:
+                countdown = max(0.0, min(min_interval, float(last) + min_interval - time.time()))
     except Exception:  # noqa: BLE001 -- a cache outage must not cost the request
         logger.warning("cache unavailable; requesting %s anyway", task_name, exc_info=True)
-    if not enqueue(task_name, expires=expires, logger=logger, failure=failure):
+    if not enqueue(task_name, expires=expires, logger=logger, failure=failure, countdown=countdown):
         forget_request(task_name)
+
+
+def task_started(task_name: str, *, keep_seconds: float) -> None:
+    """Called by ``task_name`` as it starts, before it reads anything: forgets the request (the
+    next one sends it again) and records the start for ``min_interval``, for ``keep_seconds``.
+    Never raises."""
+    try:
+        cache.set(_started(task_name), time.time(), timeout=max(1, round(keep_seconds)))
+    except Exception:  # noqa: BLE001 -- without the record the next request is simply not delayed
+        log.warning("cache unavailable; the start of %s is not recorded", task_name, exc_info=True)
+    forget_request(task_name)
 
 
 def forget_request(task_name: str) -> None:

@@ -9,8 +9,11 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
+from scheduler.access import delete_expired_tokens as delete_expired_api_tokens
 from scheduler.budgets.writes import expire_uplifts as expire_due_uplifts
-from scheduler.enqueue import PROMPT_TICK, forget_request
+from django.conf import settings
+
+from scheduler.enqueue import PROMPT_TICK, task_started
 from scheduler.execution.dispatcher import drain
 from scheduler.execution.logs import prune_shipped_logs
 from scheduler.execution.workers import check_workers as declare_lost_workers
@@ -26,13 +29,19 @@ log = logging.getLogger(__name__)
 
 @shared_task(name="scheduler.tick", ignore_result=True)
 def tick() -> None:
-    forget_request(PROMPT_TICK)  # before it reads: a submission after this asks for another
+    # Before it reads: a submission after this asks for another (spaced by the prompt interval).
+    task_started(PROMPT_TICK, keep_seconds=settings.PROMPT_TICK_MIN_INTERVAL_MS / 1000 + 1)
     run_tick()
 
 
 @shared_task(name="scheduler.expire_uplifts", ignore_result=True)
 def expire_uplifts() -> None:
     expire_due_uplifts(timezone.now())
+
+
+@shared_task(name="scheduler.delete_expired_tokens", ignore_result=True)
+def delete_expired_tokens() -> None:
+    delete_expired_api_tokens(timezone.now())
 
 
 @shared_task(name="scheduler.dispatch", ignore_result=True)

@@ -41,7 +41,7 @@ from django.urls import path
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from knox.auth import TokenAuthentication
+from scheduler.api.authentication import ApiTokenAuthentication
 from rest_framework import exceptions, serializers
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.permissions import BasePermission, IsAuthenticated
@@ -138,7 +138,7 @@ class IsWorkerAgent(BasePermission):
 class AgentView(APIView):
     # People's tokens authenticate too, so that a person calling here is told why it is refused
     # (403), not asked to sign in (401).
-    authentication_classes = [WorkerCredentialAuthentication, TokenAuthentication]
+    authentication_classes = [WorkerCredentialAuthentication, ApiTokenAuthentication]
     permission_classes = [IsWorkerAgent]
 
     def own_worker(self, name) -> str:

@@ -311,10 +311,12 @@ def route_at_submission(request: JobRequest) -> str:
 def request_prompt_tick() -> None:
     """Ask Celery for a tick now, unless one already asked for has not started yet (it will
     see this job: this runs after commit, and a tick forgets the request before it reads the
-    cluster). Never raises (the broker may be down, and beat's next tick picks the job up)."""
+    cluster). The tick starts at least IRIS_PROMPT_TICK_MIN_INTERVAL_MS after the previous one
+started. Never raises (the broker may be down, and beat's next tick picks the job up)."""
     request_once(
         PROMPT_TICK,
         expires=float(settings.TICK_SECONDS),
+        min_interval=settings.PROMPT_TICK_MIN_INTERVAL_MS / 1000,
         logger=log,
         failure="could not enqueue a prompt tick; the next scheduled tick will place the job",
     )

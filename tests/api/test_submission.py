@@ -377,7 +377,7 @@ def test_a_submissions_statements_do_not_grow_with_the_users_or_the_clusters_job
     many = _statements_of_a_submission(as_alice, "two")
     assert Job.objects.filter(user="alice").count() == 203 and Job.objects.filter(user="bob").count() == 200
     assert many == few
-    assert few <= 13  # token (2), budget (2), cap, id free, clock, job, tasks, savepoint (2), capacity; +1 user lock on PostgreSQL
+    assert few <= 12  # token (1), budget (2), cap, id free, clock, job, tasks, savepoint (2), capacity; +1 user lock on PostgreSQL
 
 
 def test_the_answer_to_a_submission_is_what_reading_the_job_answers(as_alice):
@@ -424,3 +424,38 @@ def test_a_failed_prompt_tick_request_is_sent_again_by_the_next_submission(as_al
     request_prompt_tick()
     request_prompt_tick()
     assert len(sent) == 2
+
+
+def test_a_prompt_tick_asked_for_soon_after_a_tick_started_waits_for_the_minimum_spacing(as_alice, monkeypatch, settings):
+    from celery import current_app
+
+    from scheduler import enqueue
+    from scheduler.enqueue import PROMPT_TICK, task_started
+
+    settings.PROMPT_TICK_MIN_INTERVAL_MS = 500
+    sent = []
+    monkeypatch.setattr(current_app, "send_task", lambda name, **kwargs: sent.append(kwargs))
+    now = [1_000.0]
+    monkeypatch.setattr(enqueue.time, "time", lambda: now[0])
+    task_started(PROMPT_TICK, keep_seconds=2)  # a tick starts
+    now[0] += 0.2
+    request_prompt_tick()
+    assert sent[-1]["countdown"] == pytest.approx(0.3)  # the rest of the 500 ms after that start
+    assert sent[-1]["expires"] == pytest.approx(0.3 + settings.TICK_SECONDS)
+    task_started(PROMPT_TICK, keep_seconds=2)  # that tick starts
+    now[0] += 0.6
+    request_prompt_tick()  # past the interval: sent at once, as before
+    assert "countdown" not in sent[-1] and len(sent) == 2
+
+
+def test_with_no_minimum_spacing_a_prompt_tick_is_sent_at_once(as_alice, monkeypatch, settings):
+    from celery import current_app
+
+    from scheduler.enqueue import PROMPT_TICK, task_started
+
+    settings.PROMPT_TICK_MIN_INTERVAL_MS = 0
+    sent = []
+    monkeypatch.setattr(current_app, "send_task", lambda name, **kwargs: sent.append(kwargs))
+    task_started(PROMPT_TICK, keep_seconds=2)
+    request_prompt_tick()
+    assert len(sent) == 1 and "countdown" not in sent[0]

@@ -67,6 +67,39 @@ def test_a_token_expires_after_the_configured_lifetime(clients, alice, settings)
     assert error_of(response)["code"] == "UNAUTHENTICATED"
 
 
+def test_an_expired_token_is_deleted_when_used(clients, alice):
+    answer = mint(clients["anonymous"])
+    ApiToken.objects.filter(name="laptop").update(expiry=timezone.now() - timedelta(seconds=1))
+    assert bearer(answer["token"]).get("/api/v1/me/").status_code == 401
+    assert not ApiToken.objects.filter(name="laptop").exists()
+
+
+def test_a_call_does_not_read_the_users_other_tokens_and_the_periodic_task_deletes_expired_ones(clients, alice):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from scheduler.tasks import delete_expired_tokens
+
+    live = mint(clients["anonymous"], name="laptop")
+    mint(clients["anonymous"], name="old")
+    ApiToken.objects.filter(name="old").update(expiry=timezone.now() - timedelta(seconds=1))
+    client = bearer(live["token"])
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get("/api/v1/me/").status_code == 200
+    token_reads = [q["sql"] for q in queries if "scheduler_apitoken" in q["sql"]]
+    assert len(token_reads) == 1  # the token itself (knox also read all of alice's tokens)
+    assert ApiToken.objects.filter(name="old").exists()  # no longer deleted by someone else's call
+
+    delete_expired_tokens()
+
+    assert not ApiToken.objects.filter(name="old").exists() and ApiToken.objects.filter(name="laptop").exists()
+
+
+def test_expired_tokens_are_deleted_hourly_on_beat(settings):
+    entry = settings.CELERY_BEAT_SCHEDULE["delete-expired-tokens"]
+    assert (entry["task"], entry["schedule"]) == ("scheduler.delete_expired_tokens", 3600.0)
+
+
 def test_the_owner_lists_their_tokens_without_the_tokens_themselves(clients, alice, bob):
     mine = mint(clients["anonymous"], name="laptop")
     mint(clients["anonymous"], "bob", name="bobs")
