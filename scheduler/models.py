@@ -200,7 +200,10 @@ class Attempt(models.Model):
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts", db_index=False, db_constraint=False)
     number = models.PositiveIntegerField()
     worker = models.ForeignKey(
-        Worker, null=True, blank=True, on_delete=models.SET_NULL, related_name="attempts", db_constraint=False
+        Worker, null=True, blank=True, on_delete=models.SET_NULL, related_name="attempts", db_constraint=False,
+        # Every query by worker asks for unfinished attempts (attempt_unfinished_by_worker, Meta); a
+        # plain index would be one more write per attempt a burst inserts.
+        db_index=False,
     )
     state = models.CharField(max_length=16, choices=TASK_STATE_CHOICES)
     band = models.PositiveSmallIntegerField(choices=BAND_CHOICES)

@@ -11,7 +11,8 @@ A report that ends a task locks its job row first too, so the two never wait on 
 a cycle.
 
 Every kind of write is one set-based statement (:mod:`scheduler.store.bulk`), so the number of
-statements per tick does not grow with the number of tasks; on PostgreSQL they are pipelined.
+statements per tick does not grow with the number of tasks; on PostgreSQL the inserts are COPY
+statements and the updates after them are pipelined.
 """
 
 from __future__ import annotations
@@ -204,6 +205,55 @@ def apply_decision(
     hold_workers(
         {loaded.worker_pks[a.worker] for a in assignments} | {close[4] for close in attempt_closes if close[4] is not None}
     )
+    # New rows go in by COPY on PostgreSQL (bulk.insert_rows), which psycopg cannot run in a
+    # pipeline: before it. Nothing inserted here is touched by the updates below.
+    bulk.insert_rows(
+        Attempt._meta.db_table,
+        [("task_id", "bigint"), ("number", "integer"), ("worker_id", "bigint"), ("state", "text"),
+         ("band", "smallint"), ("created_at", "timestamptz"), ("error", "text")],
+        [
+            (rows[a.task].pk, rows[a.task].attempt_count + 1, loaded.worker_pks[a.worker],
+             TaskState.ASSIGNED.value, int(a.band), wall, "")
+            for a in assignments
+        ],
+    )
+    bulk.insert_rows(
+        PreemptionEvent._meta.db_table,
+        [("tick_id", "bigint"), ("victim_id", "bigint"), ("preemptor_id", "bigint"), ("victim_band", "smallint"),
+         ("preemptor_band", "smallint"), ("worker_id", "bigint"), ("reason", "text"), ("created_at", "timestamptz")],
+        [
+            (
+                tick.pk,
+                rows[p.victim].pk,
+                rows[p.preemptor].pk,
+                int(p.victim_band),
+                int(p.preemptor_band),
+                loaded.worker_pks.get(p.worker),
+                f"Preempted by {p.preemptor} ({p.preemptor_band.name} over {p.victim_band.name})",
+                wall,
+            )
+            for p in preemptions
+            if p.preemptor in rows
+        ],
+    )
+    # The outbox, in the same transaction: start every new attempt, stop every attempt that ended.
+    bulk.insert_rows(
+        DispatchIntent._meta.db_table,
+        [("task_id", "bigint"), ("attempt_number", "integer"), ("kind", "text"), ("worker_id", "bigint"),
+         ("state", "text"), ("reason", "text"), ("tries", "integer"), ("last_error", "text"),
+         ("created_at", "timestamptz")],
+        [
+            (rows[a.task].pk, rows[a.task].attempt_count + 1, DispatchIntent.Kind.START.value,
+             loaded.worker_pks[a.worker], DispatchIntent.State.PENDING.value, "assigned", 0, "", wall)
+            for a in assignments
+        ]
+        + [
+            (task_pk, number, DispatchIntent.Kind.STOP.value, worker_pk, DispatchIntent.State.PENDING.value,
+             error, 0, "", wall)
+            for task_pk, number, _, error, worker_pk in attempt_closes
+        ],
+    )
+
     # The writes go out pipelined (PostgreSQL): the server executes each while Python builds the
     # next, and the queue explanation is computed while the last ones run.
     with bulk.pipeline():
@@ -222,53 +272,6 @@ def apply_decision(
             [("state", "text"), ("error", "text")],
             [close[:4] for close in attempt_closes],
         )
-        bulk.insert_rows(
-            Attempt._meta.db_table,
-            [("task_id", "bigint"), ("number", "integer"), ("worker_id", "bigint"), ("state", "text"),
-             ("band", "smallint"), ("created_at", "timestamptz"), ("error", "text")],
-            [
-                (rows[a.task].pk, rows[a.task].attempt_count + 1, loaded.worker_pks[a.worker],
-                 TaskState.ASSIGNED.value, int(a.band), wall, "")
-                for a in assignments
-            ],
-        )
-        bulk.insert_rows(
-            PreemptionEvent._meta.db_table,
-            [("tick_id", "bigint"), ("victim_id", "bigint"), ("preemptor_id", "bigint"), ("victim_band", "smallint"),
-             ("preemptor_band", "smallint"), ("worker_id", "bigint"), ("reason", "text"), ("created_at", "timestamptz")],
-            [
-                (
-                    tick.pk,
-                    rows[p.victim].pk,
-                    rows[p.preemptor].pk,
-                    int(p.victim_band),
-                    int(p.preemptor_band),
-                    loaded.worker_pks.get(p.worker),
-                    f"Preempted by {p.preemptor} ({p.preemptor_band.name} over {p.victim_band.name})",
-                    wall,
-                )
-                for p in preemptions
-                if p.preemptor in rows
-            ],
-        )
-        # The outbox, in the same transaction: start every new attempt, stop every attempt that ended.
-        bulk.insert_rows(
-            DispatchIntent._meta.db_table,
-            [("task_id", "bigint"), ("attempt_number", "integer"), ("kind", "text"), ("worker_id", "bigint"),
-             ("state", "text"), ("reason", "text"), ("tries", "integer"), ("last_error", "text"),
-             ("created_at", "timestamptz")],
-            [
-                (rows[a.task].pk, rows[a.task].attempt_count + 1, DispatchIntent.Kind.START.value,
-                 loaded.worker_pks[a.worker], DispatchIntent.State.PENDING.value, "assigned", 0, "", wall)
-                for a in assignments
-            ]
-            + [
-                (task_pk, number, DispatchIntent.Kind.STOP.value, worker_pk, DispatchIntent.State.PENDING.value,
-                 error, 0, "", wall)
-                for task_pk, number, _, error, worker_pk in attempt_closes
-            ],
-        )
-
         job_table = Job._meta.db_table
         kept_jobs = {task_id.rsplit("/", 1)[0] for task_id in kept}
         terminal = ", ".join(f"'{value}'" for value in TERMINAL_JOB_VALUES)
