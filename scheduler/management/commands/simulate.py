@@ -1,12 +1,14 @@
-"""Run the scheduling decision on a JSON snapshot and print the decision. Touches no database."""
+"""Run the scheduling decision on a JSON snapshot and print the decision. Touches no database.
 
-import sys
+``manage.py simulate`` with plain arguments does not come here: ``manage.py`` runs it without
+setting up Django (``scheduler/management/standalone.py``, the same ``simulate_file``). This
+command is what ``call_command``, ``manage.py help`` and the other argument forms run.
+"""
 
-import orjson
 from django.core.management.base import BaseCommand, CommandError
 
-from scheduler.core.decision import collector_paused, decide
-from scheduler.core.wire import SnapshotError, decision_to_json, snapshot_from_json
+from scheduler.core.simulate import INDENTS, SimulateError
+from scheduler.management.standalone import simulate_file
 
 
 class Command(BaseCommand):
@@ -16,25 +18,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("file", help="Snapshot JSON file, or - for standard input.")
-        parser.add_argument("--indent", type=int, default=2, choices=(0, 2), help="2 (the default) or 0 for one line.")
+        parser.add_argument("--indent", type=int, default=2, choices=INDENTS, help="2 (the default) or 0 for one line.")
 
     def handle(self, *args, **options):
-        path = options["file"]
         try:
-            data = sys.stdin.buffer.read() if path == "-" else open(path, "rb").read()
-        except OSError as exc:
-            raise CommandError(f"cannot read {path}: {exc.strerror}") from None
-        # The snapshot's objects are all live until the decision is written: collections on the
-        # way would only rescan them (see collector_paused).
-        with collector_paused():
-            try:
-                raw = orjson.loads(data)
-            except orjson.JSONDecodeError as exc:
-                raise CommandError(f"{path}: not valid JSON: {exc}") from None
-            try:
-                snapshot = snapshot_from_json(raw)
-            except SnapshotError as exc:
-                raise CommandError(f"{path}: {exc}") from None
-            decision = decision_to_json(decide(snapshot))
-            text = orjson.dumps(decision, option=orjson.OPT_INDENT_2 if options["indent"] else 0)
+            text = simulate_file(options["file"], options["indent"])
+        except SimulateError as exc:
+            raise CommandError(str(exc)) from None
         self.stdout.write(text.decode())

@@ -1,0 +1,39 @@
+"""``simulate``: a snapshot document in, the decision document out, bytes to bytes.
+
+The whole of ``manage.py simulate`` but reading the input: parse the JSON, validate it into a
+:class:`ClusterSnapshot` (``wire.snapshot_from_json``), ``decide``, and render the decision
+(``wire.decision_to_json``) as JSON. Errors are :class:`SimulateError` with the message the
+command prints, naming the input (``var/snap.json: not valid JSON: ...``,
+``var/snap.json: jobs[3].id: ...``).
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from scheduler.core.decision import collector_paused, decide
+from scheduler.core.wire import SnapshotError, decision_to_json, snapshot_from_json
+
+# The indents the command offers: 2 (the default, one field a line) or 0 (one line).
+INDENTS = (0, 2)
+
+
+class SimulateError(ValueError):
+    """The input is not a valid snapshot; the message names the input and what is wrong."""
+
+
+def simulate(data: bytes, source: str, indent: int = 2) -> bytes:
+    """The decision on the snapshot ``data`` (read from ``source``, named in errors) as JSON."""
+    # The snapshot's objects are all live until the decision is written: collections on the
+    # way would only rescan them (see collector_paused).
+    with collector_paused():
+        try:
+            raw = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise SimulateError(f"{source}: not valid JSON: {exc}") from None
+        try:
+            snapshot = snapshot_from_json(raw)
+        except SnapshotError as exc:
+            raise SimulateError(f"{source}: {exc}") from None
+        decision = decision_to_json(decide(snapshot))
+        return orjson.dumps(decision, option=orjson.OPT_INDENT_2 if indent else 0)
