@@ -11,21 +11,27 @@ the previous decision records the same figures it would have computed afresh.
 from __future__ import annotations
 
 from collections.abc import Collection
+from itertools import chain
 
+from scheduler.core.kueue import KueueInput
 from scheduler.core.types import ACTIVE_STATES, ClusterSnapshot, Decision
 
 
-def active_counts(snapshot: ClusterSnapshot, decision: Decision, kept: Collection[str]) -> dict:
+def active_counts(snapshot: ClusterSnapshot, decision: Decision, kept: Collection[str],
+                  kueue: KueueInput | None = None) -> dict:
     """``{"by_band_user": {rank: {user: n}}, "by_state": {state: n}}`` of the tasks active
     (ASSIGNED/BUILDING/RUNNING) after this tick's writes: a task's kept change wins over its
     snapshot state; a change the tick dropped (the task moved meanwhile) is not counted.
 
-    Running tasks carry the band stamped when they were placed; users come from the job."""
+    Running tasks carry the band stamped when they were placed; users come from the job. The
+    Kubernetes-routed pending tasks (``kueue.pending``, outside the core's snapshot) count once
+    this tick promoted them."""
     by_band_user: dict[str, dict[str, int]] = {}
     by_state: dict[str, int] = {}
     after = decision.after
     jobs = snapshot.jobs
-    for task in snapshot.tasks:
+    kube_jobs = kueue.jobs if kueue is not None else {}
+    for task in chain(snapshot.tasks, kueue.pending if kueue is not None else ()):
         if task.id in kept:
             moved = after[task.id]
             state, band = moved.state, moved.band
@@ -37,6 +43,7 @@ def active_counts(snapshot: ClusterSnapshot, decision: Decision, kept: Collectio
         if band is None:
             continue
         users = by_band_user.setdefault(str(int(band)), {})
-        user = jobs[task.job_id].user
+        job = jobs.get(task.job_id) or kube_jobs[task.job_id]
+        user = job.user
         users[user] = users.get(user, 0) + 1
     return {"by_band_user": by_band_user, "by_state": by_state}

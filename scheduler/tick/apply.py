@@ -269,7 +269,7 @@ def apply_decision(
         explanation = explanation_to_json(loaded.snapshot, decision, job_counts=job_counts)
         whatif_basis = whatif_basis_to_json(loaded.snapshot, decision, job_counts)
         # The scheduler page's active-task counts, stored with the queue it shows beside them.
-        explanation["active"] = active_counts(loaded.snapshot, decision, kept)
+        explanation["active"] = active_counts(loaded.snapshot, decision, kept, loaded.kueue)
 
     # Only the newest tick keeps the (large) queue explanation and the what-if basis.
     TickRecord.objects.filter(explanation__isnull=False, pk__lt=tick.pk).update(explanation=None, whatif_basis=None)
