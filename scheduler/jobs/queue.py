@@ -88,6 +88,10 @@ class QueueIndex:
     requested: dict[int, list[int]] = field(default_factory=dict)
     # The instant the tick decided at (its ``now_ms``: what ages in its order are counted to).
     tick_now_ms: int | None = None
+    # The tick's counts of active tasks (scheduler.tick.aggregates): {(stamped band rank, user):
+    # n} and {state: n}, as of this tick, so the page shows them beside the queue they match.
+    running: dict[tuple[int, str], int] = field(default_factory=dict)
+    active_by_state: dict[str, int] = field(default_factory=dict)
 
     # {task id: (rank, offset in band)}, built on the first ``locate`` (see there).
     _where: dict[str, tuple[int, int]] | None = field(default=None, compare=False, repr=False)
@@ -212,6 +216,9 @@ def queue_index() -> QueueIndex:
         tick_pk=pk, tick_at=started_at, spend=dict(spend or {}), limits=dict(limits or {}),
         reasons=list(explanation.get("reasons", [])), ids=ids, reason_of=reason_of, owner=owner, users=users,
         requested=requested, tick_now_ms=key[1],
+        running={(int(rank), user): n for rank, users in explanation.get("active", {}).get("by_band_user", {}).items()
+                 for user, n in users.items()},
+        active_by_state=dict(explanation.get("active", {}).get("by_state", {})),
     )
     _queue_index_cache.clear()
     _queue_index_cache[key] = index

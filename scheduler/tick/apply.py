@@ -30,6 +30,7 @@ from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task
 from scheduler import instruments
 from scheduler.store import bulk
 from scheduler.store.states import ACTIVE_VALUES, TERMINAL_JOB_VALUES
+from scheduler.tick.aggregates import active_counts
 from scheduler.tick.explanation import explanation_to_json, whatif_basis_to_json
 from scheduler.tick.load import LoadedSnapshot
 
@@ -299,6 +300,9 @@ def apply_decision(
             job_counts: dict[int, dict[str, int]] = {}
             explanation = explanation_to_json(loaded.snapshot, decision, job_counts=job_counts)
             whatif_basis = whatif_basis_to_json(loaded.snapshot, decision, job_counts)
+            # The scheduler page's active-task counts, stored with the queue it shows beside them
+            # (a reused tick keeps them too: nothing they count changed).
+            explanation["active"] = active_counts(loaded.snapshot, decision, kept, loaded.kueue)
             stored = StoredForDecision(
                 decision=decision,
                 fairness=tick.fairness,

@@ -108,6 +108,8 @@ def recent_ticks(limit: int = 20) -> list[TickRecord]:
 
 
 def task_counts_by_state() -> dict[str, int]:
+    """``{state: tasks}`` over the task table, live. The scheduler page shows the tick's
+    (``scheduler.tick.aggregates``); tests compare the two right after a tick."""
     return dict(Task.objects.values_list("state").annotate(n=Count("id")).values_list("state", "n"))
 
 
@@ -155,7 +157,8 @@ def preemption_counts(events: QuerySet[PreemptionEvent], limit: int = 20) -> lis
 
 
 def running_by_band_user() -> dict[tuple[int, str], int]:
-    """``{(stamped band rank, user): active tasks}``. One grouped query."""
+    """``{(stamped band rank, user): active tasks}``, live. One grouped query. The scheduler page
+    shows the tick's count of the same (``scheduler.tick.aggregates``); tests compare them."""
     return {
         (band, user): n
         for band, user, n in Task.objects.filter(state__in=ACTIVE_VALUES)

@@ -13,7 +13,7 @@ from scheduler.core.bands import BANDS_IN_ORDER
 from scheduler.errors import ServiceError
 from scheduler.execution.outbox import intent_counts, stuck_intents
 from scheduler.jobs.queue import queue_index
-from scheduler.tick.queries import recent_ticks, running_by_band_user, task_counts_by_state
+from scheduler.tick.queries import recent_ticks
 from scheduler.tick.run import run_tick_now
 from scheduler.observability.health import readiness
 from scheduler.views.common import POLL_SECONDS, operator_required, page_or_fragment, require_POST
@@ -61,8 +61,9 @@ def scheduler_state(request):
         "ticks": ticks,
         "lag_seconds": (now - ticks[0].started_at).total_seconds() if ticks else None,
         "late": bool(ticks) and (now - ticks[0].started_at).total_seconds() > LATE_TICKS * settings.TICK_SECONDS,
-        "task_counts": sorted(task_counts_by_state().items()),
-        "table": band_user_table(index.pending_by_user(), running_by_band_user()),
+        # Both as of the newest tick, like the pending counts beside them (scheduler.tick.aggregates).
+        "task_counts": sorted(index.active_by_state.items()),
+        "table": band_user_table(index.pending_by_user(), index.running),
         "index": index,
         "stuck": list(stuck_intents(now)[:STUCK_SHOWN]),
         "intents": intent_counts(now),

@@ -445,3 +445,20 @@ def test_a_stop_that_fails_is_retried_and_the_attempt_holds_until_the_pod_is_gon
 
     assert cluster.pods() == {}
     assert Attempt.objects.get(task=task).finished_at is not None
+
+
+def test_the_ticks_active_counts_include_the_tasks_it_promoted_to_kubernetes(kube, cluster_config):
+    """The scheduler page's running counts (scheduler.tick.aggregates) count the Kueue
+    promotions the tick just wrote, as the live grouped count over the task table does."""
+    from scheduler.jobs.queue import queue_index
+    from scheduler.tick.queries import running_by_band_user, task_counts_by_state
+
+    cluster_config(kubernetes={"promotions_per_minute": 5})
+    sync_kubernetes(watch_seconds=1)
+    for i in range(3):
+        make_job(f"/alice/gpu{i}", device=H100, replicas=2)
+    run_tick(NOW_MS)
+    index = queue_index()
+    assert sum(index.running.values()) == 5
+    assert index.running == running_by_band_user()
+    assert index.active_by_state == {"assigned": task_counts_by_state()["assigned"]}

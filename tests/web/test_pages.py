@@ -278,3 +278,20 @@ def test_tiers_show_the_config_as_loaded_and_rows_that_drifted(clients, settings
     assert html.count('class="member overridden"') == 1  # bob in tier 1: tier 2 wins
     assert "bob differs" in page and "carol no row" in page
     assert "alice differs" not in page and "alice no row" not in page
+
+
+def test_scheduler_state_running_counts_are_the_ticks_and_match_the_task_table(clients, over_budget, alice, bob):
+    """The page's running figures come from the tick (scheduler.tick.aggregates); right after a
+    tick they equal the live grouped counts over the task table, and the page says which tick."""
+    from scheduler.jobs.queue import queue_index
+    from scheduler.tick.queries import running_by_band_user, task_counts_by_state
+
+    make_worker("w2", cpu=8, memory_gib=8)
+    run_tick()  # places some of bob's and alice's waiting tasks on w2
+    index = queue_index()
+    assert index.running == running_by_band_user()
+    live = task_counts_by_state()
+    assert index.active_by_state == {s: n for s, n in live.items() if s in ("assigned", "building", "running")}
+    assert sum(index.running.values()) >= 2
+    page = text(clients["olivia"].get("/scheduler/"))
+    assert f"Assigned at tick {index.tick_pk}" in page and f"Both as of tick {index.tick_pk}" in page
