@@ -6,7 +6,8 @@ workers exist but are held, and by whom). The analysis is the core's
 Bounded per request: the workers are read once per process per tick (the newest explained
 tick's key, as the queue index is) and each job shape is analysed once per tick, so a job page
 or an explain call that polls reads no worker rows and repeats no analysis until the next tick.
-Who holds the matching workers is one aggregate query (rows per (user, band), not per task).
+Who holds the matching workers is one aggregate query (rows per (user, band), not per task),
+counted once per process per tick for each set of matching workers.
 """
 
 from __future__ import annotations
@@ -90,6 +91,9 @@ def feasibility_data(analysis: ShapeAnalysis, band: Band, held: Callable[[], lis
 # The newest tick's workers and per-shape analyses: {"key": tick key, "workers": [...],
 # "analyses": {shape key: ShapeAnalysis}}. One tick's worth is kept; a newer tick replaces it.
 _per_tick: dict = {}
+# Who holds the matching workers, per matching set, as counted after the newest tick:
+# {"tick": tick pk, "counts": {matching key: {(user, band): tasks}}}. A newer tick replaces it.
+_holder_counts: dict = {}
 
 
 def shape_key(spec: JobSpec) -> tuple:
@@ -116,23 +120,35 @@ def shape_analysis(spec: JobSpec, tick_key: tuple[int, int] | None) -> ShapeAnal
 
 def forget_feasibility_cache() -> None:
     _per_tick.clear()
+    _holder_counts.clear()
 
 
-def holders_of(analysis: ShapeAnalysis, band: Band) -> list[Holder]:
-    """The top holders of the workers ``analysis`` matched, now: one grouped query, one row per
-    (user, stamped band). When every healthy worker matches (a plain CPU job on most clusters),
-    the query filters on health instead of naming thousands of workers (a 10,000-name list cost
-    more to send and plan than the count itself). With no match the query still runs, on a
-    name no worker has, so the count stays fixed."""
-    rows = Task.objects.filter(state__in=ACTIVE_VALUES, band__isnull=False)
-    if analysis.matching_ids and len(analysis.matching_ids) == analysis.healthy:
-        rows = rows.filter(worker__healthy=True, worker__draining=False)
-    else:
-        rows = rows.filter(worker__name__in=analysis.matching_ids or ("",))
-    counts = {
-        (user, Band(stamped)): n
-        for user, stamped, n in rows.values_list("job__user", "band").annotate(n=Count("pk")).order_by()
-    }
+def holders_of(analysis: ShapeAnalysis, band: Band, tick: int | None = None) -> list[Holder]:
+    """The top holders of the workers ``analysis`` matched: one grouped query, one row per
+    (user, stamped band), counted once per process per tick (``tick``: the pk of the tick the
+    analysis is as of; None: counted now, not kept). When every healthy worker matches (a plain
+    CPU job on most clusters) the query filters on health instead of naming thousands of workers
+    (a 10,000-name list cost more to send and plan than the count itself), and every such shape
+    shares one count. With no match the query still runs, on a name no worker has, so the
+    number of queries stays fixed."""
+    everyone = bool(analysis.matching_ids) and len(analysis.matching_ids) == analysis.healthy
+    key = "healthy" if everyone else analysis.matching_ids
+    if tick is not None and _holder_counts.get("tick") != tick:
+        _holder_counts.clear()
+        _holder_counts.update(tick=tick, counts={})
+    counts = _holder_counts["counts"].get(key) if tick is not None else None
+    if counts is None:
+        rows = Task.objects.filter(state__in=ACTIVE_VALUES, band__isnull=False)
+        if everyone:
+            rows = rows.filter(worker__healthy=True, worker__draining=False)
+        else:
+            rows = rows.filter(worker__name__in=analysis.matching_ids or ("",))
+        counts = {
+            (user, Band(stamped)): n
+            for user, stamped, n in rows.values_list("job__user", "band").annotate(n=Count("pk")).order_by()
+        }
+        if tick is not None:
+            _holder_counts["counts"][key] = counts
     return rank_holders(counts, band)
 
 
@@ -142,5 +158,5 @@ def job_feasibility(job: Job, band: Band, waiting: bool, tick_key: tuple[int, in
     matching workers now. At most two queries; none for the workers once this process has
     read them for the tick."""
     analysis = shape_analysis(job_spec(job), tick_key)
-    return feasibility_data(analysis, band, lambda: holders_of(analysis, band), waiting,
-                            tick_key[0] if tick_key else None)
+    tick = tick_key[0] if tick_key else None
+    return feasibility_data(analysis, band, lambda: holders_of(analysis, band, tick), waiting, tick)

@@ -188,7 +188,7 @@ def simulate_plan(plan: SubmissionPlan) -> WhatIf:
         plan, band=band, spend=spend, limit=budget.budget_limit, place=place,
         reason=trial.pending_reasons.get(tasks[0].id) if waiting else None,
         worker=assignments[0].worker if assignments else None, victims=victims,
-        feasibility=feasibility_data(analysis, band, lambda: holders_of(analysis, band), waiting,
+        feasibility=feasibility_data(analysis, band, lambda: holders_of(analysis, band, basis.tick), waiting,
                                      basis.tick),
         basis={"source": "tick", "tick": basis.tick, "tick_at": basis.tick_at},
         ahead=task_ahead_in_tick_queue(band, place[0]) if place is not None else None, now_ms=now_ms,

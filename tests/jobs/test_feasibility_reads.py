@@ -60,3 +60,29 @@ def test_explain_reads_the_workers_once_per_tick_and_its_queries_do_not_grow_wit
     assert after["tick"] != warm["tick"] and after["feasibility"]["healthy_workers"] == 1511
     assert (len(after_sql), len(again_sql)) == (len(cold_sql), len(warm_sql))
     assert worker_reads(after_sql) == 1 and worker_reads(again_sql) == 0
+
+
+def holder_counts(sql: list[str]) -> int:
+    """The grouped count of who holds which workers: active tasks per (user, stamped band)."""
+    return sum(1 for q in sql if '"scheduler_task"."band" AS "band", COUNT("scheduler_task"."id")' in q)
+
+
+def test_who_holds_the_matching_workers_is_counted_once_per_tick_and_again_after_the_next(alice):
+    big = make_worker("big", cpu=16, memory_gib=64)
+    start_running(make_job("/bob/hog", cpu=16, memory_gib=16), big)
+    make_job("/alice/wide", cpu=8, memory_gib=8)
+    run_tick(NOW_MS)
+    client = token_client(alice)
+
+    first, first_sql = explain(client)
+    second, second_sql = explain(client)
+    assert (holder_counts(first_sql), holder_counts(second_sql)) == (1, 0)
+    assert first["feasibility"]["held_by"] == second["feasibility"]["held_by"] == [
+        {"user": "bob", "band": "interactive", "tasks": 1, "preemptible": False}]
+
+    start_running(make_job("/carol/small", cpu=1, memory_gib=1), big)  # carol now holds part of it too
+    _queue_index_cache.clear()
+    run_tick(NOW_MS + 1000)
+    after, after_sql = explain(client)
+    assert holder_counts(after_sql) == 1
+    assert {h["user"] for h in after["feasibility"]["held_by"]} == {"bob", "carol"}
