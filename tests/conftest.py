@@ -172,14 +172,22 @@ def fresh_cluster_rows():
 
 
 @pytest.fixture(autouse=True)
-def fresh_feasibility_cache():
-    """The explain endpoint's per-tick worker read (``scheduler.jobs.feasibility``) is keyed by
-    the tick's (pk, now_ms); SQLite reuses a rolled-back test's tick pk, so forget it."""
+def fresh_per_tick_caches():
+    """The web side's per-tick caches (the parsed queue index, the what-if basis, the explain
+    endpoint's worker read and holder counts) are keyed by the tick's pk (and now_ms); SQLite
+    reuses a rolled-back test's tick pk, so a test could read another test's tick. Forget them."""
     from scheduler.jobs.feasibility import forget_feasibility_cache
+    from scheduler.jobs.queue import _queue_index_cache
+    from scheduler.tick.queries import _basis_cache
 
-    forget_feasibility_cache()
+    def forget():
+        forget_feasibility_cache()
+        _queue_index_cache.clear()
+        _basis_cache.clear()
+
+    forget()
     yield
-    forget_feasibility_cache()
+    forget()
 
 
 @pytest.fixture(autouse=True)
