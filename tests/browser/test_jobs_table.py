@@ -65,9 +65,10 @@ def test_a_filtered_sorted_grouped_view_is_shared_by_its_url(live_server, open_p
     assert bob.input_value("input[name=name]") == "sweep"
 
 
-def test_a_running_attempts_log_follows_and_stops_when_it_ends(live_server, open_page, people, settings, tmp_path,
-                                                              monkeypatch):
-    monkeypatch.setattr("scheduler.views.jobs.LOG_POLL_SECONDS", 1)  # the rule, not the period, is under test
+def running_attempt_log(settings, tmp_path, monkeypatch):
+    """alice's /alice/train running on w1, its log (the server's own file, still empty) polled
+    every second: the rule, not the period, is under test. Returns the task and the log's path."""
+    monkeypatch.setattr("scheduler.views.jobs.LOG_POLL_SECONDS", 1)
     settings.TASK_LOG_DIR = tmp_path / "logs"
     settings.SHIPPED_LOG_DIR = tmp_path / "shipped"
     job = make_job("/alice/train")
@@ -75,6 +76,12 @@ def test_a_running_attempts_log_follows_and_stops_when_it_ends(live_server, open
     task = job.tasks.get()
     log = settings.TASK_LOG_DIR / str(task.pk) / "1.log"
     log.parent.mkdir(parents=True)
+    return task, log
+
+
+def test_a_running_attempts_log_follows_and_stops_when_it_ends(live_server, open_page, people, settings, tmp_path,
+                                                              monkeypatch):
+    task, log = running_attempt_log(settings, tmp_path, monkeypatch)
     log.write_text("epoch 1\n")
     alice = signed_in(open_page, live_server, "alice")
     alice.goto(f"{live_server.url}/jobs/alice/train/")
@@ -91,14 +98,7 @@ def test_a_running_attempts_log_follows_and_stops_when_it_ends(live_server, open
 
 def test_a_followed_log_keeps_to_its_end_unless_the_reader_scrolled_up(live_server, open_page, people, settings,
                                                                        tmp_path, monkeypatch):
-    monkeypatch.setattr("scheduler.views.jobs.LOG_POLL_SECONDS", 1)
-    settings.TASK_LOG_DIR = tmp_path / "logs"
-    settings.SHIPPED_LOG_DIR = tmp_path / "shipped"
-    job = make_job("/alice/train")
-    run_tasks(job, make_worker())
-    task = job.tasks.get()
-    log = settings.TASK_LOG_DIR / str(task.pk) / "1.log"
-    log.parent.mkdir(parents=True)
+    _, log = running_attempt_log(settings, tmp_path, monkeypatch)
     lines = [f"step {i}\n" for i in range(300)]
     log.write_text("".join(lines))
     alice = signed_in(open_page, live_server, "alice")
