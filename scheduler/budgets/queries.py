@@ -3,20 +3,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple
 
 from django.contrib.auth import get_user_model
-from django.db.models import Count, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from scheduler.budgets.rules import budget_defaults, budget_rows_of, live_spend, raised_by_grants
 from scheduler.core.bands import Band
 from scheduler.core.budget import effective_band
-from scheduler.core.types import TaskState
-from scheduler.models import AuditEntry, Job, Task, UpliftGrant, UserBudget
-from scheduler.store.states import ACTIVE_VALUES, TERMINAL_JOB_VALUES
+from scheduler.models import AuditEntry, Job, UpliftGrant, UserBudget
 from scheduler.store.tick_samples import thinned_tick_rows
 
 OPEN_GRANT_STATES = (UpliftGrant.State.REQUESTED, UpliftGrant.State.APPROVED)
@@ -133,37 +132,33 @@ class BudgetRow:
         return None if limit <= 0 else 100.0 * self.view.spend / limit
 
 
-def task_counts_by_user() -> dict[str, dict[str, int]]:
-    """``{user: {"pending", "running", "jobs"}}`` over unfinished work. Two grouped queries."""
-    counts: dict[str, dict[str, int]] = {}
-    for user, state, n in (
-        Task.objects.filter(state__in=[TaskState.PENDING.value, *ACTIVE_VALUES])
-        .order_by().values_list("job__user", "state").annotate(n=Count("id"))
-    ):
-        bucket = counts.setdefault(user, {"pending": 0, "running": 0, "jobs": 0})
-        bucket["pending" if state == TaskState.PENDING.value else "running"] += n
-    for user, n in (
-        Job.objects.exclude(state__in=TERMINAL_JOB_VALUES).order_by().values_list("user").annotate(n=Count("id"))
-    ):
-        counts.setdefault(user, {"pending": 0, "running": 0, "jobs": 0})["jobs"] = n
-    return counts
+class UserCounts(NamedTuple):
+    """A user's unfinished work: pending and active (assigned/building/running) tasks, and the
+    jobs that have either."""
+
+    pending: int = 0
+    active: int = 0
+    jobs: int = 0
 
 
-def budget_rows(users: list[str] | None = None) -> list[BudgetRow]:
-    """``budget_views`` of every user with a budget row, an open grant, spend or unfinished work,
-    with their task counts. Six queries.
+def budget_rows(counts: Mapping[str, UserCounts], users: list[str] | None = None) -> list[BudgetRow]:
+    """``budget_views`` of every user with a budget row, an open grant, spend or unfinished work
+    in ``counts``, with those counts. Four queries.
 
+    The console passes the newest tick's counts (``jobs.queue.QueueIndex.by_user``, counted once
+    per tick by ``tick.aggregates.active_counts``), the same tick its scheduler page shows.
     Users known only by their unfinished work get the cluster defaults. Sorted as Iris's
     dashboard: most active jobs first, then most running tasks, then by name.
     """
-    counts = task_counts_by_user()
     rows = []
     for view in budget_views(users, with_work=counts):
-        mine = counts.get(view.user, {})
-        rows.append(BudgetRow(view, running=mine.get("running", 0), pending=mine.get("pending", 0),
-                              active_jobs=mine.get("jobs", 0)))
+        mine = counts.get(view.user, NO_WORK)
+        rows.append(BudgetRow(view, running=mine.active, pending=mine.pending, active_jobs=mine.jobs))
     rows.sort(key=lambda r: (-r.active_jobs, -r.running, r.view.user))
     return rows
+
+
+NO_WORK = UserCounts()
 
 
 @dataclass(frozen=True)

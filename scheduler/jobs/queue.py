@@ -9,6 +9,7 @@ from datetime import datetime
 
 from django.db.models import Q
 
+from scheduler.budgets.queries import UserCounts
 from scheduler.core.bands import Band
 from scheduler.core.explain import cause_text, pending_text
 from scheduler.models import Task, TickRecord
@@ -92,6 +93,9 @@ class QueueIndex:
     # n} and {state: n}, as of this tick, so the page shows them beside the queue they match.
     running: dict[tuple[int, str], int] = field(default_factory=dict)
     active_by_state: dict[str, int] = field(default_factory=dict)
+    # {user: UserCounts}: each user's pending and active tasks and jobs with either, as of this
+    # tick (the budgets pages' columns).
+    by_user: dict[str, UserCounts] = field(default_factory=dict)
 
     # {task id: (rank, offset in band)}, built on the first ``locate`` (see there).
     _where: dict[str, tuple[int, int]] | None = field(default=None, compare=False, repr=False)
@@ -219,6 +223,7 @@ def queue_index() -> QueueIndex:
         running={(int(rank), user): n for rank, users in explanation.get("active", {}).get("by_band_user", {}).items()
                  for user, n in users.items()},
         active_by_state=dict(explanation.get("active", {}).get("by_state", {})),
+        by_user={user: UserCounts(*counts) for user, counts in explanation.get("active", {}).get("by_user", {}).items()},
     )
     _queue_index_cache.clear()
     _queue_index_cache[key] = index

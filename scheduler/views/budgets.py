@@ -1,7 +1,8 @@
 """Budgets: spend versus limit per user, charts of spend over time, and uplift requests.
 
 The numbers are the API's (``queries.budget_views``: live spend, effective limit and band with
-grants); the charts come from the spend and limit each tick sampled.
+grants); each user's jobs and running and pending tasks are the newest tick's counts (the same
+tick the scheduler page shows); the charts come from the spend and limit each tick sampled.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from scheduler.budgets.rules import budget_defaults
 from scheduler.core.bands import Band
 from scheduler.core.budget import ACCELERATOR_POINTS, CORE_POINTS, GIB_POINTS
 from scheduler.errors import ServiceError
+from scheduler.jobs.queue import queue_index
 from scheduler.views.charts import spend_chart
 from scheduler.views.common import PAGE_SIZE, POLL_SECONDS, apply_service_error, page_or_fragment, require_POST, window
 from scheduler.views.forms import UpliftRequestForm
@@ -52,7 +54,8 @@ def bar(row: BudgetRow) -> dict:
 
 @login_required
 def budgets(request):
-    every = budget_rows()  # sorted over every user (most active first), then one page is drawn
+    index = queue_index()
+    every = budget_rows(index.by_user)  # sorted over every user (most active first), then one page is drawn
     win = window(request, len(every), PAGE_SIZE)
     rows = every[win.offset:win.offset + win.size]
     defaults = budget_defaults()
@@ -70,6 +73,7 @@ def budgets(request):
         "poll": POLL_SECONDS * 2,
         "me": request.user.username,
         "interactive": Band.INTERACTIVE,
+        "counts_tick": index.tick_pk,
     }
     return page_or_fragment(request, "scheduler/budgets.html", "table", context)
 
@@ -81,7 +85,8 @@ def may_see_requests(viewer, user: str) -> bool:
 
 @login_required
 def budget_detail(request, user: str, form: UpliftRequestForm | None = None, status: int = 200):
-    row = budget_rows([user])[0]
+    index = queue_index()
+    row = budget_rows(index.by_user, [user])[0]
     view = row.view
     unheard_of = not (view.has_row or view.grants or view.spend or row.pending or row.running or row.active_jobs)
     if unheard_of and user != request.user.username and not user_is_known(user):
@@ -94,6 +99,7 @@ def budget_detail(request, user: str, form: UpliftRequestForm | None = None, sta
     context = {
         "row": row,
         "view": view,
+        "counts_tick": index.tick_pk,
         "bar": bar(row),
         "chart": chart,
         "window": window,

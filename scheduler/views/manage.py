@@ -16,6 +16,7 @@ from scheduler.budgets.writes import approve_uplift, deny_uplift, set_budget
 from scheduler.cluster_config import cluster_config
 from scheduler.core.bands import Band
 from scheduler.errors import ServiceError
+from scheduler.jobs.queue import queue_index
 from scheduler.models import UpliftGrant
 from scheduler.views.common import PAGE_SIZE, admin_required, apply_service_error, page_or_fragment, window, require_POST
 from scheduler.views.forms import BudgetForm, UpliftDecisionForm
@@ -53,7 +54,7 @@ def budgets(request):
             initial = {"user": user, "budget_limit": view.budget_limit, "max_band": view.max_band.wire}
         form = BudgetForm(initial=initial)
         status = 200
-    every = budget_rows()
+    every = budget_rows(queue_index().by_user)  # users with work come in, most active first
     win = window(request, len(every), PAGE_SIZE)
     context = {"form": form, "rows": every[win.offset:win.offset + win.size], "window": win,
                "defaults": budget_defaults(), "tab": "budgets"}

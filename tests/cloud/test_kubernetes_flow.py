@@ -462,3 +462,5 @@ def test_the_ticks_active_counts_include_the_tasks_it_promoted_to_kubernetes(kub
     assert sum(index.running.values()) == 5
     assert index.running == running_by_band_user()
     assert index.active_by_state == {"assigned": task_counts_by_state()["assigned"]}
+    # The budgets pages' per-user counts: the promoted tasks active, the rest still pending.
+    assert tuple(index.by_user["alice"]) == (1, 5, 3)

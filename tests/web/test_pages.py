@@ -295,3 +295,54 @@ def test_scheduler_state_running_counts_are_the_ticks_and_match_the_task_table(c
     assert sum(index.running.values()) >= 2
     page = text(clients["olivia"].get("/scheduler/"))
     assert f"Assigned at tick {index.tick_pk}" in page and f"Both as of tick {index.tick_pk}" in page
+
+
+def live_counts_by_user() -> dict[str, tuple[int, int, int]]:
+    """The reference: each user's pending and active tasks and unfinished jobs, grouped over the
+    task and job tables now."""
+    from django.db.models import Count
+
+    from scheduler.models import Job, Task
+
+    counts: dict[str, list[int]] = {}
+    for user, state, n in (Task.objects.filter(state__in=["pending", "assigned", "building", "running"])
+                           .order_by().values_list("job__user", "state").annotate(n=Count("id"))):
+        counts.setdefault(user, [0, 0, 0])[state != "pending"] += n
+    for user, n in (Job.objects.filter(state__in=["pending", "running"]).order_by()
+                    .values_list("user").annotate(n=Count("id"))):
+        counts.setdefault(user, [0, 0, 0])[2] = n
+    return {user: tuple(c) for user, c in counts.items()}
+
+
+def test_budgets_counts_are_the_ticks_and_match_the_task_table_and_the_scheduler_page(clients, over_budget, alice, bob):
+    """Jobs, running and pending on the budgets pages come from the tick, as the scheduler page's
+    figures do: right after a tick they equal the live grouped counts; between ticks they stay
+    the tick's, so the two pages never disagree, and each page says which tick."""
+    from scheduler.jobs.queue import queue_index
+
+    make_worker("w2", cpu=8, memory_gib=8)
+    run_tick()
+    index = queue_index()
+    assert {user: tuple(c) for user, c in index.by_user.items()} == live_counts_by_user()
+    assert index.by_user["bob"].active >= 1 and index.by_user["bob"].pending >= 1
+    # One computation behind both pages: a user's running count is the sum of their band cells.
+    for user, counts in index.by_user.items():
+        assert counts.active == sum(n for (_, u), n in index.running.items() if u == user)
+
+    def budgets_row(user):
+        html = clients["olivia"].get("/budgets/").content.decode()
+        row = re.search(rf'<tr[^>]*>\s*<td><a href="/budgets/{user}/">.*?</tr>', html, re.S).group(0)
+        return [int(n) for n in re.findall(r'<td class="num">(\d+)</td>', row)]
+
+    bob_counts = index.by_user["bob"]
+    assert budgets_row("bob") == [bob_counts.jobs, bob_counts.active, bob_counts.pending]
+    assert f"counted at tick {index.tick_pk}" in text(clients["olivia"].get("/budgets/"))
+    assert (f"{bob_counts.jobs} active job(s), {bob_counts.active} task(s) running, {bob_counts.pending} pending "
+            f"(at tick {index.tick_pk})") in text(clients["olivia"].get("/budgets/bob/"))
+    # bob's work ends between ticks: the budgets page still shows the tick's counts, as the
+    # scheduler page does, until the next tick counts again.
+    cancel_job(bob, "/bob/sweep")
+    assert budgets_row("bob") == [bob_counts.jobs, bob_counts.active, bob_counts.pending]
+    run_tick()
+    assert "bob" not in queue_index().by_user
+    assert 'href="/budgets/bob/"' not in clients["olivia"].get("/budgets/").content.decode()
