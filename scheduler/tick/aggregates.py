@@ -16,7 +16,9 @@ from collections.abc import Collection
 from itertools import chain
 
 from scheduler.core.kueue import KueueInput
-from scheduler.core.types import ACTIVE_STATES, ClusterSnapshot, Decision, TaskState
+from scheduler.core.types import ClusterSnapshot, Decision, TaskState
+
+PENDING, ASSIGNED, BUILDING, RUNNING = TaskState.PENDING, TaskState.ASSIGNED, TaskState.BUILDING, TaskState.RUNNING
 
 
 def active_counts(snapshot: ClusterSnapshot, decision: Decision, kept: Collection[str],
@@ -29,41 +31,51 @@ def active_counts(snapshot: ClusterSnapshot, decision: Decision, kept: Collectio
     tasks carry the band stamped when they were placed; users come from the job. ``by_user``
     counts each user's pending and active tasks and the jobs that have any (the budgets pages'
     columns). The Kubernetes-routed pending tasks (``kueue.pending``, outside the core's
-    snapshot) count as pending, and as active once this tick promoted them."""
-    by_band_user: dict[str, dict[str, int]] = {}
-    by_state: dict[str, int] = {}
-    by_user: dict[str, list[int]] = {}
-    jobs_of_user: dict[str, set[str]] = {}
+    snapshot) count as pending, and as active once this tick promoted them.
+
+    One pass counts the tasks per job (100,000 pending tasks fall into a few groups per job);
+    the per-user sums run over those groups."""
     after = decision.after
     jobs = snapshot.jobs
     kube_jobs = kueue.jobs if kueue is not None else {}
+    pending_of_job: dict[str, int] = {}
+    # {(job, stamped band or None, state): n} of active tasks; states compared by identity
+    # (hashing an Enum member runs Python code: too slow for 100,000 tasks).
+    active_of_job: dict[tuple[str, int | None, str], int] = {}
     for task in chain(snapshot.tasks, kueue.pending if kueue is not None else ()):
         if task.id in kept:
             moved = after[task.id]
             state, band = moved.state, moved.band
         else:
             state, band = task.state, task.band
-        if state is TaskState.PENDING:
-            active = False
-        elif state in ACTIVE_STATES:
-            active = True
-        else:
-            continue
-        job = jobs.get(task.job_id) or kube_jobs[task.job_id]
-        user = job.user
+        if state is PENDING:
+            pending_of_job[task.job_id] = pending_of_job.get(task.job_id, 0) + 1
+        elif state is RUNNING or state is ASSIGNED or state is BUILDING:
+            key = (task.job_id, None if band is None else int(band), state.value)
+            active_of_job[key] = active_of_job.get(key, 0) + 1
+    by_band_user: dict[str, dict[str, int]] = {}
+    by_state: dict[str, int] = {}
+    by_user: dict[str, list[int]] = {}
+    jobs_of_user: dict[str, set[str]] = {}
+
+    def user_counts(job_id: str) -> list[int]:
+        user = (jobs.get(job_id) or kube_jobs[job_id]).user
         counts = by_user.get(user)
         if counts is None:
             counts = by_user[user] = [0, 0, 0]
             jobs_of_user[user] = set()
-        counts[active] += 1
-        jobs_of_user[user].add(task.job_id)
-        if not active:
-            continue
-        by_state[state.value] = by_state.get(state.value, 0) + 1
-        if band is None:
-            continue
-        users = by_band_user.setdefault(str(int(band)), {})
-        users[user] = users.get(user, 0) + 1
+        jobs_of_user[user].add(job_id)
+        return counts
+
+    for job_id, n in pending_of_job.items():
+        user_counts(job_id)[0] += n
+    for (job_id, band, state), n in active_of_job.items():
+        user_counts(job_id)[1] += n
+        by_state[state] = by_state.get(state, 0) + n
+        if band is not None:
+            users = by_band_user.setdefault(str(band), {})
+            user = (jobs.get(job_id) or kube_jobs[job_id]).user
+            users[user] = users.get(user, 0) + n
     for user, counts in by_user.items():
         counts[2] = len(jobs_of_user[user])
     return {"by_band_user": by_band_user, "by_state": by_state, "by_user": by_user}
