@@ -35,5 +35,5 @@ def simulate(data: bytes, source: str, indent: int = 2) -> bytes:
             snapshot = snapshot_from_json(raw)
         except SnapshotError as exc:
             raise SimulateError(f"{source}: {exc}") from None
-        decision = decision_to_json(decide(snapshot))
+        decision = decision_to_json(decide(snapshot), snapshot.jobs)
         return orjson.dumps(decision, option=orjson.OPT_INDENT_2 if indent else 0)

@@ -30,7 +30,7 @@ task are sorted by (job id, task index), users and jobs by name.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -256,37 +256,83 @@ def _device(raw: Any, path: str, key: str | None = None) -> Device:
     return Device(type=device_type, variant=variant, count=_int(raw["count"], path, "count"))
 
 
+WORKER_KEYS = frozenset({"id", "healthy", "cpu_millicores", "memory_bytes", "device", "attributes"})
+
+
 def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
     workers = []
     seen: set[str] = set()
-    keys = {"id", "healthy", "cpu_millicores", "memory_bytes", "device", "attributes"}
     for i, item in enumerate(_list(raw, path)):
-        p = f"{path}[{i}]"
-        item = _object(item, p, keys)
-        worker_id = _str(item.get("id"), p, "id")
-        if worker_id in seen:
-            raise _fail(f"{p}.id", f"duplicate worker id {worker_id!r}")
-        seen.add(worker_id)
-        for key in ("cpu_millicores", "memory_bytes"):
-            if key not in item:
-                raise _fail(f"{p}.{key}", "required")
-        attributes = item.get("attributes") or {}
-        if not isinstance(attributes, dict):
-            raise _fail(f"{p}.attributes", "expected an object of strings")
-        for key, value in attributes.items():
-            if not isinstance(value, str):
-                raise _fail(f"{p}.attributes.{key}", "expected a string")
-        workers.append(
-            WorkerSpec(
-                id=worker_id,
-                cpu_millicores=_int(item["cpu_millicores"], p, "cpu_millicores"),
-                memory_bytes=_int(item["memory_bytes"], p, "memory_bytes"),
-                device=_device(item["device"], f"{p}.device") if item.get("device") is not None else CPU_DEVICE,
-                attributes=dict(attributes),
-                healthy=_bool(item.get("healthy", True), p, "healthy"),
-            )
-        )
+        # The common shape is checked inline; anything else (and every error) takes _worker.
+        worker = None
+        if item.__class__ is dict and item.keys() <= WORKER_KEYS:
+            worker_id = item.get("id")
+            cpu = item.get("cpu_millicores")
+            memory = item.get("memory_bytes")
+            attributes = item.get("attributes") or {}
+            healthy = item.get("healthy", True)
+            device = item.get("device")
+            if (
+                worker_id.__class__ is str
+                and worker_id
+                and worker_id not in seen
+                and cpu.__class__ is int
+                and cpu >= 0
+                and memory.__class__ is int
+                and memory >= 0
+                and attributes.__class__ is dict
+                and set(map(type, attributes.values())) <= {str}
+                and (healthy is True or healthy is False)
+            ):
+                device = CPU_DEVICE if device is None or _is_cpu_device(device) else _device_or_none(device)
+                if device is not None:
+                    worker = WorkerSpec(worker_id, cpu, memory, device, dict(attributes), healthy)
+        if worker is None:
+            worker = _worker(item, f"{path}[{i}]", seen)
+        seen.add(worker.id)
+        workers.append(worker)
     return tuple(workers)
+
+
+def _worker(item: Any, p: str, seen: AbstractSet[str]) -> WorkerSpec:
+    """One worker, every field checked in order (the first problem raises)."""
+    item = _object(item, p, WORKER_KEYS)
+    worker_id = _str(item.get("id"), p, "id")
+    if worker_id in seen:
+        raise _fail(f"{p}.id", f"duplicate worker id {worker_id!r}")
+    for key in ("cpu_millicores", "memory_bytes"):
+        if key not in item:
+            raise _fail(f"{p}.{key}", "required")
+    attributes = item.get("attributes") or {}
+    if not isinstance(attributes, dict):
+        raise _fail(f"{p}.attributes", "expected an object of strings")
+    for key, value in attributes.items():
+        if not isinstance(value, str):
+            raise _fail(f"{p}.attributes.{key}", "expected a string")
+    return WorkerSpec(
+        id=worker_id,
+        cpu_millicores=_int(item["cpu_millicores"], p, "cpu_millicores"),
+        memory_bytes=_int(item["memory_bytes"], p, "memory_bytes"),
+        device=_device(item["device"], f"{p}.device") if item.get("device") is not None else CPU_DEVICE,
+        attributes=dict(attributes),
+        healthy=_bool(item.get("healthy", True), p, "healthy"),
+    )
+
+
+def _is_cpu_device(raw: Any) -> bool:
+    """Whether ``raw`` is the plain ``{"type": "cpu"}`` (what ``_device`` reads as CPU_DEVICE)."""
+    if raw.__class__ is not dict or not raw.keys() <= DEVICE_KEYS or raw.get("type") != "cpu":
+        return False
+    count = raw.get("count", 0)
+    return raw["type"].__class__ is str and raw.get("variant") is None and count.__class__ is int and count == 0
+
+
+def _device_or_none(raw: Any) -> Device | None:
+    """``_device(raw)``, or None where that raises (the caller then checks the item in order)."""
+    try:
+        return _device(raw, "")
+    except SnapshotError:
+        return None
 
 
 def _constraint(raw: Any, path: str) -> Constraint:
@@ -309,10 +355,8 @@ def _constraint(raw: Any, path: str) -> Constraint:
 
 
 RESOURCE_KEYS = frozenset({"cpu_millicores", "memory_bytes", "device"})
-
-
-def _jobs(raw: Any, path: str) -> dict[str, JobSpec]:
-    keys = {
+JOB_KEYS = frozenset(
+    {
         "id",
         "user",
         "band",
@@ -327,13 +371,23 @@ def _jobs(raw: Any, path: str) -> dict[str, JobSpec]:
         "max_retries_preemption",
         "max_retries_failure",
     }
+)
+
+
+def _jobs(raw: Any, path: str) -> dict[str, JobSpec]:
     items = _list(raw, path)
     parsed: dict[str, tuple[int, dict]] = {}
+    match = JOB_ID.match
     for i, item in enumerate(items):
+        if item.__class__ is dict and item.keys() <= JOB_KEYS:
+            job_id = item.get("id")
+            if job_id.__class__ is str and job_id not in parsed and match(job_id):
+                parsed[job_id] = (i, item)
+                continue
         p = f"{path}[{i}]"
-        item = _object(item, p, keys)
+        item = _object(item, p, JOB_KEYS)
         job_id = _str(item.get("id"), p, "id")
-        if not JOB_ID.match(job_id):
+        if not match(job_id):
             raise _fail(f"{p}.id", "expected a job id like /user/name or /user/name/child")
         if job_id in parsed:
             raise _fail(f"{p}.id", f"duplicate job id {job_id!r}")
@@ -362,55 +416,199 @@ def _jobs(raw: Any, path: str) -> dict[str, JobSpec]:
     # Equal requests and constraint lists share one object, as in snapshots built from rows; the
     # core memoises per object identity first.
     shared: dict[object, object] = {}
+    # The shared request by its validated JSON values, so a repeated request is built once.
+    requests: dict[tuple, Resources] = {}
     for job_id, (i, item) in parsed.items():
-        p = f"{path}[{i}]"
-        parent = _parent(job_id)
-        if "parent" in item and item["parent"] != parent:
-            raise _fail(f"{p}.parent", f"expected {parent!r} (derived from the id)")
-        submitted = _int(item.get("submitted_at_ms", 0), p, "submitted_at_ms")
-        root = "/".join(job_id.split("/")[:3])
-        if item.get("root_submitted_at_ms") is not None:
-            root_submitted = _int(item["root_submitted_at_ms"], p, "root_submitted_at_ms")
-        elif root in parsed:
-            root_submitted = _int(parsed[root][1].get("submitted_at_ms", 0), f"{path}[{parsed[root][0]}].submitted_at_ms")
-        else:
-            root_submitted = submitted
-        resources = Resources()
-        if item.get("resources") is not None:
-            r = item["resources"]
-            if not isinstance(r, dict) or not r.keys() <= RESOURCE_KEYS:
-                _object(r, f"{p}.resources", RESOURCE_KEYS)
-            resources = Resources(
-                cpu_millicores=_int(r.get("cpu_millicores", 0), p, "resources.cpu_millicores"),
-                memory_bytes=_int(r.get("memory_bytes", 0), p, "resources.memory_bytes"),
-                device=_device(r["device"], p, "resources.device") if r.get("device") is not None else CPU_DEVICE,
-            )
-        group_by = None
-        if item.get("coscheduling") is not None:
-            c = _object(item["coscheduling"], f"{p}.coscheduling", {"group_by"})
-            group_by = _str(c.get("group_by"), p, "coscheduling.group_by")
-        constraints = tuple(
-            _constraint(c, f"{p}.constraints[{j}]") for j, c in enumerate(_list(item.get("constraints") or [], p, "constraints"))
-        )
-        resources = shared.setdefault(resources, resources)
-        constraints = shared.setdefault(constraints, constraints)
-        deadline = item.get("scheduling_deadline_ms")
-        jobs[job_id] = JobSpec(
-            id=job_id,
-            user=_str(item["user"], p, "user") if item.get("user") is not None else job_id.split("/")[1],
-            band=band_of(job_id),
-            parent=parent,
-            submitted_at_ms=submitted,
-            root_submitted_at_ms=root_submitted,
-            replicas=_int(item.get("replicas", 1), p, "replicas", minimum=1),
-            resources=resources,
-            group_by=group_by,
-            constraints=constraints,
-            scheduling_deadline_ms=None if deadline is None else _int(deadline, p, "scheduling_deadline_ms"),
-            max_retries_preemption=_int(item.get("max_retries_preemption", 100), p, "max_retries_preemption"),
-            max_retries_failure=_int(item.get("max_retries_failure", 0), p, "max_retries_failure"),
-        )
+        # The common shape is checked inline; anything else (and every error) takes _job, which
+        # checks the fields in order.
+        job = _job_fast(job_id, item, parsed, bands, shared, requests)
+        if job is None:
+            job = _job(job_id, i, item, path, parsed, band_of, shared)
+        jobs[job_id] = job
     return jobs
+
+
+def _job_fast(
+    job_id: str,
+    item: dict,
+    parsed: Mapping[str, tuple[int, dict]],
+    bands: dict[str, Band],
+    shared: dict[object, object],
+    requests: dict[tuple, Resources],
+) -> JobSpec | None:
+    """The job of a well-formed ``item`` in its usual shape (a band given; ``parent`` left
+    out), or None: then :func:`_job` decides, and raises any error."""
+    get = item.get
+    band = get("band")
+    band = BANDS_BY_WIRE.get(band) if band.__class__ is str else None
+    submitted = get("submitted_at_ms", 0)
+    replicas = get("replicas", 1)
+    user = get("user")
+    deadline = get("scheduling_deadline_ms")
+    retries_preemption = get("max_retries_preemption", 100)
+    retries_failure = get("max_retries_failure", 0)
+    if not (
+        band is not None
+        and "parent" not in item
+        and get("root_submitted_at_ms") is None
+        and submitted.__class__ is int
+        and submitted >= 0
+        and replicas.__class__ is int
+        and replicas >= 1
+        and (user is None or (user.__class__ is str and user))
+        and (deadline is None or (deadline.__class__ is int and deadline >= 0))
+        and retries_preemption.__class__ is int
+        and retries_preemption >= 0
+        and retries_failure.__class__ is int
+        and retries_failure >= 0
+    ):
+        return None
+    parent, _, _ = job_id.rpartition("/")
+    if parent.count("/") >= 2:
+        root = "/".join(job_id.split("/")[:3])
+        root_item = parsed.get(root)
+        root_submitted = submitted if root_item is None else root_item[1].get("submitted_at_ms", 0)
+        if root_submitted.__class__ is not int or root_submitted < 0:
+            return None
+    else:
+        parent = None
+        root_submitted = submitted
+    resources = _request(get("resources"), shared, requests)
+    if resources is None:
+        return None
+    group_by = None
+    cosched = get("coscheduling")
+    if cosched is not None:
+        if cosched.__class__ is not dict or cosched.keys() != {"group_by"}:
+            return None
+        group_by = cosched["group_by"]
+        if group_by.__class__ is not str or not group_by:
+            return None
+    constraints = get("constraints")
+    if not constraints:
+        constraints = ()
+    else:
+        if constraints.__class__ is not list:
+            return None
+        try:
+            constraints = tuple(_constraint(c, "") for c in constraints)
+        except SnapshotError:
+            return None
+        constraints = shared.setdefault(constraints, constraints)
+    bands.setdefault(job_id, band)
+    return JobSpec(
+        job_id,
+        job_id[1 : job_id.index("/", 1)] if user is None else user,
+        band,
+        parent,
+        submitted,
+        root_submitted,
+        replicas,
+        resources,
+        group_by,
+        constraints,
+        deadline,
+        retries_preemption,
+        retries_failure,
+    )
+
+
+def _request(raw: Any, shared: dict[object, object], requests: dict[tuple, Resources]) -> Resources | None:
+    """A job's ``resources`` in the usual shape as the shared :class:`Resources`, else None."""
+    if raw is None:
+        key: tuple = ()
+    elif raw.__class__ is dict and raw.keys() <= RESOURCE_KEYS:
+        cpu = raw.get("cpu_millicores", 0)
+        memory = raw.get("memory_bytes", 0)
+        device = raw.get("device")
+        if cpu.__class__ is not int or cpu < 0 or memory.__class__ is not int or memory < 0:
+            return None
+        if device is None or _is_cpu_device(device):
+            key = (cpu, memory)
+        elif device.__class__ is dict and device.keys() <= DEVICE_KEYS:
+            kind, variant, count = device.get("type"), device.get("variant"), device.get("count")
+            if (
+                kind.__class__ is not str
+                or kind not in ("gpu", "tpu")
+                or (variant is not None and (variant.__class__ is not str or not variant))
+                or count.__class__ is not int
+                or count < 0
+            ):
+                return None
+            key = (cpu, memory, kind, variant, count)
+        else:
+            return None
+    else:
+        return None
+    resources = requests.get(key)
+    if resources is None:
+        if not key:
+            resources = Resources()
+        elif len(key) == 2:
+            resources = Resources(key[0], key[1], CPU_DEVICE)
+        else:
+            resources = Resources(key[0], key[1], Device(DEVICE_TYPES_BY_VALUE[key[2]], key[3], key[4]))
+        resources = requests[key] = shared.setdefault(resources, resources)
+    return resources
+
+
+def _job(
+    job_id: str,
+    i: int,
+    item: dict,
+    path: str,
+    parsed: Mapping[str, tuple[int, dict]],
+    band_of: Callable[[str], Band],
+    shared: dict[object, object],
+) -> JobSpec:
+    """One job, every field checked in order (the first problem raises)."""
+    p = f"{path}[{i}]"
+    parent = _parent(job_id)
+    if "parent" in item and item["parent"] != parent:
+        raise _fail(f"{p}.parent", f"expected {parent!r} (derived from the id)")
+    submitted = _int(item.get("submitted_at_ms", 0), p, "submitted_at_ms")
+    root = "/".join(job_id.split("/")[:3])
+    if item.get("root_submitted_at_ms") is not None:
+        root_submitted = _int(item["root_submitted_at_ms"], p, "root_submitted_at_ms")
+    elif root in parsed:
+        root_submitted = _int(parsed[root][1].get("submitted_at_ms", 0), f"{path}[{parsed[root][0]}].submitted_at_ms")
+    else:
+        root_submitted = submitted
+    resources = Resources()
+    if item.get("resources") is not None:
+        r = item["resources"]
+        if not isinstance(r, dict) or not r.keys() <= RESOURCE_KEYS:
+            _object(r, f"{p}.resources", RESOURCE_KEYS)
+        resources = Resources(
+            cpu_millicores=_int(r.get("cpu_millicores", 0), p, "resources.cpu_millicores"),
+            memory_bytes=_int(r.get("memory_bytes", 0), p, "resources.memory_bytes"),
+            device=_device(r["device"], p, "resources.device") if r.get("device") is not None else CPU_DEVICE,
+        )
+    group_by = None
+    if item.get("coscheduling") is not None:
+        c = _object(item["coscheduling"], f"{p}.coscheduling", {"group_by"})
+        group_by = _str(c.get("group_by"), p, "coscheduling.group_by")
+    constraints = tuple(
+        _constraint(c, f"{p}.constraints[{j}]") for j, c in enumerate(_list(item.get("constraints") or [], p, "constraints"))
+    )
+    resources = shared.setdefault(resources, resources)
+    constraints = shared.setdefault(constraints, constraints)
+    deadline = item.get("scheduling_deadline_ms")
+    return JobSpec(
+        id=job_id,
+        user=_str(item["user"], p, "user") if item.get("user") is not None else job_id.split("/")[1],
+        band=band_of(job_id),
+        parent=parent,
+        submitted_at_ms=submitted,
+        root_submitted_at_ms=root_submitted,
+        replicas=_int(item.get("replicas", 1), p, "replicas", minimum=1),
+        resources=resources,
+        group_by=group_by,
+        constraints=constraints,
+        scheduling_deadline_ms=None if deadline is None else _int(deadline, p, "scheduling_deadline_ms"),
+        max_retries_preemption=_int(item.get("max_retries_preemption", 100), p, "max_retries_preemption"),
+        max_retries_failure=_int(item.get("max_retries_failure", 0), p, "max_retries_failure"),
+    )
 
 
 def _parent(job_id: str) -> str | None:
@@ -425,58 +623,107 @@ TASK_KEYS = frozenset({"id", "state", "worker", "band", "preemption_count", "unf
 
 def _tasks(raw: Any, path: str, jobs: Mapping[str, JobSpec], worker_ids: set[str]) -> tuple[TaskSnapshot, ...]:
     listed: dict[str, TaskSnapshot] = {}
+    states = TASK_STATES_BY_VALUE
+    bands = BANDS_BY_WIRE
+    active = ACTIVE_STATES
     for i, item in enumerate(_list(raw, path)):
-        p = f"{path}[{i}]"
-        item = _object(item, p, TASK_KEYS)
-        task_id = _str(item.get("id"), p, "id")
-        job_id, _, index_text = task_id.rpartition("/")
-        if not TASK_INDEX.match(index_text):
-            raise _fail(f"{p}.id", "expected <job id>/<index>")
-        job = jobs.get(job_id)
-        if job is None:
-            raise _fail(f"{p}.id", f"no job {job_id!r} in the snapshot")
-        index = int(index_text)
-        if index >= job.replicas:
-            raise _fail(f"{p}.id", f"index {index} out of range: job {job_id!r} has {job.replicas} replicas")
-        if task_id in listed:
-            raise _fail(f"{p}.id", f"duplicate task id {task_id!r}")
-        state = item.get("state", "pending")
-        state = TASK_STATES_BY_VALUE.get(state) if isinstance(state, str) else None
-        if state is None:
-            raise _fail(f"{p}.state", f"expected one of {STATE_NAMES}")
-        worker = item.get("worker")
-        if worker is not None:
-            worker = _str(worker, p, "worker")
-            if worker not in worker_ids:
-                raise _fail(f"{p}.worker", f"no worker {worker!r} in the snapshot")
-            if state not in ACTIVE_STATES:
-                raise _fail(f"{p}.worker", f"a {state.value} task has no worker")
-        unfinished = item.get("unfinished_attempt_worker")
-        if unfinished is not None:
-            unfinished = _str(unfinished, p, "unfinished_attempt_worker")
-            if unfinished not in worker_ids:
-                raise _fail(f"{p}.unfinished_attempt_worker", f"no worker {unfinished!r} in the snapshot")
-        band = item.get("band")
-        listed[task_id] = task_snapshot(
-            task_id,
-            job_id,
-            index,
-            state,
-            worker,
-            None if band is None else _band(band, p, "band"),
-            _int(item.get("preemption_count", 0), p, "preemption_count"),
-            unfinished,
-        )
+        # The common shape is checked inline; anything else (and every error) takes _task, which
+        # checks the fields in order.
+        task = None
+        if item.__class__ is dict and item.keys() <= TASK_KEYS:
+            get = item.get
+            task_id = get("id")
+            state = get("state", "pending")
+            worker = get("worker")
+            unfinished = get("unfinished_attempt_worker")
+            band = get("band")
+            count = get("preemption_count", 0)
+            if task_id.__class__ is str and state.__class__ is str and (band is None or band.__class__ is str):
+                job_id, _, index_text = task_id.rpartition("/")
+                job = jobs.get(job_id)
+                state = states.get(state)
+                band = None if band is None else bands.get(band, False)
+                if (
+                    job is not None
+                    and state is not None
+                    and band is not False
+                    # A decimal index without sign or leading zeros, as TASK_INDEX.
+                    and index_text.isdigit()
+                    and index_text.isascii()
+                    and (index_text[0] != "0" or index_text == "0")
+                    and task_id not in listed
+                    and (worker is None or (worker.__class__ is str and worker in worker_ids and state in active))
+                    and (unfinished is None or (unfinished.__class__ is str and unfinished in worker_ids))
+                    and count.__class__ is int
+                    and count >= 0
+                ):
+                    index = int(index_text)
+                    if index < job.replicas:
+                        task = task_snapshot(task_id, job_id, index, state, worker, band, count, unfinished)
+        if task is None:
+            task = _task(item, f"{path}[{i}]", jobs, worker_ids, listed)
+        listed[task.id] = task
     tasks = []
     append = tasks.append
     pending = TaskState.PENDING
+    listed_jobs = {task.job_id for task in listed.values()}
     for job in jobs.values():
         job_id = job.id
+        if job_id not in listed_jobs:
+            for index in range(job.replicas):
+                append(task_snapshot(f"{job_id}/{index}", job_id, index, pending, None, None, 0, None))
+            continue
         for index in range(job.replicas):
             task_id = f"{job_id}/{index}"
             task = listed.get(task_id)
             append(task if task is not None else task_snapshot(task_id, job_id, index, pending, None, None, 0, None))
     return tuple(tasks)
+
+
+def _task(
+    item: Any, p: str, jobs: Mapping[str, JobSpec], worker_ids: set[str], listed: Mapping[str, TaskSnapshot]
+) -> TaskSnapshot:
+    """One listed task, every field checked in order (the first problem raises)."""
+    item = _object(item, p, TASK_KEYS)
+    task_id = _str(item.get("id"), p, "id")
+    job_id, _, index_text = task_id.rpartition("/")
+    if not TASK_INDEX.match(index_text):
+        raise _fail(f"{p}.id", "expected <job id>/<index>")
+    job = jobs.get(job_id)
+    if job is None:
+        raise _fail(f"{p}.id", f"no job {job_id!r} in the snapshot")
+    index = int(index_text)
+    if index >= job.replicas:
+        raise _fail(f"{p}.id", f"index {index} out of range: job {job_id!r} has {job.replicas} replicas")
+    if task_id in listed:
+        raise _fail(f"{p}.id", f"duplicate task id {task_id!r}")
+    state = item.get("state", "pending")
+    state = TASK_STATES_BY_VALUE.get(state) if isinstance(state, str) else None
+    if state is None:
+        raise _fail(f"{p}.state", f"expected one of {STATE_NAMES}")
+    worker = item.get("worker")
+    if worker is not None:
+        worker = _str(worker, p, "worker")
+        if worker not in worker_ids:
+            raise _fail(f"{p}.worker", f"no worker {worker!r} in the snapshot")
+        if state not in ACTIVE_STATES:
+            raise _fail(f"{p}.worker", f"a {state.value} task has no worker")
+    unfinished = item.get("unfinished_attempt_worker")
+    if unfinished is not None:
+        unfinished = _str(unfinished, p, "unfinished_attempt_worker")
+        if unfinished not in worker_ids:
+            raise _fail(f"{p}.unfinished_attempt_worker", f"no worker {unfinished!r} in the snapshot")
+    band = item.get("band")
+    return task_snapshot(
+        task_id,
+        job_id,
+        index,
+        state,
+        worker,
+        None if band is None else _band(band, p, "band"),
+        _int(item.get("preemption_count", 0), p, "preemption_count"),
+        unfinished,
+    )
 
 
 # -- snapshot to JSON ---------------------------------------------------------------------------
@@ -602,41 +849,68 @@ def task_sort_key(task_id: str) -> tuple[str, int]:
     return (job_id, int(index))
 
 
-def _by_task(mapping: Mapping[str, Any]) -> list[str]:
+def _by_task(mapping: Mapping[str, Any], order: list[str] | None = None) -> list[str]:
+    """The task ids of ``mapping`` sorted by :func:`task_sort_key`. ``order``, every task id of
+    the snapshot's jobs already in that order, gives them without a sort when it holds them all."""
+    if order is not None:
+        keys = list(filter(mapping.__contains__, order))
+        if len(keys) == len(mapping):
+            return keys
     return sorted(mapping, key=task_sort_key)
 
 
-def decision_to_json(decision: Decision) -> dict:
+def _task_order(jobs: Mapping[str, JobSpec]) -> list[str]:
+    """The ids of every task of ``jobs`` (indices 0 to replicas - 1), sorted by
+    :func:`task_sort_key`: jobs by id, then each job's tasks by index."""
+    return [f"{job_id}/{index}" for job_id in sorted(jobs) for index in range(jobs[job_id].replicas)]
+
+
+# Wire names by dict look-up: ``Band.wire`` and ``Enum.value`` are Python-level properties.
+BAND_WIRE = {band: band.wire for band in Band}
+BAND_WIRE_OR_NONE = {None: None, **BAND_WIRE}
+TASK_STATE_VALUES = {state: state.value for state in TaskState}
+
+
+def decision_to_json(decision: Decision, jobs: Mapping[str, JobSpec] | None = None) -> dict:
     """The decision in the format of docs/snapshot-format.md; pending reasons rendered as text
-    (cause and downgrade; a task's place is in ``queue``, the one definition of positions)."""
-    texts: dict[int, str] = {}
+    (cause and downgrade; a task's place is in ``queue``, the one definition of positions).
 
-    def render(reason: Any) -> str:
-        text = texts.get(id(reason))
-        if text is None:
-            text = texts[id(reason)] = reason.text() if hasattr(reason, "text") else str(reason)
-        return text
-
+    ``jobs``, the decided snapshot's jobs, only makes it faster: the maps keyed by task are put
+    in order from the jobs' task ids instead of sorting each (the output is the same)."""
+    order = None if jobs is None else _task_order(jobs)
+    band_wire = BAND_WIRE
     bands = decision.effective_bands
     reasons = decision.pending_reasons
     after = decision.after
+
+    band_keys = _by_task(bands, order)
+    reason_keys = _by_task(reasons, order)
+    reason_objects = list(map(reasons.__getitem__, reason_keys))
+    # Each reason object is rendered once (equal reasons are often one object).
+    texts = {
+        key: reason.text() if hasattr(reason, "text") else str(reason)
+        for key, reason in dict(zip(map(id, reason_objects), reason_objects)).items()
+    }
+    states = TASK_STATE_VALUES
+    band_or_none = BAND_WIRE_OR_NONE
+    after_json = {}
+    for t in _by_task(after, order):
+        task = after[t]
+        after_json[t] = {
+            "state": states[task.state],
+            "worker": task.worker,
+            "band": band_or_none[task.band],
+            "preemption_count": task.preemption_count,
+        }
     return {
         "spend": {user: decision.spend[user] for user in sorted(decision.spend)},
-        "effective_bands": {t: bands[t].wire for t in _by_task(bands)},
+        "effective_bands": dict(zip(band_keys, map(band_wire.__getitem__, map(bands.__getitem__, band_keys)))),
         "order": list(decision.order),
-        "assignments": [{"task": a.task, "worker": a.worker, "band": a.band.wire} for a in decision.assignments],
+        "assignments": [{"task": a.task, "worker": a.worker, "band": band_wire[a.band]} for a in decision.assignments],
         "preemptions": [{"victim": p.victim, "preemptor": p.preemptor, "worker": p.worker} for p in decision.preemptions],
         "unschedulable": [{"task": u.task, "reason": u.reason} for u in decision.unschedulable],
-        "pending_reasons": {t: render(reasons[t]) for t in _by_task(reasons)},
-        "queue": {band.wire: tasks for band, tasks in pending_queue(decision).items()},
-        "after": {
-            t: {
-                "state": after[t].state.value,
-                "worker": after[t].worker,
-                "band": None if after[t].band is None else after[t].band.wire,
-                "preemption_count": after[t].preemption_count,
-            }
-            for t in _by_task(after)
-        },
+        "pending_reasons": dict(zip(reason_keys, map(texts.__getitem__, map(id, reason_objects)))),
+        "queue": {band_wire[band]: tasks for band, tasks in pending_queue(decision).items()},
+        "after": after_json,
         "jobs_after": {job: decision.jobs_after[job].value for job in sorted(decision.jobs_after)},
     }

@@ -9,7 +9,7 @@ from benchmarks.synthetic import generate
 from scheduler.core.bands import Band
 from scheduler.core.decision import decide
 from scheduler.core.types import ClusterSnapshot, ConstraintOp, DeviceType, GroupSpec, TaskState
-from scheduler.core.wire import SnapshotError, decision_to_json, snapshot_from_json, snapshot_to_json
+from scheduler.core.wire import SnapshotError, decision_to_json, snapshot_from_json, snapshot_to_json, task_sort_key
 from tests.core.builders import NOW, cluster, job, running, worker
 
 MINIMAL = {
@@ -189,3 +189,42 @@ def test_the_same_snapshot_gives_the_same_json_decision():
     first = decision_to_json(decide(snapshot_from_json(doc)))
     second = decision_to_json(decide(snapshot_from_json(copy.deepcopy(doc))))
     assert first == second
+
+
+def test_decision_json_from_the_jobs_task_ids_is_the_sorted_one():
+    # "/a/j-x" sorts after "/a/j" as a job though "-" < "/" in a string; "/a/j/10" after "/a/j/9".
+    jobs = [job("/a/j", replicas=11), job("/a/j-x", replicas=2), job("/a/j/child", replicas=3), job("/b/k", replicas=12)]
+    snapshot = cluster([worker("w", cpu=4)], jobs, max_tasks_per_job_per_cycle=0)
+    decision = decide(snapshot)
+    doc = decision_to_json(decision, snapshot.jobs)
+    assert doc == decision_to_json(decision)
+    keys = list(doc["effective_bands"])
+    assert keys == sorted(keys, key=task_sort_key) and keys.index("/a/j/10") < keys.index("/a/j-x/0")
+    assert list(doc["after"]) == sorted(doc["after"], key=task_sort_key)
+    # Jobs that do not hold every task of the decision: the maps are sorted instead.
+    assert decision_to_json(decision, {"/b/k": snapshot.jobs["/b/k"]}) == doc
+
+
+def test_snapshots_off_the_common_shape_read_as_in_order_checks_give():
+    # Each job and task here leaves the inline fast path (a band spelled otherwise, inherited,
+    # an explicit parent or root time, a float-free but unusual device), and must read the same.
+    doc = {
+        "now_ms": NOW,
+        "workers": [
+            {"id": "w1", "cpu_millicores": 8000, "memory_bytes": 8 << 30, "device": {"type": "cpu", "count": 0.0}},
+            {"id": "g1", "cpu_millicores": 8000, "memory_bytes": 8 << 30, "device": {"type": "gpu", "variant": "a100", "count": 2}},
+        ],
+        "jobs": [
+            {"id": "/alice/train", "band": "BATCH", "replicas": 2, "submitted_at_ms": 5},
+            {"id": "/alice/train/eval", "parent": "/alice/train"},
+            {"id": "/alice/train/eval/x", "root_submitted_at_ms": 1, "resources": {"device": {"type": "gpu", "count": 1}}},
+        ],
+        "tasks": [{"id": "/alice/train/1", "state": "running", "worker": "g1", "band": "Batch"}],
+    }
+    snapshot = snapshot_from_json(doc)
+    assert [w.device.count for w in snapshot.workers] == [0, 2]
+    train, evaluation, leaf = (snapshot.jobs[j] for j in ("/alice/train", "/alice/train/eval", "/alice/train/eval/x"))
+    assert (train.band, evaluation.band, leaf.band) == (Band.BATCH,) * 3
+    assert (evaluation.root_submitted_at_ms, leaf.root_submitted_at_ms) == (5, 1)
+    assert leaf.resources.device.type is DeviceType.GPU and leaf.resources.device.count == 1
+    assert snapshot.tasks[1].band is Band.BATCH and snapshot.tasks[1].worker == "g1"
