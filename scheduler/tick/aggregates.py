@@ -18,14 +18,19 @@ from scheduler.core.types import ACTIVE_STATES, ClusterSnapshot, Decision
 
 
 def active_counts(snapshot: ClusterSnapshot, decision: Decision, kept: Collection[str],
-                  kueue: KueueInput | None = None) -> dict:
+                  kueue: KueueInput | None = None,
+                  per_worker: dict[str, dict[tuple[str, int], int]] | None = None) -> dict:
     """``{"by_band_user": {rank: {user: n}}, "by_state": {state: n}}`` of the tasks active
     (ASSIGNED/BUILDING/RUNNING) after this tick's writes: a task's kept change wins over its
     snapshot state; a change the tick dropped (the task moved meanwhile) is not counted.
 
     Running tasks carry the band stamped when they were placed; users come from the job. The
     Kubernetes-routed pending tasks (``kueue.pending``, outside the core's snapshot) count once
-    this tick promoted them."""
+    this tick promoted them.
+
+    ``per_worker``, when given, is filled in the same loop with who holds each worker:
+    ``{worker: {(user, stamped band rank): active tasks}}`` (the what-if basis stores it, so a
+    what-if names the holders of its matching workers without grouping the task table)."""
     by_band_user: dict[str, dict[str, int]] = {}
     by_state: dict[str, int] = {}
     after = decision.after
@@ -34,9 +39,9 @@ def active_counts(snapshot: ClusterSnapshot, decision: Decision, kept: Collectio
     for task in chain(snapshot.tasks, kueue.pending if kueue is not None else ()):
         if task.id in kept:
             moved = after[task.id]
-            state, band = moved.state, moved.band
+            state, band, worker = moved.state, moved.band, moved.worker
         else:
-            state, band = task.state, task.band
+            state, band, worker = task.state, task.band, task.worker
         if state not in ACTIVE_STATES:
             continue
         by_state[state.value] = by_state.get(state.value, 0) + 1
@@ -46,4 +51,10 @@ def active_counts(snapshot: ClusterSnapshot, decision: Decision, kept: Collectio
         job = jobs.get(task.job_id) or kube_jobs[task.job_id]
         user = job.user
         users[user] = users.get(user, 0) + 1
+        if per_worker is not None and worker is not None:
+            held = per_worker.get(worker)
+            if held is None:
+                held = per_worker[worker] = {}
+            key = (user, int(band))
+            held[key] = held.get(key, 0) + 1
     return {"by_band_user": by_band_user, "by_state": by_state}
