@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import zlib
 
+import orjson
 from django.conf import settings
 from django.db import models
 from knox.models import AbstractAuthToken
@@ -32,6 +33,17 @@ def compress_json(value) -> bytes:
     return zlib.compress(json.dumps(value, separators=(",", ":")).encode(), 1)
 
 
+def decompress_json(data: bytes | memoryview):
+    """What :func:`compress_json` stored. Parsed by orjson (the what-if basis's 1.2 MB of JSON at
+    10,000 workers: about a quarter of the standard library's time); what orjson refuses but
+    ``json.dumps`` writes (NaN, integers beyond 64 bits) is parsed by the standard library."""
+    raw = zlib.decompress(bytes(data))
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return json.loads(raw)
+
+
 class CompressedJSONField(models.BinaryField):
     """JSON kept as zlib-compressed bytes: for large documents written often and read rarely.
 
@@ -48,11 +60,11 @@ class CompressedJSONField(models.BinaryField):
     def from_db_value(self, value, expression, connection):
         if value is None:
             return None
-        return json.loads(zlib.decompress(bytes(value)))
+        return decompress_json(value)
 
     def to_python(self, value):
         if isinstance(value, (bytes, memoryview)):
-            return json.loads(zlib.decompress(bytes(value)))
+            return decompress_json(value)
         return value
 
 

@@ -2,10 +2,13 @@
 planned job alone, on the cluster as the newest tick left it. Writes nothing.
 
 The newest tick records a what-if basis (``tick.explanation.whatif_basis_to_json``): every
-worker's free capacity after its decision, and each band's users with their pending counts.
-A web process reads it once per tick (a few MB for 10,000 workers, no tasks), places only the
-new job on it with ``core.decision.decide``, and counts its place in the band's round robin
-(``core.whatif.queue_place``). When nothing fits in the free capacity, the workers where
+worker's free capacity after its decision, who holds each worker (active tasks per user and
+stamped band), and each band's users with their pending counts. A web process reads it once
+per tick (a few MB for 10,000 workers, no tasks), places only the new job on it with
+``core.decision.decide``, and counts its place in the band's round robin
+(``core.whatif.queue_place``). The job shape's feasibility analysis and the workers its trial
+is offered are kept per shape with the parsed basis; the holders of its matching workers are
+summed from the basis (no grouped count of the task table). When nothing fits in the free capacity, the workers where
 lower-band work holds enough are read (a bounded number, with those tasks) and the core's
 preemption decides on them. Before the first tick there is no basis: the answer then comes
 from a decision over the whole live snapshot, as it always did.
@@ -30,7 +33,7 @@ from scheduler.core.bands import Band
 from scheduler.core.budget import effective_band
 from scheduler.core.decision import decide
 from scheduler.core.explain import pending_queue, pending_text, reason_record
-from scheduler.core.feasibility import ShapeAnalysis, analyse_job, holders
+from scheduler.core.feasibility import ShapeAnalysis, analyse_job, holders, rank_holders
 from scheduler.core.types import (
     ACTIVE_STATES,
     ClusterSnapshot,
@@ -46,7 +49,7 @@ from scheduler.core.types import (
 from scheduler.core.whatif import queue_place
 from scheduler.errors import InvalidArgument, NotFound, PermissionDenied, ServiceError
 from scheduler.inputs import parse_user_id
-from scheduler.jobs.feasibility import feasibility_data, holders_of
+from scheduler.jobs.feasibility import feasibility_data, shape_key
 from scheduler.jobs.queue import queue_index
 from scheduler.jobs.request import parse_job_request
 from scheduler.jobs.submit import SubmissionPlan, plan_submission
@@ -166,14 +169,13 @@ def simulate_plan(plan: SubmissionPlan) -> WhatIf:
     budget = effective_budget_for(plan.user)
     spend = live_spend([plan.user]).get(plan.user, 0)
     band = effective_band(plan.band, plan.user, {plan.user: spend}, {plan.user: budget}, defaults)
-    analysis = analyse_job(job, basis.workers, group_specs(cluster_config()), basis.attributes)
+    analysis, offered = shape_on_basis(job, basis)
     config = scheduler_config()
     # The job alone, at the band it would be scheduled in (so the trial does not re-price it),
     # on the capacity the tick left free; a job that never fits is tried on the totals, so
     # its reason names what no worker has at all.
     alone = replace(job, band=band)
-    trial = decide(ClusterSnapshot(now_ms, config, {}, trial_workers(alone, analysis, basis),
-                                   {job.id: alone}, tasks))
+    trial = decide(ClusterSnapshot(now_ms, config, {}, offered, {job.id: alone}, tasks))
     ours = {t.id for t in tasks}
     assignments = [a for a in trial.assignments if a.task in ours]
     victims: list[str] = []
@@ -188,11 +190,26 @@ def simulate_plan(plan: SubmissionPlan) -> WhatIf:
         plan, band=band, spend=spend, limit=budget.budget_limit, place=place,
         reason=trial.pending_reasons.get(tasks[0].id) if waiting else None,
         worker=assignments[0].worker if assignments else None, victims=victims,
-        feasibility=feasibility_data(analysis, band, lambda: holders_of(analysis, band, basis.tick), waiting,
+        feasibility=feasibility_data(analysis, band,
+                                     lambda: rank_holders(basis.holder_counts(analysis.matching_ids), band), waiting,
                                      basis.tick),
         basis={"source": "tick", "tick": basis.tick, "tick_at": basis.tick_at},
         ahead=task_ahead_in_tick_queue(band, place[0]) if place is not None else None, now_ms=now_ms,
     )
+
+
+def shape_on_basis(job: JobSpec, basis: WhatIfBasis) -> tuple[ShapeAnalysis, tuple[WorkerSpec, ...]]:
+    """The job's feasibility analysis over the basis's workers and the workers its trial is
+    offered (:func:`trial_workers`): both depend only on the job's shape (``jobs.feasibility.
+    shape_key``) and the basis, so they are computed once per shape per tick in this process
+    (analysing 10,000 workers cost more than the rest of a warm what-if)."""
+    groups = group_specs(cluster_config())
+    key = ("shape", shape_key(job), groups)
+    found = basis.memo.get(key)
+    if found is None:
+        analysis = analyse_job(job, basis.workers, groups, basis.attributes)
+        found = basis.memo[key] = (analysis, trial_workers(job, analysis, basis))
+    return found
 
 
 def task_ahead_in_tick_queue(band: Band, position: int) -> str | None:

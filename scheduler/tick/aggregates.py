@@ -22,7 +22,8 @@ PENDING, ASSIGNED, BUILDING, RUNNING = TaskState.PENDING, TaskState.ASSIGNED, Ta
 
 
 def active_counts(snapshot: ClusterSnapshot, decision: Decision, kept: Collection[str],
-                  kueue: KueueInput | None = None) -> dict:
+                  kueue: KueueInput | None = None,
+                  per_worker: dict[str, dict[tuple[str, int], int]] | None = None) -> dict:
     """``{"by_band_user": {rank: {user: n}}, "by_state": {state: n}, "by_user": {user:
     [pending, active, jobs]}}`` after this tick's writes: a task's kept change wins over its
     snapshot state; a change the tick dropped (the task moved meanwhile) is not counted.
@@ -33,25 +34,29 @@ def active_counts(snapshot: ClusterSnapshot, decision: Decision, kept: Collectio
     columns). The Kubernetes-routed pending tasks (``kueue.pending``, outside the core's
     snapshot) count as pending, and as active once this tick promoted them.
 
+    ``per_worker``, when given, is filled with who holds each worker: ``{worker: {(user,
+    stamped band rank): active tasks}}`` (the what-if basis stores it, so a what-if names the
+    holders of its matching workers without grouping the task table).
+
     One pass counts the tasks per job (100,000 pending tasks fall into a few groups per job);
     the per-user sums run over those groups."""
     after = decision.after
     jobs = snapshot.jobs
     kube_jobs = kueue.jobs if kueue is not None else {}
     pending_of_job: dict[str, int] = {}
-    # {(job, stamped band or None, state): n} of active tasks; states compared by identity
-    # (hashing an Enum member runs Python code: too slow for 100,000 tasks).
-    active_of_job: dict[tuple[str, int | None, str], int] = {}
+    # {(job, stamped band or None, state, worker): n} of active tasks; states compared by
+    # identity (hashing an Enum member runs Python code: too slow for 100,000 tasks).
+    active_of_job: dict[tuple[str, int | None, str, str | None], int] = {}
     for task in chain(snapshot.tasks, kueue.pending if kueue is not None else ()):
         if task.id in kept:
             moved = after[task.id]
-            state, band = moved.state, moved.band
+            state, band, worker = moved.state, moved.band, moved.worker
         else:
-            state, band = task.state, task.band
+            state, band, worker = task.state, task.band, task.worker
         if state is PENDING:
             pending_of_job[task.job_id] = pending_of_job.get(task.job_id, 0) + 1
         elif state is RUNNING or state is ASSIGNED or state is BUILDING:
-            key = (task.job_id, None if band is None else int(band), state.value)
+            key = (task.job_id, None if band is None else int(band), state.value, worker)
             active_of_job[key] = active_of_job.get(key, 0) + 1
     by_band_user: dict[str, dict[str, int]] = {}
     by_state: dict[str, int] = {}
@@ -69,13 +74,19 @@ def active_counts(snapshot: ClusterSnapshot, decision: Decision, kept: Collectio
 
     for job_id, n in pending_of_job.items():
         user_counts(job_id)[0] += n
-    for (job_id, band, state), n in active_of_job.items():
+    for (job_id, band, state, worker), n in active_of_job.items():
         user_counts(job_id)[1] += n
         by_state[state] = by_state.get(state, 0) + n
-        if band is not None:
-            users = by_band_user.setdefault(str(band), {})
-            user = (jobs.get(job_id) or kube_jobs[job_id]).user
-            users[user] = users.get(user, 0) + n
+        if band is None:
+            continue
+        user = (jobs.get(job_id) or kube_jobs[job_id]).user
+        users = by_band_user.setdefault(str(band), {})
+        users[user] = users.get(user, 0) + n
+        if per_worker is not None and worker is not None:
+            held = per_worker.get(worker)
+            if held is None:
+                held = per_worker[worker] = {}
+            held[(user, band)] = held.get((user, band), 0) + n
     for user, counts in by_user.items():
         counts[2] = len(jobs_of_user[user])
     return {"by_band_user": by_band_user, "by_state": by_state, "by_user": by_user}

@@ -299,10 +299,12 @@ def apply_decision(
         if stored is None:
             job_counts: dict[int, dict[str, int]] = {}
             explanation = explanation_to_json(loaded.snapshot, decision, job_counts=job_counts)
-            whatif_basis = whatif_basis_to_json(loaded.snapshot, decision, job_counts)
             # The scheduler page's active-task counts, stored with the queue it shows beside them
-            # (a reused tick keeps them too: nothing they count changed).
-            explanation["active"] = active_counts(loaded.snapshot, decision, kept, loaded.kueue)
+            # (a reused tick keeps them too: nothing they count changed); the same loop counts who
+            # holds each worker, for the what-if basis.
+            holders: dict[str, dict[tuple[str, int], int]] = {}
+            explanation["active"] = active_counts(loaded.snapshot, decision, kept, loaded.kueue, per_worker=holders)
+            whatif_basis = whatif_basis_to_json(loaded.snapshot, decision, job_counts, holders)
             stored = StoredForDecision(
                 decision=decision,
                 fairness=tick.fairness,

@@ -19,7 +19,7 @@ from scheduler.core.types import ClusterSnapshot, Decision, DeviceType
 from scheduler.core.whatif import queue_counts
 
 # The what-if basis's shape (``whatif_basis_to_json``).
-WHATIF_BASIS_VERSION = 1
+WHATIF_BASIS_VERSION = 2
 
 # The stored shape's version: 2 = reasons as records (issue 12). Version 1 (no "version" key)
 # stored reasons as text and positions counted differently; readers treat it as unexplained.
@@ -83,12 +83,18 @@ def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision,
     return {"version": EXPLANATION_VERSION, "tasks": tasks, "reasons": reasons, "band_counts": band_counts}
 
 
-def whatif_basis_to_json(snapshot: ClusterSnapshot, decision: Decision, job_counts: Mapping[int, Mapping[str, int]]) -> dict:
+def whatif_basis_to_json(snapshot: ClusterSnapshot, decision: Decision, job_counts: Mapping[int, Mapping[str, int]],
+                         holders: Mapping[str, Mapping[tuple[str, int], int]] | None = None) -> dict:
     """What a what-if needs of this tick, without the cluster's tasks (``jobs.whatif``).
 
-    Shape: ``{"version": 1, "queue": {rank: [[user, pending], ...]}, "attributes": [attrs, ...],
+    Shape: ``{"version": 2, "queue": {rank: [[user, pending], ...]}, "attributes": [attrs, ...],
     "workers": [[name, cpu, memory, device type, variant, count, attributes index, healthy,
-    free cpu, free memory, free devices, building], ...]}``: each band's users in round-robin
+    free cpu, free memory, free devices, building], ...], "users": [user, ...],
+    "holders": [worker index, user index, stamped band rank, active tasks, ...],
+    "holders_healthy": [[user index, stamped band rank, active tasks], ...]}``: ``holders`` says
+    (four numbers a row, flat) who holds each worker after this tick's writes
+    (``tick.aggregates.active_counts``'s ``per_worker``), ``holders_healthy`` the same summed
+    over the healthy workers, users interned in ``users``; each band's users in round-robin
     order with their pending counts (``core.whatif.queue_counts`` over ``job_counts``, which
     ``explanation_to_json`` fills), and every worker with its
     totals and what it has free once this decision's placements and evictions are counted
@@ -100,7 +106,9 @@ def whatif_basis_to_json(snapshot: ClusterSnapshot, decision: Decision, job_coun
     attributes: list[dict] = []
     attribute_index: dict[tuple, int] = {}
     rows = []
+    where_row: dict[str, int] = {}
     for w in snapshot.workers:
+        where_row[w.id] = len(rows)
         key = tuple(sorted(w.attributes.items()))
         a = attribute_index.get(key)
         if a is None:
@@ -116,5 +124,26 @@ def whatif_basis_to_json(snapshot: ClusterSnapshot, decision: Decision, job_coun
             free = [left.cpu[i], left.mem[i], chips, left.building[i]]
         rows.append([w.id, w.cpu_millicores, w.memory_bytes, dtype.value, device.variant or "", device.count,
                      a, w.healthy, *free])
+    # Who holds each worker, flat (a list of small lists costs the reader an object each), and
+    # summed over the healthy workers (what a shape matching every healthy worker reads).
+    users: list[str] = []
+    user_index: dict[str, int] = {}
+    held_rows: list[int] = []
+    on_healthy: dict[tuple[int, int], int] = {}
+    workers = snapshot.workers
+    for name, held in (holders or {}).items():
+        i = where_row.get(name)
+        if i is None:
+            continue  # not a worker of the snapshot (a Kubernetes task's node): no what-if matches it
+        healthy = workers[i].healthy
+        for (user, band), n in held.items():
+            u = user_index.get(user)
+            if u is None:
+                u = user_index[user] = len(users)
+                users.append(user)
+            held_rows += (i, u, band, n)
+            if healthy:
+                on_healthy[(u, band)] = on_healthy.get((u, band), 0) + n
     return {"version": WHATIF_BASIS_VERSION, "queue": queue_counts(job_counts, snapshot.jobs), "attributes": attributes,
-            "workers": rows}
+            "workers": rows, "users": users, "holders": held_rows,
+            "holders_healthy": [[u, band, n] for (u, band), n in on_healthy.items()]}
