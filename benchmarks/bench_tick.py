@@ -142,8 +142,11 @@ def main() -> None:
         help="print the unchanged tick's cProfile (the 25 costliest functions, cumulative); its times are then slower",
     )
     parser.add_argument("--ticks", nargs="*", choices=sorted(set(TICKS)), help="run only these of TICKS (in their order)")
+    parser.add_argument("--unchanged-runs", type=int, default=1, help="time the unchanged tick this many times")
     args = parser.parse_args()
     ticks = [label for label in TICKS if not args.ticks or label in args.ticks]
+    if "unchanged" in ticks:
+        ticks += ["unchanged"] * (args.unchanged_runs - 1)
     sizes = [tuple(int(x) for x in s.lower().split("x")) for s in args.sizes] if args.sizes else SIZES
 
     url = os.environ.get("IRIS_BENCH_DATABASE_URL", DEFAULT_URL)

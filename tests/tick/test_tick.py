@@ -363,6 +363,7 @@ def test_a_reused_tick_writes_no_queue_but_names_the_tick_holding_it_and_pages_s
     index = queue_index()
     assert (index.tick_pk, index.tick_now_ms, index.tick_at) == (second.pk, NOW_MS + 90_000, second.started_at)
     assert (index.ids, index.reasons, index.reason_of) == (first_index.ids, first_index.reasons, first_index.reason_of)
+    assert index.ids is first_index.ids  # the first tick's parse, kept: the same queue
     assert sum(index.band_counts().values()) == 1
     basis = whatif_basis()
     assert (basis.tick, basis.tick_at) == (second.pk, second.started_at) and basis.workers
