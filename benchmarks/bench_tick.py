@@ -40,7 +40,7 @@ TARGET_TICK_SECONDS = 2.0
 # nothing changed since the previous one (untimed ticks run first until one changes nothing, at
 # most SETTLE_TICKS of them), so its decision is reused (scheduler.core.reuse).
 TICKS = ("first", "second", "third", "churn", "churn", "churn", "restarted", "unchanged")
-SETTLE_TICKS = 30
+SETTLE_TICKS = 60
 
 
 def recreate_database(url: str) -> None:
@@ -137,9 +137,16 @@ def main() -> None:
         "wall time in this process and, for the set-based writes, PostgreSQL's own execution time "
         "(EXPLAIN ANALYZE, BUFFERS); the profiled tick runs its writes unpipelined, so its total is not comparable",
     )
+    parser.add_argument(
+        "--profile-unchanged", action="store_true",
+        help="print the unchanged tick's cProfile (the 25 costliest functions, cumulative); its times are then slower",
+    )
     parser.add_argument("--ticks", nargs="*", choices=sorted(set(TICKS)), help="run only these of TICKS (in their order)")
+    parser.add_argument("--unchanged-runs", type=int, default=1, help="time the unchanged tick this many times")
     args = parser.parse_args()
     ticks = [label for label in TICKS if not args.ticks or label in args.ticks]
+    if "unchanged" in ticks:
+        ticks += ["unchanged"] * (args.unchanged_runs - 1)
     sizes = [tuple(int(x) for x in s.lower().split("x")) for s in args.sizes] if args.sizes else SIZES
 
     url = os.environ.get("IRIS_BENCH_DATABASE_URL", DEFAULT_URL)
@@ -183,9 +190,10 @@ def main() -> None:
                     churned += 1
                     churn(snapshot.now_ms, pending // 100, pending // 100, label=f"run{run}-{churned}")
                 elif label == "unchanged":
-                    for _ in range(SETTLE_TICKS):
+                    for settle in range(1, SETTLE_TICKS + 1):
                         settled = run_tick(snapshot.now_ms)
                         if not (settled.assigned or settled.preempted or settled.expired):
+                            print(f"# {settle} untimed ticks before the unchanged one", flush=True)
                             break
                     else:
                         print(f"# still changing after {SETTLE_TICKS} ticks: the unchanged tick below is not one")
@@ -197,12 +205,24 @@ def main() -> None:
                     return execute(sql, params, many, context)
 
                 profiler = WriteProfile() if args.profile_writes and label == "first" else None
-                with connection.execute_wrapper(count), (profiler or nullcontext()):
+                cprofile = None
+                if args.profile_unchanged and label == "unchanged":
+                    import cProfile
+
+                    cprofile = cProfile.Profile()
+                with connection.execute_wrapper(count), (profiler or nullcontext()), (cprofile or nullcontext()):
                     started, cpu_started = time.perf_counter(), time.process_time()
                     outcome = run_tick(snapshot.now_ms)
                     total, cpu = time.perf_counter() - started, time.process_time() - cpu_started
                 if profiler:
                     profiler.report()
+                if cprofile:
+                    import io
+                    import pstats
+
+                    out = io.StringIO()
+                    pstats.Stats(cprofile, stream=out).sort_stats("cumulative").print_stats(25)
+                    print("\n".join("# " + line for line in out.getvalue().splitlines() if line.strip()))
                 load, decide = outcome.load_ms / 1000, outcome.decide_ms / 1000
                 apply = max(total - load - decide, 0)
                 totals.setdefault(label, []).append((total, load, decide, apply))

@@ -265,6 +265,13 @@ class TickRecord(models.Model):
     # worker's free capacity and each band's users with their pending counts, small enough
     # for a web process to read per tick. Cleared on older ticks, as the explanation.
     whatif_basis = CompressedJSONField(null=True, blank=True)
+    # A tick that reused the previous decision (nothing it depends on changed) stores neither
+    # of the two above: it names the tick that holds them, the same queue and basis, instead of
+    # writing several MB again. Readers of the newest tick's queue follow it; pruning never
+    # deletes the tick it names (scheduler.tick.history).
+    explanation_tick = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     def __str__(self) -> str:
         return f"tick {self.pk} at {self.started_at:%Y-%m-%d %H:%M:%S}"

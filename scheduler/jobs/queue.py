@@ -4,7 +4,7 @@ explanation (:mod:`scheduler.tick.explanation`), indexed for the queue page and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from django.db.models import Q
@@ -16,6 +16,7 @@ from scheduler.core.explain import cause_text, pending_text
 from scheduler.models import Task, TickRecord
 from scheduler.tick.estimates import estimates_for_tasks
 from scheduler.tick.explanation import EXPLANATION_VERSION
+from scheduler.tick.queries import newest_queue_tick
 
 
 @dataclass(frozen=True)
@@ -151,18 +152,17 @@ class QueueIndex:
 
 EMPTY_QUEUE = QueueIndex(None, None, {}, {}, [], {}, {}, {}, {})
 
-# Only the newest index is kept: ticks replace it every few seconds.
-_queue_index_cache: dict[tuple[int, int], QueueIndex] = {}
+# Only the newest index is kept (by its tick's (pk, now_ms), and by the key of the record its
+# explanation was parsed from): ticks replace it every few seconds, and a tick that reused its
+# decision shares the previous tick's parse.
+_queue_index_cache: dict[tuple, QueueIndex] = {}
 
 
 def newest_explained_tick() -> int | None:
-    """The pk of the newest tick that kept its queue explanation. One query."""
-    return TickRecord.objects.filter(explanation__isnull=False).order_by("-pk").values_list("pk", flat=True).first()
-
-
-def _newest_explained_tick_key() -> tuple[int, int] | None:
-    """(pk, now_ms) of that tick: the cache key, so a reused pk (a test database) never hits."""
-    return TickRecord.objects.filter(explanation__isnull=False).order_by("-pk").values_list("pk", "now_ms").first()
+    """The pk of the newest tick with a stored queue (its own, or the earlier tick's it names
+    when it reused that tick's decision). One query."""
+    newest = newest_queue_tick()
+    return newest.tick[0] if newest is not None else None
 
 
 def queue_index() -> QueueIndex:
@@ -170,13 +170,27 @@ def queue_index() -> QueueIndex:
 
     Parsing the explanation of 100,000 pending tasks takes tens of milliseconds; the index is
     cached per process until a newer tick replaces it, so polling pages only pay for the first.
+    A newer tick that reused the decision (its record names the tick holding the explanation,
+    ``TickRecord.explanation_tick``) shows the same queue: the parse is kept and only the
+    tick's own number, clock and samples are read.
     """
-    key = _newest_explained_tick_key()
-    if key is None:
+    newest = newest_queue_tick()
+    if newest is None:
         return EMPTY_QUEUE
+    key = newest.tick
+    pk = key[0]
     cached = _queue_index_cache.get(key)
     if cached is not None:
         return cached
+    parsed = _queue_index_cache.get(("holder", newest.holder))
+    if parsed is not None:
+        row = TickRecord.objects.filter(pk=pk).values_list("started_at", "spend", "limits").first()
+        if row is None:
+            return EMPTY_QUEUE
+        index = replace(parsed, tick_pk=pk, tick_at=row[0], spend=dict(row[1] or {}), limits=dict(row[2] or {}),
+                        tick_now_ms=key[1])
+        _remember_index(key, newest.holder, index)
+        return index
     # The parsed JSON and the index built from it are a few hundred thousand objects beside the
     # process's live data, with no cycles among them: collections on the way (most of the
     # parse's time at 100,000 tasks) would only rescan what is live.
@@ -184,15 +198,24 @@ def queue_index() -> QueueIndex:
         index = _read_queue_index(key)
     if index is None:
         return EMPTY_QUEUE
-    _queue_index_cache.clear()
-    _queue_index_cache[key] = index
+    _remember_index(key, newest.holder, index)
     return index
 
 
+def _remember_index(key: tuple[int, int], holder: tuple[int, int], index: QueueIndex) -> None:
+    _queue_index_cache.clear()
+    _queue_index_cache[key] = index
+    _queue_index_cache[("holder", holder)] = index
+
+
 def _read_queue_index(key: tuple[int, int]) -> QueueIndex | None:
-    """The tick ``key``'s stored explanation, indexed (None: a newer tick cleared it)."""
+    """The tick ``key``'s stored explanation (its own or the one of the tick it names), indexed
+    (None: a newer tick cleared it)."""
     pk = key[0]
-    row = TickRecord.objects.filter(pk=pk).values_list("started_at", "spend", "limits", "explanation").first()
+    row = TickRecord.objects.filter(pk=pk).values_list(
+        "started_at", "spend", "limits", "explanation", "explanation_tick__explanation").first()
+    if row is not None:
+        row = (*row[:3], row[3] if row[3] is not None else row[4])
     if row is None or row[3] is None:  # a newer tick cleared it between our two reads
         return None
     started_at, spend, limits, explanation = row

@@ -93,7 +93,7 @@ ATTEMPT_SELECT = f"SELECT a.id, a.task_id, a.worker_id, a.state, a.finished_at I
 HELD = f"a.finished_at IS NULL AND a.worker_id IS NOT NULL AND a.state NOT IN {in_list(ACTIVE_VALUES)}"
 WORKER_SELECT = (
     "SELECT id, name, healthy, draining, cpu_millicores, memory_bytes, device_type, device_variant, "
-    f"device_count, attributes FROM {WORKER} ORDER BY name"
+    f"device_count, CAST(attributes AS text) FROM {WORKER} ORDER BY name"
 )
 
 
@@ -129,6 +129,11 @@ class ClusterRows:
 
     Kept in the shapes the tick hands on (task id -> row, job name -> spec, ...), so a refresh
     that read a few thousand changed rows costs in proportion to them, not to the cluster.
+
+    :meth:`view` hands those maps over without copying them (copying 100,000 task rows costs
+    more than a refresh that found nothing); they are copied on write: the first change after
+    a view copies them first (:meth:`_own`), so what a view holds (and the decision remembered
+    with it, ``scheduler.core.reuse``) never sees a later refresh's changes.
     """
 
     def __init__(self) -> None:
@@ -155,7 +160,23 @@ class ClusterRows:
         self.worker_names: dict[int, str] = {}
         self.worker_pks: dict[str, int] = {}
         self._worker_cache: dict[int, tuple[tuple, WorkerSpec]] = {}
+        self._worker_rows: list[tuple] | None = None  # as last read, to tell nothing changed
         self._resources: dict[tuple, Resources] = {}
+        # Copy on write: whether a view holds the maps below, and the tasks as the last view
+        # had them (None once anything changed since).
+        self._shared = False
+        self._tasks: tuple[TaskSnapshot, ...] | None = None
+
+    def _own(self) -> None:
+        """Before any change to the kept maps: copy those a view holds (see the class)."""
+        self._tasks = None
+        if self._shared:
+            self.job_specs = dict(self.job_specs)
+            self.job_pks = dict(self.job_pks)
+            self.job_states = dict(self.job_states)
+            self.task_snapshots = dict(self.task_snapshots)
+            self.task_rows = dict(self.task_rows)
+            self._shared = False
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -203,11 +224,15 @@ class ClusterRows:
     def _read_workers(self, cursor) -> None:
         """Every worker, every time (thousands of small rows); unchanged ones keep their spec."""
         cursor.execute(WORKER_SELECT)
+        rows = cursor.fetchall()
+        if rows == self._worker_rows:
+            return  # none changed: the same specs, tuple and maps as before (one comparison)
+        self._worker_rows = rows
         workers: list[WorkerSpec] = []
         names: dict[int, str] = {}
         cache: dict[int, tuple[tuple, WorkerSpec]] = {}
         old = self._worker_cache
-        for row in cursor.fetchall():
+        for row in rows:
             pk, name = row[0], row[1]
             names[pk] = name
             previous = old.get(pk)
@@ -263,7 +288,7 @@ class ClusterRows:
         dirty -= seen
 
         # Tasks whose held attempts changed but whose own row did not.
-        held_by = self.held_workers()
+        held_by = self.held_workers() if dirty else {}
         missing = []
         for pk in dirty:
             snapshot = self.task_snapshots.get(pk)
@@ -273,6 +298,7 @@ class ClusterRows:
                 if snapshot.state not in LIVE_TASK_STATES and worker is None:
                     self._drop_task(pk)
                 elif name != snapshot.unfinished_attempt_worker:
+                    self._own()
                     self.task_snapshots[pk] = replace(snapshot, unfinished_attempt_worker=name)
             elif pk in held_by:
                 missing.append(pk)
@@ -317,10 +343,13 @@ class ClusterRows:
             if pk not in self.job_names:
                 if not (live or force):
                     continue
+                self._own()
                 self.job_names[pk] = name
                 self.job_specs[name] = self._job_spec(row)
                 self.job_pks[name] = pk
-            self.job_states[name] = state  # all else about a job is fixed at submission
+            if self.job_states.get(name) != state:  # all else about a job is fixed at submission
+                self._own()
+                self.job_states[name] = state
             if live:
                 self.ended_jobs.discard(pk)
             else:
@@ -353,9 +382,11 @@ class ClusterRows:
     def _take_tasks(self, rows) -> tuple[set[int], list[tuple]]:
         """Keep live tasks and held finished ones of kept jobs. Returns the pks read, and the rows
         of held tasks whose job is not kept (the caller fetches the job and offers them again)."""
-        held_by = self.held_workers()
         seen = set()
         orphans = []
+        if not rows:
+            return seen, orphans
+        held_by = self.held_workers()
         worker_names = self.worker_names
         job_names = self.job_names
         snapshots = self.task_snapshots
@@ -368,11 +399,12 @@ class ClusterRows:
             held = held_by.get(pk)
             if job_name is None or (state not in LIVE_TASKS and held is None):
                 self._drop_task(pk)
+                snapshots, task_rows = self.task_snapshots, self.task_rows  # copied, maybe
                 if job_name is None and held is not None:
                     orphans.append((pk, job_pk, index, state, worker_pk, band, preemption_count, attempt_count))
                 continue
             task_id = f"{job_name}/{index}"
-            snapshots[pk] = task_snapshot(
+            snapshot = task_snapshot(
                 task_id,
                 job_name,
                 index,
@@ -382,7 +414,13 @@ class ClusterRows:
                 preemption_count,
                 worker_names.get(held) if held else None,
             )
-            task_rows[task_id] = TaskRow(pk, job_pk, state, worker_pk, attempt_count)
+            row = TaskRow(pk, job_pk, state, worker_pk, attempt_count)
+            if snapshots.get(pk) == snapshot and task_rows.get(task_id) == row:
+                continue  # read again unchanged (a watermark held back by a long transaction)
+            self._own()
+            snapshots, task_rows = self.task_snapshots, self.task_rows
+            snapshots[pk] = snapshot
+            task_rows[task_id] = row
             of_job = tasks_of_job.get(job_pk)
             if of_job is None:
                 tasks_of_job[job_pk] = {pk}
@@ -391,9 +429,10 @@ class ClusterRows:
         return seen, orphans
 
     def _drop_task(self, pk: int) -> None:
-        snapshot = self.task_snapshots.pop(pk, None)
-        if snapshot is None:
+        if pk not in self.task_snapshots:
             return
+        self._own()
+        snapshot = self.task_snapshots.pop(pk)
         row = self.task_rows.pop(snapshot.id)
         of_job = self.tasks_of_job[row.job_pk]
         of_job.discard(pk)
@@ -411,6 +450,7 @@ class ClusterRows:
                 needed.add(self.task_rows[snapshot.id].job_pk)
         for pk in list(self.ended_jobs):
             if pk not in needed:
+                self._own()
                 self.ended_jobs.discard(pk)
                 name = self.job_names.pop(pk)
                 del self.job_specs[name]
@@ -422,14 +462,19 @@ class ClusterRows:
     # --- what the tick gets ---------------------------------------------------------------------
 
     def view(self) -> ClusterView:
+        """The rows now, the caller's to keep: the kept maps themselves, copied on the next
+        change (see the class), and the tasks' tuple the previous view had if none changed."""
+        if self._tasks is None:
+            self._tasks = tuple(self.task_snapshots.values())
+        self._shared = True
         return ClusterView(
             workers=self.workers,
-            worker_pks=dict(self.worker_pks),
-            jobs=dict(self.job_specs),
-            job_pks=dict(self.job_pks),
-            job_states=dict(self.job_states),
-            tasks=tuple(self.task_snapshots.values()),
-            task_rows=dict(self.task_rows),
+            worker_pks=self.worker_pks,  # rebuilt by every refresh, never changed in place
+            jobs=self.job_specs,
+            job_pks=self.job_pks,
+            job_states=self.job_states,
+            tasks=self._tasks,
+            task_rows=self.task_rows,
             refresh=self.last_refresh_kind,
         )
 
@@ -437,7 +482,9 @@ class ClusterRows:
 @dataclass(frozen=True, slots=True)
 class ClusterView:
     """One refresh's rows, the caller's to keep: core specs, and the keys to write back with.
-    ``refresh`` says whether the whole cluster was read (``all``) or only changes."""
+    ``refresh`` says whether the whole cluster was read (``all``) or only changes. The maps
+    are shared with the :class:`ClusterRows` they came from (and the next views while nothing
+    changes): read them, never change them."""
 
     workers: tuple[WorkerSpec, ...]
     worker_pks: dict[str, int]

@@ -18,7 +18,7 @@ statements and the updates after them are pipelined.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from datetime import datetime
 
@@ -56,16 +56,21 @@ class TickOutcome:
 @dataclass(frozen=True, slots=True)
 class StoredForDecision:
     """What this process's newest tick stored for its decision: the fairness sample, the queue
-    explanation and the what-if basis (compressed, as ``CompressedJSONField`` stores them) and
-    the queue's length. All are functions of the snapshot (less its clock) and the decision, so
-    a tick whose decision is this very object (reused: ``scheduler.core.reuse``, and no
-    Kubernetes plan merged into it) stores them again as they are instead of rebuilding them."""
+    explanation and the what-if basis (compressed, as ``CompressedJSONField`` stores them), the
+    queue's length, and ``tick_pk``, the tick record holding the explanation and basis. All are
+    functions of the snapshot (less its clock) and the decision, so a tick whose decision is
+    this very object (reused: ``scheduler.core.reuse``, and no Kubernetes plan merged into it)
+    does not rebuild them: its record names ``tick_pk`` (``TickRecord.explanation_tick``) while
+    that record still holds them, and stores the kept bytes again only if it no longer does."""
 
     decision: Decision
     fairness: dict
     explanation: bytes
     whatif_basis: bytes
     left_pending: int
+    tick_pk: int
+    # The core's pending tasks (those routed to Kubernetes are counted apart, every tick).
+    pending: int
 
 
 # Read and replaced whole, never mutated; per process, like the decision it belongs to.
@@ -154,13 +159,27 @@ def apply_decision(
     global _stored
     # The same decision object as the previous tick's: what it stored is this tick's too.
     stored = _stored if _stored is not None and _stored.decision is decision else None
+    # The record this tick's queue and what-if basis are in, when it is an earlier one: the
+    # stored decision's record, if it still holds them (always, but for another tick process
+    # having stored a queue since; then this tick writes the kept bytes itself). One statement,
+    # in place of the clearing below.
+    holder = None
+    if stored is not None:
+        holders = list(TickRecord.objects.filter(explanation__isnull=False).values_list("pk", flat=True)[:2])
+        if holders == [stored.tick_pk]:
+            holder = stored.tick_pk
+
+    # A reused decision was made over the same tasks: the same count (no pass over them).
+    core_pending = stored.pending if stored is not None else sum(
+        1 for t in loaded.snapshot.tasks if t.state is TaskState.PENDING)
 
     tick = TickRecord.objects.create(
+        explanation_tick_id=holder,
         started_at=wall,
         now_ms=loaded.snapshot.now_ms,
         duration_ms=0,
         decide_ms=decide_ms,
-        pending=sum(1 for t in loaded.snapshot.tasks if t.state is TaskState.PENDING) + len(loaded.kueue.pending),
+        pending=core_pending + len(loaded.kueue.pending),
         spend=dict(decision.spend),
         limits=limits_sample(loaded, decision),
         fairness=stored.fairness if stored is not None else fairness_sample(loaded.snapshot, decision),
@@ -311,15 +330,21 @@ def apply_decision(
                 explanation=compress_json(explanation),
                 whatif_basis=compress_json(whatif_basis),
                 left_pending=len(explanation["tasks"]),
+                tick_pk=tick.pk,
+                pending=core_pending,
             )
 
-    # Only the newest tick keeps the (large) queue explanation and the what-if basis.
-    TickRecord.objects.filter(explanation__isnull=False, pk__lt=tick.pk).update(explanation=None, whatif_basis=None)
+    written = {}
+    if holder is None:
+        # Only the newest tick holding them keeps the (large) queue explanation and what-if basis.
+        TickRecord.objects.filter(explanation__isnull=False, pk__lt=tick.pk).update(explanation=None, whatif_basis=None)
+        written = {"explanation": stored.explanation, "whatif_basis": stored.whatif_basis}
+        if stored.tick_pk != tick.pk:
+            stored = replace(stored, tick_pk=tick.pk)
 
     duration_ms = (time.perf_counter() - started) * 1000
     TickRecord.objects.filter(pk=tick.pk).update(
-        explanation=stored.explanation,
-        whatif_basis=stored.whatif_basis,
+        **written,
         left_pending=stored.left_pending,
         duration_ms=duration_ms,
         assigned=len(assignments),
@@ -347,6 +372,8 @@ def _keep_stored(stored: StoredForDecision) -> None:
 
 def live_job_states(loaded: LoadedSnapshot, decision: Decision, kept: set[str]) -> list[tuple[int, str]]:
     """(job pk, pending|running) for each job with a written task change whose state changes."""
+    if not kept:
+        return []
     active: dict[str, bool] = {t.rsplit("/", 1)[0]: False for t in kept}
     for task in loaded.snapshot.tasks:
         if task.job_id in active and not active[task.job_id]:

@@ -4,11 +4,11 @@ preemption history.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from django.conf import settings
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from scheduler.core.bands import Band
 from scheduler.core.decision import collector_paused
@@ -73,34 +73,77 @@ class WhatIfBasis:
         return counts
 
 
-# Only the newest basis is kept: ticks replace it every few seconds.
-_basis_cache: dict[tuple[int, int], WhatIfBasis] = {}
+@dataclass(frozen=True, slots=True)
+class QueueTick:
+    """The newest tick with a stored queue: its (pk, now_ms) (``tick``), and the (pk, now_ms)
+    of the record holding its explanation and what-if basis (``holder``): the tick itself, or
+    the earlier one it names because it reused that tick's decision (``explanation_tick``).
+    Both pairs are cache keys: a pk alone may come back in a test database."""
+
+    tick: tuple[int, int]
+    holder: tuple[int, int]
+
+
+def newest_queue_tick() -> QueueTick | None:
+    """The newest tick that stored a queue explanation or names the tick holding one. One query."""
+    row = (
+        TickRecord.objects.filter(Q(explanation__isnull=False) | Q(explanation_tick__isnull=False))
+        .order_by("-pk")
+        .values_list("pk", "now_ms", "explanation_tick", "explanation_tick__now_ms")
+        .first()
+    )
+    if row is None:
+        return None
+    pk, now, holder, holder_now = row
+    return QueueTick((pk, now), (holder, holder_now) if holder is not None else (pk, now))
+
+
+# Only the newest basis is kept (with the holder's key it was parsed from): ticks replace it
+# every few seconds; a tick that reused its decision shares the previous tick's parse.
+_basis_cache: dict[tuple, WhatIfBasis] = {}
 
 
 def whatif_basis() -> WhatIfBasis | None:
     """The newest tick's what-if basis, or None before any tick recorded one. One query, plus
     one (and a parse of a few milliseconds per thousand workers) the first time a process sees
-    a tick."""
+    a tick (a tick reusing the parsed tick's decision costs the query, not the parse)."""
     # The newest tick that kept its explanation (as the queue reads): its basis or none, never
     # an older tick's (a tick written by an older release stores none and clears none).
-    key = TickRecord.objects.filter(explanation__isnull=False).order_by("-pk").values_list("pk", "now_ms").first()
-    if key is None:
+    newest = newest_queue_tick()
+    if newest is None:
         return None
+    key = newest.tick
     cached = _basis_cache.get(key)
     if cached is not None:
         return cached
+    parsed = _basis_cache.get(("holder", newest.holder))
+    if parsed is not None:
+        row = TickRecord.objects.filter(pk=key[0]).values_list("started_at", "spend").first()
+        if row is None:
+            return None
+        basis = replace(parsed, tick=key[0], tick_at=row[0], spend={str(u): int(v) for u, v in (row[1] or {}).items()})
+        _remember_basis(key, newest.holder, basis)
+        return basis
     # The parsed JSON and some 20,000 objects built from it, beside the process's live data and
     # no cycles among them: as in the decision, collections on the way would only rescan what
     # is live.
     with collector_paused():
-        row = TickRecord.objects.filter(pk=key[0]).values_list("started_at", "spend", "whatif_basis").first()
+        row = TickRecord.objects.filter(pk=key[0]).values_list(
+            "started_at", "spend", "whatif_basis", "explanation_tick__whatif_basis").first()
+        if row is not None:
+            row = (row[0], row[1], row[2] if row[2] is not None else row[3])
         if row is None or row[2] is None or row[2].get("version") != WHATIF_BASIS_VERSION:
             return None  # a newer tick cleared it between the two reads, or an older release stored it
         started_at, spend, data = row
         basis = parse_basis(key[0], started_at, spend, data)
+    _remember_basis(key, newest.holder, basis)
+    return basis
+
+
+def _remember_basis(key: tuple[int, int], holder: tuple[int, int], basis: WhatIfBasis) -> None:
     _basis_cache.clear()
     _basis_cache[key] = basis
-    return basis
+    _basis_cache[("holder", holder)] = basis
 
 
 def parse_basis(tick: int, started_at: datetime, spend: dict | None, data: dict) -> WhatIfBasis:

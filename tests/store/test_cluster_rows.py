@@ -255,3 +255,30 @@ def test_an_update_of_any_column_the_tick_reads_marks_the_row_changed(table, sel
         cursor.execute(f'UPDATE {table} SET "{other}" = "{other}" WHERE id = %s', [pk])
     assert stamp() == before
 
+
+
+def test_views_share_the_kept_maps_until_a_change_which_the_earlier_views_never_see():
+    """Copy on write: a refresh that found nothing hands the tick the very maps (and tasks'
+    tuple) of the previous view, copying nothing; the first change copies them first, so an
+    earlier view (and the decision remembered with it) keeps what it saw."""
+    cluster(2)
+    make_job("/alice/train", replicas=2)
+    first = read_cluster()
+    seen = (dict(first.jobs), dict(first.job_pks), dict(first.job_states), dict(first.task_rows), first.tasks)
+
+    again = read_cluster()
+    assert again.refresh == "changes"
+    for name in ("jobs", "job_pks", "job_states", "task_rows", "tasks"):
+        assert getattr(again, name) is getattr(first, name), name
+
+    make_job("/bob/eval")
+    Task.objects.filter(job__name="/alice/train", index=0).update(state="killed")
+    Job.objects.filter(name="/alice/train").update(state="running")
+    changed = read_cluster()
+    assert changed.refresh == "changes"
+    assert "/bob/eval" in changed.jobs and "/bob/eval/0" in changed.task_rows
+    assert "/alice/train/0" not in changed.task_rows and changed.job_states["/alice/train"] == "running"
+    assert (dict(first.jobs), dict(first.job_pks), dict(first.job_states), dict(first.task_rows), first.tasks) == seen
+    assert_same(changed, read_whole())
+    # And the next view after the change shares the new maps again.
+    assert read_cluster().task_rows is changed.task_rows

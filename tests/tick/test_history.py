@@ -119,3 +119,45 @@ def test_the_task_prunes_by_the_settings_and_runs_hourly_from_beat(settings, tmp
     entry = settings.CELERY_BEAT_SCHEDULE["prune-history"]
     assert entry["task"] == tasks.prune_history.name == "scheduler.prune_history"
     assert entry["schedule"] == 3600
+
+
+def test_the_tick_holding_the_stored_queue_is_kept_while_newer_reused_ticks_name_it(django_capture_on_commit_callbacks):
+    """An idle cluster: every tick since the first reused its decision and names the first
+    tick's record for the queue (``TickRecord.explanation_tick``). Pruning keeps that record,
+    however old, and the queue pages still show the queue as of the newest tick."""
+    from scheduler.jobs.queue import queue_index
+    from scheduler.tick.run import run_tick
+    from tests.personas import make_worker
+
+    now = timezone.now()
+    make_worker("w1", cpu=2, memory_gib=4)
+    make_job("/alice/big", cpu=8)  # never fits: nothing changes from tick to tick
+    ticks = []
+    for age in (20 * DAY, 15 * DAY, timedelta(minutes=1)):
+        with django_capture_on_commit_callbacks(execute=True):
+            ticks.append(run_tick(int((now - age).timestamp() * 1000), clock=lambda at=now - age: at).tick_id)
+    holder, old_reuse, newest = ticks
+    assert list(TickRecord.objects.order_by("pk").values_list("explanation_tick", flat=True)) == [None, holder, holder]
+
+    assert prune_tick_records(now, keep_days=8) == 1  # the 15-day-old reused tick only
+
+    assert set(TickRecord.objects.values_list("pk", flat=True)) == {holder, newest}
+    assert TickRecord.objects.get(pk=holder).explanation is not None
+    index = queue_index()
+    assert index.tick_pk == newest and sum(index.band_counts().values()) == 1
+
+
+def test_a_record_that_no_longer_holds_the_queue_is_pruned_and_ticks_naming_it_let_go():
+    from scheduler.models import compress_json
+
+    now = timezone.now()
+    former = tick_at(now - 20 * DAY)  # held the queue once; a newer tick cleared it
+    named = TickRecord.objects.create(started_at=now - 19 * DAY, now_ms=1, duration_ms=1, explanation_tick=former)
+    holder = TickRecord.objects.create(started_at=now - 18 * DAY, now_ms=2, duration_ms=1,
+                                       explanation=compress_json({"tasks": {}}))
+    newest = TickRecord.objects.create(started_at=now - 10 * DAY, now_ms=3, duration_ms=1, explanation_tick=holder)
+
+    assert prune_tick_records(now, keep_days=8) == 2
+
+    assert set(TickRecord.objects.values_list("pk", flat=True)) == {holder.pk, newest.pk}
+    assert not TickRecord.objects.filter(pk__in=[former.pk, named.pk]).exists()

@@ -330,12 +330,13 @@ def test_a_tick_over_an_unchanged_cluster_reuses_the_decision_and_records_the_sa
     assert at_deadline.expired == 1
 
 
-def test_a_reused_tick_stores_the_queue_again_without_rebuilding_it_and_pages_show_it_as_of_that_tick(
+def test_a_reused_tick_writes_no_queue_but_names_the_tick_holding_it_and_pages_show_it_as_of_that_tick(
     monkeypatch, django_capture_on_commit_callbacks
 ):
     from scheduler.jobs.explain import explain_job
     from scheduler.jobs.queue import queue_index
     from scheduler.tick import apply
+    from scheduler.tick.queries import whatif_basis
 
     make_worker("w1", cpu=2, memory_gib=4)
     job = make_job("/alice/big", cpu=8)  # never fits: the cluster stays as it is
@@ -347,21 +348,72 @@ def test_a_reused_tick_stores_the_queue_again_without_rebuilding_it_and_pages_sh
     with django_capture_on_commit_callbacks(execute=True):
         run_tick(NOW_MS)
     stored_first = TickRecord.objects.values_list("explanation", "whatif_basis").get()
+    first_index = queue_index()
     with django_capture_on_commit_callbacks(execute=True):
         run_tick(NOW_MS + 90_000)
 
     assert built == ["fairness", "explanation"]  # the second tick built neither again
     first, second = TickRecord.objects.order_by("pk")
-    assert (second.explanation, second.whatif_basis) == stored_first
+    # The second record writes no explanation or basis bytes: it names the first, which keeps them.
+    assert (second.explanation, second.whatif_basis, second.explanation_tick_id) == (None, None, first.pk)
+    assert (first.explanation, first.whatif_basis, first.explanation_tick_id) == (*stored_first, None)
     assert (second.fairness, second.left_pending, second.pending) == (first.fairness, first.left_pending, 1)
-    assert TickRecord.objects.filter(explanation__isnull=False).get() == second  # only the newest keeps it
-    # What the pages read is the reused tick's: its number and its clock (ages at the tick).
+    # What the pages read is the reused tick's: its number and its clock (ages at the tick),
+    # with the first tick's queue.
     index = queue_index()
-    assert (index.tick_pk, index.tick_now_ms) == (second.pk, NOW_MS + 90_000)
+    assert (index.tick_pk, index.tick_now_ms, index.tick_at) == (second.pk, NOW_MS + 90_000, second.started_at)
+    assert (index.ids, index.reasons, index.reason_of) == (first_index.ids, first_index.reasons, first_index.reason_of)
+    assert index.ids is first_index.ids  # the first tick's parse, kept: the same queue
+    assert sum(index.band_counts().values()) == 1
+    basis = whatif_basis()
+    assert (basis.tick, basis.tick_at) == (second.pk, second.started_at) and basis.workers
     shown = json.dumps(explain_job(job))
     assert f"tick {second.pk}" in shown and f"tick {first.pk}" not in shown
+
+    with django_capture_on_commit_callbacks(execute=True):
+        run_tick(NOW_MS + 95_000)  # reused again: still the first record's queue
+    third = TickRecord.objects.order_by("-pk").first()
+    assert (third.explanation, third.explanation_tick_id) == (None, first.pk)
+    assert queue_index().tick_pk == third.pk
 
     make_worker("w2", cpu=16, memory_gib=32)  # something changed: the next tick builds again
     with django_capture_on_commit_callbacks(execute=True):
         outcome = run_tick(NOW_MS + 100_000)
+    fourth = TickRecord.objects.get(pk=outcome.tick_id)
+    assert fourth.explanation is not None and fourth.explanation_tick_id is None
+    # Only the newest holder keeps the (large) queue.
+    assert TickRecord.objects.filter(explanation__isnull=False).get() == fourth
+    assert queue_index().tick_pk == fourth.pk
     assert outcome.assigned == 1 and built == ["fairness", "explanation"] * 2
+
+
+def test_a_reused_tick_writes_its_kept_queue_itself_when_its_holder_no_longer_holds_it(
+    django_capture_on_commit_callbacks,
+):
+    """Another tick process stored a queue since this process's last tick (and cleared the
+    record this process would name): the reused tick writes the bytes it kept, and clears the
+    other's, so the newest tick's queue is still the one it decided."""
+    from scheduler.jobs.queue import queue_index
+    from scheduler.models import compress_json
+
+    make_worker("w1", cpu=2, memory_gib=4)
+    make_job("/alice/big", cpu=8)  # never fits: the cluster stays as it is
+    with django_capture_on_commit_callbacks(execute=True):
+        first = run_tick(NOW_MS).tick_id
+    kept = TickRecord.objects.values_list("explanation", "whatif_basis").get(pk=first)
+    TickRecord.objects.filter(pk=first).update(explanation=None, whatif_basis=None)
+    other = TickRecord.objects.create(started_at=timezone.now(), now_ms=NOW_MS, duration_ms=1,
+                                      explanation=compress_json({"version": -1}), whatif_basis=compress_json({}))
+
+    with django_capture_on_commit_callbacks(execute=True):
+        outcome = run_tick(NOW_MS + 1000)
+
+    second = TickRecord.objects.get(pk=outcome.tick_id)
+    assert (second.explanation, second.whatif_basis, second.explanation_tick_id) == (*kept, None)
+    assert TickRecord.objects.filter(explanation__isnull=False).get() == second
+    assert TickRecord.objects.get(pk=other.pk).whatif_basis is None
+    index = queue_index()
+    assert index.tick_pk == second.pk and sum(index.band_counts().values()) == 1
+    with django_capture_on_commit_callbacks(execute=True):
+        third = run_tick(NOW_MS + 2000).tick_id  # and the next reused tick names that record
+    assert TickRecord.objects.get(pk=third).explanation_tick_id == second.pk
