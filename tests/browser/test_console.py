@@ -279,6 +279,10 @@ def test_budget_chart_draws_an_hour_of_tick_samples(live_server, open_page, peop
     assert chart.locator("circle.over-dot").count() > 5
     assert "60 tick samples" in alice.inner_text("#live")
     save_screenshot(alice, "24-budget-chart")
+    # The list's users with work are the newest tick's counts: a real tick, not just samples.
+    from scheduler.tick.run import run_tick
+
+    run_tick()
     alice.goto(f"{live_server.url}/budgets/")
     assert alice.locator("svg.spark").count() == 2
     save_screenshot(alice, "25-budgets-sparklines")
