@@ -30,7 +30,12 @@ MAX_ID_LENGTH = 255
 def compress_json(value) -> bytes:
     """``value`` as :class:`CompressedJSONField` stores it (so a stored value can be kept and
     written again as it is)."""
-    return zlib.compress(json.dumps(value, separators=(",", ":")).encode(), 1)
+    try:
+        # orjson: a third of the standard library's time for the tick's queue explanation.
+        raw = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+    except TypeError:  # what orjson refuses (integers beyond 64 bits): the standard library
+        raw = json.dumps(value, separators=(",", ":")).encode()
+    return zlib.compress(raw, 1)
 
 
 def decompress_json(data: bytes | memoryview):

@@ -39,7 +39,9 @@ from scheduler.core.types import ACTIVE_STATES, ClusterSnapshot, Decision
 FAIRNESS_VERSION = 1
 
 
-def fairness_sample(snapshot: ClusterSnapshot, decision: Decision) -> dict:
+def fairness_sample(
+    snapshot: ClusterSnapshot, decision: Decision, queue: Mapping[Band, list[str]] | None = None
+) -> dict:
     """The tick's fairness sample::
 
         {"version": 1, "bands": {"batch": {
@@ -49,6 +51,7 @@ def fairness_sample(snapshot: ClusterSnapshot, decision: Decision) -> dict:
                                  "value": 6, "pending": 1, "reason": {record}} or None}}}
 
     Bands are listed highest first, users by name; a band appears when any user has demand in it.
+    ``queue`` is ``pending_queue(decision)`` when the caller has it already.
     """
     jobs = snapshot.jobs
     # Counted per (band, job) first, then folded into users: one dict update per task, and the
@@ -67,7 +70,8 @@ def fairness_sample(snapshot: ClusterSnapshot, decision: Decision) -> dict:
     for a in decision.assignments:
         key = (a.band, a.task[: a.task.rfind("/")])
         placed[key] = placed.get(key, 0) + 1
-    queue = pending_queue(decision)
+    if queue is None:
+        queue = pending_queue(decision)
     waiting: dict[tuple[Band, str], int] = {}
     for band, task_ids in queue.items():
         for job_id in Counter(t[: t.rfind("/")] for t in task_ids).items():

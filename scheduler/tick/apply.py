@@ -24,6 +24,7 @@ from datetime import datetime
 
 from django.db import connection, transaction
 
+from scheduler.core.explain import pending_queue
 from scheduler.core.types import ACTIVE_STATES, Decision, JobState, TaskState
 from scheduler.core.fairness import fairness_sample
 from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord, Worker, compress_json
@@ -173,6 +174,8 @@ def apply_decision(
     core_pending = stored.pending if stored is not None else sum(
         1 for t in loaded.snapshot.tasks if t.state is TaskState.PENDING)
 
+    # The queue the tick leaves, computed once for the fairness sample and the explanation.
+    queue = pending_queue(decision) if stored is None else None
     tick = TickRecord.objects.create(
         explanation_tick_id=holder,
         started_at=wall,
@@ -182,7 +185,7 @@ def apply_decision(
         pending=core_pending + len(loaded.kueue.pending),
         spend=dict(decision.spend),
         limits=limits_sample(loaded, decision),
-        fairness=stored.fairness if stored is not None else fairness_sample(loaded.snapshot, decision),
+        fairness=stored.fairness if stored is not None else fairness_sample(loaded.snapshot, decision, queue),
     )
 
     assignments = [a for a in decision.assignments if a.task in kept]
@@ -317,7 +320,7 @@ def apply_decision(
         )
         if stored is None:
             job_counts: dict[int, dict[str, int]] = {}
-            explanation = explanation_to_json(loaded.snapshot, decision, job_counts=job_counts)
+            explanation = explanation_to_json(loaded.snapshot, decision, queue=queue, job_counts=job_counts)
             # The scheduler page's active-task counts, stored with the queue it shows beside them
             # (a reused tick keeps them too: nothing they count changed); the same loop counts who
             # holds each worker, for the what-if basis.
