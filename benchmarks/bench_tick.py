@@ -38,8 +38,13 @@ TARGET_TICK_SECONDS = 2.0
 # steady state, after 1% of the pending count's running tasks ended and as many new tasks came.
 # "restarted": a new tick process again, reading the whole cluster. "unchanged": a tick when
 # nothing changed since the previous one (untimed ticks run first until one changes nothing, at
-# most SETTLE_TICKS of them), so its decision is reused (scheduler.core.reuse).
-TICKS = ("first", "second", "third", "churn", "churn", "churn", "restarted", "unchanged")
+# most SETTLE_TICKS of them), so its decision is reused (scheduler.core.reuse). "burst": the same
+# warm tick process after BURST_SHARE of the pending count's active tasks ended (spread over the
+# workers) and as many new single-task jobs arrived at once: a burst of submissions into a busy
+# cluster, placed by a tick process that has the cluster in memory already, as the beat's tick
+# worker does.
+TICKS = ("first", "second", "third", "churn", "churn", "churn", "restarted", "unchanged", "burst")
+BURST_SHARE = 0.28
 SETTLE_TICKS = 60
 
 
@@ -138,8 +143,9 @@ def main() -> None:
         "(EXPLAIN ANALYZE, BUFFERS); the profiled tick runs its writes unpipelined, so its total is not comparable",
     )
     parser.add_argument(
-        "--profile-unchanged", action="store_true",
-        help="print the unchanged tick's cProfile (the 25 costliest functions, cumulative); its times are then slower",
+        "--profile", nargs="*", default=[], choices=sorted(set(TICKS)), metavar="TICK",
+        help="print these ticks' cProfile (the 30 costliest functions, cumulative, and by own time); their times "
+        "are then slower. (--profile unchanged was --profile-unchanged.)",
     )
     parser.add_argument("--ticks", nargs="*", choices=sorted(set(TICKS)), help="run only these of TICKS (in their order)")
     parser.add_argument("--unchanged-runs", type=int, default=1, help="time the unchanged tick this many times")
@@ -189,6 +195,9 @@ def main() -> None:
                 elif label == "churn":
                     churned += 1
                     churn(snapshot.now_ms, pending // 100, pending // 100, label=f"run{run}-{churned}")
+                elif label == "burst":
+                    burst = int(pending * BURST_SHARE)
+                    churn(snapshot.now_ms, burst, burst, label=f"run{run}-burst", spread=True)
                 elif label == "unchanged":
                     for settle in range(1, SETTLE_TICKS + 1):
                         settled = run_tick(snapshot.now_ms)
@@ -206,7 +215,7 @@ def main() -> None:
 
                 profiler = WriteProfile() if args.profile_writes and label == "first" else None
                 cprofile = None
-                if args.profile_unchanged and label == "unchanged":
+                if label in args.profile:
                     import cProfile
 
                     cprofile = cProfile.Profile()
@@ -221,7 +230,9 @@ def main() -> None:
                     import pstats
 
                     out = io.StringIO()
-                    pstats.Stats(cprofile, stream=out).sort_stats("cumulative").print_stats(25)
+                    stats = pstats.Stats(cprofile, stream=out)
+                    stats.sort_stats("cumulative").print_stats(30)
+                    stats.sort_stats("tottime").print_stats(30)
                     print("\n".join("# " + line for line in out.getvalue().splitlines() if line.strip()))
                 load, decide = outcome.load_ms / 1000, outcome.decide_ms / 1000
                 apply = max(total - load - decide, 0)

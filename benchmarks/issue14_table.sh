@@ -22,7 +22,7 @@ for i in 1 2 3; do
   step "simulate, whole process (run $i)" bash -c "/usr/bin/time -f 'wall %e s, user %U s, sys %S s, maxrss %M KB' \
     $PY manage.py simulate --indent 0 var/bench/snap100k.json > /dev/null"
 done
-step "ticks: burst, unchanged, churn" $PY benchmarks/bench_tick.py --sizes 100000x10000 --ticks first second unchanged churn
+step "ticks: first (a new process), churn, unchanged, burst (a warm process)" $PY benchmarks/bench_tick.py --sizes 100000x10000 --ticks first second unchanged churn burst
 step "console pages and API lists, what-if" $PY benchmarks/bench_console.py --sizes 100000x10000 --requests 5
 step "submissions with a tick worker" $PY benchmarks/bench_api.py --submissions 4000 --seconds 30 --cluster 30000x3000
 echo "written: $OUT"

@@ -141,12 +141,24 @@ def restore_snapshot(snapshot: ClusterSnapshot) -> None:
 
 
 @transaction.atomic
-def churn(now_ms: int, finished: int, submitted: int, *, label: str) -> None:
+def churn(now_ms: int, finished: int, submitted: int, *, label: str, spread: bool = False) -> None:
     """A tick interval's worth of cluster life: ``finished`` running tasks end (their workers
     report success) and ``submitted`` new single-task CPU jobs arrive, as rows written directly.
-    ``label`` makes the new jobs' names unique."""
+    ``label`` makes the new jobs' names unique. ``spread``: the tasks that end are active ones
+    (the ticks' own placements too, which no agent starts here) taken a few from each worker in
+    turn, rather than the first running ones by id (packed on few workers)."""
     now = datetime.fromtimestamp(now_ms / 1000, tz=UTC)
-    running = list(Task.objects.filter(state=TaskState.RUNNING.value).order_by("pk").values_list("pk", flat=True)[:finished])
+    if spread:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT id FROM (SELECT id, ROW_NUMBER() OVER (PARTITION BY worker_id ORDER BY id) AS turn "
+                f"FROM {Task._meta.db_table} WHERE state IN ('running', 'assigned', 'building')) AS t "
+                "ORDER BY turn, id LIMIT %s",
+                [finished],
+            )
+            running = [pk for (pk,) in cursor.fetchall()]
+    else:
+        running = list(Task.objects.filter(state=TaskState.RUNNING.value).order_by("pk").values_list("pk", flat=True)[:finished])
     Attempt.objects.filter(task_id__in=running, number=F("task__attempt_count")).update(
         state="succeeded", finished_at=now, exit_code=0
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import Counter as Tally
 from collections.abc import Callable, Iterable
-from functools import wraps
+from functools import lru_cache, wraps
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -67,6 +67,7 @@ SUBMISSIONS = Counter(
 )
 
 
+@lru_cache(maxsize=64)
 def band_label(rank) -> str:
     try:
         return Band(int(rank)).wire
@@ -100,17 +101,22 @@ def record_placements(loaded, assignments: Iterable, preemptions: Iterable) -> N
     now_ms = loaded.snapshot.now_ms
     placed: Tally = Tally()
     downgraded: Tally = Tally()
+    # One histogram child per band, looked up once (a burst places tens of thousands of tasks).
+    waits: dict[str, Callable[[float], None]] = {}
     for a in assignments:
         band = band_label(a.band)
         placed[band] += 1
-        job = jobs.get(a.task.rsplit("/", 1)[0])
+        job = jobs.get(a.task[: a.task.rfind("/")])
         if job is None:
             continue
-        if int(job.band) != int(a.band):
+        if job.band != a.band:
             downgraded[(band_label(job.band), band)] += 1
         row = loaded.tasks.get(a.task)
         if row is not None and row.attempt_count == 0:
-            TASK_WAIT.labels(band=band).observe(max(now_ms - job.submitted_at_ms, 0) / 1000)
+            observe = waits.get(band)
+            if observe is None:
+                observe = waits[band] = TASK_WAIT.labels(band=band).observe
+            observe(max(now_ms - job.submitted_at_ms, 0) / 1000)
     for band, n in placed.items():
         ASSIGNMENTS.labels(band=band).inc(n)
     for (requested, band), n in downgraded.items():

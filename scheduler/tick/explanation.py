@@ -9,7 +9,7 @@ downstream parses text back.
 
 from __future__ import annotations
 
-import json
+import orjson
 
 from collections.abc import Mapping
 
@@ -42,7 +42,7 @@ def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision,
     basis counts users from it, without a second pass over every task).
     """
     reasons: list[dict] = []
-    index_of_key: dict[str, int] = {}
+    index_of_key: dict[bytes, int] = {}
     # Reasons are shared objects (one per job or request shape): turn each into a record once.
     index_of_reason: dict[int, int] = {}
     pending_reasons = decision.pending_reasons
@@ -67,7 +67,7 @@ def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision,
             index = index_get(id(reason))
             if index is None:
                 record = reason_record(reason)
-                key = json.dumps(record, sort_keys=True)
+                key = orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
                 index = index_of_key.get(key)
                 if index is None:
                     index = index_of_key[key] = len(reasons)
