@@ -61,32 +61,29 @@ def active_counts(snapshot: ClusterSnapshot, decision: Decision, kept: Collectio
     by_band_user: dict[str, dict[str, int]] = {}
     by_state: dict[str, int] = {}
     by_user: dict[str, list[int]] = {}
-    jobs_of_user: dict[str, set[str]] = {}
-
-    def user_counts(job_id: str) -> list[int]:
-        user = (jobs.get(job_id) or kube_jobs[job_id]).user
+    user_of_job: dict[str, str] = {}
+    # Per user: [pending, active, jobs with either]; each job's user looked up once.
+    for job_id in dict.fromkeys(chain(pending_of_job, (key[0] for key in active_of_job))):
+        user = user_of_job[job_id] = (jobs.get(job_id) or kube_jobs[job_id]).user
         counts = by_user.get(user)
         if counts is None:
             counts = by_user[user] = [0, 0, 0]
-            jobs_of_user[user] = set()
-        jobs_of_user[user].add(job_id)
-        return counts
-
-    for job_id, n in pending_of_job.items():
-        user_counts(job_id)[0] += n
+        counts[0] += pending_of_job.get(job_id, 0)
+        counts[2] += 1
     for (job_id, band, state, worker), n in active_of_job.items():
-        user_counts(job_id)[1] += n
+        user = user_of_job[job_id]
+        by_user[user][1] += n
         by_state[state] = by_state.get(state, 0) + n
         if band is None:
             continue
-        user = (jobs.get(job_id) or kube_jobs[job_id]).user
-        users = by_band_user.setdefault(str(band), {})
+        users = by_band_user.get(band)
+        if users is None:
+            users = by_band_user[band] = {}
         users[user] = users.get(user, 0) + n
         if per_worker is not None and worker is not None:
             held = per_worker.get(worker)
             if held is None:
                 held = per_worker[worker] = {}
             held[(user, band)] = held.get((user, band), 0) + n
-    for user, counts in by_user.items():
-        counts[2] = len(jobs_of_user[user])
+    by_band_user = {str(band): users for band, users in by_band_user.items()}
     return {"by_band_user": by_band_user, "by_state": by_state, "by_user": by_user}
