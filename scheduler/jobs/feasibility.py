@@ -19,7 +19,7 @@ from django.db.models import Count
 from scheduler.cluster_config import cluster_config, group_specs
 from scheduler.core.bands import Band
 from scheduler.core.feasibility import Holder, ShapeAnalysis, analyse_job, rank_holders
-from scheduler.core.types import JobSpec, Resources, WorkerSpec
+from scheduler.core.types import Device, JobSpec, Resources, WorkerSpec
 from scheduler.models import Job, Task, Worker
 from scheduler.store.cluster_rows import constraints_from_json, device_from_columns
 from scheduler.store.states import ACTIVE_VALUES
@@ -37,15 +37,22 @@ def job_spec(job: Job) -> JobSpec:
 
 
 def worker_specs() -> list[WorkerSpec]:
-    """Every worker as the tick reads it (a draining worker counts as not healthy). One query."""
-    return [
-        WorkerSpec(name, cpu, mem, device_from_columns(dtype, variant, count),
-                   {str(k): str(v) for k, v in (attributes or {}).items()}, bool(healthy) and not draining)
-        for name, cpu, mem, dtype, variant, count, attributes, healthy, draining in Worker.objects.values_list(
-            "name", "cpu_millicores", "memory_bytes", "device_type", "device_variant", "device_count",
-            "attributes", "healthy", "draining",
-        )
-    ]
+    """Every worker as the tick reads it (a draining worker counts as not healthy). One query.
+
+    Devices are shared between workers of one shape: the list is kept for a tick, and 10,000
+    devices of a handful of shapes are 10,000 objects every full collection would rescan."""
+    devices: dict[tuple, Device] = {}
+    workers = []
+    for name, cpu, mem, dtype, variant, count, attributes, healthy, draining in Worker.objects.values_list(
+        "name", "cpu_millicores", "memory_bytes", "device_type", "device_variant", "device_count",
+        "attributes", "healthy", "draining",
+    ):
+        device = devices.get((dtype, variant, count))
+        if device is None:
+            device = devices[(dtype, variant, count)] = device_from_columns(dtype, variant, count)
+        workers.append(WorkerSpec(name, cpu, mem, device, {str(k): str(v) for k, v in (attributes or {}).items()},
+                                  bool(healthy) and not draining))
+    return workers
 
 
 def verdict(analysis: ShapeAnalysis, waiting: bool) -> str:

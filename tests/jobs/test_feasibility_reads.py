@@ -8,6 +8,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from scheduler.jobs.feasibility import worker_specs
 from scheduler.jobs.queue import _queue_index_cache
 from scheduler.models import Worker
 from scheduler.tick.run import run_tick
@@ -86,3 +87,17 @@ def test_who_holds_the_matching_workers_is_counted_once_per_tick_and_again_after
     after, after_sql = explain(client)
     assert holder_counts(after_sql) == 1
     assert {h["user"] for h in after["feasibility"]["held_by"]} == {"bob", "carol"}
+
+
+def test_the_workers_kept_for_a_tick_share_one_device_per_shape():
+    add_workers(0, 3)
+    Worker.objects.bulk_create(
+        Worker(name=f"tpu-{i}", cpu_millicores=8000, memory_bytes=16 * GIB, device_type="tpu",
+               device_variant="v5p-8", device_count=4, attributes={}, last_heartbeat=timezone.now())
+        for i in range(2)
+    )
+    workers = {w.id: w for w in worker_specs()}
+    assert workers["bulk-00000"].device is workers["bulk-00002"].device
+    assert workers["tpu-0"].device is workers["tpu-1"].device
+    assert workers["tpu-0"].device.count == 4 and workers["tpu-0"].device.variant == "v5p-8"
+    assert workers["tpu-0"].device is not workers["bulk-00000"].device

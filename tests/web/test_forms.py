@@ -3,13 +3,15 @@ the service's refusal on the field it names. Every action works as a plain form 
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
 from scheduler.models import AuditEntry, Job, TickRecord, UpliftGrant, UserBudget, Worker
-from tests.personas import make_worker, submit
+from scheduler.tick.run import run_tick
+from tests.personas import make_job, make_worker, submit
 
 pytestmark = pytest.mark.django_db
 
@@ -270,3 +272,18 @@ def test_operator_runs_a_tick(clients, alice):
     tick = TickRecord.objects.get()
     assert f"Tick {tick.pk} ran in" in response.content.decode()
     assert "1 assigned" in response.content.decode()
+
+
+
+def test_the_web_process_keeps_no_decision_after_an_operators_tick(clients, caplog):
+    """A tick process keeps its decision for the next tick; the web process does not (an
+    operator's tick there leaves no copy of the cluster): its next tick decides afresh, even
+    over a cluster that did not change."""
+    make_worker("w1", cpu=2, memory_gib=4)
+    make_job("/alice/big", cpu=8)  # never fits: the cluster stays as it is
+    clients["olivia"].post("/scheduler/tick")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="scheduler.tick.run"):
+        run_tick()
+    ran = [r for r in caplog.records if getattr(r, "outcome", None) == "ran"]
+    assert [r.decision_reused for r in ran] == [False]
