@@ -242,9 +242,9 @@ class PreemptionPass:
         self._gang_failed: dict[tuple, int] = {}
         self._slices_by_variant: dict[VariantKey, list[Slice]] = {}
         self._squat_groups: dict[tuple, list] = {}
-        # (shape, group_by, gang size, rank, excluded job) -> {group index: its hosts' versions
-        # when it could not take the gang}: until one of its hosts changes, it still cannot.
-        self._squat_failed: dict[tuple, dict[int, tuple[int, ...]]] = {}
+        # (shape, group_by, gang size, rank, excluded job) -> {group index: the sum of its hosts'
+        # versions when it could not take the gang}: until one of its hosts changes, it still cannot.
+        self._squat_failed: dict[tuple, dict[int, int]] = {}
         batch = Band.BATCH
         self.candidates = [t for t in candidates if queues[t.job_id].band is not batch]
         if self.candidates:
@@ -289,10 +289,15 @@ class PreemptionPass:
             gang = job.group_by is not None
             if gang and not gang_wanted:
                 continue
+            # Solo work no candidate wants is skipped unless it squats: asked of all the job's
+            # active tasks first, since that is cheaper than picking out the running ones.
+            squat_only = not gang and not solo_wanted
+            if squat_only and squat_ids.isdisjoint(map(_worker_of, active)):
+                continue
             tasks = [t for t in active if t.state is running and t.worker is not None]
             if not tasks:
                 continue
-            if not gang and not solo_wanted and squat_ids.isdisjoint(map(_worker_of, tasks)):
+            if squat_only and squat_ids.isdisjoint(map(_worker_of, tasks)):
                 continue
             requested_rank = int(job.band)
             ranks = {requested_rank if b is None else int(b) for b in set(map(_band_of, tasks))}
@@ -782,7 +787,8 @@ class PreemptionPass:
         for position_of_group, group in enumerate(groups):
             if len(group.members) < n:
                 continue
-            stamp = tuple([version[w] for w in group.members])
+            # Versions only grow, so their sum changes exactly when one of the hosts changed.
+            stamp = sum(map(version.__getitem__, group.members))
             if failed.get(position_of_group) == stamp:
                 continue
             fitting: list[tuple[int, int]] = []
