@@ -120,9 +120,10 @@ class Slice:
         self.usable = all(m.worker >= 0 for m in self.members)
 
 
-@dataclass(frozen=True, slots=True)
-class Eviction:
-    """``victim`` (stamped ``victim_band``) is evicted from worker index ``worker`` for ``preemptor``."""
+class Eviction(NamedTuple):
+    """``victim`` (stamped ``victim_band``) is evicted from worker index ``worker`` for ``preemptor``.
+
+    A named tuple: thousands per large tick, built three times faster than a frozen dataclass."""
 
     victim: TaskSnapshot
     victim_band: Band
