@@ -564,7 +564,7 @@ class Explainer:
         c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
         # Per check, in check order (assignment cap, build slots, cpu, memory, gpu, tpu): how many
         # workers it is the first to fail, and the most free among those workers.
-        capped = full = fit_now = 0
+        capped = full = 0
         # The free amount of each worker first short of cpu, memory, gpu, tpu (appended, not
         # counted through a helper: a call per worker cost a third of the explanations).
         short: tuple[list[int], ...] = ([], [], [], [])
@@ -586,12 +586,11 @@ class Explainer:
             elif (free := tpu[w]) < u:
                 short_tpu(free)
             else:
-                fit_now += 1
+                # One worker with room decides the cause: the counts are not needed.
+                return RoomFreedThisTick(), self._any_fits_at_start(shape.cands, shape)
         blocked = [capped, full, *(len(free) for free in short)]
         best = [None, None, *(max(free, default=None) for free in short)]
         fit_at_start = self._any_fits_at_start(shape.cands, shape)
-        if fit_now:
-            return RoomFreedThisTick(), fit_at_start
         worst = max(range(6), key=lambda i: (blocked[i], -i))
         matching = len(shape.cands)
         if worst == 0:
