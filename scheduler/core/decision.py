@@ -109,7 +109,7 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
         reason = deadline_text(queue.spec.scheduling_deadline_ms, snapshot.now_ms)
         unschedulable.extend(Unschedulable(t.id, reason) for t in queue.pending)
     bands = scheduling_order(queues, spend)
-    order = tuple(t.id for tasks in bands.values() for t in tasks)
+    order = tuple([t.id for tasks in bands.values() for t in tasks])
 
     pool = WorkerPool(snapshot, active_by_job, unfinished)
     book = ShapeBook(pool)

@@ -615,7 +615,11 @@ class Explainer:
         mb, building = pool.max_building, pool.start_building
         cpu, mem, gpu, tpu = pool.start_cpu, pool.start_mem, pool.start_gpu, pool.start_tpu
         c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
-        return any(building[w] < mb and cpu[w] >= c and mem[w] >= m and gpu[w] >= g and tpu[w] >= u for w in workers)
+        # A loop rather than any() over a generator: this scans whole candidate lists.
+        for w in workers:
+            if building[w] < mb and cpu[w] >= c and mem[w] >= m and gpu[w] >= g and tpu[w] >= u:
+                return True
+        return False
 
     def gang_cause(self, shape: Shape, group_by: str, n: int) -> tuple[Cause, bool]:
         key = (shape.id, group_by, n)
