@@ -445,9 +445,10 @@ class PreemptionPass:
                 workers |= members
                 matching.add(victim_variant_)
         every = len(matching) == len(self.workers_by_variant)
-        per_rank: dict[int, list] = {r: [] for r in CANDIDATE_RANKS}
         ranks_up = tuple(reversed(CANDIDATE_RANKS))
         solo = self.solo
+        # Per worker: (key, worker, [(band, totals), ...]).
+        rows = []
         for w in workers:
             worker_groups = solo.get(w, ())
             groups = worker_groups if every else [g for g in worker_groups if g.variant in matching]
@@ -457,6 +458,7 @@ class PreemptionPass:
             key = (1, first.neg_band, first.value, first.job_id, first.members[0].index)
             cpu = mem = gpu = tpu = i = 0
             n = len(groups)
+            totals = []
             for r in ranks_up:
                 # Groups are in band order (lowest first): extend the prefix with band > r
                 # (neg_band < -r; the ``band`` property is a Python call).
@@ -468,9 +470,16 @@ class PreemptionPass:
                     tpu += info.tpu * k
                     i += 1
                 if i:
-                    per_rank[r].append((key, w, LOWER_BOUND, (cpu, mem, gpu, tpu)))
+                    totals.append((r, (cpu, mem, gpu, tpu)))
+            rows.append((key, w, totals))
+        # A worker's key is the same in every band: one sort on (key, worker) puts every band's
+        # entries in order (instead of one sort per band of the same entries).
+        rows.sort()
+        per_rank: dict[int, list] = {r: [] for r in CANDIDATE_RANKS}
+        for key, w, totals in rows:
+            for r, free in totals:
+                per_rank[r].append((key, w, LOWER_BOUND, free))
         for r, entries in per_rank.items():
-            entries.sort()
             self._bounds[(r, variant)] = entries
             self._bound_of[(r, variant)] = {entry[1]: entry for entry in entries}
         return self._bounds[(rank, variant)]
