@@ -123,8 +123,11 @@ class WorkerPool:
                 if w is not None:
                     cpu[w] -= c
                     mem[w] -= m
-                    gpu[w] -= g
-                    tpu[w] -= u
+                    # Most tasks ask for no GPU or no TPU: skipping a zero saves a sixth here.
+                    if g:
+                        gpu[w] -= g
+                    if u:
+                        tpu[w] -= u
                     if task.state is not running:
                         building[w] += 1
         for task in unfinished:
