@@ -19,7 +19,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from scheduler.core.bands import Band
 from scheduler.core.ordering import JobQueue
@@ -296,11 +295,9 @@ class Shape:
         return self.cand_set
 
 
-class Group(NamedTuple):
-    """Workers sharing one value of a gang's ``group_by`` attribute, in ``tpu-worker-id`` order.
-
-    A named tuple: a large tick builds over ten thousand, three times faster than a frozen
-    dataclass."""
+@dataclass(frozen=True, slots=True)
+class Group:
+    """Workers sharing one value of a gang's ``group_by`` attribute, in ``tpu-worker-id`` order."""
 
     value: str
     members: tuple[int, ...]
