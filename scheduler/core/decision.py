@@ -109,7 +109,7 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
         reason = deadline_text(queue.spec.scheduling_deadline_ms, snapshot.now_ms)
         unschedulable.extend(Unschedulable(t.id, reason) for t in queue.pending)
     bands = scheduling_order(queues, spend)
-    order = tuple(t.id for tasks in bands.values() for t in tasks)
+    order = tuple([t.id for tasks in bands.values() for t in tasks])
 
     pool = WorkerPool(snapshot, active_by_job, unfinished)
     book = ShapeBook(pool)
@@ -134,8 +134,9 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
     reasons.update(outcome.requeued)
     # A task that ended in this decision (its gang failed for good, its job expired) is not
     # pending any more, whatever the placement pass said about it.
+    pending = TaskState.PENDING
     for task_id, after in outcome.after.items():
-        if after.state is not TaskState.PENDING:
+        if after.state is not pending:
             reasons.pop(task_id, None)
 
     defaults = config.budget_defaults
@@ -286,6 +287,11 @@ class _Outcome:
         """Victim outcomes: an ASSIGNED victim goes back free; a BUILDING/RUNNING one is charged
         and retries while its count before the charge is below ``max_retries_preemption``, else
         ends PREEMPTED."""
+        pending, preempted, assigned = TaskState.PENDING, TaskState.PREEMPTED, TaskState.ASSIGNED
+        # Both immutable, so shared (thousands of evictions in a large tick): the reason by
+        # the victims of one preemptor, the state by the victims with the same outcome.
+        reason_of: dict[str, PendingReason] = {}
+        after_of: dict[tuple[TaskState, int], TaskAfter] = {}
         for eviction in plan.evictions:
             victim = eviction.victim
             preemptor = eviction.preemptor
@@ -300,16 +306,22 @@ class _Outcome:
                 )
             )
             count = victim.preemption_count
-            if victim.state is TaskState.ASSIGNED:
-                state = TaskState.PENDING
+            if victim.state is assigned:
+                state = pending
             elif count < job.max_retries_preemption:
-                state, count = TaskState.PENDING, count + 1
+                state, count = pending, count + 1
             else:
-                state, count = TaskState.PREEMPTED, count + 1
+                state, count = preempted, count + 1
                 self.ended_by_preemption.add(job.id)
-            self.after[victim.id] = TaskAfter(state, None, None, count)
-            if state is TaskState.PENDING:
-                self.requeued[victim.id] = PendingReason(Preempted(preemptor.id))
+            after = after_of.get((state, count))
+            if after is None:
+                after = after_of[(state, count)] = TaskAfter(state, None, None, count)
+            self.after[victim.id] = after
+            if state is pending:
+                reason = reason_of.get(preemptor.id)
+                if reason is None:
+                    reason = reason_of[preemptor.id] = PendingReason(Preempted(preemptor.id))
+                self.requeued[victim.id] = reason
             self.victims_by_job.setdefault(job.id, []).append(victim.id)
 
     def finish_jobs(

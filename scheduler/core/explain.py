@@ -519,13 +519,6 @@ def pending_text(
 # -- computing reasons --------------------------------------------------------------------------
 
 
-def _note(blocked: list[int], best: list[int | None], check: int, free: int) -> None:
-    """One more worker first short at ``check``, with ``free`` of it."""
-    blocked[check] += 1
-    if best[check] is None or free > best[check]:
-        best[check] = free
-
-
 class Explainer:
     """Causes per shape (solo) and per (shape, group_by, size) (gang), from the final capacity."""
 
@@ -571,30 +564,33 @@ class Explainer:
         c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
         # Per check, in check order (assignment cap, build slots, cpu, memory, gpu, tpu): how many
         # workers it is the first to fail, and the most free among those workers.
-        blocked = [0] * 6
-        best = [None] * 6
-        fit_now = 0
+        capped = full = 0
+        # The free amount of each worker first short of cpu, memory, gpu, tpu (appended, not
+        # counted through a helper: a call per worker cost a third of the explanations).
+        short: tuple[list[int], ...] = ([], [], [], [])
+        short_cpu, short_mem, short_gpu, short_tpu = (free.append for free in short)
         assigned, building = pool.assigned, pool.building
         for w in shape.cands:
             if assigned[w] >= ma:
-                blocked[0] += 1
+                capped += 1
             elif building[w] >= mb:
-                blocked[1] += 1
+                full += 1
             # The four resource checks, unrolled (a tuple of checks per worker cost half the
-            # explanation's time): the first one short counts, with the most free seen.
+            # explanation's time): the first one short counts.
             elif (free := cpu[w]) < c:
-                _note(blocked, best, 2, free)
+                short_cpu(free)
             elif (free := mem[w]) < m:
-                _note(blocked, best, 3, free)
+                short_mem(free)
             elif (free := gpu[w]) < g:
-                _note(blocked, best, 4, free)
+                short_gpu(free)
             elif (free := tpu[w]) < u:
-                _note(blocked, best, 5, free)
+                short_tpu(free)
             else:
-                fit_now += 1
+                # One worker with room decides the cause: the counts are not needed.
+                return RoomFreedThisTick(), self._any_fits_at_start(shape.cands, shape)
+        blocked = [capped, full, *(len(free) for free in short)]
+        best = [None, None, *(max(free, default=None) for free in short)]
         fit_at_start = self._any_fits_at_start(shape.cands, shape)
-        if fit_now:
-            return RoomFreedThisTick(), fit_at_start
         worst = max(range(6), key=lambda i: (blocked[i], -i))
         matching = len(shape.cands)
         if worst == 0:
@@ -619,7 +615,11 @@ class Explainer:
         mb, building = pool.max_building, pool.start_building
         cpu, mem, gpu, tpu = pool.start_cpu, pool.start_mem, pool.start_gpu, pool.start_tpu
         c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
-        return any(building[w] < mb and cpu[w] >= c and mem[w] >= m and gpu[w] >= g and tpu[w] >= u for w in workers)
+        # A loop rather than any() over a generator: this scans whole candidate lists.
+        for w in workers:
+            if building[w] < mb and cpu[w] >= c and mem[w] >= m and gpu[w] >= g and tpu[w] >= u:
+                return True
+        return False
 
     def gang_cause(self, shape: Shape, group_by: str, n: int) -> tuple[Cause, bool]:
         key = (shape.id, group_by, n)

@@ -120,9 +120,10 @@ class Slice:
         self.usable = all(m.worker >= 0 for m in self.members)
 
 
-@dataclass(frozen=True, slots=True)
-class Eviction:
-    """``victim`` (stamped ``victim_band``) is evicted from worker index ``worker`` for ``preemptor``."""
+class Eviction(NamedTuple):
+    """``victim`` (stamped ``victim_band``) is evicted from worker index ``worker`` for ``preemptor``.
+
+    A named tuple: thousands per large tick, built twice as fast as a frozen dataclass."""
 
     victim: TaskSnapshot
     victim_band: Band
@@ -242,9 +243,9 @@ class PreemptionPass:
         self._gang_failed: dict[tuple, int] = {}
         self._slices_by_variant: dict[VariantKey, list[Slice]] = {}
         self._squat_groups: dict[tuple, list] = {}
-        # (shape, group_by, gang size, rank, excluded job) -> {group index: its hosts' versions
-        # when it could not take the gang}: until one of its hosts changes, it still cannot.
-        self._squat_failed: dict[tuple, dict[int, tuple[int, ...]]] = {}
+        # (shape, group_by, gang size, rank, excluded job) -> {group index: the sum of its hosts'
+        # versions when it could not take the gang}: until one of its hosts changes, it still cannot.
+        self._squat_failed: dict[tuple, dict[int, int]] = {}
         batch = Band.BATCH
         self.candidates = [t for t in candidates if queues[t.job_id].band is not batch]
         if self.candidates:
@@ -289,10 +290,15 @@ class PreemptionPass:
             gang = job.group_by is not None
             if gang and not gang_wanted:
                 continue
+            # Solo work no candidate wants is skipped unless it squats: asked of all the job's
+            # active tasks first, since that is cheaper than picking out the running ones.
+            squat_only = not gang and not solo_wanted
+            if squat_only and squat_ids.isdisjoint(map(_worker_of, active)):
+                continue
             tasks = [t for t in active if t.state is running and t.worker is not None]
             if not tasks:
                 continue
-            if not gang and not solo_wanted and squat_ids.isdisjoint(map(_worker_of, tasks)):
+            if squat_only and squat_ids.isdisjoint(map(_worker_of, tasks)):
                 continue
             requested_rank = int(job.band)
             ranks = {requested_rank if b is None else int(b) for b in set(map(_band_of, tasks))}
@@ -439,9 +445,10 @@ class PreemptionPass:
                 workers |= members
                 matching.add(victim_variant_)
         every = len(matching) == len(self.workers_by_variant)
-        per_rank: dict[int, list] = {r: [] for r in CANDIDATE_RANKS}
         ranks_up = tuple(reversed(CANDIDATE_RANKS))
         solo = self.solo
+        # Per worker: (key, worker, [(band, totals), ...]).
+        rows = []
         for w in workers:
             worker_groups = solo.get(w, ())
             groups = worker_groups if every else [g for g in worker_groups if g.variant in matching]
@@ -451,6 +458,7 @@ class PreemptionPass:
             key = (1, first.neg_band, first.value, first.job_id, first.members[0].index)
             cpu = mem = gpu = tpu = i = 0
             n = len(groups)
+            totals = []
             for r in ranks_up:
                 # Groups are in band order (lowest first): extend the prefix with band > r
                 # (neg_band < -r; the ``band`` property is a Python call).
@@ -462,9 +470,16 @@ class PreemptionPass:
                     tpu += info.tpu * k
                     i += 1
                 if i:
-                    per_rank[r].append((key, w, LOWER_BOUND, (cpu, mem, gpu, tpu)))
+                    totals.append((r, (cpu, mem, gpu, tpu)))
+            rows.append((key, w, totals))
+        # A worker's key is the same in every band: one sort on (key, worker) puts every band's
+        # entries in order (instead of one sort per band of the same entries).
+        rows.sort()
+        per_rank: dict[int, list] = {r: [] for r in CANDIDATE_RANKS}
+        for key, w, totals in rows:
+            for r, free in totals:
+                per_rank[r].append((key, w, LOWER_BOUND, free))
         for r, entries in per_rank.items():
-            entries.sort()
             self._bounds[(r, variant)] = entries
             self._bound_of[(r, variant)] = {entry[1]: entry for entry in entries}
         return self._bounds[(rank, variant)]
@@ -782,7 +797,8 @@ class PreemptionPass:
         for position_of_group, group in enumerate(groups):
             if len(group.members) < n:
                 continue
-            stamp = tuple([version[w] for w in group.members])
+            # Versions only grow, so their sum changes exactly when one of the hosts changed.
+            stamp = sum(map(version.__getitem__, group.members))
             if failed.get(position_of_group) == stamp:
                 continue
             fitting: list[tuple[int, int]] = []
