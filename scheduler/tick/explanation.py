@@ -9,9 +9,9 @@ downstream parses text back.
 
 from __future__ import annotations
 
-import orjson
-
 from collections.abc import Mapping
+
+import orjson
 
 from scheduler.core.bands import Band
 from scheduler.core.explain import pending_queue, reason_record
@@ -67,7 +67,7 @@ def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision,
             index = index_get(id(reason))
             if index is None:
                 record = reason_record(reason)
-                key = orjson.dumps(record, option=orjson.OPT_SORT_KEYS)
+                key = orjson.dumps(record, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
                 index = index_of_key.get(key)
                 if index is None:
                     index = index_of_key[key] = len(reasons)
