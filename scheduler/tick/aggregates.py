@@ -58,7 +58,7 @@ def active_counts(snapshot: ClusterSnapshot, decision: Decision, kept: Collectio
         elif state is RUNNING or state is ASSIGNED or state is BUILDING:
             key = (task.job_id, None if band is None else int(band), state.value, worker)
             active_of_job[key] = active_of_job.get(key, 0) + 1
-    by_band_user: dict[str, dict[str, int]] = {}
+    users_by_band: dict[int, dict[str, int]] = {}
     by_state: dict[str, int] = {}
     by_user: dict[str, list[int]] = {}
     user_of_job: dict[str, str] = {}
@@ -76,14 +76,14 @@ def active_counts(snapshot: ClusterSnapshot, decision: Decision, kept: Collectio
         by_state[state] = by_state.get(state, 0) + n
         if band is None:
             continue
-        users = by_band_user.get(band)
+        users = users_by_band.get(band)
         if users is None:
-            users = by_band_user[band] = {}
+            users = users_by_band[band] = {}
         users[user] = users.get(user, 0) + n
         if per_worker is not None and worker is not None:
             held = per_worker.get(worker)
             if held is None:
                 held = per_worker[worker] = {}
             held[(user, band)] = held.get((user, band), 0) + n
-    by_band_user = {str(band): users for band, users in by_band_user.items()}
+    by_band_user = {str(band): users for band, users in users_by_band.items()}
     return {"by_band_user": by_band_user, "by_state": by_state, "by_user": by_user}

@@ -274,7 +274,6 @@ def test_operator_runs_a_tick(clients, alice):
     assert "1 assigned" in response.content.decode()
 
 
-
 def test_the_web_process_keeps_no_decision_after_an_operators_tick(clients, caplog):
     """A tick process keeps its decision for the next tick; the web process does not (an
     operator's tick there leaves no copy of the cluster): its next tick decides afresh, even
