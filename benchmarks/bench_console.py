@@ -79,11 +79,7 @@ def main() -> None:
     from scheduler.roles import ensure_groups
     from scheduler.store import clock
     from scheduler.store.cluster_rows import forget_cluster_rows
-    from scheduler.jobs.queue import _queue_index_cache
-    try:
-        from scheduler.tick.queries import _basis_cache
-    except ImportError:  # measuring a release from before the what-if basis
-        _basis_cache = {}
+    from scheduler.board.read import forget as forget_board
     from scheduler.tick.run import forget_decision, run_tick
 
     call_command("migrate", verbosity=0)
@@ -163,8 +159,7 @@ def main() -> None:
             times, cpus = [], []
             statements = 0
             # Cold: this process has parsed nothing of the newest tick (queue index, what-if basis).
-            _queue_index_cache.clear()
-            _basis_cache.clear()
+            forget_board()
             for _ in range(args.requests + 1):
                 count = 0
 

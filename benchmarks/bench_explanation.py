@@ -1,4 +1,4 @@
-"""Time the queue explanation a tick stores (``tick.explanation.explanation_to_json``) after the
+"""Time the queue explanation a tick stores (``board.formats.explanation_to_json``) after the
 decision, on the same synthetic clusters as ``bench_decision.py``. Pure CPU: no database.
 
 Usage (from the repository root)::
@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.synthetic import generate  # noqa: E402
 from scheduler.core.decision import decide  # noqa: E402
 from scheduler.core.wire import snapshot_from_json  # noqa: E402
-from scheduler.tick.explanation import explanation_to_json  # noqa: E402
+from scheduler.board.formats import explanation_to_json  # noqa: E402
 
 
 def main() -> None:

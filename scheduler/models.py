@@ -263,10 +263,10 @@ class TickRecord(models.Model):
     # What the tick saw of fairness, per band per user (scheduler.core.fairness.fairness_sample):
     # kept on every tick, small (users x bands), for the fairness page and its share chart.
     fairness = models.JSONField(default=dict)
-    # The latest tick's explanation of the queue (see scheduler.tick.explanation.explanation_to_json);
+    # The latest tick's explanation of the queue (see scheduler.board.formats.explanation_to_json);
     # cleared on older ticks so only one copy is kept.
     explanation = CompressedJSONField(null=True, blank=True)
-    # The latest tick's what-if basis (see scheduler.tick.explanation.whatif_basis_to_json): each
+    # The latest tick's what-if basis (see scheduler.board.formats.whatif_basis_to_json): each
     # worker's free capacity and each band's users with their pending counts, small enough
     # for a web process to read per tick. Cleared on older ticks, as the explanation.
     whatif_basis = CompressedJSONField(null=True, blank=True)

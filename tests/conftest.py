@@ -177,13 +177,11 @@ def fresh_per_tick_caches():
     endpoint's worker read and holder counts) are keyed by the tick's pk (and now_ms); SQLite
     reuses a rolled-back test's tick pk, so a test could read another test's tick. Forget them."""
     from scheduler.jobs.feasibility import forget_feasibility_cache
-    from scheduler.jobs.queue import _queue_index_cache
-    from scheduler.tick.queries import _basis_cache
+    from scheduler.board.read import forget as forget_board
 
     def forget():
         forget_feasibility_cache()
-        _queue_index_cache.clear()
-        _basis_cache.clear()
+        forget_board()
 
     forget()
     yield

@@ -34,11 +34,12 @@ from scheduler.jobs import listing
 from scheduler.jobs.cancel import Selection, cancel_job, cancel_jobs, preview_cancel
 from scheduler.jobs.explain import explain_job
 from scheduler.jobs.queries import job_detail, jobs, task_counts
-from scheduler.jobs.queue import queue_estimates, queue_index, queue_rows, queue_selection
+from scheduler.board.queue import queue_estimates, queue_rows, queue_selection
+from scheduler.board.read import queue_index
 from scheduler.jobs.request import normalize_job_id
 from scheduler.jobs.submit import submit_job
 from scheduler.jobs.whatif import what_if
-from scheduler.tick.estimates import estimate_data
+from scheduler.board.estimates import estimate_data
 from scheduler.tick.fairness import fairness_report
 from scheduler.tick.queries import preemptions, recent_ticks
 from scheduler.tick.run import run_tick_now

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NamedTuple
 
 from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from scheduler.board.counts import NO_WORK, UserCounts
 from scheduler.budgets.rules import budget_defaults, budget_rows_of, live_spend, raised_by_grants
 from scheduler.core.bands import Band
 from scheduler.core.budget import effective_band
@@ -132,21 +132,12 @@ class BudgetRow:
         return None if limit <= 0 else 100.0 * self.view.spend / limit
 
 
-class UserCounts(NamedTuple):
-    """A user's unfinished work: pending and active (assigned/building/running) tasks, and the
-    jobs that have either."""
-
-    pending: int = 0
-    active: int = 0
-    jobs: int = 0
-
-
 def budget_rows(counts: Mapping[str, UserCounts], users: list[str] | None = None) -> list[BudgetRow]:
     """``budget_views`` of every user with a budget row, an open grant, spend or unfinished work
     in ``counts``, with those counts. Four queries.
 
-    The console passes the newest tick's counts (``jobs.queue.QueueIndex.by_user``, counted once
-    per tick by ``tick.aggregates.active_counts``), the same tick its scheduler page shows.
+    The console passes the newest tick's counts (``board.queue.QueueIndex.by_user``, counted once
+    per tick by ``board.counts.active_counts``), the same tick its scheduler page shows.
     Users known only by their unfinished work get the cluster defaults. Sorted as Iris's
     dashboard: most active jobs first, then most running tasks, then by name.
     """
@@ -156,9 +147,6 @@ def budget_rows(counts: Mapping[str, UserCounts], users: list[str] | None = None
         rows.append(BudgetRow(view, running=mine.active, pending=mine.pending, active_jobs=mine.jobs))
     rows.sort(key=lambda r: (-r.active_jobs, -r.running, r.view.user))
     return rows
-
-
-NO_WORK = UserCounts()
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """What-if arithmetic over the newest tick's record: where one new job would stand in its band's
-queue. Pure: the shell reads the record (``tick.queries.whatif_basis``) and rows.
+queue. Pure: the shell reads the record (``board.read.whatif_basis``) and rows.
 
 The tick leaves, per band, its users in round-robin order with their pending task counts
 (:func:`queue_counts`), and each worker's free capacity (``Decision.capacity_left``). A new

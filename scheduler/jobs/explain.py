@@ -10,11 +10,12 @@ from scheduler.core.explain import Downgrade, format_duration, iso_time, number,
 from scheduler.core.explain import downgrade_text as downgrade_text_of_record
 from scheduler.core.types import BudgetSpec, TaskState
 from scheduler.jobs.feasibility import job_feasibility
-from scheduler.jobs.queue import QueueEntry, QueueIndex, queue_index, round_robin_place
+from scheduler.board.queue import QueueEntry, QueueIndex, round_robin_place
+from scheduler.board.read import queue_index
 from scheduler.models import Job, PreemptionEvent, Task
 from scheduler.store.states import TERMINAL_JOB_VALUES
 from scheduler.store import clock
-from scheduler.tick.estimates import estimate_data, estimates_for_job, wait_text
+from scheduler.board.estimates import estimate_data, estimates_for_job, wait_text
 
 
 def downgrade_text(requested: Band, spend: int, limit: int) -> str:

@@ -1,7 +1,7 @@
 """"What if I submitted this?": the submission rules (live), then the core's decision for the
 planned job alone, on the cluster as the newest tick left it. Writes nothing.
 
-The newest tick records a what-if basis (``tick.explanation.whatif_basis_to_json``): every
+The newest tick records a what-if basis (``board.formats.whatif_basis_to_json``): every
 worker's free capacity after its decision, who holds each worker (active tasks per user and
 stamped band), and each band's users with their pending counts. A web process reads it once
 per tick (a few MB for 10,000 workers, no tasks), places only the new job on it with
@@ -50,7 +50,7 @@ from scheduler.core.whatif import queue_place
 from scheduler.errors import InvalidArgument, NotFound, PermissionDenied, ServiceError
 from scheduler.inputs import parse_user_id
 from scheduler.jobs.feasibility import feasibility_data, shape_key
-from scheduler.jobs.queue import queue_index
+from scheduler.board.read import queue_index
 from scheduler.jobs.request import parse_job_request
 from scheduler.jobs.submit import SubmissionPlan, plan_submission
 from scheduler.models import Task
@@ -58,8 +58,9 @@ from scheduler.store import clock
 from scheduler.store.cluster_rows import constraints_from_json, device_from_columns
 from scheduler.store.states import ACTIVE_VALUES
 from scheduler.tick.load import load_snapshot, scheduler_config
-from scheduler.tick.estimates import estimate_behind
-from scheduler.tick.queries import WhatIfBasis, whatif_basis
+from scheduler.board.estimates import estimate_behind
+from scheduler.board.read import whatif_basis
+from scheduler.board.whatif import WhatIfBasis
 
 # At most this many workers are read, with their lower-band tasks, to try a preemption: the
 # first by name where the free capacity plus what lower bands hold there covers one task. The

@@ -35,7 +35,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
 from scheduler.execution.outbox import stuck_intents
-from scheduler.jobs.queue import queue_index
+from scheduler.board.read import queue_index
 from scheduler.core.bands import Band
 from scheduler.core.types import ACTIVE_STATES
 from scheduler.models import DispatchIntent, PreemptionEvent, Task, TickRecord, Worker

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from scheduler.execution import dispatcher
 from scheduler.execution.outbox import intent_counts
-from scheduler.jobs.queue import queue_index
+from scheduler.board.read import queue_index
 from scheduler.tick.queries import recent_ticks
 from scheduler.core.bands import Band
 from scheduler.models import SchedulerLease, Worker

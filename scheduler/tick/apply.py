@@ -18,27 +18,22 @@ statements and the updates after them are pipelined.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from datetime import datetime
 
 from django.db import connection, transaction
 
-from scheduler.core.explain import pending_queue
-from scheduler.core.types import ACTIVE_STATES, Decision, JobState, TaskState
-from scheduler.core.fairness import fairness_sample
-from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord, Worker, compress_json
 from scheduler import instruments
+from scheduler.board import publish
+from scheduler.core.types import ACTIVE_STATES, Decision, JobState, TaskState
+from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord, Worker
 from scheduler.store import bulk
 from scheduler.store.states import ACTIVE_VALUES, TERMINAL_JOB_VALUES
-from scheduler.tick.aggregates import active_counts
-from scheduler.tick.explanation import explanation_to_json, whatif_basis_to_json
 from scheduler.tick.load import LoadedSnapshot
 
 
 @dataclass(frozen=True)
-
-
 class TickOutcome:
     tick_id: int
     decision: Decision
@@ -52,36 +47,6 @@ class TickOutcome:
     load_ms: float = 0.0
     decide_ms: float = 0.0
     refresh: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class StoredForDecision:
-    """What this process's newest tick stored for its decision: the fairness sample, the queue
-    explanation and the what-if basis (compressed, as ``CompressedJSONField`` stores them), the
-    queue's length, and ``tick_pk``, the tick record holding the explanation and basis. All are
-    functions of the snapshot (less its clock) and the decision, so a tick whose decision is
-    this very object (reused: ``scheduler.core.reuse``, and no Kubernetes plan merged into it)
-    does not rebuild them: its record names ``tick_pk`` (``TickRecord.explanation_tick``) while
-    that record still holds them, and stores the kept bytes again only if it no longer does."""
-
-    decision: Decision
-    fairness: dict
-    explanation: bytes
-    whatif_basis: bytes
-    left_pending: int
-    tick_pk: int
-    # The core's pending tasks (those routed to Kubernetes are counted apart, every tick).
-    pending: int
-
-
-# Read and replaced whole, never mutated; per process, like the decision it belongs to.
-_stored: StoredForDecision | None = None
-
-
-def forget_stored() -> None:
-    """Rebuild the stored explanation and sample at the next tick (with ``forget_decision``)."""
-    global _stored
-    _stored = None
 
 
 def lock_jobs(job_pks: set[int]) -> None:
@@ -157,35 +122,15 @@ def apply_decision(
 
     kept = {t for t in changed if keep(t)}
     skipped = len(changed) - len(kept)
-    global _stored
-    # The same decision object as the previous tick's: what it stored is this tick's too.
-    stored = _stored if _stored is not None and _stored.decision is decision else None
-    # The record this tick's queue and what-if basis are in, when it is an earlier one: the
-    # stored decision's record, if it still holds them (always, but for another tick process
-    # having stored a queue since; then this tick writes the kept bytes itself). One statement,
-    # in place of the clearing below.
-    holder = None
-    if stored is not None:
-        holders = list(TickRecord.objects.filter(explanation__isnull=False).values_list("pk", flat=True)[:2])
-        if holders == [stored.tick_pk]:
-            holder = stored.tick_pk
-
-    # A reused decision was made over the same tasks: the same count (no pass over them).
-    core_pending = stored.pending if stored is not None else sum(
-        1 for t in loaded.snapshot.tasks if t.state is TaskState.PENDING)
-
-    # The queue the tick leaves, computed once for the fairness sample and the explanation.
-    queue = pending_queue(decision) if stored is None else None
+    publication = publish.begin(loaded.snapshot, decision, loaded.kueue)
     tick = TickRecord.objects.create(
-        explanation_tick_id=holder,
         started_at=wall,
         now_ms=loaded.snapshot.now_ms,
         duration_ms=0,
         decide_ms=decide_ms,
-        pending=core_pending + len(loaded.kueue.pending),
         spend=dict(decision.spend),
         limits=limits_sample(loaded, decision),
-        fairness=stored.fairness if stored is not None else fairness_sample(loaded.snapshot, decision, queue),
+        **publication.record_fields(),
     )
 
     assignments = [a for a in decision.assignments if a.task in kept]
@@ -318,44 +263,18 @@ def apply_decision(
             live_job_states(loaded, decision, kept),
             condition=f"{job_table}.state IN ('{JobState.PENDING.value}', '{JobState.RUNNING.value}')",
         )
-        if stored is None:
-            job_counts: dict[int, dict[str, int]] = {}
-            explanation = explanation_to_json(loaded.snapshot, decision, queue=queue, job_counts=job_counts)
-            # The scheduler page's active-task counts, stored with the queue it shows beside them
-            # (a reused tick keeps them too: nothing they count changed); the same loop counts who
-            # holds each worker, for the what-if basis.
-            holders: dict[str, dict[tuple[str, int], int]] = {}
-            explanation["active"] = active_counts(loaded.snapshot, decision, kept, loaded.kueue, per_worker=holders)
-            whatif_basis = whatif_basis_to_json(loaded.snapshot, decision, job_counts, holders)
-            stored = StoredForDecision(
-                decision=decision,
-                fairness=tick.fairness,
-                explanation=compress_json(explanation),
-                whatif_basis=compress_json(whatif_basis),
-                left_pending=len(explanation["tasks"]),
-                tick_pk=tick.pk,
-                pending=core_pending,
-            )
-
-    written = {}
-    if holder is None:
-        # Only the newest tick holding them keeps the (large) queue explanation and what-if basis.
-        TickRecord.objects.filter(explanation__isnull=False, pk__lt=tick.pk).update(explanation=None, whatif_basis=None)
-        written = {"explanation": stored.explanation, "whatif_basis": stored.whatif_basis}
-        if stored.tick_pk != tick.pk:
-            stored = replace(stored, tick_pk=tick.pk)
+        # The publication is built while the last writes run.
+        publication.build(kept, tick.pk, tick.fairness)
+    published = publication.finish(tick.pk)
 
     duration_ms = (time.perf_counter() - started) * 1000
     TickRecord.objects.filter(pk=tick.pk).update(
-        **written,
-        left_pending=stored.left_pending,
+        **published,
         duration_ms=duration_ms,
         assigned=len(assignments),
         preempted=len(preemptions),
         expired=len(expired),
     )
-    # Kept for the next tick only once this one committed (a rolled-back tick stored nothing).
-    transaction.on_commit(partial(_keep_stored, stored))
     transaction.on_commit(partial(instruments.record_placements, loaded, assignments, preemptions))
     return TickOutcome(
         tick_id=tick.pk,
@@ -366,11 +285,6 @@ def apply_decision(
         skipped_conflicts=skipped,
         duration_ms=duration_ms,
     )
-
-
-def _keep_stored(stored: StoredForDecision) -> None:
-    global _stored
-    _stored = stored
 
 
 def live_job_states(loaded: LoadedSnapshot, decision: Decision, kept: set[str]) -> list[tuple[int, str]]:

@@ -34,7 +34,8 @@ from scheduler import instruments
 from scheduler.store import lease
 from scheduler.store.cluster_rows import forget_cluster_rows
 from scheduler.store.clock import now_ms
-from scheduler.tick.apply import TickOutcome, apply_decision, forget_stored
+from scheduler.board import publish
+from scheduler.tick.apply import TickOutcome, apply_decision
 from scheduler.tick.kueue import plan_kueue, save_kueue_state
 from scheduler.tick.load import load_snapshot
 
@@ -52,7 +53,7 @@ def forget_decision() -> None:
     """Decide afresh at the next tick (tests that replace ``decide`` must see it called)."""
     global _newest_decision
     _newest_decision = None
-    forget_stored()
+    publish.forget()
 
 
 class LeaseLost(RuntimeError):

@@ -22,7 +22,7 @@ from scheduler.budgets.rules import budget_defaults
 from scheduler.core.bands import Band
 from scheduler.core.budget import ACCELERATOR_POINTS, CORE_POINTS, GIB_POINTS
 from scheduler.errors import ServiceError
-from scheduler.jobs.queue import queue_index
+from scheduler.board.read import queue_index
 from scheduler.views.charts import spend_chart
 from scheduler.views.common import PAGE_SIZE, POLL_SECONDS, apply_service_error, page_or_fragment, require_POST, window
 from scheduler.views.forms import UpliftRequestForm

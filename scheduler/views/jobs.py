@@ -34,7 +34,8 @@ from scheduler.jobs.queries import job_tasks_window, task_counts
 from scheduler.execution.logs import may_read_log, read_tail
 from scheduler.models import Attempt
 from scheduler.store.states import TERMINAL_JOB_VALUES
-from scheduler.jobs.queue import RoundRobinPlace, queue_index, round_robin_place
+from scheduler.board.queue import RoundRobinPlace, round_robin_place
+from scheduler.board.read import queue_index
 from scheduler.jobs.request import normalize_job_id
 from scheduler.jobs.submit import submit_job
 from scheduler.views.common import (

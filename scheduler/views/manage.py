@@ -16,7 +16,7 @@ from scheduler.budgets.writes import approve_uplift, deny_uplift, set_budget
 from scheduler.cluster_config import cluster_config
 from scheduler.core.bands import Band
 from scheduler.errors import ServiceError
-from scheduler.jobs.queue import queue_index
+from scheduler.board.read import queue_index
 from scheduler.models import UpliftGrant
 from scheduler.views.common import PAGE_SIZE, admin_required, apply_service_error, page_or_fragment, window, require_POST
 from scheduler.views.forms import BudgetForm, UpliftDecisionForm

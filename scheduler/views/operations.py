@@ -12,7 +12,7 @@ from django.utils import timezone
 from scheduler.core.bands import BANDS_IN_ORDER
 from scheduler.errors import ServiceError
 from scheduler.execution.outbox import intent_counts, stuck_intents
-from scheduler.jobs.queue import queue_index
+from scheduler.board.read import queue_index
 from scheduler.tick.queries import recent_ticks
 from scheduler.tick.run import run_tick_now
 from scheduler.observability.health import readiness
@@ -61,7 +61,7 @@ def scheduler_state(request):
         "ticks": ticks,
         "lag_seconds": (now - ticks[0].started_at).total_seconds() if ticks else None,
         "late": bool(ticks) and (now - ticks[0].started_at).total_seconds() > LATE_TICKS * settings.TICK_SECONDS,
-        # Both as of the newest tick, like the pending counts beside them (scheduler.tick.aggregates).
+        # Both as of the newest tick, like the pending counts beside them (scheduler.board.counts).
         "task_counts": sorted(index.active_by_state.items()),
         "table": band_user_table(index.pending_by_user(), index.running),
         "index": index,

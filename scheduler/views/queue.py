@@ -12,9 +12,10 @@ from django.contrib.auth.decorators import login_required
 from scheduler import roles
 from scheduler.core.bands import BANDS_IN_ORDER, Band
 from scheduler.core.explain import downgrade_text
-from scheduler.jobs.queue import QueueEntry, QueueIndex, queue_estimates, queue_index, queue_rows, queue_window
+from scheduler.board.queue import QueueEntry, QueueIndex, queue_estimates, queue_rows, queue_window
+from scheduler.board.read import queue_index
 from scheduler.store import clock
-from scheduler.tick.estimates import estimate_data, start_span
+from scheduler.board.estimates import estimate_data, start_span
 from scheduler.views.common import PAGE_SIZE, Window, no_change, page_number, page_or_fragment, unchanged
 from scheduler.views.forms import QueueFilterForm
 

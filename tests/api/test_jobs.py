@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from scheduler.core.bands import Band
 from scheduler.jobs.cancel import cancel_job
-from scheduler.jobs.queue import _queue_index_cache
+from scheduler.board.read import forget as forget_board
 from scheduler.jobs.submit import submit_job
 from scheduler.models import Attempt, Job, PreemptionEvent, Task, UserBudget
 from tests.api.conftest import HELD, NO_WORKERS, SHORT_OF_CPU, error_of, make_tick
@@ -364,7 +364,7 @@ def test_explain_reads_the_tick_explanation_once_per_tick(as_alice, alice):
 
     submit(alice, "train", replicas=2)
     make_tick({"/alice/train/0": (Band.INTERACTIVE, 1, HELD), "/alice/train/1": (Band.INTERACTIVE, 2, HELD)})
-    _queue_index_cache.clear()
+    forget_board()
     counts = []
     for _ in range(2):
         with CaptureQueriesContext(connection) as captured:

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.core.bands import Band
-from scheduler.jobs.queue import _queue_index_cache
+from scheduler.board.read import forget as forget_board
 from scheduler.models import Job, PreemptionEvent, Task, TickRecord, UserBudget, Worker
 from scheduler.store.cluster_rows import forget_cluster_rows
 from scheduler.tick.run import run_tick
@@ -25,9 +25,9 @@ from tests.personas import NOW_MS, make_job, make_worker, start_running, token_c
 def _fresh_queue_index():
     """Ticks here all run at NOW_MS, and SQLite reuses a rolled-back tick's pk: the per-process
     queue index (keyed by pk and now_ms) must not carry over from another test."""
-    _queue_index_cache.clear()
+    forget_board()
     yield
-    _queue_index_cache.clear()
+    forget_board()
 
 
 PLACE = re.compile(r"position ([\d,]+) of ([\d,]+) in (\w+) as of tick (\d+)")
@@ -55,7 +55,7 @@ def build(workers, jobs, running):
     Worker.objects.all().delete()
     TickRecord.objects.all().delete()
     forget_cluster_rows()
-    _queue_index_cache.clear()
+    forget_board()
     UserBudget.objects.update_or_create(user_id="alice", defaults={"budget_limit": 6, "max_band": Band.INTERACTIVE})
     for i, cores in enumerate(workers):
         make_worker(f"w{i}", cpu=cores, memory_gib=64, pool="a" if i % 2 else "b")
@@ -268,7 +268,7 @@ def cluster_config_text(tmp_path, settings):
         path.write_text(text)
         _cached.cache_clear()
         forget_cluster_rows()
-        _queue_index_cache.clear()
+        forget_board()
 
     yield configure
     _cached.cache_clear()

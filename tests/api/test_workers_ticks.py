@@ -241,7 +241,7 @@ def test_after_a_tick_what_if_places_on_the_capacity_the_tick_left_free(as_alice
 
 
 def test_after_a_tick_what_if_gives_the_place_the_job_then_gets(as_alice, alice, bob):
-    from scheduler.jobs.queue import queue_index
+    from scheduler.board.read import queue_index
     from scheduler.tick.run import run_tick
 
     make_worker("w1", cpu=1)

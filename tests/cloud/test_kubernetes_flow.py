@@ -448,9 +448,9 @@ def test_a_stop_that_fails_is_retried_and_the_attempt_holds_until_the_pod_is_gon
 
 
 def test_the_ticks_active_counts_include_the_tasks_it_promoted_to_kubernetes(kube, cluster_config):
-    """The scheduler page's running counts (scheduler.tick.aggregates) count the Kueue
+    """The scheduler page's running counts (scheduler.board.counts) count the Kueue
     promotions the tick just wrote, as the live grouped count over the task table does."""
-    from scheduler.jobs.queue import queue_index
+    from scheduler.board.read import queue_index
     from scheduler.tick.queries import running_by_band_user, task_counts_by_state
 
     cluster_config(kubernetes={"promotions_per_minute": 5})

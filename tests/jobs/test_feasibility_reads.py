@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from scheduler.jobs.feasibility import worker_specs
-from scheduler.jobs.queue import _queue_index_cache
+from scheduler.board.read import forget as forget_board
 from scheduler.models import Worker
 from scheduler.tick.run import run_tick
 from tests.personas import GIB, NOW_MS, make_job, make_worker, start_running, token_client
@@ -54,7 +54,7 @@ def test_explain_reads_the_workers_once_per_tick_and_its_queries_do_not_grow_wit
     assert f["held_by"] == [{"user": "bob", "band": "interactive", "tasks": 1, "preemptible": False}]
 
     add_workers(10, 1500)
-    _queue_index_cache.clear()
+    forget_board()
     run_tick(NOW_MS + 1000)  # a newer tick: the workers are read again, once
     after, after_sql = explain(client)
     again, again_sql = explain(client)
@@ -82,7 +82,7 @@ def test_who_holds_the_matching_workers_is_counted_once_per_tick_and_again_after
         {"user": "bob", "band": "interactive", "tasks": 1, "preemptible": False}]
 
     start_running(make_job("/carol/small", cpu=1, memory_gib=1), big)  # carol now holds part of it too
-    _queue_index_cache.clear()
+    forget_board()
     run_tick(NOW_MS + 1000)
     after, after_sql = explain(client)
     assert holder_counts(after_sql) == 1

@@ -14,7 +14,7 @@ from scheduler.core.types import Constraint, ConstraintOp, Device, DeviceType, J
 from scheduler.jobs import whatif as whatif_module
 from scheduler.jobs.feasibility import holders_of
 from scheduler.models import Task, compress_json, decompress_json
-from scheduler.tick.queries import whatif_basis
+from scheduler.board.read import whatif_basis
 from scheduler.tick.run import run_tick
 from tests.personas import GIB, NOW_MS, make_job, make_worker, start_running, token_client
 

@@ -14,7 +14,8 @@ from django.utils import timezone
 from scheduler.core.bands import Band
 from scheduler.models import Attempt, EstimatedStart, Task
 from scheduler.store import clock
-from scheduler.tick.estimates import estimate_start_times, read_history, store_estimates, wait_text
+from scheduler.board.estimates import wait_text
+from scheduler.tick.estimates import estimate_start_times, read_history, store_estimates
 from scheduler.core.estimate import StartEstimate
 from tests.personas import make_job, make_worker, start_running, token_client
 
@@ -110,7 +111,7 @@ def test_pages_read_estimates_in_constant_queries(alice):
     worker = make_worker("w1", cpu=1, memory_gib=1)
     start_running(make_job("/alice/run", cpu=1, memory_gib=1), worker)
     finished_runs(3, 10, worker=worker)
-    from scheduler.jobs.queue import _queue_index_cache
+    from scheduler.board.read import forget as forget_board
     from scheduler.tick.run import run_tick
 
     client = Client()
@@ -121,10 +122,10 @@ def test_pages_read_estimates_in_constant_queries(alice):
             make_job(f"/alice/w{jobs}x{i}", cpu=1, memory_gib=1, replicas=3)
         run_tick()
         estimate_start_times()
-        _queue_index_cache.clear()
+        forget_board()
         out = []
         for url in ("/queue/", f"/jobs/alice/w{jobs}x0/", f"/api/v1/jobs/alice/w{jobs}x0:explain"):
-            _queue_index_cache.clear()
+            forget_board()
             with CaptureQueriesContext(connection) as captured:
                 assert client.get(url).status_code == 200
             out.append(len(captured))

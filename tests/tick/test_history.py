@@ -125,7 +125,7 @@ def test_the_tick_holding_the_stored_queue_is_kept_while_newer_reused_ticks_name
     """An idle cluster: every tick since the first reused its decision and names the first
     tick's record for the queue (``TickRecord.explanation_tick``). Pruning keeps that record,
     however old, and the queue pages still show the queue as of the newest tick."""
-    from scheduler.jobs.queue import queue_index
+    from scheduler.board.read import queue_index
     from scheduler.tick.run import run_tick
     from tests.personas import make_worker
 

@@ -334,16 +334,16 @@ def test_a_reused_tick_writes_no_queue_but_names_the_tick_holding_it_and_pages_s
     monkeypatch, django_capture_on_commit_callbacks
 ):
     from scheduler.jobs.explain import explain_job
-    from scheduler.jobs.queue import queue_index
-    from scheduler.tick import apply
-    from scheduler.tick.queries import whatif_basis
+    from scheduler.board.read import queue_index
+    from scheduler.board import publish
+    from scheduler.board.read import whatif_basis
 
     make_worker("w1", cpu=2, memory_gib=4)
     job = make_job("/alice/big", cpu=8)  # never fits: the cluster stays as it is
     built = []
-    real_explanation, real_fairness = apply.explanation_to_json, apply.fairness_sample
-    monkeypatch.setattr(apply, "explanation_to_json", lambda *a, **k: built.append("explanation") or real_explanation(*a, **k))
-    monkeypatch.setattr(apply, "fairness_sample", lambda *a: built.append("fairness") or real_fairness(*a))
+    real_explanation, real_fairness = publish.explanation_to_json, publish.fairness_sample
+    monkeypatch.setattr(publish, "explanation_to_json", lambda *a, **k: built.append("explanation") or real_explanation(*a, **k))
+    monkeypatch.setattr(publish, "fairness_sample", lambda *a: built.append("fairness") or real_fairness(*a))
 
     with django_capture_on_commit_callbacks(execute=True):
         run_tick(NOW_MS)
@@ -393,7 +393,7 @@ def test_a_reused_tick_writes_its_kept_queue_itself_when_its_holder_no_longer_ho
     """Another tick process stored a queue since this process's last tick (and cleared the
     record this process would name): the reused tick writes the bytes it kept, and clears the
     other's, so the newest tick's queue is still the one it decided."""
-    from scheduler.jobs.queue import queue_index
+    from scheduler.board.read import queue_index
     from scheduler.models import compress_json
 
     make_worker("w1", cpu=2, memory_gib=4)

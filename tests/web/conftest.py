@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from scheduler.budgets.writes import request_uplift, set_budget
 from scheduler.core.bands import Band
-from scheduler.jobs.queue import _queue_index_cache
+from scheduler.board.read import forget as forget_board
 from scheduler.models import PreemptionEvent, Task, TickRecord, UserBudget, Worker
 from tests.personas import make_user, make_worker, run_tasks, submit
 
@@ -24,9 +24,9 @@ def _fast_passwords(fast_passwords):
 @pytest.fixture(autouse=True)
 def _fresh_queue_index():
     """The queue index is cached per process by tick pk; pks restart with each test database."""
-    _queue_index_cache.clear()
+    forget_board()
     yield
-    _queue_index_cache.clear()
+    forget_board()
 
 
 def client_for(user=None) -> Client:

@@ -15,7 +15,7 @@ from django.utils.html import escape
 from scheduler.core.bands import Band
 from scheduler.core.budget import resource_value
 from scheduler.jobs.feasibility import job_spec
-from scheduler.jobs.queue import _queue_index_cache
+from scheduler.board.read import forget as forget_board
 from scheduler.models import Attempt, Job, PreemptionEvent, Task, TickRecord, UserBudget, Worker
 from scheduler.store.states import ACTIVE_VALUES
 from scheduler.tick.run import run_tick
@@ -26,9 +26,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def _fresh_queue_index():
-    _queue_index_cache.clear()
+    forget_board()
     yield
-    _queue_index_cache.clear()
+    forget_board()
 
 
 def small_cluster():
@@ -122,7 +122,7 @@ def test_work_lost_to_preemption_and_starving_tasks_over_the_last_24_hours(alice
 
 
 def fairness_queries(client, url: str) -> int:
-    _queue_index_cache.clear()
+    forget_board()
     with CaptureQueriesContext(connection) as captured:
         assert client.get(url).status_code == 200
     return len(captured)

@@ -10,14 +10,8 @@ from django.utils import timezone
 
 from scheduler.budgets.queries import SpendSample
 from scheduler.core.bands import Band
-from scheduler.jobs.queue import (
-    QueueIndex,
-    _queue_index_cache,
-    job_matches,
-    queue_index,
-    queue_window,
-    round_robin_place,
-)
+from scheduler.board.queue import QueueIndex, job_matches, queue_window, round_robin_place
+from scheduler.board.read import forget as forget_board, queue_index
 from scheduler.views.charts import nice_ceiling, round_step, share_chart, spend_chart
 
 
@@ -140,7 +134,7 @@ def test_round_robin_place_names_the_turn_and_own_tasks_ahead():
 def test_queue_index_is_read_once_per_tick_and_sorted_if_needed(django_assert_num_queries):
     from scheduler.models import TickRecord
 
-    _queue_index_cache.clear()
+    forget_board()
     TickRecord.objects.create(
         started_at=timezone.now(), now_ms=0, duration_ms=1, spend={"bob": 7}, limits={},
         explanation={"version": 2, "tasks": {"/bob/a/1": [2, 2, 2, 0], "/bob/a/0": [2, 2, 1, 0]},
@@ -151,4 +145,4 @@ def test_queue_index_is_read_once_per_tick_and_sorted_if_needed(django_assert_nu
     assert index.ids[2] == ["/bob/a/0", "/bob/a/1"] and index.spend == {"bob": 7}
     with django_assert_num_queries(1):
         assert queue_index() is index
-    _queue_index_cache.clear()
+    forget_board()

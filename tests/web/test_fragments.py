@@ -8,7 +8,7 @@ import re
 import pytest
 
 from scheduler.jobs.cancel import cancel_job
-from scheduler.jobs.queue import newest_explained_tick
+from scheduler.board.read import newest_explained_tick
 from scheduler.tick.run import run_tick
 from tests.personas import make_worker, run_tasks, submit
 from tests.web.conftest import preempt

@@ -281,9 +281,9 @@ def test_tiers_show_the_config_as_loaded_and_rows_that_drifted(clients, settings
 
 
 def test_scheduler_state_running_counts_are_the_ticks_and_match_the_task_table(clients, over_budget, alice, bob):
-    """The page's running figures come from the tick (scheduler.tick.aggregates); right after a
+    """The page's running figures come from the tick (scheduler.board.counts); right after a
     tick they equal the live grouped counts over the task table, and the page says which tick."""
-    from scheduler.jobs.queue import queue_index
+    from scheduler.board.read import queue_index
     from scheduler.tick.queries import running_by_band_user, task_counts_by_state
 
     make_worker("w2", cpu=8, memory_gib=8)
@@ -318,7 +318,7 @@ def test_budgets_counts_are_the_ticks_and_match_the_task_table_and_the_scheduler
     """Jobs, running and pending on the budgets pages come from the tick, as the scheduler page's
     figures do: right after a tick they equal the live grouped counts; between ticks they stay
     the tick's, so the two pages never disagree, and each page says which tick."""
-    from scheduler.jobs.queue import queue_index
+    from scheduler.board.read import queue_index
 
     make_worker("w2", cpu=8, memory_gib=8)
     run_tick()

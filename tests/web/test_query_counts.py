@@ -9,8 +9,7 @@ from django.test.utils import CaptureQueriesContext
 
 from scheduler.jobs.feasibility import forget_feasibility_cache
 from scheduler.observability import health
-from scheduler.jobs.queue import _queue_index_cache, newest_explained_tick
-from scheduler.tick.queries import _basis_cache
+from scheduler.board.read import forget as forget_board, newest_explained_tick
 from tests.personas import submit
 from tests.web.conftest import build_cluster
 
@@ -44,9 +43,8 @@ PAGES = [
 
 
 def count_queries(client, url: str, htmx: bool = False) -> tuple[int, list[str]]:
-    _queue_index_cache.clear()  # a cold index costs one more query; measure cold every time
+    forget_board()  # a cold queue index and what-if basis cost more queries; measure cold every time
     forget_feasibility_cache()  # and so does the first read of the workers after a tick
-    _basis_cache.clear()  # so does a cold what-if basis
     # Readiness (on /scheduler/) checks the migrations once per process: measure every page
     # with that check done, whichever test of the session ran it first.
     health.check_migrations()

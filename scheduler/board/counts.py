@@ -1,5 +1,5 @@
 """What the console's scheduler and budgets pages count over every live task, computed once per
-tick.
+tick and published on the board.
 
 The tick holds every live task (its snapshot) and what it wrote (the decision's changes it
 kept), so it counts the active tasks once, here, and stores the counts beside the queue
@@ -14,11 +14,24 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from itertools import chain
+from typing import NamedTuple
 
 from scheduler.core.kueue import KueueInput
 from scheduler.core.types import ClusterSnapshot, Decision, TaskState
 
 PENDING, ASSIGNED, BUILDING, RUNNING = TaskState.PENDING, TaskState.ASSIGNED, TaskState.BUILDING, TaskState.RUNNING
+
+
+class UserCounts(NamedTuple):
+    """A user's unfinished work: pending and active (assigned/building/running) tasks, and the
+    jobs that have either."""
+
+    pending: int = 0
+    active: int = 0
+    jobs: int = 0
+
+
+NO_WORK = UserCounts()
 
 
 def active_counts(snapshot: ClusterSnapshot, decision: Decision, kept: Collection[str],

@@ -1,27 +1,24 @@
-"""The queue as the last tick explained it: positions, bands and reasons from the stored
-explanation (:mod:`scheduler.tick.explanation`), indexed for the queue page and the API.
+"""The queue as the newest tick published it: positions, bands and reasons from the stored
+explanation (:mod:`scheduler.board.formats`), indexed for the queue page, the API and the CLI.
+Read through :func:`scheduler.board.read.queue_index`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db.models import Q
 
-from scheduler.budgets.queries import UserCounts
+from scheduler.board.counts import UserCounts
+from scheduler.board.estimates import estimates_for_tasks
+from scheduler.board.formats import EXPLANATION_VERSION
 from scheduler.core.bands import Band
-from scheduler.core.decision import collector_paused
 from scheduler.core.explain import cause_text, pending_text
-from scheduler.models import Task, TickRecord
-from scheduler.tick.estimates import estimates_for_tasks
-from scheduler.tick.explanation import EXPLANATION_VERSION
-from scheduler.tick.queries import newest_queue_tick
+from scheduler.models import Task
 
 
 @dataclass(frozen=True)
-
-
 class QueueEntry:
     """One task as the newest tick (``tick``) left it: effective band, place, reason record.
 
@@ -67,8 +64,6 @@ def split_task_id(task_id: str) -> tuple[str, int]:
 
 
 @dataclass(frozen=True)
-
-
 class QueueIndex:
     """The newest tick's queue, indexed once per tick so pages of it cost nothing to cut.
 
@@ -91,7 +86,7 @@ class QueueIndex:
     requested: dict[int, list[int]] = field(default_factory=dict)
     # The instant the tick decided at (its ``now_ms``: what ages in its order are counted to).
     tick_now_ms: int | None = None
-    # The tick's counts of active tasks (scheduler.tick.aggregates): {(stamped band rank, user):
+    # The tick's counts of active tasks (scheduler.board.counts): {(stamped band rank, user):
     # n} and {state: n}, as of this tick, so the page shows them beside the queue they match.
     running: dict[tuple[int, str], int] = field(default_factory=dict)
     active_by_state: dict[str, int] = field(default_factory=dict)
@@ -152,73 +147,11 @@ class QueueIndex:
 
 EMPTY_QUEUE = QueueIndex(None, None, {}, {}, [], {}, {}, {}, {})
 
-# Only the newest index is kept (by its tick's (pk, now_ms), and by the key of the record its
-# explanation was parsed from): ticks replace it every few seconds, and a tick that reused its
-# decision shares the previous tick's parse.
-_queue_index_cache: dict[tuple, QueueIndex] = {}
 
-
-def newest_explained_tick() -> int | None:
-    """The pk of the newest tick with a stored queue (its own, or the earlier tick's it names
-    when it reused that tick's decision). One query."""
-    newest = newest_queue_tick()
-    return newest.tick[0] if newest is not None else None
-
-
-def queue_index() -> QueueIndex:
-    """The newest tick's queue, indexed. One query, plus one the first time a process sees a tick.
-
-    Parsing the explanation of 100,000 pending tasks takes tens of milliseconds; the index is
-    cached per process until a newer tick replaces it, so polling pages only pay for the first.
-    A newer tick that reused the decision (its record names the tick holding the explanation,
-    ``TickRecord.explanation_tick``) shows the same queue: the parse is kept and only the
-    tick's own number, clock and samples are read.
-    """
-    newest = newest_queue_tick()
-    if newest is None:
-        return EMPTY_QUEUE
-    key = newest.tick
-    pk = key[0]
-    cached = _queue_index_cache.get(key)
-    if cached is not None:
-        return cached
-    parsed = _queue_index_cache.get(("holder", newest.holder))
-    if parsed is not None:
-        row = TickRecord.objects.filter(pk=pk).values_list("started_at", "spend", "limits").first()
-        if row is None:
-            return EMPTY_QUEUE
-        index = replace(parsed, tick_pk=pk, tick_at=row[0], spend=dict(row[1] or {}), limits=dict(row[2] or {}),
-                        tick_now_ms=key[1])
-        _remember_index(key, newest.holder, index)
-        return index
-    # The parsed JSON and the index built from it are a few hundred thousand objects beside the
-    # process's live data, with no cycles among them: collections on the way (most of the
-    # parse's time at 100,000 tasks) would only rescan what is live.
-    with collector_paused():
-        index = _read_queue_index(key)
-    if index is None:
-        return EMPTY_QUEUE
-    _remember_index(key, newest.holder, index)
-    return index
-
-
-def _remember_index(key: tuple[int, int], holder: tuple[int, int], index: QueueIndex) -> None:
-    _queue_index_cache.clear()
-    _queue_index_cache[key] = index
-    _queue_index_cache[("holder", holder)] = index
-
-
-def _read_queue_index(key: tuple[int, int]) -> QueueIndex | None:
-    """The tick ``key``'s stored explanation (its own or the one of the tick it names), indexed
-    (None: a newer tick cleared it)."""
-    pk = key[0]
-    row = TickRecord.objects.filter(pk=pk).values_list(
-        "started_at", "spend", "limits", "explanation", "explanation_tick__explanation").first()
-    if row is not None:
-        row = (*row[:3], row[3] if row[3] is not None else row[4])
-    if row is None or row[3] is None:  # a newer tick cleared it between our two reads
-        return None
-    started_at, spend, limits, explanation = row
+def parse_queue_index(pk: int, now_ms: int, started_at: datetime, spend: dict | None, limits: dict | None,
+                      explanation: dict) -> QueueIndex:
+    """The stored explanation (:func:`scheduler.board.formats.explanation_to_json`) of tick
+    ``pk`` (decided at ``now_ms``), indexed."""
     if explanation.get("version") != EXPLANATION_VERSION:
         # Stored by an older release (reasons as text): the next tick stores it again.
         explanation = {}
@@ -257,7 +190,7 @@ def _read_queue_index(key: tuple[int, int]) -> QueueIndex | None:
     index = QueueIndex(
         tick_pk=pk, tick_at=started_at, spend=dict(spend or {}), limits=dict(limits or {}),
         reasons=list(explanation.get("reasons", [])), ids=ids, reason_of=reason_of, owner=owner, users=users,
-        requested=requested, tick_now_ms=key[1],
+        requested=requested, tick_now_ms=now_ms,
         running={(int(rank), user): n for rank, users in explanation.get("active", {}).get("by_band_user", {}).items()
                  for user, n in users.items()},
         active_by_state=dict(explanation.get("active", {}).get("by_state", {})),
@@ -374,8 +307,6 @@ def queue_estimates(entries: list[QueueEntry]):
 
 
 @dataclass(frozen=True)
-
-
 class RoundRobinPlace:
     """Where a queued task stands in its band's round robin across users."""
 

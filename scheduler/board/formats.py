@@ -93,7 +93,7 @@ def whatif_basis_to_json(snapshot: ClusterSnapshot, decision: Decision, job_coun
     "holders": [worker index, user index, stamped band rank, active tasks, ...],
     "holders_healthy": [[user index, stamped band rank, active tasks], ...]}``: ``holders`` says
     (four numbers a row, flat) who holds each worker after this tick's writes
-    (``tick.aggregates.active_counts``'s ``per_worker``), ``holders_healthy`` the same summed
+    (``board.counts.active_counts``'s ``per_worker``), ``holders_healthy`` the same summed
     over the healthy workers, users interned in ``users``; each band's users in round-robin
     order with their pending counts (``core.whatif.queue_counts`` over ``job_counts``, which
     ``explanation_to_json`` fills), and every worker with its

@@ -1,0 +1,133 @@
+"""The tick's one publishing step: what readers see of a decision, written with the tick record.
+
+A publication is the queue explanation with the tick's counts of live work
+(:func:`scheduler.board.formats.explanation_to_json`, :func:`scheduler.board.counts.active_counts`),
+the what-if basis (:func:`scheduler.board.formats.whatif_basis_to_json`) and the fairness sample
+(:func:`scheduler.core.fairness.fairness_sample`). All are functions of the snapshot (less its
+clock), the decision and the changes the tick kept, so a tick whose decision is the previous
+tick's very object (reused: ``scheduler.core.reuse``) publishes nothing new: its record names the
+record that holds the previous publication (``TickRecord.explanation_tick``) while that record
+still holds it, and stores the kept bytes again only if it no longer does.
+
+The tick drives it in three steps inside its transaction (:func:`begin`, then
+:meth:`Publication.build` while its last writes run, then :meth:`Publication.finish`); the
+publication is kept for the next tick only once the transaction commits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, replace
+from functools import partial
+
+from django.db import transaction
+
+from scheduler.board.counts import active_counts
+from scheduler.board.formats import explanation_to_json, whatif_basis_to_json
+from scheduler.core.explain import pending_queue
+from scheduler.core.fairness import fairness_sample
+from scheduler.core.kueue import KueueInput
+from scheduler.core.types import ClusterSnapshot, Decision, TaskState
+from scheduler.models import TickRecord, compress_json
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """What this process's newest tick published for its decision: the fairness sample, the
+    queue explanation and the what-if basis (compressed, as ``CompressedJSONField`` stores
+    them), the queue's length, the core's pending count, and ``tick_pk``, the record holding
+    the explanation and basis."""
+
+    decision: Decision
+    fairness: dict
+    explanation: bytes
+    whatif_basis: bytes
+    left_pending: int
+    tick_pk: int
+    pending: int
+
+
+# Read and replaced whole, never mutated; per process, like the decision it belongs to.
+_published: Published | None = None
+
+
+def forget() -> None:
+    """Build the publication afresh at the next tick (with ``forget_decision``)."""
+    global _published
+    _published = None
+
+
+class Publication:
+    """One tick's publication, from :func:`begin` to :meth:`finish`."""
+
+    def __init__(self, snapshot: ClusterSnapshot, decision: Decision, kueue: KueueInput) -> None:
+        self.snapshot, self.decision, self.kueue = snapshot, decision, kueue
+        # The same decision object as the previous tick's: what it published is this tick's too.
+        self.kept = _published if _published is not None and _published.decision is decision else None
+        # The record holding this tick's queue and basis when it is an earlier one: the kept
+        # publication's record, if it still holds them (always, but for another tick process
+        # having published since; then this tick writes the kept bytes itself).
+        self.holder: int | None = None
+        if self.kept is not None:
+            holders = list(TickRecord.objects.filter(explanation__isnull=False).values_list("pk", flat=True)[:2])
+            if holders == [self.kept.tick_pk]:
+                self.holder = self.kept.tick_pk
+        # A reused decision was made over the same tasks: the same count (no pass over them).
+        self.core_pending = self.kept.pending if self.kept is not None else sum(
+            1 for t in snapshot.tasks if t.state is TaskState.PENDING)
+        # The queue the tick leaves, computed once for the fairness sample and the explanation.
+        self.queue = pending_queue(decision) if self.kept is None else None
+        self.built: Published | None = self.kept
+
+    def record_fields(self) -> dict:
+        """The tick record's fields known before the tick writes anything."""
+        return {
+            "explanation_tick_id": self.holder,
+            "pending": self.core_pending + len(self.kueue.pending),
+            "fairness": self.kept.fairness if self.kept is not None else fairness_sample(
+                self.snapshot, self.decision, self.queue),
+        }
+
+    def build(self, kept_changes: Collection[str], tick_pk: int, fairness: dict) -> None:
+        """Build the publication for the tick's kept changes (nothing when it reuses the last)."""
+        if self.built is not None:
+            return
+        job_counts: dict[int, dict[str, int]] = {}
+        explanation = explanation_to_json(self.snapshot, self.decision, queue=self.queue, job_counts=job_counts)
+        # The counts of live work, stored with the queue they are shown beside; the same loop
+        # counts who holds each worker, for the what-if basis.
+        holders: dict[str, dict[tuple[str, int], int]] = {}
+        explanation["active"] = active_counts(self.snapshot, self.decision, kept_changes, self.kueue,
+                                              per_worker=holders)
+        basis = whatif_basis_to_json(self.snapshot, self.decision, job_counts, holders)
+        self.built = Published(
+            decision=self.decision, fairness=fairness, explanation=compress_json(explanation),
+            whatif_basis=compress_json(basis), left_pending=len(explanation["tasks"]), tick_pk=tick_pk,
+            pending=self.core_pending,
+        )
+
+    def finish(self, tick_pk: int) -> dict:
+        """The tick record's publication fields, with older records' publications cleared (only
+        the newest holder keeps the large parts); kept for the next tick once committed."""
+        built = self.built
+        assert built is not None, "build() first"
+        fields: dict = {"left_pending": built.left_pending}
+        if self.holder is None:
+            TickRecord.objects.filter(explanation__isnull=False, pk__lt=tick_pk).update(
+                explanation=None, whatif_basis=None)
+            fields.update(explanation=built.explanation, whatif_basis=built.whatif_basis)
+            if built.tick_pk != tick_pk:
+                built = replace(built, tick_pk=tick_pk)
+        transaction.on_commit(partial(_keep, built))
+        return fields
+
+
+def begin(snapshot: ClusterSnapshot, decision: Decision, kueue: KueueInput) -> Publication:
+    """Start this tick's publication (inside the tick's transaction)."""
+    return Publication(snapshot, decision, kueue)
+
+
+def _keep(published: Published) -> None:
+    global _published
+    _published = published
+
