@@ -538,3 +538,16 @@ class EstimatedStart(models.Model):
 
     def __str__(self) -> str:
         return f"estimated start of {self.task}"
+
+
+class EstimateWaits(models.Model):
+    """The observed waits (submission to first start, ms) each band's work had in the newest
+    estimator run's history, sorted and thinned: what a shown estimate whose time has passed is
+    conditioned on (:mod:`scheduler.board.estimates`). One row, replaced with the estimates."""
+
+    as_of_ms = models.BigIntegerField()
+    # {band rank: [wait ms, ...]} ascending.
+    waits = models.JSONField(default=dict)
+
+    def __str__(self) -> str:
+        return f"estimate waits as of {self.as_of_ms}"

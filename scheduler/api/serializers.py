@@ -522,6 +522,10 @@ class EstimatedStartSerializer(serializers.Serializer):
     p90 = serializers.CharField(help_text="ISO time: the pessimistic (90th-percentile durations) start")
     method = serializers.ChoiceField(choices=["simulation", "wait_history"])
     as_of = serializers.CharField(help_text="ISO time of the cluster state the estimate was made from")
+    late = serializers.BooleanField(
+        help_text="the estimate made earlier passed its p90 with the task still waiting; this one is conditioned on "
+                  "the wait so far (as of now)")
+    passed_p90 = serializers.CharField(allow_null=True, help_text="ISO time: the p90 that passed, when `late`")
 
 
 class ExplainTaskSerializer(serializers.Serializer):

@@ -39,7 +39,7 @@ from scheduler.board.read import queue_index
 from scheduler.jobs.request import normalize_job_id
 from scheduler.jobs.submit import submit_job
 from scheduler.jobs.whatif import what_if
-from scheduler.board.estimates import estimate_data
+from scheduler.store import clock
 from scheduler.tick.fairness import fairness_report
 from scheduler.tick.queries import preemptions, recent_ticks
 from scheduler.tick.run import run_tick_now
@@ -422,11 +422,11 @@ class QueueView(IrisView):
         paginator = Pagination()
         page = paginator.paginate_queryset(entries, request, view=self)
         rows = queue_rows(page)
-        estimates = queue_estimates(page)
+        estimates = queue_estimates(page, clock.now_ms())
         data = []
         for e in page:
             row = rows.get(e.task)
-            estimated, estimate_reason = estimate_data(estimates.get(e.task))
+            estimate = estimates[e.task]
             data.append(
                 {"task": e.task, "job": e.job, "user": e.user, "band": e.band, "position": e.position,
                  "band_pending": e.band_count,
@@ -434,7 +434,7 @@ class QueueView(IrisView):
                  "resources": s.job_resources(row.job) if row else None,
                  "pending_reason": e.as_data(), "state": row.state if row else None,
                  "changed_since_tick": row is not None and row.state != "pending",
-                 "estimated_start": estimated, "estimated_start_reason": estimate_reason}
+                 "estimated_start": estimate.data(), "estimated_start_reason": estimate.reason}
             )
         response = paginator.get_paginated_response(s.QueueEntrySerializer(data, many=True).data)
         band_counts = {Band(rank).wire: n for rank, n in index.band_counts().items()}

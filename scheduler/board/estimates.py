@@ -1,59 +1,146 @@
 """Start estimates as readers see them: the stored rows (written by
-:mod:`scheduler.tick.estimates`), and how an estimate reads at a given moment.
+:mod:`scheduler.tick.estimates` every ``IRIS_ESTIMATE_SECONDS``), and how each reads at the
+moment it is shown.
+
+An estimate is a prediction made at its ``as_of``; by the time a page shows it, its p90 may
+have passed with the task still waiting. Such an estimate is never shown as it was: it is
+conditioned on the wait so far (the observed waits of the task's band that were longer than
+it has waited, as the estimator's own fallback does) and says so ("later than estimated (by
+15:28Z); now in about 5-12 min"), or, when the task has waited longer than nearly all of them,
+it says that and shows no range. A shown p90 is therefore never in the past.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from scheduler.models import EstimatedStart
+from scheduler.core.bands import Band
+from scheduler.core.estimate import METHOD_WAIT_HISTORY, conditioned_on_wait
+from scheduler.models import EstimatedStart, EstimateWaits, Job
+
+NOT_YET = "not estimated yet: the estimator has not run since this task was queued"
 
 
-def estimates_for_tasks(task_names: Iterable[str]) -> dict[str, EstimatedStart]:
-    """The stored estimates of these tasks (task name -> row), in one query."""
-    names = list(task_names)
+@dataclass(frozen=True, slots=True)
+class ShownEstimate:
+    """A pending task's start estimate as shown at one moment: the range (``p50_ms``,
+    ``p90_ms``, both set or both None), how it was made (``method``) and from what cluster
+    state (``as_of_ms``), why there is no range (``reason``), and, when the stored estimate's
+    p90 passed before the task started, that p90 (``passed_p90_ms``)."""
+
+    p50_ms: int | None
+    p90_ms: int | None
+    method: str = ""
+    as_of_ms: int | None = None
+    reason: str = ""
+    passed_p90_ms: int | None = None
+
+    @property
+    def late(self) -> bool:
+        return self.passed_p90_ms is not None
+
+    def data(self) -> dict | None:
+        """The API's ``estimated_start`` (ISO times), or None (``reason`` says why)."""
+        if self.p50_ms is None:
+            return None
+        return {"p50": _iso(self.p50_ms), "p90": _iso(self.p90_ms), "method": self.method,
+                "as_of": _iso(self.as_of_ms), "late": self.late,
+                "passed_p90": _iso(self.passed_p90_ms) if self.late else None}
+
+    def span(self, now_ms: int) -> str | None:
+        """"in about 20-45 min" / "within a minute" (relative to ``now_ms``), or None without a
+        range."""
+        if self.p50_ms is None:
+            return None
+        low, high = max(0, self.p50_ms - now_ms), max(0, self.p90_ms - now_ms)
+        if high < 60_000:
+            return "within a minute"
+        return f"in about {_span(low, high)}"
+
+    def text(self, now_ms: int) -> str:
+        """The whole sentence: "would start in about 20-45 min", "later than estimated (by
+        15:28Z); now in about 5-12 min", or why there is no estimate."""
+        span = self.span(now_ms)
+        if span is None:
+            return self.reason
+        if self.late:
+            return f"later than estimated (by {_clock(self.passed_p90_ms)}); now {span}"
+        return f"would start {span}"
+
+
+NOT_ESTIMATED = ShownEstimate(None, None, reason=NOT_YET)
+
+
+def shown_estimates(task_names: Iterable[str], now_ms: int) -> dict[str, ShownEstimate]:
+    """How the stored estimates of these tasks read at ``now_ms`` (task name -> estimate; a
+    task without a stored row is :data:`NOT_ESTIMATED`). One query; two more only when some
+    estimate's p90 has passed (the band waits, and the submission of the tasks it passed for)."""
+    names = list(dict.fromkeys(task_names))
     if not names:
         return {}
-    return {e.task: e for e in EstimatedStart.objects.filter(task__in=names)}
+    rows = {e.task: e for e in EstimatedStart.objects.filter(task__in=names)}
+    return _shown(names, rows, now_ms)
 
 
-def estimates_for_job(job_name: str) -> dict[str, EstimatedStart]:
-    """The stored estimates of one job's tasks (task name -> row), in one query."""
-    return {e.task: e for e in EstimatedStart.objects.filter(job=job_name)}
+def shown_estimates_of_job(job: Job, now_ms: int) -> dict[str, ShownEstimate]:
+    """How the stored estimates of one job's tasks read at ``now_ms`` (task name -> estimate).
+    One query; one more only when some estimate's p90 has passed."""
+    rows = {e.task: e for e in EstimatedStart.objects.filter(job=job.name)}
+    return _shown(list(rows), rows, now_ms, jobs={job.name: (job.submitted_at_ms, job.band)})
 
 
-def estimate_data(row: EstimatedStart | None) -> tuple[dict | None, str]:
-    """The API's ``estimated_start`` (``{p50, p90, method, as_of}`` as ISO times, or None) and,
-    when None, why (``estimated_start_reason``)."""
-    if row is None:
-        return None, "not estimated yet: the estimator has not run since this task was queued"
-    if row.p50_ms is None:
-        return None, row.reason
-    return {"p50": _iso(row.p50_ms), "p90": _iso(row.p90_ms), "method": row.method, "as_of": _iso(row.as_of_ms)}, ""
+def _shown(names: list[str], rows: dict[str, EstimatedStart], now_ms: int,
+           jobs: dict[str, tuple[int, int]] | None = None) -> dict[str, ShownEstimate]:
+    passed = [name for name, row in rows.items() if row.p90_ms is not None and row.p90_ms < now_ms]
+    waits: dict[str, list[int]] = {}
+    if passed:
+        waits = dict(EstimateWaits.objects.values_list("waits", flat=True).first() or {})
+        missing = {name.rsplit("/", 1)[0] for name in passed} - set(jobs or {})
+        if missing:
+            jobs = {**(jobs or {}), **{
+                name: (submitted, band) for name, submitted, band in
+                Job.objects.filter(name__in=missing).values_list("name", "submitted_at_ms", "band")}}
+    shown = {}
+    for name in names:
+        row = rows.get(name)
+        if row is None:
+            shown[name] = NOT_ESTIMATED
+        elif row.p50_ms is None:
+            shown[name] = ShownEstimate(None, None, as_of_ms=row.as_of_ms, reason=row.reason)
+        elif row.p90_ms >= now_ms:
+            shown[name] = ShownEstimate(row.p50_ms, row.p90_ms, row.method, row.as_of_ms)
+        else:
+            shown[name] = _conditioned(row, (jobs or {}).get(name.rsplit("/", 1)[0]), waits, now_ms)
+    return shown
+
+
+def _conditioned(row: EstimatedStart, job: tuple[int, int] | None, waits: dict[str, list[int]],
+                 now_ms: int) -> ShownEstimate:
+    """A stored estimate whose p90 passed before its task started, conditioned on the wait."""
+    passed = row.p90_ms
+    if job is not None:
+        submitted, band = job
+        span = conditioned_on_wait(waits.get(str(band), ()), submitted, now_ms)
+        if span is not None:
+            return ShownEstimate(span[0], span[1], METHOD_WAIT_HISTORY, now_ms, passed_p90_ms=passed)
+        band_name = Band(band).name
+        why = f"it has waited longer than nearly all recent {band_name} work"
+    else:
+        why = "its job is gone"
+    return ShownEstimate(
+        None, None, as_of_ms=row.as_of_ms, passed_p90_ms=passed,
+        reason=f"later than estimated (by {_clock(passed)}), and {why}: no new estimate until the estimator runs again",
+    )
 
 
 def _iso(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat().replace("+00:00", "Z")
 
 
-def wait_text(row: EstimatedStart | None, now_ms: int) -> str:
-    """"would start in about 20-45 min" (relative to ``now_ms``), or why there is no estimate."""
-    span = start_span(row, now_ms)
-    if span is None:
-        return estimate_data(row)[1]
-    return f"would start {span}"
-
-
-def start_span(row: EstimatedStart | None, now_ms: int) -> str | None:
-    """"in about 20-45 min" / "within a minute" (relative to ``now_ms``), or None without an
-    estimate (``estimate_data`` says why)."""
-    if row is None or row.p50_ms is None:
-        return None
-    low, high = max(0, row.p50_ms - now_ms), max(0, row.p90_ms - now_ms)
-    if high < 60_000:
-        return "within a minute"
-    return f"in about {_span(low, high)}"
+def _clock(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%H:%MZ")
 
 
 def _span(low_ms: int, high_ms: int) -> str:
@@ -71,15 +158,14 @@ def _span(low_ms: int, high_ms: int) -> str:
 
 def estimate_behind(task_ahead: str | None, would_place: bool, now_ms: int) -> tuple[dict | None, str]:
     """A hypothetical task's estimate (the what-if answer): placed at once if ``would_place``,
-    else no earlier than the stored estimate of ``task_ahead``, the task just ahead of it in its
+    else no earlier than the shown estimate of ``task_ahead``, the task just ahead of it in its
     band's queue. Returns ``(estimated_start, text)``, e.g. ``"would start in about 20-45 min"``.
-    One query, whatever the answer (so the what-if's query count does not depend on its place)."""
-    row = estimates_for_tasks([task_ahead or ""]).get(task_ahead or "")
+    One query (three when the estimate ahead has passed), whatever the answer."""
+    shown = shown_estimates([task_ahead or ""], now_ms)[task_ahead or ""]
     if would_place:
         return None, "would start at the next tick"
     if task_ahead is None:
         return None, "no estimate: nothing is queued ahead of it to measure by, and it does not fit now"
-    data, reason = estimate_data(row)
-    if data is None:
-        return None, f"no estimate for the task ahead of it ({reason})"
-    return data, wait_text(row, now_ms) + f" (after {task_ahead}, just ahead of it)"
+    if shown.p50_ms is None:
+        return None, f"no estimate for the task ahead of it ({shown.reason})"
+    return shown.data(), shown.text(now_ms) + f" (after {task_ahead}, just ahead of it)"

@@ -11,7 +11,7 @@ from datetime import datetime
 from django.db.models import Q
 
 from scheduler.board.counts import UserCounts
-from scheduler.board.estimates import estimates_for_tasks
+from scheduler.board.estimates import ShownEstimate, shown_estimates
 from scheduler.board.formats import EXPLANATION_VERSION
 from scheduler.core.bands import Band
 from scheduler.core.explain import cause_text, pending_text
@@ -300,10 +300,10 @@ def queue_rows(entries: list[QueueEntry]) -> dict[str, Task]:
     }
 
 
-def queue_estimates(entries: list[QueueEntry]):
-    """The stored start estimates of the tasks on a queue page (task id -> row). One query
-    (none if empty)."""
-    return estimates_for_tasks(e.task for e in entries)
+def queue_estimates(entries: list[QueueEntry], now_ms: int) -> dict[str, ShownEstimate]:
+    """How the start estimates of the tasks on a queue page read at ``now_ms`` (task id ->
+    estimate). One query (none if empty; see ``board.estimates.shown_estimates``)."""
+    return shown_estimates((e.task for e in entries), now_ms)
 
 
 @dataclass(frozen=True)

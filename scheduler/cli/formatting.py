@@ -446,9 +446,10 @@ def estimate_cell(t: dict) -> str:
     if not isinstance(e, dict):
         return "-"
     low, high = when(e.get("p50")), when(e.get("p90"))
+    late = "late, now " if e.get("late") else ""
     if low[:10] == high[:10]:
-        return f"{low[11:16]}-{high[11:16]}Z"
-    return f"{low[:16]}-{high[:16]}Z"
+        return f"{late}{low[11:16]}-{high[11:16]}Z"
+    return f"{late}{low[:16]}-{high[:16]}Z"
 
 
 def estimate_line(data: dict) -> str | None:

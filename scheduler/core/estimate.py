@@ -209,13 +209,25 @@ def _why_not(run: _Future) -> str:
 
 def _from_waits(job: JobSpec, history: RunHistory, now: int) -> StartEstimate | None:
     """Observed waits of the job's band longer than it has already waited, if enough."""
-    waited = now - job.submitted_at_ms
-    waits = history.waits_by_band.get(job.band, ())
+    span = conditioned_on_wait(history.waits_by_band.get(job.band, ()), job.submitted_at_ms, now)
+    if span is None:
+        return None
+    return StartEstimate(now, span[0], span[1], METHOD_WAIT_HISTORY)
+
+
+def conditioned_on_wait(waits: Sequence[int], submitted_ms: int, now_ms: int,
+                        earliest_ms: int | None = None) -> tuple[int, int] | None:
+    """(p50, p90) start of work submitted at ``submitted_ms`` that has not started by ``now_ms``,
+    from the observed waits of its band (ms, ascending): the median and 90th percentile of the
+    waits longer than it has waited so far, each no earlier than ``earliest_ms``. None with
+    fewer than ``MIN_SAMPLES`` such waits (it has waited longer than nearly all of them)."""
+    waited = now_ms - submitted_ms
     longer = [w for w in waits if w > waited]
     if len(longer) < MIN_SAMPLES:
         return None
-    submitted = job.submitted_at_ms
-    return StartEstimate(now, submitted + quantile(longer, 0.5), submitted + quantile(longer, 0.9), METHOD_WAIT_HISTORY)
+    floor = now_ms if earliest_ms is None else earliest_ms
+    p50 = max(submitted_ms + quantile(longer, 0.5), floor)
+    return p50, max(submitted_ms + quantile(longer, 0.9), p50)
 
 
 def _predicted_end(job: JobSpec, history: RunHistory, started_ms: int, now: int, q: float) -> int | None:

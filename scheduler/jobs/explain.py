@@ -15,7 +15,7 @@ from scheduler.board.read import queue_index
 from scheduler.models import Job, PreemptionEvent, Task
 from scheduler.store.states import TERMINAL_JOB_VALUES
 from scheduler.store import clock
-from scheduler.board.estimates import estimate_data, estimates_for_job, wait_text
+from scheduler.board.estimates import NOT_ESTIMATED, shown_estimates_of_job
 
 
 def downgrade_text(requested: Band, spend: int, limit: int) -> str:
@@ -165,7 +165,8 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
     task_rows = list(
         Task.objects.filter(job=job).order_by("index").values_list("index", "state", "band", "worker__name")
     )
-    estimates = estimates_for_job(job.name)
+    now = clock.now_ms()
+    estimates = shown_estimates_of_job(job, now)
     tasks = []
     first: QueueEntry | None = None  # the job's first task in the newest tick's queue
     for task_index, state, band, worker in task_rows:
@@ -180,7 +181,7 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         elif state == TaskState.PENDING.value:
             queued = not_yet_ticked_data()
         pending = state == TaskState.PENDING.value
-        estimated, estimate_reason = estimate_data(estimates.get(task_id)) if pending else (None, "")
+        estimate = estimates.get(task_id, NOT_ESTIMATED) if pending else None
         tasks.append({
             "task": task_id, "state": state,
             "band": (entry.band.wire if entry is not None else effective.wire) if pending else stamped,
@@ -189,7 +190,8 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
             "band_pending": entry.band_count if entry is not None else None,
             "changed_since_tick": entry is not None and not pending,
             "pending_reason": queued,
-            "estimated_start": estimated, "estimated_start_reason": estimate_reason,
+            "estimated_start": estimate.data() if estimate else None,
+            "estimated_start_reason": estimate.reason if estimate else "",
         })
 
     events = list(
@@ -242,7 +244,7 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         "pending_reason": pending_reason,
         "estimated_start": lead["estimated_start"] if lead else None,
         "estimated_start_reason": lead["estimated_start_reason"] if lead else "nothing is pending",
-        "estimated_start_text": wait_text(estimates.get(lead["task"]), clock.now_ms()) if lead else "",
+        "estimated_start_text": estimates.get(lead["task"], NOT_ESTIMATED).text(now) if lead else "",
         "tick": index.tick_pk,
         "bands": summary,
         "bands_text": band_summary_text(summary),

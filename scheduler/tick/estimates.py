@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
@@ -19,7 +20,7 @@ from django.db import transaction
 from scheduler.core.bands import Band
 from scheduler.core.estimate import RunHistory, StartEstimate, estimate_starts, shape_key
 from scheduler.core.types import Device, DeviceType, JobSpec, Resources
-from scheduler.models import Attempt, EstimatedStart, Job
+from scheduler.models import Attempt, EstimatedStart, EstimateWaits, Job
 from scheduler.store.bulk import insert_rows
 from scheduler.store.cluster_rows import constraints_from_json, device_from_columns, json_value
 from scheduler.store.clock import now_ms as clock_now_ms
@@ -121,7 +122,7 @@ def estimate_start_times(now_ms: int | None = None, *, budget_seconds: float | N
         snapshot, history, running_since, tick_ms=int(settings.TICK_SECONDS * 1000),
         max_steps=settings.ESTIMATE_MAX_STEPS, arrivals=recent_submissions(now), out_of_time=lambda: time.monotonic() >= deadline,
     )
-    store_estimates(estimates)
+    store_estimates(estimates, waits=history.waits_by_band, as_of_ms=now)
     run = EstimateRun(
         as_of_ms=now, pending=len(estimates), estimated=sum(1 for e in estimates.values() if e.p50_ms is not None),
         wall_s=time.monotonic() - started, cpu_s=time.process_time() - started_cpu, history_s=history_s,
@@ -135,8 +136,15 @@ _COLUMNS = (("task", "text"), ("job", "text"), ("p50_ms", "bigint"), ("p90_ms", 
             ("method", "text"), ("reason", "text"), ("as_of_ms", "bigint"))
 
 
-def store_estimates(estimates: dict[str, StartEstimate]) -> None:
-    """Replace every stored estimate with ``estimates`` (task name -> estimate)."""
+# Most observed waits kept per band for conditioning shown estimates (evenly spaced ranks of
+# the sorted waits: quantiles to within a fraction of a percent, in a few kilobytes).
+KEPT_WAITS = 400
+
+
+def store_estimates(estimates: dict[str, StartEstimate], *, waits: Mapping[Band, Sequence[int]] | None = None,
+                    as_of_ms: int = 0) -> None:
+    """Replace every stored estimate with ``estimates`` (task name -> estimate), and the band
+    waits shown estimates are conditioned on with ``waits`` (band -> ascending waits, ms)."""
     rows = [
         (task, task.rsplit("/", 1)[0], e.p50_ms, e.p90_ms, e.method, e.reason[:300], e.as_of_ms)
         for task, e in estimates.items()
@@ -144,3 +152,15 @@ def store_estimates(estimates: dict[str, StartEstimate]) -> None:
     with transaction.atomic():
         EstimatedStart.objects.all().delete()
         insert_rows(EstimatedStart._meta.db_table, _COLUMNS, rows)
+        EstimateWaits.objects.all().delete()
+        if waits is not None:
+            EstimateWaits.objects.create(
+                as_of_ms=as_of_ms, waits={str(int(band)): thinned(values) for band, values in waits.items() if values})
+
+
+def thinned(values: Sequence[int], keep: int = KEPT_WAITS) -> list[int]:
+    """At most ``keep`` of the ascending ``values``, at evenly spaced ranks (first and last kept)."""
+    if len(values) <= keep:
+        return list(values)
+    last = len(values) - 1
+    return [values[round(i * last / (keep - 1))] for i in range(keep)]

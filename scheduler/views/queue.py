@@ -12,10 +12,10 @@ from django.contrib.auth.decorators import login_required
 from scheduler import roles
 from scheduler.core.bands import BANDS_IN_ORDER, Band
 from scheduler.core.explain import downgrade_text
+from scheduler.board.estimates import NOT_ESTIMATED, ShownEstimate
 from scheduler.board.queue import QueueEntry, QueueIndex, queue_estimates, queue_rows, queue_window
 from scheduler.board.read import queue_index
 from scheduler.store import clock
-from scheduler.board.estimates import estimate_data, start_span
 from scheduler.views.common import PAGE_SIZE, Window, no_change, page_number, page_or_fragment, unchanged
 from scheduler.views.forms import QueueFilterForm
 
@@ -23,7 +23,8 @@ from scheduler.views.forms import QueueFilterForm
 PER_BAND_PREVIEW = 10
 
 
-def queue_row(entry: QueueEntry, task, index: QueueIndex, estimate=None, now_ms: int = 0) -> dict:
+def queue_row(entry: QueueEntry, task, index: QueueIndex, estimate: ShownEstimate = NOT_ESTIMATED,
+              now_ms: int = 0) -> dict:
     """One table row: the explanation's facts (band, place, reason as of the tick, with the
     downgrade the tick decided with), and the task's current row (to mark a task that moved)."""
     requested = entry.requested or (Band(task.job.band) if task else None)
@@ -34,8 +35,7 @@ def queue_row(entry: QueueEntry, task, index: QueueIndex, estimate=None, now_ms:
         downgrade = {"text": downgrade_text(entry.reason), "over": spend - limit, "spend": spend, "limit": limit}
     return {"entry": entry, "task": task, "requested": requested, "downgrade": downgrade,
             "changed": task is not None and task.state != "pending",
-            "estimate": start_span(estimate, now_ms), "estimate_reason": estimate_data(estimate)[1],
-            "estimate_method": estimate.method if estimate is not None else ""}
+            "estimate": estimate, "estimate_span": estimate.span(now_ms), "estimate_text": estimate.text(now_ms)}
 
 
 @login_required
@@ -65,10 +65,10 @@ def queue(request):
             sections.append({"band": b, "entries": entries, "total": total, "window": None})
     shown = [e for s in sections for e in s["entries"]]
     rows = queue_rows(shown)
-    estimates = queue_estimates(shown)
     now = clock.now_ms()
+    estimates = queue_estimates(shown, now)
     for section in sections:
-        section["rows"] = [queue_row(e, rows.get(e.task), index, estimates.get(e.task), now) for e in section["entries"]]
+        section["rows"] = [queue_row(e, rows.get(e.task), index, estimates[e.task], now) for e in section["entries"]]
 
     context = {
         "form": form,

@@ -6,6 +6,7 @@ from scheduler.core.estimate import (
     METHOD_SIMULATION,
     METHOD_WAIT_HISTORY,
     RunHistory,
+    conditioned_on_wait,
     estimate_starts,
     quantile,
     shape_key,
@@ -138,3 +139,14 @@ def test_future_arrivals_of_a_higher_band_go_ahead_in_the_simulation():
     busy = estimate_starts(snapshot, history, {}, tick_ms=TICK, arrivals=[(NOW + 5 * MINUTE, arrival)])["/b/wait/0"]
     assert alone.p50_ms - NOW == 10 * MINUTE
     assert busy.p50_ms - NOW == 30 * MINUTE
+
+
+def test_conditioned_on_wait_takes_the_waits_longer_than_the_wait_so_far():
+    minute = 60_000
+    waits = [m * minute for m in (1, 2, 10, 20, 30, 40)]
+    # Submitted at 0, still waiting at 15 minutes: of 20/30/40, median 30 and p90 40.
+    assert conditioned_on_wait(waits, 0, 15 * minute) == (30 * minute, 40 * minute)
+    # Never earlier than asked for.
+    assert conditioned_on_wait(waits, 0, 15 * minute, earliest_ms=35 * minute) == (35 * minute, 40 * minute)
+    # Waited past all but two: too few to say.
+    assert conditioned_on_wait(waits, 0, 25 * minute) is None

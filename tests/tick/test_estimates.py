@@ -3,7 +3,7 @@ and the API, the console and the what-if reading them in a constant number of qu
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.db import connection
@@ -14,7 +14,7 @@ from django.utils import timezone
 from scheduler.core.bands import Band
 from scheduler.models import Attempt, EstimatedStart, Task
 from scheduler.store import clock
-from scheduler.board.estimates import wait_text
+from scheduler.board.estimates import shown_estimates
 from scheduler.tick.estimates import estimate_start_times, read_history, store_estimates
 from scheduler.core.estimate import StartEstimate
 from tests.personas import make_job, make_worker, start_running, token_client
@@ -104,7 +104,68 @@ def test_explain_queue_and_pages_show_the_same_estimate(alice):
     client.force_login(alice)
     page = client.get("/jobs/alice/wait/").content.decode()
     assert explain["estimated_start_text"] in page
-    assert wait_text(row, clock.now_ms())[len("would start "):] in client.get("/queue/").content.decode()
+    shown = shown_estimates([row.task], clock.now_ms())[row.task]
+    assert shown.span(clock.now_ms()) in client.get("/queue/").content.decode()
+
+
+def iso_ms(text: str) -> int:
+    return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def passed_estimate(job: str, *, waits: list[int], minutes_ago: int = 5) -> None:
+    """A stored estimate for ``job``'s task whose p90 passed ``minutes_ago`` minutes ago, and the
+    INTERACTIVE band waits it is conditioned on."""
+    now = clock.now_ms()
+    estimate = StartEstimate(now - 10 * MINUTE, now - (minutes_ago + 2) * MINUTE, now - minutes_ago * MINUTE,
+                             "simulation")
+    store_estimates({f"{job}/0": estimate}, waits={Band.INTERACTIVE: waits}, as_of_ms=now - 10 * MINUTE)
+
+
+def test_a_passed_estimate_is_conditioned_on_the_wait_and_says_it_is_late(alice):
+    one_slot_cluster()
+    from scheduler.models import Job
+
+    # Submitted 20 minutes ago; the band's waits longer than that: 30, 40, 50, 60 minutes.
+    Job.objects.filter(name="/alice/wait").update(submitted_at_ms=clock.now_ms() - 20 * MINUTE)
+    passed_estimate("/alice/wait", waits=[1 * MINUTE, 5 * MINUTE, 30 * MINUTE, 40 * MINUTE, 50 * MINUTE, 60 * MINUTE])
+    from scheduler.tick.run import run_tick
+
+    run_tick()
+    api = token_client(alice)
+    before = clock.now_ms()
+    queue = api.get("/api/v1/queue/").json()["results"]
+    shown = queue[0]["estimated_start"]
+    explain = api.get("/api/v1/jobs/alice/wait:explain").json()
+    # Never in the past: the p90 shown is after the moment it was read.
+    assert iso_ms(shown["p90"]) >= before and iso_ms(shown["p50"]) >= before
+    assert shown["late"] is True and shown["method"] == "wait_history" and shown["passed_p90"]
+    # Conditioned on 20 minutes waited: the median of 30/40/50/60 (40 min after submission,
+    # about 20 from now) and their 90th percentile (60 min: about 40 from now).
+    assert 19 * MINUTE <= iso_ms(shown["p50"]) - before <= 21 * MINUTE
+    assert 39 * MINUTE <= iso_ms(shown["p90"]) - before <= 41 * MINUTE
+    # The same conditioned range on every surface (as of the moment each was read).
+    assert {**explain["estimated_start"], "as_of": None} == {**shown, "as_of": None}
+    assert explain["estimated_start_text"].startswith("later than estimated (by ")
+    assert "; now in about 20-40 min" in explain["estimated_start_text"]
+    client = Client()
+    client.force_login(alice)
+    assert "later than estimated; now in about 20-40 min" in client.get("/queue/").content.decode()
+    assert explain["estimated_start_text"] in client.get("/jobs/alice/wait/").content.decode()
+
+
+def test_a_passed_estimate_with_no_longer_waits_shows_no_range_and_says_why(alice):
+    one_slot_cluster()
+    from scheduler.models import Job
+
+    Job.objects.filter(name="/alice/wait").update(submitted_at_ms=clock.now_ms() - 90 * MINUTE)
+    passed_estimate("/alice/wait", waits=[1 * MINUTE, 5 * MINUTE, 30 * MINUTE, 60 * MINUTE])
+    from scheduler.tick.run import run_tick
+
+    run_tick()
+    entry = token_client(alice).get("/api/v1/queue/").json()["results"][0]
+    assert entry["estimated_start"] is None
+    assert entry["estimated_start_reason"].startswith("later than estimated (by ")
+    assert "waited longer than nearly all recent INTERACTIVE work" in entry["estimated_start_reason"]
 
 
 def test_pages_read_estimates_in_constant_queries(alice):
