@@ -12,12 +12,13 @@ the previous decision records the same figures it would have computed afresh.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from itertools import chain
 from typing import NamedTuple
 
+from scheduler.core.bands import Band
 from scheduler.core.kueue import KueueInput
-from scheduler.core.types import ClusterSnapshot, Decision, TaskState
+from scheduler.core.types import ClusterSnapshot, Decision, TaskAfter, TaskSnapshot, TaskState
 
 PENDING, ASSIGNED, BUILDING, RUNNING = TaskState.PENDING, TaskState.ASSIGNED, TaskState.BUILDING, TaskState.RUNNING
 
@@ -100,3 +101,111 @@ def active_counts(snapshot: ClusterSnapshot, decision: Decision, kept: Collectio
             held[(user, band)] = held.get((user, band), 0) + n
     by_band_user = {str(band): users for band, users in users_by_band.items()}
     return {"by_band_user": by_band_user, "by_state": by_state, "by_user": by_user}
+
+
+# A task's part in the counts: (job, user, stamped band rank or None, state value, worker or
+# None) while it is pending or active; None otherwise. Pending tasks count no band or worker.
+TaskKey = tuple[str, str, int | None, str, str | None]
+
+
+def task_key(job_id: str, user: str, state: TaskState, band: Band | None, worker: str | None) -> TaskKey | None:
+    """A task's part in the counts, from its state, stamped band and worker."""
+    if state is PENDING:
+        return (job_id, user, None, PENDING_VALUE, None)
+    if state is RUNNING or state is ASSIGNED or state is BUILDING:
+        return (job_id, user, None if band is None else int(band), state.value, worker)
+    return None
+
+
+def snapshot_key(task: TaskSnapshot, user: str) -> TaskKey | None:
+    return task_key(task.job_id, user, task.state, task.band, task.worker)
+
+
+def after_key(job_id: str, user: str, after: TaskAfter) -> TaskKey | None:
+    return task_key(job_id, user, after.state, after.band, after.worker)
+
+
+PENDING_VALUE = PENDING.value
+
+
+class LiveCounts:
+    """The counts :func:`active_counts` computes, kept between ticks and updated task by task:
+    setting one task's part (:meth:`set`) costs the same whatever the cluster's size, so a
+    tick pays for what changed (see ``scheduler.board.publish``). :meth:`published` is equal to
+    ``active_counts`` over the same tasks (a property test holds it so)."""
+
+    def __init__(self) -> None:
+        self.of_task: dict[str, TaskKey] = {}
+        self.by_band_user: dict[int, dict[str, int]] = {}
+        self.by_state: dict[str, int] = {}
+        self.by_user: dict[str, list[int]] = {}  # [pending, active, jobs with either]
+        self.live_of_job: dict[str, int] = {}  # pending + active tasks
+        self.per_worker: dict[str, dict[tuple[str, int], int]] = {}
+
+    @classmethod
+    def of(cls, tasks: Iterable[tuple[str, TaskKey | None]]) -> LiveCounts:
+        counts = cls()
+        for task_id, key in tasks:
+            counts.set(task_id, key)
+        return counts
+
+    def set(self, task_id: str, key: TaskKey | None) -> None:
+        """The task's part is now ``key`` (None: it no longer counts)."""
+        old = self.of_task.get(task_id)
+        if old == key:
+            return
+        if old is not None:
+            self._add(old, -1)
+            del self.of_task[task_id]
+        if key is not None:
+            self.of_task[task_id] = key
+            self._add(key, 1)
+
+    def _add(self, key: TaskKey, n: int) -> None:
+        job, user, band, state, worker = key
+        counts = self.by_user.get(user)
+        if counts is None:
+            counts = self.by_user[user] = [0, 0, 0]
+        before = self.live_of_job.get(job, 0)
+        after = before + n
+        if after:
+            self.live_of_job[job] = after
+        else:
+            del self.live_of_job[job]
+        if not before:
+            counts[2] += 1
+        elif not after:
+            counts[2] -= 1
+        if state == PENDING_VALUE:
+            counts[0] += n
+        else:
+            counts[1] += n
+            _bump(self.by_state, state, n)
+            if band is not None:
+                users = self.by_band_user.setdefault(band, {})
+                _bump(users, user, n)
+                if not users:
+                    del self.by_band_user[band]
+                if worker is not None:
+                    held = self.per_worker.setdefault(worker, {})
+                    _bump(held, (user, band), n)
+                    if not held:
+                        del self.per_worker[worker]
+        if counts == [0, 0, 0]:
+            del self.by_user[user]
+
+    def published(self) -> tuple[dict, dict[str, dict[tuple[str, int], int]]]:
+        """``(active_counts(...), per_worker)``: copies, the caller's to keep."""
+        return {
+            "by_band_user": {str(band): dict(users) for band, users in self.by_band_user.items()},
+            "by_state": dict(self.by_state),
+            "by_user": {user: list(counts) for user, counts in self.by_user.items()},
+        }, {worker: dict(held) for worker, held in self.per_worker.items()}
+
+
+def _bump(table: dict, key, n: int) -> None:
+    value = table.get(key, 0) + n
+    if value:
+        table[key] = value
+    else:
+        del table[key]

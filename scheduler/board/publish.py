@@ -16,19 +16,22 @@ publication is kept for the next tick only once the transaction commits.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
+from itertools import chain
+from typing import Any
 
 from django.db import transaction
 
-from scheduler.board.counts import active_counts
+from scheduler.board.counts import LiveCounts, after_key, snapshot_key
 from scheduler.board.formats import explanation_to_json, whatif_basis_to_json
 from scheduler.core.explain import pending_queue
 from scheduler.core.fairness import fairness_sample
 from scheduler.core.kueue import KueueInput
-from scheduler.core.types import ClusterSnapshot, Decision, TaskState
+from scheduler.core.types import ClusterSnapshot, Decision, TaskSnapshot, TaskState
 from scheduler.models import TickRecord, compress_json
+from scheduler.store.cluster_rows import task_changes
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,16 +55,18 @@ _published: Published | None = None
 
 
 def forget() -> None:
-    """Build the publication afresh at the next tick (with ``forget_decision``)."""
-    global _published
+    """Build the publication and count the live work afresh at the next tick (with
+    ``forget_decision``)."""
+    global _published, _live
     _published = None
+    _live = None
 
 
 class Publication:
     """One tick's publication, from :func:`begin` to :meth:`finish`."""
 
-    def __init__(self, snapshot: ClusterSnapshot, decision: Decision, kueue: KueueInput) -> None:
-        self.snapshot, self.decision, self.kueue = snapshot, decision, kueue
+    def __init__(self, snapshot: ClusterSnapshot, decision: Decision, kueue: KueueInput, rows: TaskRows) -> None:
+        self.snapshot, self.decision, self.kueue, self.rows = snapshot, decision, kueue, rows
         # The same decision object as the previous tick's: what it published is this tick's too.
         self.kept = _published if _published is not None and _published.decision is decision else None
         # The record holding this tick's queue and basis when it is an earlier one: the kept
@@ -94,17 +99,51 @@ class Publication:
             return
         job_counts: dict[int, dict[str, int]] = {}
         explanation = explanation_to_json(self.snapshot, self.decision, queue=self.queue, job_counts=job_counts)
-        # The counts of live work, stored with the queue they are shown beside; the same loop
-        # counts who holds each worker, for the what-if basis.
-        holders: dict[str, dict[tuple[str, int], int]] = {}
-        explanation["active"] = active_counts(self.snapshot, self.decision, kept_changes, self.kueue,
-                                              per_worker=holders)
+        # The counts of live work, stored with the queue they are shown beside, and who holds
+        # each worker, for the what-if basis.
+        explanation["active"], holders = self.live_counts(kept_changes)
         basis = whatif_basis_to_json(self.snapshot, self.decision, job_counts, holders)
         self.built = Published(
             decision=self.decision, fairness=fairness, explanation=compress_json(explanation),
             whatif_basis=compress_json(basis), left_pending=len(explanation["tasks"]), tick_pk=tick_pk,
             pending=self.core_pending,
         )
+
+    def live_counts(self, kept_changes: Collection[str]) -> tuple[dict, dict[str, dict[tuple[str, int], int]]]:
+        """The counts of live work after this tick's writes, and who holds each worker: the
+        previous tick's counts updated with the tasks that changed since (the rows' change log)
+        and those this tick changes, when this process's previous tick left counts that still
+        hold; else counted over every task (as ``active_counts``). A cluster with work routed
+        to Kubernetes is counted over every task every tick (its tasks' workers are the core's,
+        not the rows')."""
+        global _live
+        snapshot, kueue, after = self.snapshot, self.kueue, self.decision.after
+        jobs = snapshot.jobs
+        changed = None
+        routed = bool(kueue.jobs or kueue.pending or kueue.active or kueue.worker is not None)
+        if _live is not None and _live.confirmed and not routed:
+            changed = task_changes(_live.mark, self.rows.changes)
+        if changed is None:
+            kept = set(kept_changes)
+            counts = LiveCounts.of(
+                (t.id, after_key(t.job_id, user, after[t.id]) if t.id in kept else snapshot_key(t, user))
+                for t in chain(snapshot.tasks, kueue.pending)
+                for user in ((jobs.get(t.job_id) or kueue.jobs[t.job_id]).user,)
+            )
+        else:
+            counts = _live.counts
+            task_rows, task_snapshots = self.rows.task_rows, self.rows.task_snapshots
+            for task_id in dict.fromkeys(changed):
+                row = task_rows.get(task_id)
+                task = task_snapshots.get(row.pk) if row is not None else None
+                counts.set(task_id, None if task is None else snapshot_key(task, jobs[task.job_id].user))
+            for task_id in kept_changes:
+                job_id = task_id[: task_id.rfind("/")]
+                counts.set(task_id, after_key(job_id, jobs[job_id].user, after[task_id]))
+        # Confirmed once the tick commits; a tick that rolls back leaves counts nobody trusts.
+        _live = KeptCounts(counts, self.rows.changes, confirmed=False, counted="all" if changed is None else "changes")
+        transaction.on_commit(partial(_confirm, _live))
+        return counts.published()
 
     def finish(self, tick_pk: int) -> dict:
         """The tick record's publication fields, with older records' publications cleared (only
@@ -122,9 +161,37 @@ class Publication:
         return fields
 
 
-def begin(snapshot: ClusterSnapshot, decision: Decision, kueue: KueueInput) -> Publication:
+@dataclass(frozen=True, slots=True)
+class TaskRows:
+    """The rows the tick's snapshot came from: task id -> row (``TaskRow``, for its pk), task
+    pk -> snapshot, and where the rows' change log stood (``ClusterView.changes``)."""
+
+    task_rows: Mapping[str, Any]
+    task_snapshots: Mapping[int, TaskSnapshot]
+    changes: tuple[int, int]
+
+
+@dataclass(slots=True)
+class KeptCounts:
+    """This process's newest counts of live work, where the change log stood when they were
+    counted, whether the tick that counted them committed, and how they were counted."""
+
+    counts: LiveCounts
+    mark: tuple[int, int]
+    confirmed: bool
+    counted: str = "all"  # "changes": updated from the change log; "all": counted over every task
+
+
+_live: KeptCounts | None = None
+
+
+def _confirm(kept: KeptCounts) -> None:
+    kept.confirmed = True
+
+
+def begin(snapshot: ClusterSnapshot, decision: Decision, kueue: KueueInput, rows: TaskRows) -> Publication:
     """Start this tick's publication (inside the tick's transaction)."""
-    return Publication(snapshot, decision, kueue)
+    return Publication(snapshot, decision, kueue, rows)
 
 
 def _keep(published: Published) -> None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from django.db import connection, transaction
@@ -166,6 +166,14 @@ class ClusterRows:
         # had them (None once anything changed since).
         self._shared = False
         self._tasks: tuple[TaskSnapshot, ...] | None = None
+        # The ids of the tasks taken in or dropped since the log began, in order, for readers
+        # that keep something per task and update it from changes (the board's counts): see
+        # :func:`task_changes`. A new log (a new ``log_epoch``) after every whole read.
+        global _log_epochs
+        _log_epochs += 1
+        self.log_epoch = _log_epochs
+        self.log_start = 0  # the position of task_log[0]
+        self.task_log: list[str] = []
 
     def _own(self) -> None:
         """Before any change to the kept maps: copy those a view holds (see the class)."""
@@ -300,6 +308,7 @@ class ClusterRows:
                 elif name != snapshot.unfinished_attempt_worker:
                     self._own()
                     self.task_snapshots[pk] = replace(snapshot, unfinished_attempt_worker=name)
+                    self.task_log.append(snapshot.id)
             elif pk in held_by:
                 missing.append(pk)
         if missing:
@@ -421,6 +430,7 @@ class ClusterRows:
             snapshots, task_rows = self.task_snapshots, self.task_rows
             snapshots[pk] = snapshot
             task_rows[task_id] = row
+            self.task_log.append(task_id)
             of_job = tasks_of_job.get(job_pk)
             if of_job is None:
                 tasks_of_job[job_pk] = {pk}
@@ -434,6 +444,7 @@ class ClusterRows:
         self._own()
         snapshot = self.task_snapshots.pop(pk)
         row = self.task_rows.pop(snapshot.id)
+        self.task_log.append(snapshot.id)
         of_job = self.tasks_of_job[row.job_pk]
         of_job.discard(pk)
         if not of_job:
@@ -476,7 +487,28 @@ class ClusterRows:
             tasks=self._tasks,
             task_rows=self.task_rows,
             refresh=self.last_refresh_kind,
+            task_snapshots=self.task_snapshots,
+            changes=(self.log_epoch, self.log_start + len(self.task_log)),
         )
+
+    def changes(self, since: tuple[int, int], upto: tuple[int, int]) -> list[str] | None:
+        """The ids of the tasks taken in or dropped between two views' ``changes`` marks (an
+        id may appear more than once), or None when the log cannot say (another log, or a part
+        already let go). Lets go of the log up to ``since``: one reader keeps its mark."""
+        epoch, start = since
+        if epoch != self.log_epoch or upto[0] != self.log_epoch or start < self.log_start:
+            return None
+        del self.task_log[: start - self.log_start]
+        self.log_start = start
+        if len(self.task_log) > MAX_LOGGED_CHANGES:
+            self.reset_log()
+            return None
+        return self.task_log[: upto[1] - start]
+
+    def reset_log(self) -> None:
+        global _log_epochs
+        _log_epochs += 1
+        self.log_epoch, self.log_start, self.task_log = _log_epochs, 0, []
 
 
 @dataclass(frozen=True, slots=True)
@@ -494,10 +526,26 @@ class ClusterView:
     tasks: tuple[TaskSnapshot, ...]
     task_rows: dict[str, TaskRow]
     refresh: str
+    # Task pk -> snapshot (``task_rows[id].pk`` finds one by id), and where the change log of
+    # the rows this view came from stood (see :func:`task_changes`).
+    task_snapshots: dict[int, TaskSnapshot] = field(default_factory=dict)
+    changes: tuple[int, int] = (0, 0)
 
+
+# A change log longer than this (nobody reads it) starts over: readers then rebuild.
+MAX_LOGGED_CHANGES = 1_000_000
+_log_epochs = 0
 
 _process_rows = ClusterRows()
 _lock = threading.Lock()
+
+
+def task_changes(since: tuple[int, int], upto: tuple[int, int]) -> list[str] | None:
+    """The ids of this process's tasks taken in or dropped between the views marked ``since``
+    and ``upto`` (``ClusterView.changes``), or None when only a whole rebuild can tell (a view
+    read whole, e.g. every read on SQLite or inside a transaction, or a log let go)."""
+    with _lock:
+        return _process_rows.changes(since, upto)
 
 
 def read_cluster() -> ClusterView:

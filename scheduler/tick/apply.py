@@ -122,7 +122,8 @@ def apply_decision(
 
     kept = {t for t in changed if keep(t)}
     skipped = len(changed) - len(kept)
-    publication = publish.begin(loaded.snapshot, decision, loaded.kueue)
+    publication = publish.begin(
+        loaded.snapshot, decision, loaded.kueue, publish.TaskRows(loaded.tasks, loaded.task_snapshots, loaded.changes))
     tick = TickRecord.objects.create(
         started_at=wall,
         now_ms=loaded.snapshot.now_ms,

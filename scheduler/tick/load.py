@@ -14,14 +14,12 @@ from django.conf import settings
 from scheduler.budgets.rules import budget_defaults, effective_budgets
 from scheduler.cluster_config import cluster_config, group_specs
 from scheduler.core.kueue import KueueInput
-from scheduler.core.types import ClusterSnapshot, SchedulerConfig
+from scheduler.core.types import ClusterSnapshot, SchedulerConfig, TaskSnapshot
 from scheduler.store.cluster_rows import TaskRow, read_cluster
 from scheduler.tick.kueue import split_kueue
 
 
 @dataclass(frozen=True, slots=True)
-
-
 class LoadedSnapshot:
     """What the tick decides over. ``snapshot`` is the core's part (tasks routed to Kubernetes
     left out, see :func:`split_kueue`); ``kueue`` the Kubernetes promotion drain's input;
@@ -37,6 +35,10 @@ class LoadedSnapshot:
     kueue: KueueInput = field(default_factory=KueueInput)
     routes: dict[int, str] = field(default_factory=dict)
     refresh: str = "all"
+    # Task pk -> snapshot, and where the rows' change log stood (``store.cluster_rows.task_changes``):
+    # the board updates its counts from the tasks that changed since its last tick.
+    task_snapshots: dict[int, TaskSnapshot] = field(default_factory=dict)
+    changes: tuple[int, int] = (0, 0)
 
 
 def scheduler_config() -> SchedulerConfig:
@@ -76,4 +78,6 @@ def load_snapshot(now_ms: int) -> LoadedSnapshot:
         kueue=kueue,
         routes=routes,
         refresh=view.refresh,
+        task_snapshots=view.task_snapshots,
+        changes=view.changes,
     )
