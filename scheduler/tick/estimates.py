@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 from django.conf import settings
@@ -70,15 +70,25 @@ def read_history(now_ms: int) -> tuple[RunHistory, dict[str, int]]:
 
 def recent_submissions(now_ms: int) -> list[tuple[int, JobSpec]]:
     """The jobs submitted in the last ``IRIS_ESTIMATE_ARRIVALS_MINUTES`` (at most
-    ``IRIS_ESTIMATE_HISTORY_RUNS``), each as arriving again one window later: the future
-    submissions the estimator assumes. One query."""
+    ``IRIS_ESTIMATE_HISTORY_RUNS``), each arriving again as the future submissions the
+    estimator assumes: what was submitted over the span observed comes again over each next
+    span, until one window ahead. The span is the window, or less on a cluster younger than
+    the window (its first job was submitted less than a window ago; at least a minute): a
+    cluster ten minutes old that took 50 jobs in those ten minutes gets 50 more in each next
+    ten, not 50 an hour from now. Two queries."""
     window = int(settings.ESTIMATE_ARRIVALS_MINUTES * 60_000)
+    limit = settings.ESTIMATE_HISTORY_RUNS
     rows = (
         Job.objects.filter(submitted_at_ms__gt=now_ms - window, submitted_at_ms__lte=now_ms)
         .order_by("-submitted_at_ms")
         .values_list("name", "user", "band", "replicas", "cpu_millicores", "memory_bytes", "device_type",
-                     "device_variant", "device_count", "group_by", "constraints", "submitted_at_ms")[:settings.ESTIMATE_HISTORY_RUNS]
+                     "device_variant", "device_count", "group_by", "constraints", "submitted_at_ms")[:limit]
     )
+    rows = list(rows)
+    if not rows:
+        return []
+    first = Job.objects.order_by("submitted_at_ms").values_list("submitted_at_ms", flat=True).first()
+    span = max(min(window, now_ms - first), 60_000)
     out = []
     for name, user, band, replicas, cpu, memory, dtype, variant, count, group_by, constraints, submitted in rows:
         spec = JobSpec(
@@ -86,8 +96,11 @@ def recent_submissions(now_ms: int) -> list[tuple[int, JobSpec]]:
             replicas=replicas, resources=Resources(cpu, memory, device_from_columns(dtype, variant, count)),
             group_by=group_by or None, constraints=constraints_from_json(json_value(constraints) or []),
         )
-        out.append((submitted + window, spec))
-    out.reverse()
+        at, repeat = submitted + span, 1
+        while at <= now_ms + window and len(out) < limit:
+            out.append((at, spec if repeat == 1 else replace(spec, id=f"{name}+{repeat}")))
+            at, repeat = at + span, repeat + 1
+    out.sort(key=lambda pair: pair[0])
     return out
 
 
