@@ -125,6 +125,9 @@ def main() -> None:
             })
         rounds += 1
         print(f"[{datetime.now():%H:%M:%S}] round {rounds}: {len(samples)} samples", file=sys.stderr, flush=True)
+        if args.out:  # what has been sampled so far, for a look before the end
+            with open(args.out + ".partial", "w") as out:
+                json.dump({"samples": samples}, out)
         time.sleep(max(0.0, args.interval - (time.time() - taken)))
 
     settle_until = time.time() + args.settle * 60
