@@ -1,36 +1,12 @@
-"""The preemption pass: evicting lower-band RUNNING work for pending work that did not fit.
+"""The preemption search: for each candidate in scheduling order, the best eviction the
+ordering allows (:mod:`scheduler.core.preemption.ordering`), among the victims candidate
+generation indexed (:mod:`scheduler.core.preemption.candidates`); see the package for the rules.
 
-Rules:
-
-- Victims are RUNNING tasks on healthy workers, compared by the band *stamped* at their
-  assignment; a candidate only evicts victims in a strictly lower band (higher rank). Effective
-  BATCH candidates never preempt. A task never preempts a task of its own job.
-- A solo candidate evicts only solo victims of its own device variant (CPU work only CPU work;
-  ``auto`` any variant of its type), on a worker that matches its hard constraints, has a free
-  build slot and cannot already fit it. It takes the first single victim in (lowest band,
-  cheapest) order that frees enough room. Where no single victim does (better than Iris, which
-  then gives up), it evicts the fewest victims on one worker that do: add lowest band first,
-  then cheapest, until the task fits, then drop any victim the fit does not need (last added
-  first); ties go to the lower total value, then the worker id.
-- A gang candidate, once per gang: first a whole lower-band slice of its variant (another gang's
-  RUNNING tasks) with enough hosts in one group that fit the gang once the slice is gone;
-  else the cheapest lower-band solo squatters (any variant) on the hosts of one group, all or
-  nothing. Either way the gang's tasks are assigned to the claimed hosts in this decision.
-- Every preemptor is assigned to the worker it freed, in the same decision; each victim is
-  claimed once; capacity is updated after every eviction and placement. A preemptor needs a
-  build slot on that worker but is exempt from the per-tick assignment cap, so lower-band work
-  placed earlier in the tick can never block a higher band's preemption (Iris ignores that
-  cap here too).
-
-Victims tie-break by (lowest band, cheapest, job id, task index).
-
-Speed: solo victims are indexed per worker as *groups*: the tasks of one job with one stamped
-band on one worker are interchangeable, so choosing victims on a worker costs O(groups) however
-many tasks run there. For solo candidates, one heap per (shape, band) holds each worker's best
-eviction, seeded lazily with lower bounds; an eviction or placement on a worker bumps its
-version and is appended to a change log, and a heap re-examines only the workers logged since it
-last looked. A candidate whose (shape, band) has nothing left to evict costs O(1). Gang
-searches memoise failure per (shape, group_by, size, band) until the next eviction anywhere.
+Speed: for solo candidates, one heap per (shape, band) holds each worker's best eviction,
+seeded lazily with lower bounds; an eviction or placement on a worker bumps its version and is
+appended to a change log, and a heap re-examines only the workers logged since it last looked.
+A candidate whose (shape, band) has nothing left to evict costs O(1). Gang searches memoise
+failure per (shape, group_by, size, band) until the next eviction anywhere.
 """
 
 from __future__ import annotations
@@ -38,18 +14,22 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import groupby
-from operator import attrgetter
 from typing import NamedTuple
 
 from scheduler.core.bands import BANDS_IN_ORDER, Band
-from scheduler.core.budget import resource_value
 from scheduler.core.ordering import JobQueue
-from scheduler.core.placement import Shape, ShapeBook, WorkerPool, request_tuple
-from scheduler.core.types import ANY_VARIANT, Device, DeviceType, JobSpec, TaskSnapshot, TaskState
+from scheduler.core.placement import Shape, ShapeBook, WorkerPool
+from scheduler.core.preemption.candidates import (
+    Slice,
+    VariantKey,
+    VictimGroup,
+    index_victims,
+    preemptor_variant,
+    variant_matches,
+)
+from scheduler.core.preemption.ordering import host_order, single_victim_key, slice_order, victim_set_key
+from scheduler.core.types import JobSpec, TaskSnapshot
 
-# (device type, variant) of a task for variant matching; None for CPU-only work.
-VariantKey = tuple[str, str] | None
 # Marks an entry whose victims are not computed yet: its key is a lower bound of the worker's real
 # key (the first victim it could evict at all), so the worker is examined only when the search
 # reaches it. Evictions only remove victims, which only raises a worker's real key, so a lower
@@ -57,67 +37,6 @@ VariantKey = tuple[str, str] | None
 LOWER_BOUND = -1
 # Bands whose work may preempt (everything above BATCH), by rank.
 CANDIDATE_RANKS = tuple(int(b) for b in BANDS_IN_ORDER if b is not Band.BATCH)
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    """One running task's request and value; shared by every job with the same resources."""
-
-    cpu: int
-    mem: int
-    gpu: int
-    tpu: int
-    value: int
-
-
-@dataclass(slots=True, eq=False)
-class VictimGroup:
-    """The RUNNING tasks of one solo job with one stamped band on one worker, by index.
-
-    They are interchangeable victims; the lowest indices are taken first.
-    """
-
-    neg_band: int
-    value: int
-    job_id: str
-    info: Request
-    variant: VariantKey
-    worker: int
-    members: list[TaskSnapshot]
-
-    @property
-    def band(self) -> int:
-        return -self.neg_band
-
-
-class SliceMember(NamedTuple):
-    task: TaskSnapshot
-    band: int
-    # -1 when the task runs on an unknown or unhealthy worker (the slice cannot be evicted).
-    worker: int
-
-
-@dataclass(slots=True, eq=False)
-class Slice:
-    """The RUNNING tasks of one gang job, evicted together or not at all."""
-
-    job_id: str
-    info: Request
-    variant: VariantKey
-    members: list[SliceMember] = field(default_factory=list)
-    claimed: bool = False
-    max_band: int = 0
-    min_band: int = 0
-    value: int = 0
-    usable: bool = True
-
-    def seal(self) -> None:
-        """Compute the aggregates once all members are in."""
-        bands = [m.band for m in self.members]
-        self.max_band = max(bands)
-        self.min_band = min(bands)
-        self.value = self.info.value * len(self.members)
-        self.usable = all(m.worker >= 0 for m in self.members)
 
 
 class Eviction(NamedTuple):
@@ -135,41 +54,6 @@ class Eviction(NamedTuple):
 class PreemptionPlan:
     evictions: tuple[Eviction, ...] = ()
     placements: tuple[tuple[TaskSnapshot, int], ...] = ()
-
-
-def preemptor_variant(device: Device) -> VariantKey:
-    """A candidate's variant; ``auto`` (or none given) stands for any variant of its type."""
-    if device.type is DeviceType.CPU:
-        return None
-    return (device.type.value, device.variant or ANY_VARIANT)
-
-
-def victim_variant(device: Device, worker_variant: str | None) -> VariantKey:
-    """A running task's variant; one that asked for ``auto`` has the variant of its worker."""
-    if device.type is DeviceType.CPU:
-        return None
-    if _takes_worker_variant(device):
-        return (device.type.value, worker_variant or ANY_VARIANT)
-    return (device.type.value, device.variant)
-
-
-def _takes_worker_variant(device: Device) -> bool:
-    """An accelerator job that asked for any variant runs as its worker's variant."""
-    return device.type is not DeviceType.CPU and (not device.variant or device.variant == ANY_VARIANT)
-
-
-def _could_match(preemptor: VariantKey, fixed: VariantKey, auto: bool) -> bool:
-    """Whether a candidate of variant ``preemptor`` could evict a task whose variant is
-    ``fixed``, or (``auto``) that of whichever worker of its type it runs on."""
-    if auto:
-        return preemptor is not None and preemptor[0] == fixed[0]
-    return variant_matches(preemptor, fixed)
-
-
-def variant_matches(preemptor: VariantKey, victim: VariantKey) -> bool:
-    if preemptor is None or victim is None:
-        return preemptor is victim
-    return preemptor[0] == victim[0] and (preemptor[1] == ANY_VARIANT or preemptor[1] == victim[1])
 
 
 # A choice of victims on one worker: (group, how many of its first members).
@@ -228,12 +112,6 @@ class PreemptionPass:
         self.epoch = 0
         self.evictions: list[Eviction] = []
         self.placements: list[tuple[TaskSnapshot, int]] = []
-        # Per worker, its solo victim groups in eviction order (lowest band, cheapest, job id).
-        self.solo: dict[int, list[VictimGroup]] = {}
-        self.slices: dict[str, Slice] = {}
-        self.victim_jobs: set[str] = set()
-        # Workers with solo victims of each variant.
-        self.workers_by_variant: dict[VariantKey, set[int]] = {}
         self._bounds: dict[tuple[int, VariantKey], list] = {}
         self._bound_of: dict[tuple[int, VariantKey], dict[int, tuple]] = {}
         self._searches: dict[tuple, _Search] = {}
@@ -248,127 +126,13 @@ class PreemptionPass:
         self._squat_failed: dict[tuple, dict[int, int]] = {}
         batch = Band.BATCH
         self.candidates = [t for t in candidates if queues[t.job_id].band is not batch]
-        if self.candidates:
-            self._index_victims(jobs, active_by_job, int(queues[self.candidates[0].job_id].band))
-
-    def _index_victims(
-        self, jobs: Mapping[str, JobSpec], active_by_job: Mapping[str, Sequence[TaskSnapshot]], min_rank: int
-    ) -> None:
-        """Index the RUNNING tasks that some candidate could evict: stamped below ``min_rank``
-        (the best candidate's band) and either of a variant some solo candidate has, on a host
-        some gang candidate may use (squatters), or (gangs) of a variant some gang candidate
-        has. Solo ones become groups per (worker, band), gangs slices. Leaving out the rest
-        changes no decision; it only saves indexing work nobody would use."""
-        pool = self.pool
-        index = pool.index
-        healthy = pool.healthy
-        solo = self.solo
-        by_variant = self.workers_by_variant
-        running = TaskState.RUNNING
-        solo_variants, gang_variants, squat_hosts = self._wanted()
-        squat_ids = {pool.ids[w] for w in squat_hosts}
-        # Per distinct Resources (by identity; the snapshot keeps them alive): the request,
-        # whether the variant comes from the worker ("auto"), the variant otherwise, and
-        # whether a solo / gang candidate could want such a victim.
-        facts: dict[int, tuple[Request, bool, VariantKey, bool, bool]] = {}
-        for job_id, active in active_by_job.items():
-            resources = jobs[job_id].resources
-            fact = facts.get(id(resources))
-            if fact is None:
-                device = resources.device
-                info = Request(*request_tuple(resources), resource_value(resources))
-                auto, fixed = _takes_worker_variant(device), victim_variant(device, None)
-                fact = facts[id(resources)] = (
-                    info,
-                    auto,
-                    fixed,
-                    any(_could_match(v, fixed, auto) for v in solo_variants),
-                    any(_could_match(v, fixed, auto) for v in gang_variants),
-                )
-            info, auto, fixed, solo_wanted, gang_wanted = fact
-            job = jobs[job_id]
-            gang = job.group_by is not None
-            if gang and not gang_wanted:
-                continue
-            # Solo work no candidate wants is skipped unless it squats: asked of all the job's
-            # active tasks first, since that is cheaper than picking out the running ones.
-            squat_only = not gang and not solo_wanted
-            if squat_only and squat_ids.isdisjoint(map(_worker_of, active)):
-                continue
-            tasks = [t for t in active if t.state is running and t.worker is not None]
-            if not tasks:
-                continue
-            if squat_only and squat_ids.isdisjoint(map(_worker_of, tasks)):
-                continue
-            requested_rank = int(job.band)
-            ranks = {requested_rank if b is None else int(b) for b in set(map(_band_of, tasks))}
-            if max(ranks) <= min_rank:
-                continue
-            self.victim_jobs.add(job_id)
-            if gang:
-                self._add_slice(job, info, tasks, requested_rank)
-                continue
-            for rank in ranks:
-                if rank <= min_rank:
-                    continue
-                same_band = tasks if len(ranks) == 1 else [t for t in tasks if (requested_rank if t.band is None else int(t.band)) == rank]
-                if len(same_band) == 1:
-                    by_worker = ((same_band[0].worker, same_band),)
-                else:
-                    # One sort on (worker, index): grouped by worker, members by index.
-                    by_worker = groupby(sorted(same_band, key=_worker_then_index), key=_worker_of)
-                for worker, on_worker in by_worker:
-                    w = index.get(worker)
-                    if w is None or not healthy[w]:
-                        continue
-                    variant = victim_variant(resources.device, pool.variant[w]) if auto else fixed
-                    group = VictimGroup(-rank, info.value, job_id, info, variant, w, list(on_worker))
-                    worker_groups = solo.get(w)
-                    if worker_groups is None:
-                        solo[w] = [group]
-                    else:
-                        worker_groups.append(group)
-                    workers = by_variant.get(variant)
-                    if workers is None:
-                        by_variant[variant] = {w}
-                    else:
-                        workers.add(w)
-        for worker_groups in solo.values():
-            if len(worker_groups) > 1:
-                worker_groups.sort(key=_group_order)
-
-    def _wanted(self) -> tuple[set[VariantKey], set[VariantKey], set[int]]:
-        """What the candidates could evict: solo candidates' variants, gang candidates'
-        variants, and the hosts gang candidates may use (where squatters matter)."""
-        solo_variants: set[VariantKey] = set()
-        gang_variants: set[VariantKey] = set()
-        squat_hosts: set[int] = set()
-        gang_shapes: set[int] = set()
-        queues = self.queues
-        for task in self.candidates:
-            queue = queues[task.job_id]
-            variant = preemptor_variant(queue.shape.resources.device)
-            if queue.gang:
-                gang_variants.add(variant)
-                if queue.shape.id not in gang_shapes:
-                    gang_shapes.add(queue.shape.id)
-                    squat_hosts.update(queue.shape.cands)
-            else:
-                solo_variants.add(variant)
-        return solo_variants, gang_variants, squat_hosts
-
-    def _add_slice(self, job: JobSpec, info: Request, tasks: Sequence[TaskSnapshot], requested_rank: int) -> None:
-        index, healthy = self.pool.index, self.pool.healthy
-        members = []
-        for task in sorted(tasks, key=_task_index):
-            w = index.get(task.worker, -1)
-            if w >= 0 and not healthy[w]:
-                w = -1
-            members.append(SliceMember(task, requested_rank if task.band is None else int(task.band), w))
-        live = [m.worker for m in members if m.worker >= 0]
-        piece = Slice(job.id, info, victim_variant(job.resources.device, self.pool.variant[live[0]] if live else None), members)
-        piece.seal()
-        self.slices[job.id] = piece
+        victims = index_victims(pool, queues, jobs, active_by_job, self.candidates)
+        # Per worker, its solo victim groups in eviction order; gang slices; the jobs with victims;
+        # the workers with solo victims of each variant (candidates.VictimIndex).
+        self.solo = victims.solo
+        self.slices = victims.slices
+        self.victim_jobs = victims.victim_jobs
+        self.workers_by_variant = victims.workers_by_variant
 
     # -- the pass -----------------------------------------------------------------------------
 
@@ -454,8 +218,7 @@ class PreemptionPass:
             groups = worker_groups if every else [g for g in worker_groups if g.variant in matching]
             if not groups:
                 continue
-            first = groups[0]
-            key = (1, first.neg_band, first.value, first.job_id, first.members[0].index)
+            key = single_victim_key(groups[0])
             cpu = mem = gpu = tpu = i = 0
             n = len(groups)
             totals = []
@@ -606,10 +369,9 @@ class PreemptionPass:
         if picks is None:
             return None
         if len(picks) == 1 and picks[0][1] == 1:
-            group = picks[0][0]
-            key = (1, group.neg_band, group.value, group.job_id, group.members[0].index)
+            key = single_victim_key(picks[0][0])
         else:
-            key = (sum(k for _, k in picks), sum(g.value * k for g, k in picks), pool.rank[w])
+            key = victim_set_key(picks, pool.rank[w])
         return (key, w, self.version[w], picks)
 
     def _victim_set(
@@ -710,7 +472,7 @@ class PreemptionPass:
         slices = self._slices_by_variant.get(variant)
         if slices is None:
             slices = [s for s in self.slices.values() if s.variant is not None and variant_matches(variant, s.variant)]
-            slices.sort(key=lambda s: (-s.max_band, s.value, s.job_id))
+            slices.sort(key=slice_order)
             self._slices_by_variant[variant] = slices
         return slices
 
@@ -820,7 +582,7 @@ class PreemptionPass:
             if len(recoverable) < needed:
                 failed[position_of_group] = stamp
                 continue
-            recoverable.sort(key=lambda r: r[:3])
+            recoverable.sort(key=host_order)
             chosen = recoverable[:needed]
             hosts = sorted(fitting + [(r[2], r[3]) for r in chosen])
             placed_on = {w: task for (_, w), task in zip(hosts, tasks)}
@@ -832,13 +594,3 @@ class PreemptionPass:
             self.epoch += 1
             return True
         return False
-
-
-_task_index = attrgetter("index")
-_band_of = attrgetter("band")
-_worker_of = attrgetter("worker")
-_worker_then_index = attrgetter("worker", "index")
-
-
-def _group_order(group: VictimGroup) -> tuple[int, int, str]:
-    return (group.neg_band, group.value, group.job_id)
