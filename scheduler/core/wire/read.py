@@ -1,31 +1,5 @@
-"""JSON <-> core types: the snapshot ``simulate`` reads and the decision it prints.
-
-The formats are those of docs/snapshot-format.md (all keys lower-case; bands and states by their
-lower-case names). ``snapshot_from_json`` validates everything and raises :class:`SnapshotError`
-whose message starts with the JSON path of the offending field, e.g.
-``jobs[3].resources.device.count: expected a non-negative integer``.
-
-Defaults when a field is omitted: config keys as in :class:`SchedulerConfig`; a worker is
-healthy with no attributes and a CPU device. For a job, only ``id`` is required: ``user`` is the
-first segment of its id, ``band`` its parent's (interactive for a root), ``parent`` derived
-from the id (checked if given), ``submitted_at_ms`` 0 (ties then break by job id),
-``root_submitted_at_ms`` the root job's ``submitted_at_ms`` (its own if the root is not in the
-snapshot), one replica, no resources, no coscheduling, no constraints, no deadline, 100
-preemption retries and 0 failure retries. A task that is not listed is PENDING with no
-history. An accelerator's ``variant`` may be null (unknown for a worker; any variant for a job,
-like ``auto``). Unknown keys are rejected, except a top-level ``description``. The optional
-``scale_groups`` list (TPU scale groups, read only by the explanations) is written only when
-it is not empty.
-
-``snapshot_to_json`` writes every field explicitly and leaves out only tasks that are PENDING
-with no history; ``snapshot_from_json(snapshot_to_json(s)) == s`` for a snapshot that lists every
-task of its jobs in job and index order (as ``snapshot_from_json`` builds them). A snapshot
-that omits finished tasks (as the shell's does) is written with those tasks as ``succeeded``:
-the decision treats every finished state alike, so it decides the same.
-
-Key order is deterministic: the snapshot keeps its input order; in a decision, maps keyed by
-task are sorted by (job id, task index), users and jobs by name.
-"""
+"""JSON -> core types: the snapshot ``simulate`` reads, validated field by field (see the package
+for the format's defaults and rules)."""
 
 from __future__ import annotations
 
@@ -34,8 +8,7 @@ from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-from scheduler.core.bands import BAND_NAMES, Band
-from scheduler.core.explain import pending_queue
+from scheduler.core.bands import Band
 from scheduler.core.types import (
     ACTIVE_STATES,
     CPU_DEVICE,
@@ -44,7 +17,6 @@ from scheduler.core.types import (
     ClusterSnapshot,
     Constraint,
     ConstraintOp,
-    Decision,
     Device,
     DeviceType,
     GroupSpec,
@@ -56,11 +28,19 @@ from scheduler.core.types import (
     WorkerSpec,
     task_snapshot,
 )
-
-
-class SnapshotError(ValueError):
-    """A snapshot JSON document is malformed; the message starts with the JSON path."""
-
+from scheduler.core.wire.fields import (
+    BANDS_BY_WIRE,
+    SnapshotError,
+    at_path,
+    fail,
+    join_path,
+    json_band,
+    json_bool,
+    json_int,
+    json_list,
+    json_object,
+    json_str,
+)
 
 # A job id: "/" then at least two non-empty segments (user, name, then any children).
 JOB_ID = re.compile(r"^(/[^/\s]+){2,}$")
@@ -74,83 +54,12 @@ OMITTED_TASK_STATE = TaskState.SUCCEEDED
 EXTRA_TOP_LEVEL = {"description"}
 
 
-# -- validation helpers -------------------------------------------------------------------------
-
-
-def _fail(path: str, message: str) -> SnapshotError:
-    return SnapshotError(f"{path or 'snapshot'}: {message}")
-
-
-def _at(path: str, key: str | None) -> str:
-    """The path of ``key`` inside ``path``; built only for an error message."""
-    return path if key is None else _join(path, key)
-
-
-def _object(value: Any, path: str, allowed: AbstractSet[str]) -> dict:
-    if not isinstance(value, dict):
-        raise _fail(path, "expected an object")
-    if not value.keys() <= allowed:
-        unknown = sorted(set(value) - allowed)
-        raise _fail(_join(path, unknown[0]), f"unknown field; expected one of {', '.join(sorted(allowed))}")
-    return value
-
-
-def _list(value: Any, path: str, key: str | None = None) -> list:
-    if not isinstance(value, list):
-        raise _fail(_at(path, key), "expected a list")
-    return value
-
-
-def _int(value: Any, path: str, key: str | None = None, minimum: int = 0) -> int:
-    if value.__class__ is not int or value < minimum:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise _fail(
-                _at(path, key), "expected a non-negative integer" if minimum == 0 else f"expected an integer >= {minimum}"
-            )
-    return value
-
-
-def _str(value: Any, path: str, key: str | None = None) -> str:
-    if not isinstance(value, str) or not value:
-        raise _fail(_at(path, key), "expected a non-empty string")
-    return value
-
-
-def _bool(value: Any, path: str, key: str | None = None) -> bool:
-    if not isinstance(value, bool):
-        raise _fail(_at(path, key), "expected true or false")
-    return value
-
-
-# Bands by their wire name: the spelling snapshots use, looked up before the general parse.
-BANDS_BY_WIRE = {band.wire: band for band in Band}
-
-
-def _band(value: Any, path: str, key: str | None = None) -> Band:
-    band = BANDS_BY_WIRE.get(value) if isinstance(value, str) else None
-    if band is not None:
-        return band
-    if not isinstance(value, str):
-        raise _fail(_at(path, key), f"expected one of {BAND_NAMES}")
-    try:
-        return Band.parse(value)
-    except ValueError:
-        raise _fail(_at(path, key), f"expected one of {BAND_NAMES}") from None
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
-# -- snapshot from JSON -------------------------------------------------------------------------
-
-
 def snapshot_from_json(obj: Any) -> ClusterSnapshot:
     """Validate and convert a snapshot document; raise :class:`SnapshotError` naming the path."""
-    top = _object(obj, "", {"now_ms", "config", "budgets", "workers", "jobs", "tasks", "scale_groups"} | EXTRA_TOP_LEVEL)
+    top = json_object(obj, "", {"now_ms", "config", "budgets", "workers", "jobs", "tasks", "scale_groups"} | EXTRA_TOP_LEVEL)
     if "now_ms" not in top:
-        raise _fail("now_ms", "required")
-    now_ms = _int(top["now_ms"], "now_ms")
+        raise fail("now_ms", "required")
+    now_ms = json_int(top["now_ms"], "now_ms")
     config = _config(top.get("config") or {}, "config")
     budgets = _budgets(top.get("budgets") or [], "budgets", config.budget_defaults)
     workers = _workers(top.get("workers") or [], "workers")
@@ -168,66 +77,66 @@ SCALE_GROUP_KEYS = {"name", "variant", "zone", "min_slices", "max_slices", "host
 def _scale_groups(raw: Any, path: str) -> tuple[GroupSpec, ...]:
     groups = []
     seen: set[str] = set()
-    for i, item in enumerate(_list(raw, path)):
+    for i, item in enumerate(json_list(raw, path)):
         where = f"{path}[{i}]"
-        item = _object(item, where, SCALE_GROUP_KEYS)
+        item = json_object(item, where, SCALE_GROUP_KEYS)
         for key in ("name", "variant", "zone"):
             if key not in item:
-                raise _fail(f"{where}.{key}", "required")
-        name = _str(item["name"], f"{where}.name")
+                raise fail(f"{where}.{key}", "required")
+        name = json_str(item["name"], f"{where}.name")
         if name in seen:
-            raise _fail(f"{where}.name", f"duplicate scale group {name!r}")
+            raise fail(f"{where}.name", f"duplicate scale group {name!r}")
         seen.add(name)
         base = GroupSpec(name, "", "")
         groups.append(GroupSpec(
             name=name,
-            variant=_str(item["variant"], f"{where}.variant"),
-            zone=_str(item["zone"], f"{where}.zone"),
-            min_slices=_int(item.get("min_slices", base.min_slices), f"{where}.min_slices"),
-            max_slices=_int(item.get("max_slices", base.max_slices), f"{where}.max_slices"),
-            hosts_per_slice=_int(item.get("hosts_per_slice", base.hosts_per_slice), f"{where}.hosts_per_slice", minimum=1),
-            chips_per_host=_int(item.get("chips_per_host", base.chips_per_host), f"{where}.chips_per_host", minimum=1),
+            variant=json_str(item["variant"], f"{where}.variant"),
+            zone=json_str(item["zone"], f"{where}.zone"),
+            min_slices=json_int(item.get("min_slices", base.min_slices), f"{where}.min_slices"),
+            max_slices=json_int(item.get("max_slices", base.max_slices), f"{where}.max_slices"),
+            hosts_per_slice=json_int(item.get("hosts_per_slice", base.hosts_per_slice), f"{where}.hosts_per_slice", minimum=1),
+            chips_per_host=json_int(item.get("chips_per_host", base.chips_per_host), f"{where}.chips_per_host", minimum=1),
         ))
     return tuple(groups)
 
 
 def _config(raw: Any, path: str) -> SchedulerConfig:
     keys = {"max_tasks_per_job_per_cycle", "max_assignments_per_worker", "max_building_tasks", "budget_defaults"}
-    raw = _object(raw, path, keys)
+    raw = json_object(raw, path, keys)
     base = SchedulerConfig()
     defaults = base.budget_defaults
     if raw.get("budget_defaults") is not None:
-        d = _object(raw["budget_defaults"], f"{path}.budget_defaults", {"budget_limit", "max_band"})
+        d = json_object(raw["budget_defaults"], f"{path}.budget_defaults", {"budget_limit", "max_band"})
         defaults = BudgetDefaults(
-            budget_limit=_int(d.get("budget_limit", defaults.budget_limit), path, "budget_defaults.budget_limit"),
-            max_band=_band(d.get("max_band", defaults.max_band.wire), path, "budget_defaults.max_band"),
+            budget_limit=json_int(d.get("budget_limit", defaults.budget_limit), path, "budget_defaults.budget_limit"),
+            max_band=json_band(d.get("max_band", defaults.max_band.wire), path, "budget_defaults.max_band"),
         )
     return SchedulerConfig(
-        max_tasks_per_job_per_cycle=_int(
+        max_tasks_per_job_per_cycle=json_int(
             raw.get("max_tasks_per_job_per_cycle", base.max_tasks_per_job_per_cycle), f"{path}.max_tasks_per_job_per_cycle"
         ),
-        max_assignments_per_worker=_int(
+        max_assignments_per_worker=json_int(
             raw.get("max_assignments_per_worker", base.max_assignments_per_worker), f"{path}.max_assignments_per_worker"
         ),
-        max_building_tasks=_int(raw.get("max_building_tasks", base.max_building_tasks), path, "max_building_tasks"),
+        max_building_tasks=json_int(raw.get("max_building_tasks", base.max_building_tasks), path, "max_building_tasks"),
         budget_defaults=defaults,
     )
 
 
 def _budgets(raw: Any, path: str, defaults: BudgetDefaults) -> dict[str, BudgetSpec]:
     budgets: dict[str, BudgetSpec] = {}
-    for i, item in enumerate(_list(raw, path)):
+    for i, item in enumerate(json_list(raw, path)):
         p = f"{path}[{i}]"
-        item = _object(item, p, {"user", "budget_limit", "max_band"})
-        user = _str(item.get("user"), p, "user")
+        item = json_object(item, p, {"user", "budget_limit", "max_band"})
+        user = json_str(item.get("user"), p, "user")
         if user in budgets:
-            raise _fail(f"{p}.user", f"duplicate user {user!r}")
+            raise fail(f"{p}.user", f"duplicate user {user!r}")
         if "budget_limit" not in item:
-            raise _fail(f"{p}.budget_limit", "required")
+            raise fail(f"{p}.budget_limit", "required")
         budgets[user] = BudgetSpec(
             user=user,
-            budget_limit=_int(item["budget_limit"], p, "budget_limit"),
-            max_band=_band(item.get("max_band", defaults.max_band.wire), p, "max_band"),
+            budget_limit=json_int(item["budget_limit"], p, "budget_limit"),
+            max_band=json_band(item.get("max_band", defaults.max_band.wire), p, "max_band"),
         )
     return budgets
 
@@ -238,22 +147,22 @@ DEVICE_TYPES_BY_VALUE = {device_type.value: device_type for device_type in Devic
 
 def _device(raw: Any, path: str, key: str | None = None) -> Device:
     if not isinstance(raw, dict) or not raw.keys() <= DEVICE_KEYS:
-        _object(raw, _at(path, key), DEVICE_KEYS)
+        json_object(raw, at_path(path, key), DEVICE_KEYS)
     kind = raw.get("type")
     device_type = DEVICE_TYPES_BY_VALUE.get(kind) if isinstance(kind, str) else None
     if device_type is None:
-        raise _fail(_join(_at(path, key), "type"), "expected one of cpu|gpu|tpu")
+        raise fail(join_path(at_path(path, key), "type"), "expected one of cpu|gpu|tpu")
     if device_type is DeviceType.CPU:
         if raw.get("variant") is not None or raw.get("count", 0) != 0:
-            raise _fail(_at(path, key), "a cpu device has no variant and no count")
+            raise fail(at_path(path, key), "a cpu device has no variant and no count")
         return CPU_DEVICE
-    path = _at(path, key)
+    path = at_path(path, key)
     variant = raw.get("variant")
     if variant is not None:
-        variant = _str(variant, path, "variant")
+        variant = json_str(variant, path, "variant")
     if "count" not in raw:
-        raise _fail(f"{path}.count", "required for a gpu or tpu device")
-    return Device(type=device_type, variant=variant, count=_int(raw["count"], path, "count"))
+        raise fail(f"{path}.count", "required for a gpu or tpu device")
+    return Device(type=device_type, variant=variant, count=json_int(raw["count"], path, "count"))
 
 
 WORKER_KEYS = frozenset({"id", "healthy", "cpu_millicores", "memory_bytes", "device", "attributes"})
@@ -262,7 +171,7 @@ WORKER_KEYS = frozenset({"id", "healthy", "cpu_millicores", "memory_bytes", "dev
 def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
     workers = []
     seen: set[str] = set()
-    for i, item in enumerate(_list(raw, path)):
+    for i, item in enumerate(json_list(raw, path)):
         # The common shape is checked inline; anything else (and every error) takes _worker.
         worker = None
         if item.__class__ is dict and item.keys() <= WORKER_KEYS:
@@ -296,26 +205,26 @@ def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
 
 def _worker(item: Any, p: str, seen: AbstractSet[str]) -> WorkerSpec:
     """One worker, every field checked in order (the first problem raises)."""
-    item = _object(item, p, WORKER_KEYS)
-    worker_id = _str(item.get("id"), p, "id")
+    item = json_object(item, p, WORKER_KEYS)
+    worker_id = json_str(item.get("id"), p, "id")
     if worker_id in seen:
-        raise _fail(f"{p}.id", f"duplicate worker id {worker_id!r}")
+        raise fail(f"{p}.id", f"duplicate worker id {worker_id!r}")
     for key in ("cpu_millicores", "memory_bytes"):
         if key not in item:
-            raise _fail(f"{p}.{key}", "required")
+            raise fail(f"{p}.{key}", "required")
     attributes = item.get("attributes") or {}
     if not isinstance(attributes, dict):
-        raise _fail(f"{p}.attributes", "expected an object of strings")
+        raise fail(f"{p}.attributes", "expected an object of strings")
     for key, value in attributes.items():
         if not isinstance(value, str):
-            raise _fail(f"{p}.attributes.{key}", "expected a string")
+            raise fail(f"{p}.attributes.{key}", "expected a string")
     return WorkerSpec(
         id=worker_id,
-        cpu_millicores=_int(item["cpu_millicores"], p, "cpu_millicores"),
-        memory_bytes=_int(item["memory_bytes"], p, "memory_bytes"),
+        cpu_millicores=json_int(item["cpu_millicores"], p, "cpu_millicores"),
+        memory_bytes=json_int(item["memory_bytes"], p, "memory_bytes"),
         device=_device(item["device"], f"{p}.device") if item.get("device") is not None else CPU_DEVICE,
         attributes=dict(attributes),
-        healthy=_bool(item.get("healthy", True), p, "healthy"),
+        healthy=json_bool(item.get("healthy", True), p, "healthy"),
     )
 
 
@@ -336,22 +245,22 @@ def _device_or_none(raw: Any) -> Device | None:
 
 
 def _constraint(raw: Any, path: str) -> Constraint:
-    raw = _object(raw, path, {"key", "op", "value", "soft"})
-    key = _str(raw.get("key"), path, "key")
+    raw = json_object(raw, path, {"key", "op", "value", "soft"})
+    key = json_str(raw.get("key"), path, "key")
     try:
         op = ConstraintOp(raw.get("op"))
     except ValueError:
-        raise _fail(f"{path}.op", "expected one of eq|ne|in|exists") from None
+        raise fail(f"{path}.op", "expected one of eq|ne|in|exists") from None
     value = raw.get("value")
     if op is ConstraintOp.EXISTS:
         if value is not None:
-            raise _fail(f"{path}.value", "'exists' takes no value")
+            raise fail(f"{path}.value", "'exists' takes no value")
     elif op is ConstraintOp.IN:
-        items = _list(value, path, "value")
-        value = tuple(_str(v, f"{path}.value[{j}]") for j, v in enumerate(items))
+        items = json_list(value, path, "value")
+        value = tuple(json_str(v, f"{path}.value[{j}]") for j, v in enumerate(items))
     elif not isinstance(value, str):
-        raise _fail(f"{path}.value", "expected a string")
-    return Constraint(key=key, op=op, value=value, soft=_bool(raw.get("soft", False), path, "soft"))
+        raise fail(f"{path}.value", "expected a string")
+    return Constraint(key=key, op=op, value=value, soft=json_bool(raw.get("soft", False), path, "soft"))
 
 
 RESOURCE_KEYS = frozenset({"cpu_millicores", "memory_bytes", "device"})
@@ -375,7 +284,7 @@ JOB_KEYS = frozenset(
 
 
 def _jobs(raw: Any, path: str) -> dict[str, JobSpec]:
-    items = _list(raw, path)
+    items = json_list(raw, path)
     parsed: dict[str, tuple[int, dict]] = {}
     match = JOB_ID.match
     for i, item in enumerate(items):
@@ -385,12 +294,12 @@ def _jobs(raw: Any, path: str) -> dict[str, JobSpec]:
                 parsed[job_id] = (i, item)
                 continue
         p = f"{path}[{i}]"
-        item = _object(item, p, JOB_KEYS)
-        job_id = _str(item.get("id"), p, "id")
+        item = json_object(item, p, JOB_KEYS)
+        job_id = json_str(item.get("id"), p, "id")
         if not match(job_id):
-            raise _fail(f"{p}.id", "expected a job id like /user/name or /user/name/child")
+            raise fail(f"{p}.id", "expected a job id like /user/name or /user/name/child")
         if job_id in parsed:
-            raise _fail(f"{p}.id", f"duplicate job id {job_id!r}")
+            raise fail(f"{p}.id", f"duplicate job id {job_id!r}")
         parsed[job_id] = (i, item)
 
     bands: dict[str, Band] = {}
@@ -402,13 +311,13 @@ def _jobs(raw: Any, path: str) -> dict[str, JobSpec]:
             p = f"{path}[{i}]"
             parent = _parent(job_id)
             if item.get("band") is not None:
-                band = _band(item["band"], p, "band")
+                band = json_band(item["band"], p, "band")
             elif parent is None:
                 band = Band.INTERACTIVE
             elif parent in parsed:
                 band = band_of(parent)
             else:
-                raise _fail(f"{p}.band", f"omitted, and parent job {parent!r} is not in the snapshot to inherit from")
+                raise fail(f"{p}.band", f"omitted, and parent job {parent!r} is not in the snapshot to inherit from")
             bands[job_id] = band
         return band
 
@@ -565,49 +474,49 @@ def _job(
     p = f"{path}[{i}]"
     parent = _parent(job_id)
     if "parent" in item and item["parent"] != parent:
-        raise _fail(f"{p}.parent", f"expected {parent!r} (derived from the id)")
-    submitted = _int(item.get("submitted_at_ms", 0), p, "submitted_at_ms")
+        raise fail(f"{p}.parent", f"expected {parent!r} (derived from the id)")
+    submitted = json_int(item.get("submitted_at_ms", 0), p, "submitted_at_ms")
     root = "/".join(job_id.split("/")[:3])
     if item.get("root_submitted_at_ms") is not None:
-        root_submitted = _int(item["root_submitted_at_ms"], p, "root_submitted_at_ms")
+        root_submitted = json_int(item["root_submitted_at_ms"], p, "root_submitted_at_ms")
     elif root in parsed:
-        root_submitted = _int(parsed[root][1].get("submitted_at_ms", 0), f"{path}[{parsed[root][0]}].submitted_at_ms")
+        root_submitted = json_int(parsed[root][1].get("submitted_at_ms", 0), f"{path}[{parsed[root][0]}].submitted_at_ms")
     else:
         root_submitted = submitted
     resources = Resources()
     if item.get("resources") is not None:
         r = item["resources"]
         if not isinstance(r, dict) or not r.keys() <= RESOURCE_KEYS:
-            _object(r, f"{p}.resources", RESOURCE_KEYS)
+            json_object(r, f"{p}.resources", RESOURCE_KEYS)
         resources = Resources(
-            cpu_millicores=_int(r.get("cpu_millicores", 0), p, "resources.cpu_millicores"),
-            memory_bytes=_int(r.get("memory_bytes", 0), p, "resources.memory_bytes"),
+            cpu_millicores=json_int(r.get("cpu_millicores", 0), p, "resources.cpu_millicores"),
+            memory_bytes=json_int(r.get("memory_bytes", 0), p, "resources.memory_bytes"),
             device=_device(r["device"], p, "resources.device") if r.get("device") is not None else CPU_DEVICE,
         )
     group_by = None
     if item.get("coscheduling") is not None:
-        c = _object(item["coscheduling"], f"{p}.coscheduling", {"group_by"})
-        group_by = _str(c.get("group_by"), p, "coscheduling.group_by")
+        c = json_object(item["coscheduling"], f"{p}.coscheduling", {"group_by"})
+        group_by = json_str(c.get("group_by"), p, "coscheduling.group_by")
     constraints = tuple(
-        _constraint(c, f"{p}.constraints[{j}]") for j, c in enumerate(_list(item.get("constraints") or [], p, "constraints"))
+        _constraint(c, f"{p}.constraints[{j}]") for j, c in enumerate(json_list(item.get("constraints") or [], p, "constraints"))
     )
     resources = shared.setdefault(resources, resources)
     constraints = shared.setdefault(constraints, constraints)
     deadline = item.get("scheduling_deadline_ms")
     return JobSpec(
         id=job_id,
-        user=_str(item["user"], p, "user") if item.get("user") is not None else job_id.split("/")[1],
+        user=json_str(item["user"], p, "user") if item.get("user") is not None else job_id.split("/")[1],
         band=band_of(job_id),
         parent=parent,
         submitted_at_ms=submitted,
         root_submitted_at_ms=root_submitted,
-        replicas=_int(item.get("replicas", 1), p, "replicas", minimum=1),
+        replicas=json_int(item.get("replicas", 1), p, "replicas", minimum=1),
         resources=resources,
         group_by=group_by,
         constraints=constraints,
-        scheduling_deadline_ms=None if deadline is None else _int(deadline, p, "scheduling_deadline_ms"),
-        max_retries_preemption=_int(item.get("max_retries_preemption", 100), p, "max_retries_preemption"),
-        max_retries_failure=_int(item.get("max_retries_failure", 0), p, "max_retries_failure"),
+        scheduling_deadline_ms=None if deadline is None else json_int(deadline, p, "scheduling_deadline_ms"),
+        max_retries_preemption=json_int(item.get("max_retries_preemption", 100), p, "max_retries_preemption"),
+        max_retries_failure=json_int(item.get("max_retries_failure", 0), p, "max_retries_failure"),
     )
 
 
@@ -626,7 +535,7 @@ def _tasks(raw: Any, path: str, jobs: Mapping[str, JobSpec], worker_ids: set[str
     states = TASK_STATES_BY_VALUE
     bands = BANDS_BY_WIRE
     active = ACTIVE_STATES
-    for i, item in enumerate(_list(raw, path)):
+    for i, item in enumerate(json_list(raw, path)):
         # The common shape is checked inline; anything else (and every error) takes _task, which
         # checks the fields in order.
         task = None
@@ -684,35 +593,35 @@ def _task(
     item: Any, p: str, jobs: Mapping[str, JobSpec], worker_ids: set[str], listed: Mapping[str, TaskSnapshot]
 ) -> TaskSnapshot:
     """One listed task, every field checked in order (the first problem raises)."""
-    item = _object(item, p, TASK_KEYS)
-    task_id = _str(item.get("id"), p, "id")
+    item = json_object(item, p, TASK_KEYS)
+    task_id = json_str(item.get("id"), p, "id")
     job_id, _, index_text = task_id.rpartition("/")
     if not TASK_INDEX.match(index_text):
-        raise _fail(f"{p}.id", "expected <job id>/<index>")
+        raise fail(f"{p}.id", "expected <job id>/<index>")
     job = jobs.get(job_id)
     if job is None:
-        raise _fail(f"{p}.id", f"no job {job_id!r} in the snapshot")
+        raise fail(f"{p}.id", f"no job {job_id!r} in the snapshot")
     index = int(index_text)
     if index >= job.replicas:
-        raise _fail(f"{p}.id", f"index {index} out of range: job {job_id!r} has {job.replicas} replicas")
+        raise fail(f"{p}.id", f"index {index} out of range: job {job_id!r} has {job.replicas} replicas")
     if task_id in listed:
-        raise _fail(f"{p}.id", f"duplicate task id {task_id!r}")
+        raise fail(f"{p}.id", f"duplicate task id {task_id!r}")
     state = item.get("state", "pending")
     state = TASK_STATES_BY_VALUE.get(state) if isinstance(state, str) else None
     if state is None:
-        raise _fail(f"{p}.state", f"expected one of {STATE_NAMES}")
+        raise fail(f"{p}.state", f"expected one of {STATE_NAMES}")
     worker = item.get("worker")
     if worker is not None:
-        worker = _str(worker, p, "worker")
+        worker = json_str(worker, p, "worker")
         if worker not in worker_ids:
-            raise _fail(f"{p}.worker", f"no worker {worker!r} in the snapshot")
+            raise fail(f"{p}.worker", f"no worker {worker!r} in the snapshot")
         if state not in ACTIVE_STATES:
-            raise _fail(f"{p}.worker", f"a {state.value} task has no worker")
+            raise fail(f"{p}.worker", f"a {state.value} task has no worker")
     unfinished = item.get("unfinished_attempt_worker")
     if unfinished is not None:
-        unfinished = _str(unfinished, p, "unfinished_attempt_worker")
+        unfinished = json_str(unfinished, p, "unfinished_attempt_worker")
         if unfinished not in worker_ids:
-            raise _fail(f"{p}.unfinished_attempt_worker", f"no worker {unfinished!r} in the snapshot")
+            raise fail(f"{p}.unfinished_attempt_worker", f"no worker {unfinished!r} in the snapshot")
     band = item.get("band")
     return task_snapshot(
         task_id,
@@ -720,197 +629,10 @@ def _task(
         index,
         state,
         worker,
-        None if band is None else _band(band, p, "band"),
-        _int(item.get("preemption_count", 0), p, "preemption_count"),
+        None if band is None else json_band(band, p, "band"),
+        json_int(item.get("preemption_count", 0), p, "preemption_count"),
         unfinished,
     )
 
 
 # -- snapshot to JSON ---------------------------------------------------------------------------
-
-
-def _device_json(device: Device) -> dict:
-    if device.type is DeviceType.CPU:
-        return {"type": "cpu"}
-    return {"type": device.type.value, "variant": device.variant, "count": device.count}
-
-
-def _constraint_json(c: Constraint) -> dict:
-    out: dict[str, Any] = {"key": c.key, "op": c.op.value}
-    if c.op is ConstraintOp.IN:
-        out["value"] = list(c.value)
-    elif c.op is not ConstraintOp.EXISTS:
-        out["value"] = c.value
-    out["soft"] = c.soft
-    return out
-
-
-def _is_plain_pending(task: TaskSnapshot) -> bool:
-    return (
-        task.state is TaskState.PENDING
-        and task.worker is None
-        and task.band is None
-        and task.preemption_count == 0
-        and task.unfinished_attempt_worker is None
-    )
-
-
-def snapshot_to_json(snapshot: ClusterSnapshot) -> dict:
-    """The snapshot as a JSON-ready dict, every field explicit (see the module docstring)."""
-    config = snapshot.config
-    by_id = {t.id: t for t in snapshot.tasks}
-    tasks = []
-    for job in snapshot.jobs.values():
-        for index in range(job.replicas):
-            task_id = f"{job.id}/{index}"
-            task = by_id.get(task_id)
-            if task is None:
-                tasks.append(_task_json(TaskSnapshot(task_id, job.id, index, state=OMITTED_TASK_STATE)))
-            elif not _is_plain_pending(task):
-                tasks.append(_task_json(task))
-    out = {
-        "now_ms": snapshot.now_ms,
-        "config": {
-            "max_tasks_per_job_per_cycle": config.max_tasks_per_job_per_cycle,
-            "max_assignments_per_worker": config.max_assignments_per_worker,
-            "max_building_tasks": config.max_building_tasks,
-            "budget_defaults": {
-                "budget_limit": config.budget_defaults.budget_limit,
-                "max_band": config.budget_defaults.max_band.wire,
-            },
-        },
-        "budgets": [
-            {"user": b.user, "budget_limit": b.budget_limit, "max_band": b.max_band.wire} for b in snapshot.budgets.values()
-        ],
-        "workers": [
-            {
-                "id": w.id,
-                "healthy": w.healthy,
-                "cpu_millicores": w.cpu_millicores,
-                "memory_bytes": w.memory_bytes,
-                "device": _device_json(w.device),
-                "attributes": dict(w.attributes),
-            }
-            for w in snapshot.workers
-        ],
-        "jobs": [_job_json(job) for job in snapshot.jobs.values()],
-        "tasks": tasks,
-    }
-    # Written only when there are any, so snapshots of clusters without TPU provisioning stay
-    # byte-identical to the format before scale groups were part of it.
-    if snapshot.scale_groups:
-        out["scale_groups"] = [
-            {"name": g.name, "variant": g.variant, "zone": g.zone, "min_slices": g.min_slices,
-             "max_slices": g.max_slices, "hosts_per_slice": g.hosts_per_slice, "chips_per_host": g.chips_per_host}
-            for g in snapshot.scale_groups
-        ]
-    return out
-
-
-def _job_json(job: JobSpec) -> dict:
-    return {
-        "id": job.id,
-        "user": job.user,
-        "band": job.band.wire,
-        "parent": job.parent,
-        "submitted_at_ms": job.submitted_at_ms,
-        "root_submitted_at_ms": job.root_submitted_at_ms,
-        "replicas": job.replicas,
-        "resources": {
-            "cpu_millicores": job.resources.cpu_millicores,
-            "memory_bytes": job.resources.memory_bytes,
-            "device": _device_json(job.resources.device),
-        },
-        "coscheduling": None if job.group_by is None else {"group_by": job.group_by},
-        "constraints": [_constraint_json(c) for c in job.constraints],
-        "scheduling_deadline_ms": job.scheduling_deadline_ms,
-        "max_retries_preemption": job.max_retries_preemption,
-        "max_retries_failure": job.max_retries_failure,
-    }
-
-
-def _task_json(task: TaskSnapshot) -> dict:
-    return {
-        "id": task.id,
-        "state": task.state.value,
-        "worker": task.worker,
-        "band": None if task.band is None else task.band.wire,
-        "preemption_count": task.preemption_count,
-        "unfinished_attempt_worker": task.unfinished_attempt_worker,
-    }
-
-
-# -- decision to JSON ---------------------------------------------------------------------------
-
-
-def task_sort_key(task_id: str) -> tuple[str, int]:
-    """(job id, index) of a task id, so ``/a/j/10`` sorts after ``/a/j/9``."""
-    job_id, _, index = task_id.rpartition("/")
-    return (job_id, int(index))
-
-
-def _by_task(mapping: Mapping[str, Any], order: list[str] | None = None) -> list[str]:
-    """The task ids of ``mapping`` sorted by :func:`task_sort_key`. ``order``, every task id of
-    the snapshot's jobs already in that order, gives them without a sort when it holds them all."""
-    if order is not None:
-        keys = list(filter(mapping.__contains__, order))
-        if len(keys) == len(mapping):
-            return keys
-    return sorted(mapping, key=task_sort_key)
-
-
-def _task_order(jobs: Mapping[str, JobSpec]) -> list[str]:
-    """The ids of every task of ``jobs`` (indices 0 to replicas - 1), sorted by
-    :func:`task_sort_key`: jobs by id, then each job's tasks by index."""
-    return [f"{job_id}/{index}" for job_id in sorted(jobs) for index in range(jobs[job_id].replicas)]
-
-
-# Wire names by dict look-up: ``Band.wire`` and ``Enum.value`` are Python-level properties.
-BAND_WIRE = {band: band.wire for band in Band}
-BAND_WIRE_OR_NONE = {None: None, **BAND_WIRE}
-TASK_STATE_VALUES = {state: state.value for state in TaskState}
-
-
-def decision_to_json(decision: Decision, jobs: Mapping[str, JobSpec] | None = None) -> dict:
-    """The decision in the format of docs/snapshot-format.md; pending reasons rendered as text
-    (cause and downgrade; a task's place is in ``queue``, the one definition of positions).
-
-    ``jobs``, the decided snapshot's jobs, only makes it faster: the maps keyed by task are put
-    in order from the jobs' task ids instead of sorting each (the output is the same)."""
-    order = None if jobs is None else _task_order(jobs)
-    band_wire = BAND_WIRE
-    bands = decision.effective_bands
-    reasons = decision.pending_reasons
-    after = decision.after
-
-    band_keys = _by_task(bands, order)
-    reason_keys = _by_task(reasons, order)
-    reason_objects = list(map(reasons.__getitem__, reason_keys))
-    # Each reason object is rendered once (equal reasons are often one object).
-    texts = {
-        key: reason.text() if hasattr(reason, "text") else str(reason)
-        for key, reason in dict(zip(map(id, reason_objects), reason_objects)).items()
-    }
-    states = TASK_STATE_VALUES
-    band_or_none = BAND_WIRE_OR_NONE
-    after_json = {}
-    for t in _by_task(after, order):
-        task = after[t]
-        after_json[t] = {
-            "state": states[task.state],
-            "worker": task.worker,
-            "band": band_or_none[task.band],
-            "preemption_count": task.preemption_count,
-        }
-    return {
-        "spend": {user: decision.spend[user] for user in sorted(decision.spend)},
-        "effective_bands": dict(zip(band_keys, map(band_wire.__getitem__, map(bands.__getitem__, band_keys)))),
-        "order": list(decision.order),
-        "assignments": [{"task": a.task, "worker": a.worker, "band": band_wire[a.band]} for a in decision.assignments],
-        "preemptions": [{"victim": p.victim, "preemptor": p.preemptor, "worker": p.worker} for p in decision.preemptions],
-        "unschedulable": [{"task": u.task, "reason": u.reason} for u in decision.unschedulable],
-        "pending_reasons": dict(zip(reason_keys, map(texts.__getitem__, map(id, reason_objects)))),
-        "queue": {band_wire[band]: tasks for band, tasks in pending_queue(decision).items()},
-        "after": after_json,
-        "jobs_after": {job: decision.jobs_after[job].value for job in sorted(decision.jobs_after)},
-    }

@@ -1,0 +1,209 @@
+"""Core types -> JSON: the snapshot as ``snapshot`` prints it and the decision as ``simulate``
+prints it (see the package for key order)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from scheduler.core.bands import Band
+from scheduler.core.explain import pending_queue
+from scheduler.core.types import (
+    ClusterSnapshot,
+    Constraint,
+    ConstraintOp,
+    Decision,
+    Device,
+    DeviceType,
+    JobSpec,
+    TaskSnapshot,
+    TaskState,
+)
+from scheduler.core.wire.read import OMITTED_TASK_STATE
+
+
+def _device_json(device: Device) -> dict:
+    if device.type is DeviceType.CPU:
+        return {"type": "cpu"}
+    return {"type": device.type.value, "variant": device.variant, "count": device.count}
+
+
+def _constraint_json(c: Constraint) -> dict:
+    out: dict[str, Any] = {"key": c.key, "op": c.op.value}
+    if c.op is ConstraintOp.IN:
+        out["value"] = list(c.value)
+    elif c.op is not ConstraintOp.EXISTS:
+        out["value"] = c.value
+    out["soft"] = c.soft
+    return out
+
+
+def _is_plain_pending(task: TaskSnapshot) -> bool:
+    return (
+        task.state is TaskState.PENDING
+        and task.worker is None
+        and task.band is None
+        and task.preemption_count == 0
+        and task.unfinished_attempt_worker is None
+    )
+
+
+def snapshot_to_json(snapshot: ClusterSnapshot) -> dict:
+    """The snapshot as a JSON-ready dict, every field explicit (see the module docstring)."""
+    config = snapshot.config
+    by_id = {t.id: t for t in snapshot.tasks}
+    tasks = []
+    for job in snapshot.jobs.values():
+        for index in range(job.replicas):
+            task_id = f"{job.id}/{index}"
+            task = by_id.get(task_id)
+            if task is None:
+                tasks.append(_task_json(TaskSnapshot(task_id, job.id, index, state=OMITTED_TASK_STATE)))
+            elif not _is_plain_pending(task):
+                tasks.append(_task_json(task))
+    out = {
+        "now_ms": snapshot.now_ms,
+        "config": {
+            "max_tasks_per_job_per_cycle": config.max_tasks_per_job_per_cycle,
+            "max_assignments_per_worker": config.max_assignments_per_worker,
+            "max_building_tasks": config.max_building_tasks,
+            "budget_defaults": {
+                "budget_limit": config.budget_defaults.budget_limit,
+                "max_band": config.budget_defaults.max_band.wire,
+            },
+        },
+        "budgets": [
+            {"user": b.user, "budget_limit": b.budget_limit, "max_band": b.max_band.wire} for b in snapshot.budgets.values()
+        ],
+        "workers": [
+            {
+                "id": w.id,
+                "healthy": w.healthy,
+                "cpu_millicores": w.cpu_millicores,
+                "memory_bytes": w.memory_bytes,
+                "device": _device_json(w.device),
+                "attributes": dict(w.attributes),
+            }
+            for w in snapshot.workers
+        ],
+        "jobs": [_job_json(job) for job in snapshot.jobs.values()],
+        "tasks": tasks,
+    }
+    # Written only when there are any, so snapshots of clusters without TPU provisioning stay
+    # byte-identical to the format before scale groups were part of it.
+    if snapshot.scale_groups:
+        out["scale_groups"] = [
+            {"name": g.name, "variant": g.variant, "zone": g.zone, "min_slices": g.min_slices,
+             "max_slices": g.max_slices, "hosts_per_slice": g.hosts_per_slice, "chips_per_host": g.chips_per_host}
+            for g in snapshot.scale_groups
+        ]
+    return out
+
+
+def _job_json(job: JobSpec) -> dict:
+    return {
+        "id": job.id,
+        "user": job.user,
+        "band": job.band.wire,
+        "parent": job.parent,
+        "submitted_at_ms": job.submitted_at_ms,
+        "root_submitted_at_ms": job.root_submitted_at_ms,
+        "replicas": job.replicas,
+        "resources": {
+            "cpu_millicores": job.resources.cpu_millicores,
+            "memory_bytes": job.resources.memory_bytes,
+            "device": _device_json(job.resources.device),
+        },
+        "coscheduling": None if job.group_by is None else {"group_by": job.group_by},
+        "constraints": [_constraint_json(c) for c in job.constraints],
+        "scheduling_deadline_ms": job.scheduling_deadline_ms,
+        "max_retries_preemption": job.max_retries_preemption,
+        "max_retries_failure": job.max_retries_failure,
+    }
+
+
+def _task_json(task: TaskSnapshot) -> dict:
+    return {
+        "id": task.id,
+        "state": task.state.value,
+        "worker": task.worker,
+        "band": None if task.band is None else task.band.wire,
+        "preemption_count": task.preemption_count,
+        "unfinished_attempt_worker": task.unfinished_attempt_worker,
+    }
+
+
+# -- decision to JSON ---------------------------------------------------------------------------
+
+
+def task_sort_key(task_id: str) -> tuple[str, int]:
+    """(job id, index) of a task id, so ``/a/j/10`` sorts after ``/a/j/9``."""
+    job_id, _, index = task_id.rpartition("/")
+    return (job_id, int(index))
+
+
+def _by_task(mapping: Mapping[str, Any], order: list[str] | None = None) -> list[str]:
+    """The task ids of ``mapping`` sorted by :func:`task_sort_key`. ``order``, every task id of
+    the snapshot's jobs already in that order, gives them without a sort when it holds them all."""
+    if order is not None:
+        keys = list(filter(mapping.__contains__, order))
+        if len(keys) == len(mapping):
+            return keys
+    return sorted(mapping, key=task_sort_key)
+
+
+def _task_order(jobs: Mapping[str, JobSpec]) -> list[str]:
+    """The ids of every task of ``jobs`` (indices 0 to replicas - 1), sorted by
+    :func:`task_sort_key`: jobs by id, then each job's tasks by index."""
+    return [f"{job_id}/{index}" for job_id in sorted(jobs) for index in range(jobs[job_id].replicas)]
+
+
+# Wire names by dict look-up: ``Band.wire`` and ``Enum.value`` are Python-level properties.
+BAND_WIRE = {band: band.wire for band in Band}
+BAND_WIRE_OR_NONE = {None: None, **BAND_WIRE}
+TASK_STATE_VALUES = {state: state.value for state in TaskState}
+
+
+def decision_to_json(decision: Decision, jobs: Mapping[str, JobSpec] | None = None) -> dict:
+    """The decision in the format of docs/snapshot-format.md; pending reasons rendered as text
+    (cause and downgrade; a task's place is in ``queue``, the one definition of positions).
+
+    ``jobs``, the decided snapshot's jobs, only makes it faster: the maps keyed by task are put
+    in order from the jobs' task ids instead of sorting each (the output is the same)."""
+    order = None if jobs is None else _task_order(jobs)
+    band_wire = BAND_WIRE
+    bands = decision.effective_bands
+    reasons = decision.pending_reasons
+    after = decision.after
+
+    band_keys = _by_task(bands, order)
+    reason_keys = _by_task(reasons, order)
+    reason_objects = list(map(reasons.__getitem__, reason_keys))
+    # Each reason object is rendered once (equal reasons are often one object).
+    texts = {
+        key: reason.text() if hasattr(reason, "text") else str(reason)
+        for key, reason in dict(zip(map(id, reason_objects), reason_objects)).items()
+    }
+    states = TASK_STATE_VALUES
+    band_or_none = BAND_WIRE_OR_NONE
+    after_json = {}
+    for t in _by_task(after, order):
+        task = after[t]
+        after_json[t] = {
+            "state": states[task.state],
+            "worker": task.worker,
+            "band": band_or_none[task.band],
+            "preemption_count": task.preemption_count,
+        }
+    return {
+        "spend": {user: decision.spend[user] for user in sorted(decision.spend)},
+        "effective_bands": dict(zip(band_keys, map(band_wire.__getitem__, map(bands.__getitem__, band_keys)))),
+        "order": list(decision.order),
+        "assignments": [{"task": a.task, "worker": a.worker, "band": band_wire[a.band]} for a in decision.assignments],
+        "preemptions": [{"victim": p.victim, "preemptor": p.preemptor, "worker": p.worker} for p in decision.preemptions],
+        "unschedulable": [{"task": u.task, "reason": u.reason} for u in decision.unschedulable],
+        "pending_reasons": dict(zip(reason_keys, map(texts.__getitem__, map(id, reason_objects)))),
+        "queue": {band_wire[band]: tasks for band, tasks in pending_queue(decision).items()},
+        "after": after_json,
+        "jobs_after": {job: decision.jobs_after[job].value for job in sorted(decision.jobs_after)},
+    }
