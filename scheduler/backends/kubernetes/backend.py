@@ -1,48 +1,11 @@
-"""The Kubernetes/Kueue backend: task attempts run as pods that Kueue admits.
-
-Our tick does not place these tasks. It promotes pending tasks routed here to ASSIGNED at a
-capped rate (``scheduler.core.kueue``), on the worker row that stands for the cluster, with the
-effective band stamped; the dispatcher then calls :meth:`KubernetesBackend.start`, which creates
-one pod per attempt through the official ``kubernetes`` client:
-
-- ``priorityClassName`` and the Kueue label ``kueue.x-k8s.io/priority-class`` name the classes of
-  the band stamped on the attempt (so a redrive of the same attempt keeps its band), and
-  ``kueue.x-k8s.io/queue-name`` the LocalQueue;
-- a gang's pods carry Kueue's pod-group label ``kueue.x-k8s.io/pod-group-name`` (one name per
-  promotion of the gang) and the annotation ``kueue.x-k8s.io/pod-group-total-count``;
-- a single-task CPU-only job (a coordinator) also gets a PodDisruptionBudget: ``minAvailable: 1``
-  for SYSTEM and PRODUCTION, ``maxUnavailable: 1`` for INTERACTIVE and BATCH.
-
-Pods and PDBs are named after the attempt (``iris-<task pk>-<attempt>``), so a repeated start
-finds them already there (409) and starts nothing twice. :meth:`stop` deletes both.
-
-Set-up (:meth:`ensure_setup`, create-or-update, idempotent) makes the PriorityClasses and the
-matching Kueue WorkloadPriorityClasses exist with the configured values; a PriorityClass's value
-and preemption policy are immutable in Kubernetes, so a changed one is deleted and re-created.
-
-Status comes back through :meth:`poll` (list, then watch from the list's resourceVersion; a
-relist after 410 Gone), classified by :func:`classify`: running, succeeded, failed with the exit
-code; a ``DisruptionTarget`` condition or a Kueue eviction (``TerminationTarget`` with reason
-``WorkloadEvicted*``) is PREEMPTED; node loss (``DeletionByPodGC``, ``DeletionByTaintManager``,
-``TerminationByKubelet``, or a pod reason such as ``NodeLost``) is WORKER_LOST; a pod deleted
-before it finished is PREEMPTED. ``scheduler.provisioning.sync_kubernetes`` drives the polling,
-applies the reports, removes finished pods (:meth:`collect`) and records the backend's health;
-so this backend does not implement the generic :meth:`Backend.sync`, and the cluster is not
-read twice.
-
-API errors never write anything: a timeout, a connection error, a 5xx, 403, 404 or 429 raises
-:class:`BackendError` (the dispatcher retries with backoff); 400 and 422 (an invalid manifest)
-raise :class:`PermanentBackendError`.
-"""
+"""The Kubernetes backend: orders in as pods, reports out from pod status (see the package)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
-import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -65,238 +28,28 @@ from scheduler.backends.base import (
     StopOrder,
 )
 from scheduler.cluster_config import cluster_config
-from scheduler.core.bands import ADMIN_BANDS, Band
-from scheduler.core.types import ANY_VARIANT, DeviceType
+from scheduler.core.bands import Band
 
 log = logging.getLogger(__name__)
 
-MANAGED_BY = "app.kubernetes.io/managed-by"
-MANAGER = "iris-web"
-LABEL_UID = "iris.dev/attempt-uid"
-LABEL_TASK = "iris.dev/task-pk"
-LABEL_ATTEMPT = "iris.dev/attempt"
-LABEL_BAND = "iris.dev/band"
-LABEL_USER = "iris.dev/user"
-ANNOTATION_TASK = "iris.dev/task"
-ANNOTATION_JOB = "iris.dev/job"
-KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
-KUEUE_PRIORITY = "kueue.x-k8s.io/priority-class"
-KUEUE_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
-KUEUE_GROUP_COUNT = "kueue.x-k8s.io/pod-group-total-count"
-KUEUE_GROUP = "kueue.x-k8s.io"
-KUEUE_VERSION = "v1beta1"
-WORKLOAD_PRIORITY_CLASSES = "workloadpriorityclasses"
-SELECTOR = f"{MANAGED_BY}={MANAGER}"
-CONTAINER = "task"
-# Pods per list page.
-LIST_PAGE = 500
-# Seconds one poll watches for changes before returning what it saw.
-WATCH_SECONDS = 1
-
-# Disruption reasons that mean the node went away (the pod did not lose a priority contest).
-NODE_LOSS_DISRUPTIONS = frozenset({"DeletionByPodGC", "DeletionByTaintManager", "TerminationByKubelet"})
-# Pod status reasons that mean infrastructure failed under the pod.
-NODE_LOSS_REASONS = frozenset({"NodeLost", "NodeShutdown", "Terminated", "Evicted", "UnexpectedAdmissionError"})
-# API statuses that retrying cannot fix.
-PERMANENT_STATUSES = frozenset({400, 422})
-
-NOT_LABEL_VALUE = re.compile(r"[^A-Za-z0-9_.-]")
-
-
-def pod_name(ref: AttemptRef) -> str:
-    return f"iris-{ref.uid}"
-
-
-def label_value(text: str) -> str:
-    """``text`` made a valid label value (63 characters of ``[A-Za-z0-9_.-]``, alphanumeric ends)."""
-    value = NOT_LABEL_VALUE.sub("-", text)[:63].strip("-_.")
-    return value
-
-
-def pod_group_name(order: StartOrder) -> str:
-    """One Kueue pod group per promotion of a gang: every member is promoted in the same tick,
-    so the attempts' creation time (the tick's) names the group; the attempt number otherwise."""
-    digest = hashlib.sha1(order.job.encode()).hexdigest()[:10]
-    generation = int(order.created_at.timestamp() * 1000) if order.created_at else order.ref.attempt
-    return f"iris-pg-{digest}-{generation}"
-
-
-def needs_pdb(order: StartOrder) -> bool:
-    """A coordinator: a single-task job asking for no accelerator."""
-    return order.replicas == 1 and order.resources.device.type is DeviceType.CPU and order.group_by is None
-
-
-def pod_manifest(order: StartOrder, config: Any) -> dict[str, Any]:
-    """The pod for one attempt, exactly as sent to the API server."""
-    classes = config.priority_classes[order.band]
-    resources = order.resources
-    requests: dict[str, str] = {}
-    limits: dict[str, str] = {}
-    if resources.cpu_millicores:
-        requests["cpu"] = f"{resources.cpu_millicores}m"
-    if resources.memory_bytes:
-        requests["memory"] = str(resources.memory_bytes)
-        limits["memory"] = str(resources.memory_bytes)
-    device = resources.device
-    node_selector: dict[str, str] = {}
-    if device.type is DeviceType.GPU and device.count:
-        requests[config.gpu_resource] = str(device.count)
-        limits[config.gpu_resource] = str(device.count)
-        if device.variant and device.variant != ANY_VARIANT and config.gpu_variant_label:
-            node_selector[config.gpu_variant_label] = device.variant
-    labels = {
-        MANAGED_BY: MANAGER,
-        LABEL_UID: order.ref.uid,
-        LABEL_TASK: str(order.ref.task_pk),
-        LABEL_ATTEMPT: str(order.ref.attempt),
-        LABEL_BAND: order.band.wire,
-        LABEL_USER: label_value(order.user),
-        KUEUE_QUEUE: config.queue_name,
-        KUEUE_PRIORITY: classes.name,
-    }
-    annotations = {ANNOTATION_TASK: order.task, ANNOTATION_JOB: order.job}
-    if order.group_by is not None:
-        labels[KUEUE_POD_GROUP] = pod_group_name(order)
-        annotations[KUEUE_GROUP_COUNT] = str(order.replicas)
-    container: dict[str, Any] = {
-        "name": CONTAINER,
-        "image": config.image,
-        "env": [{"name": k, "value": v} for k, v in sorted(order.environment.items())],
-        "resources": {"requests": requests, "limits": limits},
-    }
-    if order.command:
-        container["command"] = list(order.command)
-    spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "priorityClassName": classes.name,
-        "terminationGracePeriodSeconds": config.termination_grace_seconds,
-        "containers": [container],
-    }
-    if node_selector:
-        spec["nodeSelector"] = node_selector
-    if config.service_account:
-        spec["serviceAccountName"] = config.service_account
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": pod_name(order.ref),
-            "namespace": config.namespace,
-            "labels": labels,
-            "annotations": annotations,
-        },
-        "spec": spec,
-    }
-
-
-def pdb_manifest(order: StartOrder, config: Any) -> dict[str, Any]:
-    """The PodDisruptionBudget protecting a coordinator pod."""
-    spec: dict[str, Any] = {"selector": {"matchLabels": {LABEL_UID: order.ref.uid}}}
-    if order.band in ADMIN_BANDS:
-        spec["minAvailable"] = 1
-    else:
-        spec["maxUnavailable"] = 1
-    return {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {
-            "name": pod_name(order.ref),
-            "namespace": config.namespace,
-            "labels": {MANAGED_BY: MANAGER, LABEL_UID: order.ref.uid, LABEL_BAND: order.band.wire},
-        },
-        "spec": spec,
-    }
-
-
-def priority_class_manifest(band: Band, spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "scheduling.k8s.io/v1",
-        "kind": "PriorityClass",
-        "metadata": {"name": spec.name, "labels": {MANAGED_BY: MANAGER}},
-        "value": spec.value,
-        "preemptionPolicy": spec.preemption_policy,
-        "globalDefault": False,
-        "description": f"Iris {band.name} band",
-    }
-
-
-def workload_priority_class_manifest(band: Band, spec: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-        "kind": "WorkloadPriorityClass",
-        "metadata": {"name": spec.name, "labels": {MANAGED_BY: MANAGER}},
-        "value": spec.value,
-        "description": f"Iris {band.name} band",
-    }
-
-
-# --- status ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PodStatus:
-    status: AttemptStatus | None  # None: waiting for admission (nothing to report yet)
-    exit_code: int | None = None
-    message: str = ""
-
-
-def _conditions(pod: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    status = pod.get("status") or {}
-    return {c.get("type"): c for c in status.get("conditions") or [] if c.get("status") == "True"}
-
-
-def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    for item in statuses:
-        if item.get("name") == CONTAINER or len(statuses) == 1:
-            terminated = (item.get("state") or {}).get("terminated")
-            if terminated:
-                return terminated
-    return None
-
-
-def classify(pod: Mapping[str, Any], *, deleted: bool = False) -> PodStatus:
-    """What a pod (camelCase, as the API serves it) says about its attempt."""
-    status = pod.get("status") or {}
-    phase = status.get("phase") or "Pending"
-    conditions = _conditions(pod)
-    kueue = conditions.get("TerminationTarget")
-    disruption = conditions.get("DisruptionTarget")
-    for condition in (kueue, disruption):
-        if condition and str(condition.get("reason", "")).startswith("WorkloadEvicted"):
-            return PodStatus(AttemptStatus.PREEMPTED, None, f"evicted by Kueue ({condition.get('reason')}): "
-                                                            f"{condition.get('message', '')}".rstrip(": "))
-    if disruption and disruption.get("reason") in NODE_LOSS_DISRUPTIONS:
-        return PodStatus(AttemptStatus.WORKER_LOST, None, f"node lost ({disruption.get('reason')})")
-    if status.get("reason") in NODE_LOSS_REASONS:
-        return PodStatus(AttemptStatus.WORKER_LOST, None, f"node lost ({status.get('reason')}): "
-                                                          f"{status.get('message', '')}".rstrip(": "))
-    if disruption:
-        return PodStatus(AttemptStatus.PREEMPTED, None, f"preempted ({disruption.get('reason')})")
-    terminated = _terminated(pod)
-    if phase == "Succeeded":
-        return PodStatus(AttemptStatus.SUCCEEDED, 0)
-    if phase == "Failed":
-        code = terminated.get("exitCode") if terminated else None
-        reason = (terminated or {}).get("reason") or status.get("reason") or "Error"
-        text = f"exited with code {code} ({reason})" if code is not None else f"pod failed ({reason})"
-        return PodStatus(AttemptStatus.FAILED, code, text)
-    if deleted:
-        return PodStatus(AttemptStatus.PREEMPTED, None, "pod deleted before it finished")
-    if phase == "Running":
-        return PodStatus(AttemptStatus.RUNNING)
-    if "PodScheduled" in conditions:
-        return PodStatus(AttemptStatus.BUILDING)
-    return PodStatus(None)
-
-
-def attempt_of(pod: Mapping[str, Any]) -> AttemptRef | None:
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    try:
-        return AttemptRef(int(labels[LABEL_TASK]), int(labels[LABEL_ATTEMPT]))
-    except (KeyError, ValueError):
-        return None
-
+from scheduler.backends.kubernetes.manifests import (
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    LIST_PAGE,
+    MANAGED_BY,
+    MANAGER,
+    PERMANENT_STATUSES,
+    SELECTOR,
+    WATCH_SECONDS,
+    WORKLOAD_PRIORITY_CLASSES,
+    needs_pdb,
+    pdb_manifest,
+    pod_manifest,
+    pod_name,
+    priority_class_manifest,
+    workload_priority_class_manifest,
+)
+from scheduler.backends.kubernetes.status import PodStatus, attempt_of, classify
 
 # --- the backend ----------------------------------------------------------------------------------
 
