@@ -4,7 +4,7 @@ tick and published on the board.
 The tick holds every live task (its snapshot) and what it wrote (the decision's changes it
 kept), so it counts the active tasks once, here, and stores the counts beside the queue
 explanation; the page reads them with the queue it already parsed instead of grouping the task
-table on every request (issue 14: 43,000 active tasks cost the scheduler page ~130 ms of SQL,
+table on every request (43,000 active tasks cost the scheduler page ~130 ms of SQL,
 and the budgets pages' per-user counts of 143,000 live tasks ~60-450 ms). The counts
 depend only on the snapshot, the decision and which changes were kept, so a tick that reuses
 the previous decision records the same figures it would have computed afresh.

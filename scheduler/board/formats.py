@@ -21,7 +21,7 @@ from scheduler.core.whatif import queue_counts
 # The what-if basis's shape (``whatif_basis_to_json``).
 WHATIF_BASIS_VERSION = 2
 
-# The stored shape's version: 2 = reasons as records (issue 12). Version 1 (no "version" key)
+# The stored shape's version: 2 = reasons as records. Version 1 (no "version" key)
 # stored reasons as text and positions counted differently; readers treat it as unexplained.
 EXPLANATION_VERSION = 2
 

@@ -1,4 +1,4 @@
-"""Fairness as one tick saw it (issue 15 §2): per band, each user with demand there, their running
+"""Fairness as one tick saw it: per band, each user with demand there, their running
 resource value and share of the band's, the equal share, pending tasks, whether they were over
 budget and whether they got a turn; and the smallest job left waiting, with why. Pure: no
 Django, no clock.

@@ -19,12 +19,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
+from celery import current_app
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
-from iris_web.celery import app as celery_app
 from scheduler.execution.outbox import stuck_intents
 from scheduler.models import TickRecord
 
@@ -90,7 +90,8 @@ def check_migrations() -> tuple[bool, str]:
 
 def check_broker() -> tuple[bool, str]:
     timeout = settings.READY_BROKER_TIMEOUT_SECONDS
-    with celery_app.connection_for_write() as conn:
+    # The project's Celery app (iris_web/__init__.py makes it the current one in every process).
+    with current_app.connection_for_write() as conn:
         conn.ensure_connection(max_retries=1, timeout=timeout, interval_start=0, interval_step=0, interval_max=0)
         return True, conn.as_uri()
 

@@ -1,4 +1,4 @@
-"""Fairness you can see (issue 15 §2): what the fairness page and ``GET fairness/`` read.
+"""Fairness you can see: what the fairness page and ``GET fairness/`` read.
 
 Per band, from the newest tick's own fairness sample (``TickRecord.fairness``, written by the
 tick in its transaction: ``core.fairness.fairness_sample``): the users with demand and their

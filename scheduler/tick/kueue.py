@@ -6,7 +6,7 @@ promotion bucket inside the tick's transaction.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from collections.abc import Mapping
 
 from django.db import connection
 
@@ -15,6 +15,7 @@ from scheduler.core.kueue import (
     BACKEND_KEY,
     ROUTE_KUBERNETES,
     KueueInput,
+    KueuePlan,
     RoutingTable,
     pinned_backend_in,
     plan_promotions,
@@ -25,6 +26,7 @@ from scheduler.core.types import (
     ClusterSnapshot,
     Constraint,
     ConstraintOp,
+    Decision,
     DeviceType,
     TaskSnapshot,
     TaskState,
@@ -125,21 +127,18 @@ def split_kueue(snapshot: ClusterSnapshot) -> tuple[ClusterSnapshot, KueueInput,
     return replace(snapshot, workers=core_workers, tasks=tuple(core_tasks)), kueue, routes
 
 
-def plan_kueue(loaded: Any, decision: Any) -> Any:
+def plan_kueue(snapshot: ClusterSnapshot, kueue: KueueInput, decision: Decision) -> KueuePlan:
     """The tick's Kubernetes promotions for this snapshot (pure; see ``scheduler.core.kueue``).
 
     Uses the spend the core computed, so both halves of the tick see the same budgets."""
-    snapshot = loaded.snapshot
-    return plan_promotions(
-        loaded.kueue, decision.spend, snapshot.budgets, snapshot.config.budget_defaults, snapshot.now_ms
-    )
+    return plan_promotions(kueue, decision.spend, snapshot.budgets, snapshot.config.budget_defaults, snapshot.now_ms)
 
 
-def save_kueue_state(loaded: Any, plan: Any) -> None:
+def save_kueue_state(routes: Mapping[int, str], kueue: KueueInput, plan: KueuePlan) -> None:
     """Inside the tick's transaction: stamp newly routed jobs (one statement per backend) and
     store the promotion bucket (one statement when Kubernetes work exists)."""
     by_route: dict[str, list[int]] = {}
-    for pk, route in loaded.routes.items():
+    for pk, route in routes.items():
         by_route.setdefault(route, []).append(pk)
     table = Job._meta.db_table
     for route, pks in sorted(by_route.items()):
@@ -151,7 +150,7 @@ def save_kueue_state(loaded: Any, plan: Any) -> None:
                     f"UPDATE {table} SET route = %s WHERE route = '' AND id IN (SELECT value FROM json_each(%s))",
                     [route, "[" + ",".join(str(int(pk)) for pk in pks) + "]"],
                 )
-    if loaded.kueue.jobs or loaded.kueue.worker:
+    if kueue.jobs or kueue.worker:
         updated = BackendState.objects.filter(name=ROUTE_KUBERNETES).update(tokens=plan.tokens, tokens_at_ms=plan.tokens_at_ms)
         if not updated:
             BackendState.objects.create(name=ROUTE_KUBERNETES, tokens=plan.tokens, tokens_at_ms=plan.tokens_at_ms)

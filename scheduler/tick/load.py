@@ -8,6 +8,7 @@ decision back.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from django.conf import settings
 
@@ -17,6 +18,10 @@ from scheduler.core.kueue import KueueInput
 from scheduler.core.types import ClusterSnapshot, SchedulerConfig, TaskSnapshot
 from scheduler.store.cluster_rows import TaskRow, read_cluster
 from scheduler.tick.kueue import split_kueue
+
+
+# Whether the rows were read whole or only the changes since the previous read.
+Refresh = Literal["all", "changes"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +39,7 @@ class LoadedSnapshot:
     job_states: dict[str, str] = field(default_factory=dict)
     kueue: KueueInput = field(default_factory=KueueInput)
     routes: dict[int, str] = field(default_factory=dict)
-    refresh: str = "all"
+    refresh: Refresh = "all"
     # Task pk -> snapshot, and where the rows' change log stood (``store.cluster_rows.task_changes``):
     # the board updates its counts from the tasks that changed since its last tick.
     task_snapshots: dict[int, TaskSnapshot] = field(default_factory=dict)

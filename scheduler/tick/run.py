@@ -122,14 +122,14 @@ def _run_tick(now: int | None, clock: Callable[[], datetime]) -> TickOutcome | N
             decision = decide(loaded.snapshot)
             _newest_decision = remember(loaded.snapshot, decision)
         # Work routed to Kubernetes: ranked and promoted at a capped rate (Kueue admits it).
-        kueue = plan_kueue(loaded, decision)
+        kueue = plan_kueue(loaded.snapshot, loaded.kueue, decision)
         decision = merge_into(decision, kueue)
         decide_ms = (time.perf_counter() - decide_started) * 1000
         keep_lease(holder, clock(), "while deciding")
         with transaction.atomic():
             confirm_lease(holder, clock())
             outcome = apply_decision(loaded, decision, wall, started, decide_ms)
-            save_kueue_state(loaded, kueue)
+            save_kueue_state(loaded.routes, loaded.kueue, kueue)
             # Given back with the commit: a tick killed right after it holds nothing.
             lease.release(LEASE_NAME, holder)
             if outcome.assigned or outcome.preempted:
