@@ -228,3 +228,18 @@ def test_snapshots_off_the_common_shape_read_as_in_order_checks_give():
     assert (evaluation.root_submitted_at_ms, leaf.root_submitted_at_ms) == (5, 1)
     assert leaf.resources.device.type is DeviceType.GPU and leaf.resources.device.count == 1
     assert snapshot.tasks[1].band is Band.BATCH and snapshot.tasks[1].worker == "g1"
+
+
+def test_a_job_that_states_its_parent_takes_the_fast_path_and_a_wrong_parent_is_refused():
+    from scheduler.core.wire.read import _job_fast
+
+    item = {"id": "/alice/train", "band": "batch", "parent": None, "replicas": 2}
+    job = _job_fast("/alice/train", item, {"/alice/train": (0, item)}, {}, {}, {})
+    assert job is not None and job.parent is None and job.replicas == 2
+    child = {"id": "/alice/train/eval", "band": "batch", "parent": "/alice/train"}
+    parsed = {"/alice/train": (0, item), "/alice/train/eval": (1, child)}
+    assert _job_fast("/alice/train/eval", child, parsed, {}, {}, {}).parent == "/alice/train"
+    wrong = {**child, "parent": "/alice/other"}
+    assert _job_fast("/alice/train/eval", wrong, parsed, {}, {}, {}) is None  # the slow path says why
+    with pytest.raises(SnapshotError, match=r"jobs\[1\]\.parent: expected '/alice/train'"):
+        snapshot_from_json({"now_ms": 0, "jobs": [item, wrong]})

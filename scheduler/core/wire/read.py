@@ -346,7 +346,8 @@ def _job_fast(
     requests: dict[tuple, Resources],
 ) -> JobSpec | None:
     """The job of a well-formed ``item`` in its usual shape (a band given; ``parent`` left
-    out), or None: then :func:`_job` decides, and raises any error."""
+    out or equal to the one its id names), or None: then :func:`_job` decides, and raises any
+    error."""
     get = item.get
     band = get("band")
     band = BANDS_BY_WIRE.get(band) if band.__class__ is str else None
@@ -358,7 +359,6 @@ def _job_fast(
     retries_failure = get("max_retries_failure", 0)
     if not (
         band is not None
-        and "parent" not in item
         and get("root_submitted_at_ms") is None
         and submitted.__class__ is int
         and submitted >= 0
@@ -382,6 +382,8 @@ def _job_fast(
     else:
         parent = None
         root_submitted = submitted
+    if "parent" in item and item["parent"] != parent:
+        return None
     resources = _request(get("resources"), shared, requests)
     if resources is None:
         return None
