@@ -4,12 +4,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint clean
+.PHONY: setup run test lint cli-alone clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml cli/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e ./cli -e '.[test]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -29,9 +29,27 @@ run: setup
 	rm -rf "$${PROMETHEUS_MULTIPROC_DIR:-$${IRIS_DATA_DIR:-var}/metrics}"
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/honcho start -f Procfile $(DEMO_PROCESSES)
 
-test: $(STAMP)
-	$(BIN)/lint-imports --no-cache
+test: $(STAMP) lint cli-alone
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The layers (import-linter) and ruff's checks.
+lint: $(STAMP)
+	$(BIN)/lint-imports --no-cache
+	$(BIN)/ruff check .
+
+# The iris CLI installs alone, as a researcher installs it on a laptop: a fresh virtualenv gets
+# ./cli and nothing of the server (import django must fail there).
+CLI_ALONE := $(or $(IRIS_DATA_DIR),var)/cli-alone
+cli-alone: $(STAMP)
+	rm -rf "$(CLI_ALONE)"
+	$(PYTHON) -m venv "$(CLI_ALONE)"
+	"$(CLI_ALONE)/bin/python" -m pip install --quiet ./cli
+	"$(CLI_ALONE)/bin/iris" --help > /dev/null
+	"$(CLI_ALONE)/bin/iris" job run --help > /dev/null
+	@# Shown failing: "ModuleNotFoundError: No module named 'django'".
+	"$(CLI_ALONE)/bin/python" -I -c "import django" 2>&1 | tail -n 1 | grep -x "ModuleNotFoundError: No module named 'django'" || { echo "cli-alone: django is importable beside the CLI alone"; exit 1; }
+	"$(CLI_ALONE)/bin/python" -I -c "import importlib.util as u; assert not u.find_spec('scheduler'), 'the server came along'"
+	@echo "cli-alone: iris installs and runs alone, without Django or the server"
 
 clean:
 	rm -rf $(VENV) var

@@ -11,7 +11,6 @@ from django.utils import timezone
 
 from scheduler.access import delete_expired_tokens as delete_expired_api_tokens
 from scheduler.budgets.writes import expire_uplifts as expire_due_uplifts
-from django.conf import settings
 
 from scheduler.enqueue import PROMPT_TICK, task_started
 from scheduler.execution.dispatcher import drain

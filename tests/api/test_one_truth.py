@@ -240,7 +240,7 @@ def test_priority_factors_read_as_people_expect_the_same_in_the_api_the_console_
             assert f"<td>{escape(f['text'])}</td>" in html
     assert "effective_band" not in html.split('id="priority"')[1].split("</dd>")[0].replace('data-factor="effective_band"', "")
 
-    from scheduler.cli.formatting import priority_text
+    from iris_cli.formatting import priority_text
 
     printed = priority_text(explained["priority"])
     assert printed.splitlines()[0] == f"Priority of /alice/b/0: {explained['priority']['text']}"

@@ -1,6 +1,6 @@
 """The CLI against a live test server.
 
-``iris`` runs in-process (``scheduler.cli.main(argv)``) with ``HOME`` in a temporary directory,
+``iris`` runs in-process (``iris_cli.main(argv)``) with ``HOME`` in a temporary directory,
 so its credentials file is the test's own, and ``IRIS_SERVER``/``IRIS_TOKEN`` unset unless a
 test sets them. The server is pytest-django's ``live_server`` on the test database, so every
 request goes through the real HTTP stack, middleware, authentication and services.
@@ -18,7 +18,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
 
-from scheduler.cli import main
+from iris_cli import main
 from scheduler.core.bands import Band
 from scheduler.models import ApiToken, UserBudget
 from tests.personas import FAST_PASSWORD_HASHERS, PASSWORD, make_user

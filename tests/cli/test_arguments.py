@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from scheduler.cli import main
-from scheduler.cli.client import Session
-from scheduler.cli.commands import constraint, default_job_name, device, duration, job_path
+from iris_cli import main
+from iris_cli.client import Session
+from iris_cli.commands import constraint, default_job_name, device, duration, job_path
 
 
 @pytest.mark.parametrize(
@@ -109,7 +109,15 @@ def test_help_exits_0(capsys):
     assert "job" in capsys.readouterr().out
 
 
-def test_the_cli_imports_no_django():
-    code = "import sys, scheduler.cli; print(sorted(m for m in sys.modules if m.split('.')[0] in {'django', 'rest_framework', 'celery'}))"
+def test_the_cli_imports_nothing_of_the_server():
+    code = ("import sys, iris_cli; print(sorted({m.split('.')[0] for m in sys.modules} "
+            "& {'django', 'rest_framework', 'celery', 'scheduler', 'iris_web'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_cli_names_the_bands_as_the_api_does():
+    from iris_cli.commands import BANDS
+    from scheduler.core.bands import BANDS_IN_ORDER
+
+    assert BANDS == [band.wire for band in BANDS_IN_ORDER]

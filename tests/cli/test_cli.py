@@ -610,7 +610,7 @@ def test_operators_list_and_drain_workers(iris):
 
 
 def test_worker_list_shows_one_page_and_all_follows_every_page(iris, monkeypatch):
-    from scheduler.cli import commands
+    from iris_cli import commands
 
     Worker.objects.bulk_create([Worker(name=f"w{i:02}", cpu_millicores=1000, memory_bytes=GIB) for i in range(52)])
     iris.use_token("olivia")

@@ -10,7 +10,7 @@ from scheduler.core.bands import Band
 from scheduler.core.budget import resource_value
 from scheduler.core.decision import decide
 from scheduler.core.fairness import band_rows, fairness_sample
-from scheduler.core.types import ACTIVE_STATES, TaskState
+from scheduler.core.types import ACTIVE_STATES
 from tests.core.builders import budget, cluster, job, running, worker
 from tests.core.test_properties import CLUSTERS
 

@@ -184,7 +184,7 @@ def test_admin_approves_with_an_expiry_and_the_effective_budget_changes(clients,
     grant = UpliftGrant.objects.create(user_id="alice", requested_by=alice, budget_limit=5000, reason="deadline",
                                        duration_seconds=3600)
     page = clients["ada"].get("/manage/uplifts/").content.decode()
-    assert "alice" in page and "deadline" in page and f'value="1"' in page  # the requested hours, prefilled
+    assert "alice" in page and "deadline" in page and 'value="1"' in page  # the requested hours, prefilled
     response = clients["ada"].post(f"/manage/uplifts/{grant.pk}:approve",
                                    {f"g{grant.pk}-duration_hours": "48", f"g{grant.pk}-note": "ok"})
     assert response.status_code == 302

@@ -3,7 +3,6 @@ the API; the CLI's side is in tests/cli/test_cli_rough_edges.py."""
 
 from __future__ import annotations
 
-from scheduler.budgets.writes import request_uplift
 from scheduler.models import AuditEntry, Job, UpliftGrant, UserBudget, Worker
 from tests.personas import make_worker, token_client
 

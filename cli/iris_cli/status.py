@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from scheduler.cli import formatting as fmt
-from scheduler.cli.client import Session
+from iris_cli import formatting as fmt
+from iris_cli.client import Session
 
 TICK_COLUMNS: list[fmt.Column] = [
     ("TICK", lambda t: t.get("id")),

@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from scheduler.cli import formatting as fmt
-from scheduler.cli import status
-from scheduler.cli.client import (
+from iris_cli import formatting as fmt
+from iris_cli import status
+from iris_cli.client import (
     DEFAULT_SERVER,
     CliError,
     Session,
@@ -30,10 +30,10 @@ from scheduler.cli.client import (
     read_credentials,
     write_credentials,
 )
-from scheduler.core.bands import Band
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
-BANDS = [b.wire for b in Band]
+# The bands as the API names them, highest first (the server's test ties them to its own).
+BANDS = ["system", "production", "interactive", "batch"]
 UPLIFT_STATES = ["requested", "approved", "denied", "expired"]
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 DURATION_RE = re.compile(r"(\d+)([smhdw])")

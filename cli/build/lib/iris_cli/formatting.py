@@ -1,0 +1,655 @@
+"""Render API answers for people: aligned tables and ``label  value`` blocks.
+
+Every function takes the decoded JSON exactly as the server sent it and returns text; nothing
+here talks to the server. Missing fields render as ``-`` so a newer or older server still
+prints something sensible.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+Column = tuple[str, Callable[[dict], Any]]
+
+BINARY_UNITS = (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10))
+
+
+def as_json(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=False)
+
+
+# --- cells ----------------------------------------------------------------------------------------
+
+
+def pick(obj: Any, *keys: str, default: Any = None) -> Any:
+    """The first present, non-null value among ``keys`` (dotted paths allowed)."""
+    if not isinstance(obj, dict):
+        return default
+    for key in keys:
+        value: Any = obj
+        for part in key.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if value is not None:
+            return value
+    return default
+
+
+def cell(value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, list | tuple):
+        return ", ".join(cell(v) for v in value) or "-"
+    if isinstance(value, dict):
+        return text_of(value)
+    return str(value)
+
+
+def text_of(value: Any) -> str:
+    """A reason or explanation the server may send as a string or as ``{"text": ...}``."""
+    if isinstance(value, dict):
+        for key in ("text", "message", "reason", "summary"):
+            if isinstance(value.get(key), str):
+                return value[key]
+        return ", ".join(f"{k}={cell(v)}" for k, v in value.items())
+    return cell(value)
+
+
+def band(value: Any) -> str:
+    return value.upper() if isinstance(value, str) else cell(value)
+
+
+def when(value: Any) -> str:
+    """ISO timestamps shortened to the second: ``2026-05-01 12:00:03Z``."""
+    if not isinstance(value, str) or "T" not in value:
+        return cell(value)
+    date, _, time = value.partition("T")
+    zone = "Z" if value.endswith(("Z", "+00:00")) else ""
+    return f"{date} {time[:8]}{zone}"
+
+
+def size(value: Any) -> str:
+    """Bytes as ``16Gi``; strings the server already formatted are kept."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return cell(value)
+    for unit, factor in BINARY_UNITS:
+        if value >= factor and value % factor == 0:
+            return f"{value // factor}{unit}"
+    for unit, factor in BINARY_UNITS:
+        if value >= factor:
+            return f"{value / factor:.1f}{unit}"
+    return str(value)
+
+
+def seconds(value: Any) -> str:
+    """A duration in seconds as ``2h``, ``1h30m``, ``45s``."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return cell(value)
+    remaining = int(value)
+    parts = []
+    for unit, length in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if remaining >= length:
+            parts.append(f"{remaining // length}{unit}")
+            remaining %= length
+    return "".join(parts) or "0s"
+
+
+def limit(value: Any) -> str:
+    return "unlimited" if value == 0 else cell(value)
+
+
+def points(value: Any) -> str:
+    """Budget points as the console shows them: ``16,112``."""
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else cell(value)
+
+
+def device(job: dict) -> str:
+    dev = pick(job, "device", "resources.device")
+    if isinstance(dev, dict):
+        kind = dev.get("type") or "cpu"
+        if kind == "cpu":
+            return ""
+        return f"{kind} {dev.get('variant') or 'any'} x{dev.get('count') if dev.get('count') is not None else '?'}"
+    kind = pick(job, "device_type")
+    if kind and kind != "cpu":
+        return f"{kind} {pick(job, 'device_variant', default='any')} x{pick(job, 'device_count', default='?')}"
+    return ""
+
+
+def cpu(job: dict) -> Any:
+    cores = pick(job, "cpu", "resources.cpu")
+    if cores is None:
+        millis = pick(job, "cpu_millicores", "resources.cpu_millicores")
+        cores = millis / 1000 if isinstance(millis, int | float) else None
+    return cores
+
+
+def resources(job: dict) -> str:
+    parts = []
+    cores = cpu(job)
+    if cores:
+        parts.append(f"{cell(cores)} cpu")
+    memory = pick(job, "memory", "memory_bytes", "resources.memory", "resources.memory_bytes")
+    if memory:
+        parts.append(size(memory))
+    if dev := device(job):
+        parts.append(dev)
+    return ", ".join(parts) or "-"
+
+
+def job_id(job: Any) -> str:
+    if isinstance(job, str):
+        return job
+    return cell(pick(job, "id", "job_id", "name"))
+
+
+# --- layouts --------------------------------------------------------------------------------------
+
+
+def results(page: Any) -> list[dict]:
+    """The rows of a paginated answer (``{"count", "results"}``) or of a plain list."""
+    if isinstance(page, dict) and isinstance(page.get("results"), list):
+        return page["results"]
+    if isinstance(page, list):
+        return page
+    return []
+
+
+def table(rows: Sequence[dict], columns: Sequence[Column], empty: str = "(none)") -> str:
+    if not rows:
+        return empty
+    grid = [[header for header, _ in columns]]
+    grid += [[cell(getter(row)) for _, getter in columns] for row in rows]
+    widths = [max(len(line[i]) for line in grid) for i in range(len(columns))]
+    return "\n".join(
+        "  ".join(value.ljust(width) for value, width in zip(line, widths, strict=True)).rstrip() for line in grid
+    )
+
+
+def fields(pairs: Iterable[tuple[str, Any]]) -> str:
+    """``label  value`` lines, labels aligned; pairs whose value is None are left out."""
+    shown = [(label, value if isinstance(value, str) else cell(value)) for label, value in pairs if value is not None]
+    if not shown:
+        return ""
+    width = max(len(label) for label, _ in shown)
+    return "\n".join(f"{label.ljust(width)}  {value}" for label, value in shown)
+
+
+def page_footer(page: Any, shown: int) -> str:
+    """``12 of 340 shown; next: --page 2`` when the answer is one page of several."""
+    if not isinstance(page, dict) or "count" not in page:
+        return ""
+    total = page.get("count")
+    if not page.get("next") and not page.get("previous"):
+        return f"{total} in all" if total != shown else ""
+    current = _page_number(page)
+    hint = f"; next: --page {current + 1}" if page.get("next") else ""
+    return f"{shown} of {total} shown (page {current}){hint}"
+
+
+def _page_number(page: dict) -> int:
+    from urllib.parse import parse_qs, urlparse
+
+    if page.get("next"):
+        number = parse_qs(urlparse(page["next"]).query).get("page", ["2"])[0]
+        return int(number) - 1 if number.isdigit() else 1
+    if page.get("previous"):
+        number = parse_qs(urlparse(page["previous"]).query).get("page", ["0"])[0]
+        return int(number) + 1 if number.isdigit() else 2
+    return 1
+
+
+def with_footer(body: str, page: Any) -> str:
+    footer = page_footer(page, len(results(page)))
+    return f"{body}\n{footer}" if footer else body
+
+
+# --- one renderer per answer ----------------------------------------------------------------------
+
+JOB_COLUMNS: list[Column] = [
+    ("JOB", job_id),
+    ("USER", lambda j: pick(j, "user")),
+    ("BAND", lambda j: band(pick(j, "band", "priority"))),
+    ("EFFECTIVE", lambda j: band(pick(j, "effective_band"))),
+    ("STATE", lambda j: pick(j, "state")),
+    ("TASKS", lambda j: task_counts(j)),
+    ("RESOURCES", resources),
+    ("SUBMITTED", lambda j: when(pick(j, "submitted_at", "created_at"))),
+]
+
+
+def task_counts(job: dict) -> str:
+    """``2 running, 2 pending`` from ``{"running": 2, "pending": 2}``; else the replica count."""
+    counts = pick(job, "task_counts")
+    if isinstance(counts, dict) and counts:
+        return ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    return cell(pick(job, "replicas"))
+
+TASK_COLUMNS: list[Column] = [
+    ("TASK", lambda t: pick(t, "index", "id", "name")),
+    ("STATE", lambda t: pick(t, "state")),
+    ("BAND", lambda t: band(pick(t, "band", "effective_band"))),
+    ("WORKER", lambda t: pick(t, "worker")),
+    ("ATTEMPTS", lambda t: pick(t, "attempt_count", "attempts") if not isinstance(pick(t, "attempts"), list) else len(t["attempts"])),
+    ("PREEMPTED", lambda t: pick(t, "preemption_count")),
+    ("FAILURES", lambda t: pick(t, "failure_count")),
+]
+
+PREEMPTION_COLUMNS: list[Column] = [
+    ("WHEN", lambda p: when(pick(p, "at", "created_at"))),
+    ("VICTIM", lambda p: pick(p, "victim")),
+    ("RAN AS", lambda p: pick(p, "victim_stamp") or band(pick(p, "victim_band"))),
+    ("BY", lambda p: pick(p, "preemptor")),
+    ("BY BAND", lambda p: band(pick(p, "preemptor_band"))),
+    ("WORKER", lambda p: pick(p, "worker")),
+    ("REASON", lambda p: pick(p, "reason")),
+]
+
+EXPLAIN_TASK_COLUMNS: list[Column] = [
+    ("TASK", lambda t: pick(t, "task", "id")),
+    ("STATE", lambda t: pick(t, "state")),
+    ("BAND", lambda t: band(pick(t, "band"))),
+    ("WORKER", lambda t: pick(t, "worker")),
+    ("POS", lambda t: pick(t, "position")),
+    ("OF", lambda t: pick(t, "band_pending")),
+    ("PENDING REASON", lambda t: reason_cell(t)),
+]
+
+
+def reason_cell(t: dict) -> str | None:
+    """A task's pending reason text (rendered by the server); a task that moved since the tick
+    is marked, keeping the place the tick gave it."""
+    reason = pick(t, "pending_reason", "reason")
+    text = text_of(reason) if reason else None
+    if pick(t, "changed_since_tick") and text:
+        return f"(now {pick(t, 'state')}) {text}"
+    return text
+
+
+def job_list(page: Any) -> str:
+    return with_footer(table(results(page), JOB_COLUMNS, empty="No jobs."), page)
+
+
+def job_detail(job: dict) -> str:
+    head = fields(
+        [
+            ("job", job_id(job)),
+            ("user", pick(job, "user")),
+            ("submitted by", pick(job, "submitted_by")),
+            ("parent", pick(job, "parent")),
+            ("band", band(pick(job, "band", "priority"))),
+            ("state", pick(job, "state")),
+            ("replicas", pick(job, "replicas")),
+            ("tasks", task_counts(job) if pick(job, "task_counts") else None),
+            ("resources", resources(job)),
+            ("group by", pick(job, "group_by")),
+            ("constraints", _constraints(pick(job, "constraints"))),
+            ("command", _command(pick(job, "command"))),
+            ("system reason", pick(job, "system_reason") or None),
+            ("submitted as", _command(pick(job, "submission_argv"))),
+            ("children", pick(job, "children") or None),
+            ("submitted", when(pick(job, "submitted_at", "created_at"))),
+            ("finished", when(pick(job, "finished_at")) if pick(job, "finished_at") else None),
+        ]
+    )
+    tasks = pick(job, "tasks")
+    if isinstance(tasks, list):
+        head += "\n\nTasks:\n" + table(tasks, TASK_COLUMNS)
+    return head
+
+
+def _command(command: Any) -> Any:
+    if isinstance(command, list):
+        import shlex
+
+        return shlex.join(str(c) for c in command) or None
+    return command
+
+
+def _constraints(constraints: Any) -> Any:
+    if not isinstance(constraints, list) or not constraints:
+        return None
+    shown = []
+    for c in constraints:
+        if not isinstance(c, dict):
+            shown.append(cell(c))
+            continue
+        key, op, value = c.get("key"), c.get("op", "eq"), c.get("value")
+        text = {
+            "eq": f"{key}={cell(value)}",
+            "ne": f"{key}!={cell(value)}",
+            "in": f"{key} in ({cell(value)})",
+            "exists": f"{key} exists",
+        }.get(op, f"{key} {op} {cell(value)}")
+        shown.append(text + (" (soft)" if c.get("soft") else ""))
+    return "; ".join(shown)
+
+
+BAND_ORDER = ("system", "production", "interactive", "batch")
+
+
+def queue_band(data: dict) -> str:
+    """The band of the job's front-most queued task (the one ``position`` is about)."""
+    queued = [
+        t for t in pick(data, "tasks", default=[]) if isinstance(t, dict) and t.get("position") is not None
+    ]
+    if not queued:
+        return band(pick(data, "effective_band"))
+    rank = {name: i for i, name in enumerate(BAND_ORDER)}
+    front = min(queued, key=lambda t: (rank.get(t.get("band"), len(rank)), t["position"]))
+    return band(front.get("band") or pick(data, "effective_band"))
+
+
+def explanation(data: dict) -> str:
+    downgrade = pick(data, "downgrade")
+    effective = band(pick(data, "effective_band"))
+    if downgrade:
+        effective += f" (downgraded: {text_of(downgrade)})"
+    position, length = pick(data, "position"), pick(data, "band_pending", "band_queue_length")
+    queue_line = None
+    if position is not None:
+        # Positions come from the last tick, whose band may differ from the effective band now
+        # (spend moved since): name the band the position was counted in.
+        tick_id = pick(data, "tick")
+        queued = pick(data, "queued_band")
+        queue_line = f"{position} of {cell(length)} in the {band(queued) if queued else queue_band(data)} queue" + (
+            f" (as of tick {tick_id})" if tick_id is not None else ""
+        )
+    spend, budget = pick(data, "spend"), pick(data, "limit")
+    tick_spend, tick_limit, tick_id = pick(data, "spend_at_tick"), pick(data, "limit_at_tick"), pick(data, "tick")
+    head = fields(
+        [
+            ("job", job_id(pick(data, "job", default=""))),
+            ("requested band", band(pick(data, "requested_band"))),
+            ("effective band", effective),
+            ("tasks by band", pick(data, "bands_text") or None),
+            ("spend / limit", f"{points(spend)} / {'unlimited' if budget == 0 else points(budget)} (live)"
+             if spend is not None or budget is not None else None),
+            ("spend at tick", f"{points(tick_spend)} / {'unlimited' if tick_limit == 0 else points(tick_limit)} (tick {tick_id})"
+             if tick_spend is not None else None),
+            ("queue position", queue_line),
+            ("pending reason", text_of(pick(data, "pending_reason")) if pick(data, "pending_reason") else None),
+            ("start estimate", estimate_line(data) if pick(data, "tasks") and any(
+                pick(t, "state") == "pending" for t in pick(data, "tasks")) else None),
+        ]
+    )
+    parts = [head]
+    priority = pick(data, "priority")
+    if isinstance(priority, dict):
+        parts.append(priority_text(priority))
+    feasibility = pick(data, "feasibility")
+    if isinstance(feasibility, dict):
+        parts.append(feasibility_text(feasibility))
+    change = pick(data, "what_would_change")
+    if change:
+        items = change if isinstance(change, list) else [change]
+        parts.append("What would change it:\n" + "\n".join(f"  - {text_of(item)}" for item in items))
+    tasks = pick(data, "tasks")
+    if isinstance(tasks, list) and tasks:
+        parts.append("Tasks:\n" + table(tasks, EXPLAIN_TASK_COLUMNS))
+    preemptions = pick(data, "preemptions")
+    if isinstance(preemptions, list):
+        parts.append("Preemptions suffered:\n" + table(preemptions, PREEMPTION_COLUMNS))
+    return "\n\n".join(p for p in parts if p)
+
+
+VERDICTS = {
+    "never": "NEVER, on the cluster as it is: no healthy worker meets every requirement, even idle",
+    "scale_group": "not yet: no worker fits, but scale group {scale_group} can create a matching slice",
+    "not_now": "not now: {matching_workers} matching worker(s), all full",
+    "fits": "yes: matching workers have room",
+}
+REQUIREMENT_COLUMNS: list[Column] = [
+    ("REQUIREMENT", lambda r: pick(r, "label") if pick(r, "kind") not in ("cpu", "memory") else f"{pick(r, 'kind')} >= {pick(r, 'need')}"),
+    ("WORKERS WITH IT", lambda r: pick(r, "workers_alone")),
+    ("AND ALL ABOVE", lambda r: pick(r, "workers_with_previous")),
+]
+
+
+PRIORITY_COLUMNS: list[Column] = [
+    ("FACTOR", lambda f: pick(f, "label", "factor")),
+    ("VALUE", lambda f: pick(f, "text", "value")),
+    ("DETAIL", lambda f: pick(f, "detail")),
+]
+
+
+def priority_text(p: dict) -> str:
+    """Like sprio: the factors of the first waiting task's place, in the order they apply, with
+    the server's labels and texts (the console shows the same)."""
+    head = f"Priority of {pick(p, 'task')}: {pick(p, 'text')}"
+    return head + "\n" + table(pick(p, "factors", default=[]), PRIORITY_COLUMNS)
+
+
+def feasibility_text(f: dict) -> str:
+    """"Can it ever run?": the verdict, each requirement's worker counts, who holds the rest."""
+    lines = ["Can it ever run? " + VERDICTS.get(pick(f, "verdict"), cell(pick(f, "verdict"))).format(
+        scale_group=pick(f, "scale_group"), matching_workers=pick(f, "matching_workers"))]
+    reqs = pick(f, "requirements")
+    if isinstance(reqs, list) and reqs:
+        lines.append(table(reqs, REQUIREMENT_COLUMNS))
+    held = pick(f, "held_by")
+    if isinstance(held, list) and held:
+        lines.append("Held by: " + ", ".join(
+            f"{h['user']} ({h['tasks']} {band(h['band'])}, {'preemptible' if h['preemptible'] else 'not preemptible'})"
+            for h in held))
+    return "\n".join(lines)
+
+
+def estimate_cell(t: dict) -> str:
+    """A pending task's estimated start as ``p50-p90`` times (``12:05-12:40Z``), or ``-``."""
+    e = pick(t, "estimated_start")
+    if not isinstance(e, dict):
+        return "-"
+    low, high = when(e.get("p50")), when(e.get("p90"))
+    late = "late, now " if e.get("late") else ""
+    if low[:10] == high[:10]:
+        return f"{late}{low[11:16]}-{high[11:16]}Z"
+    return f"{late}{low[:16]}-{high[:16]}Z"
+
+
+def estimate_line(data: dict) -> str | None:
+    """The explanation's estimated start: the sentence, the range and method, or why none."""
+    e = pick(data, "estimated_start")
+    sentence = pick(data, "estimated_start_text")
+    if isinstance(e, dict):
+        return f"{sentence} (p50 {when(e.get('p50'))}, p90 {when(e.get('p90'))}; by {e.get('method')}, as of {when(e.get('as_of'))})"
+    return sentence or pick(data, "estimated_start_reason") or None
+
+
+QUEUE_COLUMNS: list[Column] = [
+    ("POS", lambda t: pick(t, "position", "rank")),
+    ("BAND", lambda t: band(pick(t, "effective_band", "band"))),
+    ("TASK", lambda t: pick(t, "task", "id", "name")),
+    ("USER", lambda t: pick(t, "user")),
+    ("REQUESTED", lambda t: band(pick(t, "requested_band"))),
+    ("RESOURCES", resources),
+    ("OF", lambda t: pick(t, "band_pending")),
+    ("ESTIMATED START", estimate_cell),
+    ("PENDING REASON", reason_cell),
+]
+
+
+def queue(page: Any) -> str:
+    body = with_footer(table(results(page), QUEUE_COLUMNS, empty="The queue is empty."), page)
+    tick_id = pick(page, "tick")
+    if tick_id is None:
+        return body + "\n(No tick has explained the queue yet: positions appear after the next tick.)"
+    counts = pick(page, "band_counts", default={})
+    per_band = ", ".join(f"{band(b)} {n}" for b, n in counts.items()) if isinstance(counts, dict) else ""
+    head = f"As of tick {tick_id} ({when(pick(page, 'tick_at'))})" + (f": {per_band} pending" if per_band else "")
+    return f"{head}\n{body}"
+
+
+def budget_source(b: dict) -> str:
+    """``row``/``defaults``, plus ``+ uplift`` when an active grant raises the configured values."""
+    source = "row" if pick(b, "has_row") else "defaults"
+    raised = (
+        pick(b, "effective_budget_limit") not in (None, pick(b, "budget_limit"))
+        or pick(b, "effective_max_band") not in (None, pick(b, "max_band"))
+    )
+    return f"{source} + uplift" if raised else source
+
+
+def effective_limit(b: dict) -> str:
+    return limit(pick(b, "effective_budget_limit", "budget_limit", "limit"))
+
+
+BUDGET_COLUMNS: list[Column] = [
+    ("USER", lambda b: pick(b, "user", "user_id")),
+    ("SPEND", lambda b: pick(b, "spend")),
+    ("LIMIT", effective_limit),
+    ("MAX BAND", lambda b: band(pick(b, "effective_max_band", "max_band"))),
+    ("INTERACTIVE RUNS AS", lambda b: band(pick(b, "effective_band"))),
+    ("SOURCE", budget_source),
+]
+
+
+def budget(data: dict) -> str:
+    configured = f"{limit(pick(data, 'budget_limit'))}, max {band(pick(data, 'max_band'))} ({budget_source(data).split(' ')[0]})"
+    body = fields(
+        [
+            ("user", pick(data, "user", "user_id")),
+            ("spend", pick(data, "spend")),
+            ("budget limit", effective_limit(data)),
+            ("max band", band(pick(data, "effective_max_band", "max_band"))),
+            ("configured", configured if "uplift" in budget_source(data) else None),
+            ("over budget", pick(data, "over_budget")),
+            ("interactive runs as", band(pick(data, "effective_band")) if pick(data, "effective_band") else None),
+            ("source", budget_source(data)),
+        ]
+    )
+    grants = pick(data, "grants")
+    if isinstance(grants, list) and grants:
+        body += "\n\nOpen uplifts:\n" + table(grants, UPLIFT_COLUMNS)
+    return body
+
+
+def budget_list(page: Any) -> str:
+    return with_footer(table(results(page), BUDGET_COLUMNS, empty="No budgets to show: no rows, open uplifts or spend; the defaults apply to everyone."), page)
+
+
+UPLIFT_COLUMNS: list[Column] = [
+    ("ID", lambda g: pick(g, "id")),
+    ("USER", lambda g: pick(g, "user", "user_id")),
+    ("STATE", lambda g: pick(g, "state")),
+    ("MAX BAND", lambda g: band(pick(g, "max_band"))),
+    ("LIMIT", lambda g: limit(pick(g, "budget_limit")) if pick(g, "budget_limit") is not None else None),
+    ("DURATION", lambda g: seconds(pick(g, "duration_seconds"))),
+    ("EXPIRES", lambda g: when(pick(g, "expires_at"))),
+    ("REASON", lambda g: pick(g, "reason")),
+]
+
+
+def uplift(grant: dict) -> str:
+    return fields(
+        [
+            ("uplift", pick(grant, "id")),
+            ("user", pick(grant, "user", "user_id")),
+            ("state", pick(grant, "state")),
+            ("max band", band(pick(grant, "max_band")) if pick(grant, "max_band") else None),
+            ("budget limit", limit(pick(grant, "budget_limit")) if pick(grant, "budget_limit") is not None else None),
+            ("duration", seconds(pick(grant, "duration_seconds"))),
+            ("reason", pick(grant, "reason")),
+            ("requested by", pick(grant, "requested_by")),
+            ("decided by", pick(grant, "decided_by")),
+            ("note", pick(grant, "decision_note", "note") or None),
+            ("starts", when(pick(grant, "starts_at")) if pick(grant, "starts_at") else None),
+            ("expires", when(pick(grant, "expires_at")) if pick(grant, "expires_at") else None),
+        ]
+    )
+
+
+def uplift_list(page: Any) -> str:
+    return with_footer(table(results(page), UPLIFT_COLUMNS, empty="No uplift grants."), page)
+
+
+WORKER_COLUMNS: list[Column] = [
+    ("WORKER", lambda w: pick(w, "name", "id")),
+    ("BACKEND", lambda w: pick(w, "backend")),
+    ("HEALTHY", lambda w: pick(w, "healthy")),
+    ("DRAINING", lambda w: pick(w, "draining")),
+    ("CPU", lambda w: cpu(w)),
+    ("MEMORY", lambda w: size(pick(w, "memory", "memory_bytes"))),
+    ("DEVICE", lambda w: device(w) or None),
+    ("RUNNING", lambda w: pick(w, "running_tasks", "active_tasks", "tasks")),
+    ("HEARTBEAT", lambda w: when(pick(w, "last_heartbeat"))),
+]
+
+
+def worker_list(page: Any) -> str:
+    return with_footer(table(results(page), WORKER_COLUMNS, empty="No workers registered."), page)
+
+
+def worker(data: dict) -> str:
+    return fields(
+        [
+            ("worker", pick(data, "name", "id")),
+            ("healthy", pick(data, "healthy")),
+            ("draining", pick(data, "draining")),
+        ]
+    )
+
+
+def tick(data: dict) -> str:
+    return fields(
+        [
+            ("tick", pick(data, "id", "tick_id")),
+            ("started", when(pick(data, "started_at")) if pick(data, "started_at") else None),
+            ("duration", f"{pick(data, 'duration_ms'):.1f} ms" if isinstance(pick(data, "duration_ms"), int | float) else None),
+            ("pending", pick(data, "pending")),
+            ("assigned", pick(data, "assigned")),
+            ("preempted", pick(data, "preempted")),
+            ("expired", pick(data, "expired")),
+            ("skipped", pick(data, "skipped", "skipped_conflicts")),
+        ]
+    ) or "Tick run."
+
+
+def me(data: dict) -> str:
+    return fields(
+        [
+            ("user", pick(data, "username", "user")),
+            ("role", pick(data, "role")),
+            ("max band", band(pick(data, "budget.effective_max_band", "budget.max_band")) if isinstance(pick(data, "budget"), dict) else None),
+            ("budget limit", effective_limit(data["budget"]) if isinstance(pick(data, "budget"), dict) else None),
+            ("spend", pick(data, "budget.spend")),
+        ]
+    )
+
+
+AUDIT_COLUMNS: list[Column] = [
+    ("WHEN", lambda a: when(pick(a, "created_at"))),
+    ("ACTOR", lambda a: pick(a, "actor", "actor_name")),
+    ("ACTION", lambda a: pick(a, "action")),
+    ("TARGET", lambda a: pick(a, "target")),
+    ("CHANGE", lambda a: change(pick(a, "before"), pick(a, "after"))),
+    ("REASON", lambda a: pick(a, "reason")),
+]
+
+
+def change(before: Any, after: Any) -> str:
+    """Only what changed: ``max_band interactive->batch, budget_limit 100->500``."""
+    if not isinstance(after, dict):
+        return cell(after)
+    old = before if isinstance(before, dict) else {}
+    parts = [
+        f"{key} {_short(old.get(key))}->{_short(value)}" if key in old else f"{key} {_short(value)}"
+        for key, value in after.items()
+        if (key in old and old[key] != value) or (key not in old and value is not None)
+    ]
+    return ", ".join(parts) or "(no change)"
+
+
+def _short(value: Any) -> str:
+    if value is None:
+        return "none"
+    return when(value)[:16] if isinstance(value, str) and "T" in value else cell(value)
+
+
+def audit_list(page: Any) -> str:
+    return with_footer(table(results(page), AUDIT_COLUMNS, empty="No audit entries."), page)
