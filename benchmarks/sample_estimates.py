@@ -151,10 +151,17 @@ def judge(samples: list[dict], jobs: dict[str, dict], judged_at: int, late_grace
     shown = [s for s in samples if s["p90_ms"] is not None and s["state"] in (None, "pending")]
     late = [s for s in shown if s["p90_ms"] < s["at_ms"] - late_grace_ms]
     judged: list[tuple[dict, bool]] = []
+    # Sharpness, so that a wide estimate does not pass for a good one: of the samples whose task
+    # started, how many started by the p50 shown (about half, for a calibrated p50), and how far
+    # the p90 lay after the start.
+    by_p50: list[bool] = []
+    slack_s: list[float] = []
     for s in shown:
         start = first_attempt_after(jobs.get(s["job"], {}), int(s["task"].rsplit("/", 1)[1]), s["at_ms"])
         if start is not None:
             judged.append((s, start <= s["p90_ms"]))
+            by_p50.append(start <= s["p50_ms"])
+            slack_s.append((s["p90_ms"] - start) / 1000)
         elif s["p90_ms"] < judged_at:
             judged.append((s, False))
     by_method: dict[str, list[bool]] = defaultdict(list)
@@ -176,7 +183,17 @@ def judge(samples: list[dict], jobs: dict[str, dict], judged_at: int, late_grace
         "p90_in_past": len(late), "covered": share([c for _, c in judged]),
         "by_method": {m: share(v) for m, v in sorted(by_method.items())}, "first_shown": share(first),
         "late_relabelled": sum(1 for s in shown if s["late"]),
+        "started_by_p50": share(by_p50),
+        "p90_after_start_s": {"p10": _quantile(slack_s, 0.1), "p50": _quantile(slack_s, 0.5),
+                              "p90": _quantile(slack_s, 0.9)},
     }
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[int(q * (len(ordered) - 1))], 1)
 
 
 if __name__ == "__main__":
