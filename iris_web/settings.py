@@ -397,6 +397,9 @@ MAX_BUILDING_TASKS = env_int("IRIS_MAX_BUILDING_TASKS", 8)
 # (pending or active) tasks per budget identity, counting the new job's replicas.
 MAX_REPLICAS_PER_JOB = env_int("IRIS_MAX_REPLICAS_PER_JOB", 10_000)
 MAX_ACTIVE_TASKS_PER_USER = env_int("IRIS_MAX_ACTIVE_TASKS_PER_USER", 16_000)
+# Jobs in one POST jobs:batch (RESOURCE_EXHAUSTED beyond): a sweep of 1,000 typical jobs is a
+# few hundred KB, well inside IRIS_MAX_REQUEST_BYTES, and one transaction of a few thousand rows.
+MAX_JOBS_PER_BATCH = env_int("IRIS_MAX_JOBS_PER_BATCH", 1000)
 
 # --- API tokens and worker credentials (scheduler/access.py, scheduler/execution/enrolment.py) ---
 # API tokens are django-rest-knox tokens in scheduler.ApiToken: only their SHA-512 digest is

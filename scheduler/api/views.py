@@ -37,7 +37,7 @@ from scheduler.jobs.queries import job_detail, jobs, task_counts
 from scheduler.board.queue import queue_estimates, queue_rows, queue_selection
 from scheduler.board.read import queue_index
 from scheduler.jobs.request import normalize_job_id
-from scheduler.jobs.submit import submit_job
+from scheduler.jobs.submit import submit_job, submit_jobs
 from scheduler.jobs.whatif import what_if
 from scheduler.board.estimates import estimate_data
 from scheduler.tick.fairness import fairness_report
@@ -285,6 +285,33 @@ class JobsView(IrisView):
     def post(self, request):
         job = submit_job(request.user, self.body())
         return Response(s.JobSubmittedSerializer(job).data, status=status.HTTP_201_CREATED)
+
+
+class JobsBatchView(IrisView):
+    error_statuses = ("400", "401", "403", "404", "409", "429")
+
+    @extend_schema(
+        operation_id="jobs_create_many",
+        summary="Submit a sweep: many jobs in one call, all or nothing",
+        description=(
+            "Body: {\"jobs\": [job, ...]}, each job as the body of POST jobs/, at most IRIS_MAX_JOBS_PER_BATCH "
+            "(default 1000). Every job is checked by the rules of POST jobs/ (bands, caps counted across the "
+            "batch, ids unique in the batch); if any is refused nothing is written, and the error is the first "
+            "refused item's, its message and details.field prefixed with jobs[<index>], details.index its index "
+            "and details.errors every refused item (first 100). Accepted: 201 with the jobs in the order given."
+        ),
+        request=s.JobBatchRequestSerializer,
+        responses={201: s.JobBatchSubmittedSerializer},
+        tags=["jobs"],
+    )
+    def post(self, request):
+        body = self.body()
+        unknown = sorted(set(body) - {"jobs"})
+        if unknown:
+            raise InvalidArgument(f"unknown field(s) {', '.join(unknown)}; expected jobs", field=unknown[0])
+        jobs = submit_jobs(request.user, body.get("jobs"))
+        return Response(s.JobBatchSubmittedSerializer({"count": len(jobs), "jobs": jobs}).data,
+                        status=status.HTTP_201_CREATED)
 
 
 class JobDetailView(IrisView):

@@ -652,3 +652,12 @@ def _short(value: Any) -> str:
 
 def audit_list(page: Any) -> str:
     return with_footer(table(results(page), AUDIT_COLUMNS, empty="No audit entries."), page)
+
+
+def submitted_jobs(answer: dict) -> str:
+    """``iris job submit``: the count, one id per line, then the jobs' warnings (``--json`` for scripts)."""
+    jobs = pick(answer, "jobs", default=[]) or []
+    lines = [f"Submitted {len(jobs):,} job(s):", *(job_id(job) for job in jobs)]
+    for job in jobs:
+        lines.extend(f"Warning: {job_id(job)}: {w}" for w in (pick(job, "warnings", default=[]) or []))
+    return "\n".join(lines)
