@@ -15,6 +15,7 @@ from rest_framework import serializers, status
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
+from rest_framework.utils.urls import remove_query_param, replace_query_param
 from iris_web.client_address import AccountThrottle, ClientAddressThrottle
 from rest_framework.views import APIView
 
@@ -78,6 +79,25 @@ PAGE_PARAMETERS = [
     OpenApiParameter("page", int, description="1-based page number"),
     OpenApiParameter("page_size", int, description=f"items per page (default {Pagination.page_size}, at most 500)"),
 ]
+
+
+CURSOR_PARAMETER = OpenApiParameter(
+    "cursor", str, description="where the page starts: the opaque cursor of a next or previous link"
+)
+
+
+def positive_query_int(params, name: str, *, default: int) -> int:
+    """A query parameter that must be a whole number of at least 1 (INVALID_ARGUMENT otherwise)."""
+    raw = params.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidArgument(f"expected a whole number, got {raw!r}", field=name) from None
+    if value < 1:
+        raise InvalidArgument("must be at least 1", field=name)
+    return value
 
 
 def paginated(item: type[serializers.Serializer], name: str, **extra_fields) -> serializers.Serializer:
@@ -252,7 +272,12 @@ class JobsView(IrisView):
     @extend_schema(
         operation_id="jobs_list",
         summary="List jobs (newest first unless sorted), filtered as the console's jobs table",
-        parameters=[s.JobListParametersSerializer, *PAGE_PARAMETERS],
+        description=(
+            "Keyset pages: follow `next` and `previous`, whose opaque `cursor` starts the page after (or "
+            "before) a row, so a deep page costs what the first does. `?page=N` (old links) still answers "
+            f"within the first {listing.MAX_OFFSET:,} jobs; its links are cursors too."
+        ),
+        parameters=[s.JobListParametersSerializer, CURSOR_PARAMETER, *PAGE_PARAMETERS],
         responses={200: paginated(s.JobSummarySerializer, "PaginatedJobList")},
         tags=["jobs"],
     )
@@ -260,14 +285,22 @@ class JobsView(IrisView):
         params = self.request.query_params
         job_filter = listing.parse_filter(params)
         view = listing.parse_view({"sort": params.get("sort")})
+        number = positive_query_int(params, "page", default=1)
+        size = min(positive_query_int(params, "page_size", default=Pagination.page_size), Pagination.max_page_size)
         over = listing.over_budget_users()
-        qs = listing.ordered(listing.filtered_jobs(job_filter, over), view).select_related("parent")
-        paginator = Pagination()
-        page = paginator.paginate_queryset(qs, request, view=self)
-        counts = task_counts([job.pk for job in page])
-        for job in page:
+        qs = listing.filtered_jobs(job_filter, over)
+        page = listing.page_of(qs.select_related("parent"), view, cursor=params.get("cursor") or None,
+                               number=number, size=size)
+        counts = task_counts([job.pk for job in page.jobs])
+        for job in page.jobs:
             job.task_counts = counts[job.pk]
-        return paginator.get_paginated_response(s.JobSummarySerializer(page, many=True).data)
+        url = remove_query_param(request.build_absolute_uri(), "page")
+        return Response({
+            "count": qs.count(),
+            "next": replace_query_param(url, "cursor", page.next) if page.next else None,
+            "previous": replace_query_param(url, "cursor", page.previous) if page.previous else None,
+            "results": s.JobSummarySerializer(page.jobs, many=True).data,
+        })
 
     @extend_schema(
         operation_id="jobs_create",

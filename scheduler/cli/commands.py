@@ -345,9 +345,24 @@ def refused_lines(exc: CliError, name: str, chunk: list[tuple[int, dict]], submi
     return CliError(exc.code, f"{where}{exc.message} ({rest})", exc.details, exc.status)
 
 
+# Jobs per request when `iris job list --all` follows the pages (the API's largest page).
+JOB_PAGE_SIZE = 500
+
+
 def cmd_job_list(session: Session, args: argparse.Namespace):
     query = {**dict(args.filter or []), "user": args.user, "band": args.band, "state": args.state}
-    return session.get("jobs/", **query, sort=args.sort, page=args.page), fmt.job_list
+    if args.page and args.cursor:
+        raise UsageError("give --page or --cursor, not both")
+    if not args.all:
+        return session.get("jobs/", **query, sort=args.sort, page=args.page, cursor=args.cursor), fmt.job_list
+    # Every matching job: follow the keyset pages' cursors to the end, as one page holding them all.
+    page = session.get("jobs/", **query, sort=args.sort, page_size=JOB_PAGE_SIZE)
+    jobs = list(page.get("results", []))
+    while page.get("next"):
+        page = session.get("jobs/", **query, sort=args.sort, page_size=JOB_PAGE_SIZE,
+                           cursor=fmt.query_value(page["next"], "cursor"))
+        jobs.extend(page.get("results", []))
+    return {"count": len(jobs), "next": None, "previous": None, "results": jobs}, fmt.job_list
 
 
 def filter_item(text: str) -> tuple[str, str]:
@@ -587,7 +602,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--filter", type=filter_item, action="append", metavar="KEY=VALUE",
                    help=f"more filters (repeatable): {FILTER_HELP}")
     p.add_argument("--sort", metavar="COLUMN", help="name, user, band, effective, state, route, tasks, submitted; --sort=-COLUMN for descending")
-    p.add_argument("--page", type=positive_int, metavar="N")
+    p.add_argument("--page", type=positive_int, metavar="N", help="page N (within the first 10,000 jobs; deeper: --cursor)")
+    p.add_argument("--cursor", metavar="C", help="the page a previous listing's 'next: --cursor C' points to")
+    p.add_argument("--all", action="store_true", help="every matching job (follows the pages)")
     for name, handler, help in [
         ("show", cmd_job_show, "a job with its tasks and attempts"),
         ("explain", cmd_job_explain, "why a job runs where it runs, or why it waits"),

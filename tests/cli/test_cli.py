@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.contrib.auth import get_user_model
 
 from scheduler.core.bands import Band
 from scheduler.models import AuditEntry, Job, Task, UpliftGrant, UserBudget, Worker
@@ -698,7 +700,7 @@ def test_a_refused_chunk_names_the_file_lines_and_stops(iris, tmp_path):
     result = iris("job", "submit", "--batch-size", "1", "-f", write_jsonl(tmp_path / "jobs.jsonl", jobs))
 
     assert result.code == 1
-    assert result.out.splitlines() == ["Submitted 1 job(s):", "/bob/a"]
+    assert result.out.splitlines()[:2] == ["Submitted 1 job(s):", "/bob/a"]
     assert result.err.startswith("PERMISSION_DENIED: ")
     assert "jobs.jsonl line 2: jobs[0]: Budget identity 'bob' cannot submit INTERACTIVE" in result.err
     assert "nothing from" in result.err and "line 2 on was submitted" in result.err
@@ -736,3 +738,25 @@ def test_the_console_script_submits_a_sweep_from_stdin(iris, home, tmp_path):
     assert failed.returncode == 1
     assert failed.stderr.startswith("INVALID_ARGUMENT: <stdin> line 4: jobs[3].replicas: ")
     assert Job.objects.count() == 3
+
+
+def test_job_list_pages_by_cursor_and_all_follows_every_page(iris, monkeypatch):
+    from scheduler.cli import commands
+    from tests.personas import submit as submit_job_as
+
+    alice = get_user_model().objects.get(username="alice")
+    for i in range(7):
+        submit_job_as(alice, f"j{i}")
+    iris.use_token("alice")
+    monkeypatch.setattr(commands, "JOB_PAGE_SIZE", 3)  # three pages to follow
+
+    every = iris("--json", "job", "list", "--all", "--sort", "name")
+    first = iris("job", "list", "--filter", "page_size=3", "--sort", "name")
+
+    assert every.code == 0, every.err
+    assert [j["id"] for j in every.json()["results"]] == [f"/alice/j{i}" for i in range(7)]
+    assert first.code == 0, first.err
+    cursor = re.search(r"3 of 7 shown; next: --cursor (\S+)", first.out).group(1)
+    second = iris("job", "list", "--filter", "page_size=3", "--sort", "name", "--cursor", cursor)
+    assert second.code == 0, second.err
+    assert [line.split()[0] for line in second.out.splitlines()[1:4]] == ["/alice/j3", "/alice/j4", "/alice/j5"]
