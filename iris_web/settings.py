@@ -349,6 +349,13 @@ SHIPPED_LOG_DAYS = env_float("IRIS_SHIPPED_LOG_DAYS", 30)
 # Tick records (counts, spend and fairness samples behind the charts) are kept this many days
 # (0: for ever); the longest chart window is 7 days.
 TICK_HISTORY_DAYS = env_float("IRIS_TICK_HISTORY_DAYS", 8)
+# Preemption events are kept this many days (0: for ever). Every figure computed from them looks
+# back at most a day (fairness, metrics); older ones are the preemption history's record.
+PREEMPTION_HISTORY_DAYS = env_float("IRIS_PREEMPTION_HISTORY_DAYS", 90)
+# Retention deletes at most this many rows per statement (each batch its own short transaction),
+# and one hourly run stops after this many seconds; a backlog is worked off run by run.
+PRUNE_BATCH_ROWS = max(1, env_int("IRIS_PRUNE_BATCH_ROWS", 2000))
+PRUNE_BUDGET_SECONDS = env_float("IRIS_PRUNE_BUDGET_SECONDS", 60)
 # Workers are checked this often for missed heartbeats.
 WORKER_CHECK_SECONDS = max(1.0, min(5.0, WORKER_GRACE_SECONDS / 3))
 # --- Start-time estimates (scheduler/tick/estimates.py, docs/estimates.md) ----------------------
@@ -365,7 +372,7 @@ ESTIMATE_HISTORY_RUNS = env_int("IRIS_ESTIMATE_HISTORY_RUNS", 50_000)
 ESTIMATE_ARRIVALS_MINUTES = env_float("IRIS_ESTIMATE_ARRIVALS_MINUTES", 60)
 CELERY_BEAT_SCHEDULE["estimate-starts"] = every("scheduler.estimate_starts", ESTIMATE_SECONDS)
 
-# Old tick records and shipped logs deleted (scheduler/tick/history.py, scheduler/execution/logs.py).
+# Old tick records, preemption events and shipped logs deleted (scheduler/tick/history.py).
 CELERY_BEAT_SCHEDULE["prune-history"] = every("scheduler.prune_history", 3600)
 CELERY_BEAT_SCHEDULE["dispatch-outbox"] = every("scheduler.dispatch", DISPATCH_SECONDS)
 CELERY_BEAT_SCHEDULE["check-workers"] = every("scheduler.check_workers", WORKER_CHECK_SECONDS)
