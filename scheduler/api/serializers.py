@@ -305,7 +305,9 @@ class JobBatchRequestSerializer(serializers.Serializer):
 
 
 class JobBatchItemSerializer(serializers.Serializer):
-    id = serializers.CharField(source="name", help_text="the job id, e.g. /alice/sweep-3")
+    """A job of a batch's answer (the schema's; :func:`batch_item_json` renders it)."""
+
+    id = serializers.CharField(help_text="the job id, e.g. /alice/sweep-3")
     user = serializers.CharField(help_text="its budget identity")
     band = serializers.SerializerMethodField(help_text="the requested band")
     replicas = serializers.IntegerField(help_text="its tasks, all pending")
@@ -314,6 +316,13 @@ class JobBatchItemSerializer(serializers.Serializer):
 
     def get_band(self, job) -> str:
         return Band(job.band).wire
+
+
+def batch_item_json(job) -> dict:
+    """:class:`JobBatchItemSerializer`'s rendering, written out: a thousand jobs per answer make
+    DRF's per-field machinery an eighth of a batch's CPU (tests hold the two equal)."""
+    return {"id": job.id, "user": job.user, "band": Band(job.band).wire, "replicas": job.replicas,
+            "submitted_at_ms": job.submitted_at_ms, "warnings": list(job.warnings)}
 
 
 class JobBatchSubmittedSerializer(serializers.Serializer):

@@ -343,7 +343,7 @@ class JobsBatchView(IrisView):
         if unknown:
             raise InvalidArgument(f"unknown field(s) {', '.join(unknown)}; expected jobs", field=unknown[0])
         jobs = submit_jobs(request.user, body.get("jobs"))
-        return Response(s.JobBatchSubmittedSerializer({"count": len(jobs), "jobs": jobs}).data,
+        return Response({"count": len(jobs), "jobs": [s.batch_item_json(job) for job in jobs]},
                         status=status.HTTP_201_CREATED)
 
 

@@ -215,3 +215,13 @@ def test_submission_times_stay_strictly_increasing_around_batches(as_alice, alic
     assert names == ["/alice/before", *(f"/alice/sweep-{i}" for i in range(3)), "/alice/after", "/alice/last"]
     times = list(Job.objects.order_by("submitted_at_ms").values_list("submitted_at_ms", flat=True))
     assert len(set(times)) == len(times)
+
+
+def test_the_answer_is_what_its_schema_serializer_renders(alice):
+    from scheduler.api.serializers import JobBatchItemSerializer, batch_item_json
+    from scheduler.jobs.submit import submit_jobs
+
+    make_worker("small", cpu=1, memory_gib=1)  # a warning to render
+    jobs = submit_jobs(alice, sweep(2, cpu=8, priority="batch"))
+    assert [batch_item_json(j) for j in jobs] == JobBatchItemSerializer(jobs, many=True).data
+    assert jobs[0].warnings and jobs[0].band == Band.BATCH
