@@ -349,6 +349,13 @@ SHIPPED_LOG_DAYS = env_float("IRIS_SHIPPED_LOG_DAYS", 30)
 # Tick records (counts, spend and fairness samples behind the charts) are kept this many days
 # (0: for ever); the longest chart window is 7 days.
 TICK_HISTORY_DAYS = env_float("IRIS_TICK_HISTORY_DAYS", 8)
+# Preemption events are kept this many days (0: for ever). Every figure computed from them looks
+# back at most a day (fairness, metrics); older ones are the preemption history's record.
+PREEMPTION_HISTORY_DAYS = env_float("IRIS_PREEMPTION_HISTORY_DAYS", 90)
+# Retention deletes at most this many rows per statement (each batch its own short transaction),
+# and one hourly run stops after this many seconds; a backlog is worked off run by run.
+PRUNE_BATCH_ROWS = max(1, env_int("IRIS_PRUNE_BATCH_ROWS", 2000))
+PRUNE_BUDGET_SECONDS = env_float("IRIS_PRUNE_BUDGET_SECONDS", 60)
 # Workers are checked this often for missed heartbeats.
 WORKER_CHECK_SECONDS = max(1.0, min(5.0, WORKER_GRACE_SECONDS / 3))
 # --- Start-time estimates (scheduler/tick/estimates.py, docs/estimates.md) ----------------------
@@ -365,7 +372,7 @@ ESTIMATE_HISTORY_RUNS = env_int("IRIS_ESTIMATE_HISTORY_RUNS", 50_000)
 ESTIMATE_ARRIVALS_MINUTES = env_float("IRIS_ESTIMATE_ARRIVALS_MINUTES", 60)
 CELERY_BEAT_SCHEDULE["estimate-starts"] = every("scheduler.estimate_starts", ESTIMATE_SECONDS)
 
-# Old tick records and shipped logs deleted (scheduler/tick/history.py, scheduler/execution/logs.py).
+# Old tick records, preemption events and shipped logs deleted (scheduler/tick/history.py).
 CELERY_BEAT_SCHEDULE["prune-history"] = every("scheduler.prune_history", 3600)
 CELERY_BEAT_SCHEDULE["dispatch-outbox"] = every("scheduler.dispatch", DISPATCH_SECONDS)
 CELERY_BEAT_SCHEDULE["check-workers"] = every("scheduler.check_workers", WORKER_CHECK_SECONDS)
@@ -397,6 +404,9 @@ MAX_BUILDING_TASKS = env_int("IRIS_MAX_BUILDING_TASKS", 8)
 # (pending or active) tasks per budget identity, counting the new job's replicas.
 MAX_REPLICAS_PER_JOB = env_int("IRIS_MAX_REPLICAS_PER_JOB", 10_000)
 MAX_ACTIVE_TASKS_PER_USER = env_int("IRIS_MAX_ACTIVE_TASKS_PER_USER", 16_000)
+# Jobs in one POST jobs:batch (RESOURCE_EXHAUSTED beyond): a sweep of 1,000 typical jobs is a
+# few hundred KB, well inside IRIS_MAX_REQUEST_BYTES, and one transaction of a few thousand rows.
+MAX_JOBS_PER_BATCH = env_int("IRIS_MAX_JOBS_PER_BATCH", 1000)
 
 # --- API tokens and worker credentials (scheduler/access.py, scheduler/execution/enrolment.py) ---
 # API tokens are django-rest-knox tokens in scheduler.ApiToken: only their SHA-512 digest is

@@ -166,6 +166,13 @@ class Job(models.Model):
             models.Index(fields=["band", "-submitted_at_ms"], name="job_band_newest"),
             models.Index(fields=["state", "-submitted_at_ms"], name="job_state_newest"),
             models.Index(fields=["route", "-submitted_at_ms"], name="job_route_newest"),
+            # Keyset pages (listing.page_of) read from a row on by (sort column, id): one index
+            # per sortable column, scanned either way (name is unique; submitted is above).
+            models.Index(fields=["user", "id"], name="job_user_keyset"),
+            models.Index(fields=["band", "id"], name="job_band_keyset"),
+            models.Index(fields=["state", "id"], name="job_state_keyset"),
+            models.Index(fields=["route", "id"], name="job_route_keyset"),
+            models.Index(fields=["replicas", "id"], name="job_replicas_keyset"),
         ]
 
     def __str__(self) -> str:

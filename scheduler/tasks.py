@@ -14,13 +14,12 @@ from scheduler.budgets.writes import expire_uplifts as expire_due_uplifts
 
 from scheduler.enqueue import PROMPT_TICK, task_started
 from scheduler.execution.dispatcher import drain
-from scheduler.execution.logs import prune_shipped_logs
 from scheduler.execution.workers import check_workers as declare_lost_workers
 from scheduler.provisioning.kubernetes import sync_kubernetes as sync_kubernetes_backend
 from scheduler.provisioning.sync import sync_backends
 from scheduler.provisioning.tpu import provision_tpu as provision_tpu_slices
 from scheduler.tick.estimates import estimate_start_times
-from scheduler.tick.history import prune_tick_records
+from scheduler.tick.history import prune_history as prune_history_by_settings
 from scheduler.tick.run import run_tick
 
 log = logging.getLogger(__name__)
@@ -71,8 +70,10 @@ def estimate_starts() -> None:
 
 @shared_task(name="scheduler.prune_history", ignore_result=True)
 def prune_history() -> None:
-    now = timezone.now()
-    ticks = prune_tick_records(now, settings.TICK_HISTORY_DAYS)
-    files, freed = prune_shipped_logs(now.timestamp(), settings.SHIPPED_LOG_DAYS)
-    log.info("pruned %d tick record(s) and %d shipped log(s) (%d bytes)", ticks, files, freed,
-             extra={"action": "history.pruned", "tick_records": ticks, "shipped_logs": files, "bytes": freed})
+    done = prune_history_by_settings(timezone.now())
+    log.info("pruned %d tick record(s), %d preemption event(s) and %d shipped log(s) (%d bytes)%s",
+             done.tick_records, done.preemption_events, done.shipped_logs, done.shipped_log_bytes,
+             "" if done.finished else "; the time budget ran out, the next run goes on",
+             extra={"action": "history.pruned", "tick_records": done.tick_records,
+                    "preemption_events": done.preemption_events, "shipped_logs": done.shipped_logs,
+                    "bytes": done.shipped_log_bytes, "finished": done.finished})

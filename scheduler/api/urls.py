@@ -20,6 +20,7 @@ urlpatterns = [
     path("me/", views.MeView.as_view(), name="me"),
     path("jobs/", views.JobsView.as_view(), name="jobs"),
     path("jobs:cancel", views.JobsCancelView.as_view(), name="jobs-cancel"),
+    path("jobs:batch", views.JobsBatchView.as_view(), name="jobs-batch"),
     re_path(rf"^jobs/{JOB}:cancel$", views.JobCancelView.as_view(), name="job-cancel"),
     re_path(rf"^jobs/{JOB}:explain$", views.JobExplainView.as_view(), name="job-explain"),
     re_path(rf"^jobs/{JOB}$", views.JobDetailView.as_view(), name="job"),

@@ -15,6 +15,7 @@ from rest_framework import serializers, status
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
+from rest_framework.utils.urls import remove_query_param, replace_query_param
 from iris_web.client_address import AccountThrottle, ClientAddressThrottle
 from rest_framework.views import APIView
 
@@ -37,7 +38,7 @@ from scheduler.jobs.queries import job_detail, jobs, task_counts
 from scheduler.board.queue import queue_estimates, queue_rows, queue_selection
 from scheduler.board.read import queue_index
 from scheduler.jobs.request import normalize_job_id
-from scheduler.jobs.submit import submit_job
+from scheduler.jobs.submit import submit_job, submit_jobs
 from scheduler.jobs.whatif import what_if
 from scheduler.store import clock
 from scheduler.tick.fairness import fairness_report
@@ -78,6 +79,25 @@ PAGE_PARAMETERS = [
     OpenApiParameter("page", int, description="1-based page number"),
     OpenApiParameter("page_size", int, description=f"items per page (default {Pagination.page_size}, at most 500)"),
 ]
+
+
+CURSOR_PARAMETER = OpenApiParameter(
+    "cursor", str, description="where the page starts: the opaque cursor of a next or previous link"
+)
+
+
+def positive_query_int(params, name: str, *, default: int) -> int:
+    """A query parameter that must be a whole number of at least 1 (INVALID_ARGUMENT otherwise)."""
+    raw = params.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidArgument(f"expected a whole number, got {raw!r}", field=name) from None
+    if value < 1:
+        raise InvalidArgument("must be at least 1", field=name)
+    return value
 
 
 def paginated(item: type[serializers.Serializer], name: str, **extra_fields) -> serializers.Serializer:
@@ -252,7 +272,12 @@ class JobsView(IrisView):
     @extend_schema(
         operation_id="jobs_list",
         summary="List jobs (newest first unless sorted), filtered as the console's jobs table",
-        parameters=[s.JobListParametersSerializer, *PAGE_PARAMETERS],
+        description=(
+            "Keyset pages: follow `next` and `previous`, whose opaque `cursor` starts the page after (or "
+            "before) a row, so a deep page costs what the first does. `?page=N` (old links) still answers "
+            f"within the first {listing.MAX_OFFSET:,} jobs; its links are cursors too."
+        ),
+        parameters=[s.JobListParametersSerializer, CURSOR_PARAMETER, *PAGE_PARAMETERS],
         responses={200: paginated(s.JobSummarySerializer, "PaginatedJobList")},
         tags=["jobs"],
     )
@@ -260,14 +285,22 @@ class JobsView(IrisView):
         params = self.request.query_params
         job_filter = listing.parse_filter(params)
         view = listing.parse_view({"sort": params.get("sort")})
+        number = positive_query_int(params, "page", default=1)
+        size = min(positive_query_int(params, "page_size", default=Pagination.page_size), Pagination.max_page_size)
         over = listing.over_budget_users()
-        qs = listing.ordered(listing.filtered_jobs(job_filter, over), view).select_related("parent")
-        paginator = Pagination()
-        page = paginator.paginate_queryset(qs, request, view=self)
-        counts = task_counts([job.pk for job in page])
-        for job in page:
+        qs = listing.filtered_jobs(job_filter, over)
+        page = listing.page_of(qs.select_related("parent"), view, cursor=params.get("cursor") or None,
+                               number=number, size=size)
+        counts = task_counts([job.pk for job in page.jobs])
+        for job in page.jobs:
             job.task_counts = counts[job.pk]
-        return paginator.get_paginated_response(s.JobSummarySerializer(page, many=True).data)
+        url = remove_query_param(request.build_absolute_uri(), "page")
+        return Response({
+            "count": qs.count(),
+            "next": replace_query_param(url, "cursor", page.next) if page.next else None,
+            "previous": replace_query_param(url, "cursor", page.previous) if page.previous else None,
+            "results": s.JobSummarySerializer(page.jobs, many=True).data,
+        })
 
     @extend_schema(
         operation_id="jobs_create",
@@ -285,6 +318,33 @@ class JobsView(IrisView):
     def post(self, request):
         job = submit_job(request.user, self.body())
         return Response(s.JobSubmittedSerializer(job).data, status=status.HTTP_201_CREATED)
+
+
+class JobsBatchView(IrisView):
+    error_statuses = ("400", "401", "403", "404", "409", "429")
+
+    @extend_schema(
+        operation_id="jobs_create_many",
+        summary="Submit a sweep: many jobs in one call, all or nothing",
+        description=(
+            "Body: {\"jobs\": [job, ...]}, each job as the body of POST jobs/, at most IRIS_MAX_JOBS_PER_BATCH "
+            "(default 1000). Every job is checked by the rules of POST jobs/ (bands, caps counted across the "
+            "batch, ids unique in the batch); if any is refused nothing is written, and the error is the first "
+            "refused item's, its message and details.field prefixed with jobs[<index>], details.index its index "
+            "and details.errors every refused item (first 100). Accepted: 201 with the jobs in the order given."
+        ),
+        request=s.JobBatchRequestSerializer,
+        responses={201: s.JobBatchSubmittedSerializer},
+        tags=["jobs"],
+    )
+    def post(self, request):
+        body = self.body()
+        unknown = sorted(set(body) - {"jobs"})
+        if unknown:
+            raise InvalidArgument(f"unknown field(s) {', '.join(unknown)}; expected jobs", field=unknown[0])
+        jobs = submit_jobs(request.user, body.get("jobs"))
+        return Response({"count": len(jobs), "jobs": [s.batch_item_json(job) for job in jobs]},
+                        status=status.HTTP_201_CREATED)
 
 
 class JobDetailView(IrisView):

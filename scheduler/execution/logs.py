@@ -19,6 +19,7 @@ has (none), and the agent ships the log again from its start.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,9 +97,10 @@ def store_chunk(task_pk: int, attempt: int, offset: int, data: bytes) -> ShipOut
     return ShipOutcome(size=max(end, stored), truncated=False)
 
 
-def prune_shipped_logs(now_s: float, keep_days: float) -> tuple[int, int]:
+def prune_shipped_logs(now_s: float, keep_days: float, *, deadline: float | None = None) -> tuple[int, int]:
     """Delete the shipped logs last written more than ``keep_days`` before ``now_s`` (a Unix
-    time; 0 days: keep all), and the task directories left empty. Returns (files, bytes)."""
+    time; 0 days: keep all), and the task directories left empty. Returns (files, bytes).
+    Stops, between two task directories, once ``time.monotonic()`` reaches ``deadline``."""
     root = Path(settings.SHIPPED_LOG_DIR)
     if keep_days <= 0 or not root.is_dir():
         return 0, 0
@@ -106,6 +108,8 @@ def prune_shipped_logs(now_s: float, keep_days: float) -> tuple[int, int]:
     files = freed = 0
     with os.scandir(root) as tasks:
         for task_dir in tasks:
+            if deadline is not None and time.monotonic() >= deadline:
+                break
             if not task_dir.is_dir(follow_symlinks=False):
                 continue
             left = False

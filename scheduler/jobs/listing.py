@@ -6,6 +6,12 @@ One parser serves the console, ``GET /api/v1/jobs/``, ``POST /api/v1/jobs:cancel
 ``INVALID_ARGUMENT`` naming the field. Each page costs a fixed number of queries whatever the
 number of jobs: the over-budget users (three), the count, the page, the group counts.
 
+Pages are keyset pages (:func:`page_of`): an opaque, signed cursor holds the sort keys of the
+row a page starts after (or before), and the page's query asks for the rows past it in the
+table's order, so the database starts reading at that row through the sort's index and a deep
+page costs what the first does (no ``OFFSET``). ``?page=N`` of old links still answers, by
+offset, within the first ``MAX_OFFSET`` rows; its next and previous links are cursors.
+
 The effective band is the band the scheduler gives the job's *pending* work now: the requested
 band, except that a downgradable band (INTERACTIVE) of a user strictly over a positive limit
 runs as BATCH (``core.budget.effective_band``). A finished job's effective band is its requested
@@ -18,7 +24,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, time, timedelta
 
+from django.core import signing
 from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Value, When
+# Row-value comparisons, ``(a, b) < (x, y)``: Django's own (composite keys use them; SQLite and
+# PostgreSQL compile them natively), kept in its fields package.
+from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan, TupleLessThan
 from django.utils import timezone
 
 from scheduler.budgets.rules import budget_defaults, effective_budgets, live_spend
@@ -26,7 +36,7 @@ from scheduler.core.bands import ADMIN_BANDS, BAND_NAMES, Band
 from scheduler.core.budget import budget_limit, is_over_budget
 from scheduler.core.kueue import ROUTE_KUBERNETES, ROUTE_WORKERS
 from scheduler.core.types import JobState
-from scheduler.errors import InvalidArgument
+from scheduler.errors import InvalidArgument, NotFound
 from scheduler.models import Job
 from scheduler.store.states import LIVE_JOB_VALUES
 
@@ -233,13 +243,122 @@ def filtered_jobs(f: JobFilter, over_budget: frozenset[str]) -> QuerySet[Job]:
     return qs.order_by()
 
 
-def ordered(qs: QuerySet[Job], view: JobView) -> QuerySet[Job]:
-    """Grouped rows first by the group key (ascending), then by the sort column, then by id."""
+def sort_keys(view: JobView) -> list[tuple[str, bool]]:
+    """The table's order as ``(field, descending)``: the group key (ascending) when grouped, the
+    sort column, then the id (in the column's direction), so every row has one place."""
     column = SORTS[view.sort.lstrip("-")]
     descending = view.sort.startswith("-")
-    keys = [GROUPS[view.group]] if view.group else []
-    keys += [f"-{column}" if descending else column, "-pk" if descending else "pk"]
-    return qs.order_by(*keys)
+    keys = [(GROUPS[view.group], False)] if view.group else []
+    return keys + [(column, descending), ("pk", descending)]
+
+
+def ordered(qs: QuerySet[Job], view: JobView) -> QuerySet[Job]:
+    """Grouped rows first by the group key (ascending), then by the sort column, then by id."""
+    return qs.order_by(*(f"-{name}" if descending else name for name, descending in sort_keys(view)))
+
+
+# --- keyset pages ---------------------------------------------------------------------------------
+
+CURSOR_SALT = "scheduler.jobs.listing.cursor"
+NEXT, PREVIOUS = "n", "p"
+
+
+@dataclass(frozen=True)
+class JobPage:
+    """One page of the table: its rows in the table's order, the cursors of the pages after and
+    before it (None at either end), and, when the page was asked for by number, how many rows
+    come before it (``offset``; None on a cursor page, whose place is not counted)."""
+
+    jobs: list[Job]
+    next: str | None
+    previous: str | None
+    offset: int | None
+
+
+def _cursor(view: JobView, job: Job, direction: str) -> str:
+    values = [getattr(job, name) for name, _ in sort_keys(view)]
+    return signing.dumps({"s": view.sort, "g": view.group, "k": values, "d": direction}, salt=CURSOR_SALT)
+
+
+def parse_cursor(view: JobView, cursor: str) -> tuple[list, str]:
+    """The sort-key values and the direction a cursor of ``view`` holds. A cursor this server did
+    not make, or one made for another sort or grouping, is INVALID_ARGUMENT naming ``cursor``."""
+    try:
+        data = signing.loads(cursor, salt=CURSOR_SALT)
+    except signing.BadSignature:
+        raise InvalidArgument("not a cursor of this table; follow the next and previous links, or start "
+                              "again from the first page", field="cursor") from None
+    keys = sort_keys(view)
+    if not isinstance(data, dict) or data.get("s") != view.sort or data.get("g") != view.group:
+        raise InvalidArgument("this cursor was made for another sort or grouping; start again from the first page",
+                              field="cursor")
+    values, direction = data.get("k"), data.get("d")
+    if (not isinstance(values, list) or len(values) != len(keys) or direction not in (NEXT, PREVIOUS)
+            or not all(isinstance(v, str | int) and not isinstance(v, bool) for v in values)):
+        raise InvalidArgument("not a cursor of this table", field="cursor")
+    return values, direction
+
+
+def _past(keys: list[tuple[str, bool]], values: list, forward: bool) -> Q:
+    """Rows after (``forward``) or before the row with these key values, in the table's order.
+
+    The sort column and the id share one direction, so they are compared as one row value,
+    ``(column, id) < (v, i)``, which PostgreSQL reads as a range of the (column, id) index: the
+    scan starts at the row, however many rows share its column's value. A grouped view's
+    group key (ascending) comes first: ``g > g0 OR (g = g0 AND (column, id) past (v, i))``, with
+    ``g >= g0`` besides (implied, but it starts the scan at the group)."""
+    *group, (column, descending), _ = keys
+
+    def past(key_descending: bool):
+        return TupleLessThan if key_descending == forward else TupleGreaterThan
+
+    # The column's own bound is implied; where row values are spelt out as ORs (SQLite) it is
+    # what starts the index scan at the row's value.
+    bound = "lt" if descending == forward else "gt"
+    rest = Q(**{f"{column}__{bound}e": values[-2]}) & Q(past(descending)(Tuple(F(column), F("pk")), values[-2:]))
+    if not group:
+        return rest
+    name, group_descending = group[0]
+    beyond = "lt" if group_descending == forward else "gt"
+    return Q(**{f"{name}__{beyond}e": values[0]}) & (Q(**{f"{name}__{beyond}": values[0]}) | (Q(**{name: values[0]}) & rest))
+
+
+def page_of(qs: QuerySet[Job], view: JobView, *, cursor: str | None = None, number: int | None = None,
+            size: int = PAGE_SIZE) -> JobPage:
+    """One page of ``qs`` (unordered, from :func:`filtered_jobs`) in ``view``'s order: the page
+    a cursor points to, page ``number`` (by offset, within the first ``MAX_OFFSET`` rows; past
+    them NOT_FOUND, which says to follow the cursors), or the first page. One query."""
+    keys = sort_keys(view)
+    if cursor:
+        values, direction = parse_cursor(view, cursor)
+        forward = direction == NEXT
+        rows = qs.filter(_past(keys, values, forward))
+        if forward:
+            jobs = list(ordered(rows, view)[:size + 1])
+            more_after, more_before = len(jobs) > size, True
+            jobs = jobs[:size]
+        else:
+            backwards = rows.order_by(*(name if descending else f"-{name}" for name, descending in keys))
+            jobs = list(backwards[:size + 1])
+            more_after, more_before = True, len(jobs) > size
+            jobs = jobs[:size][::-1]
+        offset = None
+    else:
+        offset = (max(1, number or 1) - 1) * size
+        if offset > MAX_OFFSET:
+            raise NotFound(f"page {number} starts past the first {MAX_OFFSET:,} jobs; page further by the next "
+                           f"links (cursors), or narrow the filter", field="page")
+        jobs = list(ordered(qs, view)[offset:offset + size + 1])
+        more_after, more_before = len(jobs) > size, offset > 0
+        jobs = jobs[:size]
+        if not jobs and offset:
+            raise NotFound(f"page {number} is past the last page", field="page")
+    return JobPage(
+        jobs=jobs,
+        next=_cursor(view, jobs[-1], NEXT) if jobs and more_after else None,
+        previous=_cursor(view, jobs[0], PREVIOUS) if jobs and more_before else None,
+        offset=offset,
+    )
 
 
 def group_counts(qs: QuerySet[Job], group: str) -> dict:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from scheduler import roles
 from scheduler.access import owns_job, require_authenticated
@@ -24,14 +25,17 @@ from scheduler.core.bands import ADMIN_BANDS, Band
 from scheduler.core.kueue import pinned_backend_in, settled_route
 from scheduler.core.types import ANY_VARIANT, DeviceType, JobState, TaskState
 from scheduler.enqueue import PROMPT_TICK, request_once
-from scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, ResourceExhausted
+from scheduler.errors import (
+    FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, ResourceExhausted, ServiceError,
+)
 from scheduler.inputs import parse_segment
 from scheduler.jobs.request import JobRequest, parse_job_request
 from scheduler.models import MAX_ID_LENGTH, Job, Task, Worker
 from scheduler import instruments
 from scheduler.store import clock
 from scheduler.store.locks import hold_until_commit
-from scheduler.store.submission_order import next_submission_ms
+from scheduler.store import bulk
+from scheduler.store.submission_order import next_submission_ms, next_submission_times
 from scheduler.store.states import NON_TERMINAL_VALUES, TERMINAL_JOB_VALUES
 
 log = logging.getLogger(__name__)
@@ -54,7 +58,7 @@ class SubmissionPlan:
     budget_max_band: Band
 
 
-def _resolve_job_id(actor, request: JobRequest) -> tuple[str, Job | None, str]:
+def _resolve_job_id(actor, request: JobRequest, lookups: RuleLookups) -> tuple[str, Job | None, str]:
     """The new job's id, its parent row and its budget identity, with ownership checked."""
     name = request.name
     parent_id = request.parent
@@ -82,7 +86,7 @@ def _resolve_job_id(actor, request: JobRequest) -> tuple[str, Job | None, str]:
 
     if parent_id is None:
         return f"/{actor.username}/{name}", None, actor.username
-    parent = Job.objects.filter(name=parent_id).first()
+    parent = lookups.parent(parent_id)
     if parent is None:
         raise NotFound(f"parent job {parent_id} does not exist", field="parent")
     if not owns_job(actor, parent):
@@ -102,20 +106,76 @@ def max_band_message(user: str, band: Band, max_band: Band) -> str:
     )
 
 
-def plan_submission(actor, request: JobRequest, *, serialise_user: bool = False) -> SubmissionPlan:
-    """Apply every submission rule without writing; raise the first rule broken.
+class RuleLookups:
+    """What the submission rules read from the database, each read once per submission or batch.
 
-    Order (as Iris): identity and ownership, band, limits, then the job id being free.
-    ``serialise_user`` (a submission about to write) first waits for the budget identity's other
-    submissions to commit, so the unfinished-task cap counts them.
+    One submission reads one parent, one budget, one count and one id; a batch of a thousand
+    jobs of one user and one parent reads the same, plus one query for all of the batch's ids.
+    The cap (``IRIS_MAX_ACTIVE_TASKS_PER_USER``) counts the batch's earlier jobs of the same
+    budget identity (``counted``), and an id is taken once in the batch as in the table.
     """
-    require_authenticated(actor)
-    job_id, parent, user = _resolve_job_id(actor, request)
+
+    def __init__(self) -> None:
+        self._parents: dict[str, Job | None] = {}
+        self._budgets: dict[str, Any] = {}
+        self._unfinished: dict[str, int] = {}
+        self._existing: set[str] | None = None
+        self.counted: dict[str, int] = {}  # replicas of the batch's accepted jobs, per budget identity
+        self.taken: dict[str, int] = {}  # the batch's accepted job ids -> their item index
+
+    def parent(self, job_id: str) -> Job | None:
+        if job_id not in self._parents:
+            self._parents[job_id] = Job.objects.filter(name=job_id).first()
+        return self._parents[job_id]
+
+    def budget(self, user: str):
+        if user not in self._budgets:
+            self._budgets[user] = effective_budget_for(user)
+        return self._budgets[user]
+
+    def unfinished(self, user: str) -> int:
+        """The identity's unfinished tasks, counted up to one past the cap (so a long history
+        costs nothing extra): the cap is then exceeded exactly when the count allows no more."""
+        if user not in self._unfinished:
+            rows = _unfinished_tasks(user).values("pk")[: settings.MAX_ACTIVE_TASKS_PER_USER + 1]
+            self._unfinished[user] = rows.count()
+        return self._unfinished[user]
+
+    def prefetch_existing(self, job_ids: list[str]) -> None:
+        """One query for whether any of these ids is taken (a batch's); unset, each id is looked up."""
+        self._existing = set(Job.objects.filter(name__in=job_ids).values_list("name", flat=True))
+
+    def exists(self, job_id: str) -> bool:
+        if self._existing is not None:
+            return job_id in self._existing
+        return Job.objects.filter(name=job_id).exists()
+
+
+def _unfinished_tasks(user: str):
+    return Task.objects.filter(job__user=user, state__in=NON_TERMINAL_VALUES)
+
+
+@dataclass(frozen=True)
+class _Identity:
+    job_id: str
+    parent: Job | None
+    user: str
+
+
+def _identity(actor, request: JobRequest, lookups: RuleLookups) -> _Identity:
+    """Rule 1, identity and ownership: the id, the parent and the budget identity."""
+    job_id, parent, user = _resolve_job_id(actor, request, lookups)
     if len(job_id) > MAX_ID_LENGTH - 8:  # leaves room for "/<task index>"
         raise InvalidArgument(f"job id {job_id!r} is too long", field="name")
+    return _Identity(job_id, parent, user)
 
+
+def _apply_rules(actor, request: JobRequest, who: _Identity, lookups: RuleLookups, index: int = 0) -> SubmissionPlan:
+    """Rules 2 and 3 (band, limits) and the id being free, for one job whose identity passed.
+    The caller holds the identity's submission lock when it is about to write."""
+    job_id, parent, user = who.job_id, who.parent, who.user
     band = request.priority if request.priority is not None else (Band(parent.band) if parent else Band.INTERACTIVE)
-    effective = effective_budget_for(user)
+    effective = lookups.budget(user)
     if band in ADMIN_BANDS:
         if not roles.is_admin(actor):
             raise PermissionDenied(
@@ -137,22 +197,24 @@ def plan_submission(actor, request: JobRequest, *, serialise_user: bool = False)
             f"(IRIS_MAX_REPLICAS_PER_JOB)",
             field="replicas", details={"limit": settings.MAX_REPLICAS_PER_JOB},
         )
-    if serialise_user:
-        hold_until_commit(f"submissions:{user}")
-    unfinished = Task.objects.filter(job__user=user, state__in=NON_TERMINAL_VALUES)
-    # Counting stops past what the cap allows, so a user's long history costs nothing extra;
-    # only a refusal counts them all, for its message.
-    allowed = settings.MAX_ACTIVE_TASKS_PER_USER - request.replicas
-    if allowed < 0 or unfinished.values("pk")[: allowed + 1].count() > allowed:
-        active = unfinished.count()
+    earlier = lookups.counted.get(user, 0)
+    if lookups.unfinished(user) + earlier + request.replicas > settings.MAX_ACTIVE_TASKS_PER_USER:
+        active = _unfinished_tasks(user).count()  # only a refusal counts them all, for its message
+        in_batch = f" (and {earlier:,} in this batch's earlier jobs)" if earlier else ""
         raise ResourceExhausted(
-            f"'{user}' has {active} unfinished tasks; {request.replicas} more would exceed the limit of "
+            f"'{user}' has {active} unfinished tasks{in_batch}; {request.replicas} more would exceed the limit of "
             f"{settings.MAX_ACTIVE_TASKS_PER_USER} per user. Wait for work to finish or cancel some.",
             field="replicas",
-            details={"active_tasks": active, "limit": settings.MAX_ACTIVE_TASKS_PER_USER},
+            details={"active_tasks": active, "limit": settings.MAX_ACTIVE_TASKS_PER_USER,
+                     **({"batch_tasks": earlier} if earlier else {})},
         )
-    if Job.objects.filter(name=job_id).exists():
+    if job_id in lookups.taken:
+        raise FailedPrecondition(f"job {job_id} is already item {lookups.taken[job_id]} of this batch; choose another name",
+                                 field="name", details={"other_index": lookups.taken[job_id]})
+    if lookups.exists(job_id):
         raise FailedPrecondition(f"job {job_id} already exists; choose another name", field="name")
+    lookups.counted[user] = earlier + request.replicas
+    lookups.taken[job_id] = index
     return SubmissionPlan(
         job_id=job_id,
         user=user,
@@ -162,6 +224,54 @@ def plan_submission(actor, request: JobRequest, *, serialise_user: bool = False)
         request=request,
         budget_max_band=effective.max_band,
     )
+
+
+def plan_submission(actor, request: JobRequest, *, serialise_user: bool = False) -> SubmissionPlan:
+    """Apply every submission rule without writing; raise the first rule broken.
+
+    Order (as Iris): identity and ownership, band, limits, then the job id being free.
+    ``serialise_user`` (a submission about to write) first waits for the budget identity's other
+    submissions to commit, so the unfinished-task cap counts them.
+    """
+    require_authenticated(actor)
+    lookups = RuleLookups()
+    who = _identity(actor, request, lookups)
+    if serialise_user:
+        hold_until_commit(f"submissions:{who.user}")
+    return _apply_rules(actor, request, who, lookups)
+
+
+def plan_submissions(actor, requests: Sequence[JobRequest | ServiceError]) -> list[SubmissionPlan | ServiceError]:
+    """Every rule of :func:`plan_submission` for each job of a batch, in order, about to write:
+    each item's plan or the first rule it broke (an item already refused, e.g. by its parser,
+    stays refused and counts for nothing). Earlier accepted jobs count toward the cap and take
+    their ids. The budget identities' submission locks are taken once each, in name order (so two
+    batches never wait for each other in a cycle), before anything is counted."""
+    require_authenticated(actor)
+    lookups = RuleLookups()
+    who: list[_Identity | ServiceError] = []
+    for request in requests:
+        if isinstance(request, ServiceError):
+            who.append(request)
+            continue
+        try:
+            who.append(_identity(actor, request, lookups))
+        except ServiceError as exc:
+            who.append(exc)
+    identities = [w for w in who if isinstance(w, _Identity)]
+    for user in sorted({w.user for w in identities}):
+        hold_until_commit(f"submissions:{user}")
+    lookups.prefetch_existing([w.job_id for w in identities])
+    plans: list[SubmissionPlan | ServiceError] = []
+    for index, (request, w) in enumerate(zip(requests, who, strict=True)):
+        if isinstance(w, ServiceError):
+            plans.append(w)
+            continue
+        try:
+            plans.append(_apply_rules(actor, request, w, lookups, index))
+        except ServiceError as exc:
+            plans.append(exc)
+    return plans
 
 
 def submission_argv(request: JobRequest) -> list[str]:
@@ -239,6 +349,66 @@ def capacity_warnings(request: JobRequest) -> list[str]:
             f"It waits until a large enough worker registers."]
 
 
+# Read once: an enum member's ``.value`` is a descriptor call, and a batch asks a thousand times.
+_PENDING_JOB, _PENDING_TASK = JobState.PENDING.value, TaskState.PENDING.value
+
+
+def _job_fields(submitted_by: int | None, plan: SubmissionPlan, submitted: int) -> dict[str, Any]:
+    """The Job row of a planned submission stamped ``submitted``, as column values by attribute
+    name: one mapping for the single path (a model instance) and the batch path (rows)."""
+    request, parent = plan.request, plan.parent
+    return {
+        "route": route_at_submission(request),
+        "name": plan.job_id,
+        "parent_id": parent.pk if parent else None,
+        "user": plan.user,
+        "submitted_by_id": submitted_by,
+        "band": int(plan.band),
+        "state": _PENDING_JOB,
+        "depth": plan.depth,
+        "submitted_at_ms": submitted,
+        "root_submitted_at_ms": parent.root_submitted_at_ms if parent else submitted,
+        "replicas": request.replicas,
+        "cpu_millicores": request.cpu_millicores,
+        "memory_bytes": request.memory_bytes,
+        "device_type": request.device.type.value,
+        "device_variant": request.device.variant,
+        "device_count": request.device.count,
+        "group_by": request.group_by,
+        "constraints": list(request.constraints),
+        "scheduling_deadline_ms": (
+            submitted + round(request.scheduling_timeout_seconds * 1000)
+            if request.scheduling_timeout_seconds
+            else None
+        ),
+        "max_retries_preemption": request.max_retries_preemption,
+        "max_retries_failure": request.max_retries_failure,
+        "command": list(request.command),
+        "submission_argv": submission_argv(request),
+        "request": request.as_json(),
+        "system_reason": request.system_reason,
+    }
+
+
+@dataclass(frozen=True)
+class SubmittedJob:
+    """A job a batch wrote, as its answer reports it."""
+
+    id: str
+    pk: int
+    user: str
+    band: Band
+    replicas: int
+    submitted_at_ms: int
+    warnings: list[str]
+
+
+def _log_submitted(by: str, job_id: str, user: str, band: Band, tasks: int) -> None:
+    log.info("job %s submitted by %s as %s (%d tasks)", job_id, by, band.name, tasks,
+             extra={"job": job_id, "actor": by, "user": user, "band": band.wire,
+                    "tasks": tasks, "action": "job.submit"})
+
+
 @instruments.counted_submissions
 def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
     """Submit a job: check every rule, then write the job and one task per replica atomically.
@@ -252,39 +422,9 @@ def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
     try:
         with transaction.atomic():
             plan = plan_submission(actor, request, serialise_user=True)
-            submitted = next_submission_ms(clock.now_ms())
-            parent = plan.parent
-            job = Job.objects.create(
-                route=route_at_submission(request),
-                name=plan.job_id,
-                parent=parent,
-                user=plan.user,
-                submitted_by=actor,
-                band=int(plan.band),
-                state=JobState.PENDING.value,
-                depth=plan.depth,
-                submitted_at_ms=submitted,
-                root_submitted_at_ms=parent.root_submitted_at_ms if parent else submitted,
-                replicas=request.replicas,
-                cpu_millicores=request.cpu_millicores,
-                memory_bytes=request.memory_bytes,
-                device_type=request.device.type.value,
-                device_variant=request.device.variant,
-                device_count=request.device.count,
-                group_by=request.group_by,
-                constraints=list(request.constraints),
-                scheduling_deadline_ms=(
-                    submitted + round(request.scheduling_timeout_seconds * 1000)
-                    if request.scheduling_timeout_seconds
-                    else None
-                ),
-                max_retries_preemption=request.max_retries_preemption,
-                max_retries_failure=request.max_retries_failure,
-                command=list(request.command),
-                submission_argv=submission_argv(request),
-                request=request.as_json(),
-                system_reason=request.system_reason,
-            )
+            job = Job(**_job_fields(actor.pk, plan, next_submission_ms(clock.now_ms())))
+            job.parent, job.submitted_by = plan.parent, actor  # the rows in hand, for the answer
+            job.save(force_insert=True)
             job.new_tasks = Task.objects.bulk_create(
                 [Task(job=job, index=i, state=TaskState.PENDING.value) for i in range(request.replicas)],
                 batch_size=1000,
@@ -294,10 +434,116 @@ def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
         # Two submissions of the same id raced past the existence check.
         raise FailedPrecondition(f"job {plan.job_id} already exists; choose another name", field="name") from None
     job.warnings = capacity_warnings(request)
-    log.info("job %s submitted by %s as %s (%d tasks)", job.name, actor.username, plan.band.name, job.replicas,
-             extra={"job": job.name, "actor": actor.username, "user": plan.user, "band": plan.band.wire,
-                    "tasks": job.replicas, "action": "job.submit"})
+    _log_submitted(actor.username, job.name, plan.user, plan.band, job.replicas)
     return job
+
+
+# Refused items a batch's error lists (``details.errors``); its code and message are the first's.
+MAX_LISTED_ERRORS = 100
+
+# The columns of a new task row (the others are NULL: no worker, no stamped band yet).
+_TASK_COLUMNS = [("job_id", "bigint"), ('"index"', "integer"), ("state", "text"), ("preemption_count", "integer"),
+                 ("failure_count", "integer"), ("attempt_count", "integer"), ("updated_at", "timestamptz")]
+
+
+def item_error(index: int, exc: ServiceError) -> ServiceError:
+    """``exc`` as raised for item ``index`` of a batch: the same code, the message and
+    ``details.field`` prefixed with ``jobs[index]`` (``jobs[3].priority: ...``), ``details.index``."""
+    prefix = f"jobs[{index}]"
+    field = exc.field
+    if field and exc.message.startswith(f"{field}:"):
+        message = f"{prefix}.{exc.message}"
+    else:
+        message = f"{prefix}: {exc.message}"
+    details = {**exc.details, "index": index, "field": f"{prefix}.{field}" if field else prefix}
+    return type(exc)(message, details=details)
+
+
+def batch_error(refused: Sequence[tuple[int, ServiceError]]) -> ServiceError:
+    """The one error of a refused batch: the first refused item's (its code, status and message,
+    ``details`` with ``index`` and ``field``), with ``details.errors`` listing every refused item
+    (up to MAX_LISTED_ERRORS: ``{index, code, message, field}``) and ``details.refused`` their number."""
+    errors = [item_error(i, exc) for i, exc in refused[:MAX_LISTED_ERRORS]]
+    first = errors[0]
+    first.details["refused"] = len(refused)
+    first.details["errors"] = [
+        {"index": e.details["index"], "code": e.code, "message": e.message, "field": e.details["field"]} for e in errors
+    ]
+    return first
+
+
+def parse_batch(bodies: Any) -> list[JobRequest | ServiceError]:
+    """Each body of a batch parsed by the one job-request model, or the error it raised."""
+    if not isinstance(bodies, list | tuple) or not bodies:
+        raise InvalidArgument("expected a non-empty list of job objects, each as the body of POST jobs/", field="jobs")
+    limit = settings.MAX_JOBS_PER_BATCH
+    if len(bodies) > limit:
+        raise ResourceExhausted(f"{len(bodies):,} jobs exceed the limit of {limit:,} per batch (IRIS_MAX_JOBS_PER_BATCH); "
+                                f"send them in several batches", field="jobs", details={"limit": limit})
+    parsed: list[JobRequest | ServiceError] = []
+    for body in bodies:
+        try:
+            parsed.append(parse_job_request(body))
+        except ServiceError as exc:
+            parsed.append(exc)
+    return parsed
+
+
+def submit_jobs(actor, bodies: Any) -> list[SubmittedJob]:
+    """Submit a batch of jobs (a sweep) all or nothing, by the rules of :func:`submit_job`.
+
+    Every item is parsed by the one job-request model and checked by the same rules; the cap
+    counts the batch's earlier jobs, and an id is taken once. If any item is refused nothing is
+    written and :func:`batch_error` says which. Otherwise every job and every task go in with one
+    statement per table, in one transaction, with consecutive submission times in item order,
+    and one prompt tick is requested after commit. Each job's ``warnings`` are those
+    ``submit_job`` gives.
+    """
+    require_authenticated(actor)
+    requests = parse_batch(bodies)
+    try:
+        with transaction.atomic():
+            plans = plan_submissions(actor, requests)
+            refused = [(i, p) for i, p in enumerate(plans) if isinstance(p, ServiceError)]
+            if refused:
+                for _, exc in refused:
+                    instruments.SUBMISSIONS.labels(code=exc.code).inc()
+                raise batch_error(refused)
+            first = next_submission_times(clock.now_ms(), len(plans))
+            now = timezone.now()
+            columns = bulk.model_columns(Job)
+            submitter = actor.pk
+            rows = []
+            for i, plan in enumerate(plans):
+                fields = _job_fields(submitter, plan, first + i)
+                fields["created_at"] = now
+                rows.append(tuple(fields.get(attname) for _, _, attname in columns))
+            ids = dict(bulk.insert_returning(Job._meta.db_table, [(c, t) for c, t, _ in columns], rows,
+                                             returning=("name", "id")))
+            bulk.insert_rows(Task._meta.db_table, _TASK_COLUMNS, [
+                (ids[plan.job_id], i, _PENDING_TASK, 0, 0, 0, now)
+                for plan in plans for i in range(plan.request.replicas)
+            ])
+            transaction.on_commit(request_prompt_tick, robust=True)
+    except IntegrityError:
+        # A submission of one of these ids raced past the existence check.
+        raise FailedPrecondition("a job id of this batch was taken while it was written; nothing was submitted",
+                                 field="jobs") from None
+    warnings: dict[tuple, list[str]] = {}
+    jobs = []
+    by = actor.username
+    for i, plan in enumerate(plans):
+        request = plan.request
+        shape = (request.cpu_millicores, request.memory_bytes, request.device)
+        if shape not in warnings:
+            warnings[shape] = capacity_warnings(request)
+        jobs.append(SubmittedJob(id=plan.job_id, pk=ids[plan.job_id], user=plan.user, band=plan.band,
+                                 replicas=request.replicas, submitted_at_ms=first + i, warnings=warnings[shape]))
+        _log_submitted(by, plan.job_id, plan.user, plan.band, request.replicas)
+    instruments.SUBMISSIONS.labels(code="OK").inc(len(jobs))
+    log.info("batch of %d jobs submitted by %s", len(jobs), actor.username,
+             extra={"actor": actor.username, "jobs": len(jobs), "action": "job.submit_batch"})
+    return jobs
 
 
 def route_at_submission(request: JobRequest) -> str:

@@ -34,3 +34,15 @@ def next_submission_ms(now_ms: int) -> int:
             return cursor.fetchone()[0]
     last = Job.objects.aggregate(last=Max("submitted_at_ms"))["last"]
     return now_ms if last is None else max(now_ms, last + 1)
+
+
+def next_submission_times(now_ms: int, count: int) -> int:
+    """The first of ``count`` consecutive submission times (``first .. first + count - 1``), each
+    as :func:`next_submission_ms` would hand it out: one batch's, reserved in one call."""
+    if count < 1:
+        raise ValueError("count must be at least 1")
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT scheduler_next_submission_ms(%s, %s)", [now_ms, count])
+            return cursor.fetchone()[0]
+    return next_submission_ms(now_ms)

@@ -91,8 +91,14 @@ def listing_context(request) -> dict:
     over = listing.over_budget_users()
     qs = listing.filtered_jobs(job_filter, over)
     total = qs.count()
+    # Keyset pages (listing.page_of): a cursor from the pager's links, or an old ?page=N link,
+    # kept within the last page and the offset limit.
     win = window(request, min(total, listing.MAX_OFFSET + listing.PAGE_SIZE), listing.PAGE_SIZE)
-    page = list(listing.ordered(qs, view)[win.offset:win.offset + win.size])
+    try:
+        keyset = listing.page_of(qs, view, cursor=request.GET.get("cursor") or None, number=win.number)
+    except InvalidArgument as exc:
+        return {"error": exc.message, "jobs": [], "filter": job_filter.given, "view": view, "groups": []}
+    page = keyset.jobs
     counts = task_counts([job.pk for job in page])
     groups: dict = {}
     if view.group:
@@ -106,8 +112,10 @@ def listing_context(request) -> dict:
         job.group_head = groups.get(key) if view.group and key != previous else None
         previous = key
     return {
-        "jobs": page, "window": win, "total": total, "filter": job_filter.given, "view": view,
-        "groups": sorted(groups.values(), key=lambda g: g.key), "truncated": total > listing.MAX_OFFSET + listing.PAGE_SIZE,
+        "jobs": page, "page": keyset, "total": total, "filter": job_filter.given, "view": view,
+        "first_row": keyset.offset + 1 if keyset.offset is not None and page else None,
+        "last_row": keyset.offset + len(page) if keyset.offset is not None else None,
+        "groups": sorted(groups.values(), key=lambda g: g.key),
         "selection_query": urlencode(job_filter.given),
     }
 

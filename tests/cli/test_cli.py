@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -11,9 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.contrib.auth import get_user_model
 
 from scheduler.core.bands import Band
-from scheduler.models import AuditEntry, Job, UpliftGrant, UserBudget, Worker
+from scheduler.models import AuditEntry, Job, Task, UpliftGrant, UserBudget, Worker
 from tests.cli.conftest import PASSWORD
 
 GIB = 1 << 30
@@ -665,3 +667,96 @@ def test_the_console_script_runs_against_the_server(iris, home):
     assert json.loads(done.stdout)["username"] == "alice"
     assert failed.returncode == 1
     assert failed.stderr.startswith("PERMISSION_DENIED: ")
+
+
+# --- iris job submit -f (sweeps through POST jobs:batch) --------------------------------------------
+
+
+def write_jsonl(path, jobs) -> str:
+    path.write_text("".join(json.dumps(job) + "\n" for job in jobs) + "\n")
+    return str(path)
+
+
+def test_submit_from_a_jsonl_file_goes_in_chunks_and_prints_every_id(iris, tmp_path, settings):
+    settings.MAX_JOBS_PER_BATCH = 2  # the server's limit is lower than the CLI's default: it re-chunks
+    iris.use_token("alice")
+    jobs = [{"name": f"sweep-{i}", "command": ["python", "train.py", f"--lr={i}"], "replicas": 2} for i in range(5)]
+
+    result = iris("job", "submit", "-f", write_jsonl(tmp_path / "jobs.jsonl", jobs))
+
+    assert result.code == 0, result.err
+    lines = result.out.splitlines()
+    assert lines[0] == "Submitted 5 job(s):"
+    assert lines[1:6] == [f"/alice/sweep-{i}" for i in range(5)]
+    assert sorted(Job.objects.values_list("name", flat=True)) == [f"/alice/sweep-{i}" for i in range(5)]
+    assert Task.objects.count() == 10
+
+
+def test_a_refused_chunk_names_the_file_lines_and_stops(iris, tmp_path):
+    iris.use_token("bob")  # bob's tier allows BATCH only
+    jobs = [{"name": "a", "priority": "batch", "command": ["true"]}, {"name": "b", "command": ["true"]},
+            {"name": "c", "cpu": -1, "command": ["true"]}]
+
+    result = iris("job", "submit", "--batch-size", "1", "-f", write_jsonl(tmp_path / "jobs.jsonl", jobs))
+
+    assert result.code == 1
+    assert result.out.splitlines()[:2] == ["Submitted 1 job(s):", "/bob/a"]
+    assert result.err.startswith("PERMISSION_DENIED: ")
+    assert "jobs.jsonl line 2: jobs[0]: Budget identity 'bob' cannot submit INTERACTIVE" in result.err
+    assert "nothing from" in result.err and "line 2 on was submitted" in result.err
+    assert list(Job.objects.values_list("name", flat=True)) == ["/bob/a"]
+
+
+def test_a_line_that_is_not_json_sends_nothing(iris, tmp_path):
+    iris.use_token("alice")
+    path = tmp_path / "jobs.jsonl"
+    path.write_text('{"name": "a", "command": ["true"]}\n{"name": \n')
+
+    result = iris("job", "submit", "-f", str(path))
+
+    assert result.code == 1
+    assert "jobs.jsonl line 2: not JSON" in result.err
+    assert not Job.objects.exists()
+
+
+def test_the_console_script_submits_a_sweep_from_stdin(iris, home, tmp_path):
+    iris.use_token("alice")
+    script = Path(sys.executable).with_name("iris")
+    env = {**os.environ, "HOME": str(home)}
+    def lines(prefix: str) -> str:
+        return "".join(json.dumps({"name": f"{prefix}{i}", "command": ["true"]}) + "\n" for i in range(3))
+    jobs = lines("s")
+    bad = json.dumps({"name": "bad", "replicas": 0, "command": ["true"]}) + "\n"
+
+    done = subprocess.run([str(script), "--json", "job", "submit", "-f", "-"], input=jobs, capture_output=True,
+                          text=True, env=env, timeout=60)
+    failed = subprocess.run([str(script), "job", "submit", "-f", "-"], input=lines("t") + bad,
+                            capture_output=True, text=True, env=env, timeout=60)
+
+    assert done.returncode == 0, done.stderr
+    assert [j["id"] for j in json.loads(done.stdout)["jobs"]] == ["/alice/s0", "/alice/s1", "/alice/s2"]
+    assert failed.returncode == 1
+    assert failed.stderr.startswith("INVALID_ARGUMENT: <stdin> line 4: jobs[3].replicas: ")
+    assert Job.objects.count() == 3
+
+
+def test_job_list_pages_by_cursor_and_all_follows_every_page(iris, monkeypatch):
+    from scheduler.cli import commands
+    from tests.personas import submit as submit_job_as
+
+    alice = get_user_model().objects.get(username="alice")
+    for i in range(7):
+        submit_job_as(alice, f"j{i}")
+    iris.use_token("alice")
+    monkeypatch.setattr(commands, "JOB_PAGE_SIZE", 3)  # three pages to follow
+
+    every = iris("--json", "job", "list", "--all", "--sort", "name")
+    first = iris("job", "list", "--filter", "page_size=3", "--sort", "name")
+
+    assert every.code == 0, every.err
+    assert [j["id"] for j in every.json()["results"]] == [f"/alice/j{i}" for i in range(7)]
+    assert first.code == 0, first.err
+    cursor = re.search(r"3 of 7 shown; next: --cursor (\S+)", first.out).group(1)
+    second = iris("job", "list", "--filter", "page_size=3", "--sort", "name", "--cursor", cursor)
+    assert second.code == 0, second.err
+    assert [line.split()[0] for line in second.out.splitlines()[1:4]] == ["/alice/j3", "/alice/j4", "/alice/j5"]

@@ -63,3 +63,33 @@ def test_insert_rows_then_update_rows_in_one_transaction():
     assert (attempt.worker_id, attempt.state, attempt.error, attempt.band, attempt.created_at) == (
         worker.pk, "preempted", AWKWARD, 2, WHEN
     )
+
+
+def test_insert_returning_writes_every_column_and_returns_the_new_ids_by_key():
+    from scheduler.models import Job
+
+    columns = bulk.model_columns(Job)
+    template = {attname: None for _, _, attname in columns} | {
+        "user": "alice", "band": 2, "state": "pending", "depth": 1, "replicas": 1, "cpu_millicores": 1000,
+        "memory_bytes": 1 << 30, "device_type": "cpu", "device_variant": "", "device_count": 0,
+        "max_retries_preemption": 100, "max_retries_failure": 0, "system_reason": "", "route": "",
+        "submission_argv": [], "request": {"nested": {"deep": [1, "two", None]}}, "created_at": WHEN,
+    }
+    rows = [
+        {**template, "name": f"/alice/r{i}", "submitted_at_ms": i, "root_submitted_at_ms": i,
+         "command": ["python", AWKWARD, str(i)], "constraints": [{"key": "zone", "op": "in", "value": ["a", "b"]}]}
+        for i in range(3)
+    ]
+    with CaptureQueriesContext(connection) as queries:
+        returned = bulk.insert_returning(Job._meta.db_table, [(c, t) for c, t, _ in columns],
+                                         [tuple(r[a] for _, _, a in columns) for r in rows], returning=("name", "id"))
+    assert len([q for q in queries.captured_queries if q["sql"].startswith("INSERT")]) == 1
+    ids = dict(returned)
+    assert set(ids) == {f"/alice/r{i}" for i in range(3)}
+    for name, pk in ids.items():
+        job = Job.objects.get(pk=pk)
+        assert job.name == name
+        assert job.command == ["python", AWKWARD, name[-1]]
+        assert job.request == {"nested": {"deep": [1, "two", None]}}
+        assert job.constraints == [{"key": "zone", "op": "in", "value": ["a", "b"]}]
+        assert (job.parent_id, job.group_by, job.created_at) == (None, None, WHEN)

@@ -1,20 +1,26 @@
-"""Retention: old tick records and shipped logs are deleted by ``scheduler.prune_history``;
-the newest tick and everything recent are kept, and preemption history outlives its ticks."""
+"""Retention: old tick records, preemption events and shipped logs are deleted by
+``scheduler.prune_history``, in bounded batches within a time budget; the newest tick and
+everything recent are kept, and preemption history outlives its ticks."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from scheduler import tasks
 from scheduler.core.bands import Band
 from scheduler.execution.logs import log_file, prune_shipped_logs, store_chunk
 from scheduler.models import PreemptionEvent, TickRecord
-from scheduler.tick.history import prune_tick_records
+from scheduler.store.pruning import delete_in_batches
+from scheduler.tick import history
+from scheduler.tick.history import prune_preemption_events, prune_tick_records
 from tests.personas import make_job
 
 pytestmark = pytest.mark.django_db
@@ -161,3 +167,81 @@ def test_a_record_that_no_longer_holds_the_queue_is_pruned_and_ticks_naming_it_l
 
     assert set(TickRecord.objects.values_list("pk", flat=True)) == {holder.pk, newest.pk}
     assert not TickRecord.objects.filter(pk__in=[former.pk, named.pk]).exists()
+
+
+# --- preemption events, and batches within a time budget -------------------------------------------
+
+
+VICTIMS = itertools.count()
+
+
+def events_at(*ages: timedelta, now=None) -> list[PreemptionEvent]:
+    now = now or timezone.now()
+    n = next(VICTIMS)
+    victim, preemptor = make_job(f"/alice/victim-{n}").tasks.get(), make_job(f"/bob/preemptor-{n}").tasks.get()
+    return [PreemptionEvent.objects.create(victim=victim, preemptor=preemptor, victim_band=int(Band.BATCH),
+                                           preemptor_band=int(Band.PRODUCTION), reason=f"r{i}", created_at=now - age)
+            for i, age in enumerate(ages)]
+
+
+def test_preemption_events_past_the_window_are_deleted_and_recent_ones_kept():
+    now = timezone.now()
+    old = events_at(100 * DAY, 91 * DAY, 95 * DAY, now=now)
+    recent = events_at(89 * DAY, timedelta(minutes=5), now=now)
+
+    done = prune_preemption_events(now, keep_days=90, batch=2)
+
+    assert (done.deleted, done.finished) == (3, True)
+    assert set(PreemptionEvent.objects.values_list("pk", flat=True)) == {e.pk for e in recent}
+    assert not PreemptionEvent.objects.filter(pk__in=[e.pk for e in old]).exists()
+    assert prune_preemption_events(now, keep_days=0).deleted == 0
+
+
+def test_each_delete_statement_holds_at_most_one_batch_of_rows():
+    now = timezone.now()
+    events_at(*(100 * DAY + i * timedelta(minutes=1) for i in range(7)), now=now)
+
+    with CaptureQueriesContext(connection) as queries:
+        assert prune_preemption_events(now, keep_days=90, batch=3).deleted == 7
+
+    deletes = [q["sql"] for q in queries.captured_queries
+               if q["sql"].startswith("DELETE") and "scheduler_preemptionevent" in q["sql"]]
+    assert [d.count(",") + 1 for d in deletes] == [3, 3, 1], deletes
+
+
+def test_pruning_stops_at_its_deadline_and_the_next_run_goes_on():
+    now = timezone.now()
+    events_at(*(100 * DAY + i * timedelta(minutes=1) for i in range(5)), now=now)
+    ticks = iter(range(100))  # a clock that moves one second per look
+
+    first = delete_in_batches(PreemptionEvent.objects.order_by("pk"), batch=2, deadline=2,
+                              clock=lambda: next(ticks))
+
+    assert (first.deleted, first.finished) == (4, False)  # looked at 0 and 1: two batches; at 2 it stops
+    assert PreemptionEvent.objects.count() == 1
+    again = delete_in_batches(PreemptionEvent.objects.order_by("pk"), batch=2, deadline=float("inf"))
+    assert (again.deleted, again.finished) == (1, True)
+
+
+def test_a_run_with_no_time_left_deletes_nothing_and_says_so(settings):
+    settings.PRUNE_BUDGET_SECONDS = 0
+    settings.PREEMPTION_HISTORY_DAYS = 1
+    events_at(10 * DAY)
+    done = history.prune_history(timezone.now())
+    assert (done.preemption_events, done.finished) == (0, False)
+    assert PreemptionEvent.objects.count() == 1
+
+
+def test_the_task_prunes_preemption_events_by_their_own_setting(settings, tmp_path):
+    settings.SHIPPED_LOG_DIR = tmp_path / "shipped"
+    settings.PREEMPTION_HISTORY_DAYS, settings.TICK_HISTORY_DAYS, settings.PRUNE_BATCH_ROWS = 3, 0, 1
+    now = timezone.now()
+    old_tick = tick_at(now - 30 * DAY)
+    tick_at(now)
+    kept = events_at(2 * DAY, now=now)
+    events_at(4 * DAY, 5 * DAY, now=now)
+
+    tasks.prune_history()
+
+    assert list(PreemptionEvent.objects.values_list("pk", flat=True)) == [kept[0].pk]
+    assert TickRecord.objects.filter(pk=old_tick.pk).exists()  # 0 days: tick records kept for ever

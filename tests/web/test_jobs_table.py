@@ -61,15 +61,42 @@ def many_jobs(n: int) -> None:
     Task.objects.bulk_create(Task(job_id=pk, index=0) for pk in Job.objects.values_list("pk", flat=True))
 
 
+def test_the_pager_follows_cursors_through_every_job_and_old_page_links_still_answer(clients):
+    many_jobs(120)
+    expected = list(Job.objects.order_by("user", "-submitted_at_ms", "-pk").values_list("name", flat=True))
+    seen, url = [], "/jobs/?sort=-submitted&group=user"
+    while url:
+        response = clients["ada"].get(url)
+        assert response.status_code == 200
+        seen += names_on(response)
+        found = re.search(r'<a href="(\?[^"]*cursor=[^"]+)" hx-get="[^"]+"[^>]*>Next', response.content.decode())
+        url = "/jobs/" + found.group(1).replace("&amp;", "&") if found else None
+    assert seen == expected
+    old = clients["ada"].get("/jobs/?sort=-submitted&group=user&page=2")
+    assert names_on(old) == expected[50:100]
+    assert "51–100 of 120" in old.content.decode()
+    sorted_again = clients["ada"].get("/jobs/?sort=-submitted&group=user&page=2")
+    assert "cursor" not in re.search(r'<th aria-sort[^>]*><a href="([^"]+)"', sorted_again.content.decode()).group(1)
+
+
+def test_a_forged_cursor_gets_a_clear_message_not_a_500(clients):
+    many_jobs(3)
+    response = clients["alice"].get("/jobs/?cursor=forged")
+    assert response.status_code == 400
+    assert re.search(r'id="filter-error">cursor: ', response.content.decode())
+
+
 @pytest.mark.parametrize("url", ["/jobs/", "/jobs/?state=pending&sort=-tasks&group=band",
-                                 "/jobs/?band=batch&name=j&group=user&page=2"])
+                                 "/jobs/?band=batch&name=j&group=user&page=2", "/jobs/?sort=user&cursor={cursor}"])
 def test_a_page_runs_the_same_queries_at_10_and_1000_jobs(clients, url):
     counts = []
     for n in (10, 1000):
         Job.objects.all().delete()
         many_jobs(n)
+        first = clients["ada"].get("/jobs/?sort=user").content.decode()
+        cursor = re.search(r"cursor=([^&\"]+)", first)
         with CaptureQueriesContext(connection) as captured:
-            assert clients["ada"].get(url).status_code == 200
+            assert clients["ada"].get(url.format(cursor=cursor.group(1) if cursor else "")).status_code == 200
         counts.append(len(captured))
     assert counts[0] == counts[1], counts
 
