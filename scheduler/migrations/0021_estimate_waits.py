@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduler', '0018_tick_explanation_reference'),
+        ('scheduler', '0020_job_keyset_indexes'),
     ]
 
     operations = [
