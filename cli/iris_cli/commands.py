@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import os
 import re
 import secrets
@@ -276,9 +277,92 @@ def cmd_job_run(session: Session, args: argparse.Namespace):
     return job, render
 
 
+# Jobs per POST jobs:batch unless --batch-size says otherwise: the server's default
+# IRIS_MAX_JOBS_PER_BATCH. A server with a lower limit says so, and the rest goes in its size.
+DEFAULT_BATCH_SIZE = 1000
+
+
+def read_job_lines(file) -> list[tuple[int, dict]]:
+    """``(line number, job body)`` of each non-blank line of a JSON Lines file; one that is not a
+    JSON object stops everything before anything is sent."""
+    jobs = []
+    for number, line in enumerate(file, start=1):
+        if not line.strip():
+            continue
+        try:
+            body = json.loads(line)
+        except ValueError as exc:
+            raise CliError("INVALID_ARGUMENT", f"{file.name} line {number}: not JSON ({exc}); nothing was submitted") from None
+        if not isinstance(body, dict):
+            raise CliError("INVALID_ARGUMENT", f"{file.name} line {number}: expected a JSON object (a job, as the "
+                                               f"body of POST jobs/); nothing was submitted")
+        jobs.append((number, body))
+    if not jobs:
+        raise CliError("INVALID_ARGUMENT", f"{file.name}: no jobs in it; nothing was submitted")
+    return jobs
+
+
+def cmd_job_submit(session: Session, args: argparse.Namespace):
+    """``iris job submit -f jobs.jsonl``: every line a job, sent by POST jobs:batch in chunks of
+    the batch limit. Each chunk is all or nothing; the first refused chunk stops the rest, and the
+    jobs of the chunks before it stay submitted (their ids are printed first)."""
+    with args.file:
+        items = read_job_lines(args.file)
+    size, start, submitted = args.batch_size, 0, []
+    while start < len(items):
+        chunk = items[start:start + size]
+        try:
+            answer = session.post("jobs:batch", {"jobs": [body for _, body in chunk]})
+        except CliError as exc:
+            limit = exc.details.get("limit")
+            if exc.code == "RESOURCE_EXHAUSTED" and exc.details.get("field") == "jobs" and isinstance(limit, int) \
+                    and 0 < limit < len(chunk):
+                size = limit  # the server's IRIS_MAX_JOBS_PER_BATCH is lower: resend in its size
+                continue
+            raise refused_lines(exc, args.file.name, chunk, submitted, getattr(args, "json", False)) from None
+        submitted += answer.get("jobs", [])
+        start += len(chunk)
+    return {"count": len(submitted), "jobs": submitted}, fmt.submitted_jobs
+
+
+def refused_lines(exc: CliError, name: str, chunk: list[tuple[int, dict]], submitted: list, as_json: bool) -> CliError:
+    """The error of a refused chunk, its items named by their lines in the file. The jobs already
+    submitted are printed (stdout) before it."""
+    if submitted:
+        answer = {"count": len(submitted), "jobs": submitted}
+        print(fmt.as_json(answer) if as_json else fmt.submitted_jobs(answer))
+    errors = exc.details.get("errors") if isinstance(exc.details, dict) else None
+    lines = []
+    for error in errors if isinstance(errors, list) else []:
+        index = error.get("index") if isinstance(error, dict) else None
+        if isinstance(index, int) and 0 <= index < len(chunk):
+            lines.append(f"  {name} line {chunk[index][0]}: {error.get('code')}: {error.get('message')}")
+    index = exc.details.get("index") if isinstance(exc.details, dict) else None
+    where = f"{name} line {chunk[index][0]}: " if isinstance(index, int) and 0 <= index < len(chunk) else ""
+    rest = f"nothing from {name} line {chunk[0][0]} on was submitted"
+    if len(lines) > 1:
+        print("\n".join(lines[1:]), file=sys.stderr)
+    return CliError(exc.code, f"{where}{exc.message} ({rest})", exc.details, exc.status)
+
+
+# Jobs per request when `iris job list --all` follows the pages (the API's largest page).
+JOB_PAGE_SIZE = 500
+
+
 def cmd_job_list(session: Session, args: argparse.Namespace):
     query = {**dict(args.filter or []), "user": args.user, "band": args.band, "state": args.state}
-    return session.get("jobs/", **query, sort=args.sort, page=args.page), fmt.job_list
+    if args.page and args.cursor:
+        raise UsageError("give --page or --cursor, not both")
+    if not args.all:
+        return session.get("jobs/", **query, sort=args.sort, page=args.page, cursor=args.cursor), fmt.job_list
+    # Every matching job: follow the keyset pages' cursors to the end, as one page holding them all.
+    page = session.get("jobs/", **query, sort=args.sort, page_size=JOB_PAGE_SIZE)
+    jobs = list(page.get("results", []))
+    while page.get("next"):
+        page = session.get("jobs/", **query, sort=args.sort, page_size=JOB_PAGE_SIZE,
+                           cursor=fmt.query_value(page["next"], "cursor"))
+        jobs.extend(page.get("results", []))
+    return {"count": len(jobs), "next": None, "previous": None, "results": jobs}, fmt.job_list
 
 
 def filter_item(text: str) -> tuple[str, str]:
@@ -503,6 +587,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-retries-preemption", type=non_negative_int, metavar="N")
     p.add_argument("--max-retries-failure", type=non_negative_int, metavar="N")
 
+    p = command(jobs, "submit", cmd_job_submit, "submit many jobs (a sweep) from a JSON Lines file, all or nothing per batch",
+                epilog="Each line is one job, a JSON object as the body of POST /api/v1/jobs/, e.g. "
+                       '{"name": "sweep-1", "command": ["python", "train.py", "--lr=0.1"], "replicas": 2}.')
+    p.add_argument("-f", "--file", required=True, type=argparse.FileType("r", encoding="utf-8"), metavar="FILE",
+                   help="the jobs, one JSON object per line ('-' reads standard input)")
+    p.add_argument("--batch-size", type=positive_int, default=DEFAULT_BATCH_SIZE, metavar="N",
+                   help=f"jobs per request (default {DEFAULT_BATCH_SIZE}; lowered to the server's limit if it has a lower one)")
+
     p = command(jobs, "list", cmd_job_list, "list jobs")
     p.add_argument("--user", metavar="U")
     p.add_argument("--band", choices=BANDS)
@@ -510,7 +602,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--filter", type=filter_item, action="append", metavar="KEY=VALUE",
                    help=f"more filters (repeatable): {FILTER_HELP}")
     p.add_argument("--sort", metavar="COLUMN", help="name, user, band, effective, state, route, tasks, submitted; --sort=-COLUMN for descending")
-    p.add_argument("--page", type=positive_int, metavar="N")
+    p.add_argument("--page", type=positive_int, metavar="N", help="page N (within the first 10,000 jobs; deeper: --cursor)")
+    p.add_argument("--cursor", metavar="C", help="the page a previous listing's 'next: --cursor C' points to")
+    p.add_argument("--all", action="store_true", help="every matching job (follows the pages)")
     for name, handler, help in [
         ("show", cmd_job_show, "a job with its tasks and attempts"),
         ("explain", cmd_job_explain, "why a job runs where it runs, or why it waits"),

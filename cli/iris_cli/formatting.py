@@ -187,9 +187,21 @@ def page_footer(page: Any, shown: int) -> str:
     total = page.get("count")
     if not page.get("next") and not page.get("previous"):
         return f"{total} in all" if total != shown else ""
+    cursor = query_value(page.get("next") or "", "cursor")
+    if cursor or query_value(page.get("previous") or "", "cursor"):
+        # Keyset pages (jobs): the next page is named by its cursor, not by a number.
+        return f"{shown} of {total} shown" + (f"; next: --cursor {cursor}" if cursor else "")
     current = _page_number(page)
     hint = f"; next: --page {current + 1}" if page.get("next") else ""
     return f"{shown} of {total} shown (page {current}){hint}"
+
+
+def query_value(url: str, name: str) -> str | None:
+    """One query parameter of a link (``cursor`` of a ``next`` link), or None."""
+    from urllib.parse import parse_qs, urlparse
+
+    values = parse_qs(urlparse(url).query).get(name)
+    return values[0] if values else None
 
 
 def _page_number(page: dict) -> int:
@@ -653,3 +665,12 @@ def _short(value: Any) -> str:
 
 def audit_list(page: Any) -> str:
     return with_footer(table(results(page), AUDIT_COLUMNS, empty="No audit entries."), page)
+
+
+def submitted_jobs(answer: dict) -> str:
+    """``iris job submit``: the count, one id per line, then the jobs' warnings (``--json`` for scripts)."""
+    jobs = pick(answer, "jobs", default=[]) or []
+    lines = [f"Submitted {len(jobs):,} job(s):", *(job_id(job) for job in jobs)]
+    for job in jobs:
+        lines.extend(f"Warning: {job_id(job)}: {w}" for w in (pick(job, "warnings", default=[]) or []))
+    return "\n".join(lines)

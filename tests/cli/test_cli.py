@@ -741,7 +741,7 @@ def test_the_console_script_submits_a_sweep_from_stdin(iris, home, tmp_path):
 
 
 def test_job_list_pages_by_cursor_and_all_follows_every_page(iris, monkeypatch):
-    from scheduler.cli import commands
+    from iris_cli import commands
     from tests.personas import submit as submit_job_as
 
     alice = get_user_model().objects.get(username="alice")
