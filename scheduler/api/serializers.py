@@ -15,6 +15,7 @@ from rest_framework import serializers
 from scheduler.core.bands import BANDS_IN_ORDER, Band
 from scheduler.core.types import JobState, TaskState
 from scheduler.inputs import MAX_BUDGET_POINTS, MAX_CPU_CORES
+from scheduler.jobs.queries import task_placement
 from scheduler.jobs.request import MAX_COMMAND_ITEM_CHARS, MAX_COMMAND_ITEMS, MAX_CONSTRAINT_VALUES
 from scheduler.models import MAX_ID_LENGTH, UpliftGrant
 
@@ -34,12 +35,18 @@ DEVICE_TYPES = ["cpu", "gpu", "tpu"]
 # --- shared fields --------------------------------------------------------------------------------
 
 
+def band_wire(value: Band | int) -> str:
+    """A :class:`Band` (or a band column's rank) as its lower-case name. Not a parser: a
+    string is refused (ValueError), so no use case can hand a view a band as rendered text."""
+    return Band(value).wire
+
+
 @extend_schema_field(BAND_SCHEMA)
 class BandField(serializers.Field):
-    """A band rank rendered as its lower-case name."""
+    """A band (a :class:`Band`, or a rank from a row) rendered as its lower-case name."""
 
     def to_representation(self, value):
-        return Band.parse(value).wire
+        return band_wire(value)
 
 
 @extend_schema_field(NULLABLE_BAND_SCHEMA)
@@ -49,7 +56,7 @@ class NullableBandField(serializers.Field):
         super().__init__(**kwargs)
 
     def to_representation(self, value):
-        return None if value is None else Band.parse(value).wire
+        return None if value is None else band_wire(value)
 
 
 @extend_schema_field(
@@ -378,7 +385,7 @@ class TaskSerializer(serializers.Serializer):
     id = serializers.SerializerMethodField()
     index = serializers.IntegerField()
     state = serializers.ChoiceField(choices=TASK_STATES)
-    band = NullableBandField(help_text="stamped at assignment (effective band); null while pending")
+    band = serializers.SerializerMethodField()
     worker = serializers.SerializerMethodField()
     preemption_count = serializers.IntegerField()
     failure_count = serializers.IntegerField()
@@ -387,9 +394,16 @@ class TaskSerializer(serializers.Serializer):
     def get_id(self, task) -> str:
         return f"{self.context['job_name']}/{task.index}"
 
-    @extend_schema_field({"type": "string", "nullable": True})
+    @extend_schema_field({**NULLABLE_BAND_SCHEMA, "description": "placed: stamped at assignment (effective band); "
+                          "finished: its last attempt's; null while pending"})
+    def get_band(self, task) -> str | None:
+        band = task_placement(task)[0]
+        return None if band is None else band.wire
+
+    @extend_schema_field({"type": "string", "nullable": True, "description": "placed: its worker; finished: its "
+                          "last attempt's; null while pending"})
     def get_worker(self, task) -> str | None:
-        return task.worker.name if task.worker_id else None
+        return task_placement(task)[1]
 
 
 class JobDetailSerializer(JobSummarySerializer):
@@ -426,6 +440,12 @@ class NewTaskSerializer(TaskSerializer):
     @extend_schema_field(AttemptSerializer(many=True))
     def get_attempts(self, task) -> list[dict]:
         return []
+
+    def get_band(self, task) -> str | None:
+        return None
+
+    def get_worker(self, task) -> str | None:
+        return None
 
 
 class JobSubmittedSerializer(JobDetailSerializer):
@@ -594,11 +614,27 @@ class PrioritySerializer(serializers.Serializer):
     text = serializers.CharField(help_text="the resulting place, e.g. 'position 2 of 9 in BATCH as of tick 812'")
 
 
+class DowngradeTextField(serializers.Field):
+    """A downgrade record (``core.explain.Downgrade``) as its sentence."""
+
+    def to_representation(self, value):
+        return value.text()
+
+
+@extend_schema_field({"type": "string", "nullable": True})
+class NullableDowngradeTextField(DowngradeTextField):
+    def __init__(self, **kwargs):
+        kwargs.setdefault("allow_null", True)
+        super().__init__(**kwargs)
+
+
 class BandSummarySerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=["running", "pending"])
+    kind = serializers.ChoiceField(choices=["running", "pending", "ran"],
+                                   help_text="running: placed, by stamped band; pending: by queued band; "
+                                             "ran: finished, by the band of the last attempt")
     band = BandField()
     count = serializers.IntegerField()
-    why = serializers.CharField(allow_null=True)
+    why = NullableDowngradeTextField(help_text="pending BATCH: the downgrade the tick queued it under")
 
 
 class ExplainPreemptionSerializer(serializers.Serializer):
@@ -617,8 +653,11 @@ class ExplainSerializer(serializers.Serializer):
     user = serializers.CharField()
     state = serializers.ChoiceField(choices=JOB_STATES)
     requested_band = BandField()
-    effective_band = BandField(help_text="the band its pending tasks queue in now")
-    downgrade = DowngradeSerializer(allow_null=True)
+    effective_band = BandField(help_text="the band its pending tasks queue in now; for a finished job, ran_as "
+                                         "(else the requested band)")
+    ran_as = NullableBandField(help_text="a finished job: the band most of its tasks' last attempts ran as; "
+                                         "null while unfinished or if nothing ran")
+    downgrade = DowngradeSerializer(allow_null=True, help_text="null for a finished job: it ran as ran_as")
     spend = serializers.IntegerField(help_text="live")
     limit = serializers.IntegerField(help_text="effective budget limit, live; 0 = unlimited")
     spend_at_tick = serializers.IntegerField(allow_null=True, help_text="the spend the scheduler used at `tick`")

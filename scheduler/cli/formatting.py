@@ -362,11 +362,13 @@ def explanation(data: dict) -> str:
         )
     spend, budget = pick(data, "spend"), pick(data, "limit")
     tick_spend, tick_limit, tick_id = pick(data, "spend_at_tick"), pick(data, "limit_at_tick"), pick(data, "tick")
+    ran = pick(data, "ran_as")
     head = fields(
         [
             ("job", job_id(pick(data, "job", default=""))),
             ("requested band", band(pick(data, "requested_band"))),
-            ("effective band", effective),
+            # A finished job ran as a band: the band its work would queue in now means nothing.
+            ("ran as", band(ran)) if ran else ("effective band", effective),
             ("tasks by band", pick(data, "bands_text") or None),
             ("spend / limit", f"{points(spend)} / {'unlimited' if budget == 0 else points(budget)} (live)"
              if spend is not None or budget is not None else None),

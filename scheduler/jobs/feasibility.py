@@ -88,8 +88,8 @@ def feasibility_data(analysis: ShapeAnalysis, band: Band, held: Callable[[], lis
             {"cpu_millicores": largest[0], "memory_bytes": largest[1], "devices": largest[2]} if largest else None
         ),
         "scale_group": analysis.scale_group,
-        "band": band.wire,
-        "held_by": [{"user": h.user, "band": h.band.wire, "tasks": h.tasks, "preemptible": h.preemptible}
+        "band": band,
+        "held_by": [{"user": h.user, "band": h.band, "tasks": h.tasks, "preemptible": h.preemptible}
                     for h in holders],
         "as_of_tick": tick,
     }

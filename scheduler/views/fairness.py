@@ -9,7 +9,6 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
 from django.utils import timezone
 
-from scheduler.core.bands import Band
 from scheduler.tick.fairness import fairness_report
 from scheduler.views.charts import share_chart
 
@@ -17,5 +16,5 @@ from scheduler.views.charts import share_chart
 @login_required
 def fairness(request):
     report = fairness_report(timezone.now())
-    charts = [(Band.parse(band), share_chart(series)) for band, series in report.shares.items()]
+    charts = [(band, share_chart(series)) for band, series in report.shares.items()]
     return render(request, "scheduler/fairness.html", {"report": report, "charts": charts})

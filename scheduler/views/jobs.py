@@ -30,7 +30,7 @@ from scheduler.jobs import queries as jobs_queries
 from scheduler.jobs import whatif as jobs_whatif
 from scheduler.core.explain import cause_text
 from scheduler.jobs.explain import NOT_YET_TICKED, explain_job
-from scheduler.jobs.queries import job_tasks_window, task_counts
+from scheduler.jobs.queries import job_tasks_window, task_counts, task_placement
 from scheduler.execution.logs import may_read_log, read_tail
 from scheduler.models import Attempt
 from scheduler.store.states import TERMINAL_JOB_VALUES
@@ -158,7 +158,7 @@ def why_sentences(explain: dict, job, viewer, place: RoundRobinPlace | None) -> 
     pending = [t for t in explain["tasks"] if t["state"] == "pending"]
     sentences = []
     downgrade = explain.get("downgrade")
-    requested = Band.parse(explain["requested_band"])
+    requested = explain["requested_band"]
     if downgrade:
         over = downgrade["spend"] - downgrade["limit"]
         sentences.append(
@@ -176,7 +176,7 @@ def why_sentences(explain: dict, job, viewer, place: RoundRobinPlace | None) -> 
     ):
         sentences.append("No tick has looked at it yet; the next tick (every few seconds) places it or says why not.")
     if explain["position"] and explain["position"] > 1:
-        band = Band.parse(explain["queued_band"]).name
+        band = explain["queued_band"].name
         sentences.append(
             f"{explain['position'] - 1:,} task(s) are ahead of it in the {band} queue (as of tick {explain['tick']})."
         )
@@ -205,7 +205,7 @@ def job_context(request, job) -> dict:
     counts = task_counts([job.pk]).get(job.pk, {})
     place = None
     if explain["position"] is not None:
-        place = round_robin_place(index, int(Band.parse(explain["queued_band"])), explain["position"])
+        place = round_robin_place(index, int(explain["queued_band"]), explain["position"])
     win = window(request, job.replicas, TASKS_PER_PAGE)
     tasks = job_tasks_window(job, offset=win.offset, limit=win.size)
     explained = {t["task"]: t for t in explain["tasks"]}
@@ -215,8 +215,8 @@ def job_context(request, job) -> dict:
         task.changed_since_tick = facts.get("changed_since_tick", False)
         task.attempt_list = list(task.attempts.all())  # prefetched: each links to its log
         task.last_attempt = task.attempt_list[-1] if task.attempt_list else None
-    for event in explain["preemptions"]:
-        event["preemptor_user"] = event["preemptor"].split("/")[1]
+        # Placed: the stamped band and worker; finished: its last attempt's (jobs.queries).
+        task.shown_band, task.shown_worker = task_placement(task)
     finished = job.state in TERMINAL_JOB_VALUES
     return {
         "job": job,
@@ -231,7 +231,7 @@ def job_context(request, job) -> dict:
         "can_cancel": not finished and owns_job(request.user, job),
         "own": request.user.username == job.user,
         "children": list(job.children.order_by("name").values_list("name", "state")[:50]),
-        "downgraded": explain["effective_band"] != explain["requested_band"],
+        "downgraded": explain["downgrade"] is not None,
         # What was really submitted, from any client (argv only where a CLI sent one).
         "request_json": json.dumps(job.request, indent=2, ensure_ascii=False) if job.request else "",
     }
