@@ -571,7 +571,12 @@ class HolderSerializer(serializers.Serializer):
     user = serializers.CharField()
     band = BandField(help_text="stamped band of the holding tasks")
     tasks = serializers.IntegerField()
-    preemptible = serializers.BooleanField(help_text="whether the job's band could preempt them")
+    preemptible = serializers.BooleanField(help_text="always true here: held_by lists only what the job may evict")
+
+
+class HeldByOthersSerializer(serializers.Serializer):
+    tasks = serializers.IntegerField(help_text="active tasks on the matching workers this job may not evict")
+    users = serializers.ListField(child=serializers.CharField(), help_text="their users")
 
 
 class LargestWorkerSerializer(serializers.Serializer):
@@ -588,7 +593,11 @@ class FeasibilitySerializer(serializers.Serializer):
     largest_worker = LargestWorkerSerializer(allow_null=True, help_text="the biggest worker meeting the constraints")
     scale_group = serializers.CharField(allow_null=True, help_text="a TPU scale group that could create a matching slice")
     band = BandField(help_text="the band it queues at")
-    held_by = HolderSerializer(many=True, help_text="not_now: top holders of the matching workers")
+    held_by = HolderSerializer(many=True, help_text="not_now: the top holders of the matching workers that this job "
+                                                   "may evict (the preemption pass's rule: strictly lower band, and "
+                                                   "the same kind of work: a CPU task evicts only CPU work)")
+    held_by_others = HeldByOthersSerializer(allow_null=True, help_text="not_now: the rest of the top holders, which "
+                                                                       "only free room by finishing")
     as_of_tick = serializers.IntegerField(
         allow_null=True, help_text="the tick the workers were read at (once per tick); null: read now, no tick yet")
 

@@ -36,7 +36,7 @@ NO_WORK = UserCounts()
 
 def active_counts(snapshot: ClusterSnapshot, decision: Decision, kept: Collection[str],
                   kueue: KueueInput | None = None,
-                  per_worker: dict[str, dict[tuple[str, int], int]] | None = None) -> dict:
+                  per_worker: dict[str, dict[tuple[str, int, str, str, bool], int]] | None = None) -> dict:
     """``{"by_band_user": {rank: {user: n}}, "by_state": {state: n}, "by_user": {user:
     [pending, active, jobs]}}`` after this tick's writes: a task's kept change wins over its
     snapshot state; a change the tick dropped (the task moved meanwhile) is not counted.
@@ -48,8 +48,9 @@ def active_counts(snapshot: ClusterSnapshot, decision: Decision, kept: Collectio
     snapshot) count as pending, and as active once this tick promoted them.
 
     ``per_worker``, when given, is filled with who holds each worker: ``{worker: {(user,
-    stamped band rank): active tasks}}`` (the what-if basis stores it, so a what-if names the
-    holders of its matching workers without grouping the task table).
+    stamped band rank, device type, device variant, gang): active tasks}}`` (the what-if basis
+    stores it, so a what-if names the holders of its matching workers, and whether it may evict
+    them, without grouping the task table).
 
     One pass counts the tasks per job (100,000 pending tasks fall into a few groups per job);
     the per-user sums run over those groups."""
@@ -97,6 +98,9 @@ def active_counts(snapshot: ClusterSnapshot, decision: Decision, kept: Collectio
             held = per_worker.get(worker)
             if held is None:
                 held = per_worker[worker] = {}
-            held[(user, band)] = held.get((user, band), 0) + n
+            job = jobs.get(job_id) or kube_jobs[job_id]
+            device = job.resources.device
+            key = (user, band, device.type.value, device.variant or "", job.group_by is not None)
+            held[key] = held.get(key, 0) + n
     by_band_user = {str(band): users for band, users in users_by_band.items()}
     return {"by_band_user": by_band_user, "by_state": by_state, "by_user": by_user}

@@ -436,9 +436,12 @@ def feasibility_text(f: dict) -> str:
         lines.append(table(reqs, REQUIREMENT_COLUMNS))
     held = pick(f, "held_by")
     if isinstance(held, list) and held:
-        lines.append("Held by: " + ", ".join(
-            f"{h['user']} ({h['tasks']} {band(h['band'])}, {'preemptible' if h['preemptible'] else 'not preemptible'})"
-            for h in held))
+        lines.append("Held by (this job may evict them): " + ", ".join(
+            f"{h['user']} ({h['tasks']} {band(h['band'])})" for h in held))
+    others = pick(f, "held_by_others")
+    if isinstance(others, dict) and others.get("tasks"):
+        lines.append(f"{'Also held' if held else 'Held'} by {others['tasks']} task(s) of {', '.join(others['users'])} "
+                     f"that this job may not evict: only their finishing frees room.")
     return "\n".join(lines)
 
 
