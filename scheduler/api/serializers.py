@@ -706,6 +706,8 @@ class QueueEntrySerializer(serializers.Serializer):
     changed_since_tick = serializers.BooleanField(help_text="its state now is not pending")
     estimated_start = EstimatedStartSerializer(allow_null=True, help_text="null with a reason when there is not enough history")
     estimated_start_reason = serializers.CharField(allow_blank=True)
+    never = serializers.BooleanField(help_text="its job can never run on the cluster as it is (no healthy worker "
+                                               "meets every requirement, even idle): the explain's verdict `never`")
 
 
 class QueueFilterSerializer(serializers.Serializer):
@@ -832,7 +834,10 @@ class WhatIfBasisSerializer(serializers.Serializer):
 
 @extend_schema_serializer(component_name="WhatIf")
 class WhatIfSerializer(serializers.Serializer):
-    accepted = serializers.BooleanField()
+    accepted = serializers.BooleanField(help_text="the submission rules would accept it (see `never`: accepted is "
+                                                  "not 'would run')")
+    never = serializers.BooleanField(help_text="accepted, but it can never run on the cluster as it is "
+                                               "(feasibility.verdict `never`)")
     error = WhatIfErrorSerializer(allow_null=True)
     job = serializers.CharField(allow_null=True, help_text="the id the job would get")
     requested_band = NullableBandField()

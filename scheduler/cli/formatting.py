@@ -474,7 +474,8 @@ QUEUE_COLUMNS: list[Column] = [
     ("RESOURCES", resources),
     ("OF", lambda t: pick(t, "band_pending")),
     ("ESTIMATED START", estimate_cell),
-    ("PENDING REASON", reason_cell),
+    # A job that can never run says so first: its place in the queue means nothing.
+    ("PENDING REASON", lambda t: f"NEVER: {reason_cell(t) or ''}" if pick(t, "never") else reason_cell(t)),
 ]
 
 

@@ -10,6 +10,8 @@ from scheduler.core.bands import Band
 from scheduler.core.budget import effective_band
 from scheduler.core.explain import (
     Downgrade,
+    NeverFits,
+    never_fits,
     downgrade_of,
     format_duration,
     iso_time,
@@ -20,7 +22,7 @@ from scheduler.core.explain import (
 )
 from scheduler.core.explain import downgrade_text as downgrade_text_of_record
 from scheduler.core.types import BudgetSpec, TaskState
-from scheduler.jobs.feasibility import job_feasibility
+from scheduler.jobs.feasibility import job_feasibility, job_spec, shape_analysis
 from scheduler.board.queue import QueueEntry, QueueIndex, round_robin_place
 from scheduler.board.read import queue_index
 from scheduler.jobs.queries import shown_placement
@@ -257,9 +259,12 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
     lead = next((t for t in pending if first is not None and t["task"] == first.task), pending[0] if pending else None)
     summary = band_summary(tasks, downgrade_of(first.reason) if first is not None else None)
     feasibility = None
+    never = None  # the "never" verdict's record (core.explain.NeverFits), what the advice starts from
     if not finished:
         tick_key = (index.tick_pk, index.tick_now_ms) if index.tick_pk is not None else None
         feasibility = job_feasibility(job, first.band if first else effective, waiting=bool(pending), tick_key=tick_key)
+        if feasibility["verdict"] == "never":
+            never = never_fits(shape_analysis(job_spec(job), tick_key))  # the analysis just made, cached
     spend_at_tick = int(index.spend.get(job.user, 0)) if index.tick_pk is not None else None
     limit_at_tick = int(index.limits.get(job.user, budget.budget_limit)) if index.tick_pk is not None else None
     return {
@@ -286,26 +291,33 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         "bands": summary,
         "bands_text": band_summary_text(summary),
         "feasibility": feasibility,
+        "never": never,
         "priority": priority_factors(job, index, first),
         "tasks": tasks,
         "preemptions": preempted,
         "what_would_change": what_would_change(job, requested, effective, spend_now, budget, pending,
                                                first.position if first else None,
                                                first.cause if first else None,
-                                               first.band if first else None),
+                                               first.band if first else None, never),
     }
 
 
 def what_would_change(
     job: Job, requested: Band, effective: Band, spend: int, budget: BudgetSpec, pending: list[dict],
     position: int | None, pending_reason: str | None, queued_band: Band | None = None,
+    never: NeverFits | None = None,
 ) -> str:
-    """One paragraph a researcher can act on."""
+    """One paragraph a researcher can act on; it starts from the verdict: a job that can never
+    run is told what to change, not how many tasks are ahead of it."""
     if job.state in TERMINAL_JOB_VALUES:
         return f"Nothing: the job has finished ({job.state})."
     if not pending:
         return "Nothing is waiting: every unfinished task of this job is placed."
     parts = []
+    if never is not None:
+        parts.append(f"Only a change of the request or of the cluster: it can never run on the cluster as it is "
+                     f"({never.text()}). Ask for what a worker has (cancel it and submit again), or ask an operator "
+                     f"for a worker that meets every requirement; waiting and its place in the queue change nothing.")
     if effective != requested:
         parts.append(
             f"{job.user}'s spend ({spend:,}) is over the limit ({budget.budget_limit:,}), so pending tasks queue as "
@@ -313,6 +325,8 @@ def what_would_change(
             f"{budget.budget_limit:,} or less (other work of {job.user} finishing or being cancelled), or when an "
             f"admin approves a higher budget_limit (iris uplift request)."
         )
+    if never is not None:
+        return " ".join(parts)  # the queue's facts would contradict the verdict
     if position is not None and position > 1:
         parts.append(f"{position - 1:,} task(s) are ahead of it in the {(queued_band or effective).name} queue.")
     if pending_reason:

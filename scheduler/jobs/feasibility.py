@@ -12,7 +12,7 @@ counted once per process per tick for each set of matching workers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from django.db.models import Count
 
@@ -22,7 +22,7 @@ from scheduler.core.feasibility import HeldWork, Holder, ShapeAnalysis, analyse_
 from scheduler.core.types import Device, JobSpec, Resources, WorkerSpec
 from scheduler.models import Job, Task, Worker
 from scheduler.store.cluster_rows import constraints_from_json, device_from_columns
-from scheduler.store.states import ACTIVE_VALUES
+from scheduler.store.states import ACTIVE_VALUES, TERMINAL_JOB_VALUES
 
 
 def job_spec(job: Job) -> JobSpec:
@@ -179,3 +179,18 @@ def job_feasibility(job: Job, band: Band, waiting: bool, tick_key: tuple[int, in
     analysis = shape_analysis(spec, tick_key)
     tick = tick_key[0] if tick_key else None
     return feasibility_data(analysis, band, lambda: holders_of(analysis, spec, band, tick), waiting, tick)
+
+
+def never_runs(jobs: Iterable[Job], tick_key: tuple[int, int] | None) -> set[str]:
+    """The names of ``jobs`` that can never run on the cluster as it is (the verdict
+    :func:`verdict` calls ``never``: the queue's and the jobs table's NEVER marker, the same
+    analysis the job page shows). Each shape is analysed once per tick (:func:`shape_analysis`),
+    so a page of rows costs at most the one read of the workers per tick per process; finished
+    jobs are never asked about. ``tick_key``: the newest board tick's (pk, now_ms)."""
+    never = set()
+    for job in jobs:
+        if job.state in TERMINAL_JOB_VALUES:
+            continue
+        if shape_analysis(job_spec(job), tick_key).never:
+            never.add(job.name)
+    return never

@@ -97,6 +97,11 @@ class WhatIf:
     estimated_start: dict | None = None
     estimated_start_text: str = ""
 
+    @property
+    def never(self) -> bool:
+        """Accepted, but it can never run on the cluster as it is (the feasibility verdict)."""
+        return self.feasibility is not None and self.feasibility["verdict"] == "never"
+
 
 def what_if(actor, data: Any) -> WhatIf:
     """Answer "what if I submitted this?" on the newest tick's basis. Writes nothing.

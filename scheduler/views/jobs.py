@@ -35,7 +35,8 @@ from scheduler.execution.logs import may_read_log, read_tail
 from scheduler.models import Attempt
 from scheduler.store.states import TERMINAL_JOB_VALUES
 from scheduler.board.queue import RoundRobinPlace, round_robin_place
-from scheduler.board.read import queue_index
+from scheduler.board.read import newest_board_tick, queue_index
+from scheduler.jobs.feasibility import never_runs
 from scheduler.jobs.request import normalize_job_id
 from scheduler.jobs.submit import submit_job
 from scheduler.views.common import (
@@ -94,6 +95,9 @@ def listing_context(request) -> dict:
     win = window(request, min(total, listing.MAX_OFFSET + listing.PAGE_SIZE), listing.PAGE_SIZE)
     page = list(listing.ordered(qs, view)[win.offset:win.offset + win.size])
     counts = task_counts([job.pk for job in page])
+    # The NEVER marker: each shape analysed once per tick (the queue's and the job page's verdict).
+    newest = newest_board_tick()
+    never = never_runs(page, newest.tick if newest is not None else None)
     groups: dict = {}
     if view.group:
         sizes = listing.group_counts(qs, view.group)
@@ -102,6 +106,7 @@ def listing_context(request) -> dict:
     for job in page:
         job.counts = counts.get(job.pk, {})
         job.downgraded = job.effective != job.band
+        job.never = job.name in never
         key = getattr(job, listing.GROUPS[view.group]) if view.group else None
         job.group_head = groups.get(key) if view.group and key != previous else None
         previous = key
@@ -157,6 +162,12 @@ def why_sentences(explain: dict, job, viewer, place: RoundRobinPlace | None) -> 
         return [f"Nothing: the job has finished ({state})."]
     pending = [t for t in explain["tasks"] if t["state"] == "pending"]
     sentences = []
+    never = explain.get("never")
+    if never is not None and any(t["state"] == "pending" for t in explain["tasks"]):
+        # The verdict first: a job that can never run is told what to change, not its place.
+        sentences.append(f"It can never run on the cluster as it is: {never.text()}. Only a change helps: cancel "
+                         f"it and submit again asking for what a worker has, or ask an operator for a worker that "
+                         f"meets every requirement; waiting and its place in the queue change nothing.")
     downgrade = explain.get("downgrade")
     requested = explain["requested_band"]
     if downgrade:
@@ -171,10 +182,13 @@ def why_sentences(explain: dict, job, viewer, place: RoundRobinPlace | None) -> 
         if downgrade:
             sentences.append("Tasks already running keep the band they were stamped with when placed.")
         return sentences
+
     if explain["position"] is None and any(
         (t["pending_reason"] or {}).get("code") == NOT_YET_TICKED["code"] for t in pending
     ):
         sentences.append("No tick has looked at it yet; the next tick (every few seconds) places it or says why not.")
+    if never is not None:
+        return sentences  # the queue's facts (tasks ahead, turns, the last word) would contradict the verdict
     if explain["position"] and explain["position"] > 1:
         band = explain["queued_band"].name
         sentences.append(

@@ -14,6 +14,7 @@ from scheduler.core.bands import BANDS_IN_ORDER, Band
 from scheduler.core.explain import downgrade_text
 from scheduler.board.queue import QueueEntry, QueueIndex, queue_estimates, queue_rows, queue_window
 from scheduler.board.read import queue_index
+from scheduler.jobs.feasibility import never_runs
 from scheduler.store import clock
 from scheduler.board.estimates import estimate_data, start_span
 from scheduler.views.common import PAGE_SIZE, Window, no_change, page_number, page_or_fragment, unchanged
@@ -23,9 +24,11 @@ from scheduler.views.forms import QueueFilterForm
 PER_BAND_PREVIEW = 10
 
 
-def queue_row(entry: QueueEntry, task, index: QueueIndex, estimate=None, now_ms: int = 0) -> dict:
+def queue_row(entry: QueueEntry, task, index: QueueIndex, estimate=None, now_ms: int = 0,
+              never: frozenset[str] | set[str] = frozenset()) -> dict:
     """One table row: the explanation's facts (band, place, reason as of the tick, with the
-    downgrade the tick decided with), and the task's current row (to mark a task that moved)."""
+    downgrade the tick decided with), the task's current row (to mark a task that moved), and
+    whether its job can never run (``never``: the names of such jobs, ``jobs.feasibility.never_runs``)."""
     requested = entry.requested or (Band(task.job.band) if task else None)
     downgrade = None
     record = entry.reason.get("downgrade")
@@ -35,7 +38,7 @@ def queue_row(entry: QueueEntry, task, index: QueueIndex, estimate=None, now_ms:
     return {"entry": entry, "task": task, "requested": requested, "downgrade": downgrade,
             "changed": task is not None and task.state != "pending",
             "estimate": start_span(estimate, now_ms), "estimate_reason": estimate_data(estimate)[1],
-            "estimate_method": estimate.method if estimate is not None else ""}
+            "estimate_method": estimate.method if estimate is not None else "", "never": entry.job in never}
 
 
 @login_required
@@ -67,8 +70,11 @@ def queue(request):
     rows = queue_rows(shown)
     estimates = queue_estimates(shown)
     now = clock.now_ms()
+    tick_key = (index.tick_pk, index.tick_now_ms) if index.tick_pk is not None else None
+    never = never_runs({t.job.name: t.job for t in rows.values()}.values(), tick_key)
     for section in sections:
-        section["rows"] = [queue_row(e, rows.get(e.task), index, estimates.get(e.task), now) for e in section["entries"]]
+        section["rows"] = [queue_row(e, rows.get(e.task), index, estimates.get(e.task), now, never)
+                           for e in section["entries"]]
 
     context = {
         "form": form,
