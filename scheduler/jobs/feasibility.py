@@ -188,9 +188,22 @@ def never_runs(jobs: Iterable[Job], tick_key: tuple[int, int] | None) -> set[str
     so a page of rows costs at most the one read of the workers per tick per process; finished
     jobs are never asked about. ``tick_key``: the newest board tick's (pk, now_ms)."""
     never = set()
+    # Before the first tick there is no tick to cache by: the workers are read once for the call.
+    untimed: dict[tuple, bool] = {}
+    workers: list[WorkerSpec] | None = None
     for job in jobs:
         if job.state in TERMINAL_JOB_VALUES:
             continue
-        if shape_analysis(job_spec(job), tick_key).never:
+        spec = job_spec(job)
+        if tick_key is not None:
+            is_never = shape_analysis(spec, tick_key).never
+        else:
+            key = shape_key(spec)
+            if key not in untimed:
+                if workers is None:
+                    workers = worker_specs()
+                untimed[key] = analyse_job(spec, workers, group_specs(cluster_config())).never
+            is_never = untimed[key]
+        if is_never:
             never.add(job.name)
     return never

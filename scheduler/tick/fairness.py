@@ -119,6 +119,12 @@ def share_series(since: datetime) -> dict[Band, list[tuple[datetime, dict[str, f
     return dict(sorted(series.items()))
 
 
+def newest_fairness_tick() -> int | None:
+    """The pk of the tick whose sample the fairness page shows (the newest tick). One indexed
+    query: what a poll of the page asks before deciding to render anything."""
+    return TickRecord.objects.order_by("-pk").values_list("pk", flat=True).first()
+
+
 def fairness_report(now: datetime) -> FairnessReport:
     """Everything the fairness page shows, as of the newest tick and the 24 hours before ``now``."""
     since = now - WINDOW

@@ -43,7 +43,9 @@ from scheduler.views.common import (
     POLL_SECONDS,
     apply_service_error,
     denied,
+    no_change,
     page_or_fragment,
+    unchanged,
     window,
     require_POST,
 )
@@ -79,10 +81,12 @@ class Group:
     jobs: int
 
 
-def listing_context(request) -> dict:
+def listing_context(request, newest=None) -> dict:
     """The table's filter, sort, grouping and one page of rows, or the error a bad value got.
 
-    A fixed number of queries: over-budget users (3), count, page, task counts, group counts.
+    A fixed number of queries: over-budget users (3), count, page, task counts, group counts,
+    and (once per tick per process) the workers the NEVER marker's analysis reads. ``newest``:
+    the newest board tick (``board.read.newest_board_tick``), whose key the analysis is cached by.
     """
     try:
         job_filter = listing.parse_filter(request.GET)
@@ -96,7 +100,6 @@ def listing_context(request) -> dict:
     page = list(listing.ordered(qs, view)[win.offset:win.offset + win.size])
     counts = task_counts([job.pk for job in page])
     # The NEVER marker: each shape analysed once per tick (the queue's and the job page's verdict).
-    newest = newest_board_tick()
     never = never_runs(page, newest.tick if newest is not None else None)
     groups: dict = {}
     if view.group:
@@ -117,12 +120,26 @@ def listing_context(request) -> dict:
     }
 
 
+# The id of the jobs table's polled part (its rows, pager and counts; not the filter form, which
+# a refresh must not reset while someone types).
+JOBS_ROWS = "jobs-rows"
+
+
 @login_required
 def jobs(request):
-    context = listing_context(request)
+    """The jobs table. Its rows poll like the queue: every few seconds with ``since=<newest
+    tick>``, answered 204 (one indexed query) until a newer tick, then re-rendered whole."""
+    newest = newest_board_tick()
+    marker = newest.tick[0] if newest is not None else None
+    poll = bool(request.htmx) and request.htmx.target == JOBS_ROWS
+    if poll and unchanged(request, marker):
+        return no_change()
+    context = listing_context(request, newest)
     context.update(me=request.user.username, states=[s.value for s in JobState], bands=BANDS_IN_ORDER,
-                   routes=list(listing.ROUTES), sorts=list(listing.SORTS), admin=roles.is_admin(request.user))
-    return page_or_fragment(request, "scheduler/jobs.html", "list", context, status=400 if "error" in context else 200)
+                   routes=list(listing.ROUTES), sorts=list(listing.SORTS), admin=roles.is_admin(request.user),
+                   since=marker, poll=None if "error" in context else POLL_SECONDS)
+    return page_or_fragment(request, "scheduler/jobs.html", "rows" if poll else "list", context,
+                            status=400 if "error" in context else 200)
 
 
 @login_required
