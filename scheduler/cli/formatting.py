@@ -490,9 +490,14 @@ def queue(page: Any) -> str:
     return f"{head}\n{body}"
 
 
+def configured_source(b: dict) -> str:
+    """Where the configured budget comes from: ``row`` or ``defaults``."""
+    return "row" if pick(b, "has_row") else "defaults"
+
+
 def budget_source(b: dict) -> str:
     """``row``/``defaults``, plus ``+ uplift`` when an active grant raises the configured values."""
-    source = "row" if pick(b, "has_row") else "defaults"
+    source = configured_source(b)
     raised = (
         pick(b, "effective_budget_limit") not in (None, pick(b, "budget_limit"))
         or pick(b, "effective_max_band") not in (None, pick(b, "max_band"))
@@ -515,7 +520,7 @@ BUDGET_COLUMNS: list[Column] = [
 
 
 def budget(data: dict) -> str:
-    configured = f"{limit(pick(data, 'budget_limit'))}, max {band(pick(data, 'max_band'))} ({budget_source(data).split(' ')[0]})"
+    configured = f"{limit(pick(data, 'budget_limit'))}, max {band(pick(data, 'max_band'))} ({configured_source(data)})"
     body = fields(
         [
             ("user", pick(data, "user", "user_id")),
