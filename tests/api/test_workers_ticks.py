@@ -153,7 +153,7 @@ def test_what_if_answers_where_the_job_would_go_and_writes_nothing(as_alice):
     # No tick has run: the answer is a decision over the whole live snapshot, and says so.
     assert answer.pop("basis") == {"source": "live", "tick": None, "tick_at": None}
     assert answer | {"spend": 0} == {
-        "accepted": True, "error": None, "job": "/alice/probe", "requested_band": "interactive",
+        "accepted": True, "never": False, "error": None, "job": "/alice/probe", "requested_band": "interactive",
         "effective_band": "interactive", "spend": 0, "limit": 1000, "position": None, "would_place": True,
         "worker": "w1", "would_preempt": [], "pending_reason": None,
         "estimated_start": None, "estimated_start_text": "would start at the next tick",
