@@ -9,7 +9,9 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml cli/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ./cli -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@# Then the CLI: reinstalling the server would take an older install's bin/iris with it.
+	$(BIN)/python -m pip install --quiet -e ./cli
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -374,11 +374,13 @@ def explanation(data: dict) -> str:
         )
     spend, budget = pick(data, "spend"), pick(data, "limit")
     tick_spend, tick_limit, tick_id = pick(data, "spend_at_tick"), pick(data, "limit_at_tick"), pick(data, "tick")
+    ran = pick(data, "ran_as")
     head = fields(
         [
             ("job", job_id(pick(data, "job", default=""))),
             ("requested band", band(pick(data, "requested_band"))),
-            ("effective band", effective),
+            # A finished job ran as a band: the band its work would queue in now means nothing.
+            ("ran as", band(ran)) if ran else ("effective band", effective),
             ("tasks by band", pick(data, "bands_text") or None),
             ("spend / limit", f"{points(spend)} / {'unlimited' if budget == 0 else points(budget)} (live)"
              if spend is not None or budget is not None else None),
@@ -446,9 +448,12 @@ def feasibility_text(f: dict) -> str:
         lines.append(table(reqs, REQUIREMENT_COLUMNS))
     held = pick(f, "held_by")
     if isinstance(held, list) and held:
-        lines.append("Held by: " + ", ".join(
-            f"{h['user']} ({h['tasks']} {band(h['band'])}, {'preemptible' if h['preemptible'] else 'not preemptible'})"
-            for h in held))
+        lines.append("Held by (this job may evict them): " + ", ".join(
+            f"{h['user']} ({h['tasks']} {band(h['band'])})" for h in held))
+    others = pick(f, "held_by_others")
+    if isinstance(others, dict) and others.get("tasks"):
+        lines.append(f"{'Also held' if held else 'Held'} by {others['tasks']} task(s) of {', '.join(others['users'])} "
+                     f"that this job may not evict: only their finishing frees room.")
     return "\n".join(lines)
 
 
@@ -482,7 +487,8 @@ QUEUE_COLUMNS: list[Column] = [
     ("RESOURCES", resources),
     ("OF", lambda t: pick(t, "band_pending")),
     ("ESTIMATED START", estimate_cell),
-    ("PENDING REASON", reason_cell),
+    # A job that can never run says so first: its place in the queue means nothing.
+    ("PENDING REASON", lambda t: f"NEVER: {reason_cell(t) or ''}" if pick(t, "never") else reason_cell(t)),
 ]
 
 
@@ -497,9 +503,14 @@ def queue(page: Any) -> str:
     return f"{head}\n{body}"
 
 
+def configured_source(b: dict) -> str:
+    """Where the configured budget comes from: ``row`` or ``defaults``."""
+    return "row" if pick(b, "has_row") else "defaults"
+
+
 def budget_source(b: dict) -> str:
     """``row``/``defaults``, plus ``+ uplift`` when an active grant raises the configured values."""
-    source = "row" if pick(b, "has_row") else "defaults"
+    source = configured_source(b)
     raised = (
         pick(b, "effective_budget_limit") not in (None, pick(b, "budget_limit"))
         or pick(b, "effective_max_band") not in (None, pick(b, "max_band"))
@@ -522,7 +533,7 @@ BUDGET_COLUMNS: list[Column] = [
 
 
 def budget(data: dict) -> str:
-    configured = f"{limit(pick(data, 'budget_limit'))}, max {band(pick(data, 'max_band'))} ({budget_source(data).split(' ')[0]})"
+    configured = f"{limit(pick(data, 'budget_limit'))}, max {band(pick(data, 'max_band'))} ({configured_source(data)})"
     body = fields(
         [
             ("user", pick(data, "user", "user_id")),

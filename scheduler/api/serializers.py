@@ -16,6 +16,7 @@ from rest_framework import serializers
 from scheduler.core.bands import BANDS_IN_ORDER, Band
 from scheduler.core.types import JobState, TaskState
 from scheduler.inputs import MAX_BUDGET_POINTS, MAX_CPU_CORES
+from scheduler.jobs.queries import task_placement
 from scheduler.jobs.request import MAX_COMMAND_ITEM_CHARS, MAX_COMMAND_ITEMS, MAX_CONSTRAINT_VALUES
 from scheduler.models import MAX_ID_LENGTH, UpliftGrant
 
@@ -35,12 +36,18 @@ DEVICE_TYPES = ["cpu", "gpu", "tpu"]
 # --- shared fields --------------------------------------------------------------------------------
 
 
+def band_wire(value: Band | int) -> str:
+    """A :class:`Band` (or a band column's rank) as its lower-case name. Not a parser: a
+    string is refused (ValueError), so no use case can hand a view a band as rendered text."""
+    return Band(value).wire
+
+
 @extend_schema_field(BAND_SCHEMA)
 class BandField(serializers.Field):
-    """A band rank rendered as its lower-case name."""
+    """A band (a :class:`Band`, or a rank from a row) rendered as its lower-case name."""
 
     def to_representation(self, value):
-        return Band.parse(value).wire
+        return band_wire(value)
 
 
 @extend_schema_field(NULLABLE_BAND_SCHEMA)
@@ -50,7 +57,7 @@ class NullableBandField(serializers.Field):
         super().__init__(**kwargs)
 
     def to_representation(self, value):
-        return None if value is None else Band.parse(value).wire
+        return None if value is None else band_wire(value)
 
 
 @extend_schema_field(
@@ -414,7 +421,7 @@ class TaskSerializer(serializers.Serializer):
     id = serializers.SerializerMethodField()
     index = serializers.IntegerField()
     state = serializers.ChoiceField(choices=TASK_STATES)
-    band = NullableBandField(help_text="stamped at assignment (effective band); null while pending")
+    band = serializers.SerializerMethodField()
     worker = serializers.SerializerMethodField()
     preemption_count = serializers.IntegerField()
     failure_count = serializers.IntegerField()
@@ -423,9 +430,16 @@ class TaskSerializer(serializers.Serializer):
     def get_id(self, task) -> str:
         return f"{self.context['job_name']}/{task.index}"
 
-    @extend_schema_field({"type": "string", "nullable": True})
+    @extend_schema_field({**NULLABLE_BAND_SCHEMA, "description": "placed: stamped at assignment (effective band); "
+                          "finished: its last attempt's; null while pending"})
+    def get_band(self, task) -> str | None:
+        band = task_placement(task)[0]
+        return None if band is None else band.wire
+
+    @extend_schema_field({"type": "string", "nullable": True, "description": "placed: its worker; finished: its "
+                          "last attempt's; null while pending"})
     def get_worker(self, task) -> str | None:
-        return task.worker.name if task.worker_id else None
+        return task_placement(task)[1]
 
 
 class JobDetailSerializer(JobSummarySerializer):
@@ -462,6 +476,12 @@ class NewTaskSerializer(TaskSerializer):
     @extend_schema_field(AttemptSerializer(many=True))
     def get_attempts(self, task) -> list[dict]:
         return []
+
+    def get_band(self, task) -> str | None:
+        return None
+
+    def get_worker(self, task) -> str | None:
+        return None
 
 
 class JobSubmittedSerializer(JobDetailSerializer):
@@ -591,7 +611,12 @@ class HolderSerializer(serializers.Serializer):
     user = serializers.CharField()
     band = BandField(help_text="stamped band of the holding tasks")
     tasks = serializers.IntegerField()
-    preemptible = serializers.BooleanField(help_text="whether the job's band could preempt them")
+    preemptible = serializers.BooleanField(help_text="always true here: held_by lists only what the job may evict")
+
+
+class HeldByOthersSerializer(serializers.Serializer):
+    tasks = serializers.IntegerField(help_text="active tasks on the matching workers this job may not evict")
+    users = serializers.ListField(child=serializers.CharField(), help_text="their users")
 
 
 class LargestWorkerSerializer(serializers.Serializer):
@@ -608,7 +633,11 @@ class FeasibilitySerializer(serializers.Serializer):
     largest_worker = LargestWorkerSerializer(allow_null=True, help_text="the biggest worker meeting the constraints")
     scale_group = serializers.CharField(allow_null=True, help_text="a TPU scale group that could create a matching slice")
     band = BandField(help_text="the band it queues at")
-    held_by = HolderSerializer(many=True, help_text="not_now: top holders of the matching workers")
+    held_by = HolderSerializer(many=True, help_text="not_now: the top holders of the matching workers that this job "
+                                                   "may evict (the preemption pass's rule: strictly lower band, and "
+                                                   "the same kind of work: a CPU task evicts only CPU work)")
+    held_by_others = HeldByOthersSerializer(allow_null=True, help_text="not_now: the rest of the top holders, which "
+                                                                       "only free room by finishing")
     as_of_tick = serializers.IntegerField(
         allow_null=True, help_text="the tick the workers were read at (once per tick); null: read now, no tick yet")
 
@@ -634,11 +663,27 @@ class PrioritySerializer(serializers.Serializer):
     text = serializers.CharField(help_text="the resulting place, e.g. 'position 2 of 9 in BATCH as of tick 812'")
 
 
+class DowngradeTextField(serializers.Field):
+    """A downgrade record (``core.explain.Downgrade``) as its sentence."""
+
+    def to_representation(self, value):
+        return value.text()
+
+
+@extend_schema_field({"type": "string", "nullable": True})
+class NullableDowngradeTextField(DowngradeTextField):
+    def __init__(self, **kwargs):
+        kwargs.setdefault("allow_null", True)
+        super().__init__(**kwargs)
+
+
 class BandSummarySerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=["running", "pending"])
+    kind = serializers.ChoiceField(choices=["running", "pending", "ran"],
+                                   help_text="running: placed, by stamped band; pending: by queued band; "
+                                             "ran: finished, by the band of the last attempt")
     band = BandField()
     count = serializers.IntegerField()
-    why = serializers.CharField(allow_null=True)
+    why = NullableDowngradeTextField(help_text="pending BATCH: the downgrade the tick queued it under")
 
 
 class ExplainPreemptionSerializer(serializers.Serializer):
@@ -657,8 +702,11 @@ class ExplainSerializer(serializers.Serializer):
     user = serializers.CharField()
     state = serializers.ChoiceField(choices=JOB_STATES)
     requested_band = BandField()
-    effective_band = BandField(help_text="the band its pending tasks queue in now")
-    downgrade = DowngradeSerializer(allow_null=True)
+    effective_band = BandField(help_text="the band its pending tasks queue in now; for a finished job, ran_as "
+                                         "(else the requested band)")
+    ran_as = NullableBandField(help_text="a finished job: the band most of its tasks' last attempts ran as; "
+                                         "null while unfinished or if nothing ran")
+    downgrade = DowngradeSerializer(allow_null=True, help_text="null for a finished job: it ran as ran_as")
     spend = serializers.IntegerField(help_text="live")
     limit = serializers.IntegerField(help_text="effective budget limit, live; 0 = unlimited")
     spend_at_tick = serializers.IntegerField(allow_null=True, help_text="the spend the scheduler used at `tick`")
@@ -698,6 +746,8 @@ class QueueEntrySerializer(serializers.Serializer):
     changed_since_tick = serializers.BooleanField(help_text="its state now is not pending")
     estimated_start = EstimatedStartSerializer(allow_null=True, help_text="null with a reason when there is not enough history")
     estimated_start_reason = serializers.CharField(allow_blank=True)
+    never = serializers.BooleanField(help_text="its job can never run on the cluster as it is (no healthy worker "
+                                               "meets every requirement, even idle): the explain's verdict `never`")
 
 
 class QueueFilterSerializer(serializers.Serializer):
@@ -824,7 +874,10 @@ class WhatIfBasisSerializer(serializers.Serializer):
 
 @extend_schema_serializer(component_name="WhatIf")
 class WhatIfSerializer(serializers.Serializer):
-    accepted = serializers.BooleanField()
+    accepted = serializers.BooleanField(help_text="the submission rules would accept it (see `never`: accepted is "
+                                                  "not 'would run')")
+    never = serializers.BooleanField(help_text="accepted, but it can never run on the cluster as it is "
+                                               "(feasibility.verdict `never`)")
     error = WhatIfErrorSerializer(allow_null=True)
     job = serializers.CharField(allow_null=True, help_text="the id the job would get")
     requested_band = NullableBandField()

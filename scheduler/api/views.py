@@ -34,6 +34,7 @@ from scheduler.execution.workers import drain_worker, heartbeat_worker, register
 from scheduler.jobs import listing
 from scheduler.jobs.cancel import Selection, cancel_job, cancel_jobs, preview_cancel
 from scheduler.jobs.explain import explain_job
+from scheduler.jobs.feasibility import never_runs
 from scheduler.jobs.queries import job_detail, jobs, task_counts
 from scheduler.board.queue import queue_estimates, queue_rows, queue_selection
 from scheduler.board.read import queue_index
@@ -483,6 +484,8 @@ class QueueView(IrisView):
         page = paginator.paginate_queryset(entries, request, view=self)
         rows = queue_rows(page)
         estimates = queue_estimates(page, clock.now_ms())
+        tick_key = (index.tick_pk, index.tick_now_ms) if index.tick_pk is not None else None
+        never = never_runs({t.job.name: t.job for t in rows.values()}.values(), tick_key)
         data = []
         for e in page:
             row = rows.get(e.task)
@@ -494,7 +497,7 @@ class QueueView(IrisView):
                  "resources": s.job_resources(row.job) if row else None,
                  "pending_reason": e.as_data(), "state": row.state if row else None,
                  "changed_since_tick": row is not None and row.state != "pending",
-                 "estimated_start": estimate.data(), "estimated_start_reason": estimate.reason}
+                 "estimated_start": estimate.data(), "estimated_start_reason": estimate.reason, "never": e.job in never}
             )
         response = paginator.get_paginated_response(s.QueueEntrySerializer(data, many=True).data)
         band_counts = {Band(rank).wire: n for rank, n in index.band_counts().items()}

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 from scheduler.core.bands import Band
 from scheduler.core.kueue import KueueInput
-from scheduler.core.types import ClusterSnapshot, Decision, TaskAfter, TaskSnapshot, TaskState
+from scheduler.core.types import ClusterSnapshot, Decision, JobSpec, TaskAfter, TaskSnapshot, TaskState
 
 PENDING, ASSIGNED, BUILDING, RUNNING = TaskState.PENDING, TaskState.ASSIGNED, TaskState.BUILDING, TaskState.RUNNING
 
@@ -37,7 +37,7 @@ NO_WORK = UserCounts()
 
 def active_counts(snapshot: ClusterSnapshot, decision: Decision, kept: Collection[str],
                   kueue: KueueInput | None = None,
-                  per_worker: dict[str, dict[tuple[str, int], int]] | None = None) -> dict:
+                  per_worker: dict[str, dict[tuple[str, int, str, str, bool], int]] | None = None) -> dict:
     """``{"by_band_user": {rank: {user: n}}, "by_state": {state: n}, "by_user": {user:
     [pending, active, jobs]}}`` after this tick's writes: a task's kept change wins over its
     snapshot state; a change the tick dropped (the task moved meanwhile) is not counted.
@@ -49,8 +49,9 @@ def active_counts(snapshot: ClusterSnapshot, decision: Decision, kept: Collectio
     snapshot) count as pending, and as active once this tick promoted them.
 
     ``per_worker``, when given, is filled with who holds each worker: ``{worker: {(user,
-    stamped band rank): active tasks}}`` (the what-if basis stores it, so a what-if names the
-    holders of its matching workers without grouping the task table).
+    stamped band rank, device type, device variant, gang): active tasks}}`` (the what-if basis
+    stores it, so a what-if names the holders of its matching workers, and whether it may evict
+    them, without grouping the task table).
 
     One pass counts the tasks per job (100,000 pending tasks fall into a few groups per job);
     the per-user sums run over those groups."""
@@ -98,31 +99,37 @@ def active_counts(snapshot: ClusterSnapshot, decision: Decision, kept: Collectio
             held = per_worker.get(worker)
             if held is None:
                 held = per_worker[worker] = {}
-            held[(user, band)] = held.get((user, band), 0) + n
+            job = jobs.get(job_id) or kube_jobs[job_id]
+            device = job.resources.device
+            key = (user, band, device.type.value, device.variant or "", job.group_by is not None)
+            held[key] = held.get(key, 0) + n
     by_band_user = {str(band): users for band, users in users_by_band.items()}
     return {"by_band_user": by_band_user, "by_state": by_state, "by_user": by_user}
 
 
 # A task's part in the counts: (job, user, stamped band rank or None, state value, worker or
-# None) while it is pending or active; None otherwise. Pending tasks count no band or worker.
-TaskKey = tuple[str, str, int | None, str, str | None]
+# None, the holder's kind of work: device type, variant, gang) while it is pending or active;
+# None otherwise. Pending tasks count no band, worker or kind.
+TaskKey = tuple[str, str, int | None, str, str | None, tuple[str, str, bool] | None]
 
 
-def task_key(job_id: str, user: str, state: TaskState, band: Band | None, worker: str | None) -> TaskKey | None:
-    """A task's part in the counts, from its state, stamped band and worker."""
+def task_key(job: JobSpec, state: TaskState, band: Band | None, worker: str | None) -> TaskKey | None:
+    """A task of ``job``'s part in the counts, from its state, stamped band and worker."""
     if state is PENDING:
-        return (job_id, user, None, PENDING_VALUE, None)
+        return (job.id, job.user, None, PENDING_VALUE, None, None)
     if state is RUNNING or state is ASSIGNED or state is BUILDING:
-        return (job_id, user, None if band is None else int(band), state.value, worker)
+        device = job.resources.device
+        kind = (device.type.value, device.variant or "", job.group_by is not None)
+        return (job.id, job.user, None if band is None else int(band), state.value, worker, kind)
     return None
 
 
-def snapshot_key(task: TaskSnapshot, user: str) -> TaskKey | None:
-    return task_key(task.job_id, user, task.state, task.band, task.worker)
+def snapshot_key(task: TaskSnapshot, job: JobSpec) -> TaskKey | None:
+    return task_key(job, task.state, task.band, task.worker)
 
 
-def after_key(job_id: str, user: str, after: TaskAfter) -> TaskKey | None:
-    return task_key(job_id, user, after.state, after.band, after.worker)
+def after_key(job: JobSpec, after: TaskAfter) -> TaskKey | None:
+    return task_key(job, after.state, after.band, after.worker)
 
 
 PENDING_VALUE = PENDING.value
@@ -140,7 +147,7 @@ class LiveCounts:
         self.by_state: dict[str, int] = {}
         self.by_user: dict[str, list[int]] = {}  # [pending, active, jobs with either]
         self.live_of_job: dict[str, int] = {}  # pending + active tasks
-        self.per_worker: dict[str, dict[tuple[str, int], int]] = {}
+        self.per_worker: dict[str, dict[tuple[str, int, str, str, bool], int]] = {}
 
     @classmethod
     def of(cls, tasks: Iterable[tuple[str, TaskKey | None]]) -> LiveCounts:
@@ -162,7 +169,7 @@ class LiveCounts:
             self._add(key, 1)
 
     def _add(self, key: TaskKey, n: int) -> None:
-        job, user, band, state, worker = key
+        job, user, band, state, worker, kind = key
         counts = self.by_user.get(user)
         if counts is None:
             counts = self.by_user[user] = [0, 0, 0]
@@ -188,13 +195,13 @@ class LiveCounts:
                     del self.by_band_user[band]
                 if worker is not None:
                     held = self.per_worker.setdefault(worker, {})
-                    _bump(held, (user, band), n)
+                    _bump(held, (user, band, *kind), n)
                     if not held:
                         del self.per_worker[worker]
         if counts == [0, 0, 0]:
             del self.by_user[user]
 
-    def published(self) -> tuple[dict, dict[str, dict[tuple[str, int], int]]]:
+    def published(self) -> tuple[dict, dict[str, dict[tuple[str, int, str, str, bool], int]]]:
         """``(active_counts(...), per_worker)``: copies, the caller's to keep."""
         return {
             "by_band_user": {str(band): dict(users) for band, users in self.by_band_user.items()},

@@ -15,11 +15,11 @@ import orjson
 
 from scheduler.core.bands import Band
 from scheduler.core.explain import pending_queue, reason_record
-from scheduler.core.types import ClusterSnapshot, Decision, DeviceType
+from scheduler.core.types import ANY_VARIANT, ClusterSnapshot, Decision, DeviceType
 from scheduler.core.whatif import queue_counts
 
 # The what-if basis's shape (``whatif_basis_to_json``).
-WHATIF_BASIS_VERSION = 2
+WHATIF_BASIS_VERSION = 3
 
 # The stored shape's version: 2 = reasons as records. Version 1 (no "version" key)
 # stored reasons as text and positions counted differently; readers treat it as unexplained.
@@ -84,15 +84,18 @@ def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision,
 
 
 def whatif_basis_to_json(snapshot: ClusterSnapshot, decision: Decision, job_counts: Mapping[int, Mapping[str, int]],
-                         holders: Mapping[str, Mapping[tuple[str, int], int]] | None = None) -> dict:
+                         holders: Mapping[str, Mapping[tuple[str, int, str, str, bool], int]] | None = None) -> dict:
     """What a what-if needs of this tick, without the cluster's tasks (``jobs.whatif``).
 
-    Shape: ``{"version": 2, "queue": {rank: [[user, pending], ...]}, "attributes": [attrs, ...],
+    Shape: ``{"version": 3, "queue": {rank: [[user, pending], ...]}, "attributes": [attrs, ...],
     "workers": [[name, cpu, memory, device type, variant, count, attributes index, healthy,
     free cpu, free memory, free devices, building], ...], "users": [user, ...],
-    "holders": [worker index, user index, stamped band rank, active tasks, ...],
-    "holders_healthy": [[user index, stamped band rank, active tasks], ...]}``: ``holders`` says
-    (four numbers a row, flat) who holds each worker after this tick's writes
+    "kinds": [[device type, variant, gang], ...],
+    "holders": [worker index, user index, stamped band rank, kind index, active tasks, ...],
+    "holders_healthy": [[user index, stamped band rank, kind index, active tasks], ...]}``:
+    ``holders`` says (five numbers a row, flat) who holds each worker after this tick's writes,
+    and what kind of work it is (what the preemption rules look at: the device, with a variant
+    asked as "any" resolved to the worker's, and whether it is a gang; interned in ``kinds``)
     (``board.counts.active_counts``'s ``per_worker``), ``holders_healthy`` the same summed
     over the healthy workers, users interned in ``users``; each band's users in round-robin
     order with their pending counts (``core.whatif.queue_counts`` over ``job_counts``, which
@@ -129,21 +132,32 @@ def whatif_basis_to_json(snapshot: ClusterSnapshot, decision: Decision, job_coun
     users: list[str] = []
     user_index: dict[str, int] = {}
     held_rows: list[int] = []
-    on_healthy: dict[tuple[int, int], int] = {}
+    on_healthy: dict[tuple[int, int, int], int] = {}
+    kinds: list[list] = []
+    kind_index: dict[tuple[str, str, bool], int] = {}
     workers = snapshot.workers
+    cpu = DeviceType.CPU.value
     for name, held in (holders or {}).items():
         i = where_row.get(name)
         if i is None:
             continue  # not a worker of the snapshot (a Kubernetes task's node): no what-if matches it
         healthy = workers[i].healthy
-        for (user, band), n in held.items():
+        worker_variant = workers[i].device.variant or ""
+        for (user, band, dtype, variant, gang), n in held.items():
             u = user_index.get(user)
             if u is None:
                 u = user_index[user] = len(users)
                 users.append(user)
-            held_rows += (i, u, band, n)
+            if dtype != cpu and (not variant or variant == ANY_VARIANT):
+                variant = worker_variant  # work that asked for any variant runs as its worker's
+            kind = (dtype, variant, gang)
+            k = kind_index.get(kind)
+            if k is None:
+                k = kind_index[kind] = len(kinds)
+                kinds.append(list(kind))
+            held_rows += (i, u, band, k, n)
             if healthy:
-                on_healthy[(u, band)] = on_healthy.get((u, band), 0) + n
+                on_healthy[(u, band, k)] = on_healthy.get((u, band, k), 0) + n
     return {"version": WHATIF_BASIS_VERSION, "queue": queue_counts(job_counts, snapshot.jobs), "attributes": attributes,
-            "workers": rows, "users": users, "holders": held_rows,
-            "holders_healthy": [[u, band, n] for (u, band), n in on_healthy.items()]}
+            "workers": rows, "users": users, "kinds": kinds, "holders": held_rows,
+            "holders_healthy": [[u, band, k, n] for (u, band, k), n in on_healthy.items()]}

@@ -109,7 +109,7 @@ class Publication:
             pending=self.core_pending,
         )
 
-    def live_counts(self, kept_changes: Collection[str]) -> tuple[dict, dict[str, dict[tuple[str, int], int]]]:
+    def live_counts(self, kept_changes: Collection[str]) -> tuple[dict, dict[str, dict[tuple, int]]]:
         """The counts of live work after this tick's writes, and who holds each worker: the
         previous tick's counts updated with the tasks that changed since (the rows' change log)
         and those this tick changes, when this process's previous tick left counts that still
@@ -126,9 +126,9 @@ class Publication:
         if changed is None:
             kept = set(kept_changes)
             counts = LiveCounts.of(
-                (t.id, after_key(t.job_id, user, after[t.id]) if t.id in kept else snapshot_key(t, user))
+                (t.id, after_key(job, after[t.id]) if t.id in kept else snapshot_key(t, job))
                 for t in chain(snapshot.tasks, kueue.pending)
-                for user in ((jobs.get(t.job_id) or kueue.jobs[t.job_id]).user,)
+                for job in (jobs.get(t.job_id) or kueue.jobs[t.job_id],)
             )
         else:
             counts = _live.counts
@@ -136,10 +136,10 @@ class Publication:
             for task_id in dict.fromkeys(changed):
                 row = task_rows.get(task_id)
                 task = task_snapshots.get(row.pk) if row is not None else None
-                counts.set(task_id, None if task is None else snapshot_key(task, jobs[task.job_id].user))
+                counts.set(task_id, None if task is None else snapshot_key(task, jobs[task.job_id]))
             for task_id in kept_changes:
                 job_id = task_id[: task_id.rfind("/")]
-                counts.set(task_id, after_key(job_id, jobs[job_id].user, after[task_id]))
+                counts.set(task_id, after_key(jobs[job_id], after[task_id]))
         # Confirmed once the tick commits; a tick that rolls back leaves counts nobody trusts.
         _live = KeptCounts(counts, self.rows.changes, confirmed=False, counted="all" if changed is None else "changes")
         transaction.on_commit(partial(_confirm, _live))

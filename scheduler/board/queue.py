@@ -280,7 +280,8 @@ def queue_window(
 
 
 def queue_rows(entries: list[QueueEntry]) -> dict[str, Task]:
-    """The current rows of the tasks on a queue page, with their jobs. One query (none if empty)."""
+    """The current rows of the tasks on a queue page, with their jobs (with what their shape's
+    feasibility reads: ``jobs.feasibility.job_spec``). One query (none if empty)."""
     if not entries:
         return {}
     by_job: dict[str, list[int]] = {}
@@ -295,7 +296,7 @@ def queue_rows(entries: list[QueueEntry]) -> dict[str, Task]:
             "index", "state", "updated_at", "attempt_count", "preemption_count",
             "job__name", "job__user", "job__band", "job__state", "job__submitted_at_ms", "job__replicas",
             "job__cpu_millicores", "job__memory_bytes", "job__device_type", "job__device_variant",
-            "job__device_count", "job__group_by",
+            "job__device_count", "job__group_by", "job__root_submitted_at_ms", "job__constraints",
         )
     }
 

@@ -11,6 +11,7 @@ from datetime import datetime
 from django.conf import settings
 
 from scheduler.core.bands import Band
+from scheduler.core.feasibility import HeldWork
 from scheduler.core.placement import worker_attributes
 from scheduler.core.types import Device, DeviceType, WorkerSpec
 from scheduler.store.cluster_rows import device_from_columns
@@ -33,20 +34,23 @@ class WhatIfBasis:
     attributes: tuple[dict[str, str], ...] = ()
     free_by_name: dict[str, WorkerSpec] = field(default_factory=dict, compare=False, repr=False)
     # Who holds each worker after the tick's writes, flat: (worker index, user index, stamped
-    # band rank, active tasks) after one another, users interned in ``users``; and the same
-    # summed over the healthy workers, ``{(user index, band rank): tasks}``. Summed per
+    # band rank, kind index, active tasks) after one another, users interned in ``users``, the
+    # kinds of work (device with its variant resolved, gang) in ``kinds``; and the same summed
+    # over the healthy workers, ``{(user index, band rank, kind index): tasks}``. Summed per
     # matching set by :meth:`holder_counts`.
     holders: tuple[int, ...] = ()
     users: tuple[str, ...] = ()
-    holders_healthy: dict[tuple[int, int], int] = field(default_factory=dict, compare=False, repr=False)
+    kinds: tuple[tuple[Device, bool], ...] = ()
+    holders_healthy: dict[tuple[int, int, int], int] = field(default_factory=dict, compare=False, repr=False)
     # Per-tick memos of the web side (this object is replaced with the tick): the holder counts
     # per matching set, and whatever ``jobs.whatif`` keeps per job shape.
     memo: dict = field(default_factory=dict, compare=False, repr=False)
 
-    def holder_counts(self, matching_ids: tuple[str, ...]) -> dict[tuple[str, Band], int]:
-        """``{(user, stamped band): active tasks}`` on the workers ``matching_ids``, as the tick
-        left them; counted once per matching set (a shape matching every healthy worker, a plain
-        CPU job on most clusters, reads the tick's sum over them)."""
+    def holder_counts(self, matching_ids: tuple[str, ...]) -> dict[HeldWork, int]:
+        """``{held work (user, stamped band, kind): active tasks}`` on the workers
+        ``matching_ids``, as the tick left them (``core.feasibility.rank_holders`` ranks them
+        for one job); counted once per matching set (a shape matching every healthy worker, a
+        plain CPU job on most clusters, reads the tick's sum over them)."""
         healthy = self.memo.get("healthy")
         if healthy is None:
             healthy = self.memo["healthy"] = sum(1 for w in self.workers if w.healthy)
@@ -61,11 +65,12 @@ class WhatIfBasis:
                 wanted = [w.id in names for w in self.workers]
                 grouped = {}
                 rows = iter(self.holders)
-                for i, u, band, n in zip(rows, rows, rows, rows, strict=True):
+                for i, u, band, k, n in zip(rows, rows, rows, rows, rows, strict=True):
                     if wanted[i]:
-                        grouped[(u, band)] = grouped.get((u, band), 0) + n
-            users = self.users
-            counts = self.memo[key] = {(users[u], Band(band)): n for (u, band), n in grouped.items()}
+                        grouped[(u, band, k)] = grouped.get((u, band, k), 0) + n
+            users, kinds = self.users, self.kinds
+            counts = self.memo[key] = {
+                HeldWork(users[u], Band(band), kinds[k][0], kinds[k][1], None): n for (u, band, k), n in grouped.items()}
         return counts
 
 
@@ -106,5 +111,7 @@ def parse_basis(tick: int, started_at: datetime, spend: dict | None, data: dict)
         queue={int(rank): users for rank, users in data["queue"].items()}, workers=tuple(workers), free=tuple(free),
         attributes=tuple(constraint_view), free_by_name={w.id: w for w in free},
         holders=tuple(data["holders"]), users=tuple(data["users"]),
-        holders_healthy={(u, band): n for u, band, n in data["holders_healthy"]},
+        kinds=tuple((device_from_columns(dtype, variant, 0 if dtype == DeviceType.CPU.value else 1), bool(gang))
+                    for dtype, variant, gang in data["kinds"]),
+        holders_healthy={(u, band, k): n for u, band, k, n in data["holders_healthy"]},
     )

@@ -489,9 +489,14 @@ def cause_text(record: Mapping) -> str:
     return record.get("text") or SHELL_TEXT["unknown"]
 
 
+def downgrade_of(record: Mapping) -> Downgrade | None:
+    """The downgrade of a stored reason, typed, or None."""
+    return _downgrade_from_record(record.get("downgrade"))
+
+
 def downgrade_text(record: Mapping) -> str | None:
     """The downgrade of a stored reason, for people, or None."""
-    downgrade = _downgrade_from_record(record.get("downgrade"))
+    downgrade = downgrade_of(record)
     return downgrade.text() if downgrade is not None else None
 
 

@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 from scheduler.core.bands import Band
 from scheduler.core.demand import PendingTpuJob, group_for
+from scheduler.core.preemption import may_evict
 from scheduler.core.placement import constraint_matches, hard_constraints, request_tuple, worker_attributes
-from scheduler.core.types import Constraint, ConstraintOp, DeviceType, GroupSpec, JobSpec, WorkerSpec
+from scheduler.core.types import Constraint, ConstraintOp, Device, DeviceType, GroupSpec, JobSpec, WorkerSpec
 
 # Worker attribute naming the zone (the same key the TPU demand matches scale groups on).
 ZONE_KEY = "zone"
@@ -185,7 +186,8 @@ def slice_group(job: JobSpec, groups: Sequence[GroupSpec]) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Holder:
-    """Active tasks of one (user, stamped band) on the workers a job could use."""
+    """Active tasks of one (user, stamped band) on the workers a job could use, and whether the
+    job may evict them (``preemptible``: the preemption pass's eligibility, not only the band)."""
 
     user: str
     band: Band
@@ -193,30 +195,42 @@ class Holder:
     preemptible: bool
 
 
-def can_preempt(band: Band, victim_band: Band) -> bool:
-    """A pending task of ``band`` may evict work stamped ``victim_band``: strictly lower bands
-    only (never its own), and BATCH preempts nothing."""
-    return band is not Band.BATCH and int(victim_band) > int(band)
+@dataclass(frozen=True, slots=True)
+class HeldWork:
+    """Active tasks of one user, stamped band and kind of work on the workers a job could use:
+    the kind is what the preemption rules look at (the device asked for, gang or solo, and the
+    variant of the worker it runs on, for work that asked for any variant)."""
+
+    user: str
+    band: Band
+    device: Device
+    gang: bool
+    worker_variant: str | None
 
 
 def holders(
-    matching_ids: Sequence[str], active: Iterable[tuple[str, str, Band]], band: Band, top: int = 5
+    matching_ids: Sequence[str], active: Iterable[tuple[str, HeldWork]], job: JobSpec, band: Band, top: int = 5
 ) -> list[Holder]:
-    """Who holds the workers ``matching_ids``: ``active`` is (worker id, user, stamped band) of
-    every ASSIGNED/BUILDING/RUNNING task; the ``top`` (user, band) pairs by task count, and
-    whether a task of ``band`` could preempt each."""
+    """Who holds the workers ``matching_ids``: ``active`` is (worker id, held work) of every
+    ASSIGNED/BUILDING/RUNNING task; ranked by :func:`rank_holders`."""
     wanted = set(matching_ids)
-    counts: dict[tuple[str, Band], int] = {}
-    for worker, user, stamped in active:
+    counts: dict[HeldWork, int] = {}
+    for worker, held in active:
         if worker in wanted:
-            key = (user, stamped)
-            counts[key] = counts.get(key, 0) + 1
-    return rank_holders(counts, band, top)
+            counts[held] = counts.get(held, 0) + 1
+    return rank_holders(counts, job, band, top)
 
 
-def rank_holders(counts: Mapping[tuple[str, Band], int], band: Band, top: int = 5) -> list[Holder]:
-    """The ``top`` (user, stamped band) pairs of ``counts`` (active tasks on the workers a job
-    could use) by task count, then band, then user; and whether a task of ``band`` could
-    preempt each."""
-    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], int(kv[0][1]), kv[0][0]))[:top]
-    return [Holder(user, stamped, n, can_preempt(band, stamped)) for (user, stamped), n in ranked]
+def rank_holders(counts: Mapping[HeldWork, int], job: JobSpec, band: Band, top: int = 5) -> list[Holder]:
+    """``counts`` (active tasks on the workers ``job`` could use, by held work) summed per
+    (user, stamped band, whether a task of ``job`` queued at ``band`` may evict them, by the
+    preemption pass's own rule ``core.preemption.may_evict``); the ``top`` by task count, then
+    band, then user."""
+    device, gang = job.resources.device, job.group_by is not None
+    summed: dict[tuple[str, Band, bool], int] = {}
+    for held, n in counts.items():
+        evictable = may_evict(band, device, gang, held.band, held.device, held.gang, held.worker_variant)
+        key = (held.user, held.band, evictable)
+        summed[key] = summed.get(key, 0) + n
+    ranked = sorted(summed.items(), key=lambda kv: (-kv[1], int(kv[0][1]), kv[0][0], not kv[0][2]))[:top]
+    return [Holder(user, stamped, n, evictable) for (user, stamped, evictable), n in ranked]

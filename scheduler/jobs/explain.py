@@ -3,16 +3,30 @@
 
 from __future__ import annotations
 
+from django.db.models import OuterRef, Subquery
+
 from scheduler.budgets.rules import budget_defaults, effective_budget_for, live_spend
 from scheduler.core.bands import Band
 from scheduler.core.budget import effective_band
-from scheduler.core.explain import Downgrade, format_duration, iso_time, number, ordinal, pending_text, place_text
+from scheduler.core.explain import (
+    Downgrade,
+    NeverFits,
+    never_fits,
+    downgrade_of,
+    format_duration,
+    iso_time,
+    number,
+    ordinal,
+    pending_text,
+    place_text,
+)
 from scheduler.core.explain import downgrade_text as downgrade_text_of_record
 from scheduler.core.types import BudgetSpec, TaskState
-from scheduler.jobs.feasibility import job_feasibility
+from scheduler.jobs.feasibility import job_feasibility, job_spec, shape_analysis
 from scheduler.board.queue import QueueEntry, QueueIndex, round_robin_place
 from scheduler.board.read import queue_index
-from scheduler.models import Job, PreemptionEvent, Task
+from scheduler.jobs.queries import shown_placement
+from scheduler.models import Attempt, Job, PreemptionEvent, Task
 from scheduler.store.states import TERMINAL_JOB_VALUES
 from scheduler.store import clock
 from scheduler.board.estimates import NOT_ESTIMATED, shown_estimates_of_job
@@ -34,27 +48,31 @@ def not_yet_ticked_data() -> dict:
 
 # Task states counted as "running" in a job's band summary (placed, stamped with a band).
 PLACED_STATES = (TaskState.ASSIGNED.value, TaskState.BUILDING.value, TaskState.RUNNING.value)
+# The order of a band summary's kinds: placed work, then waiting work, then finished work.
+SUMMARY_KINDS = ("running", "pending", "ran")
 
 
-def band_summary(tasks: list[dict], downgrade_text_at_tick: str | None) -> list[dict]:
-    """How many of a job's tasks run in each stamped band and wait in each queued band, e.g.
-    ``[{"kind": "running", "band": "interactive", "count": 4}, {"kind": "pending", "band":
-    "batch", "count": 2, "why": "INTERACTIVE runs as BATCH: spend 48 > limit 30"}]``."""
-    counts: dict[tuple[str, str], int] = {}
+def band_summary(tasks: list[dict], downgrade_at_tick: Downgrade | None) -> list[dict]:
+    """How many of a job's tasks run in each stamped band, wait in each queued band, and ran
+    (finished) in each band of their last attempt, e.g. ``[{"kind": "running", "band":
+    Band.INTERACTIVE, "count": 4, "why": None}, {"kind": "pending", "band": Band.BATCH, "count":
+    2, "why": Downgrade(...)}]``: bands are :class:`Band`, ``why`` is the downgrade the tick
+    queued BATCH work under (a record, rendered where shown)."""
+    counts: dict[tuple[str, Band], int] = {}
     for t in tasks:
-        if t["state"] in PLACED_STATES and t["stamped_band"]:
+        if t["state"] in PLACED_STATES and t["stamped_band"] is not None:
             key = ("running", t["stamped_band"])
-        elif t["state"] == TaskState.PENDING.value and t["band"]:
+        elif t["state"] == TaskState.PENDING.value and t["band"] is not None:
             key = ("pending", t["band"])
+        elif t["state"] not in PLACED_STATES and t["state"] != TaskState.PENDING.value and t["band"] is not None:
+            key = ("ran", t["band"])
         else:
             continue
         counts[key] = counts.get(key, 0) + 1
     out = []
-    for (kind, band), n in sorted(counts.items(), key=lambda kv: (kv[0][0] != "running", int(Band.parse(kv[0][1])))):
-        item = {"kind": kind, "band": band, "count": n, "why": None}
-        if kind == "pending" and downgrade_text_at_tick and band == Band.BATCH.wire:
-            item["why"] = downgrade_text_at_tick
-        out.append(item)
+    for (kind, band), n in sorted(counts.items(), key=lambda kv: (SUMMARY_KINDS.index(kv[0][0]), int(kv[0][1]))):
+        why = downgrade_at_tick if kind == "pending" and band is Band.BATCH else None
+        out.append({"kind": kind, "band": band, "count": n, "why": why})
     return out
 
 
@@ -62,11 +80,24 @@ def band_summary_text(summary: list[dict]) -> str:
     """``4 running as INTERACTIVE · 2 pending as BATCH: over budget, spend 48 > limit 30``."""
     parts = []
     for item in summary:
-        text = f"{item['count']:,} {item['kind']} as {Band.parse(item['band']).name}"
-        if item["why"]:
-            text += f": over budget, {item['why'].split(': ', 1)[-1]}"
+        text = f"{item['count']:,} {item['kind']} as {item['band'].name}"
+        why = item["why"]
+        if why is not None:
+            text += f": over budget, spend {number(why.spend)} > limit {number(why.limit)}"
         parts.append(text)
     return " · ".join(parts)
+
+
+def ran_as(tasks: list[dict]) -> Band | None:
+    """The band a finished job ran as: the band most of its finished tasks' last attempts were
+    stamped with (ties: the higher band); None if none of them ever ran."""
+    counts: dict[Band, int] = {}
+    for t in tasks:
+        if t["state"] not in PLACED_STATES and t["state"] != TaskState.PENDING.value and t["band"] is not None:
+            counts[t["band"]] = counts.get(t["band"], 0) + 1
+    if not counts:
+        return None
+    return min(counts, key=lambda b: (-counts[b], int(b)))
 
 
 def stamp_reason(victim_user: str, requested: Band, stamped: Band) -> str:
@@ -151,28 +182,30 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
     ``changed_since_tick``.
     """
     requested = Band(job.band)
+    finished = job.state in TERMINAL_JOB_VALUES
     spend_now = live_spend([job.user]).get(job.user, 0)
     budget = effective_budget_for(job.user)
     defaults = budget_defaults()
     effective = effective_band(requested, job.user, {job.user: spend_now}, {job.user: budget}, defaults)
-    downgrade = None
-    if effective != requested:
-        downgrade = {"spend": spend_now, "limit": budget.budget_limit,
-                     "text": downgrade_text(requested, spend_now, budget.budget_limit)}
 
     if index is None:
         index = queue_index()
+    last = Attempt.objects.filter(task=OuterRef("pk")).order_by("-number")
     task_rows = list(
-        Task.objects.filter(job=job).order_by("index").values_list("index", "state", "band", "worker__name")
+        Task.objects.filter(job=job).order_by("index")
+        .annotate(last_band=Subquery(last.values("band")[:1]), last_worker=Subquery(last.values("worker__name")[:1]))
+        .values_list("index", "state", "band", "worker__name", "last_band", "last_worker")
     )
     now = clock.now_ms()
     estimates = shown_estimates_of_job(job, now)
     tasks = []
     first: QueueEntry | None = None  # the job's first task in the newest tick's queue
-    for task_index, state, band, worker in task_rows:
+    for task_index, state, band, worker, last_band, last_worker in task_rows:
         task_id = f"{job.name}/{task_index}"
         entry = index.locate(task_id) if index.tick_pk is not None else None
-        stamped = Band(band).wire if band is not None and state in PLACED_STATES else None
+        # Placed: the stamped band and worker; finished: its last attempt's; pending: none.
+        shown_band, worker = shown_placement(state, band, worker, last_band, last_worker)
+        stamped = shown_band if state in PLACED_STATES else None
         queued = None
         if entry is not None:
             queued = entry.as_data()
@@ -184,8 +217,8 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         estimate = estimates.get(task_id, NOT_ESTIMATED) if pending else None
         tasks.append({
             "task": task_id, "state": state,
-            "band": (entry.band.wire if entry is not None else effective.wire) if pending else stamped,
-            "requested_band": requested.wire, "stamped_band": stamped, "worker": worker,
+            "band": (entry.band if entry is not None else effective) if pending else shown_band,
+            "requested_band": requested, "stamped_band": stamped, "worker": worker,
             "position": entry.position if entry is not None else None,
             "band_pending": entry.band_count if entry is not None else None,
             "changed_since_tick": entry is not None and not pending,
@@ -193,6 +226,15 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
             "estimated_start": estimate.data() if estimate else None,
             "estimated_start_reason": estimate.reason if estimate else "",
         })
+
+    # A finished job's band is what it ran as, whatever its user's spend is now: no downgrade.
+    ran = ran_as(tasks) if finished else None
+    if finished:
+        effective = ran if ran is not None else requested
+    downgrade = None
+    if not finished and effective != requested:
+        downgrade = {"spend": spend_now, "limit": budget.budget_limit,
+                     "text": downgrade_text(requested, spend_now, budget.budget_limit)}
 
     events = list(
         PreemptionEvent.objects.filter(victim__job=job)
@@ -202,10 +244,11 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
     preempted = [
         {
             "victim": f"{e.victim.job.name}/{e.victim.index}",
-            "victim_band": Band(e.victim_band).wire,
+            "victim_band": Band(e.victim_band),
             "victim_stamp": stamp_reason(job.user, requested, Band(e.victim_band)),
             "preemptor": f"{e.preemptor.job.name}/{e.preemptor.index}",
-            "preemptor_band": Band(e.preemptor_band).wire,
+            "preemptor_user": e.preemptor.job.user,
+            "preemptor_band": Band(e.preemptor_band),
             "worker": e.worker.name if e.worker else None,
             "at": e.created_at,
             "reason": e.reason,
@@ -216,29 +259,30 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
     pending_reason = first.as_data() if first else (pending[0]["pending_reason"] if pending else None)
     # The job's estimate is its first queued task's (else its first pending task's).
     lead = next((t for t in pending if first is not None and t["task"] == first.task), pending[0] if pending else None)
-    at_tick_downgrade = None
-    if first is not None and first.reason.get("downgrade"):
-        at_tick_downgrade = downgrade_text_of_record(first.reason)
-    summary = band_summary(tasks, at_tick_downgrade)
+    summary = band_summary(tasks, downgrade_of(first.reason) if first is not None else None)
     feasibility = None
-    if job.state not in TERMINAL_JOB_VALUES:
+    never = None  # the "never" verdict's record (core.explain.NeverFits), what the advice starts from
+    if not finished:
         tick_key = (index.tick_pk, index.tick_now_ms) if index.tick_pk is not None else None
         feasibility = job_feasibility(job, first.band if first else effective, waiting=bool(pending), tick_key=tick_key)
+        if feasibility["verdict"] == "never":
+            never = never_fits(shape_analysis(job_spec(job), tick_key))  # the analysis just made, cached
     spend_at_tick = int(index.spend.get(job.user, 0)) if index.tick_pk is not None else None
     limit_at_tick = int(index.limits.get(job.user, budget.budget_limit)) if index.tick_pk is not None else None
     return {
         "job": job.name,
         "user": job.user,
         "state": job.state,
-        "requested_band": requested.wire,
-        "effective_band": effective.wire,
+        "requested_band": requested,
+        "effective_band": effective,
+        "ran_as": ran,
         "downgrade": downgrade,
         "spend": spend_now,
         "limit": budget.budget_limit,
         "spend_at_tick": spend_at_tick,
         "limit_at_tick": limit_at_tick,
         "position": first.position if first else None,
-        "queued_band": first.band.wire if first else None,
+        "queued_band": first.band if first else None,
         "band_pending": first.band_count if first else None,
         "band_queue_length": first.band_count if first else None,
         "pending_reason": pending_reason,
@@ -249,26 +293,33 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         "bands": summary,
         "bands_text": band_summary_text(summary),
         "feasibility": feasibility,
+        "never": never,
         "priority": priority_factors(job, index, first),
         "tasks": tasks,
         "preemptions": preempted,
         "what_would_change": what_would_change(job, requested, effective, spend_now, budget, pending,
                                                first.position if first else None,
                                                first.cause if first else None,
-                                               first.band if first else None),
+                                               first.band if first else None, never),
     }
 
 
 def what_would_change(
     job: Job, requested: Band, effective: Band, spend: int, budget: BudgetSpec, pending: list[dict],
     position: int | None, pending_reason: str | None, queued_band: Band | None = None,
+    never: NeverFits | None = None,
 ) -> str:
-    """One paragraph a researcher can act on."""
+    """One paragraph a researcher can act on; it starts from the verdict: a job that can never
+    run is told what to change, not how many tasks are ahead of it."""
     if job.state in TERMINAL_JOB_VALUES:
         return f"Nothing: the job has finished ({job.state})."
     if not pending:
         return "Nothing is waiting: every unfinished task of this job is placed."
     parts = []
+    if never is not None:
+        parts.append(f"Only a change of the request or of the cluster: it can never run on the cluster as it is "
+                     f"({never.text()}). Ask for what a worker has (cancel it and submit again), or ask an operator "
+                     f"for a worker that meets every requirement; waiting and its place in the queue change nothing.")
     if effective != requested:
         parts.append(
             f"{job.user}'s spend ({spend:,}) is over the limit ({budget.budget_limit:,}), so pending tasks queue as "
@@ -276,6 +327,8 @@ def what_would_change(
             f"{budget.budget_limit:,} or less (other work of {job.user} finishing or being cancelled), or when an "
             f"admin approves a higher budget_limit (iris uplift request)."
         )
+    if never is not None:
+        return " ".join(parts)  # the queue's facts would contradict the verdict
     if position is not None and position > 1:
         parts.append(f"{position - 1:,} task(s) are ahead of it in the {(queued_band or effective).name} queue.")
     if pending_reason:

@@ -12,17 +12,17 @@ counted once per process per tick for each set of matching workers.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from django.db.models import Count
 
 from scheduler.cluster_config import cluster_config, group_specs
 from scheduler.core.bands import Band
-from scheduler.core.feasibility import Holder, ShapeAnalysis, analyse_job, rank_holders
+from scheduler.core.feasibility import HeldWork, Holder, ShapeAnalysis, analyse_job, rank_holders
 from scheduler.core.types import Device, JobSpec, Resources, WorkerSpec
 from scheduler.models import Job, Task, Worker
 from scheduler.store.cluster_rows import constraints_from_json, device_from_columns
-from scheduler.store.states import ACTIVE_VALUES
+from scheduler.store.states import ACTIVE_VALUES, TERMINAL_JOB_VALUES
 
 
 def job_spec(job: Job) -> JobSpec:
@@ -74,6 +74,8 @@ def feasibility_data(analysis: ShapeAnalysis, band: Band, held: Callable[[], lis
     holders = held()
     if outcome != "not_now":
         holders = []
+    # "Held by" names only the work this job may evict; the rest frees room only by finishing.
+    others = [h for h in holders if not h.preemptible]
     largest = analysis.largest
     return {
         "verdict": outcome,
@@ -88,9 +90,11 @@ def feasibility_data(analysis: ShapeAnalysis, band: Band, held: Callable[[], lis
             {"cpu_millicores": largest[0], "memory_bytes": largest[1], "devices": largest[2]} if largest else None
         ),
         "scale_group": analysis.scale_group,
-        "band": band.wire,
-        "held_by": [{"user": h.user, "band": h.band.wire, "tasks": h.tasks, "preemptible": h.preemptible}
-                    for h in holders],
+        "band": band,
+        "held_by": [{"user": h.user, "band": h.band, "tasks": h.tasks, "preemptible": h.preemptible}
+                    for h in holders if h.preemptible],
+        "held_by_others": {"tasks": sum(h.tasks for h in others), "users": sorted({h.user for h in others})}
+        if others else None,
         "as_of_tick": tick,
     }
 
@@ -130,14 +134,16 @@ def forget_feasibility_cache() -> None:
     _holder_counts.clear()
 
 
-def holders_of(analysis: ShapeAnalysis, band: Band, tick: int | None = None) -> list[Holder]:
-    """The top holders of the workers ``analysis`` matched: one grouped query, one row per
-    (user, stamped band), counted once per process per tick (``tick``: the pk of the tick the
-    analysis is as of; None: counted now, not kept). When every healthy worker matches (a plain
-    CPU job on most clusters) the query filters on health instead of naming thousands of workers
-    (a 10,000-name list cost more to send and plan than the count itself), and every such shape
-    shares one count. With no match the query still runs, on a name no worker has, so the
-    number of queries stays fixed."""
+def holders_of(analysis: ShapeAnalysis, job: JobSpec, band: Band, tick: int | None = None) -> list[Holder]:
+    """The top holders of the workers ``analysis`` matched, and whether ``job`` queued at
+    ``band`` may evict each (``core.feasibility.rank_holders``): one grouped query, one row per
+    (user, stamped band, kind of work: device, gang or solo, worker variant), counted once per
+    process per tick (``tick``: the pk of the tick the analysis is as of; None: counted now,
+    not kept) and shared by every job whose shape matches the same workers. When every healthy
+    worker matches (a plain CPU job on most clusters) the query filters on health instead of
+    naming thousands of workers (a 10,000-name list cost more to send and plan than the count
+    itself), and every such shape shares one count. With no match the query still runs, on a
+    name no worker has, so the number of queries stays fixed."""
     everyone = bool(analysis.matching_ids) and len(analysis.matching_ids) == analysis.healthy
     key = "healthy" if everyone else analysis.matching_ids
     if tick is not None and _holder_counts.get("tick") != tick:
@@ -150,13 +156,18 @@ def holders_of(analysis: ShapeAnalysis, band: Band, tick: int | None = None) -> 
             rows = rows.filter(worker__healthy=True, worker__draining=False)
         else:
             rows = rows.filter(worker__name__in=analysis.matching_ids or ("",))
-        counts = {
-            (user, Band(stamped)): n
-            for user, stamped, n in rows.values_list("job__user", "band").annotate(n=Count("pk")).order_by()
-        }
+        counts = {}
+        for user, stamped, dtype, variant, count, group_by, worker_variant, n in (
+            rows.values_list("job__user", "band", "job__device_type", "job__device_variant", "job__device_count",
+                             "job__group_by", "worker__device_variant")
+            .annotate(n=Count("pk")).order_by()
+        ):
+            held = HeldWork(user, Band(stamped), device_from_columns(dtype, variant, count), group_by is not None,
+                            worker_variant or None)
+            counts[held] = counts.get(held, 0) + n
         if tick is not None:
             _holder_counts["counts"][key] = counts
-    return rank_holders(counts, band)
+    return rank_holders(counts, job, band)
 
 
 def job_feasibility(job: Job, band: Band, waiting: bool, tick_key: tuple[int, int] | None = None) -> dict:
@@ -164,6 +175,35 @@ def job_feasibility(job: Job, band: Band, waiting: bool, tick_key: tuple[int, in
     ``tick_key`` (see :func:`shape_analysis`) and, when it waits for room, who holds the
     matching workers now. At most two queries; none for the workers once this process has
     read them for the tick."""
-    analysis = shape_analysis(job_spec(job), tick_key)
+    spec = job_spec(job)
+    analysis = shape_analysis(spec, tick_key)
     tick = tick_key[0] if tick_key else None
-    return feasibility_data(analysis, band, lambda: holders_of(analysis, band, tick), waiting, tick)
+    return feasibility_data(analysis, band, lambda: holders_of(analysis, spec, band, tick), waiting, tick)
+
+
+def never_runs(jobs: Iterable[Job], tick_key: tuple[int, int] | None) -> set[str]:
+    """The names of ``jobs`` that can never run on the cluster as it is (the verdict
+    :func:`verdict` calls ``never``: the queue's and the jobs table's NEVER marker, the same
+    analysis the job page shows). Each shape is analysed once per tick (:func:`shape_analysis`),
+    so a page of rows costs at most the one read of the workers per tick per process; finished
+    jobs are never asked about. ``tick_key``: the newest board tick's (pk, now_ms)."""
+    never = set()
+    # Before the first tick there is no tick to cache by: the workers are read once for the call.
+    untimed: dict[tuple, bool] = {}
+    workers: list[WorkerSpec] | None = None
+    for job in jobs:
+        if job.state in TERMINAL_JOB_VALUES:
+            continue
+        spec = job_spec(job)
+        if tick_key is not None:
+            is_never = shape_analysis(spec, tick_key).never
+        else:
+            key = shape_key(spec)
+            if key not in untimed:
+                if workers is None:
+                    workers = worker_specs()
+                untimed[key] = analyse_job(spec, workers, group_specs(cluster_config())).never
+            is_never = untimed[key]
+        if is_never:
+            never.add(job.name)
+    return never

@@ -7,6 +7,7 @@ from django.db.models import Count, Prefetch, QuerySet
 
 from scheduler.core.bands import Band
 from scheduler.models import Attempt, Job, Task
+from scheduler.store.states import ACTIVE_VALUES, NON_TERMINAL_VALUES
 
 # Each function runs a fixed number of queries whatever the number of tasks.
 
@@ -52,3 +53,24 @@ def job_tasks_window(job: Job, *, offset: int = 0, limit: int = 50) -> list[Task
         Task.objects.filter(job=job).select_related("worker").order_by("index")
         .prefetch_related(Prefetch("attempts", attempts))[offset:offset + limit]
     )
+
+
+def shown_placement(state: str, band: int | None, worker: str | None, last_band: int | None,
+                    last_worker: str | None) -> tuple[Band | None, str | None]:
+    """The band and worker a task shows: while placed, the band stamped at its assignment and
+    its worker; once finished, those of its last attempt (what it ran as, and where; the task
+    row forgets both when it ends); while pending, none (its queued band is the tick's)."""
+    if state in ACTIVE_VALUES:
+        return (Band(band) if band is not None else None), worker
+    if state in NON_TERMINAL_VALUES:
+        return None, None
+    return (Band(last_band) if last_band is not None else None), last_worker
+
+
+def task_placement(task: Task) -> tuple[Band | None, str | None]:
+    """:func:`shown_placement` of a task row whose attempts (with their workers) are prefetched."""
+    attempts = task.attempts.all()
+    last = attempts[len(attempts) - 1] if attempts else None
+    return shown_placement(task.state, task.band, task.worker.name if task.worker_id else None,
+                           last.band if last is not None else None,
+                           last.worker.name if last is not None and last.worker_id else None)

@@ -33,7 +33,7 @@ from scheduler.core.bands import Band
 from scheduler.core.budget import effective_band
 from scheduler.core.decision import decide
 from scheduler.core.explain import pending_queue, pending_text, reason_record
-from scheduler.core.feasibility import ShapeAnalysis, analyse_job, holders, rank_holders
+from scheduler.core.feasibility import HeldWork, ShapeAnalysis, analyse_job, holders, rank_holders
 from scheduler.core.types import (
     ACTIVE_STATES,
     ClusterSnapshot,
@@ -96,6 +96,11 @@ class WhatIf:
     # When it would probably start (``tick.estimates.estimate_behind``) and the sentence.
     estimated_start: dict | None = None
     estimated_start_text: str = ""
+
+    @property
+    def never(self) -> bool:
+        """Accepted, but it can never run on the cluster as it is (the feasibility verdict)."""
+        return self.feasibility is not None and self.feasibility["verdict"] == "never"
 
 
 def what_if(actor, data: Any) -> WhatIf:
@@ -192,7 +197,8 @@ def simulate_plan(plan: SubmissionPlan) -> WhatIf:
         reason=trial.pending_reasons.get(tasks[0].id) if waiting else None,
         worker=assignments[0].worker if assignments else None, victims=victims,
         feasibility=feasibility_data(analysis, band,
-                                     lambda: rank_holders(basis.holder_counts(analysis.matching_ids), band), waiting,
+                                     lambda: rank_holders(basis.holder_counts(analysis.matching_ids), job, band),
+                                     waiting,
                                      basis.tick),
         basis={"source": "tick", "tick": basis.tick, "tick_at": basis.tick_at},
         ahead=task_ahead_in_tick_queue(band, place[0]) if place is not None else None, now_ms=now_ms,
@@ -366,8 +372,11 @@ def simulate_on_live_snapshot(plan: SubmissionPlan) -> WhatIf:
         else hypothetical.config.budget_defaults.budget_limit
     )
     jobs_now = hypothetical.jobs
+    variant_of = {w.id: w.device.variant for w in snapshot.workers}
     active = [
-        (t.worker, jobs_now[t.job_id].user, t.band if t.band is not None else jobs_now[t.job_id].band)
+        (t.worker, HeldWork(jobs_now[t.job_id].user, t.band if t.band is not None else jobs_now[t.job_id].band,
+                            jobs_now[t.job_id].resources.device, jobs_now[t.job_id].group_by is not None,
+                            variant_of.get(t.worker)))
         for t in snapshot.tasks
         if t.state in ACTIVE_STATES and t.worker is not None and t.job_id in jobs_now
     ]
@@ -377,7 +386,7 @@ def simulate_on_live_snapshot(plan: SubmissionPlan) -> WhatIf:
         place=place[1:] if place is not None else None,
         reason=decision.pending_reasons.get(first) if place is not None else None,
         worker=assignments[0].worker if assignments else None, victims=victims,
-        feasibility=feasibility_data(analysis, band, lambda: holders(analysis.matching_ids, active, band),
+        feasibility=feasibility_data(analysis, band, lambda: holders(analysis.matching_ids, active, job, band),
                                      waiting=place is not None),
         basis={"source": "live", "tick": None, "tick_at": None}, ahead=ahead, now_ms=now_ms,
     )

@@ -214,6 +214,7 @@ def sort_header(context, column: str, label: str, current: str):
     query = request.GET.copy()
     query.pop("page", None)
     query.pop("cursor", None)  # a cursor belongs to its sort
+    query.pop("since", None)  # a poll's marker: a new sort is a new view, not a poll
     ascending = current == column
     query["sort"] = f"-{column}" if ascending else column
     href = f"{request.path}?{query.urlencode()}"

@@ -50,16 +50,17 @@ class FairnessReport:
     lost_work: list[dict] = field(default_factory=list)
     starving: list[dict] = field(default_factory=list)
     starvation_threshold: int = 0
-    shares: dict[str, list[tuple[datetime, dict[str, float]]]] = field(default_factory=dict)
+    shares: dict[Band, list[tuple[datetime, dict[str, float]]]] = field(default_factory=dict)
     since: datetime | None = None
 
 
 def band_view(band_wire: str, band: dict) -> dict:
-    """One stored band for people: its users' rows and the smallest waiting job with its reason's text."""
+    """One stored band for people: the :class:`Band` (the stored name parsed here, once), its
+    users' rows and the smallest waiting job with its reason's text."""
     waiting = band.get("smallest_waiting")
     if waiting:
         waiting = {**waiting, "reason": {**waiting["reason"], "text": pending_text(waiting["reason"])}}
-    return {"band": band_wire, "running_value": band.get("running_value", 0), "users": band_rows(band),
+    return {"band": Band.parse(band_wire), "running_value": band.get("running_value", 0), "users": band_rows(band),
             "smallest_waiting": waiting}
 
 
@@ -98,24 +99,30 @@ def starving_tasks(since: datetime, threshold: int) -> list[dict]:
         .order_by("-preemption_count", "job__name", "index")[:STARVING_LIMIT]
     )
     return [
-        {"task": f"{job}/{index}", "job": job, "user": user, "band": Band(band).wire if band is not None else None,
+        {"task": f"{job}/{index}", "job": job, "user": user, "band": Band(band) if band is not None else None,
          "state": state, "preemptions": n, "history": f"/jobs{job}/"}
         for job, index, user, band, state, n in rows
     ]
 
 
-def share_series(since: datetime) -> dict[str, list[tuple[datetime, dict[str, float]]]]:
+def share_series(since: datetime) -> dict[Band, list[tuple[datetime, dict[str, float]]]]:
     """Per band, (tick time, {user: share of the band's running value}) over the window, oldest
     first, from the ticks' own samples. Two queries."""
-    series: dict[str, list[tuple[datetime, dict[str, float]]]] = {}
+    series: dict[Band, list[tuple[datetime, dict[str, float]]]] = {}
     for at, sample in thinned_tick_rows(since, CHART_POINTS, "started_at", "fairness"):
         if not sample or sample.get("version") != FAIRNESS_VERSION:
             continue
         for band_wire, band in sample.get("bands", {}).items():
             total = band.get("running_value", 0)
             shares = {u: (r[0] / total if total else 0.0) for u, r in band.get("users", {}).items()}
-            series.setdefault(band_wire, []).append((at, shares))
-    return dict(sorted(series.items(), key=lambda kv: int(Band.parse(kv[0]))))
+            series.setdefault(Band.parse(band_wire), []).append((at, shares))
+    return dict(sorted(series.items()))
+
+
+def newest_fairness_tick() -> int | None:
+    """The pk of the tick whose sample the fairness page shows (the newest tick). One indexed
+    query: what a poll of the page asks before deciding to render anything."""
+    return TickRecord.objects.order_by("-pk").values_list("pk", flat=True).first()
 
 
 def fairness_report(now: datetime) -> FairnessReport:

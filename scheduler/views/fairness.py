@@ -1,21 +1,25 @@
 """The fairness page: per band, as of the newest tick, each user's share against the equal
 share, and the smallest job left waiting; the last 24 hours' work lost to preemption and the
 starving tasks; each band's share by user over time. The numbers are the tick's own sample
-(``tick.fairness``)."""
+(``tick.fairness``). The page refreshes itself at each new tick."""
 
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.shortcuts import render
 from django.utils import timezone
 
-from scheduler.core.bands import Band
-from scheduler.tick.fairness import fairness_report
+from scheduler.tick.fairness import fairness_report, newest_fairness_tick
+from scheduler.views.common import POLL_SECONDS, no_change, page_or_fragment, unchanged
 from scheduler.views.charts import share_chart
 
 
 @login_required
 def fairness(request):
+    """The page, refreshing like the queue: it polls every few seconds with ``since=<tick>``,
+    answered 204 (one indexed query, nothing computed) until a newer tick, then re-rendered."""
+    if unchanged(request, newest_fairness_tick()):
+        return no_change()
     report = fairness_report(timezone.now())
-    charts = [(Band.parse(band), share_chart(series)) for band, series in report.shares.items()]
-    return render(request, "scheduler/fairness.html", {"report": report, "charts": charts})
+    charts = [(band, share_chart(series)) for band, series in report.shares.items()]
+    return page_or_fragment(request, "scheduler/fairness.html", "report",
+                            {"report": report, "charts": charts, "poll": POLL_SECONDS})

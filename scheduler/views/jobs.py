@@ -30,19 +30,22 @@ from scheduler.jobs import queries as jobs_queries
 from scheduler.jobs import whatif as jobs_whatif
 from scheduler.core.explain import cause_text
 from scheduler.jobs.explain import NOT_YET_TICKED, explain_job
-from scheduler.jobs.queries import job_tasks_window, task_counts
+from scheduler.jobs.queries import job_tasks_window, task_counts, task_placement
 from scheduler.execution.logs import may_read_log, read_tail
 from scheduler.models import Attempt
 from scheduler.store.states import TERMINAL_JOB_VALUES
 from scheduler.board.queue import RoundRobinPlace, round_robin_place
-from scheduler.board.read import queue_index
+from scheduler.board.read import newest_board_tick, queue_index
+from scheduler.jobs.feasibility import never_runs
 from scheduler.jobs.request import normalize_job_id
 from scheduler.jobs.submit import submit_job
 from scheduler.views.common import (
     POLL_SECONDS,
     apply_service_error,
     denied,
+    no_change,
     page_or_fragment,
+    unchanged,
     window,
     require_POST,
 )
@@ -78,10 +81,12 @@ class Group:
     jobs: int
 
 
-def listing_context(request) -> dict:
+def listing_context(request, newest=None) -> dict:
     """The table's filter, sort, grouping and one page of rows, or the error a bad value got.
 
-    A fixed number of queries: over-budget users (3), count, page, task counts, group counts.
+    A fixed number of queries: over-budget users (3), count, page, task counts, group counts,
+    and (once per tick per process) the workers the NEVER marker's analysis reads. ``newest``:
+    the newest board tick (``board.read.newest_board_tick``), whose key the analysis is cached by.
     """
     try:
         job_filter = listing.parse_filter(request.GET)
@@ -100,6 +105,8 @@ def listing_context(request) -> dict:
         return {"error": exc.message, "jobs": [], "filter": job_filter.given, "view": view, "groups": []}
     page = keyset.jobs
     counts = task_counts([job.pk for job in page])
+    # The NEVER marker: each shape analysed once per tick (the queue's and the job page's verdict).
+    never = never_runs(page, newest.tick if newest is not None else None)
     groups: dict = {}
     if view.group:
         sizes = listing.group_counts(qs, view.group)
@@ -108,6 +115,7 @@ def listing_context(request) -> dict:
     for job in page:
         job.counts = counts.get(job.pk, {})
         job.downgraded = job.effective != job.band
+        job.never = job.name in never
         key = getattr(job, listing.GROUPS[view.group]) if view.group else None
         job.group_head = groups.get(key) if view.group and key != previous else None
         previous = key
@@ -120,12 +128,26 @@ def listing_context(request) -> dict:
     }
 
 
+# The id of the jobs table's polled part (its rows, pager and counts; not the filter form, which
+# a refresh must not reset while someone types).
+JOBS_ROWS = "jobs-rows"
+
+
 @login_required
 def jobs(request):
-    context = listing_context(request)
+    """The jobs table. Its rows poll like the queue: every few seconds with ``since=<newest
+    tick>``, answered 204 (one indexed query) until a newer tick, then re-rendered whole."""
+    newest = newest_board_tick()
+    marker = newest.tick[0] if newest is not None else None
+    poll = bool(request.htmx) and request.htmx.target == JOBS_ROWS
+    if poll and unchanged(request, marker):
+        return no_change()
+    context = listing_context(request, newest)
     context.update(me=request.user.username, states=[s.value for s in JobState], bands=BANDS_IN_ORDER,
-                   routes=list(listing.ROUTES), sorts=list(listing.SORTS), admin=roles.is_admin(request.user))
-    return page_or_fragment(request, "scheduler/jobs.html", "list", context, status=400 if "error" in context else 200)
+                   routes=list(listing.ROUTES), sorts=list(listing.SORTS), admin=roles.is_admin(request.user),
+                   since=marker, poll=None if "error" in context else POLL_SECONDS)
+    return page_or_fragment(request, "scheduler/jobs.html", "rows" if poll else "list", context,
+                            status=400 if "error" in context else 200)
 
 
 @login_required
@@ -165,8 +187,14 @@ def why_sentences(explain: dict, job, viewer, place: RoundRobinPlace | None) -> 
         return [f"Nothing: the job has finished ({state})."]
     pending = [t for t in explain["tasks"] if t["state"] == "pending"]
     sentences = []
+    never = explain.get("never")
+    if never is not None and any(t["state"] == "pending" for t in explain["tasks"]):
+        # The verdict first: a job that can never run is told what to change, not its place.
+        sentences.append(f"It can never run on the cluster as it is: {never.text()}. Only a change helps: cancel "
+                         f"it and submit again asking for what a worker has, or ask an operator for a worker that "
+                         f"meets every requirement; waiting and its place in the queue change nothing.")
     downgrade = explain.get("downgrade")
-    requested = Band.parse(explain["requested_band"])
+    requested = explain["requested_band"]
     if downgrade:
         over = downgrade["spend"] - downgrade["limit"]
         sentences.append(
@@ -179,12 +207,15 @@ def why_sentences(explain: dict, job, viewer, place: RoundRobinPlace | None) -> 
         if downgrade:
             sentences.append("Tasks already running keep the band they were stamped with when placed.")
         return sentences
+
     if explain["position"] is None and any(
         (t["pending_reason"] or {}).get("code") == NOT_YET_TICKED["code"] for t in pending
     ):
         sentences.append("No tick has looked at it yet; the next tick (every few seconds) places it or says why not.")
+    if never is not None:
+        return sentences  # the queue's facts (tasks ahead, turns, the last word) would contradict the verdict
     if explain["position"] and explain["position"] > 1:
-        band = Band.parse(explain["queued_band"]).name
+        band = explain["queued_band"].name
         sentences.append(
             f"{explain['position'] - 1:,} task(s) are ahead of it in the {band} queue (as of tick {explain['tick']})."
         )
@@ -213,7 +244,7 @@ def job_context(request, job) -> dict:
     counts = task_counts([job.pk]).get(job.pk, {})
     place = None
     if explain["position"] is not None:
-        place = round_robin_place(index, int(Band.parse(explain["queued_band"])), explain["position"])
+        place = round_robin_place(index, int(explain["queued_band"]), explain["position"])
     win = window(request, job.replicas, TASKS_PER_PAGE)
     tasks = job_tasks_window(job, offset=win.offset, limit=win.size)
     explained = {t["task"]: t for t in explain["tasks"]}
@@ -223,8 +254,8 @@ def job_context(request, job) -> dict:
         task.changed_since_tick = facts.get("changed_since_tick", False)
         task.attempt_list = list(task.attempts.all())  # prefetched: each links to its log
         task.last_attempt = task.attempt_list[-1] if task.attempt_list else None
-    for event in explain["preemptions"]:
-        event["preemptor_user"] = event["preemptor"].split("/")[1]
+        # Placed: the stamped band and worker; finished: its last attempt's (jobs.queries).
+        task.shown_band, task.shown_worker = task_placement(task)
     finished = job.state in TERMINAL_JOB_VALUES
     return {
         "job": job,
@@ -239,7 +270,7 @@ def job_context(request, job) -> dict:
         "can_cancel": not finished and owns_job(request.user, job),
         "own": request.user.username == job.user,
         "children": list(job.children.order_by("name").values_list("name", "state")[:50]),
-        "downgraded": explain["effective_band"] != explain["requested_band"],
+        "downgraded": explain["downgrade"] is not None,
         # What was really submitted, from any client (argv only where a CLI sent one).
         "request_json": json.dumps(job.request, indent=2, ensure_ascii=False) if job.request else "",
     }

@@ -23,6 +23,9 @@ from scheduler.views.workers import backends_context
 USERS_SHOWN = 25
 TICKS_SHOWN = 15
 STUCK_SHOWN = 20
+# The states of placed work, in the order the card splits its count: a tick's new assignments
+# are ASSIGNED until their worker reports.
+ACTIVE_BY_STATE = ("running", "building", "assigned")
 # The lag is flagged once this many tick periods have passed without a tick (beat is down?).
 LATE_TICKS = 3
 
@@ -44,11 +47,15 @@ def band_user_table(pending: dict[tuple[int, str], int], running: dict[tuple[int
         total = sum(p + r for p, r in cells.values())
         rows.append((total, user, [cells.get(int(b), [0, 0]) for b in BANDS_IN_ORDER]))
     rows.sort(key=lambda r: (-r[0], r[1]))
+    shown_totals = [totals[int(b)] for b in BANDS_IN_ORDER]
     return {
         "rows": [{"user": u, "cells": c, "total": t} for t, u, c in rows[:USERS_SHOWN]],
         "hidden": max(0, len(rows) - USERS_SHOWN),
-        "totals": [totals[int(b)] for b in BANDS_IN_ORDER],
+        "totals": shown_totals,
         "bands": BANDS_IN_ORDER,
+        # The page's one count of placed work: the sum of the table's running column, shown on
+        # the card too, so the two places cannot disagree.
+        "active": sum(r for _, r in shown_totals),
     }
 
 
@@ -61,8 +68,9 @@ def scheduler_state(request):
         "ticks": ticks,
         "lag_seconds": (now - ticks[0].started_at).total_seconds() if ticks else None,
         "late": bool(ticks) and (now - ticks[0].started_at).total_seconds() > LATE_TICKS * settings.TICK_SECONDS,
-        # Both as of the newest tick, like the pending counts beside them (scheduler.board.counts).
-        "task_counts": sorted(index.active_by_state.items()),
+        # Both as of the newest tick, like the pending counts beside them (scheduler.board.counts):
+        # the card's headline is the table's running total; these split it by state.
+        "task_counts": [(state, index.active_by_state.get(state, 0)) for state in ACTIVE_BY_STATE],
         "table": band_user_table(index.pending_by_user(), index.running),
         "index": index,
         "stuck": list(stuck_intents(now)[:STUCK_SHOWN]),

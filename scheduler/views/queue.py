@@ -15,6 +15,7 @@ from scheduler.core.explain import downgrade_text
 from scheduler.board.estimates import NOT_ESTIMATED, ShownEstimate
 from scheduler.board.queue import QueueEntry, QueueIndex, queue_estimates, queue_rows, queue_window
 from scheduler.board.read import queue_index
+from scheduler.jobs.feasibility import never_runs
 from scheduler.store import clock
 from scheduler.views.common import PAGE_SIZE, Window, no_change, page_number, page_or_fragment, unchanged
 from scheduler.views.forms import QueueFilterForm
@@ -24,9 +25,10 @@ PER_BAND_PREVIEW = 10
 
 
 def queue_row(entry: QueueEntry, task, index: QueueIndex, estimate: ShownEstimate = NOT_ESTIMATED,
-              now_ms: int = 0) -> dict:
+              now_ms: int = 0, never: frozenset[str] | set[str] = frozenset()) -> dict:
     """One table row: the explanation's facts (band, place, reason as of the tick, with the
-    downgrade the tick decided with), and the task's current row (to mark a task that moved)."""
+    downgrade the tick decided with), the task's current row (to mark a task that moved), and
+    whether its job can never run (``never``: the names of such jobs, ``jobs.feasibility.never_runs``)."""
     requested = entry.requested or (Band(task.job.band) if task else None)
     downgrade = None
     record = entry.reason.get("downgrade")
@@ -35,7 +37,8 @@ def queue_row(entry: QueueEntry, task, index: QueueIndex, estimate: ShownEstimat
         downgrade = {"text": downgrade_text(entry.reason), "over": spend - limit, "spend": spend, "limit": limit}
     return {"entry": entry, "task": task, "requested": requested, "downgrade": downgrade,
             "changed": task is not None and task.state != "pending",
-            "estimate": estimate, "estimate_span": estimate.span(now_ms), "estimate_text": estimate.text(now_ms)}
+            "estimate": estimate, "estimate_span": estimate.span(now_ms), "estimate_text": estimate.text(now_ms),
+            "never": entry.job in never}
 
 
 @login_required
@@ -67,8 +70,11 @@ def queue(request):
     rows = queue_rows(shown)
     now = clock.now_ms()
     estimates = queue_estimates(shown, now)
+    tick_key = (index.tick_pk, index.tick_now_ms) if index.tick_pk is not None else None
+    never = never_runs({t.job.name: t.job for t in rows.values()}.values(), tick_key)
     for section in sections:
-        section["rows"] = [queue_row(e, rows.get(e.task), index, estimates[e.task], now) for e in section["entries"]]
+        section["rows"] = [queue_row(e, rows.get(e.task), index, estimates[e.task], now, never)
+                           for e in section["entries"]]
 
     context = {
         "form": form,

@@ -177,10 +177,9 @@ def test_not_now_lists_who_holds_the_matching_workers_and_whether_they_can_be_pr
 
     f = token_client(alice).get("/api/v1/jobs/alice/train:explain").json()["feasibility"]
     assert (f["verdict"], f["matching_workers"], f["healthy_workers"]) == ("not_now", 2, 3)
-    assert f["held_by"] == [
-        {"user": "bob", "band": "interactive", "tasks": 1, "preemptible": False},  # its own band
-        {"user": "carol", "band": "batch", "tasks": 1, "preemptible": True},
-    ]
+    # Held by names only what it may evict; bob's work is in its own band: summed apart.
+    assert f["held_by"] == [{"user": "carol", "band": "batch", "tasks": 1, "preemptible": True}]
+    assert f["held_by_others"] == {"tasks": 1, "users": ["bob"]}
 
 
 @pytest.mark.django_db
@@ -189,7 +188,8 @@ def test_batch_work_preempts_nothing(alice, ada):
     start_running(make_job("/bob/low", band=Band.BATCH, cpu=4), w1)
     make_job("/alice/later", band=Band.BATCH, cpu=4)
     f = token_client(alice).get("/api/v1/jobs/alice/later:explain").json()["feasibility"]
-    assert f["held_by"] == [{"user": "bob", "band": "batch", "tasks": 1, "preemptible": False}]
+    assert f["held_by"] == []
+    assert f["held_by_others"] == {"tasks": 1, "users": ["bob"]}
 
 
 @pytest.mark.django_db

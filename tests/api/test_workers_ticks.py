@@ -153,7 +153,7 @@ def test_what_if_answers_where_the_job_would_go_and_writes_nothing(as_alice):
     # No tick has run: the answer is a decision over the whole live snapshot, and says so.
     assert answer.pop("basis") == {"source": "live", "tick": None, "tick_at": None}
     assert answer | {"spend": 0} == {
-        "accepted": True, "error": None, "job": "/alice/probe", "requested_band": "interactive",
+        "accepted": True, "never": False, "error": None, "job": "/alice/probe", "requested_band": "interactive",
         "effective_band": "interactive", "spend": 0, "limit": 1000, "position": None, "would_place": True,
         "worker": "w1", "would_preempt": [], "pending_reason": None,
         "estimated_start": None, "estimated_start_text": "would start at the next tick",
@@ -234,8 +234,8 @@ def test_after_a_tick_what_if_places_on_the_capacity_the_tick_left_free(as_alice
     assert (too_big["would_place"], too_big["worker"], too_big["position"]) == (False, None, 1)
     assert too_big["pending_reason"]["tick"] == tick and f"tick {tick}" in too_big["pending_reason"]["text"]
     assert too_big["feasibility"]["verdict"] == "not_now"
-    assert too_big["feasibility"]["held_by"] == [{"user": "bob", "band": "interactive", "tasks": 1,
-                                                  "preemptible": False}]
+    assert too_big["feasibility"]["held_by"] == []  # bob's work is in its own band: it may not evict it
+    assert too_big["feasibility"]["held_by_others"] == {"tasks": 1, "users": ["bob"]}
     assert (fits["would_place"], fits["worker"], fits["pending_reason"]) == (True, "w1", None)
     assert counts() == before
 

@@ -81,16 +81,16 @@ def test_counts_updated_from_changes_equal_a_full_count_after_every_tick(ticks):
         by_id = {t.id: t for t in snapshot.tasks}
         for task_id in changed:
             task = by_id.get(task_id)
-            counts.set(task_id, None if task is None else snapshot_key(task, snapshot.jobs[task.job_id].user))
+            counts.set(task_id, None if task is None else snapshot_key(task, snapshot.jobs[task.job_id]))
         for task_id in kept:
             job_id = by_id[task_id].job_id
-            counts.set(task_id, after_key(job_id, snapshot.jobs[job_id].user, decision.after[task_id]))
+            counts.set(task_id, after_key(snapshot.jobs[job_id], decision.after[task_id]))
 
         holders: dict = {}
         assert counts.published() == (active_counts(snapshot, decision, kept, per_worker=holders), holders)
         assert counts.published() == LiveCounts.of(
-            (t.id, after_key(t.job_id, snapshot.jobs[t.job_id].user, decision.after[t.id]) if t.id in kept
-             else snapshot_key(t, snapshot.jobs[t.job_id].user)) for t in snapshot.tasks).published()
+            (t.id, after_key(snapshot.jobs[t.job_id], decision.after[t.id]) if t.id in kept
+             else snapshot_key(t, snapshot.jobs[t.job_id])) for t in snapshot.tasks).published()
 
         # The tick's kept writes reach the rows (and the change log); the rest did not happen.
         changed = []

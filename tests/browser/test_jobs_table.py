@@ -117,3 +117,26 @@ def test_a_followed_log_keeps_to_its_end_unless_the_reader_scrolled_up(live_serv
     log.write_text("".join(lines) + "step 300\nstep 301\n")
     alice.wait_for_selector("#log-text:has-text('step 301')", timeout=8_000)
     assert alice.evaluate("document.getElementById('log-text').scrollTop") == 0  # the reader's place kept
+
+
+def test_the_jobs_table_refreshes_at_the_next_tick_and_keeps_a_ticked_box(live_server, open_page, people):
+    """Issue 23: the table was still at tick 267 after 15 s. It polls like the queue: a new tick
+    brings the new states in without a reload, and a box ticked for bulk cancel stays ticked."""
+    from scheduler.jobs.cancel import cancel_job
+    from scheduler.tick.run import run_tick
+
+    make_job("/alice/one", submitted_at_ms=NOW_MS)
+    make_job("/alice/two", submitted_at_ms=NOW_MS + 1)
+    run_tick()
+    alice = signed_in(open_page, live_server, "alice")
+    alice.goto(f"{live_server.url}/jobs/?user=alice&sort=name")
+    alice.check("input[name=ids][value='/alice/one']")
+    alice.fill("form.filters input[name=name]", "typing")  # not submitted yet
+    assert alice.locator("#jobs-table .state-killed").count() == 0
+
+    cancel_job(people["alice"], "/alice/two")
+    run_tick()
+    alice.wait_for_selector("#jobs-table .state-killed", timeout=15_000)
+    assert alice.locator("input[name=ids][value='/alice/one']").is_checked()
+    # The filter form was left alone: what is typed in it is still there.
+    assert alice.locator("form.filters input[name=name]").input_value() == "typing"

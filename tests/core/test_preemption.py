@@ -329,3 +329,51 @@ def test_victims_on_unhealthy_workers_are_left_alone():
     jobs = [job("/v/run", band="batch", cpu=8), job("/a/new", band="production", cpu=8)]
     workers = [worker("w", cpu=8, mem=64, healthy=False), worker("x", cpu=1, mem=1)]
     assert decide(cluster(workers, jobs, [running("/v/run/0", "w")])).preemptions == ()
+
+
+# --- may_evict: the pass's eligibility, as "Held by" states it (issue 23) ---------------------------
+
+import itertools  # noqa: E402
+
+from scheduler.core.feasibility import analyse_job  # noqa: E402
+from scheduler.core.preemption import may_evict  # noqa: E402
+
+# (device kind, variant) a worker has and a job asks for; None: any variant ("auto").
+WORKER_KINDS = [("cpu", None), ("gpu", "a100"), ("gpu", "h100"), ("tpu", "v5p")]
+JOB_KINDS = [("cpu", None), ("gpu", "a100"), ("gpu", "h100"), ("gpu", None), ("tpu", "v5p"), ("tpu", None)]
+
+
+def kind_args(kind, count):
+    dtype, variant = kind
+    return {"gpu": count, "variant": variant} if dtype == "gpu" else {"tpu": count, "variant": variant} if dtype == "tpu" else {}
+
+
+def test_may_evict_says_exactly_what_the_pass_evicts():
+    """Every combination of a worker's kind, a victim's kind, band and gang-ness and a solo
+    candidate's kind and band: one full worker, one victim filling it, one candidate that fits
+    only once it is gone. The pass evicts exactly when ``may_evict`` says so (among candidates
+    able to run there at all), and both answers occur."""
+    outcomes = set()
+    for host_kind, victim_kind, candidate_kind, band, victim_band, victim_gang in itertools.product(
+            WORKER_KINDS, JOB_KINDS, JOB_KINDS, list(Band), list(Band), (False, True)):
+        host = worker("h", cpu=8, mem=64, pool="p", **kind_args(host_kind, 4))
+        victim = job("/v/run", band=victim_band, cpu=8, mem=1, group_by="pool" if victim_gang else None,
+                     **kind_args(victim_kind, 4))
+        candidate = job("/a/new", band=band, cpu=8, mem=1, **kind_args(candidate_kind, 4))
+        if analyse_job(victim, [host]).never or analyse_job(candidate, [host]).never:
+            continue  # nothing could hold it, or the candidate may never run there: no holder question
+        decision = decide(cluster([host], [victim, candidate], [running("/v/run/0", "h", victim_band)]))
+        expected = may_evict(band, candidate.resources.device, False, victim_band, victim.resources.device,
+                             victim_gang, host.device.variant)
+        assert bool(decision.preemptions) == expected, (host_kind, victim_kind, candidate_kind, band, victim_band,
+                                                        victim_gang)
+        outcomes.add(expected)
+    assert outcomes == {True, False}
+
+
+def test_a_cpu_task_may_not_evict_tpu_work_on_a_tpu_host_but_may_evict_cpu_work_there():
+    host = worker("t", cpu=8, mem=64, tpu=4, variant="v5p")
+    cpu, tpu = job("/a/c", cpu=8).resources.device, job("/v/t", tpu=4, variant="v5p").resources.device
+    assert not may_evict(Band.INTERACTIVE, cpu, False, Band.BATCH, tpu, False, host.device.variant)
+    assert may_evict(Band.INTERACTIVE, cpu, False, Band.BATCH, cpu, False, host.device.variant)
+    assert not may_evict(Band.INTERACTIVE, cpu, False, Band.INTERACTIVE, cpu, False, host.device.variant)

@@ -333,6 +333,7 @@ def test_a_tick_over_an_unchanged_cluster_reuses_the_decision_and_records_the_sa
 def test_a_reused_tick_writes_no_queue_but_names_the_tick_holding_it_and_pages_show_it_as_of_that_tick(
     monkeypatch, django_capture_on_commit_callbacks
 ):
+    from scheduler.api.serializers import ExplainSerializer
     from scheduler.jobs.explain import explain_job
     from scheduler.board.read import queue_index
     from scheduler.board import publish
@@ -367,7 +368,7 @@ def test_a_reused_tick_writes_no_queue_but_names_the_tick_holding_it_and_pages_s
     assert sum(index.band_counts().values()) == 1
     basis = whatif_basis()
     assert (basis.tick, basis.tick_at) == (second.pk, second.started_at) and basis.workers
-    shown = json.dumps(explain_job(job))
+    shown = json.dumps(ExplainSerializer(explain_job(job)).data, default=str)  # as the API serves it
     assert f"tick {second.pk}" in shown and f"tick {first.pk}" not in shown
 
     with django_capture_on_commit_callbacks(execute=True):

@@ -117,3 +117,45 @@ def test_pollers_keep_their_filters_and_page(clients, world):
     html = clients["alice"].get("/queue/?band=batch&user=alice&page=1", **HTMX).content.decode()
     trigger = re.search(r'<section id="queue" hx-get="([^"]+)"', html).group(1)
     assert "band=batch" in trigger and "user=alice" in trigger and "since=" in trigger
+
+
+def test_jobs_table_rows_poll_answer_204_until_a_newer_tick_then_show_the_new_state(clients, world, alice):
+    """Issue 23: the jobs table refreshes like the queue (its rows, not the filter form)."""
+    client = clients["alice"]
+    page = client.get("/jobs/?user=alice").content.decode()
+    poller = re.search(r'<div id="jobs-rows" hx-get="([^"]+)" hx-trigger="every 5s" hx-target="this"', page)
+    assert poller is not None and "user=alice" in poller.group(1)
+    tick = newest_explained_tick()
+    assert f"since={tick}" in poller.group(1)
+    rows = {"HTTP_HX_TARGET": "jobs-rows", **HTMX}
+    assert client.get(f"/jobs/?user=alice&since={tick}", **rows).status_code == 204
+    # A filter or page change (another target) is answered whatever the marker says.
+    assert client.get(f"/jobs/?user=alice&since={tick}", **HTMX).status_code == 200
+
+    cancel_job(alice, "/alice/train")
+    run_tick()
+    fresh = client.get(f"/jobs/?user=alice&since={tick}", **rows)
+    html = fresh.content.decode()
+    assert fresh.status_code == 200 and html.lstrip().startswith('<div id="jobs-rows"')
+    assert "<form class=\"filters\"" not in html  # the form someone may be typing in stays as it is
+    assert f"since={newest_explained_tick()}" in html and 'state state-killed' in html
+
+
+def test_jobs_table_checkboxes_survive_a_refresh(clients, world):
+    html = clients["alice"].get("/jobs/").content.decode()
+    boxes = re.findall(r'<input type="checkbox" name="ids"[^>]*>', html)
+    assert boxes and all('hx-preserve="true"' in b and 'id="pick-' in b for b in boxes)
+
+
+def test_fairness_poll_answers_204_until_a_newer_tick(clients, world):
+    client = clients["alice"]
+    page = client.get("/fairness/").content.decode()
+    tick = newest_explained_tick()
+    assert re.search(rf'<section id="fairness" hx-get="/fairness/\?since={tick}" hx-trigger="every 5s"', page)
+    assert client.get(f"/fairness/?since={tick}", **HTMX).status_code == 204
+    run_tick()
+    fresh = client.get(f"/fairness/?since={tick}", **HTMX)
+    html = fresh.content.decode()
+    assert fresh.status_code == 200 and f"since={newest_explained_tick()}" in html
+    # The page's own section (its times differ by the moment of rendering, so not compared whole).
+    assert html.lstrip().startswith('<section id="fairness"') and "<html" not in html

@@ -294,7 +294,32 @@ def test_scheduler_state_running_counts_are_the_ticks_and_match_the_task_table(c
     assert index.active_by_state == {s: n for s, n in live.items() if s in ("assigned", "building", "running")}
     assert sum(index.running.values()) >= 2
     page = text(clients["olivia"].get("/scheduler/"))
-    assert f"Assigned at tick {index.tick_pk}" in page and f"Both as of tick {index.tick_pk}" in page
+    assert f"Running (placed) at tick {index.tick_pk}" in page and f"Both as of tick {index.tick_pk}" in page
+    assert f"{index.active_by_state.get('assigned', 0)} assigned" in page
+
+
+def test_scheduler_state_card_and_band_table_count_running_work_as_one_number(clients, over_budget, alice, bob):
+    """Issue 23: "RUNNING AT TICK 90: 15" beside a table whose running column added up to 19 (the
+    tick's new assignments were in one and not the other). The card's figure is the table's
+    running total, and both include what the tick just assigned."""
+    import re
+
+    from scheduler.board.read import queue_index
+
+    make_worker("w2", cpu=8, memory_gib=8)
+    run_tick()  # new assignments: ASSIGNED until their worker reports
+    index = queue_index()
+    assert index.active_by_state.get("assigned", 0) >= 1 and index.active_by_state.get("running", 0) >= 1
+    html = clients["olivia"].get("/scheduler/").content.decode()
+
+    footer = html[html.index("<tfoot>"):html.index("</tfoot>")]
+    running_column = sum(int(r.replace(",", "")) for _, r in re.findall(r'<th class="num">([\d,]+) / ([\d,]+)</th>', footer))
+    assert running_column == sum(index.active_by_state.values())
+    # Every card counting running work shows that number, and names the tick.
+    cards = re.findall(r'<span class="label">([^<]*unning[^<]*)</span><strong[^>]*>([\d,]+)</strong>', html)
+    assert cards
+    for label, figure in cards:
+        assert (label, int(figure.replace(",", ""))) == (f"Running (placed) at tick {index.tick_pk}", running_column)
 
 
 def live_counts_by_user() -> dict[str, tuple[int, int, int]]:

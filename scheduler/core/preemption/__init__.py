@@ -29,6 +29,7 @@ Rules:
 Victims are taken in the one order of :mod:`.ordering`: lowest band, cheapest, job id, task index.
 """
 
+from scheduler.core.preemption.candidates import may_evict
 from scheduler.core.preemption.search import Eviction, PreemptionPass, PreemptionPlan
 
-__all__ = ["Eviction", "PreemptionPass", "PreemptionPlan"]
+__all__ = ["Eviction", "PreemptionPass", "PreemptionPlan", "may_evict"]

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from itertools import groupby
 from typing import NamedTuple
 
+from scheduler.core.bands import Band
 from scheduler.core.budget import resource_value
 from scheduler.core.ordering import JobQueue
 from scheduler.core.placement import WorkerPool, request_tuple
@@ -119,6 +120,29 @@ def variant_matches(preemptor: VariantKey, victim: VariantKey) -> bool:
     if preemptor is None or victim is None:
         return preemptor is victim
     return preemptor[0] == victim[0] and (preemptor[1] == ANY_VARIANT or preemptor[1] == victim[1])
+
+
+def outranks(band: Band, victim_band: Band) -> bool:
+    """The band rule: a pending task of ``band`` may evict work stamped ``victim_band`` only if
+    that is strictly lower (never its own band), and BATCH preempts nothing."""
+    return band is not Band.BATCH and int(victim_band) > int(band)
+
+
+def may_evict(band: Band, device: Device, gang: bool, victim_band: Band, victim_device: Device, victim_gang: bool,
+              worker_variant: str | None) -> bool:
+    """Whether a pending task (of ``band``, requesting ``device``, a gang member or not) may ever
+    evict a task stamped ``victim_band`` of ``victim_device`` (a gang member or not) running on
+    a worker of variant ``worker_variant``: the pass's eligibility rules (the package's
+    docstring), whatever the capacity. A solo candidate evicts only solo victims of its own
+    variant (CPU work only CPU work); a gang evicts a whole slice of its variant, or solo
+    squatters of any variant. Whether the eviction also frees enough room is the search's to
+    find out."""
+    if not outranks(band, victim_band):
+        return False
+    same_variant = variant_matches(preemptor_variant(device), victim_variant(victim_device, worker_variant))
+    if gang:
+        return same_variant or not victim_gang
+    return same_variant and not victim_gang
 
 
 @dataclass(slots=True, eq=False)
