@@ -34,6 +34,8 @@ import time
 KILL_PASSES = 200
 # Seconds between two kill passes.
 KILL_PASS_SECONDS = 0.01
+# Signals whose disposition cannot be changed: they already act by default.
+UNCATCHABLE = frozenset({signal.SIGKILL, signal.SIGSTOP})
 
 
 def proc_stat(pid: int) -> tuple[str, int, int, int] | None:
@@ -120,7 +122,8 @@ def main(argv: list[str]) -> int:
     kill_group(me, exclude=me)
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in UNCATCHABLE:  # SIGKILL and SIGSTOP take no handler (signal.signal raises)
+            signal.signal(sig, signal.SIG_DFL)
         try:
             import resource
 
