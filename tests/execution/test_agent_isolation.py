@@ -29,8 +29,9 @@ import pytest
 from scheduler.agent.supervise import attempt_members, proc_stat
 from scheduler.jobs.cancel import cancel_job
 from scheduler.jobs.submit import submit_job
-from tests.execution.test_end_to_end import attempt, attempt_state, cluster, people, process_gone  # noqa: F401
+from tests.execution.test_end_to_end import attempt, attempt_state, cluster, host_pid, people, process_gone  # noqa: F401
 from tests.integration.subprocesses import ROOT, project_env, wait_for
+from tests.personas import make_user
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -308,3 +309,52 @@ def test_an_agent_refuses_to_start_when_its_task_user_does_not_exist(tmp_path):
     assert result.returncode != 0
     expected = "the task user 'no-such-iris-user' does not exist" if IS_ROOT else "only when the agent runs as root"
     assert expected in result.stderr
+
+
+@pytest.fixture
+def open_folder(tmp_path_factory):
+    """A directory anyone may enter, as a data directory is (pytest's own tmp dirs are 0700)."""
+    folder = tmp_path_factory.mktemp("open-data")
+    os.chmod(folder, 0o755)
+    return folder
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="a uid per attempt needs a root agent")
+def test_alices_task_cannot_read_bobs_logs_working_files_or_environment_nor_signal_his_processes(
+    cluster, people, settings, open_folder,  # noqa: F811
+):
+    settings.TASK_LOG_DIR = cluster.log_dir = open_folder / "logs"
+    settings.SHIPPED_LOG_DIR = open_folder / "shipped-logs"
+    work = open_folder / "work"
+    cluster.agent("w1", task_user="", extra=("--work-dir", str(work)))  # a root agent's default identity
+    bob = make_user("bob")
+    victim = submit_job(bob, {"name": "victim", "cpu": 1, "memory": "1Gi", "command": [
+        "sh", "-c", "echo bob-work-secret > victim-secret.txt; echo $$ > pid; echo bob-log-secret; sleep 100",
+    ]})
+    assert cluster.pump(lambda: attempt_state(victim) == "running"), cluster.logs()
+    task = attempt(victim).task_id
+    bob_work = work / f"{task}-1"
+    bob_log, bob_shipped = settings.TASK_LOG_DIR / str(task) / "1.log", settings.SHIPPED_LOG_DIR / str(task) / "1.log"
+    assert wait_for(lambda: (bob_work / "pid").exists() and bob_shipped.exists(), timeout=10), cluster.logs()
+    bob_pid = host_pid(int((bob_work / "pid").read_text()), victim)
+    assert "bob-log-secret" in bob_log.read_text() and "bob-log-secret" in bob_shipped.read_text()
+
+    attacks = {
+        "log": f"cat {bob_log}",
+        "shipped": f"cat {bob_shipped}",
+        "work": f"cat {bob_work}/victim-secret.txt",
+        "environ": f"cat /proc/{bob_pid}/environ",
+        "signal": f"kill -TERM {bob_pid}",
+    }
+    script = "; ".join(f"echo '>>> {name}'; {line} 2>&1; echo \"<<< $?\"" for name, line in attacks.items())
+    snoop = submit_job(people["alice"], {"name": "snoop", "cpu": 1, "memory": "1Gi", "command": ["sh", "-c", script]})
+    assert cluster.pump(lambda: attempt_state(snoop) in {"succeeded", "failed"}), cluster.logs()
+
+    output = (settings.TASK_LOG_DIR / str(attempt(snoop).task_id) / "1.log").read_text()
+    results = dict(re.findall(r">>> (\w+)\n(?:.*\n)*?<<< (\d+)", output))
+    assert results == {name: results.get(name) for name in attacks} and all(
+        code != "0" for code in results.values()
+    ), output
+    for secret in ("bob-work-secret", "bob-log-secret", "/bob/victim"):
+        assert secret not in output, output
+    assert attempt_state(victim) == "running" and not process_gone(bob_pid)

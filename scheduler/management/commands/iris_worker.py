@@ -20,9 +20,9 @@ docs/operations.md ("Agent modes") says what each mode guarantees.
 
 from __future__ import annotations
 
-import getpass
 import logging
 import os
+import pwd
 import signal
 from pathlib import Path
 
@@ -175,16 +175,20 @@ class Command(BaseCommand):
         return Isolation(self.identity(options), pid_namespace=pid_namespace, memory_cgroup=memory_cgroup)
 
     @staticmethod
-    def identity(options):
-        """Who attempts run as. Not root: the agent's own user, said once with what to run
+    def identity(options, euid: int | None = None):
+        """Who attempts run as (``euid``: the agent's, by default this process's). Not root: the agent's own user, said once with what to run
         instead. Root: ``dynamic`` unless a task user or another identity is asked for; a task
         user that does not exist stops the agent; ``root`` is accepted by name, with a warning."""
         user_name = options["task_user"] or settings.AGENT_TASK_USER
         chosen = options["task_identity"] or settings.AGENT_TASK_IDENTITY or ("user" if user_name else "dynamic")
         if chosen not in ("dynamic", "account", "user"):
             raise CommandError(f"IRIS_AGENT_TASK_IDENTITY must be dynamic, account or user; got {chosen!r}")
-        if os.geteuid() != 0:
-            me = getpass.getuser()
+        euid = os.geteuid() if euid is None else euid
+        if euid != 0:
+            try:
+                me = pwd.getpwuid(euid).pw_name
+            except KeyError:
+                me = str(euid)
             if user_name and user_name != me:
                 raise CommandError(f"tasks can run as {user_name!r} only when the agent runs as root (it runs as {me!r})")
             log.warning(
