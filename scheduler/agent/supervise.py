@@ -64,11 +64,12 @@ MARKER = "IRIS_ATTEMPT_KEY"
 # Seconds between two looks at the attempt (its output, its end, its memory).
 LOOP_SECONDS = 0.05
 # Seconds between two samples of the attempt's memory.
-MEMORY_SAMPLE_SECONDS = 0.1
+MEMORY_SAMPLE_SECONDS = 0.05
 # An attempt that fails after one of its processes came this close to its address-space limit
-# (1/16 of it, at least 16 MiB) was refused memory: it is reported out of memory.
-NEAR_LIMIT_FRACTION = 1 / 16
-NEAR_LIMIT_MIN_BYTES = 16 * 1024 * 1024
+# (1/8 of it, at least 32 MiB: what a process allocates between two samples) was refused
+# memory: it is reported out of memory.
+NEAR_LIMIT_FRACTION = 1 / 8
+NEAR_LIMIT_MIN_BYTES = 32 * 1024 * 1024
 # Bytes copied from the task's pipe to the log per read.
 COPY_BYTES = 64 * 1024
 
@@ -382,6 +383,10 @@ class Supervisor:
         uid = self.args.uid if self.args.own_uid else None
         return attempt_members(pgid=self.me, key=self.args.key, uid=uid, exclude=self.me)
 
+    def task_processes(self) -> list[int]:
+        """The command's processes: the attempt's, init (which is ours) excepted."""
+        return [pid for pid in self.members() if pid != self.init]
+
     def stop(self, signum=None, frame=None) -> None:
         """SIGTERM from the agent: relay it to the whole attempt."""
         if self.stopping:
@@ -434,7 +439,7 @@ class Supervisor:
                 pass
             self.copy(out_r)
             ended = os.waitpid(self.init, os.WNOHANG)[0] != 0
-            if not ended and self.memory is not None and cgroup is None and self.memory.over(self.members):
+            if not ended and self.memory is not None and cgroup is None and self.memory.over(self.task_processes):
                 self.out_of_memory = True
                 self.end_everything()
         self.copy(out_r)
