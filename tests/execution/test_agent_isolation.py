@@ -359,3 +359,20 @@ def test_alices_task_cannot_read_bobs_logs_working_files_or_environment_nor_sign
     for secret in ("bob-work-secret", "bob-log-secret", "/bob/victim"):
         assert secret not in output, output
     assert attempt_state(victim) == "running" and not process_gone(bob_pid)
+
+
+def test_a_task_sees_none_of_its_agents_environment_but_path_and_its_own_variables(cluster, people):  # noqa: F811
+    cluster.agent("w1", env={"PGPASSWORD": "db-secret-789", "AWS_SECRET_ACCESS_KEY": "cloud-secret-012"})
+    job = submit_job(people["alice"], {"name": "env", "cpu": 1, "memory": "1Gi", "command": ["env"]})
+
+    assert cluster.pump(lambda: attempt_state(job) == "succeeded"), cluster.logs()
+
+    seen = dict(
+        line.split("=", 1) for line in (cluster.log_dir / str(attempt(job).task_id) / "1.log").read_text().splitlines()
+    )
+    assert "db-secret-789" not in seen.values() and "cloud-secret-012" not in seen.values()
+    assert set(seen) - {"PATH", "LANG", "LC_ALL", "TZ"} == {
+        "IRIS_TASK_ID", "IRIS_JOB_ID", "IRIS_TASK_INDEX", "IRIS_ATTEMPT", "IRIS_BAND", "IRIS_WORKER",
+        "IRIS_ATTEMPT_KEY", "HOME", "TMPDIR", "USER", "LOGNAME",
+    }, seen
+    assert seen["IRIS_TASK_ID"] == "/alice/env/0" and "PATH" in seen
