@@ -167,6 +167,33 @@ def attempt_members(
     return members
 
 
+def descendants(pid: int) -> list[int] | None:
+    """Every live descendant of ``pid``, read from ``/proc/<pid>/task/<tid>/children`` (cheap: it
+    reads the attempt's processes, not the host's); None where the kernel does not list children.
+    Inside a PID namespace every process is a descendant of its init (orphans are reparented to it)."""
+    found: list[int] = []
+    queue = [pid]
+    while queue:
+        parent = queue.pop()
+        try:
+            threads = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for tid in threads:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children", "rb") as file:
+                    children = [int(child) for child in file.read().split()]
+            except FileNotFoundError:
+                if parent == pid:
+                    return None
+                continue
+            except (OSError, ValueError):
+                continue
+            found += children
+            queue += children
+    return found
+
+
 def kill_until_gone(find, sig: int = signal.SIGKILL) -> int:
     """Send ``sig`` to every process ``find()`` lists until it lists none (SIGKILL) or once
     (another signal). Returns how many distinct processes were signalled."""
@@ -379,6 +406,9 @@ class Supervisor:
     def members(self) -> list[int]:
         """The attempt's processes, this one excepted."""
         if self.namespace is not None:
+            below = descendants(self.init) if self.init else None
+            if below is not None:
+                return [self.init, *below]
             return attempt_members(namespace=self.namespace, exclude=self.me)
         uid = self.args.uid if self.args.own_uid else None
         return attempt_members(pgid=self.me, key=self.args.key, uid=uid, exclude=self.me)
