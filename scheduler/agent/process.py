@@ -158,6 +158,20 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+def closed_ancestor(path: Path) -> Path | None:
+    """The first existing directory above ``path`` that other users may not traverse, if any:
+    attempts of other uids then start in their working directories but cannot reach them by
+    path (their ``HOME``, ``TMPDIR``)."""
+    for folder in [*reversed(Path(path).resolve().parents), Path(path).resolve()]:
+        try:
+            mode = folder.stat().st_mode
+        except FileNotFoundError:
+            return None
+        if not mode & 0o001:
+            return folder
+    return None
+
+
 def task_environment(order_env: Mapping[str, str]) -> dict[str, str]:
     """What a task sees: ``PASSED_ENVIRONMENT`` of the agent's variables, then the order's."""
     env = {name: os.environ[name] for name in PASSED_ENVIRONMENT if name in os.environ}

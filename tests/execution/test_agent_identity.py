@@ -7,11 +7,14 @@ from __future__ import annotations
 import logging
 import os
 import pwd
+import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import pytest
 
-from scheduler.agent.process import AccountIdentity, DynamicIdentity, IdentityError, SharedIdentity
+from scheduler.agent.process import AccountIdentity, DynamicIdentity, IdentityError, SharedIdentity, closed_ancestor
 from scheduler.management.commands.iris_worker import Command
 
 IS_ROOT = os.geteuid() == 0
@@ -88,3 +91,17 @@ def test_a_root_agent_isolates_attempts_by_default_and_shares_one_user_only_when
         shared = Command.identity(options(task_user="nobody"), euid=0)
     assert isinstance(shared, SharedIdentity) and shared.user.name == "nobody"
     assert "tasks are not isolated from each other" in caplog.text
+
+
+def test_the_first_directory_closed_to_other_users_above_a_work_dir_is_named():
+    top = Path(tempfile.mkdtemp(prefix="iris-work-"))  # in /tmp, which anyone may traverse
+    try:
+        closed = top / "closed"
+        (closed / "work").mkdir(parents=True)
+        os.chmod(top, 0o711)
+        os.chmod(closed, 0o700)
+        assert closed_ancestor(closed / "work" / "w1") == closed
+        os.chmod(closed, 0o711)
+        assert closed_ancestor(closed / "work" / "w1") is None
+    finally:
+        shutil.rmtree(top)

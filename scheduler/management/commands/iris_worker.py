@@ -32,7 +32,7 @@ from django.core.management.base import BaseCommand, CommandError
 from scheduler.agent.client import AgentClient
 from scheduler.agent.credentials import make_non_dumpable, scrub_environment
 from scheduler.agent.process import (
-    AccountIdentity, DynamicIdentity, Isolation, SharedIdentity, TaskUser, can_create_pid_namespace,
+    AccountIdentity, DynamicIdentity, Isolation, SharedIdentity, TaskUser, can_create_pid_namespace, closed_ancestor,
 )
 from scheduler.agent.state import AttemptState
 from scheduler.agent.worker import Agent
@@ -145,12 +145,18 @@ class Command(BaseCommand):
             "backend": options["backend"],
         }
         name = options["name"]
+        work_dir = Path(options["work_dir"]) if options["work_dir"] else settings.DATA_DIR / "work" / name
+        closed = closed_ancestor(work_dir.parent) if not isinstance(isolation.identity, SharedIdentity) else None
+        if closed is not None:
+            log.warning("%s is closed to other users: attempts start in their working directories under %s but "
+                        "cannot reach them by path (HOME, TMPDIR); chmod o+x it, or pass --work-dir elsewhere",
+                        closed, work_dir)
         agent = Agent(
             AgentClient(options["server"], token),
             capacity,
             log_dir=Path(options["log_dir"]) if options["log_dir"] else settings.TASK_LOG_DIR,
             heartbeat_seconds=options["heartbeat_seconds"] or settings.AGENT_HEARTBEAT_SECONDS,
-            work_dir=Path(options["work_dir"]) if options["work_dir"] else settings.DATA_DIR / "work" / name,
+            work_dir=work_dir,
             state=AttemptState(Path(options["state_dir"]) if options["state_dir"] else settings.DATA_DIR / "agents" / name),
             isolation=isolation,
         )
