@@ -13,9 +13,10 @@ exits, and the kernel kills every process left in the namespace (``setsid``, dou
 ``nohup`` included) before init is reaped. Init dies with the supervisor
 (``PR_SET_PDEATHSIG``), and the supervisor with the agent, so a ``kill -9`` of either ends
 the whole attempt. Where no namespace can be made (``--no-pid-namespace``, or the kernel
-refuses), the attempt's processes are found by their process group, by the marker
-``IRIS_ATTEMPT_KEY=<key>`` in their environment and, under an identity of its own, by uid
-(:func:`attempt_members`), and killed when the command exits.
+refuses), the supervisor is a subreaper (the attempt's orphans are reparented to it), and the
+attempt's processes are found by their process group, by the marker ``IRIS_ATTEMPT_KEY=<key>``
+in their environment and, under an identity of its own, by uid (:func:`attempt_members`), and
+killed when the command exits.
 
 **Stops.** SIGTERM to this process stops the attempt: relayed to every process of the namespace
 (init signals them all), or without one to the process group and the marked processes. The
@@ -77,6 +78,7 @@ COPY_BYTES = 64 * 1024
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 _libc = None
@@ -398,6 +400,7 @@ class Supervisor:
         self.command = command
         self.me = os.getpid()
         self.init: int | None = None
+        self.init_reaped = False
         self.namespace: int | None = None
         self.stopping = False
         self.memory = MemoryWatch(args.memory) if args.memory else None
@@ -414,8 +417,26 @@ class Supervisor:
         return attempt_members(pgid=self.me, key=self.args.key, uid=uid, exclude=self.me)
 
     def task_processes(self) -> list[int]:
-        """The command's processes: the attempt's, init (which is ours) excepted."""
-        return [pid for pid in self.members() if pid != self.init]
+        """The command's processes, init (which is ours) excepted: the descendants of init in a
+        namespace, else of this process (a subreaper: orphans of the attempt are reparented
+        here, and ``setsid`` changes no parent); cheap, as only the attempt is read."""
+        below = descendants(self.init if self.namespace is not None else self.me) if self.init else None
+        if below is None:
+            below = self.members()
+        return [pid for pid in below if pid != self.init]
+
+    def reap(self) -> bool:
+        """Reap what has exited (init, and without a namespace the attempt's orphans); True once
+        init has."""
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return True
+            if pid == 0:
+                return self.init_reaped
+            if pid == self.init:
+                self.init_reaped = True
 
     def stop(self, signum=None, frame=None) -> None:
         """SIGTERM from the agent: relay it to the whole attempt."""
@@ -451,6 +472,8 @@ class Supervisor:
         out_r, out_w = os.pipe()
         status_r, status_w = os.pipe()
         namespaced = args.pid_namespace and enter_pid_namespace()
+        if not namespaced:
+            libc().prctl(PR_SET_CHILD_SUBREAPER, 1)
         self.init = os.fork()
         if self.init == 0:
             os.close(out_r)
@@ -468,7 +491,7 @@ class Supervisor:
             except InterruptedError:
                 pass
             self.copy(out_r)
-            ended = os.waitpid(self.init, os.WNOHANG)[0] != 0
+            ended = self.reap()
             if not ended and self.memory is not None and cgroup is None and self.memory.over(self.task_processes):
                 self.out_of_memory = True
                 self.end_everything()
@@ -477,6 +500,7 @@ class Supervisor:
         raw = os.read(status_r, 64).decode().strip()
         if self.namespace is None:
             kill_until_gone(self.members)
+            self.reap()
         status = int(raw) if raw else None
         if cgroup is not None:
             self.out_of_memory = self.out_of_memory or cgroup.oom_kills() > 0
