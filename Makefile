@@ -29,7 +29,11 @@ run: setup
 	$(BIN)/python manage.py seed_demo
 	@# Prometheus' multiprocess files belong to the processes of one run: start each run empty.
 	rm -rf "$${PROMETHEUS_MULTIPROC_DIR:-$${IRIS_DATA_DIR:-var}/metrics}"
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/honcho start -f Procfile $(DEMO_PROCESSES)
+	@# Started as root, the demo agents run each attempt as a uid of its own: those uids may
+	@# reach their working directories and nothing else of the data dir (its database included).
+	chmod -R go-rwx "$${IRIS_DATA_DIR:-var}" && mkdir -p "$${IRIS_DATA_DIR:-var}/work" && chmod 711 "$${IRIS_DATA_DIR:-var}" "$${IRIS_DATA_DIR:-var}/work"
+	@if [ "$$(id -u)" != 0 ]; then echo "make run: not started as root, so the demo agents run every task as $$(id -un): tasks are not isolated from each other (sudo make run isolates them; see docs/operations.md, \"Agent modes\")"; fi
+	umask 077 && PATH="$(abspath $(BIN)):$$PATH" $(BIN)/honcho start -f Procfile $(DEMO_PROCESSES)
 
 test: $(STAMP) lint cli-alone
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

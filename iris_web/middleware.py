@@ -76,4 +76,14 @@ SessionMiddleware = console_only(SessionMiddleware)
 AuthenticationMiddleware = console_only(AuthenticationMiddleware)
 MessageMiddleware = console_only(MessageMiddleware)
 HtmxMiddleware = console_only(import_string("django_htmx.middleware.HtmxMiddleware"))
-CSPMiddleware = console_only(import_string("csp.middleware.CSPMiddleware"))
+
+
+class CSPMiddleware(console_only(import_string("csp.middleware.CSPMiddleware"))):
+    """The Content Security Policy, skipped for token API calls that answer JSON: a token call
+    answered with an HTML page (the browsable API, for ``Accept: text/html``) gets it too."""
+
+    def __call__(self, request):
+        response = super().__call__(request)
+        if getattr(request, "iris_token_api_call", False) and response.get("Content-Type", "").startswith("text/html"):
+            response = self.process_response(request, response)
+        return response

@@ -334,9 +334,22 @@ STOP_GRACE_SECONDS = env_float("IRIS_STOP_GRACE_SECONDS", 10)
 AGENT_HEARTBEAT_SECONDS = env_float("IRIS_AGENT_HEARTBEAT_SECONDS", 2)
 # The worker credential `manage.py iris_worker` uses when given no --token or --token-file.
 AGENT_TOKEN = os.environ.get("IRIS_AGENT_TOKEN", "")
-# The Unix user a worker agent run as root runs tasks as (empty: nobody), so tasks cannot read
-# the agent's token file or memory. An agent not run as root runs tasks as itself.
+# Who a worker agent run as root runs each attempt as (docs/operations.md, "Agent modes"):
+# "dynamic" (the default for root: a uid of its own per attempt, from IRIS_AGENT_UID_RANGE),
+# "account" (the Unix account named as the job's Iris user) or "user" (all as IRIS_AGENT_TASK_USER,
+# not isolated from each other). An agent not run as root runs tasks as itself.
+AGENT_TASK_IDENTITY = os.environ.get("IRIS_AGENT_TASK_IDENTITY", "")
+# The one user of the "user" identity (setting it alone chooses that identity).
 AGENT_TASK_USER = os.environ.get("IRIS_AGENT_TASK_USER", "")
+# The uids (FIRST-LAST, inclusive) the "dynamic" identity hands out, one per running attempt on a
+# host; no account, subordinate uid range or container of the host may use them.
+AGENT_UID_RANGE = os.environ.get("IRIS_AGENT_UID_RANGE", "4194304-4259839")
+# Each attempt in a PID namespace of its own where the host allows one (root, or unprivileged
+# user namespaces): when it ends, or its agent dies, the kernel ends all its processes.
+AGENT_PID_NAMESPACE = env_bool("IRIS_AGENT_PID_NAMESPACE", True)
+# A cgroup directory delegated to the agent (cgroup v2, or v1's memory controller): each attempt
+# gets a child cgroup holding it to its memory request. Empty: an address-space limit (RLIMIT_AS).
+AGENT_MEMORY_CGROUP = os.environ.get("IRIS_AGENT_MEMORY_CGROUP", "")
 # Where agents write task logs (<task pk>/<attempt>.log) and the log view reads them.
 TASK_LOG_DIR = DATA_DIR / "logs"
 # Where the logs agents ship in chunks are kept (same layout), so a log survives its worker's host.

@@ -23,7 +23,7 @@ from pathlib import Path
 import yaml
 from django.conf import settings
 
-from scheduler.core.bands import Band
+from scheduler.core.bands import BAND_NAMES, Band
 from scheduler.core.budget import MAX_BUDGET_POINTS
 from scheduler.core.types import BudgetDefaults, GroupSpec
 
@@ -192,8 +192,11 @@ def _user_id(user: object, where: str) -> str:
 
 
 def _band(value: object, where: str) -> Band:
+    """A band by name, as the API takes it: a number (``max_band: 0`` is SYSTEM) is refused."""
+    if not isinstance(value, str) or value.strip().isdigit():
+        raise ClusterConfigError(f"{where}.max_band: expected a band name, one of {BAND_NAMES}, got {value!r}")
     try:
-        return Band.parse(value)  # type: ignore[arg-type]
+        return Band.parse(value)
     except ValueError as exc:
         raise ClusterConfigError(f"{where}.max_band: {exc}") from None
 

@@ -36,6 +36,15 @@ def pick(obj: Any, *keys: str, default: Any = None) -> Any:
     return default
 
 
+def printable(text: str) -> str:
+    """``text`` with every control character written as an escape (``\\x1b``, ``\\n``): what other
+    users wrote (a job's command, its name) cannot move the cursor, recolour or retitle the
+    terminal it is shown on, nor fake a line of the output."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == " " else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def cell(value: Any) -> str:
     if value is None or value == "":
         return "-"
@@ -164,7 +173,7 @@ def table(rows: Sequence[dict], columns: Sequence[Column], empty: str = "(none)"
     if not rows:
         return empty
     grid = [[header for header, _ in columns]]
-    grid += [[cell(getter(row)) for _, getter in columns] for row in rows]
+    grid += [[printable(cell(getter(row))) for _, getter in columns] for row in rows]
     widths = [max(len(line[i]) for line in grid) for i in range(len(columns))]
     return "\n".join(
         "  ".join(value.ljust(width) for value, width in zip(line, widths, strict=True)).rstrip() for line in grid
@@ -173,7 +182,8 @@ def table(rows: Sequence[dict], columns: Sequence[Column], empty: str = "(none)"
 
 def fields(pairs: Iterable[tuple[str, Any]]) -> str:
     """``label  value`` lines, labels aligned; pairs whose value is None are left out."""
-    shown = [(label, value if isinstance(value, str) else cell(value)) for label, value in pairs if value is not None]
+    shown = [(label, printable(value if isinstance(value, str) else cell(value)))
+             for label, value in pairs if value is not None]
     if not shown:
         return ""
     width = max(len(label) for label, _ in shown)

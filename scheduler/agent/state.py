@@ -1,11 +1,14 @@
 """What the agent has running, on disk, so that its next life can end what this one left behind.
 
-``<state dir>/attempts.json`` lists each live attempt's process group (the pid of its session
-leader, which is the group id, and the leader's start time, so a reused pid is never mistaken
-for ours) and the boot it was started in. It is rewritten atomically whenever an attempt starts
-or ends. An agent that starts reads it first, SIGKILLs every process still in those groups, and
-reports the attempts as worker-lost before it registers or accepts work: a task never runs
-twice on one host because its agent was restarted.
+``<state dir>/attempts.json`` lists each live attempt's process group (the pid of its
+supervisor, which is the group id, and the supervisor's start time, so a reused pid is never
+mistaken for ours), its uid when that uid was the attempt's own, and the boot it was started
+in. It is rewritten atomically whenever an attempt starts or ends. An agent that starts reads it
+first and SIGKILLs every process of those attempts still alive: in their groups, carrying their
+``IRIS_ATTEMPT_KEY``, or running as their own uids (processes that left their group: ``setsid``,
+double forks, ``nohup``; where attempts have PID namespaces the kernel has already ended them).
+It reports the attempts as worker-lost before it registers or accepts work: a task never runs
+twice because its agent was restarted.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from scheduler.agent.supervise import group_members, kill_group, proc_stat
+from scheduler.agent.process import attempt_key, end_attempt_processes
+from scheduler.agent.supervise import group_members, proc_stat
 
 log = logging.getLogger("iris.agent")
 
@@ -46,11 +50,12 @@ class AttemptState:
     def __init__(self, state_dir: Path | str):
         self.dir = Path(state_dir)
         self.path = self.dir / STATE_FILE
-        self.groups: dict[tuple[int, int], tuple[int, int]] = {}  # key -> (pgid, leader start ticks)
+        # key -> (pgid, supervisor start ticks, the attempt's own uid or None)
+        self.groups: dict[tuple[int, int], tuple[int, int, int | None]] = {}
 
-    def add(self, key: tuple[int, int], pid: int) -> None:
+    def add(self, key: tuple[int, int], pid: int, own_uid: int | None = None) -> None:
         stat = proc_stat(pid)
-        self.groups[key] = (pid, stat[3] if stat else -1)
+        self.groups[key] = (pid, stat[3] if stat else -1, own_uid)
         self.write()
 
     def remove(self, key: tuple[int, int]) -> None:
@@ -62,8 +67,8 @@ class AttemptState:
         body = {
             "boot": boot_id(),
             "groups": [
-                {"task": task, "attempt": attempt, "pgid": pgid, "start": start}
-                for (task, attempt), (pgid, start) in sorted(self.groups.items())
+                {"task": task, "attempt": attempt, "pgid": pgid, "start": start, "uid": uid}
+                for (task, attempt), (pgid, start, uid) in sorted(self.groups.items())
             ],
         }
         tmp = self.path.with_suffix(".tmp")
@@ -74,7 +79,7 @@ class AttemptState:
         os.replace(tmp, self.path)
 
     def end_leftovers(self) -> list[Leftover]:
-        """SIGKILL what the previous agent left running; every attempt it listed is returned
+        """SIGKILL what the previous agent left running (:func:`end_attempt_processes`); every attempt it listed is returned
         (with 0 killed when its processes had already ended). The file is then emptied."""
         try:
             body = json.loads(self.path.read_text(encoding="utf-8"))
@@ -90,7 +95,11 @@ class AttemptState:
                 task, attempt, pgid, start = (int(entry[k]) for k in ("task", "attempt", "pgid", "start"))
             except (KeyError, TypeError, ValueError):
                 continue
-            killed = kill_group(pgid) if same_boot and self._ours(pgid, start) else 0
+            uid = entry.get("uid")
+            killed = 0
+            if same_boot:
+                group = pgid if self._ours(pgid, start) else None
+                killed = end_attempt_processes(group, attempt_key(task, attempt), uid if isinstance(uid, int) else None)
             leftovers.append(Leftover(task, attempt, killed))
         self.groups.clear()
         self.write()

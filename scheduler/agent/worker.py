@@ -30,8 +30,11 @@ from typing import Any
 
 from scheduler.agent.client import AgentClient, ApiError, ServerUnreachable
 from scheduler.agent.logship import LogShipper
-from scheduler.agent.process import AttemptProcess, TaskUser, log_path, task_environment, work_path
+from scheduler.agent.process import (
+    AttemptProcess, IdentityError, Isolation, SharedIdentity, attempt_key, log_path, task_environment, work_path,
+)
 from scheduler.agent.state import AttemptState
+from scheduler.core.explain import format_memory
 
 log = logging.getLogger("iris.agent")
 
@@ -65,7 +68,7 @@ class Agent:
         heartbeat_seconds: float,
         work_dir: Path,
         state: AttemptState,
-        task_user: TaskUser | None = None,
+        isolation: Isolation | None = None,
     ):
         self.client = client
         self.capacity = capacity
@@ -74,7 +77,7 @@ class Agent:
         self.heartbeat_seconds = heartbeat_seconds
         self.work_dir = Path(work_dir)
         self.state = state
-        self.task_user = task_user
+        self.isolation = isolation or Isolation(SharedIdentity(None))
         self.attempts: dict[tuple[int, int], LocalAttempt] = {}
         self.seen: dict[tuple[int, int], None] = {}  # insertion-ordered set
         self.outbox: list[dict[str, Any]] = []
@@ -173,16 +176,26 @@ class Agent:
             self.queue(key, "failed", exit_code=127, message="the job has no command to run")
             return
         try:
+            user = self.isolation.identity.for_attempt(order)
+        except IdentityError as exc:
+            self.attempts[key] = LocalAttempt(key, name, None, final_queued=True)
+            self.queue(key, "failed", exit_code=127, message=f"could not start {command[0]!r}: {exc}")
+            return
+        try:
             process = AttemptProcess.spawn(
-                command, task_environment(order.get("env") or {}), file,
-                work_dir=work_path(self.work_dir, *key), user=self.task_user,
+                command, task_environment(order.get("env") or {}), file, key=attempt_key(*key),
+                work_dir=work_path(self.work_dir, *key), user=user, memory_bytes=int(order.get("memory") or 0),
+                isolation=self.isolation,
             )
         except OSError as exc:
             self.attempts[key] = LocalAttempt(key, name, None, final_queued=True)
             self.queue(key, "failed", exit_code=127, message=f"could not start {command[0]!r}: {exc}")
             return
+        finally:
+            if user is not None:
+                user.release()
         self.attempts[key] = LocalAttempt(key, name, process)
-        self.state.add(key, process.pid)
+        self.state.add(key, process.pid, user.uid if user is not None and user.own else None)
         log.info("agent %s: started %s attempt %s (pid %s)", self.name, name, key[1], process.pid)
         self.queue(key, "running")
 
@@ -216,6 +229,10 @@ class Agent:
             self.ended(local)
             if local.stopping:
                 self.queue(key, "preempted", exit_code=code, message=f"stopped as asked (exit code {code})")
+            elif local.process.out_of_memory:
+                limit = format_memory(local.process.memory_bytes)
+                local.process.note(f"killed: out of memory (limit {limit})")
+                self.queue(key, "failed", exit_code=code, message=f"killed: out of memory (limit {limit})")
             elif code == 0:
                 self.queue(key, "succeeded", exit_code=0)
             else:

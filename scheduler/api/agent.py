@@ -14,7 +14,8 @@ The views are thin: they validate the wire format and call ``scheduler.execution
   -> ``{"worker", "created", "heartbeat_seconds"}``
 - ``POST heartbeat/`` ``{"name", "running": [{"task", "attempt"}], "healthy"?}``
   -> ``{"worker", "heartbeat_seconds", "starts": [start order], "stops": [stop order]}``
-  where a start order is ``{"task", "attempt", "uid", "name", "job", "band", "command", "env"}``
+  where a start order is ``{"task", "attempt", "uid", "name", "job", "user", "band", "memory", "command", "env"}``
+  (``user``: the job's Iris user; ``memory``: its request in bytes, which the agent enforces)
   and a stop order ``{"task", "attempt", "reason", "grace_seconds"}``.
 - ``POST report/``    ``{"name", "reports": [{"task", "attempt", "status", "exit_code"?, "message"?}]}``
   with ``status`` one of building, running, succeeded, failed, preempted, worker_lost
@@ -212,7 +213,9 @@ class AgentStartOrderSerializer(AgentAttemptKeySerializer):
     uid = serializers.CharField()
     name = serializers.CharField()
     job = serializers.CharField()
+    user = serializers.CharField()
     band = serializers.CharField()
+    memory = serializers.IntegerField()
     command = serializers.ListField(child=serializers.CharField())
     env = serializers.DictField(child=serializers.CharField())
 
@@ -241,7 +244,9 @@ def start_to_wire(order: StartOrder) -> dict:
         "uid": order.ref.uid,
         "name": order.task,
         "job": order.job,
+        "user": order.user,
         "band": order.band.wire,
+        "memory": order.resources.memory_bytes,
         "command": list(order.command),
         "env": dict(order.environment),
     }

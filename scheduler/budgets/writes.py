@@ -18,7 +18,7 @@ from scheduler import roles
 from scheduler.access import require_admin, require_authenticated
 from scheduler.budgets.queries import user_is_known
 from scheduler.budgets.rules import budget_defaults, effective_budget_for
-from scheduler.core.bands import Band
+from scheduler.core.bands import ADMIN_BANDS, Band
 from scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from scheduler.inputs import MAX_INT64, parse_band, parse_budget_limit, parse_int, parse_text, parse_user_id
 from scheduler.models import AuditEntry, UpliftGrant, UserBudget
@@ -114,6 +114,13 @@ def grant_state(grant: UpliftGrant) -> dict[str, Any]:
     }
 
 
+def admin_band_message(band: Band) -> str:
+    return (
+        f"no uplift grants {band.name}: only admins submit SYSTEM and PRODUCTION work, whatever their "
+        f"budget; ask for INTERACTIVE or a budget_limit"
+    )
+
+
 def request_uplift(
     actor, *, user: Any = None, max_band: Any = None, budget_limit: Any = None, reason: Any = "",
     duration_seconds: Any = None,
@@ -126,6 +133,8 @@ def request_uplift(
     if max_band in (None, "") and budget_limit in (None, ""):
         raise InvalidArgument("ask for max_band, budget_limit or both", field="max_band")
     band = parse_band(max_band, "max_band") if max_band not in (None, "") else None
+    if band in ADMIN_BANDS:
+        raise InvalidArgument(admin_band_message(band), field="max_band", details={"max_band": band.wire})
     limit = parse_budget_limit(budget_limit) if budget_limit not in (None, "") else None
     why = parse_text(reason, "reason", required=True)
     duration = parse_int(duration_seconds, "duration_seconds", minimum=MIN_UPLIFT_SECONDS, maximum=MAX_UPLIFT_SECONDS, unit="seconds")
@@ -179,6 +188,10 @@ def _decide_uplift(actor, grant_id: Any, *, approve: bool, duration_seconds: Any
             raise NotFound(f"uplift {pk} does not exist", field="id")
         if grant.state != UpliftGrant.State.REQUESTED:
             raise FailedPrecondition(f"uplift {pk} was already decided ({grant.state})", field="id")
+        if approve and grant.max_band is not None and Band(grant.max_band) in ADMIN_BANDS:
+            # Requested before such requests were refused: it would raise nothing anyone can use.
+            raise FailedPrecondition(admin_band_message(Band(grant.max_band)), field="id",
+                                     details={"max_band": Band(grant.max_band).wire})
         before = grant_state(grant)
         now = timezone.now()
         grant.decided_by = actor

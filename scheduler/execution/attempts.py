@@ -14,6 +14,7 @@ SQLite takes its write lock at BEGIN, which serialises reports already.
 from __future__ import annotations
 
 import logging
+import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -140,11 +141,23 @@ def _finish(report: AttemptReport, attempt: dict[str, Any], now: datetime) -> bo
     return True
 
 
+def exit_text(exit_code: int) -> str:
+    """How an exit reads to people: a negative code (``subprocess``'s convention) is the signal
+    that ended the process."""
+    if exit_code >= 0:
+        return f"exited with code {exit_code}"
+    try:
+        name = f" ({signal.Signals(-exit_code).name})"
+    except ValueError:
+        name = ""
+    return f"killed by signal {-exit_code}{name}"
+
+
 def report_message(report: AttemptReport) -> str:
     if report.message:
         return report.message[:2000]
     if report.status is AttemptStatus.FAILED and report.exit_code is not None:
-        return f"exited with code {report.exit_code}"
+        return exit_text(report.exit_code)
     if report.status is AttemptStatus.SUCCEEDED:
         return ""
     return report.status.value.replace("_", " ")

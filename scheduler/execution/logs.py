@@ -6,6 +6,8 @@ directly; every agent also ships its logs in chunks (``POST /api/v1/agent/logs/`
 ``SHIPPED_LOG_DIR`` with the same layout. A reader gets the directly written file when there is
 one (it is the most complete), else the shipped copy.
 
+Shipped copies are the server user's alone: files 0600 in 0700 directories.
+
 Each shipped log is bounded by ``TASK_LOG_MAX_BYTES``: the server keeps the first that many
 bytes of an attempt's log, then one line saying the rest was cut, and answers ``truncated`` so
 the agent stops shipping it. The full log stays on the agent's host while that host lives.
@@ -61,14 +63,25 @@ def read_tail(task_pk: int, attempt: int, tail: int) -> LogTail | None:
     """The last ``tail`` bytes of an attempt's log (text, invalid UTF-8 replaced), or None."""
     for source, root in (("local", settings.TASK_LOG_DIR), ("shipped", settings.SHIPPED_LOG_DIR)):
         path = log_file(root, task_pk, attempt)
-        if path.is_file():
+        try:
             with open(path, "rb") as handle:
                 handle.seek(0, 2)
                 size = handle.tell()
                 handle.seek(max(0, size - tail))
                 body = handle.read()
-            return LogTail(body.decode("utf-8", errors="replace"), size, source)
+        except (FileNotFoundError, IsADirectoryError, PermissionError):
+            continue  # none here, or an agent of another user wrote it (its shipped copy is ours)
+        return LogTail(body.decode("utf-8", errors="replace"), size, source)
     return None
+
+
+def private_dir(path: Path) -> None:
+    """``path`` and the shipped-log directories above it, mode 0700: the server's copies are
+    readable by the server's user alone (a task on an agent sharing the host cannot open them)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for folder in (path, path.parent):
+        if folder.stat().st_mode & 0o077:
+            os.chmod(folder, 0o700)
 
 
 def store_chunk(task_pk: int, attempt: int, offset: int, data: bytes) -> ShipOutcome:
@@ -80,8 +93,8 @@ def store_chunk(task_pk: int, attempt: int, offset: int, data: bytes) -> ShipOut
     """
     limit = settings.TASK_LOG_MAX_BYTES
     path = log_file(settings.SHIPPED_LOG_DIR, task_pk, attempt)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "ab") as handle:
+    private_dir(path.parent)
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as handle:
         stored = handle.tell()
         end = offset + len(data)
         if stored > limit:  # already cut (the cut line lies past the limit)

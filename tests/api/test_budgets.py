@@ -182,6 +182,27 @@ def test_uplift_requests_are_validated(as_alice, body, field):
     assert not UpliftGrant.objects.exists()
 
 
+@pytest.mark.parametrize("band", ["production", "system"])
+def test_an_uplift_to_an_admin_band_is_refused_as_nobody_could_use_it(as_alice, as_ada, band):
+    for client in (as_alice, as_ada):
+        response = rejected(request_uplift(client, user="alice", max_band=band, budget_limit=10), 400,
+                            "INVALID_ARGUMENT", "max_band")
+        assert f"no uplift grants {band.upper()}" in response["message"]
+    assert not UpliftGrant.objects.exists()
+
+
+@pytest.mark.parametrize("band", [Band.PRODUCTION, Band.SYSTEM])
+def test_an_admin_band_uplift_requested_before_the_rule_cannot_be_approved(as_ada, alice, band):
+    grant = UpliftGrant.objects.create(user_id="alice", requested_by=alice, max_band=int(band), reason="old",
+                                       duration_seconds=3600)
+
+    rejected(as_ada.post(f"/api/v1/uplifts/{grant.pk}:approve", {}, format="json"), 409, "FAILED_PRECONDITION", "id")
+
+    grant.refresh_from_db()
+    assert grant.state == "requested"
+    assert as_ada.get("/api/v1/budgets/alice").json()["effective_max_band"] != band.wire
+
+
 def test_researchers_request_uplifts_only_for_themselves(as_alice):
     rejected(request_uplift(as_alice, user="bob", budget_limit=10), 403, "PERMISSION_DENIED", "user")
 

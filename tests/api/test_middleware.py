@@ -3,6 +3,7 @@ and only for them: session calls to the API still load the session and still nee
 
 from __future__ import annotations
 
+import pytest
 from rest_framework.test import APIClient
 
 from tests.api.conftest import error_of
@@ -29,6 +30,15 @@ def test_a_token_write_needs_no_csrf_token(alice):
     client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
     response = client.post("/api/v1/jobs/", {"name": "x", "command": ["true"]}, format="json")
     assert response.status_code == 201, response.content
+
+
+@pytest.mark.parametrize("path", ["/api/v1/me/", "/api/v1/jobs/"])
+def test_the_browsable_apis_html_pages_carry_the_content_security_policy_for_token_calls(as_alice, path):
+    page = as_alice.get(path, HTTP_ACCEPT="text/html")
+
+    assert page["Content-Type"].startswith("text/html")
+    policy = page.headers["Content-Security-Policy"]
+    assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy
 
 
 def test_a_session_call_to_the_api_still_loads_the_session_and_needs_csrf(alice):

@@ -67,3 +67,17 @@ def test_deeply_nested_or_absurd_documents_give_a_message_not_a_traceback(tmp_pa
     settings.CLUSTER_CONFIG = str(path)
     errors = check_cluster_config()
     assert [e.id for e in errors] == [INVALID_CLUSTER_CONFIG]
+
+
+@pytest.mark.parametrize("rank", [0, 1, 3, True, "0"])
+@pytest.mark.parametrize("name", ["cluster.yaml", "cluster.toml"])
+def test_a_band_given_as_a_number_is_refused_as_the_api_refuses_it(tmp_path, name, rank):
+    path = tmp_path / name
+    value = f'"{rank}"' if isinstance(rank, str) else str(rank).lower()
+    if name.endswith(".yaml"):
+        path.write_text(f"user_budgets:\n  - user_ids: [alice]\n    budget_limit: 10\n    max_band: {value}\n")
+    else:
+        path.write_text(f'[[user_budgets]]\nuser_ids = ["alice"]\nbudget_limit = 10\nmax_band = {value}\n')
+
+    with pytest.raises(ClusterConfigError, match=r"user_budgets\[0\].max_band: expected a band name"):
+        read_cluster_config(path)

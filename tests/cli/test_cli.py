@@ -301,6 +301,19 @@ def test_job_show_prints_the_job_and_its_tasks(some_jobs):
     assert [row.split()[:2] for row in task_rows] == [["0", "pending"], ["1", "pending"]]
 
 
+def test_job_show_prints_another_users_escape_sequences_as_text(iris):
+    iris.use_token("bob")
+    submitted = iris("job", "run", "--priority", "batch", "--name", "loud", "--", "echo", "\x1b]0;pwned\x07\x1b[2J", "two\nlines")
+    assert submitted.code == 0, submitted.err
+    iris.use_token("olivia")  # an operator reads every job
+
+    result = iris("job", "show", "/bob/loud")
+
+    assert result.code == 0, result.err
+    assert "\x1b" not in result.out and "\x07" not in result.out
+    assert "\\x1b]0;pwned\\x07\\x1b[2J" in result.out and "two\\nlines" in result.out
+
+
 def test_job_show_json_is_the_api_answer(some_jobs):
     job = some_jobs("--json", "job", "show", "alice/train").json()
 

@@ -93,7 +93,9 @@ def test_heartbeat_answers_with_start_orders_carrying_command_and_environment(cl
         "uid": f"{task.pk}-1",
         "name": "/alice/train/0",
         "job": "/alice/train",
+        "user": "alice",
         "band": "interactive",
+        "memory": job.memory_bytes,
         "command": ["python", "-c", "print(1)"],
         "env": {
             "IRIS_TASK_ID": "/alice/train/0",

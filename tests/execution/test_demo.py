@@ -4,7 +4,10 @@ and demo_load."""
 from __future__ import annotations
 
 import io
+import os
+import pwd
 import re
+import subprocess
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -65,3 +68,44 @@ def test_demo_load_submits_a_mix_of_bands_sizes_and_gangs_through_the_submission
     assert len({j.band for j in jobs}) >= 2
     assert all(j.command[:2] == ["sh", "-c"] for j in jobs)
     assert "demo load: submitted 12 job(s)" in out.getvalue()
+
+
+def procfile_agents() -> dict[str, list[str]]:
+    """Each demo agent's ``iris_worker`` arguments, as the Procfile starts it."""
+    agents = {}
+    for line in (ROOT / "Procfile").read_text().splitlines():
+        name, _, command = line.partition(": ")
+        words = command.split()
+        if words[2:3] == ["iris_worker"]:
+            agents[name] = words[3:]
+    return agents
+
+
+def test_make_run_started_as_root_runs_every_demo_agent_in_the_isolating_mode(settings):
+    from scheduler.agent.process import DynamicIdentity
+    from scheduler.management.commands.iris_worker import Command
+
+    settings.AGENT_TASK_USER = settings.AGENT_TASK_IDENTITY = ""
+    agents = procfile_agents()
+    assert set(agents) == set(DEMO_WORKERS)
+    for name, args in agents.items():
+        options = vars(Command().create_parser("manage.py", "iris_worker").parse_args(args))
+        assert isinstance(Command.identity(options, euid=0), DynamicIdentity), name
+        assert not options["no_pid_namespace"], name
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs the Makefile's line as root and as nobody")
+def test_make_run_started_as_an_ordinary_user_says_once_that_tasks_are_not_isolated():
+    makefile = (ROOT / "Makefile").read_text()
+    run = makefile[makefile.index("\nrun: setup"):makefile.index("\ntest:")]
+    [line] = [line for line in run.splitlines() if "not isolated" in line]
+    shell = line.strip().lstrip("@").replace("$$", "$")
+    nobody = pwd.getpwnam("nobody")
+
+    as_root = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, check=True)
+    as_user = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, check=True, cwd="/",
+                             user=nobody.pw_uid, group=nobody.pw_gid, extra_groups=[])
+
+    assert as_root.stdout == ""
+    assert as_user.stdout.count("tasks are not isolated from each other") == 1
+    assert "demo agents run every task as nobody" in as_user.stdout

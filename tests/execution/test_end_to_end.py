@@ -21,6 +21,7 @@ import pytest
 import redis
 from django.utils import timezone
 
+from scheduler.agent.supervise import carries_marker
 from scheduler.execution.dispatcher import LEASE_NAME, drain
 from scheduler.execution.enrolment import issue_worker_credential
 from scheduler.execution.logs import read_tail
@@ -60,15 +61,16 @@ class Cluster:
 
     def agent(
         self, name: str, *, cpu: int = 2, memory: str = "4Gi", task_user: str | None = None,
-        token_args: list[str] | None = None, env: dict[str, str] | None = None,
+        token_args: list[str] | None = None, env: dict[str, str] | None = None, extra: tuple[str, ...] = (),
     ) -> subprocess.Popen:
         """Start an agent. Its tasks run as the tests' own user unless ``task_user`` says
-        otherwise: these tests' markers live in the private pytest tmp dir."""
+        otherwise (these tests' markers live in the private pytest tmp dir); ``task_user=""``
+        leaves the agent's default identity."""
         args = [
             "manage.py", "iris_worker", "--name", name, "--server", self.url,
             *(token_args if token_args is not None else ["--token", self.credential(name)]),
             "--cpu", str(cpu), "--memory", memory, "--heartbeat-seconds", HEARTBEAT, "--log-dir", str(self.log_dir),
-            "--task-user", task_user or getpass.getuser(),
+            *(["--task-user", task_user or getpass.getuser()] if task_user != "" else []), *extra,
         ]
         log_file = self.tmp_path / f"agent-{name}.log"
         if name in self.agents:  # a restart: keep the first life's log
@@ -133,6 +135,23 @@ def process_gone(pid: int) -> bool:
     return "State:\tZ" in status
 
 
+def host_pid(pid_in_task: int, job: Job, number: int = 1) -> int:
+    """The host's pid of a process of ``job``'s attempt ``number`` that knows itself as
+    ``pid_in_task`` (its ``$$``, which counts in the attempt's PID namespace when it has one)."""
+    key = f"{attempt(job, number).task_id}-{number}"
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or not carries_marker(int(entry.name), key):
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        nspids = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+        if nspids and int(nspids[-1]) == pid_in_task:
+            return int(entry.name)
+    return pid_in_task  # gone, or never in a namespace of its own
+
+
 def test_batch_task_gets_sigterm_when_preempted_and_retries_after_the_production_task(cluster, people, tmp_path):
     cluster.agent("w1", cpu=2)
     marker = tmp_path / "batch.marker"
@@ -176,7 +195,8 @@ def test_an_agent_killed_with_sigkill_loses_its_worker_and_the_task_retries_else
     first = attempt(job)
     lost, other = first.worker.name, ({"w1", "w2"} - {first.worker.name}).pop()
     assert wait_for(lambda: (tmp_path / "pid-1").exists(), timeout=5)
-    pid = int((tmp_path / "pid-1").read_text())
+    pid = host_pid(int((tmp_path / "pid-1").read_text()), job)
+    assert not process_gone(pid)
 
     os.kill(agents[lost].pid, signal.SIGKILL)
 

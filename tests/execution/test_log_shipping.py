@@ -76,3 +76,19 @@ def test_an_agent_refused_another_workers_attempt_gives_up_on_it(live_server, pl
     ship.ship(key)
     assert key in ship.finished
     assert not log_file(settings.SHIPPED_LOG_DIR, *key).exists()
+
+
+def test_the_servers_copy_is_readable_by_the_servers_user_alone(live_server, placed, settings, tmp_path):
+    settings.SHIPPED_LOG_DIR = tmp_path / "shipped"
+    settings.SHIPPED_LOG_DIR.mkdir(mode=0o755)  # made open by an older server
+    key, remote = placed
+    path = log_path(remote, *key)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"private output\n")
+
+    shipper(live_server, remote).ship(key, final=True)
+
+    copy = log_file(settings.SHIPPED_LOG_DIR, *key)
+    assert copy.read_bytes() == b"private output\n"
+    modes = [oct(p.stat().st_mode & 0o777) for p in (copy, copy.parent, settings.SHIPPED_LOG_DIR)]
+    assert modes == ["0o600", "0o700", "0o700"]

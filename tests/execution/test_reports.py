@@ -84,6 +84,15 @@ def test_a_failure_within_max_retries_failure_requeues_and_the_next_one_fails_th
     assert Job.objects.get(pk=task.job_id).state == "failed"
 
 
+def test_a_failure_by_a_signal_reads_as_that_signal():
+    task = assigned_task()
+    report(task, "running")
+
+    report(task, "failed", exit_code=-9)
+
+    assert (attempt_of(task).exit_code, attempt_of(task).error) == (-9, "killed by signal 9 (SIGKILL)")
+
+
 def test_default_max_retries_failure_of_zero_fails_on_the_first_non_zero_exit():
     task = assigned_task()
 

@@ -59,7 +59,7 @@ def test_writes_an_operator_traces_log_who_did_them(alice, olivia, ada, json_lin
     with django_capture_on_commit_callbacks(execute=True):
         cancel_job(alice, "/alice/train")
         set_budget(ada, "alice", budget_limit=10, reason="pilot")
-        grant = request_uplift(alice, max_band="production", reason="deadline", duration_seconds=3600)
+        grant = request_uplift(alice, budget_limit=5000, reason="deadline", duration_seconds=3600)
         approve_uplift(ada, grant.pk)
         drain_worker(olivia, "w1")
 

@@ -12,16 +12,17 @@ operator mints for that worker name (``manage.py worker_credential NAME`` or
 ``POST /api/v1/workers/NAME:credential``) and which lets it act only as that worker. SIGTERM or Ctrl-C stops its processes, reports them and exits.
 
 Before anything else the agent makes itself non-dumpable, reads its token into memory and
-scrubs ``IRIS_AGENT_TOKEN`` from its environment; run as root, it runs tasks as
-``--task-user`` (default ``nobody``). docs/operations.md ("Worker agents") says what each mode
-guarantees.
+scrubs ``IRIS_AGENT_TOKEN`` from its environment. Run as root, it runs each attempt as a uid of
+its own (``--task-identity``, default ``dynamic``) in a PID namespace of its own; run as an
+ordinary user, it says once that its tasks are not isolated from each other.
+docs/operations.md ("Agent modes") says what each mode guarantees.
 """
 
 from __future__ import annotations
 
-import getpass
 import logging
 import os
+import pwd
 import signal
 from pathlib import Path
 
@@ -30,7 +31,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from scheduler.agent.client import AgentClient
 from scheduler.agent.credentials import make_non_dumpable, scrub_environment
-from scheduler.agent.process import TaskUser
+from scheduler.agent.process import (
+    AccountIdentity, DynamicIdentity, Isolation, SharedIdentity, TaskUser, can_create_pid_namespace, closed_ancestor,
+)
 from scheduler.agent.state import AttemptState
 from scheduler.agent.worker import Agent
 
@@ -73,8 +76,25 @@ class Command(BaseCommand):
             "--log-dir", default=None, help="where attempt logs are written (default IRIS_DATA_DIR/logs)"
         )
         parser.add_argument(
+            "--task-identity", choices=["dynamic", "account", "user"], default=None,
+            help="who a root agent runs each attempt as: a uid of its own (dynamic, the default), the job "
+            "owner's Unix account (account), or --task-user (user) (default IRIS_AGENT_TASK_IDENTITY)",
+        )
+        parser.add_argument(
             "--task-user", default=None,
-            help="Unix user tasks run as when the agent runs as root (default IRIS_AGENT_TASK_USER, else nobody)",
+            help="the one Unix user of --task-identity user; giving it chooses that identity (default IRIS_AGENT_TASK_USER)",
+        )
+        parser.add_argument(
+            "--uid-range", default=None, help="uids of the dynamic identity, FIRST-LAST (default IRIS_AGENT_UID_RANGE)",
+        )
+        parser.add_argument(
+            "--no-pid-namespace", action="store_true",
+            help="run attempts without a PID namespace of their own (default: with one where the host allows it)",
+        )
+        parser.add_argument(
+            "--memory-cgroup", default=None,
+            help="a cgroup directory delegated to this agent to hold attempts to their memory "
+            "(default IRIS_AGENT_MEMORY_CGROUP; none: an address-space limit)",
         )
         parser.add_argument(
             "--state-dir", default=None,
@@ -104,7 +124,7 @@ class Command(BaseCommand):
             )
         if options["token"]:
             log.warning("--token is visible to every local user in ps; prefer --token-file")
-        task_user = self.task_user(options["task_user"])
+        isolation = self.isolation(options)
         attributes = {}
         for item in options["attribute"]:
             key, sep, value = item.partition("=")
@@ -125,14 +145,20 @@ class Command(BaseCommand):
             "backend": options["backend"],
         }
         name = options["name"]
+        work_dir = Path(options["work_dir"]) if options["work_dir"] else settings.DATA_DIR / "work" / name
+        closed = closed_ancestor(work_dir.parent) if not isinstance(isolation.identity, SharedIdentity) else None
+        if closed is not None:
+            log.warning("%s is closed to other users: attempts start in their working directories under %s but "
+                        "cannot reach them by path (HOME, TMPDIR); chmod o+x it, or pass --work-dir elsewhere",
+                        closed, work_dir)
         agent = Agent(
             AgentClient(options["server"], token),
             capacity,
             log_dir=Path(options["log_dir"]) if options["log_dir"] else settings.TASK_LOG_DIR,
             heartbeat_seconds=options["heartbeat_seconds"] or settings.AGENT_HEARTBEAT_SECONDS,
-            work_dir=Path(options["work_dir"]) if options["work_dir"] else settings.DATA_DIR / "work" / name,
+            work_dir=work_dir,
             state=AttemptState(Path(options["state_dir"]) if options["state_dir"] else settings.DATA_DIR / "agents" / name),
-            task_user=task_user,
+            isolation=isolation,
         )
 
         def leave(signum, frame):
@@ -142,31 +168,63 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, leave)
         agent.run()
 
-    @staticmethod
-    def task_user(requested: str | None) -> TaskUser | None:
-        """The user tasks run as, or None for the agent's own user (an agent not run as root).
+    def isolation(self, options) -> Isolation:
+        """How this agent runs attempts, said once in its log (docs/operations.md, "Agent modes")."""
+        pid_namespace = settings.AGENT_PID_NAMESPACE and not options["no_pid_namespace"]
+        if pid_namespace and not can_create_pid_namespace():
+            log.warning("this host gives attempts no PID namespace: processes that leave an attempt's process "
+                        "group are found by their IRIS_ATTEMPT_KEY and ended when it ends")
+            pid_namespace = False
+        memory_cgroup = options["memory_cgroup"] if options["memory_cgroup"] is not None else settings.AGENT_MEMORY_CGROUP
+        if memory_cgroup and not Path(memory_cgroup, "cgroup.procs").exists():
+            raise CommandError(f"--memory-cgroup {memory_cgroup!r} is not a cgroup directory")
+        return Isolation(self.identity(options), pid_namespace=pid_namespace, memory_cgroup=memory_cgroup)
 
-        A root agent runs tasks as ``--task-user``, else ``IRIS_AGENT_TASK_USER``, else
-        ``nobody``, and refuses to start when that user does not exist. ``root`` is accepted
-        only when asked for by name, with a warning: its tasks can read the agent's secrets.
-        """
-        name = requested or settings.AGENT_TASK_USER
-        if os.geteuid() != 0:
-            me = getpass.getuser()
-            if name and name != me:
-                raise CommandError(f"tasks can run as {name!r} only when the agent runs as root (it runs as {me!r})")
-            log.info("tasks run as the agent's own user %s (same-user mode: see docs/operations.md)", me)
-            return None
-        name = name or "nobody"
+    @staticmethod
+    def identity(options, euid: int | None = None):
+        """Who attempts run as (``euid``: the agent's, by default this process's). Not root: the agent's own user, said once with what to run
+        instead. Root: ``dynamic`` unless a task user or another identity is asked for; a task
+        user that does not exist stops the agent; ``root`` is accepted by name, with a warning."""
+        user_name = options["task_user"] or settings.AGENT_TASK_USER
+        chosen = options["task_identity"] or settings.AGENT_TASK_IDENTITY or ("user" if user_name else "dynamic")
+        if chosen not in ("dynamic", "account", "user"):
+            raise CommandError(f"IRIS_AGENT_TASK_IDENTITY must be dynamic, account or user; got {chosen!r}")
+        euid = os.geteuid() if euid is None else euid
+        if euid != 0:
+            try:
+                me = pwd.getpwuid(euid).pw_name
+            except KeyError:
+                me = str(euid)
+            if user_name and user_name != me:
+                raise CommandError(f"tasks can run as {user_name!r} only when the agent runs as root (it runs as {me!r})")
+            log.warning(
+                "tasks are not isolated from each other: this agent runs as %s, not root, so every task runs as %s "
+                "and can read the others' files and logs and signal their processes. Run the agent as root to give "
+                "each attempt a uid of its own (docs/operations.md, \"Agent modes\")", me, me,
+            )
+            return SharedIdentity(None)
+        if user_name and chosen != "user":
+            raise CommandError(f"--task-user is the user of --task-identity user, not of {chosen}")
+        if chosen == "dynamic":
+            try:
+                identity = DynamicIdentity.parse(options["uid_range"] or settings.AGENT_UID_RANGE)
+            except ValueError as exc:
+                raise CommandError(f"IRIS_AGENT_UID_RANGE: {exc}") from None
+            log.info("each attempt runs as a uid of its own from %s-%s", identity.first, identity.last)
+            return identity
+        if chosen == "account":
+            log.info("each attempt runs as the Unix account named as its job's user")
+            return AccountIdentity()
         try:
-            user = TaskUser.named(name)
+            user = TaskUser.named(user_name or "nobody")
         except KeyError:
             raise CommandError(
-                f"the task user {name!r} does not exist: create it (useradd --system --no-create-home "
-                f"--shell /usr/sbin/nologin {name}) or pass --task-user"
+                f"the task user {user_name!r} does not exist: create it (useradd --system --no-create-home "
+                f"--shell /usr/sbin/nologin {user_name}) or pass --task-user"
             ) from None
         if user.uid == 0:
-            log.warning("tasks run as root: they can read the agent's token file and memory")
+            log.warning("tasks run as root: they can read the agent's token file and memory, and each other")
         else:
-            log.info("tasks run as %s (uid %s)", user.name, user.uid)
-        return user
+            log.warning("every task runs as %s (uid %s): tasks are not isolated from each other, only from the "
+                        "agent; leave IRIS_AGENT_TASK_USER unset to give each attempt a uid of its own", user.name, user.uid)
+        return SharedIdentity(user)
