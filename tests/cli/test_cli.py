@@ -192,7 +192,7 @@ def test_researchers_cannot_submit_production(iris):
     result = iris("job", "run", "--priority", "production", "--", "x")
 
     assert result.code == 1
-    assert result.err.startswith("PERMISSION_DENIED: only admins may submit PRODUCTION jobs")
+    assert result.err.startswith("PERMISSION_DENIED: priority: only admins may submit PRODUCTION jobs")
 
 
 def test_system_jobs_need_a_reason_and_keep_it_for_audit(iris):

@@ -48,7 +48,7 @@ def test_times_are_relative_with_the_absolute_time_on_hover():
 def test_badges_and_resources():
     assert render("{% band_badge 3 %}") == '<span class="band band-batch" title="BATCH band">BATCH</span>'
     assert render('{% resources 2000 8589934592 "gpu" "h100" 4 %}') == "2 cores · 8 GiB · 4 × h100 GPU"
-    assert render('{% resources 500 0 %}') == "0.5 cores · 0 MiB"
+    assert render('{% resources 500 0 %}') == "0.5 cores · 0 bytes"
 
 
 def test_chart_geometry_follows_the_samples():
