@@ -56,8 +56,13 @@ class Iris:
 
     def run(self, *argv: str) -> Result:
         """Runs the installed ``iris`` console script as a subprocess, as a person types it."""
+        return self.run_input("", *argv)
+
+    def run_input(self, stdin: str, *argv: str) -> Result:
+        """``run``, answering its prompts with ``stdin``."""
         script = Path(sys.executable).with_name("iris")
-        done = subprocess.run([str(script), *argv], capture_output=True, text=True, env=dict(os.environ), timeout=60)
+        done = subprocess.run([str(script), *argv], input=stdin, capture_output=True, text=True,
+                              env=dict(os.environ), timeout=60)
         return Result(done.returncode, done.stdout, done.stderr)
 
     def login(self, username: str) -> Result:

@@ -100,3 +100,9 @@ def test_revoking_a_token_that_does_not_exist_says_so(alice):
     assert result.code == 1
     assert result.err.startswith("NOT_FOUND: token nonexistent not found among your tokens")
     assert "no API endpoint" not in result.err
+
+
+def test_iris_login_proposes_the_port_make_run_serves_on(iris, monkeypatch):
+    monkeypatch.setenv("IRIS_PORT", "8500")
+    result = iris.run_input("\n\n\n", "login")
+    assert "Server [http://127.0.0.1:8500]:" in result.out

@@ -65,3 +65,26 @@ def test_demo_load_submits_a_mix_of_bands_sizes_and_gangs_through_the_submission
     assert len({j.band for j in jobs}) >= 2
     assert all(j.command[:2] == ["sh", "-c"] for j in jobs)
     assert "demo load: submitted 12 job(s)" in out.getvalue()
+
+
+def test_the_printed_console_url_and_login_hint_follow_iris_port(tmp_path):
+    """``IRIS_PORT=8500 make run`` served on 8500 but printed ``Console: http://127.0.0.1:8000/``."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "IRIS_PORT": "8500", "IRIS_DATA_DIR": str(tmp_path)}
+    code = ("import django; django.setup(); from django.conf import settings; print(settings.CONSOLE_URL); "
+            "from scheduler.cli.client import DEFAULT_SERVER; print(DEFAULT_SERVER)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                         env={**env, "DJANGO_SETTINGS_MODULE": "iris_web.settings"}).stdout.split()
+    assert out == ["http://127.0.0.1:8500/", "http://127.0.0.1:8500"]
+
+
+def test_seed_demo_prints_the_console_url_and_the_login_command(settings, tmp_path):
+    settings.DATA_DIR = tmp_path
+    settings.CONSOLE_URL = "http://127.0.0.1:8500/"
+    out = io.StringIO()
+    call_command("seed_demo", stdout=out)
+    assert "Console: http://127.0.0.1:8500/" in out.getvalue()
+    assert "iris login --server http://127.0.0.1:8500" in out.getvalue()

@@ -93,6 +93,8 @@ def access_record(path: str, status: int) -> logging.LogRecord:
     ("record", "chatter"),
     [
         (access_record("/api/v1/agent/heartbeat/", 200), True),
+        (access_record("/api/v1/agent/logs/", 200), True),  # log shipping: 71% of the demo's log
+        (access_record("/api/v1/agent/logs/", 413), False),
         (access_record("/readyz", 503), False),  # a failing probe is news
         (access_record("/api/v1/agent/heartbeat/", 403), False),
         (access_record("/api/v1/jobs/", 201), False),
@@ -123,3 +125,18 @@ def test_the_json_format_is_chosen_by_the_environment():
     result = subprocess.run([sys.executable, "-c", code], env=env, cwd=settings.BASE_DIR, capture_output=True,
                             text=True, timeout=60, check=True)
     assert result.stderr.strip().splitlines()[-1].endswith("INFO scheduler.x: hello there")
+
+
+def test_a_refused_page_is_one_warning_line_without_a_traceback(alice, caplog):
+    """A researcher opening /scheduler/ (operators only) is refused with a 403; Django logs it
+    with the PermissionDenied that refused it, which the console handler used to print in full."""
+    from tests.web.conftest import client_for
+
+    with caplog.at_level(logging.WARNING, logger="django.request"):
+        assert client_for(alice).get("/scheduler/").status_code == 403
+    [record] = [r for r in caplog.records if r.name == "django.request"]
+    handler = logging.StreamHandler(io.StringIO())
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(DemoteChatter("INFO"))
+    handler.handle(record)
+    assert handler.stream.getvalue() == "WARNING django.request: Forbidden (Permission denied): /scheduler/\n"
