@@ -88,3 +88,33 @@ def test_seed_demo_prints_the_console_url_and_the_login_command(settings, tmp_pa
     call_command("seed_demo", stdout=out)
     assert "Console: http://127.0.0.1:8500/" in out.getvalue()
     assert "iris login --server http://127.0.0.1:8500" in out.getvalue()
+
+
+def test_demo_load_says_when_it_pauses_and_resumes_and_sums_up_what_it_submitted(settings, tmp_path, monkeypatch):
+    """It used to pause silently for about 70 s whenever more than 30 tasks were pending, and
+    print a line per job (with the submission's own log line, two)."""
+    from scheduler.management.commands import demo_load
+    from scheduler.models import Task
+    from tests.personas import make_job
+
+    settings.DATA_DIR = tmp_path
+    call_command("seed_demo", stdout=io.StringIO())
+    make_job("/alice/backlog", replicas=11)
+    # The scheduler places what waits while the load generator sleeps (after its first pause).
+    sleeps = []
+
+    def sleep(_):
+        sleeps.append(1)
+        if len(sleeps) == 1:
+            Task.objects.filter(state="pending").update(state="running")
+    monkeypatch.setattr(demo_load.time, "sleep", sleep)
+    out = io.StringIO()
+
+    call_command("demo_load", count=3, interval=0, seed=3, max_pending=10, stdout=out)
+
+    lines = out.getvalue().splitlines()
+    assert "demo load: pausing: 11 tasks pending, more than --max-pending 10; resuming when at most 6 wait" in lines
+    assert "demo load: resuming: 0 tasks pending" in lines
+    [summary] = [line for line in lines if "in the last" in line]
+    assert summary.startswith("demo load: submitted 3 job(s), ")
+    assert not [line for line in lines if " submitted /" in line]  # no line per job

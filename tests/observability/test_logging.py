@@ -15,7 +15,7 @@ from django.conf import settings
 from scheduler.budgets.writes import approve_uplift, request_uplift, set_budget
 from scheduler.execution.workers import drain_worker
 from scheduler.jobs.cancel import cancel_job
-from scheduler.observability.logging import DemoteChatter, JsonFormatter
+from scheduler.observability.logging import AGENT_EXITED, AGENT_STARTED, AGENT_STOPPING, DemoteChatter, JsonFormatter
 from tests.personas import make_worker, submit
 
 pytestmark = pytest.mark.django_db
@@ -101,6 +101,12 @@ def access_record(path: str, status: int) -> logging.LogRecord:
         (logging.LogRecord("celery.beat", logging.INFO, __file__, 1, "Scheduler: Sending due task", (), None), True),
         (logging.LogRecord("celery.app.trace", logging.ERROR, __file__, 1, "Task raised", (), None), False),
         (logging.LogRecord("scheduler.tick", logging.INFO, __file__, 1, "tick 1", (), None), False),
+        (logging.LogRecord("iris.agent", logging.INFO, __file__, 1, AGENT_STARTED, ("cpu-1", "/a/b/0", 1, 42), None), True),
+        (logging.LogRecord("iris.agent", logging.INFO, __file__, 1, AGENT_EXITED, ("cpu-1", "/a/b/0", 1, 0), None), True),
+        (logging.LogRecord("iris.agent", logging.INFO, __file__, 1, AGENT_EXITED, ("cpu-1", "/a/b/0", 1, 3), None), False),
+        (logging.LogRecord("iris.agent", logging.INFO, __file__, 1, AGENT_EXITED, ("cpu-1", "/a/b/0", 1, 143), None), True),
+        (logging.LogRecord("iris.agent", logging.INFO, __file__, 1, AGENT_STOPPING, ("cpu-1", "/a/b/0", 1, "Preempted by /c/d/0"), None), True),
+        (logging.LogRecord("iris.agent", logging.INFO, __file__, 1, "agent %s registered", ("cpu-1",), None), False),
     ],
 )
 def test_chatter_is_dropped_at_info_and_shown_as_debug_at_debug(record, chatter):
@@ -140,3 +146,14 @@ def test_a_refused_page_is_one_warning_line_without_a_traceback(alice, caplog):
     handler.addFilter(DemoteChatter("INFO"))
     handler.handle(record)
     assert handler.stream.getvalue() == "WARNING django.request: Forbidden (Permission denied): /scheduler/\n"
+
+
+def test_the_agent_lines_demoted_are_the_ones_the_agent_writes():
+    """The filter knows the agent's per-attempt lines by their format strings: if the agent's
+    wording changes, this fails rather than the log filling up again unnoticed."""
+    from pathlib import Path
+
+    source = (Path(settings.BASE_DIR) / "scheduler" / "agent" / "worker.py").read_text()
+    assert f'log.info("{AGENT_STARTED}"' in source
+    assert f'log.info("{AGENT_EXITED}"' in source
+    assert f'log.info("{AGENT_STOPPING}"' in source
