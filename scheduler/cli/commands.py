@@ -349,7 +349,9 @@ def cancel_many(session: Session, args: argparse.Namespace):
     jobs, tasks = fmt.pick(preview, "jobs", default=0), fmt.pick(preview, "tasks", default=0)
     if not jobs:
         return preview, lambda a: "Nothing to cancel: no unfinished job matches."
-    summary = f"{jobs:,} job(s) (descendants included) and {tasks:,} task(s)"
+    selected = fmt.pick(preview, "selected_count", default=jobs)
+    extra = jobs - selected if isinstance(selected, int) else 0
+    summary = f"{selected:,} job(s){f' and {extra:,} descendant job(s)' if extra > 0 else ''} and {tasks:,} task(s)"
     if not args.yes:
         if not sys.stdin.isatty():
             raise CliError("NOT_CONFIRMED", f"this would cancel {summary}; nothing cancelled: add --yes")
@@ -359,8 +361,9 @@ def cancel_many(session: Session, args: argparse.Namespace):
     done = session.post("jobs:cancel", selection)
 
     def render(a: dict) -> str:
-        return (f"Cancelled {fmt.pick(a, 'selected_count')} job(s) ({fmt.pick(a, 'jobs')} with descendants): "
-                f"{fmt.pick(a, 'tasks')} task(s) killed.")
+        selected, killed = fmt.pick(a, "selected_count", default=0), fmt.pick(a, "jobs", default=0)
+        descendants = f" and {killed - selected:,} descendant job(s)" if killed > selected else ""
+        return f"Cancelled {selected:,} job(s){descendants}: {fmt.pick(a, 'tasks')} task(s) killed."
 
     return done, render
 

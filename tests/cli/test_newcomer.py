@@ -106,3 +106,14 @@ def test_iris_login_proposes_the_port_make_run_serves_on(iris, monkeypatch):
     monkeypatch.setenv("IRIS_PORT", "8500")
     result = iris.run_input("\n\n\n", "login")
     assert "Server [http://127.0.0.1:8500]:" in result.out
+
+
+def test_bulk_cancel_says_descendants_only_when_it_killed_some(alice):
+    assert alice.run("job", "run", "--name", "solo", "--", "true").code == 0
+    assert alice.run("job", "run", "--name", "parent", "--", "true").code == 0
+    assert alice.run("job", "run", "--name", "child", "--parent", "/alice/parent", "--", "true").code == 0
+    solo = alice.run("job", "cancel", "/alice/solo", "/alice/solo", "--yes")
+    assert solo.code == 0, solo.err
+    assert solo.out.startswith("Cancelled 1 job(s): 1 task(s) killed.") and "descendant" not in solo.out
+    tree = alice.run("job", "cancel", "/alice/parent", "/alice/parent", "--yes")
+    assert tree.out.startswith("Cancelled 1 job(s) and 1 descendant job(s): 2 task(s) killed."), tree.out + tree.err
