@@ -49,9 +49,9 @@ def client_address(request) -> str:
 
 
 class LoginLockoutBackend(AxesStandaloneBackend):
-    """django-axes' lockout for logins that come with a request (the console). Authentication
-    without one (the API token endpoint) is throttled by ``TokenThrottle`` and
-    ``TokenAccountThrottle`` instead."""
+    """django-axes' lockout for logins that come with a request: the console's, and the API
+    token endpoint's (``iris login``), which also has its throttles. Authentication without a
+    request (a management command) is not counted: axes could not tell whose address it is."""
 
     def authenticate(self, request, username=None, password=None, **kwargs):
         if request is None:
@@ -76,3 +76,25 @@ class AccountThrottle(SimpleRateThrottle):
         if not isinstance(username, str) or not username:
             return None
         return self.cache_format % {"scope": self.scope, "ident": username.strip().lower()[:150]}
+
+
+def lockout_response(request, original_response=None, credentials=None):
+    """django-axes' answer to a locked-out login (``AXES_LOCKOUT_CALLABLE``): on the API the
+    JSON error every API answer has, so ``iris login`` prints it; on the console axes' text."""
+    from django.conf import settings
+    from django.http import HttpResponse, JsonResponse
+
+    from axes.helpers import get_lockout_message
+
+    minutes = int(settings.AXES_COOLOFF_TIME.total_seconds() // 60)
+    if request.path.startswith("/api/"):
+        response = JsonResponse(
+            {"code": "RESOURCE_EXHAUSTED",
+             "message": f"too many failed logins for this account or address: locked for {minutes} minutes "
+                        "(an admin can lift it: manage.py axes_reset)",
+             "details": {"lockout_minutes": minutes}},
+            status=429,
+        )
+        response["Retry-After"] = str(int(settings.AXES_COOLOFF_TIME.total_seconds()))
+        return response
+    return HttpResponse(get_lockout_message(), status=settings.AXES_HTTP_RESPONSE_CODE)

@@ -41,6 +41,12 @@ def env_float(name: str, default: float) -> float:
 DATA_DIR = Path(os.environ.get("IRIS_DATA_DIR", BASE_DIR / "var"))
 DATA_DIR.mkdir(parents=True, exist_ok=True)
 
+# Where `make run` serves the console (the Procfile's runserver and agents read the same two
+# variables); seed_demo prints the URL to open and to `iris login` to.
+CONSOLE_HOST = os.environ.get("IRIS_HOST", "").strip() or "127.0.0.1"
+CONSOLE_PORT = os.environ.get("IRIS_PORT", "").strip() or "8000"
+CONSOLE_URL = f"http://{CONSOLE_HOST}:{CONSOLE_PORT}/"
+
 DEBUG = env_bool("IRIS_DEBUG", False)
 ALLOWED_HOSTS = [h for h in os.environ.get("IRIS_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("IRIS_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
@@ -118,6 +124,8 @@ AXES_COOLOFF_TIME = timedelta(minutes=env_int("IRIS_LOGIN_LOCKOUT_MINUTES", 15))
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_RESET_ON_SUCCESS = True
 AXES_CLIENT_IP_CALLABLE = "iris_web.client_address.client_address"
+# The API token endpoint (iris login) counts too; its lockout answers in the API's JSON.
+AXES_LOCKOUT_CALLABLE = "iris_web.client_address.lockout_response"
 
 # Content Security Policy (django-csp): the console loads only its own static files. Inline
 # style *attributes* are allowed (usage bars set their width), inline <style> and scripts not.

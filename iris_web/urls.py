@@ -2,6 +2,8 @@
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.http import HttpResponsePermanentRedirect
+from django.templatetags.static import static
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
@@ -16,6 +18,8 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),
+    # Browsers and tools ask for /favicon.ico whatever the page links: answer, not a 404 warning.
+    path("favicon.ico", lambda request: HttpResponsePermanentRedirect(static("scheduler/favicon.svg")), name="favicon"),
     # For machines: probes and Prometheus (docs/observability.md).
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),

@@ -61,15 +61,17 @@ def delete_expired_tokens(now) -> int:
 MAX_TOKEN_NAME = 100
 
 
-def mint_token(username: Any, password: Any, name: Any = None) -> tuple[str, ApiToken]:
+def mint_token(username: Any, password: Any, name: Any = None, *, request=None) -> tuple[str, ApiToken]:
     """Exchange a username and password for a new API token named ``name`` (a device or a
-    purpose). Returns the token, shown this once, and its row."""
+    purpose). Returns the token, shown this once, and its row. ``request`` (the HTTP request the
+    credentials came in) puts the exchange under the console's login lockout (django-axes):
+    failures count against the account and the address, and a locked one is refused."""
     user_name = parse_text(username, "username", required=True, max_length=150)
     if not isinstance(password, str) or not password:
         raise InvalidArgument("required", field="password")
     check_text(password, "password")
     label = parse_text(name, "name", max_length=MAX_TOKEN_NAME) or ""
-    user = authenticate(username=user_name, password=password)
+    user = authenticate(request, username=user_name, password=password)
     if user is None or not user.is_active:
         raise Unauthenticated("wrong username or password")
     row, key = ApiToken.objects.create(user=user, name=label)

@@ -13,7 +13,8 @@ UNAUTHENTICATED          401     no or bad credentials
 PERMISSION_DENIED        403     authenticated, but the role or the budget does not allow it
 NOT_FOUND                404     no such job, grant, worker, user or page
 FAILED_PRECONDITION      409     the target is in the wrong state (job finished, grant decided)
-RESOURCE_EXHAUSTED       429     a limit (replicas per job, active tasks per user, throttling)
+RESOURCE_EXHAUSTED       429     a limit that frees up (active tasks per user, throttling): retry later
+RESOURCE_EXHAUSTED       422     a limit the request itself exceeds (replicas per job): do not retry
 INTERNAL                 500     a bug; logged with its traceback, the message says no more
 =======================  ======  =================================================================
 
@@ -92,7 +93,17 @@ class FailedPrecondition(ServiceError):
 
 
 class ResourceExhausted(ServiceError):
+    """A limit that frees up with time (unfinished tasks per user, throttling): 429, the status
+    clients retry on later."""
+
     code, status = "RESOURCE_EXHAUSTED", 429
+
+
+class OverLimit(ResourceExhausted):
+    """A limit the request itself exceeds whatever happens meanwhile (more replicas than a job
+    may have): the same code, but 422, so no client retries a request that cannot succeed."""
+
+    status = 422
 
 
 class InternalError(ServiceError):

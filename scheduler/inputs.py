@@ -16,6 +16,7 @@ from typing import Any
 from scheduler.core.bands import BAND_NAMES, Band
 from scheduler.core.budget import MAX_BUDGET_POINTS
 from scheduler.core.types import DeviceType
+from scheduler.core.units import format_duration_seconds
 from scheduler.errors import InvalidArgument
 from scheduler.models import MAX_ID_LENGTH
 
@@ -45,7 +46,10 @@ MEMORY_UNITS = {
 
 # At most 30 digits before the point: more cannot be a size below MAX_MEMORY_BYTES, and it keeps
 # the arithmetic cheap whatever a caller sends (a 400-digit number once overflowed a float).
-MEMORY_PATTERN = re.compile(r"^\s*(\d{1,30}(?:\.\d{1,30})?)\s*([kmgtp]i?)?b?\s*$", re.IGNORECASE)
+MEMORY_PATTERN = re.compile(r"^\s*(\d{1,30}(?:\.\d{1,30})?)\s*([kmgtp]i?)?(b(?:ytes?)?)?\s*$", re.IGNORECASE)
+# A size given as a plain integer is bytes; below this it cannot be meant (no task runs in less
+# than a MiB), so it is refused with the size it most likely meant, as a unitless string is.
+MIN_UNITLESS_BYTES = 1 << 20
 # One millicore is the smallest CPU request a worker can account; less would round to nothing.
 MIN_CPU_CORES = 0.001
 # What a task asks for when the caller does not say.
@@ -139,8 +143,17 @@ def parse_band(value: Any, name: str) -> Band:
         raise InvalidArgument(f"unknown band {value!r}; expected one of {BAND_NAMES}", field=name) from None
 
 
+def _missing_unit(number: Any, name: str) -> InvalidArgument:
+    return InvalidArgument(
+        f"{number} has no unit: did you mean {number}Gi? Write the unit: 512Mi, {number}Gi, {number}G "
+        f"(or {number}B for bytes)", field=name, details={"suggestion": f"{number}Gi"},
+    )
+
+
 def parse_memory(value: Any, name: str = "memory") -> int:
-    """Bytes from an integer or a string like ``16Gi``, ``512Mi``, ``2G`` or ``1.5Gi``."""
+    """Bytes from a string with a unit (``16Gi``, ``512Mi``, ``2G``, ``1.5Gi``, ``4096B``) or an
+    integer of bytes. A string without a unit (``"8"``) and an integer below a MiB are refused
+    with "did you mean 8Gi?": they were accepted as 8 bytes, which no task can run in."""
     if value is None or value == "":
         return DEFAULT_MEMORY_BYTES
     if isinstance(value, bool):
@@ -149,13 +162,17 @@ def parse_memory(value: Any, name: str = "memory") -> int:
         value = int(value)
     if isinstance(value, int):
         amount = value
+        if 0 < amount < MIN_UNITLESS_BYTES:
+            raise _missing_unit(amount, name)
     elif isinstance(value, str):
         match = MEMORY_PATTERN.match(value)
         if not match:
             raise InvalidArgument(
                 f"cannot read {value!r} as a size; use bytes or a unit: 512Mi, 16Gi, 2G", field=name
             )
-        number, unit = match.groups()
+        number, unit, explicit_bytes = match.groups()
+        if not unit and not explicit_bytes and Decimal(number) != 0:
+            raise _missing_unit(number, name)
         try:
             amount = int(Decimal(number) * MEMORY_UNITS[(unit or "").lower()])
         except InvalidOperation:  # pragma: no cover - the pattern admits only plain decimals
@@ -178,12 +195,16 @@ def format_size(amount: int) -> str:
     return f"{amount:,} bytes"
 
 
-def parse_cpu_millicores(value: Any, name: str = "cpu") -> int:
-    """Cores (``2``, ``0.5``) as millicores. Zero is allowed; a positive amount below one
-    millicore is refused rather than rounded to nothing."""
+def parse_cpu_millicores(value: Any, name: str = "cpu", *, allow_zero: bool = False) -> int:
+    """Cores (``2``, ``0.5``) as millicores. A task's request must be at least one millicore (a
+    task of 0 cores ran with no resources at all); a worker may declare 0 (``allow_zero``). An
+    amount below one millicore is refused rather than rounded to nothing."""
     cores = parse_number(value, name, maximum=MAX_CPU_CORES, default=DEFAULT_CPU_CORES)
-    if 0 < cores < MIN_CPU_CORES:
-        raise InvalidArgument(f"must be 0 or at least {MIN_CPU_CORES} cores (one millicore)", field=name)
+    if cores == 0 and allow_zero:
+        return 0
+    if cores < MIN_CPU_CORES:
+        least = f"0 or at least {MIN_CPU_CORES}" if allow_zero else f"at least {MIN_CPU_CORES}"
+        raise InvalidArgument(f"must be {least} cores (one millicore)", field=name)
     return round(cores * 1000)
 
 
@@ -220,8 +241,31 @@ def parse_device(value: Any, name: str = "device") -> DeviceRequest:
     variant = parse_text(value.get("variant"), f"{name}.variant", required=True, max_length=64)
     if not SEGMENT.match(variant):
         raise InvalidArgument("letters, digits and . _ - + @ only", field=f"{name}.variant")
+    if value.get("count") in (None, "") and kind is DeviceType.TPU:
+        raise InvalidArgument(
+            f"required: how many {variant} chips each task uses (a slice type such as {variant} names the "
+            f"slice, not one task's share of it), e.g. {{\"type\": \"tpu\", \"variant\": \"{variant}\", \"count\": 4}} "
+            f"or iris job run --tpu {variant}:4",
+            field=f"{name}.count",
+        )
     count = parse_int(value.get("count"), f"{name}.count", minimum=1, maximum=MAX_DEVICE_COUNT)
     return DeviceRequest(kind, variant, count)
+
+
+def parse_duration_seconds(value: Any, name: str, *, minimum: int, maximum: int) -> int:
+    """Whole seconds within ``[minimum, maximum]``; a bound is stated as ``--duration`` takes
+    it, then in seconds: "must be at most 90d (7,776,000 seconds)"."""
+    try:
+        return parse_int(value, name, minimum=minimum, maximum=maximum, unit="seconds")
+    except InvalidArgument as error:
+        for word, bound in (("least", minimum), ("most", maximum)):
+            plain = f"must be at {word} {bound:,} seconds"
+            if error.message.endswith(plain):
+                raise InvalidArgument(
+                    f"must be at {word} {format_duration_seconds(bound)} ({bound:,} seconds)", field=name,
+                    details={**{k: v for k, v in error.details.items() if k != "field"}, "limit_seconds": bound},
+                ) from None
+        raise
 
 
 def _attribute_value(value: Any, name: str) -> str:

@@ -374,6 +374,9 @@ class AuditEntry(models.Model):
     reason = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
+    class Meta:
+        verbose_name_plural = "audit entries"  # Django's default adds an s: "Audit entrys"
+
     def __str__(self) -> str:
         return f"{self.actor_name} {self.action} {self.target}"
 

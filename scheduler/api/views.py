@@ -208,7 +208,7 @@ class TokenView(IrisView):
     )
     def post(self, request):
         data = self.body()
-        key, row = mint_token(data.get("username"), data.get("password"), data.get("name"))
+        key, row = mint_token(data.get("username"), data.get("password"), data.get("name"), request=request._request)
         return Response({
             "token": key, "id": row.token_key, "name": row.name, "username": row.user.username,
             "role": roles.role_name(row.user), "expires_at": row.expiry,

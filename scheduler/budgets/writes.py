@@ -20,7 +20,9 @@ from scheduler.budgets.queries import user_is_known
 from scheduler.budgets.rules import budget_defaults, effective_budget_for
 from scheduler.core.bands import ADMIN_BANDS, Band
 from scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
-from scheduler.inputs import MAX_INT64, parse_band, parse_budget_limit, parse_int, parse_text, parse_user_id
+from scheduler.inputs import (
+    MAX_INT64, parse_band, parse_budget_limit, parse_duration_seconds, parse_int, parse_text, parse_user_id,
+)
 from scheduler.models import AuditEntry, UpliftGrant, UserBudget
 from scheduler.store.locks import hold_until_commit
 
@@ -137,7 +139,7 @@ def request_uplift(
         raise InvalidArgument(admin_band_message(band), field="max_band", details={"max_band": band.wire})
     limit = parse_budget_limit(budget_limit) if budget_limit not in (None, "") else None
     why = parse_text(reason, "reason", required=True)
-    duration = parse_int(duration_seconds, "duration_seconds", minimum=MIN_UPLIFT_SECONDS, maximum=MAX_UPLIFT_SECONDS, unit="seconds")
+    duration = parse_duration_seconds(duration_seconds, "duration_seconds", minimum=MIN_UPLIFT_SECONDS, maximum=MAX_UPLIFT_SECONDS)
     if band is not None and limit is None:
         # A request that raises nothing: the band is already within reach (ranks: larger is lower).
         current = effective_budget_for(target).max_band
@@ -178,7 +180,7 @@ def _decide_uplift(actor, grant_id: Any, *, approve: bool, duration_seconds: Any
     pk = parse_int(grant_id, "id", minimum=1, maximum=MAX_INT64)
     text = parse_text(note, "note")
     duration = (
-        parse_int(duration_seconds, "duration_seconds", minimum=MIN_UPLIFT_SECONDS, maximum=MAX_UPLIFT_SECONDS, unit="seconds")
+        parse_duration_seconds(duration_seconds, "duration_seconds", minimum=MIN_UPLIFT_SECONDS, maximum=MAX_UPLIFT_SECONDS)
         if duration_seconds not in (None, "")
         else None
     )

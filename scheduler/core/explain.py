@@ -16,11 +16,11 @@ from datetime import datetime, timezone
 from typing import ClassVar, Union
 
 from scheduler.core.bands import Band
-from scheduler.core.budget import GIB, MILLICORES_PER_CORE
 from scheduler.core.feasibility import ShapeAnalysis, analyse_job, any_fits_when_idle, constraint_text, slice_group
 from scheduler.core.kueue import KUEUE_TEXT
 from scheduler.core.ordering import JobQueue
 from scheduler.core.placement import Shape, ShapeBook, WorkerPool
+from scheduler.core import units
 from scheduler.core.types import Decision, GroupSpec, JobSpec, TaskSnapshot, WorkerSpec
 
 # Bytes per MiB: memory below 1 GiB is shown in MiB.
@@ -37,20 +37,14 @@ def _plural(n: int, one: str, many: str) -> str:
 
 
 def format_cores(millicores: int) -> str:
-    """``8000`` -> ``8 cores``, ``500`` -> ``0.5 cores``; negative amounts show as 0."""
-    millicores = max(millicores, 0)
-    if millicores % MILLICORES_PER_CORE == 0:
-        return _plural(millicores // MILLICORES_PER_CORE, "core", "cores")
-    return f"{millicores / MILLICORES_PER_CORE:,.3g} cores"
+    """``8000`` -> ``8 cores``: :func:`scheduler.core.units.format_cores`."""
+    return units.format_cores(millicores)
 
 
 def format_memory(n_bytes: int) -> str:
-    """GiB with at most one decimal (MiB below 1 GiB); negative amounts show as 0."""
-    n_bytes = max(n_bytes, 0)
-    if n_bytes >= GIB:
-        gib = n_bytes / GIB
-        return f"{gib:,.0f} GiB" if n_bytes % GIB == 0 else f"{gib:,.1f} GiB"
-    return f"{n_bytes / MIB:,.0f} MiB"
+    """Bytes for people, in the unit they were likely asked in (``8 GB``, ``16 GiB``):
+    :func:`scheduler.core.units.format_memory`."""
+    return units.format_memory(n_bytes)
 
 
 # Per resource: how it is named in reasons, and how an amount (millicores, bytes, devices) reads.

@@ -137,7 +137,10 @@ def _finish(report: AttemptReport, attempt: dict[str, Any], now: datetime) -> bo
         update["exit_code"] = report.exit_code
     Attempt.objects.filter(pk=attempt["pk"], finished_at__isnull=True).update(**update)
     if changed_task:
-        log.info("task %s attempt %s %s%s", task_pk, number, report.status.value, f": {message}" if message else "")
+        # A success is routine, one a task (dozens a minute under the demo): DEBUG. Any other
+        # end (failed, worker lost) is news for whoever reads the log.
+        level = logging.DEBUG if report.status.value == "succeeded" else logging.INFO
+        log.log(level, "task %s attempt %s %s%s", task_pk, number, report.status.value, f": {message}" if message else "")
     return True
 
 

@@ -106,7 +106,10 @@ def drain(now: datetime | None = None, *, batch_size: int = BATCH_SIZE, max_batc
     finally:
         release_lease(holder)
     if result.batches:
-        log.info(
+        # A drain that delivered everything is routine (one every few seconds under load): DEBUG.
+        # Retries and failures are news.
+        log.log(
+            logging.INFO if result.retried or result.failed else logging.DEBUG,
             "dispatch: %d delivered, %d done, %d finished, %d held, %d retrying, %d failed",
             result.delivered, result.done, result.finished, result.held, result.retried, result.failed,
         )

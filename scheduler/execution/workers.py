@@ -56,7 +56,7 @@ def upsert_worker(
         raise InvalidArgument("required (cores)", field="cpu")
     if memory in (None, ""):
         raise InvalidArgument("required (bytes or a size like '64Gi')", field="memory")
-    values = {"cpu_millicores": parse_cpu_millicores(cpu), "memory_bytes": parse_memory(memory)}
+    values = {"cpu_millicores": parse_cpu_millicores(cpu, allow_zero=True), "memory_bytes": parse_memory(memory)}
     dev = parse_device(device)
     values.update(device_type=dev.type.value, device_variant=dev.variant, device_count=dev.count)
     values["attributes"] = parse_attributes(attributes)

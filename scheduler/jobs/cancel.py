@@ -50,6 +50,16 @@ class BulkCancel:
     jobs: int
     tasks: int
 
+    @property
+    def descendants(self) -> int:
+        """Jobs killed with the selected ones: their unfinished descendants (often none)."""
+        return max(self.jobs - len(self.selected), 0)
+
+    def summary(self) -> str:
+        """``5 job(s)``, or ``5 job(s) and 3 descendant job(s)``: descendants named only if any."""
+        text = f"{len(self.selected):,} job(s)"
+        return text + (f" and {self.descendants:,} descendant job(s)" if self.descendants else "")
+
 
 @dataclass(frozen=True)
 class Selection:

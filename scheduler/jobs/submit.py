@@ -22,11 +22,12 @@ from scheduler.access import owns_job, require_authenticated
 from scheduler.budgets.rules import effective_budget_for
 from scheduler.cluster_config import cluster_config
 from scheduler.core.bands import ADMIN_BANDS, Band
+from scheduler.core.explain import format_cores, format_memory
 from scheduler.core.kueue import pinned_backend_in, settled_route
 from scheduler.core.types import ANY_VARIANT, DeviceType, JobState, TaskState
 from scheduler.enqueue import PROMPT_TICK, request_once
 from scheduler.errors import (
-    FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, ResourceExhausted, ServiceError,
+    FailedPrecondition, InvalidArgument, NotFound, OverLimit, PermissionDenied, ResourceExhausted, ServiceError,
 )
 from scheduler.inputs import parse_segment
 from scheduler.jobs.request import JobRequest, parse_job_request
@@ -179,7 +180,7 @@ def _apply_rules(actor, request: JobRequest, who: _Identity, lookups: RuleLookup
     if band in ADMIN_BANDS:
         if not roles.is_admin(actor):
             raise PermissionDenied(
-                f"only admins may submit {band.name} jobs; use --priority interactive or batch", field="priority"
+                f"only admins may submit {band.name} jobs; choose INTERACTIVE or BATCH", field="priority"
             )
         if band is Band.SYSTEM and not SYSTEM_REASON.search(request.system_reason):
             raise InvalidArgument(
@@ -192,7 +193,7 @@ def _apply_rules(actor, request: JobRequest, who: _Identity, lookups: RuleLookup
                                details={"user": user, "band": band.wire, "max_band": effective.max_band.wire})
 
     if request.replicas > settings.MAX_REPLICAS_PER_JOB:
-        raise ResourceExhausted(
+        raise OverLimit(
             f"replicas: {request.replicas:,} exceeds the limit of {settings.MAX_REPLICAS_PER_JOB:,} tasks per job "
             f"(IRIS_MAX_REPLICAS_PER_JOB)",
             field="replicas", details={"limit": settings.MAX_REPLICAS_PER_JOB},
@@ -283,16 +284,6 @@ def submission_argv(request: JobRequest) -> list[str]:
     return argv
 
 
-def _size(amount: int) -> str:
-    gib = amount / (1 << 30)
-    return f"{gib:,.0f} GiB" if gib >= 1 and gib.is_integer() else f"{gib:,.2f} GiB"
-
-
-def _cores(millicores: int) -> str:
-    cores = millicores / 1000
-    return f"{cores:,.0f} cores" if cores.is_integer() else f"{cores:,.3g} cores"
-
-
 def capacity_warnings(request: JobRequest) -> list[str]:
     """Why no registered worker could ever run one task of this job, or nothing.
 
@@ -318,13 +309,10 @@ def capacity_warnings(request: JobRequest) -> list[str]:
         return workers.exists()
 
     if device.type is DeviceType.CPU:
-        kind, matching = "CPU host", Worker.objects.filter(device_type=DeviceType.CPU.value)
+        # CPU work may run on any worker, accelerator hosts included, as the scheduler places it.
+        kind, matching = "host", Worker.objects.all()
         if fits(matching):
             return []
-        if not matching.exists():  # no CPU host at all: any worker may run CPU work
-            matching = Worker.objects.all()
-            if fits(matching):
-                return []
     else:
         label = device.type.value.upper()
         any_variant = device.variant == ANY_VARIANT
@@ -334,15 +322,17 @@ def capacity_warnings(request: JobRequest) -> list[str]:
             matching = matching.filter(device_variant=device.variant)
         if fits(matching):
             return []
-    largest = matching.order_by("-device_count", "-cpu_millicores", "-memory_bytes").values_list(
+    order = ("-cpu_millicores", "-memory_bytes") if device.type is DeviceType.CPU else (
+        "-device_count", "-cpu_millicores", "-memory_bytes")
+    largest = matching.order_by(*order).values_list(
         "cpu_millicores", "memory_bytes", "device_count").first()
-    asked = f"{_cores(request.cpu_millicores)}, {_size(request.memory_bytes)}"
+    asked = f"{format_cores(request.cpu_millicores)}, {format_memory(request.memory_bytes)}"
     if device.type is not DeviceType.CPU:
         asked += f", {device.count} chips"
     if largest is None:
         return [f"no registered worker could run a task of this job ({asked}): there is no {kind}. "
                 f"It waits until one registers."]
-    has = f"{_cores(largest[0])}, {_size(largest[1])}"
+    has = f"{format_cores(largest[0])}, {format_memory(largest[1])}"
     if device.type is not DeviceType.CPU:
         has += f", {largest[2]} chips"
     return [f"no registered worker could run a task of this job ({asked}); largest {kind}: {has}. "

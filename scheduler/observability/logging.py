@@ -41,7 +41,18 @@ class JsonFormatter(logging.Formatter):
 
 
 # runserver/gunicorn access lines of requests made every few seconds by machines, not people.
-CHATTY_PATHS = re.compile(r'^"?[A-Z]+ /(api/v1/agent/(heartbeat|report)/|metrics|healthz|readyz)[/ ?]')
+# The agents' log shipping (POST agent/logs/) is one request per running attempt every second or
+# two: 71% of the demo's log before it was demoted. Reading a log (GET) is a person, and stays.
+CHATTY_PATHS = re.compile(
+    r'^"?(?:[A-Z]+ /(?:api/v1/agent/(?:heartbeat|report)/|metrics|healthz|readyz)|POST /api/v1/agent/logs/)[/ ?]')
+# The worker agent's lines per attempt: started, stopped as ordered (a preemption or a cancel,
+# which the tick's line counts and the preemption history details) and exited with 0 or with
+# 143 (SIGTERM, after such a stop). Routine, dozens a minute under the demo. Any other exit code
+# and every warning stay.
+AGENT_STARTED = "agent %s: started %s attempt %s (pid %s)"
+AGENT_STOPPING = "agent %s: stopping %s attempt %s: %s"
+AGENT_EXITED = "agent %s: %s attempt %s exited with %s"
+ROUTINE_EXIT_CODES = {0, 143}
 # Celery's per-task lines; every task of ours is periodic, so each would print every few seconds.
 CELERY_PER_TASK = {"celery.beat", "celery.worker.strategy", "celery.app.trace"}
 
@@ -58,7 +69,17 @@ def is_chatter(record: logging.LogRecord) -> bool:
         return status < 400 and bool(CHATTY_PATHS.match(first))
     if record.name in CELERY_PER_TASK:
         return True
+    if record.name == "iris.agent" and isinstance(record.args, tuple):
+        if record.msg in (AGENT_STARTED, AGENT_STOPPING):
+            return True
+        return record.msg == AGENT_EXITED and bool(record.args) and record.args[-1] in ROUTINE_EXIT_CODES
     return False
+
+
+def is_client_error(record: logging.LogRecord) -> bool:
+    """Django's line for a request refused with a 4xx status (PermissionDenied, Http404)."""
+    status = getattr(record, "status_code", 0) or 0
+    return record.name == "django.request" and 400 <= status < 500
 
 
 class DemoteChatter(logging.Filter):
@@ -75,6 +96,10 @@ class DemoteChatter(logging.Filter):
             self.level = logging.INFO
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if is_client_error(record):
+            # Django logs a refused request (403, 404) with the exception that refused it: one
+            # line says all there is, a traceback of an ordinary refusal only alarms the reader.
+            record.exc_info, record.exc_text = None, None
         if not is_chatter(record):
             return True
         if self.level > logging.DEBUG:

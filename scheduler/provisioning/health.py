@@ -51,6 +51,10 @@ class BackendStatus:
     consecutive_errors: int
     detail: dict[str, Any]
     workers: int
+    # A backend with a sync pass (kubernetes, tpu) has a state row; one whose agents report in
+    # (local) has none: its health is its workers' heartbeats, and "last sync" means nothing.
+    polled: bool = True
+    healthy_workers: int = 0
 
 
 def backend_status() -> list[BackendStatus]:
@@ -73,11 +77,12 @@ def backend_status() -> list[BackendStatus]:
                 BackendStatus(
                     name, row.enabled, row.healthy, row.last_sync_at, row.last_ok_at, row.last_error,
                     row.last_error_at, row.consecutive_errors, row.detail or {}, workers.get(name, 0),
+                    healthy_workers=healthy_workers.get(name, 0),
                 )
             )
         else:
             result.append(
                 BackendStatus(name, True, bool(healthy_workers.get(name)), None, None, "", None, 0, {},
-                              workers.get(name, 0))
+                              workers.get(name, 0), polled=False, healthy_workers=healthy_workers.get(name, 0))
             )
     return result

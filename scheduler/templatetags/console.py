@@ -11,7 +11,6 @@ from django import template
 from django.contrib.humanize.templatetags.humanize import intcomma
 from django.utils import timezone
 from django.utils.html import format_html
-from django.utils.timesince import timesince
 
 from scheduler import roles
 from scheduler.core.bands import Band
@@ -29,6 +28,23 @@ def as_datetime(value) -> datetime | None:
     return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
 
 
+# Units of a relative time, largest first: a month is 30 days, a year 365 (as timesince counts).
+SPAN_UNITS = (("year", 365 * 86400), ("month", 30 * 86400), ("week", 7 * 86400), ("day", 86400),
+              ("hour", 3600), ("minute", 60))
+
+
+def rounded_span(seconds: float) -> str:
+    """``7199`` -> ``2 hours``, ``5400`` -> ``2 hours``, ``4800`` -> ``1 hour``, ``3570`` ->
+    ``1 hour``: the largest unit it reaches, rounded to the nearest (timesince truncates, so a
+    2-hour grant approved a second ago read "ends in 1 hour")."""
+    for i, (unit, length) in enumerate(SPAN_UNITS):
+        smaller = SPAN_UNITS[i + 1][1] if i + 1 < len(SPAN_UNITS) else length
+        if seconds >= length - smaller / 2:  # it rounds to at least one of this unit
+            n = max(1, int(seconds / length + 0.5))
+            return f"{n:,} {unit}{'' if n == 1 else 's'}"
+    return "1 minute"
+
+
 def relative(when: datetime, now: datetime | None = None) -> str:
     now = now or timezone.now()
     delta = (now - when).total_seconds()
@@ -37,8 +53,7 @@ def relative(when: datetime, now: datetime | None = None) -> str:
     if abs(delta) < 60:
         text = f"{int(abs(delta))} s"
     else:
-        text = timesince(when, now, depth=1) if delta >= 0 else timesince(now, when, depth=1)
-        text = text.replace("\xa0", " ")
+        text = rounded_span(abs(delta))
     return f"{text} ago" if delta >= 0 else f"in {text}"
 
 

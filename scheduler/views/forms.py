@@ -9,6 +9,7 @@ service, and shows the service's error on the field it names.
 from __future__ import annotations
 
 import shlex
+from decimal import Decimal
 from typing import Any
 
 from django import forms
@@ -36,8 +37,9 @@ class JobForm(forms.Form):
         max_length=500, required=False, help_text="SYSTEM only: name the hero, finelog or iris work."
     )
     replicas = forms.IntegerField(min_value=1, initial=1)
-    cpu = forms.DecimalField(min_value=0, decimal_places=3, initial=1, label="CPU cores")
-    memory = forms.CharField(initial="1Gi", max_length=32, help_text="Bytes or a size: 512Mi, 16Gi, 2G.")
+    # At least one millicore, as the API requires: a task of 0 cores ran with no resources.
+    cpu = forms.DecimalField(min_value=Decimal("0.001"), decimal_places=3, initial=1, label="CPU cores")
+    memory = forms.CharField(initial="1Gi", max_length=32, help_text="A size with its unit: 512Mi, 16Gi, 2G.")
     device_type = forms.ChoiceField(choices=DEVICE_CHOICES, initial="cpu", label="Accelerator")
     device_variant = forms.CharField(required=False, max_length=64, label="Variant", help_text="e.g. h100, v5p")
     device_count = forms.IntegerField(required=False, min_value=1, label="Chips per task")

@@ -172,8 +172,7 @@ def cancel_jobs(request):
     except ServiceError as exc:
         messages.error(request, exc.message)
     else:
-        messages.success(request, f"Cancelled {len(outcome.selected):,} job(s) ({outcome.jobs:,} with descendants): "
-                                  f"{outcome.tasks:,} task(s) killed.")
+        messages.success(request, f"Cancelled {outcome.summary()}: {outcome.tasks:,} task(s) killed.")
     back = params.get("back", "")
     return redirect(f"{reverse('console:jobs')}{back if back.startswith('?') else ''}")
 

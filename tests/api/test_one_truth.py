@@ -237,7 +237,9 @@ def test_priority_factors_read_as_people_expect_the_same_in_the_api_the_console_
     for f in factors.values():
         assert f'<tr data-factor="{f["factor"]}"><th>{escape(f["label"])}</th>' in html
         if f["factor"] not in ("effective_band", "requested_band"):
-            assert f"<td>{escape(f['text'])}</td>" in html
+            assert f"<td>{escape(f['text'])}" in html
+        if f.get("detail"):
+            assert f'<div class="small muted detail">{escape(f["detail"])}</div>' in html
     assert "effective_band" not in html.split('id="priority"')[1].split("</dd>")[0].replace('data-factor="effective_band"', "")
 
     from iris_cli.formatting import priority_text

@@ -183,9 +183,11 @@ def test_over_budget_never_rejects_and_never_downgrades_at_submission(as_alice, 
 # --- limits ---------------------------------------------------------------------------------------
 
 
-def test_replicas_above_the_per_job_limit_are_resource_exhausted(as_alice, settings):
+def test_replicas_above_the_per_job_limit_are_resource_exhausted_with_a_status_clients_do_not_retry(as_alice, settings):
+    """429 is the status clients retry on; the same request can never be within this limit, so
+    it is a 422 (the code stays RESOURCE_EXHAUSTED, which the CLI and scripts match on)."""
     settings.MAX_REPLICAS_PER_JOB = 5
-    rejected(post(as_alice, {"name": "big", "replicas": 6}), 429, "RESOURCE_EXHAUSTED", "replicas")
+    rejected(post(as_alice, {"name": "big", "replicas": 6}), 422, "RESOURCE_EXHAUSTED", "replicas")
     assert post(as_alice, {"name": "ok", "replicas": 5}).status_code == 201
 
 
@@ -258,11 +260,20 @@ def test_a_body_that_is_not_an_object_is_invalid_argument(as_alice):
 
 @pytest.mark.parametrize(
     ("memory", "expected"),
-    [("16Gi", 16 * GIB), ("512Mi", 512 << 20), ("2G", 2_000_000_000), ("1.5Gi", 3 * GIB // 2), (1024, 1024),
-     ("1024", 1024), ("64GiB", 64 * GIB)],
+    [("16Gi", 16 * GIB), ("512Mi", 512 << 20), ("2G", 2_000_000_000), ("1.5Gi", 3 * GIB // 2), (8 * GIB, 8 * GIB),
+     ("4096B", 4096), ("64GiB", 64 * GIB), ("8 GB", 8_000_000_000)],
 )
 def test_memory_accepts_bytes_and_sizes(as_alice, memory, expected):
     assert post(as_alice, {"name": "x", "memory": memory}).json()["resources"]["memory_bytes"] == expected
+
+
+@pytest.mark.parametrize(("memory", "suggestion"), [("8", "8Gi"), (8, "8Gi"), ("1.5", "1.5Gi"), ("1024", "1024Gi")])
+def test_memory_without_a_unit_is_refused_with_the_size_it_probably_meant(as_alice, memory, suggestion):
+    """``8`` was accepted as 8 bytes, which no task runs in: a string needs its unit, and an
+    integer (bytes) below a MiB cannot be meant."""
+    body = rejected(post(as_alice, {"name": "x", "memory": memory}), 400, "INVALID_ARGUMENT", "memory")
+    assert f"did you mean {suggestion}?" in body["message"]
+    assert not Job.objects.exists()
 
 
 def test_the_whole_spec_is_stored(as_alice):
@@ -314,7 +325,7 @@ def test_submission_times_are_strictly_increasing(alice):
 
 REJECTIONS = [
     ({"name": "x", "priority": "production"}, 403),
-    ({"name": "x", "priority": "batch", "replicas": 20_000}, 429),
+    ({"name": "x", "priority": "batch", "replicas": 20_000}, 422),
     ({"name": "x", "priority": "batch", "device": {"type": "gpu"}}, 400),
     ({"name": "dup", "priority": "batch"}, 409),
     ({"name": "x", "priority": "interactive"}, 403),

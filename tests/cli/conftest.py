@@ -12,7 +12,11 @@ olivia is an operator, ada an admin.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -49,6 +53,17 @@ class Iris:
         code = main(list(argv))
         out, err = self.capsys.readouterr()
         return Result(code, out, err)
+
+    def run(self, *argv: str) -> Result:
+        """Runs the installed ``iris`` console script as a subprocess, as a person types it."""
+        return self.run_input("", *argv)
+
+    def run_input(self, stdin: str, *argv: str) -> Result:
+        """``run``, answering its prompts with ``stdin``."""
+        script = Path(sys.executable).with_name("iris")
+        done = subprocess.run([str(script), *argv], input=stdin, capture_output=True, text=True,
+                              env=dict(os.environ), timeout=60)
+        return Result(done.returncode, done.stdout, done.stderr)
 
     def login(self, username: str) -> Result:
         result = self("login", "--server", self.server, "--username", username, "--password", PASSWORD)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from iris_cli import main
 from iris_cli.client import Session
@@ -121,3 +123,22 @@ def test_the_cli_names_the_bands_as_the_api_does():
     from scheduler.core.bands import BANDS_IN_ORDER
 
     assert BANDS == [band.wire for band in BANDS_IN_ORDER]
+
+
+@given(st.integers(min_value=-10, max_value=1 << 62))
+def test_the_cli_shows_sizes_and_cores_as_the_console_does(n):
+    from iris_cli import units as cli_units
+    from scheduler.core import units
+
+    assert cli_units.format_memory(n) == units.format_memory(n)
+    assert cli_units.format_cores(n) == units.format_cores(n)
+
+
+@given(st.sampled_from([1, 10**3, 10**6, 10**9, 10**12, 1 << 10, 1 << 20, 1 << 30, 1 << 40]),
+       st.integers(min_value=0, max_value=20_000))
+def test_the_cli_shows_round_sizes_as_the_console_does(unit, count):
+    from iris_cli import units as cli_units
+    from scheduler.core import units
+
+    assert cli_units.format_memory(unit * count) == units.format_memory(unit * count)
+    assert cli_units.format_memory(unit * count // 2) == units.format_memory(unit * count // 2)

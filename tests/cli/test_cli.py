@@ -194,7 +194,7 @@ def test_researchers_cannot_submit_production(iris):
     result = iris("job", "run", "--priority", "production", "--", "x")
 
     assert result.code == 1
-    assert result.err.startswith("PERMISSION_DENIED: only admins may submit PRODUCTION jobs")
+    assert result.err.startswith("PERMISSION_DENIED: priority: only admins may submit PRODUCTION jobs")
 
 
 def test_system_jobs_need_a_reason_and_keep_it_for_audit(iris):
@@ -401,12 +401,12 @@ def test_job_cancel_by_filter_counts_first_and_needs_yes_outside_a_terminal(some
 
     unconfirmed = iris("job", "cancel", "--filter", "user=alice", "--filter", "state=pending")
     assert unconfirmed.code == 1
-    assert unconfirmed.err.startswith("NOT_CONFIRMED: this would cancel 2 job(s) (descendants included) and 3 task(s)")
+    assert unconfirmed.err.startswith("NOT_CONFIRMED: this would cancel 2 job(s) and 3 task(s)")
     assert not Job.objects.filter(state="killed").exists()
 
     done = iris("job", "cancel", "--filter", "user=alice", "--filter", "state=pending", "--yes")
     assert done.code == 0, done.err
-    assert done.out.startswith("Cancelled 2 job(s) (2 with descendants): 3 task(s) killed.")
+    assert done.out.startswith("Cancelled 2 job(s): 3 task(s) killed.")
     assert Job.objects.get(name="/bob/sweep").state == "pending"
 
 

@@ -109,3 +109,56 @@ def test_make_run_started_as_an_ordinary_user_says_once_that_tasks_are_not_isola
     assert as_root.stdout == ""
     assert as_user.stdout.count("tasks are not isolated from each other") == 1
     assert "demo agents run every task as nobody" in as_user.stdout
+
+
+def test_the_printed_console_url_and_login_hint_follow_iris_port(tmp_path):
+    """``IRIS_PORT=8500 make run`` served on 8500 but printed ``Console: http://127.0.0.1:8000/``."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "IRIS_PORT": "8500", "IRIS_DATA_DIR": str(tmp_path)}
+    code = ("import django; django.setup(); from django.conf import settings; print(settings.CONSOLE_URL); "
+            "from iris_cli.client import DEFAULT_SERVER; print(DEFAULT_SERVER)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                         env={**env, "DJANGO_SETTINGS_MODULE": "iris_web.settings"}).stdout.split()
+    assert out == ["http://127.0.0.1:8500/", "http://127.0.0.1:8500"]
+
+
+def test_seed_demo_prints_the_console_url_and_the_login_command(settings, tmp_path):
+    settings.DATA_DIR = tmp_path
+    settings.CONSOLE_URL = "http://127.0.0.1:8500/"
+    out = io.StringIO()
+    call_command("seed_demo", stdout=out)
+    assert "Console: http://127.0.0.1:8500/" in out.getvalue()
+    assert "iris login --server http://127.0.0.1:8500" in out.getvalue()
+
+
+def test_demo_load_says_when_it_pauses_and_resumes_and_sums_up_what_it_submitted(settings, tmp_path, monkeypatch):
+    """It used to pause silently for about 70 s whenever more than 30 tasks were pending, and
+    print a line per job (with the submission's own log line, two)."""
+    from scheduler.management.commands import demo_load
+    from scheduler.models import Task
+    from tests.personas import make_job
+
+    settings.DATA_DIR = tmp_path
+    call_command("seed_demo", stdout=io.StringIO())
+    make_job("/alice/backlog", replicas=11)
+    # The scheduler places what waits while the load generator sleeps (after its first pause).
+    sleeps = []
+
+    def sleep(_):
+        sleeps.append(1)
+        if len(sleeps) == 1:
+            Task.objects.filter(state="pending").update(state="running")
+    monkeypatch.setattr(demo_load.time, "sleep", sleep)
+    out = io.StringIO()
+
+    call_command("demo_load", count=3, interval=0, seed=3, max_pending=10, stdout=out)
+
+    lines = out.getvalue().splitlines()
+    assert "demo load: pausing: 11 tasks pending, more than --max-pending 10; resuming when at most 6 wait" in lines
+    assert "demo load: resuming: 0 tasks pending" in lines
+    [summary] = [line for line in lines if "in the last" in line]
+    assert summary.startswith("demo load: submitted 3 job(s), ")
+    assert not [line for line in lines if " submitted /" in line]  # no line per job

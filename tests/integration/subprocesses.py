@@ -10,7 +10,7 @@ from pathlib import Path
 
 from django.db import connection
 
-from tests.conftest import REDIS_TEST_URL
+from tests.conftest import REDIS_TEST_BROKER_URL, REDIS_TEST_URL
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,6 +31,7 @@ def project_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         {
             "IRIS_DATABASE_URL": test_database_url(),
             "IRIS_REDIS_URL": REDIS_TEST_URL,
+            "IRIS_BROKER_URL": REDIS_TEST_BROKER_URL,
             "IRIS_DATA_DIR": str(tmp_path / "data"),
             "PYTHONUNBUFFERED": "1",
         }

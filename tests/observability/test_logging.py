@@ -15,7 +15,7 @@ from django.conf import settings
 from scheduler.budgets.writes import approve_uplift, request_uplift, set_budget
 from scheduler.execution.workers import drain_worker
 from scheduler.jobs.cancel import cancel_job
-from scheduler.observability.logging import DemoteChatter, JsonFormatter
+from scheduler.observability.logging import AGENT_EXITED, AGENT_STARTED, AGENT_STOPPING, DemoteChatter, JsonFormatter
 from tests.personas import make_worker, submit
 
 pytestmark = pytest.mark.django_db
@@ -93,12 +93,20 @@ def access_record(path: str, status: int) -> logging.LogRecord:
     ("record", "chatter"),
     [
         (access_record("/api/v1/agent/heartbeat/", 200), True),
+        (access_record("/api/v1/agent/logs/", 200), True),  # log shipping: 71% of the demo's log
+        (access_record("/api/v1/agent/logs/", 413), False),
         (access_record("/readyz", 503), False),  # a failing probe is news
         (access_record("/api/v1/agent/heartbeat/", 403), False),
         (access_record("/api/v1/jobs/", 201), False),
         (logging.LogRecord("celery.beat", logging.INFO, __file__, 1, "Scheduler: Sending due task", (), None), True),
         (logging.LogRecord("celery.app.trace", logging.ERROR, __file__, 1, "Task raised", (), None), False),
         (logging.LogRecord("scheduler.tick", logging.INFO, __file__, 1, "tick 1", (), None), False),
+        (logging.LogRecord("iris.agent", logging.INFO, __file__, 1, AGENT_STARTED, ("cpu-1", "/a/b/0", 1, 42), None), True),
+        (logging.LogRecord("iris.agent", logging.INFO, __file__, 1, AGENT_EXITED, ("cpu-1", "/a/b/0", 1, 0), None), True),
+        (logging.LogRecord("iris.agent", logging.INFO, __file__, 1, AGENT_EXITED, ("cpu-1", "/a/b/0", 1, 3), None), False),
+        (logging.LogRecord("iris.agent", logging.INFO, __file__, 1, AGENT_EXITED, ("cpu-1", "/a/b/0", 1, 143), None), True),
+        (logging.LogRecord("iris.agent", logging.INFO, __file__, 1, AGENT_STOPPING, ("cpu-1", "/a/b/0", 1, "Preempted by /c/d/0"), None), True),
+        (logging.LogRecord("iris.agent", logging.INFO, __file__, 1, "agent %s registered", ("cpu-1",), None), False),
     ],
 )
 def test_chatter_is_dropped_at_info_and_shown_as_debug_at_debug(record, chatter):
@@ -123,3 +131,29 @@ def test_the_json_format_is_chosen_by_the_environment():
     result = subprocess.run([sys.executable, "-c", code], env=env, cwd=settings.BASE_DIR, capture_output=True,
                             text=True, timeout=60, check=True)
     assert result.stderr.strip().splitlines()[-1].endswith("INFO scheduler.x: hello there")
+
+
+def test_a_refused_page_is_one_warning_line_without_a_traceback(alice, caplog):
+    """A researcher opening /scheduler/ (operators only) is refused with a 403; Django logs it
+    with the PermissionDenied that refused it, which the console handler used to print in full."""
+    from tests.web.conftest import client_for
+
+    with caplog.at_level(logging.WARNING, logger="django.request"):
+        assert client_for(alice).get("/scheduler/").status_code == 403
+    [record] = [r for r in caplog.records if r.name == "django.request"]
+    handler = logging.StreamHandler(io.StringIO())
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.addFilter(DemoteChatter("INFO"))
+    handler.handle(record)
+    assert handler.stream.getvalue() == "WARNING django.request: Forbidden (Permission denied): /scheduler/\n"
+
+
+def test_the_agent_lines_demoted_are_the_ones_the_agent_writes():
+    """The filter knows the agent's per-attempt lines by their format strings: if the agent's
+    wording changes, this fails rather than the log filling up again unnoticed."""
+    from pathlib import Path
+
+    source = (Path(settings.BASE_DIR) / "scheduler" / "agent" / "worker.py").read_text()
+    assert f'log.info("{AGENT_STARTED}"' in source
+    assert f'log.info("{AGENT_EXITED}"' in source
+    assert f'log.info("{AGENT_STOPPING}"' in source

@@ -122,3 +122,8 @@ def test_seed_demo_gives_admin_and_operator_the_staff_flag_not_superuser(db, set
     users = {u.username: u for u in get_user_model().objects.all()}
     assert users["admin"].is_staff and users["ops"].is_staff and not users["alice"].is_staff
     assert not any(u.is_superuser for u in users.values())
+
+
+def test_the_admin_names_audit_entries_in_english(clients, staff):
+    page = clients["ada"].get("/admin/").content.decode()
+    assert "Audit entries" in page and "Audit entrys" not in page

@@ -43,7 +43,7 @@ def test_backend_health_last_sync_errors_and_live_slices_are_shown(clients, url,
     assert "Backends" in page and "TPU slices" in page
     assert "kubernetes unhealthy" in page and "3 in a row" in page and "connection refused by kube-apiserver" in page
     assert "tpu healthy" in page
-    assert "local healthy 1" in page  # a backend known by its workers only
+    assert "local healthy 1 of 1 worker heartbeating 1 no sync pass: its agents report in" in page  # known by its workers only
     assert "iris-v5e-000" in page and "iris-v5e-001 v5e v5litepod-8 us-central2-b ready" in page
     assert "iris-gone" not in page  # finished slices are not live
 
@@ -82,3 +82,16 @@ def test_job_page_shows_its_backend_and_links_each_attempt_to_its_log(clients, a
     assert "Runs on Registered workers" in text(clients["alice"].get("/jobs/alice/train/"))
     Job.objects.filter(pk=job.pk).update(route="kubernetes")
     assert "Runs on Kubernetes" in text(clients["alice"].get("/jobs/alice/train/"))
+
+
+@pytest.mark.parametrize(("url", "persona"), [("/workers/", "alice"), ("/scheduler/", "olivia")])
+def test_with_no_provisioned_slice_the_page_says_where_self_registered_slice_hosts_are(clients, url, persona):
+    """Beside four ``tpu-name=slice-a`` hosts it said only "No live TPU slices"; and backend
+    ``local`` read "healthy" with "last sync never, last success never"."""
+    for i in range(4):
+        make_worker(f"slice-a-{i}", device=("tpu", "v5p-8", 4), tpu_name="slice-a")
+    page = text(clients[persona].get(url))
+    assert "No TPU slices provisioned from a scale group" in page
+    assert "register on their own (with a tpu-name attribute" in page
+    assert "4 of 4 workers heartbeating" in page
+    assert "never" not in page.split("Backends", 1)[1].split("TPU slices", 1)[0]

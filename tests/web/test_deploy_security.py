@@ -7,6 +7,7 @@ address, which a rotating ``X-Forwarded-For`` from an untrusted client does not 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import re
 import secrets
 import stat
@@ -150,6 +151,7 @@ def test_behind_a_trusted_proxy_the_forwarded_client_is_the_one_locked_out(clien
 
 
 def test_token_endpoint_throttle_is_not_reset_by_a_rotating_x_forwarded_for(alice, bob, fresh_counts):
+    fresh_counts.AXES_FAILURE_LIMIT = 100  # the throttle under test, not the lockout (below)
     client = APIClient()
     statuses = [
         client.post(
@@ -162,6 +164,7 @@ def test_token_endpoint_throttle_is_not_reset_by_a_rotating_x_forwarded_for(alic
 
 
 def test_token_endpoint_throttles_guesses_at_one_account_from_many_addresses(alice, fresh_counts):
+    fresh_counts.AXES_FAILURE_LIMIT = 100  # the throttle under test, not the lockout (below)
     client = APIClient()
     statuses = [
         client.post(
@@ -170,3 +173,24 @@ def test_token_endpoint_throttles_guesses_at_one_account_from_many_addresses(ali
         for i in range(31)
     ]
     assert statuses[:30] == [401] * 30 and statuses[30] == 429
+
+
+def test_failed_cli_logins_count_toward_the_console_lockout_and_log_no_error(alice, fresh_counts, caplog):
+    """``iris login`` (POST tokens/) is under django-axes as the console is: it used to call
+    ``authenticate`` without the request, so axes logged two ERROR lines per failure and counted
+    nothing. Locked out, the API answers in its own JSON."""
+    fresh_counts.AXES_FAILURE_LIMIT = 3
+    client = APIClient()
+
+    def token_login(password):
+        return client.post("/api/v1/tokens/", {"username": "alice", "password": password}, format="json",
+                           REMOTE_ADDR="198.51.100.7")
+
+    with caplog.at_level(logging.INFO):
+        statuses = [token_login(f"guess{i}").status_code for i in range(3)]
+    assert statuses == [401, 401, 429]
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    locked = token_login(PASSWORD)
+    assert locked.status_code == 429
+    assert locked.json()["code"] == "RESOURCE_EXHAUSTED"
+    assert locked.json()["message"].startswith("too many failed logins for this account or address")

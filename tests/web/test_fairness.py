@@ -4,6 +4,8 @@ preemption losses and starving tasks over 24 hours; a fixed number of queries.""
 
 from __future__ import annotations
 
+import re
+
 from datetime import timedelta
 
 import pytest
@@ -116,6 +118,12 @@ def test_work_lost_to_preemption_and_starving_tasks_over_the_last_24_hours(alice
 
     body = token_client(alice).get("/api/v1/fairness/").json()
     assert body["lost_work"] == [{"user": "bob", "preemptions": 2, "point_hours": pytest.approx(value * 2.5)}]
+    # The page rounds it and names its unit (it showed "1032.652").
+    from tests.web.conftest import client_for
+
+    html = client_for(alice).get("/fairness/").content.decode()
+    cell = re.search(r'<tr data-user="bob">.*?<td class="num">([^<]*)</td></tr>', html, re.S).group(1)
+    assert re.fullmatch(r"[\d,]+(\.\d)? point-hours", cell), cell
     assert body["starving"] == [{"task": "/bob/unlucky/0", "job": "/bob/unlucky", "user": "bob", "band": "batch",
                                  "state": "pending", "preemptions": 5, "history": "/jobs/bob/unlucky/"}]
     assert body["starvation_threshold"] == 3

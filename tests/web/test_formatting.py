@@ -42,7 +42,7 @@ def test_times_are_relative_with_the_absolute_time_on_hover():
 def test_badges_and_resources():
     assert render("{% band_badge 3 %}") == '<span class="band band-batch" title="BATCH band">BATCH</span>'
     assert render('{% resources 2000 8589934592 "gpu" "h100" 4 %}') == "2 cores · 8 GiB · 4 × h100 GPU"
-    assert render('{% resources 500 0 %}') == "0.5 cores · 0 MiB"
+    assert render('{% resources 500 0 %}') == "0.5 cores · 0 bytes"
 
 
 def test_chart_geometry_follows_the_samples():
@@ -146,3 +146,24 @@ def test_queue_index_is_read_once_per_tick_and_sorted_if_needed(django_assert_nu
     with django_assert_num_queries(1):
         assert queue_index() is index
     forget_board()
+
+
+@pytest.mark.parametrize(("seconds", "text"), [
+    (7199, "2 hours"), (7200, "2 hours"), (5400, "2 hours"), (4800, "1 hour"), (3580, "1 hour"),
+    (90, "2 minutes"), (89, "1 minute"), (84_000, "23 hours"), (86_000, "1 day"), (3 * 86_400, "3 days"),
+])
+def test_relative_times_round_to_the_nearest_unit(seconds, text):
+    from scheduler.templatetags.console import rounded_span
+
+    assert rounded_span(seconds) == text
+
+
+def test_a_two_hour_grant_approved_just_now_ends_in_2_hours(alice, ada):
+    """It read "ends in 1 hour": timesince truncates 1 h 59 min 59 s to one hour."""
+    from scheduler.budgets.writes import approve_uplift, request_uplift
+    from tests.web.conftest import client_for
+
+    grant = request_uplift(alice, budget_limit=5000, reason="deadline", duration_seconds=7200)
+    approve_uplift(ada, grant.pk)
+    page = client_for(alice).get("/budgets/alice/").content.decode()
+    assert ">in 2 hours</time>" in page and ">in 1 hour</time>" not in page

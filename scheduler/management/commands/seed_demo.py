@@ -55,7 +55,8 @@ class Command(BaseCommand):
                 write_secret(str(path), issue_worker_credential(worker, by="seed_demo"))
 
         names = ", ".join(u for u, _ in DEMO_USERS)
-        self.stdout.write(f"Demo users: {names} (password '{DEMO_PASSWORD}'). Console: http://127.0.0.1:8000/")
+        self.stdout.write(f"Demo users: {names} (password '{DEMO_PASSWORD}'). Console: {settings.CONSOLE_URL}")
+        self.stdout.write(f"  CLI: .venv/bin/iris login --server {settings.CONSOLE_URL.rstrip('/')}")
         defaults = budget_defaults()
         for username, _ in DEMO_USERS[2:]:
             budget = effective_budget_for(username)
