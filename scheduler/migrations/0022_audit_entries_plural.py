@@ -6,7 +6,7 @@ from django.db import migrations
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduler', '0018_tick_explanation_reference'),
+        ('scheduler', '0021_estimate_waits'),
     ]
 
     operations = [
