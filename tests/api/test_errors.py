@@ -140,7 +140,7 @@ def test_an_unexpected_error_is_a_json_internal_error_and_is_logged(as_alice, mo
         raise RuntimeError("bug")
 
     # Where the budget read is looked up: the API view and (for /me/) the budget read model.
-    monkeypatch.setattr("scheduler.api.views.budget_views", broken)
+    monkeypatch.setattr("scheduler.api.views.budgets.budget_views", broken)
     monkeypatch.setattr("scheduler.budgets.queries.budget_views", broken)
     response = as_alice.get(path)
     assert response.status_code == 500

@@ -1,0 +1,110 @@
+"""Budgets, uplift grants and the audit log."""
+
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from scheduler.inputs import MAX_BUDGET_POINTS
+
+# What a job name may be, as the schema states it: one segment (``train``) or a full id
+# (``/alice/train/eval``), segments of letters, digits and . _ - + @ (no ':' and no spaces).
+from scheduler.api.serializers.fields import BAND_WIRE, BandField, GRANT_STATES, NullableBandField
+
+
+# --- uplift grants --------------------------------------------------------------------------------
+
+
+class UpliftSerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="pk")
+    user = serializers.CharField(source="user_id")
+    state = serializers.ChoiceField(choices=GRANT_STATES)
+    max_band = NullableBandField()
+    budget_limit = serializers.IntegerField(allow_null=True, help_text="points; 0 = unlimited; null = not raised")
+    reason = serializers.CharField()
+    duration_seconds = serializers.IntegerField()
+    requested_by = serializers.SerializerMethodField()
+    decided_by = serializers.SerializerMethodField()
+    decided_at = serializers.DateTimeField(allow_null=True)
+    decision_note = serializers.CharField()
+    starts_at = serializers.DateTimeField(allow_null=True)
+    expires_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_requested_by(self, grant) -> str | None:
+        return grant.requested_by.username if grant.requested_by else None
+
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_decided_by(self, grant) -> str | None:
+        return grant.decided_by.username if grant.decided_by else None
+
+
+class UpliftRequestSerializer(serializers.Serializer):
+    user = serializers.CharField(required=False, help_text="defaults to you; researchers ask only for themselves")
+    max_band = serializers.ChoiceField(choices=BAND_WIRE, required=False)
+    budget_limit = serializers.IntegerField(
+        required=False, min_value=0, max_value=MAX_BUDGET_POINTS, help_text="points; 0 = unlimited"
+    )
+    reason = serializers.CharField()
+    duration_seconds = serializers.IntegerField(min_value=60, max_value=90 * 24 * 3600)
+
+
+class UpliftDecisionSerializer(serializers.Serializer):
+    duration_seconds = serializers.IntegerField(
+        required=False, min_value=60, max_value=90 * 24 * 3600, help_text="approve only; defaults to the requested duration"
+    )
+    note = serializers.CharField(required=False, allow_blank=True)
+
+
+class UpliftFilterSerializer(serializers.Serializer):
+    user = serializers.CharField(required=False, max_length=150)
+    state = serializers.ChoiceField(choices=GRANT_STATES, required=False)
+
+
+# --- budgets --------------------------------------------------------------------------------------
+
+
+class BudgetSerializer(serializers.Serializer):
+    """A user's budget: configured (row or defaults), effective now (with grants), live spend."""
+
+    user = serializers.CharField()
+    has_row = serializers.BooleanField(help_text="false: the cluster defaults apply")
+    budget_limit = serializers.IntegerField(help_text="points; 0 = unlimited")
+    max_band = BandField()
+    effective_budget_limit = serializers.IntegerField(help_text="after active uplift grants; 0 = unlimited")
+    effective_max_band = BandField()
+    spend = serializers.IntegerField(help_text="points held by active tasks requested above BATCH, right now")
+    effective_band = BandField(help_text="the band INTERACTIVE work of this user runs as now")
+    over_budget = serializers.BooleanField()
+    grants = UpliftSerializer(many=True, help_text="open grants: requested, or approved and not expired")
+
+
+class BudgetUpdateSerializer(serializers.Serializer):
+    budget_limit = serializers.IntegerField(
+        required=False, min_value=0, max_value=MAX_BUDGET_POINTS, help_text="points; 0 = unlimited"
+    )
+    max_band = serializers.ChoiceField(choices=BAND_WIRE, required=False)
+    reason = serializers.CharField(help_text="why; kept in the audit log")
+    create_user_budget = serializers.BooleanField(
+        required=False, default=False,
+        help_text="set a budget for a user nobody knows yet (no account, budget, grant or job): on purpose only",
+    )
+
+
+class MeSerializer(serializers.Serializer):
+    username = serializers.CharField()
+    role = serializers.ChoiceField(choices=["admin", "operator", "researcher"])
+    budget = BudgetSerializer()
+
+
+class AuditEntrySerializer(serializers.Serializer):
+    id = serializers.IntegerField(source="pk")
+    actor = serializers.CharField(source="actor_name")
+    action = serializers.CharField()
+    target = serializers.CharField()
+    before = serializers.JSONField(allow_null=True)
+    after = serializers.JSONField(allow_null=True)
+    reason = serializers.CharField()
+    created_at = serializers.DateTimeField()
