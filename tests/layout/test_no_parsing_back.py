@@ -4,7 +4,7 @@ rendered downgrade sentence, the job view called ``Band.parse`` on explain's wir
 split a task id to find a user).
 
 An AST scan of the interface modules that render what the board and the use cases return:
-``scheduler/views/``, ``scheduler/api/serializers.py``, ``cli/iris_cli/formatting.py``, and
+``scheduler/views/``, ``scheduler/api/serializers/``, ``cli/iris_cli/formatting.py``, and
 ``scheduler/jobs/explain.py`` (the use case the views render, where the sentence was split).
 
 - ``Band.parse`` (and ``Band[name]``) may only read what a person typed: each allowed call is
@@ -26,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = sorted(
-    [*(ROOT / "scheduler" / "views").glob("*.py"), ROOT / "scheduler" / "api" / "serializers.py",
+    [*(ROOT / "scheduler" / "views").glob("*.py"), *(ROOT / "scheduler" / "api" / "serializers").glob("*.py"),
      ROOT / "cli" / "iris_cli" / "formatting.py", ROOT / "scheduler" / "jobs" / "explain.py"]
 )
 
