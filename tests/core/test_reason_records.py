@@ -142,7 +142,8 @@ def test_docs_api_md_lists_every_reason_code():
     """docs/api.md's table is the reference clients read: every code a record can carry is in it."""
     from pathlib import Path
 
-    from scheduler.core.explain import _CAUSE_TYPES, _INSUFFICIENT, SHELL_TEXT
+    from scheduler.core.explain.reasons import _CAUSE_TYPES
+    from scheduler.core.explain.records import _INSUFFICIENT, SHELL_TEXT
     from scheduler.core.kueue import KUEUE_TEXT
 
     table = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()

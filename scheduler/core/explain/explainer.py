@@ -1,0 +1,268 @@
+"""Explaining a decision: every task it left pending gets its reason, computed once per shape or
+job; and ``pending_queue``, the one definition of queue positions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from scheduler.core.bands import Band
+from scheduler.core.feasibility import analyse_job, any_fits_when_idle, constraint_text, slice_group
+from scheduler.core.ordering import JobQueue
+from scheduler.core.placement import Shape, ShapeBook, WorkerPool
+from scheduler.core.types import Decision, GroupSpec, JobSpec, TaskSnapshot, WorkerSpec
+from scheduler.core.explain.reasons import AssignmentCapReached, BuildSlotsFull, Cause, Downgrade, GangGroupTooSmall, GangNoRoom, InsufficientResource, JobExhausted, NeverFits, NoHealthyWorkers, NoMatchingWorker, PendingReason, PerJobCap, RoomFreedThisTick, WaitingBehind, WaitingForSlice, never_fits
+
+
+class Explainer:
+    """Causes per shape (solo) and per (shape, group_by, size) (gang), from the final capacity."""
+
+    def __init__(self, pool: WorkerPool, book: ShapeBook, workers: Sequence[WorkerSpec] = (),
+                 scale_groups: Sequence[GroupSpec] = ()) -> None:
+        self.pool = pool
+        self.book = book
+        # The snapshot's workers (total capacity, for "never"); empty: the check is skipped.
+        self.workers = workers
+        # TPU scale groups: a job one of them could create a slice for is not "never".
+        self.scale_groups = scale_groups
+        self._never: dict[tuple[int, bool], NeverFits | WaitingForSlice | None] = {}
+        self._solo: dict[tuple, tuple[Cause, bool]] = {}
+        self._by_shape: dict[int, tuple[Cause, bool]] = {}
+        self._gang: dict[tuple, tuple[Cause, bool]] = {}
+
+    def solo_cause(self, shape: Shape) -> tuple[Cause, bool]:
+        """(why one more task of ``shape`` does not fit now, whether it would have at tick start)."""
+        cached = self._by_shape.get(shape.id)
+        if cached is None:
+            # Soft constraints only reorder the candidates, so they do not change the cause.
+            key = (shape.hard, shape.cpu, shape.mem, shape.gpu, shape.tpu)
+            cached = self._solo.get(key)
+            if cached is None:
+                cached = self._solo[key] = self._compute_solo(shape)
+            self._by_shape[shape.id] = cached
+        return cached
+
+    def _no_worker(self, shape: Shape) -> Cause | None:
+        if not self.pool.by_id:
+            return NoHealthyWorkers()
+        if not shape.cands:
+            return NoMatchingWorker(tuple(constraint_text(c) for c in shape.hard))
+        return None
+
+    def _compute_solo(self, shape: Shape) -> tuple[Cause, bool]:
+        cause = self._no_worker(shape)
+        if cause is not None:
+            return cause, False
+        pool = self.pool
+        ma, mb = pool.max_assign, pool.max_building
+        cpu, mem, gpu, tpu = pool.cpu, pool.mem, pool.gpu, pool.tpu
+        c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
+        # Per check, in check order (assignment cap, build slots, cpu, memory, gpu, tpu): how many
+        # workers it is the first to fail, and the most free among those workers.
+        capped = full = 0
+        # The free amount of each worker first short of cpu, memory, gpu, tpu (appended, not
+        # counted through a helper: a call per worker cost a third of the explanations).
+        short: tuple[list[int], ...] = ([], [], [], [])
+        short_cpu, short_mem, short_gpu, short_tpu = (free.append for free in short)
+        assigned, building = pool.assigned, pool.building
+        for w in shape.cands:
+            if assigned[w] >= ma:
+                capped += 1
+            elif building[w] >= mb:
+                full += 1
+            # The four resource checks, unrolled (a tuple of checks per worker cost half the
+            # explanation's time): the first one short counts.
+            elif (free := cpu[w]) < c:
+                short_cpu(free)
+            elif (free := mem[w]) < m:
+                short_mem(free)
+            elif (free := gpu[w]) < g:
+                short_gpu(free)
+            elif (free := tpu[w]) < u:
+                short_tpu(free)
+            else:
+                # One worker with room decides the cause: the counts are not needed.
+                return RoomFreedThisTick(), self._any_fits_at_start(shape.cands, shape)
+        blocked = [capped, full, *(len(free) for free in short)]
+        best = [None, None, *(max(free, default=None) for free in short)]
+        fit_at_start = self._any_fits_at_start(shape.cands, shape)
+        worst = max(range(6), key=lambda i: (blocked[i], -i))
+        matching = len(shape.cands)
+        if worst == 0:
+            return AssignmentCapReached(blocked[0], matching, ma), fit_at_start
+        if worst == 1:
+            return BuildSlotsFull(blocked[1], matching, mb), fit_at_start
+        resource, need = (("cpu", c), ("memory", m), ("gpu", g), ("tpu", u))[worst - 2]
+        return InsufficientResource(resource, need, best[worst], blocked[worst], matching), fit_at_start
+
+    def _count_fit_at_start(self, workers: Sequence[int], shape: Shape) -> int:
+        """How many of ``workers`` had a build slot and room for one task of ``shape`` at tick start."""
+        pool = self.pool
+        mb, building = pool.max_building, pool.start_building
+        cpu, mem, gpu, tpu = pool.start_cpu, pool.start_mem, pool.start_gpu, pool.start_tpu
+        c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
+        return sum(
+            1 for w in workers if building[w] < mb and cpu[w] >= c and mem[w] >= m and gpu[w] >= g and tpu[w] >= u
+        )
+
+    def _any_fits_at_start(self, workers: Sequence[int], shape: Shape) -> bool:
+        pool = self.pool
+        mb, building = pool.max_building, pool.start_building
+        cpu, mem, gpu, tpu = pool.start_cpu, pool.start_mem, pool.start_gpu, pool.start_tpu
+        c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
+        # A loop rather than any() over a generator: this scans whole candidate lists.
+        for w in workers:
+            if building[w] < mb and cpu[w] >= c and mem[w] >= m and gpu[w] >= g and tpu[w] >= u:
+                return True
+        return False
+
+    def gang_cause(self, shape: Shape, group_by: str, n: int) -> tuple[Cause, bool]:
+        key = (shape.id, group_by, n)
+        cached = self._gang.get(key)
+        if cached is None:
+            cached = self._gang[key] = self._compute_gang(shape, group_by, n)
+        return cached
+
+    def _compute_gang(self, shape: Shape, group_by: str, n: int) -> tuple[Cause, bool]:
+        cause = self._no_worker(shape)
+        if cause is not None:
+            return cause, False
+        groups = self.book.groups(shape, group_by)
+        largest = max((len(g.members) for g in groups), default=0)
+        if largest < n:
+            return GangGroupTooSmall(n, group_by, largest), False
+        fits = self.pool.fits
+        big = [g for g in groups if len(g.members) >= n]
+        best = max(sum(1 for w in g.members if fits(w, shape)) for g in big)
+        fit_at_start = any(self._count_fit_at_start(g.members, shape) >= n for g in big)
+        if best >= n:
+            return RoomFreedThisTick(), fit_at_start
+        return GangNoRoom(n, group_by, best), fit_at_start
+
+
+    def never(self, shape: Shape, spec: JobSpec, impossible: bool = False) -> NeverFits | WaitingForSlice | None:
+        """For a shape that did not fit even at tick start: :class:`WaitingForSlice` if no
+        worker could hold it idle but a TPU scale group could create a slice that does; else
+        :class:`NeverFits` if no worker could hold it idle; else None (it waits for room).
+
+        ``impossible``: the cause already says the cluster as it is cannot hold it (no healthy
+        or matching worker, no group big enough), so only the scale groups are asked. Once per
+        shape: a cheap pass over its candidates' totals, and the full requirement analysis only
+        for shapes that fail it (rare)."""
+        key = (shape.id, impossible)
+        if key in self._never:
+            return self._never[key]
+        result: NeverFits | WaitingForSlice | None = None
+        if impossible:
+            group = slice_group(spec, self.scale_groups)
+            result = WaitingForSlice(group) if group is not None else None
+        elif self.workers and shape.cands and not any_fits_when_idle(
+            self.workers, shape.cands, (shape.cpu, shape.mem, shape.gpu, shape.tpu)
+        ):
+            group = slice_group(spec, self.scale_groups)
+            result = WaitingForSlice(group) if group is not None else never_fits(analyse_job(spec, self.workers))
+        self._never[key] = result
+        return result
+
+
+# Causes that already say no worker or group of the cluster as it is could hold the job.
+IMPOSSIBLE_AS_IS = (NoHealthyWorkers, NoMatchingWorker, GangGroupTooSmall)
+
+
+class HeldReasons:
+    """The reason of tasks held back by the per-job cap: one object per downgrade (or none)."""
+
+    def __init__(self, max_tasks_per_job: int) -> None:
+        self.cause = PerJobCap(max_tasks_per_job)
+        self._by_downgrade: dict[int, PendingReason] = {}
+
+    def reason(self, downgrade: Downgrade | None) -> PendingReason:
+        reason = self._by_downgrade.get(id(downgrade))
+        if reason is None:
+            reason = self._by_downgrade[id(downgrade)] = PendingReason(self.cause, downgrade=downgrade)
+        return reason
+
+
+def explain_pending(
+    queues: Sequence[JobQueue],
+    bands: Mapping[Band, Sequence[TaskSnapshot]],
+    assigned: set[str],
+    explainer: Explainer,
+    downgrades: Mapping[str, Downgrade],
+) -> dict[str, PendingReason]:
+    """A reason for every task that passed the gates and was not assigned (tasks held back by
+    the per-job cap get theirs from :class:`HeldReasons`).
+
+    ``queues`` are the jobs in priority order; ``downgrades`` maps a job id to its downgrade,
+    if any. A job's first unplaced task gets a reason of its own; the tasks after it (the job
+    was exhausted) share one reason across jobs.
+    """
+    # job id -> how many tasks were placed ahead of the job's first unplaced task.
+    first_unplaced: dict[str, int] = {}
+    ahead = 0
+    for tasks in bands.values():
+        for task in tasks:
+            if task.id in assigned:
+                ahead += 1
+            elif task.job_id not in first_unplaced:
+                first_unplaced[task.job_id] = ahead
+
+    # (tasks, reason) pairs, turned into one dict at the end (far cheaper than per-job updates).
+    shared: list[tuple[Sequence[TaskSnapshot], PendingReason]] = []
+    exhausted_reasons: dict[tuple[int, int], PendingReason] = {}
+    for queue in queues:
+        job_id = queue.spec.id
+        before = first_unplaced.get(job_id)
+        if before is not None:
+            downgrade = downgrades.get(job_id)
+            passed = queue.passed
+            unplaced = [t for t in passed if t.id not in assigned]
+            if queue.gang:
+                cause, fit_at_start = explainer.gang_cause(queue.shape, queue.spec.group_by, len(passed))
+            else:
+                cause, fit_at_start = explainer.solo_cause(queue.shape)
+            if not fit_at_start and not isinstance(cause, RoomFreedThisTick):
+                never = explainer.never(queue.shape, queue.spec, isinstance(cause, IMPOSSIBLE_AS_IS))
+                if never is not None:
+                    cause = never
+            base = cause
+            if fit_at_start and before and not isinstance(cause, RoomFreedThisTick):
+                cause = WaitingBehind(before, cause)
+            head = PendingReason(cause, downgrade)
+            if queue.gang or len(unplaced) == 1:
+                shared.append((unplaced, head))
+            else:
+                shared.append((unplaced[:1], head))
+                rest = exhausted_reasons.get((id(base), id(downgrade)))
+                if rest is None:
+                    rest = PendingReason(JobExhausted(base), downgrade=downgrade)
+                    exhausted_reasons[(id(base), id(downgrade))] = rest
+                shared.append((unplaced[1:], rest))
+    return {task.id: reason for tasks, reason in shared for task in tasks}
+
+
+def pending_queue(decision: Decision) -> dict[Band, list[str]]:
+    """THE queue a tick leaves: per effective band, the ids of the tasks still pending, in the
+    tick's order. A task's position is its 1-based index here and its band count the list's
+    length; every page, the API and the CLI show these numbers.
+
+    The tick's order is the scheduling order of the tasks that passed the gates, then the
+    tasks the per-job cap held back (in job order), then the tasks put back in the queue this
+    tick (preemption victims and their gang siblings, in their next tick's band).
+    """
+    assigned = {a.task for a in decision.assignments}
+    reasons = decision.pending_reasons
+    bands = decision.effective_bands
+    requeued = decision.requeue_bands
+    queue: dict[Band, list[str]] = {}
+    seen = set(decision.order)
+    ordered = [t for t in decision.order if t in reasons and t not in assigned]
+    ordered.extend(t for t in reasons if t not in seen and t not in assigned)
+    for task_id in ordered:
+        band = bands.get(task_id)
+        if band is None:
+            band = requeued[task_id]
+        tasks = queue.get(band)
+        if tasks is None:
+            tasks = queue[band] = []
+        tasks.append(task_id)
+    return dict(sorted(queue.items()))

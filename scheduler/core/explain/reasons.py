@@ -1,0 +1,319 @@
+"""The reasons, as data: one frozen dataclass per cause (a stable ``code``, the numbers behind
+it, ``text()`` for people), the downgrade, and the pending reason that carries both."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Union
+
+from scheduler.core.bands import Band
+from scheduler.core.feasibility import ShapeAnalysis
+from scheduler.core.explain.text import RESOURCE_FORMAT, _plural, format_cores, format_memory, number
+
+
+@dataclass(frozen=True, slots=True)
+class NoHealthyWorkers:
+    code: ClassVar[str] = "no_healthy_workers"
+
+    def text(self) -> str:
+        return "No healthy workers available"
+
+
+@dataclass(frozen=True, slots=True)
+class NoMatchingWorker:
+    """No healthy worker satisfies the hard constraints (including the automatic device ones)."""
+
+    constraints: tuple[str, ...]
+    code: ClassVar[str] = "constraints_match_nothing"
+
+    def text(self) -> str:
+        return f"No healthy worker matches constraints [{', '.join(self.constraints)}]"
+
+
+@dataclass(frozen=True, slots=True)
+class InsufficientResource:
+    """The most common blocker among matching workers is this resource.
+
+    ``workers`` of the ``matching`` workers have a free slot but too little of it; ``need`` is
+    the per-task request and ``best_free`` the most any of those ``workers`` has free (in
+    millicores, bytes or devices).
+    """
+
+    resource: str
+    need: int
+    best_free: int
+    workers: int
+    matching: int
+
+    @property
+    def code(self) -> str:
+        return f"insufficient_{self.resource}"
+
+    def text(self) -> str:
+        label, fmt = RESOURCE_FORMAT[self.resource]
+        return (
+            f"Insufficient {label}: need {fmt(self.need)}, at most {fmt(self.best_free)} free on "
+            f"{number(self.workers)} of {_plural(self.matching, 'matching worker', 'matching workers')}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BuildSlotsFull:
+    """Matching workers already run ``limit`` ASSIGNED or BUILDING tasks."""
+
+    workers: int
+    matching: int
+    limit: int
+    code: ClassVar[str] = "build_slots"
+
+    def text(self) -> str:
+        return (
+            f"Waiting for build slots: {number(self.workers)} of "
+            f"{_plural(self.matching, 'matching worker', 'matching workers')} at the limit of "
+            f"{number(self.limit)} concurrent builds"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AssignmentCapReached:
+    """Matching workers already took ``limit`` new tasks this tick."""
+
+    workers: int
+    matching: int
+    limit: int
+    code: ClassVar[str] = "assignment_cap"
+
+    def text(self) -> str:
+        return (
+            f"{number(self.workers)} of {_plural(self.matching, 'matching worker', 'matching workers')} "
+            f"already took {number(self.limit)} new tasks this tick"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GangGroupTooSmall:
+    need: int
+    group_by: str
+    largest: int
+    code: ClassVar[str] = "gang_group_too_small"
+
+    def text(self) -> str:
+        return (
+            f"Coscheduling: need {number(self.need)} workers in same '{self.group_by}' group, "
+            f"largest group has {number(self.largest)}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GangNoRoom:
+    """Groups are big enough, but no group has ``need`` hosts with room; the best has ``best``."""
+
+    need: int
+    group_by: str
+    best: int
+    code: ClassVar[str] = "gang_no_room"
+
+    def text(self) -> str:
+        return (
+            f"Coscheduling: need {number(self.need)} workers with room in one '{self.group_by}' group, "
+            f"best group has {number(self.best)}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RoomFreedThisTick:
+    """It would fit now: room was freed by preemption after it was considered."""
+
+    # The wire code predates the word "tick"; API clients match on it, so it stays.
+    code: ClassVar[str] = "next_cycle"
+
+    def text(self) -> str:
+        return "Schedulable — waiting for the next tick"
+
+
+@dataclass(frozen=True, slots=True)
+class PerJobCap:
+    limit: int
+    code: ClassVar[str] = "per_job_cap"
+
+    def text(self) -> str:
+        return f"Held back by the per-job limit: at most {number(self.limit)} tasks of a job are scheduled per tick"
+
+
+@dataclass(frozen=True, slots=True)
+class JobExhausted:
+    """An earlier task of the same job did not fit (for ``cause``), so the rest of the job waits
+    for the next tick without being tried."""
+
+    cause: Cause
+    code: ClassVar[str] = "job_exhausted"
+
+    def text(self) -> str:
+        return "Waiting: an earlier task of this job did not fit this tick"
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingBehind:
+    """It would have fitted at tick start; ``ahead`` higher-priority tasks placed this tick took the room."""
+
+    ahead: int
+    cause: Cause
+    code: ClassVar[str] = "waiting_behind"
+
+    def text(self) -> str:
+        return (
+            f"Waiting behind {_plural(self.ahead, 'higher-priority task', 'higher-priority tasks')} "
+            f"placed this tick; now: {self.cause.text()}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Preempted:
+    """Evicted this tick by ``by``; back in the queue."""
+
+    by: str
+    code: ClassVar[str] = "preempted"
+
+    def text(self) -> str:
+        return f"Preempted by {self.by}; waiting to be rescheduled"
+
+
+@dataclass(frozen=True, slots=True)
+class Requeued:
+    """A member of the same gang was preempted, so the whole gang goes back to the queue."""
+
+    member: str
+    code: ClassVar[str] = "gang_requeued"
+
+    def text(self) -> str:
+        return f"Requeued: gang member {self.member} was preempted"
+
+
+@dataclass(frozen=True, slots=True)
+class NeverFits:
+    """No healthy worker meets every requirement of the job, even idle: waiting will not help.
+
+    ``requirements`` are ``[kind, label, need, alone, cumulative]`` in the order of
+    :func:`scheduler.core.feasibility.analyse_job`; ``largest`` is (millicores, bytes, devices) of
+    the biggest worker meeting the constraints, or None.
+    """
+
+    requirements: tuple
+    largest: tuple | None
+    code: ClassVar[str] = "never_fits"
+
+    def text(self) -> str:
+        reqs = [tuple(r) for r in self.requirements]
+        blocking = next((r for r in reqs if r[4] == 0 or (r[0] == "group" and r[4] < (r[2] or 0))), None)
+        parts = ["Never fits on the cluster as it is"]
+        if blocking is not None:
+            kind, label, need, alone, cumulative = blocking
+            what = {"cpu": lambda: f"{format_cores(need)} per task", "memory": lambda: f"{format_memory(need)} per task"}
+            name = what[kind]() if kind in what else label
+            if kind == "group":
+                parts.append(f"need {name}, the largest group of matching workers has {number(cumulative)}")
+            else:
+                parts.append(
+                    f"{name}: {_plural(alone, 'healthy worker has', 'healthy workers have')} it, "
+                    f"{number(cumulative)} with every requirement before it"
+                )
+        if self.largest is not None:
+            c, m, d = self.largest
+            parts.append(f"largest matching worker: {format_cores(c)}, {format_memory(m)}"
+                         + (f", {_plural(d, 'device', 'devices')}" if d else ""))
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingForSlice:
+    """No healthy worker can hold the job as the cluster is, but the TPU scale group ``group``
+    could create a slice that does: it waits for the provisioner, not forever."""
+
+    group: str
+    code: ClassVar[str] = "scale_group"
+
+    def text(self) -> str:
+        return f"Waiting for a TPU slice: no worker can hold it yet, scale group '{self.group}' can create one"
+
+
+def never_fits(analysis: ShapeAnalysis) -> NeverFits:
+    return NeverFits(
+        tuple((r.kind, r.label, r.need, r.alone, r.cumulative) for r in analysis.requirements), analysis.largest
+    )
+
+
+Cause = Union[
+    NeverFits,
+    WaitingForSlice,
+    NoHealthyWorkers,
+    NoMatchingWorker,
+    InsufficientResource,
+    BuildSlotsFull,
+    AssignmentCapReached,
+    GangGroupTooSmall,
+    GangNoRoom,
+    RoomFreedThisTick,
+    PerJobCap,
+    JobExhausted,
+    WaitingBehind,
+    Preempted,
+    Requeued,
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Downgrade:
+    """The user is over budget, so pending work requested in ``requested`` runs as ``effective``."""
+
+    requested: Band
+    effective: Band
+    spend: int
+    limit: int
+    code: ClassVar[str] = "budget_downgrade"
+
+    def text(self) -> str:
+        return f"{self.requested.name} runs as {self.effective.name}: spend {number(self.spend)} > limit {number(self.limit)}"
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReason:
+    """Everything said about why one pending task waits: the cause and any downgrade.
+
+    A reason says nothing about the task's place in the queue: one reason is shared by many
+    tasks, and the place is each task's own (:func:`pending_queue` is its one definition;
+    :func:`pending_text` puts the two together for people).
+    """
+
+    cause: Cause
+    downgrade: Downgrade | None = None
+    _text: str | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def code(self) -> str:
+        return self.cause.code
+
+    def text(self) -> str:
+        if self._text is None:
+            parts = [self.cause.text()]
+            if self.downgrade is not None:
+                parts.append(self.downgrade.text())
+            object.__setattr__(self, "_text", "; ".join(parts))
+        return self._text
+
+
+# -- reasons as stored data -----------------------------------------------------------------------
+#
+# A record is the JSON form of a reason: ``{"code": ..., <the cause's numbers>, "downgrade":
+# {...}}`` (``downgrade`` only when there is one). It is what the tick stores and the API serves;
+# the text is always rendered from it (``record_text``), never parsed back. docs/api.md lists
+# every code with its parameters.
+
+# Codes of causes whose parameters are exactly their dataclass fields.
+_CAUSE_TYPES: dict[str, type] = {
+    cls.code: cls
+    for cls in (
+        NoHealthyWorkers, NoMatchingWorker, BuildSlotsFull, AssignmentCapReached, GangGroupTooSmall,
+        GangNoRoom, RoomFreedThisTick, PerJobCap, JobExhausted, WaitingBehind, Preempted, Requeued, NeverFits,
+        WaitingForSlice,
+    )
+}
