@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from iris_cli import main
 from iris_cli.client import Session
-from iris_cli.commands import constraint, default_job_name, device, duration, job_path
+from iris_cli.arguments import constraint, default_job_name, device, duration, job_path
 
 
 @pytest.mark.parametrize(
@@ -119,7 +119,7 @@ def test_the_cli_imports_nothing_of_the_server():
 
 
 def test_the_cli_names_the_bands_as_the_api_does():
-    from iris_cli.commands import BANDS
+    from iris_cli.arguments import BANDS
     from scheduler.core.bands import BANDS_IN_ORDER
 
     assert BANDS == [band.wire for band in BANDS_IN_ORDER]

@@ -4,7 +4,7 @@ rendered downgrade sentence, the job view called ``Band.parse`` on explain's wir
 split a task id to find a user).
 
 An AST scan of the interface modules that render what the board and the use cases return:
-``scheduler/views/``, ``scheduler/api/serializers/``, ``cli/iris_cli/formatting.py``, and
+``scheduler/views/``, ``scheduler/api/serializers/``, ``cli/iris_cli/formatting.py`` and ``cells.py``, and
 ``scheduler/jobs/explain.py`` (the use case the views render, where the sentence was split).
 
 - ``Band.parse`` (and ``Band[name]``) may only read what a person typed: each allowed call is
@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = sorted(
     [*(ROOT / "scheduler" / "views").glob("*.py"), *(ROOT / "scheduler" / "api" / "serializers").glob("*.py"),
-     ROOT / "cli" / "iris_cli" / "formatting.py", ROOT / "scheduler" / "jobs" / "explain.py"]
+     ROOT / "cli" / "iris_cli" / "formatting.py", ROOT / "cli" / "iris_cli" / "cells.py", ROOT / "scheduler" / "jobs" / "explain.py"]
 )
 
 # (module, source of the argument) -> the user input it parses.
@@ -42,8 +42,8 @@ SPLIT_ALLOWED = {
     ("scheduler/views/common.py", "name.replace('.', '_').split('[')"):
         "an error's field path (device.count, constraints[2]) mapped to a form field's name",
     ("scheduler/views/forms.py", "shlex.split(text)"): "the command a person typed into the form",
-    ("cli/iris_cli/formatting.py", "key.split('.')"): "pick()'s own dotted key constants",
-    ("cli/iris_cli/formatting.py", "value.partition('T')"): "an ISO 8601 timestamp (a machine format)",
+    ("cli/iris_cli/cells.py", "key.split('.')"): "pick()'s own dotted key constants",
+    ("cli/iris_cli/cells.py", "value.partition('T')"): "an ISO 8601 timestamp (a machine format)",
 }
 SPLITTERS = {"split", "rsplit", "partition", "rpartition", "splitlines"}
 REGEX = {"match", "search", "fullmatch", "findall", "finditer", "split", "sub"}
