@@ -12,6 +12,7 @@ the previous decision records the same figures it would have computed afresh.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Iterable
 from itertools import chain
 from typing import NamedTuple
@@ -151,9 +152,12 @@ class LiveCounts:
 
     @classmethod
     def of(cls, tasks: Iterable[tuple[str, TaskKey | None]]) -> LiveCounts:
+        """The counts of ``(task id, part)`` pairs (each task once): the parts grouped first, so
+        the tables are added to once per distinct part, not once per task."""
         counts = cls()
-        for task_id, key in tasks:
-            counts.set(task_id, key)
+        counts.of_task = {task_id: key for task_id, key in tasks if key is not None}
+        for key, n in Counter(counts.of_task.values()).items():
+            counts._add(key, n)
         return counts
 
     def set(self, task_id: str, key: TaskKey | None) -> None:

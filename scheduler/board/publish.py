@@ -22,9 +22,9 @@ from functools import partial
 from itertools import chain
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 
-from scheduler.board.counts import LiveCounts, after_key, snapshot_key
+from scheduler.board.counts import LiveCounts, active_counts, after_key, snapshot_key
 from scheduler.board.formats import explanation_to_json, whatif_basis_to_json
 from scheduler.core.explain import pending_queue
 from scheduler.core.fairness import fairness_sample
@@ -113,15 +113,22 @@ class Publication:
         """The counts of live work after this tick's writes, and who holds each worker: the
         previous tick's counts updated with the tasks that changed since (the rows' change log)
         and those this tick changes, when this process's previous tick left counts that still
-        hold; else counted over every task (as ``active_counts``). A cluster with work routed
-        to Kubernetes is counted over every task every tick (its tasks' workers are the core's,
-        not the rows')."""
+        hold; else counted over every task and kept for the next tick. On SQLite (which reads
+        the cluster whole every tick, so there is nothing to update from) and with work routed
+        to Kubernetes (its tasks' workers are the core's, not the rows') ``active_counts``
+        counts every tick and nothing is kept."""
         global _live
         snapshot, kueue, after = self.snapshot, self.kueue, self.decision.after
         jobs = snapshot.jobs
         changed = None
         routed = bool(kueue.jobs or kueue.pending or kueue.active or kueue.worker is not None)
-        if _live is not None and _live.confirmed and not routed:
+        if routed or connection.vendor != "postgresql":
+            # Nothing to update from at the next tick (SQLite reads the cluster whole every
+            # tick), or tasks the core sees without their workers: count, keep nothing.
+            _live = None
+            holders: dict[str, dict[tuple, int]] = {}
+            return active_counts(snapshot, self.decision, kept_changes, kueue, per_worker=holders), holders
+        if _live is not None and _live.confirmed:
             changed = task_changes(_live.mark, self.rows.changes)
         if changed is None:
             kept = set(kept_changes)
