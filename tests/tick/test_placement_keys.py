@@ -31,8 +31,8 @@ def test_the_tick_holds_the_workers_it_places_on_until_commit(monkeypatch):
     seen = {}
     real_save = tick_run.save_kueue_state
 
-    def save_then_try_to_lock(loaded, plan):
-        real_save(loaded, plan)  # inside the tick's write transaction, after every write
+    def save_then_try_to_lock(*args):
+        real_save(*args)  # inside the tick's write transaction, after every write
         with other_connection() as other:
             for name, pk in (("placed", worker.pk), ("idle", idle.pk)):
                 try:
