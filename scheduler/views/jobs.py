@@ -84,7 +84,8 @@ class Group:
 def listing_context(request, newest=None) -> dict:
     """The table's filter, sort, grouping and one page of rows, or the error a bad value got.
 
-    A fixed number of queries: over-budget users (3), count, page, task counts, group counts,
+    A fixed number of queries: over-budget users (3), count (and, filtered, the unfinished
+    count), page, task counts, group counts,
     and (once per tick per process) the workers the NEVER marker's analysis reads. ``newest``:
     the newest board tick (``board.read.newest_board_tick``), whose key the analysis is cached by.
     """
@@ -119,8 +120,10 @@ def listing_context(request, newest=None) -> dict:
         key = getattr(job, listing.GROUPS[view.group]) if view.group else None
         job.group_head = groups.get(key) if view.group and key != previous else None
         previous = key
+    # What "Cancel all N matching" would cancel: the unfinished ones (shown only with a filter).
+    unfinished = qs.exclude(state__in=TERMINAL_JOB_VALUES).count() if job_filter.given else 0
     return {
-        "jobs": page, "page": keyset, "total": total, "filter": job_filter.given, "view": view,
+        "jobs": page, "page": keyset, "total": total, "unfinished": unfinished, "filter": job_filter.given, "view": view,
         "first_row": keyset.offset + 1 if keyset.offset is not None and page else None,
         "last_row": keyset.offset + len(page) if keyset.offset is not None else None,
         "groups": sorted(groups.values(), key=lambda g: g.key),

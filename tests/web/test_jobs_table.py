@@ -177,3 +177,16 @@ def test_the_job_page_links_each_attempt_to_its_inline_log(clients, logged):
     task, _ = logged
     html = clients["alice"].get("/jobs/alice/train/").content.decode()
     assert f'hx-get="/logs/{task.pk}/1/" hx-target="#log"' in html and 'id="log"' in html
+
+
+def test_cancel_all_matching_counts_only_the_jobs_it_would_cancel(clients):
+    """It read "Cancel all 55 matching" with finished jobs among the 55."""
+    for i in range(3):
+        make_job(f"/alice/live{i}")
+    for i in range(2):
+        Job.objects.filter(pk=make_job(f"/alice/done{i}").pk).update(state="succeeded")
+    page = clients["alice"].get("/jobs/?user=alice").content.decode()
+    assert "Cancel all 3 unfinished matching" in page and "Cancel all 5" not in page
+    Job.objects.filter(user="alice").update(state="succeeded")
+    page = clients["alice"].get("/jobs/?user=alice").content.decode()
+    assert "No unfinished job matches." in page and "Cancel all" not in page
