@@ -192,8 +192,10 @@ def last_write_ns(folder: Path, number: int) -> int:
 
 
 def assert_attempt_1_silent_after_attempt_2_started(folder: Path) -> None:
-    assert wait_for(lambda: (folder / "started-2").exists(), timeout=30)
-    started = int((folder / "started-2").read_text())
+    # The shell creates the file before ``date`` writes into it: wait for the time itself.
+    started_file = folder / "started-2"
+    assert wait_for(lambda: started_file.exists() and started_file.read_text().strip(), timeout=30)
+    started = int(started_file.read_text())
     time.sleep(0.5)  # the writers write every 50 ms: a survivor would have written by now
     assert last_write_ns(folder, 1) < started
 
