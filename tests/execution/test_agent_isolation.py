@@ -339,8 +339,8 @@ def test_alices_task_cannot_read_bobs_logs_working_files_or_environment_nor_sign
     task = attempt(victim).task_id
     bob_work = work / f"{task}-1"
     bob_log, bob_shipped = settings.TASK_LOG_DIR / str(task) / "1.log", settings.SHIPPED_LOG_DIR / str(task) / "1.log"
-    assert wait_for(lambda: (bob_work / "pid").exists() and bob_shipped.exists(), timeout=10), cluster.logs()
-    bob_pid = host_pid(int((bob_work / "pid").read_text()), victim)
+    assert wait_for(lambda: bob_shipped.exists(), timeout=10), cluster.logs()
+    bob_pid = host_pid(read_pid(bob_work / "pid"), victim)
     assert "bob-log-secret" in bob_log.read_text() and "bob-log-secret" in bob_shipped.read_text()
 
     attacks = {

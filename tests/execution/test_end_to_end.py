@@ -194,8 +194,9 @@ def test_an_agent_killed_with_sigkill_loses_its_worker_and_the_task_retries_else
     assert cluster.pump(lambda: attempt_state(job) == "running"), cluster.logs()
     first = attempt(job)
     lost, other = first.worker.name, ({"w1", "w2"} - {first.worker.name}).pop()
-    assert wait_for(lambda: (tmp_path / "pid-1").exists(), timeout=5)
-    pid = host_pid(int((tmp_path / "pid-1").read_text()), job)
+    pid_file = tmp_path / "pid-1"
+    assert wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout=5)  # written, not only created
+    pid = host_pid(int(pid_file.read_text()), job)
     assert not process_gone(pid)
 
     os.kill(agents[lost].pid, signal.SIGKILL)
