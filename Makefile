@@ -38,10 +38,11 @@ run: setup
 test: $(STAMP) lint cli-alone
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The layers (import-linter) and ruff's checks.
+# The layers (import-linter), ruff's checks and its formatting (`ruff format .` applies it).
 lint: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 # The iris CLI installs alone, as a researcher installs it on a laptop: a fresh virtualenv gets
 # ./cli and nothing of the server (import django must fail there).

@@ -54,7 +54,10 @@ def main(argv: list[str] | None = None) -> int:
     shares = args.squat_share if args.mix == "squatters" else [None]
     for share in shares:
         if share is None:
-            document, label = synthetic.generate(pending=args.pending, workers=args.workers, seed=args.seed), "synthetic"
+            document, label = (
+                synthetic.generate(pending=args.pending, workers=args.workers, seed=args.seed),
+                "synthetic",
+            )
         else:
             document = squatters.generate(pending=args.pending, workers=args.workers, seed=args.seed, squat_share=share)
             label = f"squatters {share:g}"

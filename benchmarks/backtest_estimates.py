@@ -62,8 +62,14 @@ def workload(rng: random.Random, hours: float, noise: float, rate: float):
     """Arrivals ``(at_ms, JobSpec, [true duration ms per task])`` in time order."""
     users = [f"u{i}" for i in range(8)]
     kinds = {
-        user: [(rng.choice([1, 2, 4]) * 1000, rng.choice([2, 4, 8]) * GIB + k, rng.choice([10, 20, 30, 45, 60, 90, 120]) * MINUTE)
-               for k in range(3)]
+        user: [
+            (
+                rng.choice([1, 2, 4]) * 1000,
+                rng.choice([2, 4, 8]) * GIB + k,
+                rng.choice([10, 20, 30, 45, 60, 90, 120]) * MINUTE,
+            )
+            for k in range(3)
+        ]
         for user in users
     }
     arrivals = []
@@ -78,14 +84,24 @@ def workload(rng: random.Random, hours: float, noise: float, rate: float):
         band = rng.choices([b for b, _ in BANDS], [w for _, w in BANDS])[0]
         replicas = rng.choice([1, 1, 2, 3, 4])
         n += 1
-        spec = JobSpec(id=f"/{user}/j{n}", user=user, band=band, parent=None, submitted_at_ms=t, root_submitted_at_ms=t,
-                       replicas=replicas, resources=Resources(cpu, memory))
+        spec = JobSpec(
+            id=f"/{user}/j{n}",
+            user=user,
+            band=band,
+            parent=None,
+            submitted_at_ms=t,
+            root_submitted_at_ms=t,
+            replicas=replicas,
+            resources=Resources(cpu, memory),
+        )
         durations = [max(MINUTE, int(base * math.exp(rng.gauss(0, noise)))) if noise else base for _ in range(replicas)]
         arrivals.append((t, spec, durations))
     return arrivals
 
 
-def backtest(hours: float, noise: float, rate: float, seed: int, every_min: float, warmup_h: float, budget_s: float) -> dict:
+def backtest(
+    hours: float, noise: float, rate: float, seed: int, every_min: float, warmup_h: float, budget_s: float
+) -> dict:
     rng = random.Random(seed)
     workers = tuple(WorkerSpec(f"w{i}", 8000, 32 * GIB) for i in range(40))
     config = SchedulerConfig(budget_defaults=BudgetDefaults(budget_limit=0))
@@ -129,8 +145,14 @@ def backtest(hours: float, noise: float, rate: float, seed: int, every_min: floa
             wall = time.perf_counter()
             # The shell's replay: the last hour's submissions, an hour later.
             recent = [(spec.submitted_at_ms + HOUR, spec) for spec in jobs.values() if spec.submitted_at_ms > t - HOUR]
-            estimates = estimate_starts(snapshot, history, started_at, tick_ms=TICK_MS, arrivals=recent,
-                                        out_of_time=lambda: time.monotonic() >= deadline)
+            estimates = estimate_starts(
+                snapshot,
+                history,
+                started_at,
+                tick_ms=TICK_MS,
+                arrivals=recent,
+                out_of_time=lambda: time.monotonic() >= deadline,
+            )
             estimator_wall.append(time.perf_counter() - wall)
             for task_id, e in estimates.items():
                 first_estimate.setdefault(task_id, (t, e.p50_ms, e.p90_ms, e.method))
@@ -138,7 +160,9 @@ def backtest(hours: float, noise: float, rate: float, seed: int, every_min: floa
         decision = decide(snapshot)
         for a in decision.assignments:
             old = tasks[a.task]
-            tasks[a.task] = TaskSnapshot(a.task, old.job_id, old.index, TaskState.RUNNING, a.worker, a.band, old.preemption_count)
+            tasks[a.task] = TaskSnapshot(
+                a.task, old.job_id, old.index, TaskState.RUNNING, a.worker, a.band, old.preemption_count
+            )
             ends[a.task] = t + true_duration[a.task]
             started_at[a.task] = t
             if a.task not in real_start:
@@ -183,7 +207,9 @@ def methods_text(methods: dict) -> str:
 
 def report(label: str, result: dict) -> None:
     print(f"{label}:")
-    print(f"  {'band':<12} {'tasks':>6} {'no est.':>8} {'coverage p90':>13} {'median |err|/wait':>18}  method: tasks (coverage)")
+    print(
+        f"  {'band':<12} {'tasks':>6} {'no est.':>8} {'coverage p90':>13} {'median |err|/wait':>18}  method: tasks (coverage)"
+    )
     total = covered = estimated = 0
     for band in sorted(result["bands"], key=int, reverse=True):
         row = result["bands"][band]
@@ -193,7 +219,9 @@ def report(label: str, result: dict) -> None:
         covered += row["covered"]
         cover = f"{row['covered'] / est:.0%}" if est else "-"
         err = f"{statistics.median(row['errors']):.0%} (n={len(row['errors'])})" if row["errors"] else "-"
-        print(f"  {band.name:<12} {row['tasks']:>6} {row['none'] / row['tasks']:>8.0%} {cover:>13} {err:>18}  {methods_text(row['methods'])}")
+        print(
+            f"  {band.name:<12} {row['tasks']:>6} {row['none'] / row['tasks']:>8.0%} {cover:>13} {err:>18}  {methods_text(row['methods'])}"
+        )
     if estimated:
         print(f"  all bands: {total} tasks, coverage {covered / estimated:.0%} of the {estimated} estimated")
     walls = result["estimator_wall"]
@@ -203,10 +231,16 @@ def report(label: str, result: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hours", type=float, default=4, help="simulated hours of arrivals")
-    parser.add_argument("--noise", type=float, default=None, help="one variant with this log-normal sigma (default: 0 and 0.5)")
+    parser.add_argument(
+        "--noise", type=float, default=None, help="one variant with this log-normal sigma (default: 0 and 0.5)"
+    )
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--rate", type=float, default=1.1,
-                        help="jobs submitted a minute (1.1: demand about 95%% of capacity; 1.5: about 130%%, the queue grows)")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=1.1,
+        help="jobs submitted a minute (1.1: demand about 95%% of capacity; 1.5: about 130%%, the queue grows)",
+    )
     parser.add_argument("--every", type=float, default=5, help="simulated minutes between estimator runs")
     parser.add_argument("--warmup", type=float, default=1, help="hours of history before figures count")
     parser.add_argument("--budget", type=float, default=10, help="the estimator's wall-time budget per run, seconds")

@@ -199,16 +199,40 @@ def main() -> None:
     processes = []
     try:
         web = subprocess.Popen(
-            [os.path.join(bin_dir, "gunicorn"), "-b", f"127.0.0.1:{args.port}", "-w", str(args.web_workers),
-             "--log-level", "warning", "iris_web.wsgi"],
-            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, start_new_session=True,
+            [
+                os.path.join(bin_dir, "gunicorn"),
+                "-b",
+                f"127.0.0.1:{args.port}",
+                "-w",
+                str(args.web_workers),
+                "--log-level",
+                "warning",
+                "iris_web.wsgi",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
         )
         processes.append(web)
         if not args.no_tick:
             ticker = subprocess.Popen(
-                [os.path.join(bin_dir, "celery"), "-A", "iris_web", "worker", "--beat", "--concurrency", "1",
-                 "--loglevel", "WARNING"],
-                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                [
+                    os.path.join(bin_dir, "celery"),
+                    "-A",
+                    "iris_web",
+                    "worker",
+                    "--beat",
+                    "--concurrency",
+                    "1",
+                    "--loglevel",
+                    "WARNING",
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
             )
             processes.append(ticker)
         _wait_for(args.port, 60)
@@ -246,16 +270,23 @@ def main() -> None:
     jobs_after = Job.objects.count()
     ticks = _ticks_in_window()
     n = max(len(ok), 1)
-    print(f"clients {args.clients}, gunicorn workers {args.web_workers}, cluster {args.cluster or 'empty'}, "
-          f"tick worker {'no' if args.no_tick else 'yes'}")
-    print(f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
-          f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
+    print(
+        f"clients {args.clients}, gunicorn workers {args.web_workers}, cluster {args.cluster or 'empty'}, "
+        f"tick worker {'no' if args.no_tick else 'yes'}"
+    )
+    print(
+        f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
+        f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}"
+    )
     print(f"submissions {len(ok)} in {wall:.2f} s: {len(ok) / wall:.1f}/s; errors {errors or 'none'}")
     if latencies:
         p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
         print(f"latency ms: p50 {statistics.median(latencies):.1f}, p99 {p99:.1f}, max {latencies[-1]:.1f}")
-    print("CPU ms per submission: " + ", ".join(f"{name} {seconds * 1000 / n:.2f}" for name, seconds in cpu.items())
-          + f", clients {client_cpu * 1000 / n:.2f}, total {(sum(cpu.values()) + client_cpu) * 1000 / n:.2f}")
+    print(
+        "CPU ms per submission: "
+        + ", ".join(f"{name} {seconds * 1000 / n:.2f}" for name, seconds in cpu.items())
+        + f", clients {client_cpu * 1000 / n:.2f}, total {(sum(cpu.values()) + client_cpu) * 1000 / n:.2f}"
+    )
     print(f"jobs written {jobs_after - jobs_before} (warm-up included); ticks recorded {ticks}")
     for status, text in clients.errors.items():
         print(f"first {status} answer: {text}")

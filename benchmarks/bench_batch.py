@@ -50,8 +50,14 @@ WARMUP_BATCHES_PER_WORKER = 2
 def sweep_body(tag: str, size: int, replicas: int) -> bytes:
     """One batch: ``size`` distinct jobs, as a hyperparameter sweep would send them."""
     jobs = [
-        {"name": f"{tag}-{i}", "command": ["python", "train.py", f"--lr={0.0001 * (i + 1):.4f}", f"--seed={i}"],
-         "cpu": 1, "memory": f"{1 + i % 4}Gi", "replicas": replicas, "priority": "batch"}
+        {
+            "name": f"{tag}-{i}",
+            "command": ["python", "train.py", f"--lr={0.0001 * (i + 1):.4f}", f"--seed={i}"],
+            "cpu": 1,
+            "memory": f"{1 + i % 4}Gi",
+            "replicas": replicas,
+            "priority": "batch",
+        }
         for i in range(size)
     ]
     return json.dumps({"jobs": jobs}).encode()
@@ -115,8 +121,11 @@ def prepare(url: str) -> None:
 
 def run_one(kind: str, args) -> None:
     data_dir = tempfile.mkdtemp(prefix=f"iris-bench-batch-{kind}-")
-    url = (os.environ.get("IRIS_BENCH_DATABASE_URL", DEFAULT_URL) if kind == "postgresql"
-           else f"sqlite:///{data_dir}/bench.sqlite3")
+    url = (
+        os.environ.get("IRIS_BENCH_DATABASE_URL", DEFAULT_URL)
+        if kind == "postgresql"
+        else f"sqlite:///{data_dir}/bench.sqlite3"
+    )
     prepare(url)
     env = {
         **os.environ,
@@ -129,17 +138,40 @@ def run_one(kind: str, args) -> None:
     }
     # Set up in a child process: this one runs two databases, and Django is set up once per process.
     setup = subprocess.run(
-        [sys.executable, __file__, "--setup-only", "--batches", str(args.batches + args.web_workers * WARMUP_BATCHES_PER_WORKER)],
-        cwd=ROOT, env=env, capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            __file__,
+            "--setup-only",
+            "--batches",
+            str(args.batches + args.web_workers * WARMUP_BATCHES_PER_WORKER),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     tokens = json.loads(setup.stdout.strip().splitlines()[-1])
     warm_n = args.web_workers * WARMUP_BATCHES_PER_WORKER
     bodies = [(tokens[b], sweep_body(f"sweep{b}", args.batch_size, args.replicas)) for b in range(len(tokens))]
     port = args.port
     web = subprocess.Popen(
-        [os.path.join(os.path.dirname(sys.executable), "gunicorn"), "-b", f"127.0.0.1:{port}", "-w",
-         str(args.web_workers), "--timeout", "300", "--log-level", "warning", "iris_web.wsgi"],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, start_new_session=True,
+        [
+            os.path.join(os.path.dirname(sys.executable), "gunicorn"),
+            "-b",
+            f"127.0.0.1:{port}",
+            "-w",
+            str(args.web_workers),
+            "--timeout",
+            "300",
+            "--log-level",
+            "warning",
+            "iris_web.wsgi",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         _wait_for(port, 60)
@@ -176,17 +208,26 @@ def run_one(kind: str, args) -> None:
     latencies = sorted(r[0] * 1000 for r in clients.results)
     errors = {status: sum(1 for r in clients.results if r[1] == status) for status in clients.errors}
     per_k = 1000 / max(jobs, 1)
-    print(f"{kind}: {len(clients.results)} batches of {args.batch_size} jobs x {args.replicas} task(s), "
-          f"{args.clients} clients, {args.web_workers} gunicorn workers")
-    print(f"  load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
-          f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
-    print(f"  jobs {jobs} in {wall:.2f} s: {jobs / wall:,.0f} jobs/s ({jobs * args.replicas / wall:,.0f} tasks/s); "
-          f"errors {errors or 'none'}")
+    print(
+        f"{kind}: {len(clients.results)} batches of {args.batch_size} jobs x {args.replicas} task(s), "
+        f"{args.clients} clients, {args.web_workers} gunicorn workers"
+    )
+    print(
+        f"  load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
+        f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}"
+    )
+    print(
+        f"  jobs {jobs} in {wall:.2f} s: {jobs / wall:,.0f} jobs/s ({jobs * args.replicas / wall:,.0f} tasks/s); "
+        f"errors {errors or 'none'}"
+    )
     if latencies:
         p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
         print(f"  batch latency ms: p50 {statistics.median(latencies):.0f}, p99 {p99:.0f}, max {latencies[-1]:.0f}")
-    print("  CPU ms per 1,000 jobs: " + ", ".join(f"{name} {seconds * 1000 * per_k:.0f}" for name, seconds in cpu.items())
-          + f", clients {client_cpu * 1000 * per_k:.0f}")
+    print(
+        "  CPU ms per 1,000 jobs: "
+        + ", ".join(f"{name} {seconds * 1000 * per_k:.0f}" for name, seconds in cpu.items())
+        + f", clients {client_cpu * 1000 * per_k:.0f}"
+    )
     for status, text in clients.errors.items():
         print(f"  first {status} answer: {text}")
     sys.stdout.flush()

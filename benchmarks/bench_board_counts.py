@@ -76,8 +76,10 @@ def main() -> None:
         return statistics.median(times)
 
     reference = timed(lambda: sum(range(10_000_000)))
-    print(f"{args.pending:,} pending x {args.workers:,} workers: {len(snapshot.tasks):,} tasks, "
-          f"{len(kept):,} changed by the decision, {len(changed):,} more from the change log")
+    print(
+        f"{args.pending:,} pending x {args.workers:,} workers: {len(snapshot.tasks):,} tasks, "
+        f"{len(kept):,} changed by the decision, {len(changed):,} more from the change log"
+    )
     print(f"reference loop {reference:.3f} s")
     print("| counting | CPU s (median of %d) |" % args.runs)
     print("|---|---:|")

@@ -63,10 +63,12 @@ def main() -> None:
     from django.test.utils import override_settings
 
     # The pages link static files; the manifest needs `collectstatic`, which a benchmark skips.
-    override_settings(STORAGES={
-        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
-    }).enable()
+    override_settings(
+        STORAGES={
+            "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+            "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+        }
+    ).enable()
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.db import connection
@@ -96,7 +98,9 @@ def main() -> None:
     from benchmarks.bench_decision import reference_seconds
 
     print(f"# reference loop: {reference_seconds():.3f} s; load average: {os.getloadavg()[0]:.2f}")
-    print("| pending | workers | request | status | KB | cold ms | warm median ms | warm p90 ms | warm cpu ms | SQL | at target |")
+    print(
+        "| pending | workers | request | status | KB | cold ms | warm median ms | warm p90 ms | warm cpu ms | SQL | at target |"
+    )
     print("|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for pending, workers in sizes:
         if not args.reuse:

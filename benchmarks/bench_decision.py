@@ -97,12 +97,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="runs per size (median reported)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--mix", choices=("synthetic", "squatters"), default="synthetic", help="cluster generator")
-    parser.add_argument("--squat-share", nargs="*", type=float, default=[0.5], help="squatters mix: shares of accelerator hosts squatted")
+    parser.add_argument(
+        "--squat-share",
+        nargs="*",
+        type=float,
+        default=[0.5],
+        help="squatters mix: shares of accelerator hosts squatted",
+    )
     args = parser.parse_args(argv)
     sizes = args.sizes or (QUICK_SIZES if args.quick else FULL_SIZES)
 
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"# decide() on {args.mix} clusters; Python {platform.python_version()}, {os.cpu_count()} CPUs, {args.runs} runs; load average {load}")
+    print(
+        f"# decide() on {args.mix} clusters; Python {platform.python_version()}, {os.cpu_count()} CPUs, {args.runs} runs; load average {load}"
+    )
     print(f"# reference loop before: {reference_seconds():.3f} s")
     header = f"| {'mix':>9} | {'pending':>8} | {'workers':>7} | {'running':>7} | {'median s':>8} | {'min s':>6} | {'max s':>6} | {'cpu s':>6} | {'order':>6} | {'assigned':>8} | {'preempted':>9} | {'expired':>7} |"
     print(header)

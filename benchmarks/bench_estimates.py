@@ -92,20 +92,30 @@ def measure(pending: int, workers: int, budget: float, seed: int, with_decide: b
     estimate_module.decide = counting
     deadline = time.monotonic() + budget
     wall, cpu = time.perf_counter(), time.process_time()
-    estimates = estimate_starts(snapshot, history, running_since, tick_ms=TICK_MS, max_steps=300,
-                                out_of_time=lambda: time.monotonic() >= deadline)
+    estimates = estimate_starts(
+        snapshot,
+        history,
+        running_since,
+        tick_ms=TICK_MS,
+        max_steps=300,
+        out_of_time=lambda: time.monotonic() >= deadline,
+    )
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     estimate_module.decide = original
     methods: dict[str, int] = {}
     for e in estimates.values():
         methods[e.method or "none"] = methods.get(e.method or "none", 0) + 1
-    print(f"  estimator: {wall:.1f} s wall, {cpu:.1f} s CPU, {ticks['n']} simulated ticks over two runs, "
-          f"{len(estimates):,} pending tasks: {methods}")
+    print(
+        f"  estimator: {wall:.1f} s wall, {cpu:.1f} s CPU, {ticks['n']} simulated ticks over two runs, "
+        f"{len(estimates):,} pending tasks: {methods}"
+    )
     if with_decide:
         during = queue.get()
         child.join()
-        print(f"  decide in a second process while the estimator ran: median {statistics.median(during):.3f} s "
-              f"of {[round(t, 3) for t in during]}")
+        print(
+            f"  decide in a second process while the estimator ran: median {statistics.median(during):.3f} s "
+            f"of {[round(t, 3) for t in during]}"
+        )
 
 
 def main() -> None:
@@ -114,7 +124,9 @@ def main() -> None:
     parser.add_argument("--budget", type=float, default=60, help="the estimator's time budget, seconds")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--with-decide", action="store_true", help="also time decide beside the estimator")
-    parser.add_argument("--nice", type=int, default=0, help="with --with-decide: lower the estimator's CPU priority by this")
+    parser.add_argument(
+        "--nice", type=int, default=0, help="with --with-decide: lower the estimator's CPU priority by this"
+    )
     args = parser.parse_args()
     print(f"load average: {os.getloadavg()}")
     for size in args.sizes.split(","):

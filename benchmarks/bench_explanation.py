@@ -46,8 +46,10 @@ def main() -> None:
             doc = explanation_to_json(snapshot, decision)
             times.append(time.process_time() - start)
             gc.enable()
-        print(f"{pending:>9,} pending x {workers:>6,} workers: median {statistics.median(times):.3f} s, "
-              f"min {min(times):.3f} s; {len(doc['tasks']):,} tasks, {len(doc['reasons']):,} reasons")
+        print(
+            f"{pending:>9,} pending x {workers:>6,} workers: median {statistics.median(times):.3f} s, "
+            f"min {min(times):.3f} s; {len(doc['tasks']):,} tasks, {len(doc['reasons']):,} reasons"
+        )
 
 
 if __name__ == "__main__":

@@ -46,9 +46,11 @@ def main() -> None:
             wall.append(time.perf_counter() - w)
             gc.enable()
         rows = sum(len(b["users"]) for b in sample["bands"].values())
-        print(f"{pending:>9,} pending x {workers:>6,} workers: cpu median {statistics.median(cpu):.3f} s, "
-              f"wall median {statistics.median(wall):.3f} s; {rows:,} (band, user) rows, "
-              f"{len(json.dumps(sample)):,} JSON bytes")
+        print(
+            f"{pending:>9,} pending x {workers:>6,} workers: cpu median {statistics.median(cpu):.3f} s, "
+            f"wall median {statistics.median(wall):.3f} s; {rows:,} (band, user) rows, "
+            f"{len(json.dumps(sample)):,} JSON bytes"
+        )
 
 
 if __name__ == "__main__":

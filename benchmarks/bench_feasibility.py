@@ -65,17 +65,34 @@ def main() -> None:
         from scheduler.models import Job, Worker
 
         job = Job.objects.create(
-            name="/alice/wide", user="alice", band=Band.INTERACTIVE, depth=1, replicas=1, cpu_millicores=8000,
-            memory_bytes=8 << 30, device_type="cpu", device_variant="", device_count=0, submitted_at_ms=0,
-            root_submitted_at_ms=0, constraints=[{"key": "zone", "op": "eq", "value": "z1"}],
+            name="/alice/wide",
+            user="alice",
+            band=Band.INTERACTIVE,
+            depth=1,
+            replicas=1,
+            cpu_millicores=8000,
+            memory_bytes=8 << 30,
+            device_type="cpu",
+            device_variant="",
+            device_count=0,
+            submitted_at_ms=0,
+            root_submitted_at_ms=0,
+            constraints=[{"key": "zone", "op": "eq", "value": "z1"}],
         )
         made = 0
         for n in (int(x) for x in args.workers.split(",")):
             now = timezone.now()
             Worker.objects.bulk_create(
-                Worker(name=f"w{i:06d}", cpu_millicores=(4000, 16000)[i % 2], memory_bytes=64 << 30, device_type="cpu",
-                       device_variant="", device_count=0, attributes={"zone": f"z{i % 5}", "pool": f"p{i % 3}"},
-                       last_heartbeat=now)
+                Worker(
+                    name=f"w{i:06d}",
+                    cpu_millicores=(4000, 16000)[i % 2],
+                    memory_bytes=64 << 30,
+                    device_type="cpu",
+                    device_variant="",
+                    device_count=0,
+                    attributes={"zone": f"z{i % 5}", "pool": f"p{i % 3}"},
+                    last_heartbeat=now,
+                )
                 for i in range(made, n)
             )
             made = n
@@ -93,8 +110,10 @@ def main() -> None:
 
             for name, fn in (("uncached (before)", uncached), ("cold, first after a tick", cold), ("warm", warm)):
                 wall, cpu, queries = measure(fn, args.runs)
-                print(f"{n:>6,} workers  {name:<26} median wall {wall * 1000:8.2f} ms  cpu {cpu * 1000:8.2f} ms  "
-                      f"{queries} queries")
+                print(
+                    f"{n:>6,} workers  {name:<26} median wall {wall * 1000:8.2f} ms  cpu {cpu * 1000:8.2f} ms  "
+                    f"{queries} queries"
+                )
 
 
 if __name__ == "__main__":

@@ -61,8 +61,14 @@ def main() -> None:
 
     url = os.environ.get("IRIS_BENCH_DATABASE_URL", DEFAULT_URL)
     recreate_database(url)
-    os.environ.update({"IRIS_DATABASE_URL": url, "IRIS_DATA_DIR": tempfile.mkdtemp(prefix="iris-bench-pages-"),
-                       "DJANGO_SETTINGS_MODULE": "iris_web.settings", "IRIS_LOG_LEVEL": "WARNING"})
+    os.environ.update(
+        {
+            "IRIS_DATABASE_URL": url,
+            "IRIS_DATA_DIR": tempfile.mkdtemp(prefix="iris-bench-pages-"),
+            "DJANGO_SETTINGS_MODULE": "iris_web.settings",
+            "IRIS_LOG_LEVEL": "WARNING",
+        }
+    )
     import django
 
     django.setup()
@@ -87,7 +93,7 @@ def main() -> None:
         cursor_at = listing._cursor(view, row, listing.NEXT)
         first = timed(lambda: listing.page_of(qs, view))
         deep = timed(lambda: listing.page_of(qs, view, cursor=cursor_at))
-        offset = timed(lambda: list(listing.ordered(qs, view)[deep_row:deep_row + listing.PAGE_SIZE + 1]), runs=1)
+        offset = timed(lambda: list(listing.ordered(qs, view)[deep_row : deep_row + listing.PAGE_SIZE + 1]), runs=1)
         with CaptureQueriesContext(connection) as queries:
             listing.page_of(qs, view, cursor=cursor_at)
         with connection.cursor() as cursor:

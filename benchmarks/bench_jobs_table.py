@@ -52,8 +52,9 @@ def populate(n: int) -> None:
     rng = random.Random(0)
     states = ["pending"] * 5 + ["succeeded"] * 3 + ["failed", "killed", "running"]
     routes = ["", "workers", "workers", "kubernetes"]
-    worker = Worker.objects.create(name="bench-w", cpu_millicores=10**9, memory_bytes=10**15,
-                                   last_heartbeat=timezone.now())
+    worker = Worker.objects.create(
+        name="bench-w", cpu_millicores=10**9, memory_bytes=10**15, last_heartbeat=timezone.now()
+    )
     batch = 5_000
     for start in range(0, n, batch):
         jobs = []
@@ -61,24 +62,47 @@ def populate(n: int) -> None:
             user = f"user{rng.randrange(200):03d}"
             at = NOW_MS - rng.randrange(14 * DAY_MS)
             state = "running" if rng.random() < 0.02 else rng.choice(states[:-1])
-            jobs.append(Job(name=f"/{user}/{rng.choice(['train', 'sweep', 'eval'])}-{i}", user=user,
-                            band=rng.choice([0, 1, 2, 2, 2, 3, 3]), state=state, depth=0, submitted_at_ms=at,
-                            root_submitted_at_ms=at, replicas=rng.randint(1, 4), route=rng.choice(routes),
-                            cpu_millicores=1000, memory_bytes=1 << 30))
+            jobs.append(
+                Job(
+                    name=f"/{user}/{rng.choice(['train', 'sweep', 'eval'])}-{i}",
+                    user=user,
+                    band=rng.choice([0, 1, 2, 2, 2, 3, 3]),
+                    state=state,
+                    depth=0,
+                    submitted_at_ms=at,
+                    root_submitted_at_ms=at,
+                    replicas=rng.randint(1, 4),
+                    route=rng.choice(routes),
+                    cpu_millicores=1000,
+                    memory_bytes=1 << 30,
+                )
+            )
         Job.objects.bulk_create(jobs)
     tasks = []
     for pk, replicas, state in Job.objects.values_list("pk", "replicas", "state").iterator():
         task_state = {"running": "running", "pending": "pending"}.get(state, state)
-        tasks += [Task(job_id=pk, index=i, state=task_state, worker=worker if task_state == "running" else None,
-                       band=2 if task_state == "running" else None) for i in range(replicas)]
+        tasks += [
+            Task(
+                job_id=pk,
+                index=i,
+                state=task_state,
+                worker=worker if task_state == "running" else None,
+                band=2 if task_state == "running" else None,
+            )
+            for i in range(replicas)
+        ]
         if len(tasks) >= batch:
             Task.objects.bulk_create(tasks)
             tasks = []
     Task.objects.bulk_create(tasks)
     now = timezone.now()
-    Attempt.objects.bulk_create(Attempt(task_id=pk, number=1, worker=worker, state="running", band=2, created_at=now)
-                                for pk in Task.objects.filter(state="running").values_list("pk", flat=True))
-    UserBudget.objects.bulk_create(UserBudget(user_id=f"user{u:03d}", budget_limit=1, max_band=2) for u in range(0, 200, 5))
+    Attempt.objects.bulk_create(
+        Attempt(task_id=pk, number=1, worker=worker, state="running", band=2, created_at=now)
+        for pk in Task.objects.filter(state="running").values_list("pk", flat=True)
+    )
+    UserBudget.objects.bulk_create(
+        UserBudget(user_id=f"user{u:03d}", budget_limit=1, max_band=2) for u in range(0, 200, 5)
+    )
 
 
 def explain(sql_and_params) -> str:
@@ -95,7 +119,9 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100_000)
     parser.add_argument("--requests", type=int, default=20)
     parser.add_argument("--plans", action="store_true", help="print the query plans of the main combinations")
-    parser.add_argument("--slowest", action="store_true", help="print each URL's three slowest statements (last request)")
+    parser.add_argument(
+        "--slowest", action="store_true", help="print each URL's three slowest statements (last request)"
+    )
     parser.add_argument("--urls", nargs="*", help="only these URLs (default: the built-in list)")
     args = parser.parse_args()
 
@@ -142,9 +168,11 @@ def main() -> None:
             sql.append(sum(float(q["time"]) for q in connection.queries) * 1000)
         slowest.append((path, sorted(connection.queries, key=lambda q: -float(q["time"]))[:3]))
         warm = sorted(wall[1:])
-        print(f"| `{path}` | {response.status_code} | {wall[0]:.0f} | {statistics.median(warm):.0f} | "
-              f"{warm[int(len(warm) * 0.9) - 1]:.0f} | {statistics.median(cpu[1:]):.0f} | {statistics.median(sql[1:]):.0f} | {len(response.content) / 1000:.0f} | "
-              f"{statements} |")
+        print(
+            f"| `{path}` | {response.status_code} | {wall[0]:.0f} | {statistics.median(warm):.0f} | "
+            f"{warm[int(len(warm) * 0.9) - 1]:.0f} | {statistics.median(cpu[1:]):.0f} | {statistics.median(sql[1:]):.0f} | {len(response.content) / 1000:.0f} | "
+            f"{statements} |"
+        )
     print(f"load average after: {os.getloadavg()}")
     if args.slowest:
         for path, queries in slowest:
@@ -153,8 +181,15 @@ def main() -> None:
                 print(f"{float(q['time']) * 1000:6.1f} ms  {q['sql'][:160]}")
     if args.plans:
         over = listing.over_budget_users()
-        for params in ({}, {"user": "user007"}, {"state": "pending"}, {"band": "interactive"}, {"route": "kubernetes"},
-                       {"state": "running", "sort": "user"}, {"effective": "batch"}):
+        for params in (
+            {},
+            {"user": "user007"},
+            {"state": "pending"},
+            {"band": "interactive"},
+            {"route": "kubernetes"},
+            {"state": "running", "sort": "user"},
+            {"effective": "batch"},
+        ):
             qs = listing.ordered(listing.filtered_jobs(listing.parse_filter(params), over), listing.parse_view(params))
             print(f"\n-- {params or 'no filter'}: page query\n{explain(qs[:50].query.sql_with_params())}")
 

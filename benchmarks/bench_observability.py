@@ -62,8 +62,12 @@ def main() -> None:
     ops.groups.add(operators)
     _, token = ApiToken.objects.create(user=ops, name="bench")
     client = Client(HTTP_AUTHORIZATION=f"Token {token}")
-    endpoints = [("/healthz", {}), ("/readyz", {}), ("/metrics", {"REMOTE_ADDR": "127.0.0.1"}),
-                 ("/api/v1/scheduler/status", {})]
+    endpoints = [
+        ("/healthz", {}),
+        ("/readyz", {}),
+        ("/metrics", {"REMOTE_ADDR": "127.0.0.1"}),
+        ("/api/v1/scheduler/status", {}),
+    ]
 
     print("| pending | workers | request | status | first ms | median ms | p90 ms | SQL statements |")
     print("|---:|---:|---|---:|---:|---:|---:|---:|")

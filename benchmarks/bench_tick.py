@@ -121,7 +121,9 @@ class WriteProfile:
 
     def report(self) -> None:
         total = sum(seconds for seconds, _, _ in self.rows)
-        print(f"# profiled tick: {len(self.rows)} statements, {total:.2f} s in statements, commit {self.commit_s:.2f} s")
+        print(
+            f"# profiled tick: {len(self.rows)} statements, {total:.2f} s in statements, commit {self.commit_s:.2f} s"
+        )
         for seconds, sql, plan in sorted(self.rows, key=lambda row: -row[0])[:14]:
             print(f"#   {seconds * 1000:8.1f} ms  {' '.join(sql.split())[:150]}")
             lines = plan.splitlines()
@@ -137,17 +139,24 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=1, help="run each size's ticks this many times; medians follow")
     parser.add_argument(
-        "--profile-writes", action="store_true",
+        "--profile-writes",
+        action="store_true",
         help="after each size's first tick, print where its write transaction spent its time: each statement's "
         "wall time in this process and, for the set-based writes, PostgreSQL's own execution time "
         "(EXPLAIN ANALYZE, BUFFERS); the profiled tick runs its writes unpipelined, so its total is not comparable",
     )
     parser.add_argument(
-        "--profile", nargs="*", default=[], choices=sorted(set(TICKS)), metavar="TICK",
+        "--profile",
+        nargs="*",
+        default=[],
+        choices=sorted(set(TICKS)),
+        metavar="TICK",
         help="print these ticks' cProfile (the 30 costliest functions, cumulative, and by own time); their times "
         "are then slower. (--profile unchanged was --profile-unchanged.)",
     )
-    parser.add_argument("--ticks", nargs="*", choices=sorted(set(TICKS)), help="run only these of TICKS (in their order)")
+    parser.add_argument(
+        "--ticks", nargs="*", choices=sorted(set(TICKS)), help="run only these of TICKS (in their order)"
+    )
     parser.add_argument("--unchanged-runs", type=int, default=1, help="time the unchanged tick this many times")
     args = parser.parse_args()
     ticks = [label for label in TICKS if not args.ticks or label in args.ticks]
@@ -173,11 +182,15 @@ def main() -> None:
     from scheduler.tick.run import run_tick
 
     call_command("migrate", verbosity=0)
-    print(f"# full tick on PostgreSQL — {platform.python_implementation()} {platform.python_version()}, "
-          f"{os.cpu_count()} cores, {platform.machine()}")
+    print(
+        f"# full tick on PostgreSQL — {platform.python_implementation()} {platform.python_version()}, "
+        f"{os.cpu_count()} cores, {platform.machine()}"
+    )
     print(f"# reference loop before: {reference_seconds():.3f} s")
     print(f"# load average: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
-    print("| pending | workers | run | tick | read | total s | tick cpu s | load s | decide s | apply+commit s | assigned | preempted | SQL statements |")
+    print(
+        "| pending | workers | run | tick | read | total s | tick cpu s | load s | decide s | apply+commit s | assigned | preempted | SQL statements |"
+    )
     print("|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     medians = []
     for pending, workers in sizes:
@@ -219,7 +232,7 @@ def main() -> None:
                     import cProfile
 
                     cprofile = cProfile.Profile()
-                with connection.execute_wrapper(count), (profiler or nullcontext()), (cprofile or nullcontext()):
+                with connection.execute_wrapper(count), profiler or nullcontext(), cprofile or nullcontext():
                     started, cpu_started = time.perf_counter(), time.process_time()
                     outcome = run_tick(snapshot.now_ms)
                     total, cpu = time.perf_counter() - started, time.process_time() - cpu_started
@@ -254,7 +267,9 @@ def main() -> None:
         print("| pending | workers | tick | runs | median total s | load s | decide s | apply+commit s |")
         print("|---:|---:|---|---:|---:|---:|---:|---:|")
         for pending, workers, label, n, (total, load, decide, apply) in medians:
-            print(f"| {pending:,} | {workers:,} | {label} | {n} | {total:.2f} | {load:.2f} | {decide:.2f} | {apply:.2f} |")
+            print(
+                f"| {pending:,} | {workers:,} | {label} | {n} | {total:.2f} | {load:.2f} | {decide:.2f} | {apply:.2f} |"
+            )
 
 
 if __name__ == "__main__":

@@ -49,7 +49,10 @@ def restore_snapshot(snapshot: ClusterSnapshot) -> None:
     clear_cluster()
     now = datetime.fromtimestamp(snapshot.now_ms / 1000, tz=UTC)
     UserBudget.objects.bulk_create(
-        [UserBudget(user_id=b.user, budget_limit=b.budget_limit, max_band=int(b.max_band)) for b in snapshot.budgets.values()],
+        [
+            UserBudget(user_id=b.user, budget_limit=b.budget_limit, max_band=int(b.max_band))
+            for b in snapshot.budgets.values()
+        ],
         batch_size=BATCH,
     )
     Worker.objects.bulk_create(
@@ -85,7 +88,12 @@ def restore_snapshot(snapshot: ClusterSnapshot) -> None:
                     memory_bytes=j.resources.memory_bytes,
                     group_by=j.group_by,
                     constraints=[
-                        {"key": c.key, "op": c.op.value, "value": list(c.value) if isinstance(c.value, tuple) else c.value, "soft": c.soft}
+                        {
+                            "key": c.key,
+                            "op": c.op.value,
+                            "value": list(c.value) if isinstance(c.value, tuple) else c.value,
+                            "soft": c.soft,
+                        }
                         for c in j.constraints
                     ],
                     scheduling_deadline_ms=j.scheduling_deadline_ms,
@@ -120,7 +128,8 @@ def restore_snapshot(snapshot: ClusterSnapshot) -> None:
     running_jobs = {t.job_id for t in snapshot.tasks if t.state in ACTIVE_STATES}
     Job.objects.filter(name__in=running_jobs).update(state="running")
     task_pk = {
-        (job_id, index): pk for pk, job_id, index in Task.objects.filter(attempt_count=1).values_list("pk", "job_id", "index")
+        (job_id, index): pk
+        for pk, job_id, index in Task.objects.filter(attempt_count=1).values_list("pk", "job_id", "index")
     }
     Attempt.objects.bulk_create(
         [
@@ -158,7 +167,9 @@ def churn(now_ms: int, finished: int, submitted: int, *, label: str, spread: boo
             )
             running = [pk for (pk,) in cursor.fetchall()]
     else:
-        running = list(Task.objects.filter(state=TaskState.RUNNING.value).order_by("pk").values_list("pk", flat=True)[:finished])
+        running = list(
+            Task.objects.filter(state=TaskState.RUNNING.value).order_by("pk").values_list("pk", flat=True)[:finished]
+        )
     Attempt.objects.filter(task_id__in=running, number=F("task__attempt_count")).update(
         state="succeeded", finished_at=now, exit_code=0
     )

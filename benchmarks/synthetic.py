@@ -77,14 +77,23 @@ def _workers(rng: random.Random, count: int) -> tuple[list[dict], list[list[dict
 
     def place_attrs(i: int) -> dict:
         region = regions[i % len(regions)]
-        return {"region": region, "zone": REGIONS[region][(i // 2) % 2], "preemptible": "true" if i % 5 == 0 else "false"}
+        return {
+            "region": region,
+            "zone": REGIONS[region][(i // 2) % 2],
+            "preemptible": "true" if i % 5 == 0 else "false",
+        }
 
     for i in range(n_cpu):
         workers.append({"id": f"cpu-{i:05d}", **CPU_HOST, "device": {"type": "cpu"}, "attributes": place_attrs(i)})
     for i in range(n_gpu):
         variant = GPU_VARIANTS[i % len(GPU_VARIANTS)]
         workers.append(
-            {"id": f"gpu-{i:05d}", **GPU_HOST, "device": {"type": "gpu", "variant": variant, "count": 8}, "attributes": place_attrs(i)}
+            {
+                "id": f"gpu-{i:05d}",
+                **GPU_HOST,
+                "device": {"type": "gpu", "variant": variant, "count": 8},
+                "attributes": place_attrs(i),
+            }
         )
     for s in range(n_tpu // TPU_HOSTS_PER_SLICE):
         variant = TPU_VARIANTS[s % len(TPU_VARIANTS)]
@@ -123,13 +132,22 @@ def _resources(cpu: int, mem: int, device: dict | None = None) -> dict:
     return {"cpu_millicores": cpu, "memory_bytes": mem, "device": device or {"type": "cpu"}}
 
 
-def _running_load(rng: random.Random, workers: list[dict], slices: list[list[dict]], users: list[str], ids: _Ids, load: float):
+def _running_load(
+    rng: random.Random, workers: list[dict], slices: list[list[dict]], users: list[str], ids: _Ids, load: float
+):
     jobs: list[dict] = []
     tasks: list[dict] = []
 
     def job(user: str, band: str, resources: dict, replicas: int, **extra) -> dict:
         job_id, submitted = ids.next(user)
-        spec = {"id": job_id, "band": band, "submitted_at_ms": submitted, "replicas": replicas, "resources": resources, **extra}
+        spec = {
+            "id": job_id,
+            "band": band,
+            "submitted_at_ms": submitted,
+            "replicas": replicas,
+            "resources": resources,
+            **extra,
+        }
         jobs.append(spec)
         return spec
 
@@ -146,7 +164,11 @@ def _running_load(rng: random.Random, workers: list[dict], slices: list[list[dic
         if worker["device"]["type"] == "gpu":
             per_task = rng.choice(GPU_COUNTS)
             count = max(1, round(8 * load / per_task))
-            resources = _resources(8_000 * per_task, 96 * GIB * per_task, {"type": "gpu", "variant": worker["device"]["variant"], "count": per_task})
+            resources = _resources(
+                8_000 * per_task,
+                96 * GIB * per_task,
+                {"type": "gpu", "variant": worker["device"]["variant"], "count": per_task},
+            )
         else:
             cpu, mem = rng.choice(CPU_SHAPES)
             count = max(1, int(CPU_HOST["cpu_millicores"] * load // cpu))
@@ -159,13 +181,21 @@ def _running_load(rng: random.Random, workers: list[dict], slices: list[list[dic
             continue
         band = _pick(rng, RUNNING_BAND_WEIGHTS)
         device = hosts[0]["device"]
-        spec = job(rng.choice(users), band, _resources(96_000, 200 * GIB, dict(device)), len(hosts), coscheduling={"group_by": "tpu-name"})
+        spec = job(
+            rng.choice(users),
+            band,
+            _resources(96_000, 200 * GIB, dict(device)),
+            len(hosts),
+            coscheduling={"group_by": "tpu-name"},
+        )
         for index, host in enumerate(hosts):
             run(spec, index, host, band)
     return jobs, tasks
 
 
-def _pending_jobs(rng: random.Random, pending: int, users: list[str], ids: _Ids, running_jobs: list[dict]) -> list[dict]:
+def _pending_jobs(
+    rng: random.Random, pending: int, users: list[str], ids: _Ids, running_jobs: list[dict]
+) -> list[dict]:
     jobs: list[dict] = []
     left = pending
     while left > 0:
@@ -182,7 +212,9 @@ def _pending_jobs(rng: random.Random, pending: int, users: list[str], ids: _Ids,
             replicas = min(left, rng.randint(1, 8))
             per_task = rng.choice(GPU_COUNTS)
             variant = rng.choice(GPU_VARIANTS + ("auto",))
-            resources = _resources(8_000 * per_task, 96 * GIB * per_task, {"type": "gpu", "variant": variant, "count": per_task})
+            resources = _resources(
+                8_000 * per_task, 96 * GIB * per_task, {"type": "gpu", "variant": variant, "count": per_task}
+            )
         else:
             replicas = min(left, _replicas(rng))
             cpu, mem = rng.choice(CPU_SHAPES)
@@ -203,7 +235,16 @@ def _pending_jobs(rng: random.Random, pending: int, users: list[str], ids: _Ids,
             job_id = f"{parent['id']}/child-{ids.n:06d}"
             extra.pop("band", None)
             band = parent["band"]
-        jobs.append({"id": job_id, "band": band, "submitted_at_ms": submitted, "replicas": replicas, "resources": resources, **extra})
+        jobs.append(
+            {
+                "id": job_id,
+                "band": band,
+                "submitted_at_ms": submitted,
+                "replicas": replicas,
+                "resources": resources,
+                **extra,
+            }
+        )
         left -= replicas
     return jobs
 

@@ -89,10 +89,12 @@ def lockout_response(request, original_response=None, credentials=None):
     minutes = int(settings.AXES_COOLOFF_TIME.total_seconds() // 60)
     if request.path.startswith("/api/"):
         response = JsonResponse(
-            {"code": "RESOURCE_EXHAUSTED",
-             "message": f"too many failed logins for this account or address: locked for {minutes} minutes "
-                        "(an admin can lift it: manage.py axes_reset)",
-             "details": {"lockout_minutes": minutes}},
+            {
+                "code": "RESOURCE_EXHAUSTED",
+                "message": f"too many failed logins for this account or address: locked for {minutes} minutes "
+                "(an admin can lift it: manage.py axes_reset)",
+                "details": {"lockout_minutes": minutes},
+            },
             status=429,
         )
         response["Retry-After"] = str(int(settings.AXES_COOLOFF_TIME.total_seconds()))

@@ -52,8 +52,11 @@ def console_only(middleware_class: type) -> type:
             return self.get_response(request)
         return middleware_class.__call__(self, request)
 
-    namespace = {"__call__": __call__, "__module__": __name__,
-                 "__doc__": f"{middleware_class.__module__}.{middleware_class.__name__}, skipped for token API calls."}
+    namespace = {
+        "__call__": __call__,
+        "__module__": __name__,
+        "__doc__": f"{middleware_class.__module__}.{middleware_class.__name__}, skipped for token API calls.",
+    }
     for hook in ("process_view", "process_exception", "process_template_response"):
         if hasattr(middleware_class, hook):
             namespace[hook] = _forwarded(middleware_class, hook)

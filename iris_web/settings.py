@@ -48,7 +48,9 @@ CONSOLE_PORT = os.environ.get("IRIS_PORT", "").strip() or "8000"
 CONSOLE_URL = f"http://{CONSOLE_HOST}:{CONSOLE_PORT}/"
 
 DEBUG = env_bool("IRIS_DEBUG", False)
-ALLOWED_HOSTS = [h for h in os.environ.get("IRIS_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h]
+ALLOWED_HOSTS = [
+    h for h in os.environ.get("IRIS_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h
+]
 CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("IRIS_CSRF_TRUSTED_ORIGINS", "").split(",") if o]
 
 # --- Deployment security -------------------------------------------------------------------------
@@ -103,7 +105,11 @@ if env_bool("IRIS_BEHIND_TLS_PROXY", False):
 
 def env_networks(name: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
     try:
-        return tuple(ipaddress.ip_network(item.strip(), strict=False) for item in os.environ.get(name, "").split(",") if item.strip())
+        return tuple(
+            ipaddress.ip_network(item.strip(), strict=False)
+            for item in os.environ.get(name, "").split(",")
+            if item.strip()
+        )
     except ValueError as exc:
         raise ImproperlyConfigured(f"{name}: {exc}") from None
 
@@ -416,9 +422,7 @@ EXTRA_BACKENDS = dict(
 CLUSTER_CONFIG = os.environ.get("IRIS_CLUSTER_CONFIG", "")
 # Tasks of one non-gang job considered per tick. IRIS_MAX_TASKS_PER_JOB_PER_CYCLE is the old name,
 # still read when the new one is unset.
-MAX_TASKS_PER_JOB_PER_TICK = env_int(
-    "IRIS_MAX_TASKS_PER_JOB_PER_TICK", env_int("IRIS_MAX_TASKS_PER_JOB_PER_CYCLE", 4)
-)
+MAX_TASKS_PER_JOB_PER_TICK = env_int("IRIS_MAX_TASKS_PER_JOB_PER_TICK", env_int("IRIS_MAX_TASKS_PER_JOB_PER_CYCLE", 4))
 MAX_ASSIGNMENTS_PER_WORKER = env_int("IRIS_MAX_ASSIGNMENTS_PER_WORKER", 4)
 MAX_BUILDING_TASKS = env_int("IRIS_MAX_BUILDING_TASKS", 8)
 # Admission limits (RESOURCE_EXHAUSTED beyond them), as in Iris: tasks in one job, and unfinished
@@ -492,7 +496,9 @@ METRICS_DIR = Path(os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(DATA_DI
 METRICS_DIR.mkdir(parents=True, exist_ok=True)
 # Networks that may read /metrics without a token (comma-separated CIDRs); operators' API tokens
 # (``Authorization: Token ...``) work from anywhere.
-METRICS_ALLOW = [n.strip() for n in os.environ.get("IRIS_METRICS_ALLOW", "127.0.0.1/32,::1/128").split(",") if n.strip()]
+METRICS_ALLOW = [
+    n.strip() for n in os.environ.get("IRIS_METRICS_ALLOW", "127.0.0.1/32,::1/128").split(",") if n.strip()
+]
 # Users named in the per-user spend and limit gauges: the N biggest spenders; the rest are summed
 # into user="__other__", so the number of series stays bounded whatever the number of users.
 METRICS_TOP_USERS = env_int("IRIS_METRICS_TOP_USERS", 20)

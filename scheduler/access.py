@@ -35,7 +35,9 @@ def require_authenticated(actor) -> None:
 def require_admin(actor, action: str) -> None:
     require_authenticated(actor)
     if not roles.is_admin(actor):
-        raise PermissionDenied(f"only admins may {action}; you are signed in as '{actor.username}' ({roles.role_name(actor)})")
+        raise PermissionDenied(
+            f"only admins may {action}; you are signed in as '{actor.username}' ({roles.role_name(actor)})"
+        )
 
 
 def require_operator(actor, action: str) -> None:

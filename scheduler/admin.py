@@ -90,8 +90,16 @@ class AttemptAdmin(ReadOnlyAdmin):
 
 @admin.register(models.Worker)
 class WorkerAdmin(ActionsOnlyAdmin):
-    list_display = ("name", "backend", "healthy", "draining", "device_type", "device_variant", "device_count",
-                    "last_heartbeat")
+    list_display = (
+        "name",
+        "backend",
+        "healthy",
+        "draining",
+        "device_type",
+        "device_variant",
+        "device_count",
+        "last_heartbeat",
+    )
     list_filter = ("healthy", "draining", "backend", "device_type")
     search_fields = ("name",)
     actions = ["drain_workers"]
@@ -113,8 +121,13 @@ class UserBudgetAdmin(admin.ModelAdmin):
 
     def save_model(self, request, obj, form, change):
         try:
-            set_budget(request.user, obj.user_id, budget_limit=obj.budget_limit,
-                       max_band=Band(int(obj.max_band)).wire, reason=ADMIN_REASON)
+            set_budget(
+                request.user,
+                obj.user_id,
+                budget_limit=obj.budget_limit,
+                max_band=Band(int(obj.max_band)).wire,
+                reason=ADMIN_REASON,
+            )
         except ServiceError as exc:
             self.message_user(request, exc.message, messages.ERROR)
 
@@ -125,8 +138,17 @@ class UserBudgetAdmin(admin.ModelAdmin):
 
 @admin.register(models.UpliftGrant)
 class UpliftGrantAdmin(ReadOnlyAdmin):
-    list_display = ("id", "user_id", "state", "max_band", "budget_limit", "duration_seconds", "created_at",
-                    "expires_at", "decided_by")
+    list_display = (
+        "id",
+        "user_id",
+        "state",
+        "max_band",
+        "budget_limit",
+        "duration_seconds",
+        "created_at",
+        "expires_at",
+        "decided_by",
+    )
     list_filter = ("state",)
     search_fields = ("user_id", "reason")
     list_select_related = ("decided_by",)
@@ -138,13 +160,19 @@ class UpliftGrantAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Approve the selected requests (for their requested duration)")
     def approve(self, request, queryset):
-        run_each(self, request, queryset,
-                 lambda g: approve_uplift(request.user, g.pk, note=ADMIN_REASON), "request(s) approved")
+        run_each(
+            self,
+            request,
+            queryset,
+            lambda g: approve_uplift(request.user, g.pk, note=ADMIN_REASON),
+            "request(s) approved",
+        )
 
     @admin.action(description="Deny the selected requests")
     def deny(self, request, queryset):
-        run_each(self, request, queryset,
-                 lambda g: deny_uplift(request.user, g.pk, note=ADMIN_REASON), "request(s) denied")
+        run_each(
+            self, request, queryset, lambda g: deny_uplift(request.user, g.pk, note=ADMIN_REASON), "request(s) denied"
+        )
 
 
 @admin.register(models.AuditEntry)

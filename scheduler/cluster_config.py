@@ -307,17 +307,49 @@ DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # What Django allows in usernames (as scheduler.inputs.SEGMENT).
 USER_ID = re.compile(r"^[A-Za-z0-9_.@+-]+$")
 KUBERNETES_KEYS = {
-    "enabled", "api_server", "in_cluster", "kubeconfig", "context", "namespace", "queue_name", "image",
-    "service_account", "worker_name", "device_types", "gpu_resource", "gpu_variant_label",
-    "promotions_per_minute", "request_timeout_seconds", "termination_grace_seconds", "priority_classes",
+    "enabled",
+    "api_server",
+    "in_cluster",
+    "kubeconfig",
+    "context",
+    "namespace",
+    "queue_name",
+    "image",
+    "service_account",
+    "worker_name",
+    "device_types",
+    "gpu_resource",
+    "gpu_variant_label",
+    "promotions_per_minute",
+    "request_timeout_seconds",
+    "termination_grace_seconds",
+    "priority_classes",
 }
 TPU_KEYS = {
-    "enabled", "project", "zone", "credentials_file", "api_endpoint", "provisioning", "idle_timeout_seconds",
-    "ready_timeout_seconds", "backoff_seconds", "max_backoff_seconds", "request_timeout_seconds", "agent_command",
+    "enabled",
+    "project",
+    "zone",
+    "credentials_file",
+    "api_endpoint",
+    "provisioning",
+    "idle_timeout_seconds",
+    "ready_timeout_seconds",
+    "backoff_seconds",
+    "max_backoff_seconds",
+    "request_timeout_seconds",
+    "agent_command",
 }
 SCALE_GROUP_KEYS = {
-    "name", "accelerator_type", "runtime_version", "zone", "spot", "min_slices", "max_slices", "variant",
-    "hosts_per_slice", "chips_per_host",
+    "name",
+    "accelerator_type",
+    "runtime_version",
+    "zone",
+    "spot",
+    "min_slices",
+    "max_slices",
+    "variant",
+    "hosts_per_slice",
+    "chips_per_host",
 }
 
 
@@ -341,7 +373,9 @@ def _kubernetes(raw: object) -> KubernetesConfig:
             raise ClusterConfigError(f"{item_where}.value: expected an integer within +-1,000,000,000, got {value!r}")
         policy = item.get("preemption_policy", default.preemption_policy)
         if policy not in PREEMPTION_POLICIES:
-            raise ClusterConfigError(f"{item_where}.preemption_policy: expected one of {', '.join(PREEMPTION_POLICIES)}")
+            raise ClusterConfigError(
+                f"{item_where}.preemption_policy: expected one of {', '.join(PREEMPTION_POLICIES)}"
+            )
         classes[band] = PriorityClassSpec(
             name=_dns_name(_text(item, "name", item_where, default.name), f"{item_where}.name"),
             value=value,
@@ -433,9 +467,7 @@ def _scale_groups(raw: object, tpu: TpuConfig) -> tuple[ScaleGroup, ...]:
             chips_per_host=_int(item, "chips_per_host", where, 4, minimum=1),
         )
         if group.min_slices > group.max_slices:
-            raise ClusterConfigError(
-                f"{where}.min_slices: {group.min_slices} is above max_slices {group.max_slices}"
-            )
+            raise ClusterConfigError(f"{where}.min_slices: {group.min_slices} is above max_slices {group.max_slices}")
         groups.append(group)
     return tuple(groups)
 

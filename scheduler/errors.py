@@ -184,8 +184,14 @@ def as_service_error(exc: BaseException) -> ServiceError:
         return error
     if isinstance(exc, drf.APIException):
         # Any other DRF exception: keep its status, pick the code of that status family.
-        code_for_status = {400: InvalidArgument, 401: Unauthenticated, 403: PermissionDenied, 404: NotFound,
-                           409: FailedPrecondition, 429: ResourceExhausted}
+        code_for_status = {
+            400: InvalidArgument,
+            401: Unauthenticated,
+            403: PermissionDenied,
+            404: NotFound,
+            409: FailedPrecondition,
+            429: ResourceExhausted,
+        }
         cls = code_for_status.get(exc.status_code, InternalError)
         return cls(str(exc.detail))
     if isinstance(exc, DataError):

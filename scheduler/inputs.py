@@ -40,8 +40,16 @@ MAX_TEXT = 10_000
 
 MEMORY_UNITS = {
     "": 1,
-    "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "p": 10**15,
-    "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40, "pi": 2**50,
+    "k": 10**3,
+    "m": 10**6,
+    "g": 10**9,
+    "t": 10**12,
+    "p": 10**15,
+    "ki": 2**10,
+    "mi": 2**20,
+    "gi": 2**30,
+    "ti": 2**40,
+    "pi": 2**50,
 }
 
 # At most 30 digits before the point: more cannot be a size below MAX_MEMORY_BYTES, and it keeps
@@ -146,7 +154,9 @@ def parse_band(value: Any, name: str) -> Band:
 def _missing_unit(number: Any, name: str) -> InvalidArgument:
     return InvalidArgument(
         f"{number} has no unit: did you mean {number}Gi? Write the unit: 512Mi, {number}Gi, {number}G "
-        f"(or {number}B for bytes)", field=name, details={"suggestion": f"{number}Gi"},
+        f"(or {number}B for bytes)",
+        field=name,
+        details={"suggestion": f"{number}Gi"},
     )
 
 
@@ -167,9 +177,7 @@ def parse_memory(value: Any, name: str = "memory") -> int:
     elif isinstance(value, str):
         match = MEMORY_PATTERN.match(value)
         if not match:
-            raise InvalidArgument(
-                f"cannot read {value!r} as a size; use bytes or a unit: 512Mi, 16Gi, 2G", field=name
-            )
+            raise InvalidArgument(f"cannot read {value!r} as a size; use bytes or a unit: 512Mi, 16Gi, 2G", field=name)
         number, unit, explicit_bytes = match.groups()
         if not unit and not explicit_bytes and Decimal(number) != 0:
             raise _missing_unit(number, name)
@@ -235,7 +243,9 @@ def parse_device(value: Any, name: str = "device") -> DeviceRequest:
     try:
         kind = DeviceType(raw_type.lower() if isinstance(raw_type, str) else raw_type)
     except ValueError:
-        raise InvalidArgument(f"unknown device type {raw_type!r}; expected cpu, gpu or tpu", field=f"{name}.type") from None
+        raise InvalidArgument(
+            f"unknown device type {raw_type!r}; expected cpu, gpu or tpu", field=f"{name}.type"
+        ) from None
     if kind is DeviceType.CPU:
         return DeviceRequest()
     variant = parse_text(value.get("variant"), f"{name}.variant", required=True, max_length=64)
@@ -244,7 +254,7 @@ def parse_device(value: Any, name: str = "device") -> DeviceRequest:
     if value.get("count") in (None, "") and kind is DeviceType.TPU:
         raise InvalidArgument(
             f"required: how many {variant} chips each task uses (a slice type such as {variant} names the "
-            f"slice, not one task's share of it), e.g. {{\"type\": \"tpu\", \"variant\": \"{variant}\", \"count\": 4}} "
+            f'slice, not one task\'s share of it), e.g. {{"type": "tpu", "variant": "{variant}", "count": 4}} '
             f"or iris job run --tpu {variant}:4",
             field=f"{name}.count",
         )
@@ -262,7 +272,8 @@ def parse_duration_seconds(value: Any, name: str, *, minimum: int, maximum: int)
             plain = f"must be at {word} {bound:,} seconds"
             if error.message.endswith(plain):
                 raise InvalidArgument(
-                    f"must be at {word} {format_duration_seconds(bound)} ({bound:,} seconds)", field=name,
+                    f"must be at {word} {format_duration_seconds(bound)} ({bound:,} seconds)",
+                    field=name,
                     details={**{k: v for k, v in error.details.items() if k != "field"}, "limit_seconds": bound},
                 ) from None
         raise

@@ -31,39 +31,52 @@ EVENTS = CollectorRegistry(auto_describe=True)
 TICK_DURATION = Histogram(
     "iris_tick_duration_seconds",
     "Scheduling tick duration by phase: load (snapshot), decide (pure core), apply (writes), total.",
-    ["phase"], buckets=TICK_BUCKETS, registry=EVENTS,
+    ["phase"],
+    buckets=TICK_BUCKETS,
+    registry=EVENTS,
 )
 TICKS = Counter(
     "iris_ticks_total",
     "Scheduling ticks by outcome: ran, skipped (another tick held the lease), failed (raised, rolled back).",
-    ["outcome"], registry=EVENTS,
+    ["outcome"],
+    registry=EVENTS,
 )
 ASSIGNMENTS = Counter(
-    "iris_assignments_total", "Tasks placed on a worker by a tick, by the band they were placed in.",
-    ["band"], registry=EVENTS,
+    "iris_assignments_total",
+    "Tasks placed on a worker by a tick, by the band they were placed in.",
+    ["band"],
+    registry=EVENTS,
 )
 PREEMPTIONS = Counter(
-    "iris_preemptions_total", "Tasks evicted by a tick, by the victim's and the preemptor's band.",
-    ["victim_band", "preemptor_band"], registry=EVENTS,
+    "iris_preemptions_total",
+    "Tasks evicted by a tick, by the victim's and the preemptor's band.",
+    ["victim_band", "preemptor_band"],
+    registry=EVENTS,
 )
 DOWNGRADES = Counter(
     "iris_budget_downgrades_total",
     "Tasks placed in a lower band than requested because their user was over budget.",
-    ["requested_band", "band"], registry=EVENTS,
+    ["requested_band", "band"],
+    registry=EVENTS,
 )
 TASK_WAIT = Histogram(
     "iris_task_wait_seconds",
     "Seconds from a job's submission to its task's first placement, by the band it was placed in.",
-    ["band"], buckets=WAIT_BUCKETS, registry=EVENTS,
+    ["band"],
+    buckets=WAIT_BUCKETS,
+    registry=EVENTS,
 )
 DELIVERY_FAILURES = Counter(
     "iris_dispatch_delivery_failures_total",
     "Failed deliveries of start/stop intents by backend; outcome retry (will retry) or failed (gave up).",
-    ["backend", "outcome"], registry=EVENTS,
+    ["backend", "outcome"],
+    registry=EVENTS,
 )
 SUBMISSIONS = Counter(
-    "iris_submissions_total", "Job submissions by result code (OK or the error code returned).",
-    ["code"], registry=EVENTS,
+    "iris_submissions_total",
+    "Job submissions by result code (OK or the error code returned).",
+    ["code"],
+    registry=EVENTS,
 )
 
 
@@ -85,8 +98,12 @@ def record_tick(outcome) -> None:
         return
     TICKS.labels(outcome="ran").inc()
     apply_ms = max(outcome.duration_ms - outcome.load_ms - outcome.decide_ms, 0.0)
-    for phase, ms in (("load", outcome.load_ms), ("decide", outcome.decide_ms), ("apply", apply_ms),
-                      ("total", outcome.duration_ms)):
+    for phase, ms in (
+        ("load", outcome.load_ms),
+        ("decide", outcome.decide_ms),
+        ("apply", apply_ms),
+        ("total", outcome.duration_ms),
+    ):
         TICK_DURATION.labels(phase=phase).observe(ms / 1000)
 
 

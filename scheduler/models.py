@@ -188,7 +188,12 @@ class Task(models.Model):
     # No database foreign-key constraint: the tick sets thousands of workers at once and holds
     # them itself until commit (as for Attempt, below).
     worker = models.ForeignKey(
-        Worker, null=True, blank=True, on_delete=models.SET_NULL, related_name="tasks", db_index=False,
+        Worker,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="tasks",
+        db_index=False,
         db_constraint=False,
     )
     band = models.PositiveSmallIntegerField(choices=BAND_CHOICES, null=True, blank=True)
@@ -221,10 +226,17 @@ class Attempt(models.Model):
     # writes). The tick itself holds the tasks (FOR UPDATE) and workers (FOR KEY SHARE) it
     # references until commit (scheduler.tick.apply), and deletions go through Django, which
     # cascades or nulls them in Python.
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="attempts", db_index=False, db_constraint=False)
+    task = models.ForeignKey(
+        Task, on_delete=models.CASCADE, related_name="attempts", db_index=False, db_constraint=False
+    )
     number = models.PositiveIntegerField()
     worker = models.ForeignKey(
-        Worker, null=True, blank=True, on_delete=models.SET_NULL, related_name="attempts", db_constraint=False,
+        Worker,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="attempts",
+        db_constraint=False,
         # Every query by worker asks for unfinished attempts (attempt_unfinished_by_worker, Meta); a
         # plain index would be one more write per attempt a burst inserts.
         db_index=False,
@@ -281,9 +293,7 @@ class TickRecord(models.Model):
     # of the two above: it names the tick that holds them, the same queue and basis, instead of
     # writing several MB again. Readers of the newest tick's queue follow it; pruning never
     # deletes the tick it names (scheduler.tick.history).
-    explanation_tick = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
+    explanation_tick = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 
     def __str__(self) -> str:
         return f"tick {self.pk} at {self.started_at:%Y-%m-%d %H:%M:%S}"
@@ -364,7 +374,9 @@ class UpliftGrant(models.Model):
 class AuditEntry(models.Model):
     """Who changed a budget or a grant, what it was before and after, when and why."""
 
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     # Free text so system actors (config reconciliation, grant expiry) can be named too.
     actor_name = models.CharField(max_length=150)
     action = models.CharField(max_length=64)
@@ -401,11 +413,18 @@ class DispatchIntent(models.Model):
         FAILED = "failed"  # gave up after too many tries; an operator must look
 
     # No database foreign-key constraints, as for Attempt (the tick writes one intent per attempt).
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="intents", db_index=False, db_constraint=False)
+    task = models.ForeignKey(
+        Task, on_delete=models.CASCADE, related_name="intents", db_index=False, db_constraint=False
+    )
     attempt_number = models.PositiveIntegerField()
     kind = models.CharField(max_length=8, choices=Kind.choices)
     worker = models.ForeignKey(
-        Worker, null=True, blank=True, on_delete=models.SET_NULL, related_name="intents", db_index=False,
+        Worker,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="intents",
+        db_index=False,
         db_constraint=False,
     )
     state = models.CharField(max_length=16, choices=State.choices, default=State.PENDING)
@@ -501,7 +520,9 @@ class ApiToken(AbstractAuthToken):
     minting; an expired token is refused (and deleted) on use.
     """
 
-    name = models.CharField(max_length=100, blank=True, default="", help_text="device or purpose, e.g. 'iris CLI on laptop'")
+    name = models.CharField(
+        max_length=100, blank=True, default="", help_text="device or purpose, e.g. 'iris CLI on laptop'"
+    )
 
     class Meta:
         verbose_name = "API token"

@@ -44,8 +44,18 @@ def role_name(user) -> str:
 # What each group may do in the Django admin site: {app label: {model: actions}}.
 READ_ALL = {
     model: ("view",)
-    for model in ("job", "task", "attempt", "worker", "userbudget", "upliftgrant", "auditentry", "preemptionevent",
-                  "tickrecord", "dispatchintent")
+    for model in (
+        "job",
+        "task",
+        "attempt",
+        "worker",
+        "userbudget",
+        "upliftgrant",
+        "auditentry",
+        "preemptionevent",
+        "tickrecord",
+        "dispatchintent",
+    )
 }
 GROUP_PERMISSIONS = {
     # Operators inspect everything, drain workers and retry failed dispatch intents.

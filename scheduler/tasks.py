@@ -71,9 +71,19 @@ def estimate_starts() -> None:
 @shared_task(name="scheduler.prune_history", ignore_result=True)
 def prune_history() -> None:
     done = prune_history_by_settings(timezone.now())
-    log.info("pruned %d tick record(s), %d preemption event(s) and %d shipped log(s) (%d bytes)%s",
-             done.tick_records, done.preemption_events, done.shipped_logs, done.shipped_log_bytes,
-             "" if done.finished else "; the time budget ran out, the next run goes on",
-             extra={"action": "history.pruned", "tick_records": done.tick_records,
-                    "preemption_events": done.preemption_events, "shipped_logs": done.shipped_logs,
-                    "bytes": done.shipped_log_bytes, "finished": done.finished})
+    log.info(
+        "pruned %d tick record(s), %d preemption event(s) and %d shipped log(s) (%d bytes)%s",
+        done.tick_records,
+        done.preemption_events,
+        done.shipped_logs,
+        done.shipped_log_bytes,
+        "" if done.finished else "; the time budget ran out, the next run goes on",
+        extra={
+            "action": "history.pruned",
+            "tick_records": done.tick_records,
+            "preemption_events": done.preemption_events,
+            "shipped_logs": done.shipped_logs,
+            "bytes": done.shipped_log_bytes,
+            "finished": done.finished,
+        },
+    )

@@ -30,7 +30,6 @@ os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="iris-test-metr
 atexit.register(shutil.rmtree, os.environ["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)
 
 
-
 def test_redis_urls(environ, own_socket: Path) -> tuple[str, str]:
     """The Redis the ``redis`` tests (and the processes they start) use, as (the cache's
     ``IRIS_REDIS_URL``, the Celery broker's ``IRIS_BROKER_URL``): the shared server
@@ -192,8 +191,12 @@ def embedded_broker():
     if settings.CELERY_BROKER_URL != f"redis+socket://{socket}" or socket_answers(socket):
         yield None
         return
-    server = subprocess.Popen([sys.executable, "manage.py", "embedded_broker"], cwd=settings.BASE_DIR,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "embedded_broker"],
+        cwd=settings.BASE_DIR,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 15
     while not socket_answers(socket) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -49,12 +49,19 @@ def submit(user, name: str = "train", **spec) -> Job:
     return submit_job(user, {"name": name, "command": ["true"], **spec})
 
 
-def make_worker(name: str = "w1", *, cpu: float = 32, memory_gib: int = 256, device=("cpu", "", 0), **attributes) -> Worker:
+def make_worker(
+    name: str = "w1", *, cpu: float = 32, memory_gib: int = 256, device=("cpu", "", 0), **attributes
+) -> Worker:
     """A healthy worker that heartbeated just now."""
     return Worker.objects.create(
-        name=name, cpu_millicores=int(cpu * 1000), memory_bytes=memory_gib * GIB, device_type=device[0],
-        device_variant=device[1], device_count=device[2],
-        attributes={k.replace("_", "-"): str(v) for k, v in attributes.items()}, last_heartbeat=timezone.now(),
+        name=name,
+        cpu_millicores=int(cpu * 1000),
+        memory_bytes=memory_gib * GIB,
+        device_type=device[0],
+        device_variant=device[1],
+        device_count=device[2],
+        attributes={k.replace("_", "-"): str(v) for k, v in attributes.items()},
+        last_heartbeat=timezone.now(),
     )
 
 
@@ -105,7 +112,13 @@ def start_running(job: Job, worker: Worker, *, band: Band | None = None, index: 
     task.attempt_count = 1
     task.save()
     Attempt.objects.create(
-        task=task, number=1, worker=worker, state="running", band=stamped, created_at=timezone.now(), started_at=timezone.now()
+        task=task,
+        number=1,
+        worker=worker,
+        state="running",
+        band=stamped,
+        created_at=timezone.now(),
+        started_at=timezone.now(),
     )
     job.state = "running"
     job.save(update_fields=["state"])
@@ -120,8 +133,9 @@ def run_tasks(job: Job, worker: Worker, count: int | None = None, *, band: Band 
     for task in tasks:
         task.state, task.worker, task.band, task.attempt_count = "running", worker, stamped, 1
         task.save()
-        Attempt.objects.create(task=task, number=1, worker=worker, state="running", band=stamped, created_at=now,
-                               started_at=now)
+        Attempt.objects.create(
+            task=task, number=1, worker=worker, state="running", band=stamped, created_at=now, started_at=now
+        )
     Job.objects.filter(pk=job.pk).update(state="running")
 
 

@@ -4,9 +4,10 @@ Its own distribution (``cli/pyproject.toml``, no dependencies beyond Python's st
 library), installed alone on a laptop with ``pip install ./cli``; it imports nothing of the
 server, so it starts fast and runs anywhere Python does:
 ``client`` speaks HTTP and keeps the credentials, ``formatting`` renders answers for people,
-``commands`` parses arguments and maps each command to one or two requests.
+``commands`` maps each command to one or two requests, ``main`` parses the arguments and runs
+one (``arguments`` the option types, ``cells`` the table cells).
 """
 
-from iris_cli.commands import main
+from iris_cli.main import main
 
 __all__ = ["main"]

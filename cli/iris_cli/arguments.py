@@ -20,8 +20,10 @@ BANDS = ["system", "production", "interactive", "batch"]
 UPLIFT_STATES = ["requested", "approved", "denied", "expired"]
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 DURATION_RE = re.compile(r"(\d+)([smhdw])")
-FILTER_HELP = ("user, band, effective, state, route (workers|kubernetes|unrouted), name (substring), "
-               "submitted_after, submitted_before (YYYY-MM-DD or ISO 8601)")
+FILTER_HELP = (
+    "user, band, effective, state, route (workers|kubernetes|unrouted), name (substring), "
+    "submitted_after, submitted_before (YYYY-MM-DD or ISO 8601)"
+)
 
 
 class UsageError(Exception):
@@ -78,7 +80,8 @@ def budget_points(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number of points (0 = unlimited), got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(
-            f"a budget limit cannot be negative ({text}): give a number of points, or 0 for unlimited")
+            f"a budget limit cannot be negative ({text}): give a number of points, or 0 for unlimited"
+        )
     return value
 
 

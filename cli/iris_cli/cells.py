@@ -178,8 +178,11 @@ def table(rows: Sequence[dict], columns: Sequence[Column], empty: str = "(none)"
 
 def fields(pairs: Iterable[tuple[str, Any]]) -> str:
     """``label  value`` lines, labels aligned; pairs whose value is None are left out."""
-    shown = [(label, printable(value if isinstance(value, str) else cell(value)))
-             for label, value in pairs if value is not None]
+    shown = [
+        (label, printable(value if isinstance(value, str) else cell(value)))
+        for label, value in pairs
+        if value is not None
+    ]
     if not shown:
         return ""
     width = max(len(label) for label, _ in shown)

@@ -20,8 +20,10 @@ from urllib.request import Request, urlopen
 
 API_PREFIX = "/api/v1/"
 # Where `make run` serves by default; IRIS_HOST/IRIS_PORT (make run's own variables) move it.
-DEFAULT_SERVER = (f"http://{os.environ.get('IRIS_HOST', '').strip() or '127.0.0.1'}"
-                  f":{os.environ.get('IRIS_PORT', '').strip() or '8000'}")
+DEFAULT_SERVER = (
+    f"http://{os.environ.get('IRIS_HOST', '').strip() or '127.0.0.1'}"
+    f":{os.environ.get('IRIS_PORT', '').strip() or '8000'}"
+)
 # Seconds to wait for the server; a tick run on demand is the slowest request.
 TIMEOUT_SECONDS = 60
 USER_AGENT = "iris-cli/1"

@@ -15,7 +15,6 @@ from typing import Any
 Column = tuple[str, Callable[[dict], Any]]
 
 
-
 from iris_cli.cells import (  # noqa: F401 (also read as fmt.<name> by the commands)
     _page_number,
     band,
@@ -67,12 +66,18 @@ def task_counts(job: dict) -> str:
         return ", ".join(f"{n} {state}" for state, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     return cell(pick(job, "replicas"))
 
+
 TASK_COLUMNS: list[Column] = [
     ("TASK", lambda t: pick(t, "index", "id", "name")),
     ("STATE", lambda t: pick(t, "state")),
     ("BAND", lambda t: band(pick(t, "band", "effective_band"))),
     ("WORKER", lambda t: pick(t, "worker")),
-    ("ATTEMPTS", lambda t: pick(t, "attempt_count", "attempts") if not isinstance(pick(t, "attempts"), list) else len(t["attempts"])),
+    (
+        "ATTEMPTS",
+        lambda t: (
+            pick(t, "attempt_count", "attempts") if not isinstance(pick(t, "attempts"), list) else len(t["attempts"])
+        ),
+    ),
     ("PREEMPTED", lambda t: pick(t, "preemption_count")),
     ("FAILURES", lambda t: pick(t, "failure_count")),
 ]
@@ -172,9 +177,7 @@ BAND_ORDER = ("system", "production", "interactive", "batch")
 
 def queue_band(data: dict) -> str:
     """The band of the job's front-most queued task (the one ``position`` is about)."""
-    queued = [
-        t for t in pick(data, "tasks", default=[]) if isinstance(t, dict) and t.get("position") is not None
-    ]
+    queued = [t for t in pick(data, "tasks", default=[]) if isinstance(t, dict) and t.get("position") is not None]
     if not queued:
         return band(pick(data, "effective_band"))
     rank = {name: i for i, name in enumerate(BAND_ORDER)}
@@ -207,14 +210,26 @@ def explanation(data: dict) -> str:
             # A finished job ran as a band: the band its work would queue in now means nothing.
             ("ran as", band(ran)) if ran else ("effective band", effective),
             ("tasks by band", pick(data, "bands_text") or None),
-            ("spend / limit", f"{points(spend)} / {'unlimited' if budget == 0 else points(budget)} (live)"
-             if spend is not None or budget is not None else None),
-            ("spend at tick", f"{points(tick_spend)} / {'unlimited' if tick_limit == 0 else points(tick_limit)} (tick {tick_id})"
-             if tick_spend is not None else None),
+            (
+                "spend / limit",
+                f"{points(spend)} / {'unlimited' if budget == 0 else points(budget)} (live)"
+                if spend is not None or budget is not None
+                else None,
+            ),
+            (
+                "spend at tick",
+                f"{points(tick_spend)} / {'unlimited' if tick_limit == 0 else points(tick_limit)} (tick {tick_id})"
+                if tick_spend is not None
+                else None,
+            ),
             ("queue position", queue_line),
             ("pending reason", text_of(pick(data, "pending_reason")) if pick(data, "pending_reason") else None),
-            ("start estimate", estimate_line(data) if pick(data, "tasks") and any(
-                pick(t, "state") == "pending" for t in pick(data, "tasks")) else None),
+            (
+                "start estimate",
+                estimate_line(data)
+                if pick(data, "tasks") and any(pick(t, "state") == "pending" for t in pick(data, "tasks"))
+                else None,
+            ),
         ]
     )
     parts = [head]
@@ -265,20 +280,28 @@ def priority_text(p: dict) -> str:
 
 
 def feasibility_text(f: dict) -> str:
-    """"Can it ever run?": the verdict, each requirement's worker counts, who holds the rest."""
-    lines = ["Can it ever run? " + VERDICTS.get(pick(f, "verdict"), cell(pick(f, "verdict"))).format(
-        scale_group=pick(f, "scale_group"), matching_workers=pick(f, "matching_workers"))]
+    """ "Can it ever run?": the verdict, each requirement's worker counts, who holds the rest."""
+    lines = [
+        "Can it ever run? "
+        + VERDICTS.get(pick(f, "verdict"), cell(pick(f, "verdict"))).format(
+            scale_group=pick(f, "scale_group"), matching_workers=pick(f, "matching_workers")
+        )
+    ]
     reqs = pick(f, "requirements")
     if isinstance(reqs, list) and reqs:
         lines.append(table(reqs, REQUIREMENT_COLUMNS))
     held = pick(f, "held_by")
     if isinstance(held, list) and held:
-        lines.append("Held by (this job may evict them): " + ", ".join(
-            f"{h['user']} ({h['tasks']} {band(h['band'])})" for h in held))
+        lines.append(
+            "Held by (this job may evict them): "
+            + ", ".join(f"{h['user']} ({h['tasks']} {band(h['band'])})" for h in held)
+        )
     others = pick(f, "held_by_others")
     if isinstance(others, dict) and others.get("tasks"):
-        lines.append(f"{'Also held' if held else 'Held'} by {others['tasks']} task(s) of {', '.join(others['users'])} "
-                     f"that this job may not evict: only their finishing frees room.")
+        lines.append(
+            f"{'Also held' if held else 'Held'} by {others['tasks']} task(s) of {', '.join(others['users'])} "
+            f"that this job may not evict: only their finishing frees room."
+        )
     return "\n".join(lines)
 
 
@@ -336,10 +359,9 @@ def configured_source(b: dict) -> str:
 def budget_source(b: dict) -> str:
     """``row``/``defaults``, plus ``+ uplift`` when an active grant raises the configured values."""
     source = configured_source(b)
-    raised = (
-        pick(b, "effective_budget_limit") not in (None, pick(b, "budget_limit"))
-        or pick(b, "effective_max_band") not in (None, pick(b, "max_band"))
-    )
+    raised = pick(b, "effective_budget_limit") not in (None, pick(b, "budget_limit")) or pick(
+        b, "effective_max_band"
+    ) not in (None, pick(b, "max_band"))
     return f"{source} + uplift" if raised else source
 
 
@@ -378,7 +400,14 @@ def budget(data: dict) -> str:
 
 
 def budget_list(page: Any) -> str:
-    return with_footer(table(results(page), BUDGET_COLUMNS, empty="No budgets to show: no rows, open uplifts or spend; the defaults apply to everyone."), page)
+    return with_footer(
+        table(
+            results(page),
+            BUDGET_COLUMNS,
+            empty="No budgets to show: no rows, open uplifts or spend; the defaults apply to everyone.",
+        ),
+        page,
+    )
 
 
 UPLIFT_COLUMNS: list[Column] = [
@@ -444,18 +473,26 @@ def worker(data: dict) -> str:
 
 
 def tick(data: dict) -> str:
-    return fields(
-        [
-            ("tick", pick(data, "id", "tick_id")),
-            ("started", when(pick(data, "started_at")) if pick(data, "started_at") else None),
-            ("duration", f"{pick(data, 'duration_ms'):.1f} ms" if isinstance(pick(data, "duration_ms"), int | float) else None),
-            ("pending", pick(data, "pending")),
-            ("assigned", pick(data, "assigned")),
-            ("preempted", pick(data, "preempted")),
-            ("expired", pick(data, "expired")),
-            ("skipped", pick(data, "skipped", "skipped_conflicts")),
-        ]
-    ) or "Tick run."
+    return (
+        fields(
+            [
+                ("tick", pick(data, "id", "tick_id")),
+                ("started", when(pick(data, "started_at")) if pick(data, "started_at") else None),
+                (
+                    "duration",
+                    f"{pick(data, 'duration_ms'):.1f} ms"
+                    if isinstance(pick(data, "duration_ms"), int | float)
+                    else None,
+                ),
+                ("pending", pick(data, "pending")),
+                ("assigned", pick(data, "assigned")),
+                ("preempted", pick(data, "preempted")),
+                ("expired", pick(data, "expired")),
+                ("skipped", pick(data, "skipped", "skipped_conflicts")),
+            ]
+        )
+        or "Tick run."
+    )
 
 
 def me(data: dict) -> str:
@@ -463,7 +500,12 @@ def me(data: dict) -> str:
         [
             ("user", pick(data, "username", "user")),
             ("role", pick(data, "role")),
-            ("max band", band(pick(data, "budget.effective_max_band", "budget.max_band")) if isinstance(pick(data, "budget"), dict) else None),
+            (
+                "max band",
+                band(pick(data, "budget.effective_max_band", "budget.max_band"))
+                if isinstance(pick(data, "budget"), dict)
+                else None,
+            ),
             ("budget limit", effective_limit(data["budget"]) if isinstance(pick(data, "budget"), dict) else None),
             ("spend", pick(data, "budget.spend")),
         ]

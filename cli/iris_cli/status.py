@@ -24,7 +24,12 @@ TICK_COLUMNS: list[fmt.Column] = [
 LEASE_COLUMNS: list[fmt.Column] = [
     ("LEASE", lambda lease: lease.get("name")),
     ("HOLDER", lambda lease: lease.get("holder") or "free"),
-    ("RENEWED", lambda lease: f"{lease['renewed_seconds_ago']:.1f} s ago" if lease.get("renewed_seconds_ago") is not None else None),
+    (
+        "RENEWED",
+        lambda lease: (
+            f"{lease['renewed_seconds_ago']:.1f} s ago" if lease.get("renewed_seconds_ago") is not None else None
+        ),
+    ),
 ]
 CHECK_COLUMNS: list[fmt.Column] = [
     ("CHECK", lambda c: c.get("name")),
@@ -64,4 +69,6 @@ def cmd_scheduler_status(session: Session, args: argparse.Namespace):
 
 def add_commands(group, command) -> None:
     """Register ``scheduler status`` in ``group`` with the parser's ``command`` helper."""
-    command(group, "status", cmd_scheduler_status, "ticks, leases, outbox, workers, pending per band, readiness (operators)")
+    command(
+        group, "status", cmd_scheduler_status, "ticks, leases, outbox, workers, pending per band, readiness (operators)"
+    )

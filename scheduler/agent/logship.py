@@ -48,10 +48,16 @@ class LogShipper:
                 if not chunk:
                     return
                 try:
-                    answer = self.client.post("logs/", {
-                        "name": self.name, "task": key[0], "attempt": key[1], "offset": offset,
-                        "data": base64.b64encode(chunk).decode("ascii"),
-                    })
+                    answer = self.client.post(
+                        "logs/",
+                        {
+                            "name": self.name,
+                            "task": key[0],
+                            "attempt": key[1],
+                            "offset": offset,
+                            "data": base64.b64encode(chunk).decode("ascii"),
+                        },
+                    )
                 except ApiError as exc:  # refused (not our attempt, gone): retrying cannot help
                     log.warning("agent %s: log of task %s attempt %s not shipped: %s", self.name, *key, exc)
                     self.finished.add(key)

@@ -217,8 +217,16 @@ class Isolation:
 class AttemptProcess:
     """A started attempt. ``returncode`` follows ``subprocess``: negative means killed by that signal."""
 
-    def __init__(self, popen: subprocess.Popen, log_file: Path, work_dir: Path, key: str,
-                 user: TaskUser | None, status_fd: int, memory_bytes: int):
+    def __init__(
+        self,
+        popen: subprocess.Popen,
+        log_file: Path,
+        work_dir: Path,
+        key: str,
+        user: TaskUser | None,
+        status_fd: int,
+        memory_bytes: int,
+    ):
         self.popen = popen
         self.log_file = log_file
         self.work_dir = work_dir
@@ -257,8 +265,15 @@ class AttemptProcess:
         env.update({"HOME": str(work_dir), "TMPDIR": str(work_dir), MARKER: key})
         status_r, status_w = os.pipe()
         leader = [
-            sys.executable, "-I", str(SUPERVISOR), "--parent", str(os.getpid()), "--key", key,
-            "--status-fd", str(status_w),
+            sys.executable,
+            "-I",
+            str(SUPERVISOR),
+            "--parent",
+            str(os.getpid()),
+            "--key",
+            key,
+            "--status-fd",
+            str(status_w),
         ]
         if user is not None:
             os.chown(work_dir, user.uid, user.gid)
@@ -345,7 +360,9 @@ class AttemptProcess:
             os.killpg(self.popen.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        end_attempt_processes(self.popen.pid, self.key, self.user.uid if self.user is not None and self.user.own else None)
+        end_attempt_processes(
+            self.popen.pid, self.key, self.user.uid if self.user is not None and self.user.own else None
+        )
 
     def note(self, text: str) -> None:
         """Append an agent line to the attempt's log, so people see why it stopped."""

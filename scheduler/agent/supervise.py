@@ -151,7 +151,11 @@ def pid_namespace(pid: int) -> int | None:
 
 
 def attempt_members(
-    *, pgid: int | None = None, key: str | None = None, uid: int | None = None, namespace: int | None = None,
+    *,
+    pgid: int | None = None,
+    key: str | None = None,
+    uid: int | None = None,
+    namespace: int | None = None,
     exclude: int | None = None,
 ) -> list[int]:
     """Live processes of an attempt: in its process group, marked with its key, running as its
@@ -364,8 +368,14 @@ def exec_command(command: list[str], out_w: int, args: argparse.Namespace) -> No
             os._exit(127)
 
 
-def run_init(command: list[str], out_w: int, status_w: int, namespaced: bool,
-             args: argparse.Namespace, cgroup: MemoryCgroup | None) -> None:
+def run_init(
+    command: list[str],
+    out_w: int,
+    status_w: int,
+    namespaced: bool,
+    args: argparse.Namespace,
+    cgroup: MemoryCgroup | None,
+) -> None:
     """The attempt's init: pid 1 of its namespace (or, without one, the command's parent). Forks
     the command, reaps every orphan, and hands the command's wait status to the supervisor."""
     die_with_parent(status_w)
@@ -468,7 +478,11 @@ class Supervisor:
         signal.signal(signal.SIGTERM, self.stop)
         if os.getppid() != args.parent:  # the agent died before the handler was in place
             return 137
-        cgroup = MemoryCgroup(Path(args.memory_cgroup), args.key, args.memory) if args.memory_cgroup and args.memory else None
+        cgroup = (
+            MemoryCgroup(Path(args.memory_cgroup), args.key, args.memory)
+            if args.memory_cgroup and args.memory
+            else None
+        )
         out_r, out_w = os.pipe()
         status_r, status_w = os.pipe()
         namespaced = args.pid_namespace and enter_pid_namespace()
@@ -558,7 +572,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--uid", type=int, default=None)
     parser.add_argument("--gid", type=int, default=None)
     parser.add_argument("--groups", default="", help="supplementary gids, comma-separated")
-    parser.add_argument("--own-uid", action="store_true", help="the uid is this attempt's alone: its processes are ours")
+    parser.add_argument(
+        "--own-uid", action="store_true", help="the uid is this attempt's alone: its processes are ours"
+    )
     parser.add_argument("--memory", type=int, default=0, help="the attempt's memory limit in bytes (0: none)")
     parser.add_argument("--memory-cgroup", default="", help="a delegated cgroup directory to hold the attempt")
     parser.add_argument("--no-pid-namespace", dest="pid_namespace", action="store_false")

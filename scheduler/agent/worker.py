@@ -31,7 +31,14 @@ from typing import Any
 from scheduler.agent.client import AgentClient, ApiError, ServerUnreachable
 from scheduler.agent.logship import LogShipper
 from scheduler.agent.process import (
-    AttemptProcess, IdentityError, Isolation, SharedIdentity, attempt_key, log_path, task_environment, work_path,
+    AttemptProcess,
+    IdentityError,
+    Isolation,
+    SharedIdentity,
+    attempt_key,
+    log_path,
+    task_environment,
+    work_path,
 )
 from scheduler.agent.state import AttemptState
 from scheduler.core.explain import format_memory
@@ -99,7 +106,11 @@ class Agent:
             if time.monotonic() >= next_heartbeat:
                 ok = self.beat()
                 self.failures = 0 if ok else self.failures + 1
-                delay = self.heartbeat_seconds if ok else min(self.heartbeat_seconds * 2**self.failures, MAX_BACKOFF_SECONDS)
+                delay = (
+                    self.heartbeat_seconds
+                    if ok
+                    else min(self.heartbeat_seconds * 2**self.failures, MAX_BACKOFF_SECONDS)
+                )
                 next_heartbeat = time.monotonic() + delay
             self.stopping.wait(POLL_SECONDS)
         self.shutdown()
@@ -183,8 +194,13 @@ class Agent:
             return
         try:
             process = AttemptProcess.spawn(
-                command, task_environment(order.get("env") or {}), file, key=attempt_key(*key),
-                work_dir=work_path(self.work_dir, *key), user=user, memory_bytes=int(order.get("memory") or 0),
+                command,
+                task_environment(order.get("env") or {}),
+                file,
+                key=attempt_key(*key),
+                work_dir=work_path(self.work_dir, *key),
+                user=user,
+                memory_bytes=int(order.get("memory") or 0),
                 isolation=self.isolation,
             )
         except OSError as exc:

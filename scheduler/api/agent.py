@@ -122,8 +122,12 @@ class WorkerCredentialScheme(OpenApiAuthenticationExtension):
     name = "workerCredential"
 
     def get_security_definition(self, auto_schema):
-        return {"type": "apiKey", "in": "header", "name": "Authorization",
-                "description": "Worker <credential> (manage.py worker_credential NAME)"}
+        return {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": "Worker <credential> (manage.py worker_credential NAME)",
+        }
 
 
 class IsWorkerAgent(BasePermission):
@@ -148,7 +152,9 @@ class AgentView(APIView):
         caller = self.request.user.worker_name
         if worker_name != caller:
             log.warning(
-                "the agent of worker %s tried to act as worker %s", caller, worker_name,
+                "the agent of worker %s tried to act as worker %s",
+                caller,
+                worker_name,
                 extra={"worker": caller, "action": "agent.impersonation", "named": worker_name},
             )
             raise PermissionDenied(
@@ -271,12 +277,19 @@ def valid(serializer_class, data) -> dict:
 
 
 class RegisterView(AgentView):
-    @extend_schema(request=AgentRegisterSerializer, responses={200: AgentRegisterAnswerSerializer, 201: AgentRegisterAnswerSerializer})
+    @extend_schema(
+        request=AgentRegisterSerializer,
+        responses={200: AgentRegisterAnswerSerializer, 201: AgentRegisterAnswerSerializer},
+    )
     def post(self, request):
         data = valid(AgentRegisterSerializer, request.data)
         worker, created = register_agent(
-            name=self.own_worker(data["name"]), cpu=data["cpu"], memory=data["memory"], device=data.get("device"),
-            attributes=data.get("attributes"), backend=data["backend"],
+            name=self.own_worker(data["name"]),
+            cpu=data["cpu"],
+            memory=data["memory"],
+            device=data.get("device"),
+            attributes=data.get("attributes"),
+            backend=data["backend"],
         )
         return Response(
             {"worker": worker.name, "created": created, "heartbeat_seconds": settings.AGENT_HEARTBEAT_SECONDS},
@@ -311,7 +324,9 @@ class ReportView(AgentView):
         if elsewhere:
             listed = ", ".join(f"task {ref.task_pk} attempt {ref.attempt}" for ref in elsewhere[:10])
             log.warning(
-                "the agent of worker %s reported on attempts not placed on it: %s", name, listed,
+                "the agent of worker %s reported on attempts not placed on it: %s",
+                name,
+                listed,
                 extra={"worker": name, "action": "agent.foreign_report", "attempts": len(elsewhere)},
             )
             raise PermissionDenied(f"worker {name} may report only on attempts placed on it, not on {listed}")
@@ -331,8 +346,12 @@ class ReportView(AgentView):
 class AgentLogChunkSerializer(AgentAttemptKeySerializer):
     name = serializers.CharField(max_length=255)
     offset = serializers.IntegerField(min_value=0, help_text="where the chunk starts in the agent's log, in bytes")
-    data = serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=4 * MAX_LOG_CHUNK // 3 + 4,
-                                 help_text=f"the chunk's bytes, base64 (at most {MAX_LOG_CHUNK:,} bytes)")
+    data = serializers.CharField(
+        allow_blank=True,
+        trim_whitespace=False,
+        max_length=4 * MAX_LOG_CHUNK // 3 + 4,
+        help_text=f"the chunk's bytes, base64 (at most {MAX_LOG_CHUNK:,} bytes)",
+    )
 
 
 class AgentLogChunkAnswerSerializer(serializers.Serializer):
@@ -348,13 +367,18 @@ class LogChunkView(AgentView):
         data = valid(AgentLogChunkSerializer, request.data)
         name = self.own_worker(data["name"])
         ref = AttemptRef(data["task"], data["attempt"])
-        placed_on = Attempt.objects.filter(task_id=ref.task_pk, number=ref.attempt).values_list("worker__name", flat=True)
+        placed_on = Attempt.objects.filter(task_id=ref.task_pk, number=ref.attempt).values_list(
+            "worker__name", flat=True
+        )
         if not placed_on:
             raise NotFound(f"task {ref.task_pk} has no attempt {ref.attempt}", field="attempt")
         if placed_on[0] != name:
             log.warning(
-                "the agent of worker %s shipped a log of task %s attempt %s, not placed on it", name, ref.task_pk,
-                ref.attempt, extra={"worker": name, "action": "agent.foreign_log", "attempts": 1},
+                "the agent of worker %s shipped a log of task %s attempt %s, not placed on it",
+                name,
+                ref.task_pk,
+                ref.attempt,
+                extra={"worker": name, "action": "agent.foreign_log", "attempts": 1},
             )
             raise PermissionDenied(f"worker {name} may ship logs only of attempts placed on it")
         try:
@@ -383,9 +407,7 @@ class AttemptLogView(APIView):
         if task is None:
             raise NotFound(f"task {task_pk} does not exist")
         if not may_read_log(request.user, task.job):
-            raise PermissionDenied(
-                f"logs of {task.job.name} are for its owner '{task.job.user}', operators and admins"
-            )
+            raise PermissionDenied(f"logs of {task.job.name} are for its owner '{task.job.user}', operators and admins")
         row = Attempt.objects.filter(task=task, number=attempt).select_related("worker").first()
         if row is None:
             raise NotFound(f"task {task.job.name}/{task.index} has no attempt {attempt}")

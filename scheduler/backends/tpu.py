@@ -139,13 +139,17 @@ class TpuApi:
     def boot_script(self, request: SliceRequest) -> str:
         if not self.config.agent_command:
             return ""
-        return "#!/bin/bash\n" + self.config.agent_command.format(
-            tpu_name=request.name,
-            scale_group=request.scale_group,
-            variant=request.variant,
-            chips=request.chips_per_host,
-            worker_id_var=WORKER_ID_VAR,
-        ) + "\n"
+        return (
+            "#!/bin/bash\n"
+            + self.config.agent_command.format(
+                tpu_name=request.name,
+                scale_group=request.scale_group,
+                variant=request.variant,
+                chips=request.chips_per_host,
+                worker_id_var=WORKER_ID_VAR,
+            )
+            + "\n"
+        )
 
     def node_spec(self, request: SliceRequest, *, queued: bool) -> Any:
         from google.cloud import tpu_v2
@@ -209,8 +213,11 @@ class TpuApi:
         client = self.client()
         try:
             if provisioning == "queued_resources":
-                queued = self._call(f"reading queued resource {name}", client.get_queued_resource,
-                                    request={"name": self.queued_path(zone, name)})
+                queued = self._call(
+                    f"reading queued resource {name}",
+                    client.get_queued_resource,
+                    request={"name": self.queued_path(zone, name)},
+                )
                 state = queued.state.state.name
                 if state in READY_QUEUED_STATES:
                     return SliceStatus("ready", self._queued_hosts(client, zone, name))
@@ -253,8 +260,11 @@ class TpuApi:
         client = self.client()
         try:
             if provisioning == "queued_resources":
-                self._call(f"deleting queued resource {name}", client.delete_queued_resource,
-                           request={"name": self.queued_path(zone, name), "force": True})
+                self._call(
+                    f"deleting queued resource {name}",
+                    client.delete_queued_resource,
+                    request={"name": self.queued_path(zone, name), "force": True},
+                )
             else:
                 self._call(f"deleting node {name}", client.delete_node, request={"name": self.node_path(zone, name)})
         except gexc.NotFound:

@@ -36,9 +36,13 @@ class UserCounts(NamedTuple):
 NO_WORK = UserCounts()
 
 
-def active_counts(snapshot: ClusterSnapshot, decision: Decision, kept: Collection[str],
-                  kueue: KueueInput | None = None,
-                  per_worker: dict[str, dict[tuple[str, int, str, str, bool], int]] | None = None) -> dict:
+def active_counts(
+    snapshot: ClusterSnapshot,
+    decision: Decision,
+    kept: Collection[str],
+    kueue: KueueInput | None = None,
+    per_worker: dict[str, dict[tuple[str, int, str, str, bool], int]] | None = None,
+) -> dict:
     """``{"by_band_user": {rank: {user: n}}, "by_state": {state: n}, "by_user": {user:
     [pending, active, jobs]}}`` after this tick's writes: a task's kept change wins over its
     snapshot state; a change the tick dropped (the task moved meanwhile) is not counted.

@@ -45,12 +45,17 @@ class ShownEstimate:
         """The API's ``estimated_start`` (ISO times), or None (``reason`` says why)."""
         if self.p50_ms is None:
             return None
-        return {"p50": _iso(self.p50_ms), "p90": _iso(self.p90_ms), "method": self.method,
-                "as_of": _iso(self.as_of_ms), "late": self.late,
-                "passed_p90": _iso(self.passed_p90_ms) if self.late else None}
+        return {
+            "p50": _iso(self.p50_ms),
+            "p90": _iso(self.p90_ms),
+            "method": self.method,
+            "as_of": _iso(self.as_of_ms),
+            "late": self.late,
+            "passed_p90": _iso(self.passed_p90_ms) if self.late else None,
+        }
 
     def span(self, now_ms: int) -> str | None:
-        """"in about 20-45 min" / "within a minute" (relative to ``now_ms``), or None without a
+        """ "in about 20-45 min" / "within a minute" (relative to ``now_ms``), or None without a
         range."""
         if self.p50_ms is None:
             return None
@@ -91,17 +96,24 @@ def shown_estimates_of_job(job: Job, now_ms: int) -> dict[str, ShownEstimate]:
     return _shown(list(rows), rows, now_ms, jobs={job.name: (job.submitted_at_ms, job.band)})
 
 
-def _shown(names: list[str], rows: dict[str, EstimatedStart], now_ms: int,
-           jobs: dict[str, tuple[int, int]] | None = None) -> dict[str, ShownEstimate]:
+def _shown(
+    names: list[str], rows: dict[str, EstimatedStart], now_ms: int, jobs: dict[str, tuple[int, int]] | None = None
+) -> dict[str, ShownEstimate]:
     passed = [name for name, row in rows.items() if row.p90_ms is not None and row.p90_ms < now_ms]
     waits: dict[str, list[int]] = {}
     if passed:
         waits = dict(EstimateWaits.objects.values_list("waits", flat=True).first() or {})
         missing = {name.rsplit("/", 1)[0] for name in passed} - set(jobs or {})
         if missing:
-            jobs = {**(jobs or {}), **{
-                name: (submitted, band) for name, submitted, band in
-                Job.objects.filter(name__in=missing).values_list("name", "submitted_at_ms", "band")}}
+            jobs = {
+                **(jobs or {}),
+                **{
+                    name: (submitted, band)
+                    for name, submitted, band in Job.objects.filter(name__in=missing).values_list(
+                        "name", "submitted_at_ms", "band"
+                    )
+                },
+            }
     shown = {}
     for name in names:
         row = rows.get(name)
@@ -116,8 +128,9 @@ def _shown(names: list[str], rows: dict[str, EstimatedStart], now_ms: int,
     return shown
 
 
-def _conditioned(row: EstimatedStart, job: tuple[int, int] | None, waits: dict[str, list[int]],
-                 now_ms: int) -> ShownEstimate:
+def _conditioned(
+    row: EstimatedStart, job: tuple[int, int] | None, waits: dict[str, list[int]], now_ms: int
+) -> ShownEstimate:
     """A stored estimate whose p90 passed before its task started, conditioned on the wait."""
     passed = row.p90_ms
     if job is not None:
@@ -130,7 +143,10 @@ def _conditioned(row: EstimatedStart, job: tuple[int, int] | None, waits: dict[s
     else:
         why = "its job is gone"
     return ShownEstimate(
-        None, None, as_of_ms=row.as_of_ms, passed_p90_ms=passed,
+        None,
+        None,
+        as_of_ms=row.as_of_ms,
+        passed_p90_ms=passed,
         reason=f"later than estimated (by {_clock(passed)}), and {why}: no new estimate until the estimator runs again",
     )
 

@@ -26,9 +26,12 @@ WHATIF_BASIS_VERSION = 3
 EXPLANATION_VERSION = 2
 
 
-def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision,
-                        queue: Mapping[Band, list[str]] | None = None,
-                        job_counts: dict[int, dict[str, int]] | None = None) -> dict:
+def explanation_to_json(
+    snapshot: ClusterSnapshot,
+    decision: Decision,
+    queue: Mapping[Band, list[str]] | None = None,
+    job_counts: dict[int, dict[str, int]] | None = None,
+) -> dict:
     """The queue as the newest tick left it.
 
     Shape: ``{"version": 2, "tasks": {task_id: [effective band rank, requested band rank,
@@ -83,8 +86,12 @@ def explanation_to_json(snapshot: ClusterSnapshot, decision: Decision,
     return {"version": EXPLANATION_VERSION, "tasks": tasks, "reasons": reasons, "band_counts": band_counts}
 
 
-def whatif_basis_to_json(snapshot: ClusterSnapshot, decision: Decision, job_counts: Mapping[int, Mapping[str, int]],
-                         holders: Mapping[str, Mapping[tuple[str, int, str, str, bool], int]] | None = None) -> dict:
+def whatif_basis_to_json(
+    snapshot: ClusterSnapshot,
+    decision: Decision,
+    job_counts: Mapping[int, Mapping[str, int]],
+    holders: Mapping[str, Mapping[tuple[str, int, str, str, bool], int]] | None = None,
+) -> dict:
     """What a what-if needs of this tick, without the cluster's tasks (``jobs.whatif``).
 
     Shape: ``{"version": 3, "queue": {rank: [[user, pending], ...]}, "attributes": [attrs, ...],
@@ -125,8 +132,19 @@ def whatif_basis_to_json(snapshot: ClusterSnapshot, decision: Decision, job_coun
         else:
             chips = left.gpu[i] if dtype is gpu else left.tpu[i]
             free = [left.cpu[i], left.mem[i], chips, left.building[i]]
-        rows.append([w.id, w.cpu_millicores, w.memory_bytes, dtype.value, device.variant or "", device.count,
-                     a, w.healthy, *free])
+        rows.append(
+            [
+                w.id,
+                w.cpu_millicores,
+                w.memory_bytes,
+                dtype.value,
+                device.variant or "",
+                device.count,
+                a,
+                w.healthy,
+                *free,
+            ]
+        )
     # Who holds each worker, flat (a list of small lists costs the reader an object each), and
     # summed over the healthy workers (what a shape matching every healthy worker reads).
     users: list[str] = []
@@ -158,6 +176,13 @@ def whatif_basis_to_json(snapshot: ClusterSnapshot, decision: Decision, job_coun
             held_rows += (i, u, band, k, n)
             if healthy:
                 on_healthy[(u, band, k)] = on_healthy.get((u, band, k), 0) + n
-    return {"version": WHATIF_BASIS_VERSION, "queue": queue_counts(job_counts, snapshot.jobs), "attributes": attributes,
-            "workers": rows, "users": users, "kinds": kinds, "holders": held_rows,
-            "holders_healthy": [[u, band, k, n] for (u, band, k), n in on_healthy.items()]}
+    return {
+        "version": WHATIF_BASIS_VERSION,
+        "queue": queue_counts(job_counts, snapshot.jobs),
+        "attributes": attributes,
+        "workers": rows,
+        "users": users,
+        "kinds": kinds,
+        "holders": held_rows,
+        "holders_healthy": [[u, band, k, n] for (u, band, k), n in on_healthy.items()],
+    }

@@ -78,8 +78,11 @@ class Publication:
             if holders == [self.kept.tick_pk]:
                 self.holder = self.kept.tick_pk
         # A reused decision was made over the same tasks: the same count (no pass over them).
-        self.core_pending = self.kept.pending if self.kept is not None else sum(
-            1 for t in snapshot.tasks if t.state is TaskState.PENDING)
+        self.core_pending = (
+            self.kept.pending
+            if self.kept is not None
+            else sum(1 for t in snapshot.tasks if t.state is TaskState.PENDING)
+        )
         # The queue the tick leaves, computed once for the fairness sample and the explanation.
         self.queue = pending_queue(decision) if self.kept is None else None
         self.built: Published | None = self.kept
@@ -89,8 +92,9 @@ class Publication:
         return {
             "explanation_tick_id": self.holder,
             "pending": self.core_pending + len(self.kueue.pending),
-            "fairness": self.kept.fairness if self.kept is not None else fairness_sample(
-                self.snapshot, self.decision, self.queue),
+            "fairness": self.kept.fairness
+            if self.kept is not None
+            else fairness_sample(self.snapshot, self.decision, self.queue),
         }
 
     def build(self, kept_changes: Collection[str], tick_pk: int, fairness: dict) -> None:
@@ -104,8 +108,12 @@ class Publication:
         explanation["active"], holders = self.live_counts(kept_changes)
         basis = whatif_basis_to_json(self.snapshot, self.decision, job_counts, holders)
         self.built = Published(
-            decision=self.decision, fairness=fairness, explanation=compress_json(explanation),
-            whatif_basis=compress_json(basis), left_pending=len(explanation["tasks"]), tick_pk=tick_pk,
+            decision=self.decision,
+            fairness=fairness,
+            explanation=compress_json(explanation),
+            whatif_basis=compress_json(basis),
+            left_pending=len(explanation["tasks"]),
+            tick_pk=tick_pk,
             pending=self.core_pending,
         )
 
@@ -160,7 +168,8 @@ class Publication:
         fields: dict = {"left_pending": built.left_pending}
         if self.holder is None:
             TickRecord.objects.filter(explanation__isnull=False, pk__lt=tick_pk).update(
-                explanation=None, whatif_basis=None)
+                explanation=None, whatif_basis=None
+            )
             fields.update(explanation=built.explanation, whatif_basis=built.whatif_basis)
             if built.tick_pk != tick_pk:
                 built = replace(built, tick_pk=tick_pk)
@@ -204,4 +213,3 @@ def begin(snapshot: ClusterSnapshot, decision: Decision, kueue: KueueInput, rows
 def _keep(published: Published) -> None:
     global _published
     _published = published
-

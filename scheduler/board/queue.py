@@ -54,8 +54,15 @@ class QueueEntry:
     def as_data(self) -> dict:
         """``{code, text, ...parameters, band, position, band_pending, tick}``: the API's
         ``pending_reason``."""
-        return {**self.reason, "code": self.code, "text": self.text, "band": self.band.wire,
-                "position": self.position, "band_pending": self.band_count, "tick": self.tick}
+        return {
+            **self.reason,
+            "code": self.code,
+            "text": self.text,
+            "band": self.band.wire,
+            "position": self.position,
+            "band_pending": self.band_count,
+            "tick": self.tick,
+        }
 
 
 def split_task_id(task_id: str) -> tuple[str, int]:
@@ -112,8 +119,15 @@ class QueueIndex:
         reason = self.reasons[reason_index] if 0 <= reason_index < len(self.reasons) else {"code": "unknown"}
         requested = self.requested.get(rank)
         return QueueEntry(
-            task_id, job_id, task_index, self.owner[rank][offset], Band(rank), offset + 1, reason,
-            band_count=len(self.ids[rank]), requested=Band(requested[offset]) if requested else None,
+            task_id,
+            job_id,
+            task_index,
+            self.owner[rank][offset],
+            Band(rank),
+            offset + 1,
+            reason,
+            band_count=len(self.ids[rank]),
+            requested=Band(requested[offset]) if requested else None,
             tick=self.tick_pk,
         )
 
@@ -148,8 +162,9 @@ class QueueIndex:
 EMPTY_QUEUE = QueueIndex(None, None, {}, {}, [], {}, {}, {}, {})
 
 
-def parse_queue_index(pk: int, now_ms: int, started_at: datetime, spend: dict | None, limits: dict | None,
-                      explanation: dict) -> QueueIndex:
+def parse_queue_index(
+    pk: int, now_ms: int, started_at: datetime, spend: dict | None, limits: dict | None, explanation: dict
+) -> QueueIndex:
     """The stored explanation (:func:`scheduler.board.formats.explanation_to_json`) of tick
     ``pk`` (decided at ``now_ms``), indexed."""
     if explanation.get("version") != EXPLANATION_VERSION:
@@ -188,13 +203,26 @@ def parse_queue_index(pk: int, now_ms: int, started_at: datetime, spend: dict | 
     # Each user's first appearance in a band is their turn in its round robin.
     users = {rank: list(dict.fromkeys(owners)) for rank, owners in owner.items()}
     index = QueueIndex(
-        tick_pk=pk, tick_at=started_at, spend=dict(spend or {}), limits=dict(limits or {}),
-        reasons=list(explanation.get("reasons", [])), ids=ids, reason_of=reason_of, owner=owner, users=users,
-        requested=requested, tick_now_ms=now_ms,
-        running={(int(rank), user): n for rank, users in explanation.get("active", {}).get("by_band_user", {}).items()
-                 for user, n in users.items()},
+        tick_pk=pk,
+        tick_at=started_at,
+        spend=dict(spend or {}),
+        limits=dict(limits or {}),
+        reasons=list(explanation.get("reasons", [])),
+        ids=ids,
+        reason_of=reason_of,
+        owner=owner,
+        users=users,
+        requested=requested,
+        tick_now_ms=now_ms,
+        running={
+            (int(rank), user): n
+            for rank, users in explanation.get("active", {}).get("by_band_user", {}).items()
+            for user, n in users.items()
+        },
         active_by_state=dict(explanation.get("active", {}).get("by_state", {})),
-        by_user={user: UserCounts(*counts) for user, counts in explanation.get("active", {}).get("by_user", {}).items()},
+        by_user={
+            user: UserCounts(*counts) for user, counts in explanation.get("active", {}).get("by_user", {}).items()
+        },
     )
     return index
 
@@ -220,8 +248,15 @@ class QueueSelection:
     window is O(window); a filter scans each band it covers once (strings only). No query.
     """
 
-    def __init__(self, index: QueueIndex, ranks: list[int], *, user: str | None = None, job: str | None = None,
-                 exact_job: bool = False) -> None:
+    def __init__(
+        self,
+        index: QueueIndex,
+        ranks: list[int],
+        *,
+        user: str | None = None,
+        job: str | None = None,
+        exact_job: bool = False,
+    ) -> None:
         self.index = index
         self.parts: list[tuple[int, range | list[int]]] = []
         for rank in ranks:
@@ -229,7 +264,8 @@ class QueueSelection:
             owners = index.owner.get(rank, [])
             if user or job:
                 matches: range | list[int] = [
-                    i for i in range(len(ids))
+                    i
+                    for i in range(len(ids))
                     if (not user or owners[i] == user) and (not job or job_matches(ids[i], job, exact=exact_job))
                 ]
             else:
@@ -243,7 +279,7 @@ class QueueSelection:
 
     def __getitem__(self, item: slice | int):
         if isinstance(item, int):
-            found = self[item:item + 1] if item >= 0 else self[self.total + item:self.total + item + 1]
+            found = self[item : item + 1] if item >= 0 else self[self.total + item : self.total + item + 1]
             if not found:
                 raise IndexError(item)
             return found[0]
@@ -263,7 +299,11 @@ class QueueSelection:
 
 
 def queue_selection(
-    index: QueueIndex, *, band: Band | int | None = None, user: str | None = None, job: str | None = None,
+    index: QueueIndex,
+    *,
+    band: Band | int | None = None,
+    user: str | None = None,
+    job: str | None = None,
     exact_job: bool = False,
 ) -> QueueSelection:
     """The entries of one band (or of all, highest first) matching ``user`` and ``job``. No query."""
@@ -276,7 +316,7 @@ def queue_window(
 ) -> tuple[list[QueueEntry], int]:
     """One window of a band's queue, filtered, and how many tasks match. No query."""
     selection = queue_selection(index, band=rank, user=user, job=job)
-    return selection[offset:offset + limit], len(selection)
+    return selection[offset : offset + limit], len(selection)
 
 
 def queue_rows(entries: list[QueueEntry]) -> dict[str, Task]:
@@ -292,11 +332,28 @@ def queue_rows(entries: list[QueueEntry]) -> dict[str, Task]:
         match |= Q(job__name=job_id, index__in=indices)
     return {
         f"{t.job.name}/{t.index}": t
-        for t in Task.objects.filter(match).select_related("job").only(
-            "index", "state", "updated_at", "attempt_count", "preemption_count",
-            "job__name", "job__user", "job__band", "job__state", "job__submitted_at_ms", "job__replicas",
-            "job__cpu_millicores", "job__memory_bytes", "job__device_type", "job__device_variant",
-            "job__device_count", "job__group_by", "job__root_submitted_at_ms", "job__constraints",
+        for t in Task.objects.filter(match)
+        .select_related("job")
+        .only(
+            "index",
+            "state",
+            "updated_at",
+            "attempt_count",
+            "preemption_count",
+            "job__name",
+            "job__user",
+            "job__band",
+            "job__state",
+            "job__submitted_at_ms",
+            "job__replicas",
+            "job__cpu_millicores",
+            "job__memory_bytes",
+            "job__device_type",
+            "job__device_variant",
+            "job__device_count",
+            "job__group_by",
+            "job__root_submitted_at_ms",
+            "job__constraints",
         )
     }
 
@@ -329,7 +386,10 @@ def round_robin_place(index: QueueIndex, rank: int, position: int) -> RoundRobin
     band_users = index.users.get(rank, [])
     ahead_own = sum(1 for u in owners[: position - 1] if u == user)
     return RoundRobinPlace(
-        band=Band(rank), position=position, band_size=len(owners), user=user,
+        band=Band(rank),
+        position=position,
+        band_size=len(owners),
+        user=user,
         turn=band_users.index(user) + 1 if user in band_users else 0,
         users=[(u, int(index.spend.get(u, 0))) for u in band_users],
         ahead_own=ahead_own,

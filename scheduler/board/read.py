@@ -62,8 +62,12 @@ _cache: dict[str, tuple[BoardTick, object]] = {}
 Part = TypeVar("Part")
 
 
-def _read(part: str, newest: BoardTick, parse: Callable[[BoardTick], Part | None],
-          retick: Callable[[Part, BoardTick], Part | None]) -> Part | None:
+def _read(
+    part: str,
+    newest: BoardTick,
+    parse: Callable[[BoardTick], Part | None],
+    retick: Callable[[Part, BoardTick], Part | None],
+) -> Part | None:
     """The part as of ``newest``: the cached parse if it was read for this tick; the cached
     parse with this tick's own fields (``retick``) if it was read for an earlier tick with the
     same holder; else a fresh ``parse``. None: the publication went away between our reads."""
@@ -103,8 +107,11 @@ def queue_index() -> QueueIndex:
 
 def _parse_queue(newest: BoardTick) -> QueueIndex | None:
     pk, now_ms = newest.tick
-    row = TickRecord.objects.filter(pk=pk).values_list(
-        "started_at", "spend", "limits", "explanation", "explanation_tick__explanation").first()
+    row = (
+        TickRecord.objects.filter(pk=pk)
+        .values_list("started_at", "spend", "limits", "explanation", "explanation_tick__explanation")
+        .first()
+    )
     if row is None:
         return None
     started_at, spend, limits, own, held = row
@@ -119,8 +126,9 @@ def _retick_queue(index: QueueIndex, newest: BoardTick) -> QueueIndex | None:
     row = TickRecord.objects.filter(pk=pk).values_list("started_at", "spend", "limits").first()
     if row is None:
         return None
-    return replace(index, tick_pk=pk, tick_at=row[0], spend=dict(row[1] or {}), limits=dict(row[2] or {}),
-                   tick_now_ms=now_ms)
+    return replace(
+        index, tick_pk=pk, tick_at=row[0], spend=dict(row[1] or {}), limits=dict(row[2] or {}), tick_now_ms=now_ms
+    )
 
 
 def whatif_basis() -> WhatIfBasis | None:
@@ -135,8 +143,11 @@ def whatif_basis() -> WhatIfBasis | None:
 
 def _parse_basis(newest: BoardTick) -> WhatIfBasis | None:
     pk = newest.tick[0]
-    row = TickRecord.objects.filter(pk=pk).values_list(
-        "started_at", "spend", "whatif_basis", "explanation_tick__whatif_basis").first()
+    row = (
+        TickRecord.objects.filter(pk=pk)
+        .values_list("started_at", "spend", "whatif_basis", "explanation_tick__whatif_basis")
+        .first()
+    )
     if row is None:
         return None
     started_at, spend, own, held = row

@@ -70,7 +70,8 @@ class WhatIfBasis:
                         grouped[(u, band, k)] = grouped.get((u, band, k), 0) + n
             users, kinds = self.users, self.kinds
             counts = self.memo[key] = {
-                HeldWork(users[u], Band(band), kinds[k][0], kinds[k][1], None): n for (u, band, k), n in grouped.items()}
+                HeldWork(users[u], Band(band), kinds[k][0], kinds[k][1], None): n for (u, band, k), n in grouped.items()
+            }
         return counts
 
 
@@ -104,14 +105,23 @@ def parse_basis(tick: int, started_at: datetime, spend: dict | None, data: dict)
             left = devices.get((dtype, variant, -1 - chips))
             if left is None:
                 left = devices[(dtype, variant, -1 - chips)] = Device(device.type, device.variant, chips)
-        free.append(WorkerSpec(name, free_cpu if free_cpu > 0 else 0, free_mem if free_mem > 0 else 0, left, attrs,
-                               healthy))
+        free.append(
+            WorkerSpec(name, free_cpu if free_cpu > 0 else 0, free_mem if free_mem > 0 else 0, left, attrs, healthy)
+        )
     return WhatIfBasis(
-        tick=tick, tick_at=started_at, spend={str(u): int(v) for u, v in (spend or {}).items()},
-        queue={int(rank): users for rank, users in data["queue"].items()}, workers=tuple(workers), free=tuple(free),
-        attributes=tuple(constraint_view), free_by_name={w.id: w for w in free},
-        holders=tuple(data["holders"]), users=tuple(data["users"]),
-        kinds=tuple((device_from_columns(dtype, variant, 0 if dtype == DeviceType.CPU.value else 1), bool(gang))
-                    for dtype, variant, gang in data["kinds"]),
+        tick=tick,
+        tick_at=started_at,
+        spend={str(u): int(v) for u, v in (spend or {}).items()},
+        queue={int(rank): users for rank, users in data["queue"].items()},
+        workers=tuple(workers),
+        free=tuple(free),
+        attributes=tuple(constraint_view),
+        free_by_name={w.id: w for w in free},
+        holders=tuple(data["holders"]),
+        users=tuple(data["users"]),
+        kinds=tuple(
+            (device_from_columns(dtype, variant, 0 if dtype == DeviceType.CPU.value else 1), bool(gang))
+            for dtype, variant, gang in data["kinds"]
+        ),
         holders_healthy={(u, band, k): n for u, band, k, n in data["holders_healthy"]},
     )

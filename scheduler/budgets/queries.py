@@ -1,5 +1,4 @@
-"""Read side of budgets: the budget pages' rows, uplift grants, the audit log, spend over time.
-"""
+"""Read side of budgets: the budget pages' rows, uplift grants, the audit log, spend over time."""
 
 from __future__ import annotations
 
@@ -22,8 +21,6 @@ OPEN_GRANT_STATES = (UpliftGrant.State.REQUESTED, UpliftGrant.State.APPROVED)
 
 
 @dataclass
-
-
 class BudgetView:
     """A user's budget as people read it: configured, effective now, spend, and open grants."""
 
@@ -67,7 +64,8 @@ def budget_views(users: list[str] | None = None, *, with_work: Iterable[str] = (
     for user in sorted(names):
         limit, band = rows.get(user, (defaults.budget_limit, int(defaults.max_band)))
         active = [
-            (g.budget_limit, g.max_band) for g in open_grants.get(user, ())
+            (g.budget_limit, g.max_band)
+            for g in open_grants.get(user, ())
             if g.state == UpliftGrant.State.APPROVED and g.starts_at and g.starts_at <= at
         ]
         spec = raised_by_grants(user, limit, band, active)
@@ -115,8 +113,6 @@ def uplift_grants(*, user: str | None = None, state: str | None = None) -> Query
 
 
 @dataclass
-
-
 class BudgetRow:
     """A budget as the console's table shows it: the API's facts plus task counts."""
 
@@ -150,8 +146,6 @@ def budget_rows(counts: Mapping[str, UserCounts], users: list[str] | None = None
 
 
 @dataclass(frozen=True)
-
-
 class SpendSample:
     at: datetime
     spend: dict[str, int]

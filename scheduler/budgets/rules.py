@@ -35,7 +35,11 @@ def live_spend(users: list[str] | None = None) -> dict[str, int]:
     groups = (
         rows.order_by()
         .values_list(
-            "job__user", "job__cpu_millicores", "job__memory_bytes", "job__device_type", "job__device_variant",
+            "job__user",
+            "job__cpu_millicores",
+            "job__memory_bytes",
+            "job__device_type",
+            "job__device_variant",
             "job__device_count",
         )
         .annotate(n=Count("id"))
@@ -78,9 +82,7 @@ def better_limit(a: int, b: int) -> int:
     return max(a, b)
 
 
-def raised_by_grants(
-    user: str, limit: int, band: int, grants: Iterable[tuple[int | None, int | None]]
-) -> BudgetSpec:
+def raised_by_grants(user: str, limit: int, band: int, grants: Iterable[tuple[int | None, int | None]]) -> BudgetSpec:
     """A user's budget (``limit``, ``band`` rank: their row or the defaults) raised by the
     ``(budget_limit, max_band)`` of each grant active now; a grant's None leaves that value."""
     for grant_limit, grant_band in grants:
@@ -94,8 +96,13 @@ def raised_by_grants(
 def effective_budgets(now_ms: int) -> dict[str, BudgetSpec]:
     """Every user with a row or an active grant, in two queries. Others get the defaults."""
     defaults = budget_defaults()
-    rows = {user: (limit, band) for user, limit, band in UserBudget.objects.values_list("user_id", "budget_limit", "max_band")}
-    result = {user: BudgetSpec(user=user, budget_limit=limit, max_band=Band(band)) for user, (limit, band) in rows.items()}
+    rows = {
+        user: (limit, band)
+        for user, limit, band in UserBudget.objects.values_list("user_id", "budget_limit", "max_band")
+    }
+    result = {
+        user: BudgetSpec(user=user, budget_limit=limit, max_band=Band(band)) for user, (limit, band) in rows.items()
+    }
     now = datetime.fromtimestamp(now_ms / 1000, tz=UTC)
     active: dict[str, list[tuple[int | None, int | None]]] = {}
     for user, limit, band in UpliftGrant.objects.filter(

@@ -21,7 +21,13 @@ from scheduler.budgets.rules import budget_defaults, effective_budget_for
 from scheduler.core.bands import ADMIN_BANDS, Band
 from scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from scheduler.inputs import (
-    MAX_INT64, parse_band, parse_budget_limit, parse_duration_seconds, parse_int, parse_text, parse_user_id,
+    MAX_INT64,
+    parse_band,
+    parse_budget_limit,
+    parse_duration_seconds,
+    parse_int,
+    parse_text,
+    parse_user_id,
 )
 from scheduler.models import AuditEntry, UpliftGrant, UserBudget
 from scheduler.store.locks import hold_until_commit
@@ -39,10 +45,18 @@ EXPIRY_ACTOR = "grant-expiry"
 def audit(actor, action: str, target: str, before: Any, after: Any, reason: str) -> AuditEntry:
     """Record who changed a budget or grant, in the audit table and (after commit) the log."""
     actor_name = actor.username if actor is not None and actor.is_authenticated else "system"
-    transaction.on_commit(partial(
-        log.info, "%s %s by %s: %s -> %s", action, target, actor_name, before, after,
-        extra={"action": action, "target": target, "actor": actor_name},
-    ))
+    transaction.on_commit(
+        partial(
+            log.info,
+            "%s %s by %s: %s -> %s",
+            action,
+            target,
+            actor_name,
+            before,
+            after,
+            extra={"action": action, "target": target, "actor": actor_name},
+        )
+    )
     return AuditEntry.objects.create(
         actor=actor if actor is not None and actor.is_authenticated else None,
         actor_name=actor_name,
@@ -55,7 +69,12 @@ def audit(actor, action: str, target: str, before: Any, after: Any, reason: str)
 
 
 def set_budget(
-    actor, user_id: Any, *, budget_limit: Any = None, max_band: Any = None, reason: Any = "",
+    actor,
+    user_id: Any,
+    *,
+    budget_limit: Any = None,
+    max_band: Any = None,
+    reason: Any = "",
     create_user_budget: Any = False,
 ) -> UserBudget:
     """Admins set a user's budget row (upsert). Omitted values keep the current ones (or defaults).
@@ -124,7 +143,12 @@ def admin_band_message(band: Band) -> str:
 
 
 def request_uplift(
-    actor, *, user: Any = None, max_band: Any = None, budget_limit: Any = None, reason: Any = "",
+    actor,
+    *,
+    user: Any = None,
+    max_band: Any = None,
+    budget_limit: Any = None,
+    reason: Any = "",
     duration_seconds: Any = None,
 ) -> UpliftGrant:
     """Ask for a time-bounded raise of ``max_band`` and/or ``budget_limit``. Researchers ask for themselves."""
@@ -139,7 +163,9 @@ def request_uplift(
         raise InvalidArgument(admin_band_message(band), field="max_band", details={"max_band": band.wire})
     limit = parse_budget_limit(budget_limit) if budget_limit not in (None, "") else None
     why = parse_text(reason, "reason", required=True)
-    duration = parse_duration_seconds(duration_seconds, "duration_seconds", minimum=MIN_UPLIFT_SECONDS, maximum=MAX_UPLIFT_SECONDS)
+    duration = parse_duration_seconds(
+        duration_seconds, "duration_seconds", minimum=MIN_UPLIFT_SECONDS, maximum=MAX_UPLIFT_SECONDS
+    )
     if band is not None and limit is None:
         # A request that raises nothing: the band is already within reach (ranks: larger is lower).
         current = effective_budget_for(target).max_band
@@ -147,20 +173,28 @@ def request_uplift(
             raise FailedPrecondition(
                 f"'{target}' may already submit {band.name} work (max band now: {current.name}); "
                 f"ask for a band above it, or for a budget_limit",
-                field="max_band", details={"max_band": current.wire},
+                field="max_band",
+                details={"max_band": current.wire},
             )
     with transaction.atomic():
         # Two identical requests at once must not both pass the check below.
         hold_until_commit(f"uplift-request:{target}")
-        same = UpliftGrant.objects.filter(
-            user_id=target, state=UpliftGrant.State.REQUESTED,
-            max_band=int(band) if band is not None else None, budget_limit=limit,
-        ).order_by("pk").first()
+        same = (
+            UpliftGrant.objects.filter(
+                user_id=target,
+                state=UpliftGrant.State.REQUESTED,
+                max_band=int(band) if band is not None else None,
+                budget_limit=limit,
+            )
+            .order_by("pk")
+            .first()
+        )
         if same is not None:
             raise FailedPrecondition(
                 f"uplift {same.pk} already asks for the same for '{target}' and waits for an admin; "
                 f"no second request is needed",
-                field="max_band" if band is not None else "budget_limit", details={"uplift": same.pk},
+                field="max_band" if band is not None else "budget_limit",
+                details={"uplift": same.pk},
             )
         grant = UpliftGrant.objects.create(
             user_id=target,
@@ -180,7 +214,9 @@ def _decide_uplift(actor, grant_id: Any, *, approve: bool, duration_seconds: Any
     pk = parse_int(grant_id, "id", minimum=1, maximum=MAX_INT64)
     text = parse_text(note, "note")
     duration = (
-        parse_duration_seconds(duration_seconds, "duration_seconds", minimum=MIN_UPLIFT_SECONDS, maximum=MAX_UPLIFT_SECONDS)
+        parse_duration_seconds(
+            duration_seconds, "duration_seconds", minimum=MIN_UPLIFT_SECONDS, maximum=MAX_UPLIFT_SECONDS
+        )
         if duration_seconds not in (None, "")
         else None
     )
@@ -192,8 +228,9 @@ def _decide_uplift(actor, grant_id: Any, *, approve: bool, duration_seconds: Any
             raise FailedPrecondition(f"uplift {pk} was already decided ({grant.state})", field="id")
         if approve and grant.max_band is not None and Band(grant.max_band) in ADMIN_BANDS:
             # Requested before such requests were refused: it would raise nothing anyone can use.
-            raise FailedPrecondition(admin_band_message(Band(grant.max_band)), field="id",
-                                     details={"max_band": Band(grant.max_band).wire})
+            raise FailedPrecondition(
+                admin_band_message(Band(grant.max_band)), field="id", details={"max_band": Band(grant.max_band).wire}
+            )
         before = grant_state(grant)
         now = timezone.now()
         grant.decided_by = actor
@@ -208,8 +245,14 @@ def _decide_uplift(actor, grant_id: Any, *, approve: bool, duration_seconds: Any
         else:
             grant.state = UpliftGrant.State.DENIED
         grant.save()
-        audit(actor, f"uplift.{verb}", f"uplift {pk} for {grant.user_id}", before, grant_state(grant),
-              text or grant.reason)
+        audit(
+            actor,
+            f"uplift.{verb}",
+            f"uplift {pk} for {grant.user_id}",
+            before,
+            grant_state(grant),
+            text or grant.reason,
+        )
     return grant
 
 
@@ -242,9 +285,7 @@ def expire_uplifts(now: datetime | None = None) -> int:
         if not due:
             return 0
         ids = [g["pk"] for g in due]
-        UpliftGrant.objects.filter(pk__in=ids, state=UpliftGrant.State.APPROVED).update(
-            state=UpliftGrant.State.EXPIRED
-        )
+        UpliftGrant.objects.filter(pk__in=ids, state=UpliftGrant.State.APPROVED).update(state=UpliftGrant.State.EXPIRED)
         AuditEntry.objects.bulk_create(
             AuditEntry(
                 actor_name=EXPIRY_ACTOR,

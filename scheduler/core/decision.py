@@ -119,7 +119,9 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
     placed = place(bands, by_job, pool, book)
 
     assigned_ids = {t.id for t, _ in placed}
-    candidates = [t for band, tasks in bands.items() if band is not Band.BATCH for t in tasks if t.id not in assigned_ids]
+    candidates = [
+        t for band, tasks in bands.items() if band is not Band.BATCH for t in tasks if t.id not in assigned_ids
+    ]
     plan = PreemptionPass(pool, book, by_job, jobs, active_by_job, candidates).run() if candidates else PreemptionPlan()
     assigned_ids.update(t.id for t, _ in plan.placements)
 
@@ -130,7 +132,11 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
     outcome.evict(plan)
     outcome.finish_jobs(pending_by_job, active_by_job)
 
-    reasons.update(explain_pending(queues, bands, assigned_ids, Explainer(pool, book, snapshot.workers, snapshot.scale_groups), downgrades))
+    reasons.update(
+        explain_pending(
+            queues, bands, assigned_ids, Explainer(pool, book, snapshot.workers, snapshot.scale_groups), downgrades
+        )
+    )
     reasons.update(outcome.requeued)
     # A task that ended in this decision (its gang failed for good, its job expired) is not
     # pending any more, whatever the placement pass said about it.
@@ -212,7 +218,9 @@ def _job_queues(
     return queues
 
 
-def _downgrades(snapshot: ClusterSnapshot, queues: Iterable[JobQueue], spend: Mapping[str, int]) -> dict[str, Downgrade]:
+def _downgrades(
+    snapshot: ClusterSnapshot, queues: Iterable[JobQueue], spend: Mapping[str, int]
+) -> dict[str, Downgrade]:
     """job id -> why its pending work runs in a lower band than requested (one object per user)."""
     downgrades: dict[str, Downgrade] = {}
     per_user: dict[tuple[str, Band], Downgrade] = {}

@@ -66,7 +66,9 @@ class RunHistory:
     waits_by_band: Mapping[Band, Sequence[int]] = field(default_factory=dict)
 
     @staticmethod
-    def build(runs: Sequence[tuple[str, str, ShapeKey, Band, int]], waits: Sequence[tuple[Band, int]] = ()) -> RunHistory:
+    def build(
+        runs: Sequence[tuple[str, str, ShapeKey, Band, int]], waits: Sequence[tuple[Band, int]] = ()
+    ) -> RunHistory:
         """From ``(job id, user, shape, band, duration ms)`` runs and ``(band, wait ms)`` waits."""
         by_job: dict[str, list[int]] = {}
         by_user_shape: dict[tuple[str, ShapeKey], list[int]] = {}
@@ -168,7 +170,9 @@ def estimate_starts(
         return {}
     runs = [
         _Future(snapshot, history, running_since, 0.5, tick_ms, coarse_step_ms, _replayed(arrivals, 1)),
-        _Future(snapshot, history, running_since, 0.9, tick_ms, coarse_step_ms, _replayed(arrivals, PESSIMISTIC_ARRIVALS)),
+        _Future(
+            snapshot, history, running_since, 0.9, tick_ms, coarse_step_ms, _replayed(arrivals, PESSIMISTIC_ARRIVALS)
+        ),
     ]
     for _ in range(max_steps):
         live = [run for run in runs if not run.done]
@@ -204,7 +208,9 @@ def _why_not(run: _Future) -> str:
         return "not enough history: it starts beyond the simulated horizon and its band has too few observed waits"
     if run.blocked_by_unknown:
         return "not enough history: the work ahead of it has no run-time history to predict when it ends"
-    return "not placed in the simulated future (no worker frees up that fits it) and its band has too few observed waits"
+    return (
+        "not placed in the simulated future (no worker frees up that fits it) and its band has too few observed waits"
+    )
 
 
 def _from_waits(job: JobSpec, history: RunHistory, now: int) -> StartEstimate | None:
@@ -215,8 +221,9 @@ def _from_waits(job: JobSpec, history: RunHistory, now: int) -> StartEstimate | 
     return StartEstimate(now, span[0], span[1], METHOD_WAIT_HISTORY)
 
 
-def conditioned_on_wait(waits: Sequence[int], submitted_ms: int, now_ms: int,
-                        earliest_ms: int | None = None) -> tuple[int, int] | None:
+def conditioned_on_wait(
+    waits: Sequence[int], submitted_ms: int, now_ms: int, earliest_ms: int | None = None
+) -> tuple[int, int] | None:
     """(p50, p90) start of work submitted at ``submitted_ms`` that has not started by ``now_ms``,
     from the observed waits of its band (ms, ascending): the median and 90th percentile of the
     waits longer than it has waited so far, each no earlier than ``earliest_ms``. None with
@@ -246,8 +253,16 @@ def _predicted_end(job: JobSpec, history: RunHistory, started_ms: int, now: int,
 class _Future:
     """One simulated future of the cluster, advanced one scheduling step at a time."""
 
-    def __init__(self, snapshot: ClusterSnapshot, history: RunHistory, running_since: Mapping[str, int],
-                 q: float, tick_ms: int, coarse_step_ms: int, arrivals: list[tuple[int, JobSpec]] = ()) -> None:
+    def __init__(
+        self,
+        snapshot: ClusterSnapshot,
+        history: RunHistory,
+        running_since: Mapping[str, int],
+        q: float,
+        tick_ms: int,
+        coarse_step_ms: int,
+        arrivals: list[tuple[int, JobSpec]] = (),
+    ) -> None:
         self.snapshot = snapshot
         self.jobs = dict(snapshot.jobs)
         self.arrivals = list(arrivals)
@@ -378,8 +393,9 @@ def apply_unassigned(tasks: dict[str, TaskSnapshot], decision, assigned: set[str
             continue
         if after.state is TaskState.PENDING:
             old = tasks[task_id]
-            tasks[task_id] = TaskSnapshot(task_id, old.job_id, old.index, TaskState.PENDING, None, None,
-                                          after.preemption_count)
+            tasks[task_id] = TaskSnapshot(
+                task_id, old.job_id, old.index, TaskState.PENDING, None, None, after.preemption_count
+            )
             requeued.append(task_id)
         elif after.state not in ACTIVE_STATES:
             tasks.pop(task_id, None)

@@ -125,9 +125,15 @@ def fairness_sample(
         if band in smallest:
             v, n, job_id = smallest[band]
             prefix = job_id + "/"
-            task_id = next(t for t in queue[band] if t.startswith(prefix) and "/" not in t[len(prefix):])
-            first_waiting = {"job": job_id, "user": user_of(job_id), "task": task_id, "value": v, "pending": n,
-                             "reason": reason_record(decision.pending_reasons[task_id])}
+            task_id = next(t for t in queue[band] if t.startswith(prefix) and "/" not in t[len(prefix) :])
+            first_waiting = {
+                "job": job_id,
+                "user": user_of(job_id),
+                "task": task_id,
+                "value": v,
+                "pending": n,
+                "reason": reason_record(decision.pending_reasons[task_id]),
+            }
         out[band.wire] = {
             "running_value": sum(r[0] for r in users.values()),
             "users": {user: users[user] for user in sorted(users)},
@@ -143,7 +149,14 @@ def band_rows(band: Mapping) -> list[dict]:
     total = band.get("running_value", 0)
     equal = 1 / len(users) if users else 0.0
     return [
-        {"user": user, "running_value": r[0], "share": (r[0] / total) if total else 0.0, "equal_share": equal,
-         "pending": r[1], "over_budget": bool(r[2]), "got_turn": bool(r[3])}
+        {
+            "user": user,
+            "running_value": r[0],
+            "share": (r[0] / total) if total else 0.0,
+            "equal_share": equal,
+            "pending": r[1],
+            "over_budget": bool(r[2]),
+            "got_turn": bool(r[3]),
+        }
         for user, r in users.items()
     ]

@@ -41,16 +41,21 @@ def constraint_text(c: Constraint) -> str:
     return f"{c.key} exists"
 
 
-def any_fits_when_idle(workers: Sequence[WorkerSpec], candidates: Sequence[int], request: tuple[int, int, int, int]) -> bool:
+def any_fits_when_idle(
+    workers: Sequence[WorkerSpec], candidates: Sequence[int], request: tuple[int, int, int, int]
+) -> bool:
     """Whether any of ``candidates`` (indices into ``workers``, already matching the hard
     constraints) could hold one task of ``request`` when idle. The tick's cheap pre-check."""
     c, m, g, u = request
     for i in candidates:
         w = workers[i]
         count = w.device.count
-        if (w.cpu_millicores >= c and w.memory_bytes >= m
-                and (not g or (w.device.type is DeviceType.GPU and count >= g))
-                and (not u or (w.device.type is DeviceType.TPU and count >= u))):
+        if (
+            w.cpu_millicores >= c
+            and w.memory_bytes >= m
+            and (not g or (w.device.type is DeviceType.GPU and count >= g))
+            and (not u or (w.device.type is DeviceType.TPU and count >= u))
+        ):
             return True
     return False
 
@@ -99,8 +104,12 @@ class ShapeAnalysis:
         return last.cumulative > 0
 
 
-def analyse_job(job: JobSpec, workers: Sequence[WorkerSpec], groups: Sequence[GroupSpec] = (),
-                attributes: Sequence[Mapping[str, str]] | None = None) -> ShapeAnalysis:
+def analyse_job(
+    job: JobSpec,
+    workers: Sequence[WorkerSpec],
+    groups: Sequence[GroupSpec] = (),
+    attributes: Sequence[Mapping[str, str]] | None = None,
+) -> ShapeAnalysis:
     """The requirement-by-requirement analysis of ``job`` over ``workers`` (and ``groups``).
 
     ``attributes``, when given, is each worker's ``placement.worker_attributes`` (in ``workers``'
@@ -128,8 +137,12 @@ def analyse_job(job: JobSpec, workers: Sequence[WorkerSpec], groups: Sequence[Gr
     if devices:
         kind = "GPU" if gpu else "TPU chip"
         dtype = job.resources.device.type
-        add("devices", f"{devices} {kind}{'s' if devices != 1 else ''}", devices,
-            lambda i: healthy[i].device.type is dtype and healthy[i].device.count >= devices)
+        add(
+            "devices",
+            f"{devices} {kind}{'s' if devices != 1 else ''}",
+            devices,
+            lambda i: healthy[i].device.type is dtype and healthy[i].device.count >= devices,
+        )
     if cpu:
         add("cpu", "cpu", cpu, lambda i: healthy[i].cpu_millicores >= cpu)
     if mem:
@@ -145,23 +158,31 @@ def analyse_job(job: JobSpec, workers: Sequence[WorkerSpec], groups: Sequence[Gr
                     sizes[value] = sizes.get(value, 0) + 1
             return max(sizes.values(), default=0)
 
-        reqs.append(Requirement("group", f"{need} workers in one '{job.group_by}' group", need,
-                                largest_group(range(len(healthy))), largest_group(alive)))
+        reqs.append(
+            Requirement(
+                "group",
+                f"{need} workers in one '{job.group_by}' group",
+                need,
+                largest_group(range(len(healthy))),
+                largest_group(alive),
+            )
+        )
     largest = None
     if constrained:
-        best = max(constrained, key=lambda i: (healthy[i].device.count, healthy[i].cpu_millicores,
-                                                 healthy[i].memory_bytes))
+        best = max(
+            constrained, key=lambda i: (healthy[i].device.count, healthy[i].cpu_millicores, healthy[i].memory_bytes)
+        )
         w = healthy[best]
         largest = (w.cpu_millicores, w.memory_bytes, w.device.count)
-    analysis = ShapeAnalysis(tuple(reqs), len(healthy), len(alive), largest, None,
-                             tuple(healthy[i].id for i in alive))
+    analysis = ShapeAnalysis(tuple(reqs), len(healthy), len(alive), largest, None, tuple(healthy[i].id for i in alive))
     if analysis.fits_when_idle:
         return analysis
     group = slice_group(job, groups)
     if group is None:
         return analysis
-    return ShapeAnalysis(analysis.requirements, analysis.healthy, analysis.matching, analysis.largest, group,
-                         analysis.matching_ids)
+    return ShapeAnalysis(
+        analysis.requirements, analysis.healthy, analysis.matching, analysis.largest, group, analysis.matching_ids
+    )
 
 
 def slice_group(job: JobSpec, groups: Sequence[GroupSpec]) -> str | None:
@@ -178,8 +199,10 @@ def slice_group(job: JobSpec, groups: Sequence[GroupSpec]) -> str | None:
             zones.update(c.value)
     chips = request_tuple(job.resources)[3]
     group = group_for(
-        PendingTpuJob(job.id, job.resources.device.variant, chips, job.replicas, job.group_by is not None,
-                      frozenset(zones)), groups
+        PendingTpuJob(
+            job.id, job.resources.device.variant, chips, job.replicas, job.group_by is not None, frozenset(zones)
+        ),
+        groups,
     )
     return group.name if group is not None else None
 

@@ -146,8 +146,9 @@ class WorkerPool:
 
     def capacity_left(self) -> CapacityLeft:
         """The free capacity as it stands now (after the placements made so far)."""
-        return CapacityLeft(tuple(self.ids), tuple(self.cpu), tuple(self.mem), tuple(self.gpu), tuple(self.tpu),
-                            tuple(self.building))
+        return CapacityLeft(
+            tuple(self.ids), tuple(self.cpu), tuple(self.mem), tuple(self.gpu), tuple(self.tpu), tuple(self.building)
+        )
 
     def has_build_slot(self, w: int) -> bool:
         """Fewer than ``max_building_tasks`` ASSIGNED or BUILDING tasks on ``w``."""
@@ -156,7 +157,10 @@ class WorkerPool:
     def has_room(self, w: int, shape: Shape) -> bool:
         """Enough free CPU, memory, GPUs and TPU chips on ``w`` for one task of ``shape`` (no caps)."""
         return (
-            self.cpu[w] >= shape.cpu and self.mem[w] >= shape.mem and self.gpu[w] >= shape.gpu and self.tpu[w] >= shape.tpu
+            self.cpu[w] >= shape.cpu
+            and self.mem[w] >= shape.mem
+            and self.gpu[w] >= shape.gpu
+            and self.tpu[w] >= shape.tpu
         )
 
     def fits(self, w: int, shape: Shape) -> bool:
@@ -374,7 +378,9 @@ class ShapeBook:
         matching = self._matching_sets.get(c)
         if matching is None:
             key, value, op = c.key, c.value, c.op
-            any_variant = key == DEVICE_VARIANT_KEY and (value == ANY_VARIANT or (op is ConstraintOp.IN and ANY_VARIANT in value))
+            any_variant = key == DEVICE_VARIANT_KEY and (
+                value == ANY_VARIANT or (op is ConstraintOp.IN and ANY_VARIANT in value)
+            )
             if any_variant or op not in (ConstraintOp.EQ, ConstraintOp.IN, ConstraintOp.NE):
                 rank = self.pool.rank
                 matching = frozenset([rank[w] for w in filter_workers(self.pool.by_id, self.pool.attrs, c)])

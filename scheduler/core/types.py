@@ -210,8 +210,9 @@ class TaskSnapshot:
 
 
 _new = object.__new__
-(_set_id, _set_job_id, _set_index, _set_state, _set_worker, _set_band, _set_preemption_count,
- _set_unfinished) = (TaskSnapshot.__dict__[f.name].__set__ for f in fields(TaskSnapshot))
+(_set_id, _set_job_id, _set_index, _set_state, _set_worker, _set_band, _set_preemption_count, _set_unfinished) = (
+    TaskSnapshot.__dict__[f.name].__set__ for f in fields(TaskSnapshot)
+)
 
 
 def task_snapshot(id, job_id, index, state, worker, band, preemption_count, unfinished_attempt_worker) -> TaskSnapshot:

@@ -16,8 +16,16 @@ EXACT_BELOW = 10_000
 
 # Largest first; at equal size the binary unit first (the cluster's hosts declare binary sizes).
 SIZE_UNITS = (
-    ("PiB", 1 << 50), ("PB", 10**15), ("TiB", 1 << 40), ("TB", 10**12), ("GiB", GIB), ("GB", 10**9),
-    ("MiB", MIB), ("MB", 10**6), ("KiB", KIB), ("kB", 10**3),
+    ("PiB", 1 << 50),
+    ("PB", 10**15),
+    ("TiB", 1 << 40),
+    ("TB", 10**12),
+    ("GiB", GIB),
+    ("GB", 10**9),
+    ("MiB", MIB),
+    ("MB", 10**6),
+    ("KiB", KIB),
+    ("kB", 10**3),
 )
 
 

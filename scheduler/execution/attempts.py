@@ -54,8 +54,6 @@ JOB_OUTCOME_ORDER = (
 
 
 @dataclass
-
-
 class ApplyOutcome:
     applied: int = 0
     ignored: int = 0
@@ -83,8 +81,9 @@ def apply_report(report: AttemptReport, now: datetime) -> bool:
         if attempt is None:
             return False
         if report.worker is not None and attempt["worker__name"] != report.worker:
-            log.warning("ignoring report from %s about %s, which runs on %s", report.worker, report.ref,
-                        attempt["worker__name"])
+            log.warning(
+                "ignoring report from %s about %s, which runs on %s", report.worker, report.ref, attempt["worker__name"]
+            )
             return False
         if report.status.is_terminal:
             return _finish(report, attempt, now)
@@ -140,7 +139,9 @@ def _finish(report: AttemptReport, attempt: dict[str, Any], now: datetime) -> bo
         # A success is routine, one a task (dozens a minute under the demo): DEBUG. Any other
         # end (failed, worker lost) is news for whoever reads the log.
         level = logging.DEBUG if report.status.value == "succeeded" else logging.INFO
-        log.log(level, "task %s attempt %s %s%s", task_pk, number, report.status.value, f": {message}" if message else "")
+        log.log(
+            level, "task %s attempt %s %s%s", task_pk, number, report.status.value, f": {message}" if message else ""
+        )
     return True
 
 
@@ -168,7 +169,9 @@ def report_message(report: AttemptReport) -> str:
 
 def lock_jobs(job_pks: Iterable[int]) -> None:
     """Lock the job rows ``job_pks`` until commit, in id order (a no-op on SQLite)."""
-    list(Job.objects.select_for_update().filter(pk__in=sorted(set(job_pks))).order_by("pk").values_list("pk", flat=True))
+    list(
+        Job.objects.select_for_update().filter(pk__in=sorted(set(job_pks))).order_by("pk").values_list("pk", flat=True)
+    )
 
 
 def lock_job_of(task_pk: int) -> None:
@@ -184,8 +187,16 @@ def _end_task_attempt(task_pk: int, number: int, status: AttemptStatus, now: dat
     task = (
         Task.objects.filter(pk=task_pk)
         .values(
-            "state", "attempt_count", "preemption_count", "failure_count", "index", "job_id", "job__name",
-            "job__group_by", "job__max_retries_failure", "job__max_retries_preemption",
+            "state",
+            "attempt_count",
+            "preemption_count",
+            "failure_count",
+            "index",
+            "job_id",
+            "job__name",
+            "job__group_by",
+            "job__max_retries_failure",
+            "job__max_retries_preemption",
         )
         .first()
     )
@@ -265,9 +276,7 @@ def finish_jobs(job_pks: Iterable[int], now: datetime) -> None:
     job_pks = sorted(set(job_pks))
     lock_jobs(job_pks)
     for job_pk in job_pks:
-        counts = dict(
-            Task.objects.filter(job_id=job_pk).order_by().values_list("state").annotate(n=Count("pk"))
-        )
+        counts = dict(Task.objects.filter(job_id=job_pk).order_by().values_list("state").annotate(n=Count("pk")))
         if not counts or any(state in NON_TERMINAL_VALUES for state in counts):
             continue
         outcome = JobState.SUCCEEDED

@@ -60,8 +60,6 @@ RETRY_MAX_SECONDS = 300
 
 
 @dataclass
-
-
 class DrainResult:
     """What one drain did, by outcome."""
 
@@ -83,7 +81,9 @@ def release_lease(holder: str) -> None:
     lease.release(LEASE_NAME, holder)
 
 
-def drain(now: datetime | None = None, *, batch_size: int = BATCH_SIZE, max_batches: int = MAX_BATCHES) -> DrainResult | None:
+def drain(
+    now: datetime | None = None, *, batch_size: int = BATCH_SIZE, max_batches: int = MAX_BATCHES
+) -> DrainResult | None:
     """Deliver due intents in id order. Returns None when another drain holds the lease."""
     holder = uuid.uuid4().hex
     if not acquire_lease(holder, now or timezone.now()):
@@ -111,7 +111,12 @@ def drain(now: datetime | None = None, *, batch_size: int = BATCH_SIZE, max_batc
         log.log(
             logging.INFO if result.retried or result.failed else logging.DEBUG,
             "dispatch: %d delivered, %d done, %d finished, %d held, %d retrying, %d failed",
-            result.delivered, result.done, result.finished, result.held, result.retried, result.failed,
+            result.delivered,
+            result.done,
+            result.finished,
+            result.held,
+            result.retried,
+            result.failed,
         )
     return result
 
@@ -191,8 +196,12 @@ def worker_room(batch: list[DispatchIntent]) -> dict[int, Room]:
         .exclude(Exists(never_sent))
         .order_by()
         .values_list(
-            "worker_id", "task__job__cpu_millicores", "task__job__memory_bytes", "task__job__device_type",
-            "task__job__device_variant", "task__job__device_count",
+            "worker_id",
+            "task__job__cpu_millicores",
+            "task__job__memory_bytes",
+            "task__job__device_type",
+            "task__job__device_variant",
+            "task__job__device_count",
         )
         .annotate(n=Count("pk"))
     )
@@ -307,7 +316,9 @@ def deliver_batch(batch: list[DispatchIntent], now: datetime, result: DrainResul
     if failures:
         record_failures(failures, now, result)
     if finished:
-        end_attempts(finished, AttemptStatus.PREEMPTED, "stopped: the backend has nothing running for this attempt", now)
+        end_attempts(
+            finished, AttemptStatus.PREEMPTED, "stopped: the backend has nothing running for this attempt", now
+        )
         result.finished += len(finished)
 
 
@@ -346,15 +357,27 @@ def record_failures(failures: list[tuple[DispatchIntent, int, str, bool]], now: 
     given_up: list[DispatchIntent] = []
     for intent, tries, error, permanent in failures:
         if permanent or tries >= settings.DISPATCH_MAX_TRIES:
-            updates.append(DispatchIntent(pk=intent.pk, state=FAILED, next_try_at=None, last_error=error, updated_at=now))
+            updates.append(
+                DispatchIntent(pk=intent.pk, state=FAILED, next_try_at=None, last_error=error, updated_at=now)
+            )
             given_up.append(intent)
             result.failed += 1
-            log.error("dispatch gave up on %s after %d tries: %s", intent, tries, error,
-                      extra={"task": f"{intent.task.job.name}/{intent.task.index}", "attempt": intent.attempt_number,
-                             "worker": intent.worker.name if intent.worker else None})
+            log.error(
+                "dispatch gave up on %s after %d tries: %s",
+                intent,
+                tries,
+                error,
+                extra={
+                    "task": f"{intent.task.job.name}/{intent.task.index}",
+                    "attempt": intent.attempt_number,
+                    "worker": intent.worker.name if intent.worker else None,
+                },
+            )
         else:
             at = now + timedelta(seconds=retry_delay(tries))
-            updates.append(DispatchIntent(pk=intent.pk, state=PENDING, next_try_at=at, last_error=error, updated_at=now))
+            updates.append(
+                DispatchIntent(pk=intent.pk, state=PENDING, next_try_at=at, last_error=error, updated_at=now)
+            )
             result.retried += 1
         instruments.record_delivery_failure(intent, gave_up=permanent or tries >= settings.DISPATCH_MAX_TRIES)
     DispatchIntent.objects.bulk_update(updates, ["state", "next_try_at", "last_error", "updated_at"])
@@ -362,7 +385,9 @@ def record_failures(failures: list[tuple[DispatchIntent, int, str, bool]], now: 
     if starts:
         # The task cannot start where it was placed: end the attempt as lost, so it retries elsewhere.
         end_attempts(
-            starts, AttemptStatus.WORKER_LOST, "could not be delivered to its worker; see the dispatch intent's last error",
+            starts,
+            AttemptStatus.WORKER_LOST,
+            "could not be delivered to its worker; see the dispatch intent's last error",
             now,
         )
 

@@ -43,8 +43,12 @@ def issue_worker_credential(name: Any, *, by: str) -> str:
         WorkerCredential.objects.update_or_create(
             worker_name=worker_name, defaults={"digest": hash_token(credential), "created_by": by[:150]}
         )
-    log.info("credential of worker %s minted by %s", worker_name, by,
-             extra={"worker": worker_name, "actor": by, "action": "worker.credential"})
+    log.info(
+        "credential of worker %s minted by %s",
+        worker_name,
+        by,
+        extra={"worker": worker_name, "actor": by, "action": "worker.credential"},
+    )
     return credential
 
 
@@ -60,8 +64,12 @@ def revoke_worker_credential(name: Any, *, by: str) -> None:
     deleted, _ = WorkerCredential.objects.filter(worker_name=worker_name).delete()
     if not deleted:
         raise NotFound(f"worker {worker_name} has no credential", field="name")
-    log.info("credential of worker %s revoked by %s", worker_name, by,
-             extra={"worker": worker_name, "actor": by, "action": "worker.credential_revoke"})
+    log.info(
+        "credential of worker %s revoked by %s",
+        worker_name,
+        by,
+        extra={"worker": worker_name, "actor": by, "action": "worker.credential_revoke"},
+    )
 
 
 def worker_for_credential(credential: str) -> str | None:

@@ -101,7 +101,7 @@ def store_chunk(task_pk: int, attempt: int, offset: int, data: bytes) -> ShipOut
             return ShipOutcome(size=end, truncated=True)
         if offset > stored:
             return ShipOutcome(size=stored, truncated=False)
-        new = data[stored - offset:]
+        new = data[stored - offset :]
         room = limit - stored
         handle.write(new[:room])
         if len(new) > room:

@@ -184,9 +184,7 @@ def stuck_intents(now: datetime | None = None) -> QuerySet[DispatchIntent]:
 def intent_counts(now: datetime | None = None) -> dict[str, int]:
     """``{"pending": n, "delivered": n, "failed": n, "stuck": n}`` for open and failed intents (two queries)."""
     counts = {state: 0 for state in (PENDING, DELIVERED, FAILED)}
-    for state, n in (
-        DispatchIntent.objects.exclude(state=DONE).order_by().values_list("state").annotate(n=Count("pk"))
-    ):
+    for state, n in DispatchIntent.objects.exclude(state=DONE).order_by().values_list("state").annotate(n=Count("pk")):
         counts[state] = n
     counts["stuck"] = stuck_intents(now).count()
     return {str(k): v for k, v in counts.items()}

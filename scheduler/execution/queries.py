@@ -1,5 +1,4 @@
-"""Read side of workers: the worker list with its load, for the API and the console.
-"""
+"""Read side of workers: the worker list with its load, for the API and the console."""
 
 from __future__ import annotations
 
@@ -14,9 +13,9 @@ from scheduler.store.states import ACTIVE_VALUES
 
 def workers_with_load() -> QuerySet[Worker]:
     """Workers by name, with how many tasks are active on each (one query)."""
-    return Worker.objects.annotate(
-        active_tasks=Count("tasks", filter=Q(tasks__state__in=ACTIVE_VALUES))
-    ).order_by("name")
+    return Worker.objects.annotate(active_tasks=Count("tasks", filter=Q(tasks__state__in=ACTIVE_VALUES))).order_by(
+        "name"
+    )
 
 
 def workers_by_name() -> QuerySet[Worker]:
@@ -30,18 +29,22 @@ def with_active_tasks(workers: list[Worker]) -> list[Worker]:
     One grouped query over the tasks of these workers only, so a page of a large cluster costs
     what the page holds, not what the cluster does.
     """
-    counts = dict(
-        Task.objects.filter(worker_id__in=[w.pk for w in workers], state__in=ACTIVE_VALUES)
-        .order_by().values_list("worker_id").annotate(n=Count("id"))
-    ) if workers else {}
+    counts = (
+        dict(
+            Task.objects.filter(worker_id__in=[w.pk for w in workers], state__in=ACTIVE_VALUES)
+            .order_by()
+            .values_list("worker_id")
+            .annotate(n=Count("id"))
+        )
+        if workers
+        else {}
+    )
     for worker in workers:
         worker.active_tasks = counts.get(worker.pk, 0)
     return workers
 
 
 @dataclass
-
-
 class WorkerUse:
     """What a worker's unfinished attempts hold (the scheduler counts the same)."""
 
@@ -60,7 +63,8 @@ def worker_use(worker_pks: list[int]) -> dict[int, WorkerUse]:
     use = {pk: WorkerUse() for pk in worker_pks}
     rows = (
         Attempt.objects.filter(worker_id__in=worker_pks, finished_at__isnull=True)
-        .order_by().values_list("worker_id")
+        .order_by()
+        .values_list("worker_id")
         .annotate(
             cpu=Sum("task__job__cpu_millicores"),
             mem=Sum("task__job__memory_bytes"),
@@ -78,7 +82,8 @@ def worker_tasks(worker_pks: list[int]) -> dict[int, list[Task]]:
     result: dict[int, list[Task]] = {pk: [] for pk in worker_pks}
     for task in (
         Task.objects.filter(worker_id__in=worker_pks, state__in=ACTIVE_VALUES)
-        .select_related("job").only("index", "state", "band", "worker_id", "job__name", "job__user")
+        .select_related("job")
+        .only("index", "state", "band", "worker_id", "job__name", "job__user")
         .order_by("job__name", "index")
     ):
         result[task.worker_id].append(task)

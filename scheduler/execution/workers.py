@@ -41,7 +41,13 @@ log = logging.getLogger(__name__)
 
 
 def upsert_worker(
-    *, name: Any, cpu: Any, memory: Any, device: Any = None, attributes: Any = None, backend: Any = "local",
+    *,
+    name: Any,
+    cpu: Any,
+    memory: Any,
+    device: Any = None,
+    attributes: Any = None,
+    backend: Any = "local",
     by: str,
 ) -> tuple[Worker, bool]:
     """Register or re-register a worker by name: its declared capacity, healthy, heartbeat now.
@@ -86,13 +92,24 @@ def parse_backend(value: Any, name: str = "backend") -> str:
 
 
 def register_worker(
-    actor, *, name: Any, cpu: Any = None, memory: Any = None, device: Any = None, attributes: Any = None,
+    actor,
+    *,
+    name: Any,
+    cpu: Any = None,
+    memory: Any = None,
+    device: Any = None,
+    attributes: Any = None,
     backend: Any = "local",
 ) -> tuple[Worker, bool]:
     """Operators (or worker agents signed in as one) register a worker: :func:`upsert_worker`."""
     require_operator(actor, "register workers")
     return upsert_worker(
-        name=name, cpu=cpu, memory=memory, device=device, attributes=attributes, backend=backend,
+        name=name,
+        cpu=cpu,
+        memory=memory,
+        device=device,
+        attributes=attributes,
+        backend=backend,
         by=actor.username,
     )
 
@@ -155,11 +172,21 @@ def _set_draining(actor, name: Any, *, draining: bool) -> Worker:
             Worker.objects.filter(pk=worker.pk).update(draining=draining)
             worker.draining = draining
         AuditEntry.objects.create(
-            actor=actor, actor_name=actor.username, action=f"worker.{verb}", target=f"worker {worker_name}",
-            before={"draining": before}, after={"draining": draining}, reason="",
+            actor=actor,
+            actor_name=actor.username,
+            action=f"worker.{verb}",
+            target=f"worker {worker_name}",
+            before={"draining": before},
+            after={"draining": draining},
+            reason="",
         )
-    log.info("worker %s %sed by %s", worker_name, verb, actor.username,
-             extra={"worker": worker_name, "actor": actor.username, "action": f"worker.{verb}"})
+    log.info(
+        "worker %s %sed by %s",
+        worker_name,
+        verb,
+        actor.username,
+        extra={"worker": worker_name, "actor": actor.username, "action": f"worker.{verb}"},
+    )
     return worker
 
 
@@ -204,9 +231,7 @@ def declare_worker_lost(worker_pk: int, now: datetime, reason: str, *, cutoff: d
             Attempt.objects.filter(worker_id=worker_pk, finished_at__isnull=True).values_list("task_id", "number")
         )
         for task_pk, number in unfinished:
-            apply_report(
-                AttemptReport(AttemptRef(task_pk, number), AttemptStatus.WORKER_LOST, message=reason), now
-            )
+            apply_report(AttemptReport(AttemptRef(task_pk, number), AttemptStatus.WORKER_LOST, message=reason), now)
     return True
 
 
@@ -259,7 +284,9 @@ def reconcile(worker_pk: int, worker_name: str, running: set[tuple[int, int]], n
                 acknowledged.append(key)
             continue
         if state not in ACTIVE_VALUES:
-            reports.append(AttemptReport(AttemptRef(*key), AttemptStatus.PREEMPTED, message="not running on its worker"))
+            reports.append(
+                AttemptReport(AttemptRef(*key), AttemptStatus.PREEMPTED, message="not running on its worker")
+            )
         elif start == DispatchIntent.State.DONE:
             reports.append(
                 AttemptReport(

@@ -95,7 +95,8 @@ def preview_cancel(actor, selection: Selection) -> BulkCancel:
     require_authenticated(actor)
     roots = _selected_roots(actor, selection, lock=False)
     pks = list(
-        Job.objects.filter(pk__in=_with_descendants([pk for pk, _ in roots])).exclude(state__in=TERMINAL_JOB_VALUES)
+        Job.objects.filter(pk__in=_with_descendants([pk for pk, _ in roots]))
+        .exclude(state__in=TERMINAL_JOB_VALUES)
         .values_list("pk", flat=True)
     )
     tasks = Task.objects.filter(job_id__in=pks, state__in=NON_TERMINAL_VALUES).count()
@@ -110,10 +111,20 @@ def cancel_jobs(actor, selection: Selection) -> BulkCancel:
     with transaction.atomic():
         roots = _selected_roots(actor, selection, lock=True)
         jobs, killed_tasks = _kill(actor, roots, now)
-    log.info("%d job(s) cancelled in bulk by %s (%d jobs with descendants, %d tasks)", len(roots), actor.username,
-             len(jobs), killed_tasks,
-             extra={"actor": actor.username, "jobs": len(jobs), "tasks": killed_tasks, "action": "job.cancel_bulk",
-                    "target": "filter" if selection.filter is not None else "ids"})
+    log.info(
+        "%d job(s) cancelled in bulk by %s (%d jobs with descendants, %d tasks)",
+        len(roots),
+        actor.username,
+        len(jobs),
+        killed_tasks,
+        extra={
+            "actor": actor.username,
+            "jobs": len(jobs),
+            "tasks": killed_tasks,
+            "action": "job.cancel_bulk",
+            "target": "filter" if selection.filter is not None else "ids",
+        },
+    )
     return BulkCancel(selected=sorted(name for _, name in roots), jobs=len(jobs), tasks=killed_tasks)
 
 
@@ -150,7 +161,7 @@ def _selected_roots(actor, selection: Selection, *, lock: bool) -> list[tuple[in
         rows = Job.objects.filter(name__in=names).exclude(state__in=TERMINAL_JOB_VALUES)
     if lock:
         rows = rows.select_for_update()
-    roots = list(rows.order_by("pk").values_list("pk", "name")[:MAX_BULK_CANCEL_JOBS + 1])
+    roots = list(rows.order_by("pk").values_list("pk", "name")[: MAX_BULK_CANCEL_JOBS + 1])
     if len(roots) > MAX_BULK_CANCEL_JOBS:
         raise FailedPrecondition(
             f"the selection has more than {MAX_BULK_CANCEL_JOBS:,} unfinished jobs; narrow it", field="filter"
@@ -180,7 +191,9 @@ def _kill(actor, roots: list[tuple[int, str]], now: datetime) -> tuple[dict[int,
     # Every job of the trees locked, in id order (a child's id is above its parent's): job rows
     # before task rows, the order the tick and the attempt reports lock in, so none of them
     # waits on another in a cycle.
-    jobs = dict(tree.exclude(state__in=TERMINAL_JOB_VALUES).select_for_update().order_by("pk").values_list("pk", "name"))
+    jobs = dict(
+        tree.exclude(state__in=TERMINAL_JOB_VALUES).select_for_update().order_by("pk").values_list("pk", "name")
+    )
     active = Attempt.objects.filter(task__job_id__in=list(jobs), state__in=ACTIVE_VALUES)
     # Their processes still run: STOP intents tell the workers (delivered after commit).
     write_stop_intents(active.values_list("task_id", "number", "worker_id"), f"Killed by {actor.username}", now)
@@ -192,7 +205,16 @@ def _kill(actor, roots: list[tuple[int, str]], now: datetime) -> tuple[dict[int,
         state=JobState.KILLED.value, finished_at=now
     )
     for _, name in roots:
-        log.info("job %s cancelled by %s", name, actor.username,
-                 extra={"job": name, "actor": actor.username, "jobs": len(jobs), "tasks": killed_tasks,
-                        "action": "job.cancel"})
+        log.info(
+            "job %s cancelled by %s",
+            name,
+            actor.username,
+            extra={
+                "job": name,
+                "actor": actor.username,
+                "jobs": len(jobs),
+                "tasks": killed_tasks,
+                "action": "job.cancel",
+            },
+        )
     return jobs, killed_tasks

@@ -1,5 +1,4 @@
-"""Why a job is where it is: one job's explanation from the queue index and its rows.
-"""
+"""Why a job is where it is: one job's explanation from the queue index and its rows."""
 
 from __future__ import annotations
 
@@ -42,8 +41,14 @@ NOT_YET_TICKED = {"code": "not_yet_ticked"}
 
 
 def not_yet_ticked_data() -> dict:
-    return {"code": "not_yet_ticked", "text": pending_text(NOT_YET_TICKED), "band": None, "position": None,
-            "band_pending": None, "tick": None}
+    return {
+        "code": "not_yet_ticked",
+        "text": pending_text(NOT_YET_TICKED),
+        "band": None,
+        "position": None,
+        "band_pending": None,
+        "tick": None,
+    }
 
 
 # Task states counted as "running" in a job's band summary (placed, stamped with a band).
@@ -137,28 +142,65 @@ def priority_factors(job: Job, index: QueueIndex, first: QueueEntry | None) -> d
     tick_ms = index.tick_now_ms
     spends = ", ".join(f"{u} {number(s)}" for u, s in users)
     factors = [
-        ("effective_band", "Effective band", first.band.wire, first.band.name,
-         f"requested {requested.name}; {downgrade}" if downgrade else f"requested {requested.name}, queued as requested"),
-        ("round_robin_turn", "Round-robin turn", turn,
-         f"{ordinal(turn)} of {len(users)} users" if place and turn else None,
-         f"{job.user} goes {ordinal(turn)} in {first.band.name}: users take turns, lower spend first "
-         f"(spend at tick {tick}: {spends})" if place else None),
-        ("own_tasks_ahead", "Own tasks ahead", place.ahead_own if place else None,
-         number(place.ahead_own) if place else None,
-         f"{job.user}'s own tasks ahead of it in {first.band.name}, ordered by the factors below"),
+        (
+            "effective_band",
+            "Effective band",
+            first.band.wire,
+            first.band.name,
+            f"requested {requested.name}; {downgrade}"
+            if downgrade
+            else f"requested {requested.name}, queued as requested",
+        ),
+        (
+            "round_robin_turn",
+            "Round-robin turn",
+            turn,
+            f"{ordinal(turn)} of {len(users)} users" if place and turn else None,
+            f"{job.user} goes {ordinal(turn)} in {first.band.name}: users take turns, lower spend first "
+            f"(spend at tick {tick}: {spends})"
+            if place
+            else None,
+        ),
+        (
+            "own_tasks_ahead",
+            "Own tasks ahead",
+            place.ahead_own if place else None,
+            number(place.ahead_own) if place else None,
+            f"{job.user}'s own tasks ahead of it in {first.band.name}, ordered by the factors below",
+        ),
         ("requested_band", "Requested band", requested.wire, requested.name, "higher requested bands first"),
-        ("depth", "Depth", job.depth, f"{job.depth} ({'root job' if job.depth <= 1 else 'child job'})",
-         "deeper jobs (children) first"),
-        ("root_submitted_at_ms", "Job tree submitted", job.root_submitted_at_ms,
-         submitted_text(job.root_submitted_at_ms, tick_ms, tick), "older job trees first"),
-        ("submitted_at_ms", "Job submitted", job.submitted_at_ms,
-         submitted_text(job.submitted_at_ms, tick_ms, tick), "older jobs first, then job id"),
+        (
+            "depth",
+            "Depth",
+            job.depth,
+            f"{job.depth} ({'root job' if job.depth <= 1 else 'child job'})",
+            "deeper jobs (children) first",
+        ),
+        (
+            "root_submitted_at_ms",
+            "Job tree submitted",
+            job.root_submitted_at_ms,
+            submitted_text(job.root_submitted_at_ms, tick_ms, tick),
+            "older job trees first",
+        ),
+        (
+            "submitted_at_ms",
+            "Job submitted",
+            job.submitted_at_ms,
+            submitted_text(job.submitted_at_ms, tick_ms, tick),
+            "older jobs first, then job id",
+        ),
         ("task_index", "Task index", first.index, number(first.index), "lower indices first"),
     ]
     out = []
     for factor, label, value, text, detail in factors:
-        item = {"factor": factor, "label": label, "value": value, "text": text if text is not None else "—",
-                "detail": detail}
+        item = {
+            "factor": factor,
+            "label": label,
+            "value": value,
+            "text": text if text is not None else "—",
+            "detail": detail,
+        }
         if factor == "round_robin_turn":
             item["users"] = [{"user": u, "spend": s} for u, s in users]
         out.append(item)
@@ -192,7 +234,8 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         index = queue_index()
     last = Attempt.objects.filter(task=OuterRef("pk")).order_by("-number")
     task_rows = list(
-        Task.objects.filter(job=job).order_by("index")
+        Task.objects.filter(job=job)
+        .order_by("index")
         .annotate(last_band=Subquery(last.values("band")[:1]), last_worker=Subquery(last.values("worker__name")[:1]))
         .values_list("index", "state", "band", "worker__name", "last_band", "last_worker")
     )
@@ -209,23 +252,30 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         queued = None
         if entry is not None:
             queued = entry.as_data()
-            if state == TaskState.PENDING.value and (first is None or (entry.band, entry.position) < (first.band, first.position)):
+            if state == TaskState.PENDING.value and (
+                first is None or (entry.band, entry.position) < (first.band, first.position)
+            ):
                 first = entry
         elif state == TaskState.PENDING.value:
             queued = not_yet_ticked_data()
         pending = state == TaskState.PENDING.value
         estimate = estimates.get(task_id, NOT_ESTIMATED) if pending else None
-        tasks.append({
-            "task": task_id, "state": state,
-            "band": (entry.band if entry is not None else effective) if pending else shown_band,
-            "requested_band": requested, "stamped_band": stamped, "worker": worker,
-            "position": entry.position if entry is not None else None,
-            "band_pending": entry.band_count if entry is not None else None,
-            "changed_since_tick": entry is not None and not pending,
-            "pending_reason": queued,
-            "estimated_start": estimate.data() if estimate else None,
-            "estimated_start_reason": estimate.reason if estimate else "",
-        })
+        tasks.append(
+            {
+                "task": task_id,
+                "state": state,
+                "band": (entry.band if entry is not None else effective) if pending else shown_band,
+                "requested_band": requested,
+                "stamped_band": stamped,
+                "worker": worker,
+                "position": entry.position if entry is not None else None,
+                "band_pending": entry.band_count if entry is not None else None,
+                "changed_since_tick": entry is not None and not pending,
+                "pending_reason": queued,
+                "estimated_start": estimate.data() if estimate else None,
+                "estimated_start_reason": estimate.reason if estimate else "",
+            }
+        )
 
     # A finished job's band is what it ran as, whatever its user's spend is now: no downgrade.
     ran = ran_as(tasks) if finished else None
@@ -233,8 +283,11 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         effective = ran if ran is not None else requested
     downgrade = None
     if not finished and effective != requested:
-        downgrade = {"spend": spend_now, "limit": budget.budget_limit,
-                     "text": downgrade_text(requested, spend_now, budget.budget_limit)}
+        downgrade = {
+            "spend": spend_now,
+            "limit": budget.budget_limit,
+            "text": downgrade_text(requested, spend_now, budget.budget_limit),
+        }
 
     events = list(
         PreemptionEvent.objects.filter(victim__job=job)
@@ -297,16 +350,31 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         "priority": priority_factors(job, index, first),
         "tasks": tasks,
         "preemptions": preempted,
-        "what_would_change": what_would_change(job, requested, effective, spend_now, budget, pending,
-                                               first.position if first else None,
-                                               first.cause if first else None,
-                                               first.band if first else None, never),
+        "what_would_change": what_would_change(
+            job,
+            requested,
+            effective,
+            spend_now,
+            budget,
+            pending,
+            first.position if first else None,
+            first.cause if first else None,
+            first.band if first else None,
+            never,
+        ),
     }
 
 
 def what_would_change(
-    job: Job, requested: Band, effective: Band, spend: int, budget: BudgetSpec, pending: list[dict],
-    position: int | None, pending_reason: str | None, queued_band: Band | None = None,
+    job: Job,
+    requested: Band,
+    effective: Band,
+    spend: int,
+    budget: BudgetSpec,
+    pending: list[dict],
+    position: int | None,
+    pending_reason: str | None,
+    queued_band: Band | None = None,
     never: NeverFits | None = None,
 ) -> str:
     """One paragraph a researcher can act on; it starts from the verdict: a job that can never
@@ -317,9 +385,11 @@ def what_would_change(
         return "Nothing is waiting: every unfinished task of this job is placed."
     parts = []
     if never is not None:
-        parts.append(f"Only a change of the request or of the cluster: it can never run on the cluster as it is "
-                     f"({never.text()}). Ask for what a worker has (cancel it and submit again), or ask an operator "
-                     f"for a worker that meets every requirement; waiting and its place in the queue change nothing.")
+        parts.append(
+            f"Only a change of the request or of the cluster: it can never run on the cluster as it is "
+            f"({never.text()}). Ask for what a worker has (cancel it and submit again), or ask an operator "
+            f"for a worker that meets every requirement; waiting and its place in the queue change nothing."
+        )
     if effective != requested:
         parts.append(
             f"{job.user}'s spend ({spend:,}) is over the limit ({budget.budget_limit:,}), so pending tasks queue as "

@@ -28,11 +28,20 @@ from scheduler.store.states import ACTIVE_VALUES, TERMINAL_JOB_VALUES
 def job_spec(job: Job) -> JobSpec:
     """The core's view of a job row's shape (what the analysis reads)."""
     return JobSpec(
-        id=job.name, user=job.user, band=Band(job.band), parent=None, submitted_at_ms=job.submitted_at_ms,
-        root_submitted_at_ms=job.root_submitted_at_ms, replicas=job.replicas,
-        resources=Resources(job.cpu_millicores, job.memory_bytes,
-                            device_from_columns(job.device_type, job.device_variant, job.device_count)),
-        group_by=job.group_by, constraints=constraints_from_json(job.constraints or []),
+        id=job.name,
+        user=job.user,
+        band=Band(job.band),
+        parent=None,
+        submitted_at_ms=job.submitted_at_ms,
+        root_submitted_at_ms=job.root_submitted_at_ms,
+        replicas=job.replicas,
+        resources=Resources(
+            job.cpu_millicores,
+            job.memory_bytes,
+            device_from_columns(job.device_type, job.device_variant, job.device_count),
+        ),
+        group_by=job.group_by,
+        constraints=constraints_from_json(job.constraints or []),
     )
 
 
@@ -44,14 +53,29 @@ def worker_specs() -> list[WorkerSpec]:
     devices: dict[tuple, Device] = {}
     workers = []
     for name, cpu, mem, dtype, variant, count, attributes, healthy, draining in Worker.objects.values_list(
-        "name", "cpu_millicores", "memory_bytes", "device_type", "device_variant", "device_count",
-        "attributes", "healthy", "draining",
+        "name",
+        "cpu_millicores",
+        "memory_bytes",
+        "device_type",
+        "device_variant",
+        "device_count",
+        "attributes",
+        "healthy",
+        "draining",
     ):
         device = devices.get((dtype, variant, count))
         if device is None:
             device = devices[(dtype, variant, count)] = device_from_columns(dtype, variant, count)
-        workers.append(WorkerSpec(name, cpu, mem, device, {str(k): str(v) for k, v in (attributes or {}).items()},
-                                  bool(healthy) and not draining))
+        workers.append(
+            WorkerSpec(
+                name,
+                cpu,
+                mem,
+                device,
+                {str(k): str(v) for k, v in (attributes or {}).items()},
+                bool(healthy) and not draining,
+            )
+        )
     return workers
 
 
@@ -65,8 +89,9 @@ def verdict(analysis: ShapeAnalysis, waiting: bool) -> str:
     return "not_now" if waiting else "fits"
 
 
-def feasibility_data(analysis: ShapeAnalysis, band: Band, held: Callable[[], list[Holder]], waiting: bool,
-                     tick: int | None = None) -> dict:
+def feasibility_data(
+    analysis: ShapeAnalysis, band: Band, held: Callable[[], list[Holder]], waiting: bool, tick: int | None = None
+) -> dict:
     """The served form; ``held`` gives the holders (asked every time, so a page's query count
     does not depend on the verdict; served only for ``not_now``); ``tick`` is the tick the
     workers were read at (None: read now)."""
@@ -80,8 +105,13 @@ def feasibility_data(analysis: ShapeAnalysis, band: Band, held: Callable[[], lis
     return {
         "verdict": outcome,
         "requirements": [
-            {"kind": r.kind, "label": r.label, "need": r.need, "workers_alone": r.alone,
-             "workers_with_previous": r.cumulative}
+            {
+                "kind": r.kind,
+                "label": r.label,
+                "need": r.need,
+                "workers_alone": r.alone,
+                "workers_with_previous": r.cumulative,
+            }
             for r in analysis.requirements
         ],
         "healthy_workers": analysis.healthy,
@@ -91,10 +121,14 @@ def feasibility_data(analysis: ShapeAnalysis, band: Band, held: Callable[[], lis
         ),
         "scale_group": analysis.scale_group,
         "band": band,
-        "held_by": [{"user": h.user, "band": h.band, "tasks": h.tasks, "preemptible": h.preemptible}
-                    for h in holders if h.preemptible],
+        "held_by": [
+            {"user": h.user, "band": h.band, "tasks": h.tasks, "preemptible": h.preemptible}
+            for h in holders
+            if h.preemptible
+        ],
         "held_by_others": {"tasks": sum(h.tasks for h in others), "users": sorted({h.user for h in others})}
-        if others else None,
+        if others
+        else None,
         "as_of_tick": tick,
     }
 
@@ -158,12 +192,25 @@ def holders_of(analysis: ShapeAnalysis, job: JobSpec, band: Band, tick: int | No
             rows = rows.filter(worker__name__in=analysis.matching_ids or ("",))
         counts = {}
         for user, stamped, dtype, variant, count, group_by, worker_variant, n in (
-            rows.values_list("job__user", "band", "job__device_type", "job__device_variant", "job__device_count",
-                             "job__group_by", "worker__device_variant")
-            .annotate(n=Count("pk")).order_by()
+            rows.values_list(
+                "job__user",
+                "band",
+                "job__device_type",
+                "job__device_variant",
+                "job__device_count",
+                "job__group_by",
+                "worker__device_variant",
+            )
+            .annotate(n=Count("pk"))
+            .order_by()
         ):
-            held = HeldWork(user, Band(stamped), device_from_columns(dtype, variant, count), group_by is not None,
-                            worker_variant or None)
+            held = HeldWork(
+                user,
+                Band(stamped),
+                device_from_columns(dtype, variant, count),
+                group_by is not None,
+                worker_variant or None,
+            )
             counts[held] = counts.get(held, 0) + n
         if tick is not None:
             _holder_counts["counts"][key] = counts

@@ -26,6 +26,7 @@ from datetime import UTC, date, datetime, time, timedelta
 
 from django.core import signing
 from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Value, When
+
 # Row-value comparisons, ``(a, b) < (x, y)``: Django's own (composite keys use them; SQLite and
 # PostgreSQL compile them natively), kept in its fields package.
 from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan, TupleLessThan
@@ -147,15 +148,25 @@ def parse_filter(params: Mapping[str, object], *, strict: bool = False) -> JobFi
     before = _instant(given, "submitted_before", end_of_day=True)
     if after is not None and before is not None and after >= before:
         raise InvalidArgument("must be later than submitted_after", field="submitted_before")
-    return JobFilter(user=user, band=band, effective=effective, state=state, route=route, name=name,
-                     submitted_after_ms=after, submitted_before_ms=before, given=given)
+    return JobFilter(
+        user=user,
+        band=band,
+        effective=effective,
+        state=state,
+        route=route,
+        name=name,
+        submitted_after_ms=after,
+        submitted_before_ms=before,
+        given=given,
+    )
 
 
 def parse_view(params: Mapping[str, object]) -> JobView:
     sort = str(params.get("sort") or DEFAULT_SORT).strip()
     if sort.lstrip("-") not in SORTS:
-        raise InvalidArgument(f"unknown column {sort!r}; expected one of {'|'.join(SORTS)} (- first for descending)",
-                              field="sort")
+        raise InvalidArgument(
+            f"unknown column {sort!r}; expected one of {'|'.join(SORTS)} (- first for descending)", field="sort"
+        )
     group = str(params.get("group") or "").strip()
     if group and group not in GROUPS:
         raise InvalidArgument(f"unknown grouping {group!r}; expected one of {'|'.join(GROUPS)}", field="group")
@@ -207,7 +218,9 @@ def downgraded(over_budget: frozenset[str]) -> Q:
 
 def effective_rank(over_budget: frozenset[str]) -> Case:
     """SQL for the effective band's rank of each job (see the module docstring)."""
-    return Case(When(downgraded(over_budget), then=Value(int(Band.BATCH))), default=F("band"), output_field=IntegerField())
+    return Case(
+        When(downgraded(over_budget), then=Value(int(Band.BATCH))), default=F("band"), output_field=IntegerField()
+    )
 
 
 def effective_is(band: Band, over_budget: frozenset[str]) -> Q:
@@ -286,15 +299,22 @@ def parse_cursor(view: JobView, cursor: str) -> tuple[list, str]:
     try:
         data = signing.loads(cursor, salt=CURSOR_SALT)
     except signing.BadSignature:
-        raise InvalidArgument("not a cursor of this table; follow the next and previous links, or start "
-                              "again from the first page", field="cursor") from None
+        raise InvalidArgument(
+            "not a cursor of this table; follow the next and previous links, or start again from the first page",
+            field="cursor",
+        ) from None
     keys = sort_keys(view)
     if not isinstance(data, dict) or data.get("s") != view.sort or data.get("g") != view.group:
-        raise InvalidArgument("this cursor was made for another sort or grouping; start again from the first page",
-                              field="cursor")
+        raise InvalidArgument(
+            "this cursor was made for another sort or grouping; start again from the first page", field="cursor"
+        )
     values, direction = data.get("k"), data.get("d")
-    if (not isinstance(values, list) or len(values) != len(keys) or direction not in (NEXT, PREVIOUS)
-            or not all(isinstance(v, str | int) and not isinstance(v, bool) for v in values)):
+    if (
+        not isinstance(values, list)
+        or len(values) != len(keys)
+        or direction not in (NEXT, PREVIOUS)
+        or not all(isinstance(v, str | int) and not isinstance(v, bool) for v in values)
+    ):
         raise InvalidArgument("not a cursor of this table", field="cursor")
     return values, direction
 
@@ -320,11 +340,14 @@ def _past(keys: list[tuple[str, bool]], values: list, forward: bool) -> Q:
         return rest
     name, group_descending = group[0]
     beyond = "lt" if group_descending == forward else "gt"
-    return Q(**{f"{name}__{beyond}e": values[0]}) & (Q(**{f"{name}__{beyond}": values[0]}) | (Q(**{name: values[0]}) & rest))
+    return Q(**{f"{name}__{beyond}e": values[0]}) & (
+        Q(**{f"{name}__{beyond}": values[0]}) | (Q(**{name: values[0]}) & rest)
+    )
 
 
-def page_of(qs: QuerySet[Job], view: JobView, *, cursor: str | None = None, number: int | None = None,
-            size: int = PAGE_SIZE) -> JobPage:
+def page_of(
+    qs: QuerySet[Job], view: JobView, *, cursor: str | None = None, number: int | None = None, size: int = PAGE_SIZE
+) -> JobPage:
     """One page of ``qs`` (unordered, from :func:`filtered_jobs`) in ``view``'s order: the page
     a cursor points to, page ``number`` (by offset, within the first ``MAX_OFFSET`` rows; past
     them NOT_FOUND, which says to follow the cursors), or the first page. One query."""
@@ -334,21 +357,24 @@ def page_of(qs: QuerySet[Job], view: JobView, *, cursor: str | None = None, numb
         forward = direction == NEXT
         rows = qs.filter(_past(keys, values, forward))
         if forward:
-            jobs = list(ordered(rows, view)[:size + 1])
+            jobs = list(ordered(rows, view)[: size + 1])
             more_after, more_before = len(jobs) > size, True
             jobs = jobs[:size]
         else:
             backwards = rows.order_by(*(name if descending else f"-{name}" for name, descending in keys))
-            jobs = list(backwards[:size + 1])
+            jobs = list(backwards[: size + 1])
             more_after, more_before = True, len(jobs) > size
             jobs = jobs[:size][::-1]
         offset = None
     else:
         offset = (max(1, number or 1) - 1) * size
         if offset > MAX_OFFSET:
-            raise NotFound(f"page {number} starts past the first {MAX_OFFSET:,} jobs; page further by the next "
-                           f"links (cursors), or narrow the filter", field="page")
-        jobs = list(ordered(qs, view)[offset:offset + size + 1])
+            raise NotFound(
+                f"page {number} starts past the first {MAX_OFFSET:,} jobs; page further by the next "
+                f"links (cursors), or narrow the filter",
+                field="page",
+            )
+        jobs = list(ordered(qs, view)[offset : offset + size + 1])
         more_after, more_before = len(jobs) > size, offset > 0
         jobs = jobs[:size]
         if not jobs and offset:

@@ -1,5 +1,4 @@
-"""Read side of jobs: job lists, one job's detail and its tasks, for the API and the console.
-"""
+"""Read side of jobs: job lists, one job's detail and its tasks, for the API and the console."""
 
 from __future__ import annotations
 
@@ -40,7 +39,9 @@ def job_detail(name: str) -> Job | None:
     tasks = Task.objects.select_related("worker").order_by("index").prefetch_related(Prefetch("attempts", attempts))
     return (
         Job.objects.select_related("parent")
-        .prefetch_related(Prefetch("tasks", tasks), Prefetch("children", Job.objects.order_by("name").only("name", "parent")))
+        .prefetch_related(
+            Prefetch("tasks", tasks), Prefetch("children", Job.objects.order_by("name").only("name", "parent"))
+        )
         .filter(name=name)
         .first()
     )
@@ -50,13 +51,16 @@ def job_tasks_window(job: Job, *, offset: int = 0, limit: int = 50) -> list[Task
     """A window of a job's tasks by index, with workers and attempts. Two queries."""
     attempts = Attempt.objects.select_related("worker").order_by("number")
     return list(
-        Task.objects.filter(job=job).select_related("worker").order_by("index")
-        .prefetch_related(Prefetch("attempts", attempts))[offset:offset + limit]
+        Task.objects.filter(job=job)
+        .select_related("worker")
+        .order_by("index")
+        .prefetch_related(Prefetch("attempts", attempts))[offset : offset + limit]
     )
 
 
-def shown_placement(state: str, band: int | None, worker: str | None, last_band: int | None,
-                    last_worker: str | None) -> tuple[Band | None, str | None]:
+def shown_placement(
+    state: str, band: int | None, worker: str | None, last_band: int | None, last_worker: str | None
+) -> tuple[Band | None, str | None]:
     """The band and worker a task shows: while placed, the band stamped at its assignment and
     its worker; once finished, those of its last attempt (what it ran as, and where; the task
     row forgets both when it ends); while pending, none (its queued band is the tick's)."""
@@ -71,6 +75,10 @@ def task_placement(task: Task) -> tuple[Band | None, str | None]:
     """:func:`shown_placement` of a task row whose attempts (with their workers) are prefetched."""
     attempts = task.attempts.all()
     last = attempts[len(attempts) - 1] if attempts else None
-    return shown_placement(task.state, task.band, task.worker.name if task.worker_id else None,
-                           last.band if last is not None else None,
-                           last.worker.name if last is not None and last.worker_id else None)
+    return shown_placement(
+        task.state,
+        task.band,
+        task.worker.name if task.worker_id else None,
+        last.band if last is not None else None,
+        last.worker.name if last is not None and last.worker_id else None,
+    )

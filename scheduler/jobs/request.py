@@ -64,7 +64,9 @@ def parse_constraints(value: Any, name: str = "constraints") -> list[dict[str, A
         try:
             op = ConstraintOp(raw_op.lower() if isinstance(raw_op, str) else raw_op)
         except ValueError:
-            raise InvalidArgument(f"unknown op {raw_op!r}; expected eq, ne, in or exists", field=f"{where}.op") from None
+            raise InvalidArgument(
+                f"unknown op {raw_op!r}; expected eq, ne, in or exists", field=f"{where}.op"
+            ) from None
         soft = raw.get("soft", False)
         if not isinstance(soft, bool):
             raise InvalidArgument("expected true or false", field=f"{where}.soft")
@@ -114,7 +116,7 @@ def parse_command(value: Any, name: str = "command", *, required: bool) -> list[
     Required for a submission (a task without one can only fail); what-if may leave it out."""
     command = parse_string_list(value, name)
     if required and not command:
-        raise InvalidArgument("required: the command each task runs, e.g. [\"python\", \"train.py\"]", field=name)
+        raise InvalidArgument('required: the command each task runs, e.g. ["python", "train.py"]', field=name)
     if command and not command[0].strip():
         raise InvalidArgument("the program (the first item) must not be empty", field=f"{name}[0]")
     return command
@@ -185,9 +187,21 @@ class JobRequest:
 
 JOB_REQUEST_FIELDS = frozenset(
     {
-        "name", "parent", "priority", "system_reason", "replicas", "cpu", "memory", "device", "group_by",
-        "constraints", "scheduling_timeout_seconds", "max_retries_preemption", "max_retries_failure",
-        "command", "argv",
+        "name",
+        "parent",
+        "priority",
+        "system_reason",
+        "replicas",
+        "cpu",
+        "memory",
+        "device",
+        "group_by",
+        "constraints",
+        "scheduling_timeout_seconds",
+        "max_retries_preemption",
+        "max_retries_failure",
+        "command",
+        "argv",
     }
 )
 
@@ -199,7 +213,9 @@ def parse_job_request(data: Any, *, ignore: Sequence[str] = (), require_command:
         raise InvalidArgument("expected a JSON object describing the job")
     unknown = sorted(set(data) - JOB_REQUEST_FIELDS - set(ignore))
     if unknown:
-        raise InvalidArgument(f"unknown field; known fields are {', '.join(sorted(JOB_REQUEST_FIELDS))}", field=unknown[0])
+        raise InvalidArgument(
+            f"unknown field; known fields are {', '.join(sorted(JOB_REQUEST_FIELDS))}", field=unknown[0]
+        )
     name = parse_text(data.get("name"), "name", required=True, max_length=MAX_ID_LENGTH)
     if ":" in name:
         raise InvalidArgument("job names may not contain ':'", field="name")

@@ -27,7 +27,13 @@ from scheduler.core.kueue import pinned_backend_in, settled_route
 from scheduler.core.types import ANY_VARIANT, DeviceType, JobState, TaskState
 from scheduler.enqueue import PROMPT_TICK, request_once
 from scheduler.errors import (
-    FailedPrecondition, InvalidArgument, NotFound, OverLimit, PermissionDenied, ResourceExhausted, ServiceError,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    OverLimit,
+    PermissionDenied,
+    ResourceExhausted,
+    ServiceError,
 )
 from scheduler.inputs import parse_segment
 from scheduler.jobs.request import JobRequest, parse_job_request
@@ -65,7 +71,9 @@ def _resolve_job_id(actor, request: JobRequest, lookups: RuleLookups) -> tuple[s
     parent_id = request.parent
     if name.startswith("/"):
         if parent_id:
-            raise InvalidArgument("give either a full id '/<user>/<name>' or a parent and a one-segment name", field="name")
+            raise InvalidArgument(
+                "give either a full id '/<user>/<name>' or a parent and a one-segment name", field="name"
+            )
         segments = name.strip("/").split("/")
         for segment in segments:
             parse_segment(segment, "name")
@@ -189,14 +197,18 @@ def _apply_rules(actor, request: JobRequest, who: _Identity, lookups: RuleLookup
             )
     elif band < effective.max_band:
         # Never downgraded at submission: a band above max_band is refused, and says what to do.
-        raise PermissionDenied(max_band_message(user, band, effective.max_band), field="priority",
-                               details={"user": user, "band": band.wire, "max_band": effective.max_band.wire})
+        raise PermissionDenied(
+            max_band_message(user, band, effective.max_band),
+            field="priority",
+            details={"user": user, "band": band.wire, "max_band": effective.max_band.wire},
+        )
 
     if request.replicas > settings.MAX_REPLICAS_PER_JOB:
         raise OverLimit(
             f"replicas: {request.replicas:,} exceeds the limit of {settings.MAX_REPLICAS_PER_JOB:,} tasks per job "
             f"(IRIS_MAX_REPLICAS_PER_JOB)",
-            field="replicas", details={"limit": settings.MAX_REPLICAS_PER_JOB},
+            field="replicas",
+            details={"limit": settings.MAX_REPLICAS_PER_JOB},
         )
     earlier = lookups.counted.get(user, 0)
     if lookups.unfinished(user) + earlier + request.replicas > settings.MAX_ACTIVE_TASKS_PER_USER:
@@ -206,12 +218,18 @@ def _apply_rules(actor, request: JobRequest, who: _Identity, lookups: RuleLookup
             f"'{user}' has {active} unfinished tasks{in_batch}; {request.replicas} more would exceed the limit of "
             f"{settings.MAX_ACTIVE_TASKS_PER_USER} per user. Wait for work to finish or cancel some.",
             field="replicas",
-            details={"active_tasks": active, "limit": settings.MAX_ACTIVE_TASKS_PER_USER,
-                     **({"batch_tasks": earlier} if earlier else {})},
+            details={
+                "active_tasks": active,
+                "limit": settings.MAX_ACTIVE_TASKS_PER_USER,
+                **({"batch_tasks": earlier} if earlier else {}),
+            },
         )
     if job_id in lookups.taken:
-        raise FailedPrecondition(f"job {job_id} is already item {lookups.taken[job_id]} of this batch; choose another name",
-                                 field="name", details={"other_index": lookups.taken[job_id]})
+        raise FailedPrecondition(
+            f"job {job_id} is already item {lookups.taken[job_id]} of this batch; choose another name",
+            field="name",
+            details={"other_index": lookups.taken[job_id]},
+        )
     if lookups.exists(job_id):
         raise FailedPrecondition(f"job {job_id} already exists; choose another name", field="name")
     lookups.counted[user] = earlier + request.replicas
@@ -322,21 +340,27 @@ def capacity_warnings(request: JobRequest) -> list[str]:
             matching = matching.filter(device_variant=device.variant)
         if fits(matching):
             return []
-    order = ("-cpu_millicores", "-memory_bytes") if device.type is DeviceType.CPU else (
-        "-device_count", "-cpu_millicores", "-memory_bytes")
-    largest = matching.order_by(*order).values_list(
-        "cpu_millicores", "memory_bytes", "device_count").first()
+    order = (
+        ("-cpu_millicores", "-memory_bytes")
+        if device.type is DeviceType.CPU
+        else ("-device_count", "-cpu_millicores", "-memory_bytes")
+    )
+    largest = matching.order_by(*order).values_list("cpu_millicores", "memory_bytes", "device_count").first()
     asked = f"{format_cores(request.cpu_millicores)}, {format_memory(request.memory_bytes)}"
     if device.type is not DeviceType.CPU:
         asked += f", {device.count} chips"
     if largest is None:
-        return [f"no registered worker could run a task of this job ({asked}): there is no {kind}. "
-                f"It waits until one registers."]
+        return [
+            f"no registered worker could run a task of this job ({asked}): there is no {kind}. "
+            f"It waits until one registers."
+        ]
     has = f"{format_cores(largest[0])}, {format_memory(largest[1])}"
     if device.type is not DeviceType.CPU:
         has += f", {largest[2]} chips"
-    return [f"no registered worker could run a task of this job ({asked}); largest {kind}: {has}. "
-            f"It waits until a large enough worker registers."]
+    return [
+        f"no registered worker could run a task of this job ({asked}); largest {kind}: {has}. "
+        f"It waits until a large enough worker registers."
+    ]
 
 
 # Read once: an enum member's ``.value`` is a descriptor call, and a batch asks a thousand times.
@@ -367,9 +391,7 @@ def _job_fields(submitted_by: int | None, plan: SubmissionPlan, submitted: int) 
         "group_by": request.group_by,
         "constraints": list(request.constraints),
         "scheduling_deadline_ms": (
-            submitted + round(request.scheduling_timeout_seconds * 1000)
-            if request.scheduling_timeout_seconds
-            else None
+            submitted + round(request.scheduling_timeout_seconds * 1000) if request.scheduling_timeout_seconds else None
         ),
         "max_retries_preemption": request.max_retries_preemption,
         "max_retries_failure": request.max_retries_failure,
@@ -394,9 +416,14 @@ class SubmittedJob:
 
 
 def _log_submitted(by: str, job_id: str, user: str, band: Band, tasks: int) -> None:
-    log.info("job %s submitted by %s as %s (%d tasks)", job_id, by, band.name, tasks,
-             extra={"job": job_id, "actor": by, "user": user, "band": band.wire,
-                    "tasks": tasks, "action": "job.submit"})
+    log.info(
+        "job %s submitted by %s as %s (%d tasks)",
+        job_id,
+        by,
+        band.name,
+        tasks,
+        extra={"job": job_id, "actor": by, "user": user, "band": band.wire, "tasks": tasks, "action": "job.submit"},
+    )
 
 
 @instruments.counted_submissions
@@ -432,8 +459,15 @@ def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
 MAX_LISTED_ERRORS = 100
 
 # The columns of a new task row (the others are NULL: no worker, no stamped band yet).
-_TASK_COLUMNS = [("job_id", "bigint"), ('"index"', "integer"), ("state", "text"), ("preemption_count", "integer"),
-                 ("failure_count", "integer"), ("attempt_count", "integer"), ("updated_at", "timestamptz")]
+_TASK_COLUMNS = [
+    ("job_id", "bigint"),
+    ('"index"', "integer"),
+    ("state", "text"),
+    ("preemption_count", "integer"),
+    ("failure_count", "integer"),
+    ("attempt_count", "integer"),
+    ("updated_at", "timestamptz"),
+]
 
 
 def item_error(index: int, exc: ServiceError) -> ServiceError:
@@ -468,8 +502,12 @@ def parse_batch(bodies: Any) -> list[JobRequest | ServiceError]:
         raise InvalidArgument("expected a non-empty list of job objects, each as the body of POST jobs/", field="jobs")
     limit = settings.MAX_JOBS_PER_BATCH
     if len(bodies) > limit:
-        raise ResourceExhausted(f"{len(bodies):,} jobs exceed the limit of {limit:,} per batch (IRIS_MAX_JOBS_PER_BATCH); "
-                                f"send them in several batches", field="jobs", details={"limit": limit})
+        raise ResourceExhausted(
+            f"{len(bodies):,} jobs exceed the limit of {limit:,} per batch (IRIS_MAX_JOBS_PER_BATCH); "
+            f"send them in several batches",
+            field="jobs",
+            details={"limit": limit},
+        )
     parsed: list[JobRequest | ServiceError] = []
     for body in bodies:
         try:
@@ -508,17 +546,26 @@ def submit_jobs(actor, bodies: Any) -> list[SubmittedJob]:
                 fields = _job_fields(submitter, plan, first + i)
                 fields["created_at"] = now
                 rows.append(tuple(fields.get(attname) for _, _, attname in columns))
-            ids = dict(bulk.insert_returning(Job._meta.db_table, [(c, t) for c, t, _ in columns], rows,
-                                             returning=("name", "id")))
-            bulk.insert_rows(Task._meta.db_table, _TASK_COLUMNS, [
-                (ids[plan.job_id], i, _PENDING_TASK, 0, 0, 0, now)
-                for plan in plans for i in range(plan.request.replicas)
-            ])
+            ids = dict(
+                bulk.insert_returning(
+                    Job._meta.db_table, [(c, t) for c, t, _ in columns], rows, returning=("name", "id")
+                )
+            )
+            bulk.insert_rows(
+                Task._meta.db_table,
+                _TASK_COLUMNS,
+                [
+                    (ids[plan.job_id], i, _PENDING_TASK, 0, 0, 0, now)
+                    for plan in plans
+                    for i in range(plan.request.replicas)
+                ],
+            )
             transaction.on_commit(request_prompt_tick, robust=True)
     except IntegrityError:
         # A submission of one of these ids raced past the existence check.
-        raise FailedPrecondition("a job id of this batch was taken while it was written; nothing was submitted",
-                                 field="jobs") from None
+        raise FailedPrecondition(
+            "a job id of this batch was taken while it was written; nothing was submitted", field="jobs"
+        ) from None
     warnings: dict[tuple, list[str]] = {}
     jobs = []
     by = actor.username
@@ -527,12 +574,25 @@ def submit_jobs(actor, bodies: Any) -> list[SubmittedJob]:
         shape = (request.cpu_millicores, request.memory_bytes, request.device)
         if shape not in warnings:
             warnings[shape] = capacity_warnings(request)
-        jobs.append(SubmittedJob(id=plan.job_id, pk=ids[plan.job_id], user=plan.user, band=plan.band,
-                                 replicas=request.replicas, submitted_at_ms=first + i, warnings=warnings[shape]))
+        jobs.append(
+            SubmittedJob(
+                id=plan.job_id,
+                pk=ids[plan.job_id],
+                user=plan.user,
+                band=plan.band,
+                replicas=request.replicas,
+                submitted_at_ms=first + i,
+                warnings=warnings[shape],
+            )
+        )
         _log_submitted(by, plan.job_id, plan.user, plan.band, request.replicas)
     instruments.SUBMISSIONS.labels(code="OK").inc(len(jobs))
-    log.info("batch of %d jobs submitted by %s", len(jobs), actor.username,
-             extra={"actor": actor.username, "jobs": len(jobs), "action": "job.submit_batch"})
+    log.info(
+        "batch of %d jobs submitted by %s",
+        len(jobs),
+        actor.username,
+        extra={"actor": actor.username, "jobs": len(jobs), "action": "job.submit_batch"},
+    )
     return jobs
 
 
@@ -546,9 +606,9 @@ def route_at_submission(request: JobRequest) -> str:
 
 def request_prompt_tick() -> None:
     """Ask Celery for a tick now, unless one already asked for has not started yet (it will
-    see this job: this runs after commit, and a tick forgets the request before it reads the
-    cluster). The tick starts at least IRIS_PROMPT_TICK_MIN_INTERVAL_MS after the previous one
-started. Never raises (the broker may be down, and beat's next tick picks the job up)."""
+        see this job: this runs after commit, and a tick forgets the request before it reads the
+        cluster). The tick starts at least IRIS_PROMPT_TICK_MIN_INTERVAL_MS after the previous one
+    started. Never raises (the broker may be down, and beat's next tick picks the job up)."""
     request_once(
         PROMPT_TICK,
         expires=float(settings.TICK_SECONDS),

@@ -1,4 +1,4 @@
-""""What if I submitted this?": the submission rules (live), then the core's decision for the
+""" "What if I submitted this?": the submission rules (live), then the core's decision for the
 planned job alone, on the cluster as the newest tick left it. Writes nothing.
 
 The newest tick records a what-if basis (``board.formats.whatif_basis_to_json``): every
@@ -129,19 +129,26 @@ def what_if(actor, data: Any) -> WhatIf:
         # The requested band as far as it is known without the parent (a root defaults to INTERACTIVE).
         requested = request.priority or (None if request.parent or request.name.count("/") > 2 else Band.INTERACTIVE)
         return WhatIf(
-            accepted=False, error={"code": exc.code, "message": exc.message}, requested_band=requested,
-            effective_band=None, spend=None, limit=None, position=None, would_place=False, worker=None,
+            accepted=False,
+            error={"code": exc.code, "message": exc.message},
+            requested_band=requested,
+            effective_band=None,
+            spend=None,
+            limit=None,
+            position=None,
+            would_place=False,
+            worker=None,
             would_preempt=[],
         )
     return simulate_plan(plan)
 
 
-
-
 def planned_job(plan: SubmissionPlan, now_ms: int) -> tuple[JobSpec, tuple[TaskSnapshot, ...]]:
     """The planned job and its pending tasks as the core sees them."""
     req = plan.request
-    device = Device() if req.device.type is DeviceType.CPU else Device(req.device.type, req.device.variant, req.device.count)
+    device = (
+        Device() if req.device.type is DeviceType.CPU else Device(req.device.type, req.device.variant, req.device.count)
+    )
     job = JobSpec(
         id=plan.job_id,
         user=plan.user,
@@ -193,15 +200,24 @@ def simulate_plan(plan: SubmissionPlan) -> WhatIf:
     waiting = not assignments
     place = queue_place(basis.queue.get(int(band), []), basis.spend, plan.user, len(tasks)) if waiting else None
     return answer(
-        plan, band=band, spend=spend, limit=budget.budget_limit, place=place,
+        plan,
+        band=band,
+        spend=spend,
+        limit=budget.budget_limit,
+        place=place,
         reason=trial.pending_reasons.get(tasks[0].id) if waiting else None,
-        worker=assignments[0].worker if assignments else None, victims=victims,
-        feasibility=feasibility_data(analysis, band,
-                                     lambda: rank_holders(basis.holder_counts(analysis.matching_ids), job, band),
-                                     waiting,
-                                     basis.tick),
+        worker=assignments[0].worker if assignments else None,
+        victims=victims,
+        feasibility=feasibility_data(
+            analysis,
+            band,
+            lambda: rank_holders(basis.holder_counts(analysis.matching_ids), job, band),
+            waiting,
+            basis.tick,
+        ),
         basis={"source": "tick", "tick": basis.tick, "tick_at": basis.tick_at},
-        ahead=task_ahead_in_tick_queue(band, place[0]) if place is not None else None, now_ms=now_ms,
+        ahead=task_ahead_in_tick_queue(band, place[0]) if place is not None else None,
+        now_ms=now_ms,
     )
 
 
@@ -240,8 +256,11 @@ def trial_workers(job: JobSpec, analysis: ShapeAnalysis, basis: WhatIfBasis) -> 
     chips = need.device.count if need.device.type is not DeviceType.CPU else 0
     matching = set(analysis.matching_ids)
     room = [
-        w for w in basis.free
-        if w.id in matching and w.cpu_millicores >= need.cpu_millicores and w.memory_bytes >= need.memory_bytes
+        w
+        for w in basis.free
+        if w.id in matching
+        and w.cpu_millicores >= need.cpu_millicores
+        and w.memory_bytes >= need.memory_bytes
         and w.device.count >= chips
     ]
     if not room:
@@ -251,9 +270,21 @@ def trial_workers(job: JobSpec, analysis: ShapeAnalysis, basis: WhatIfBasis) -> 
     return tuple(sorted(room, key=lambda w: w.id)[:FIRST_FIT_WORKERS])
 
 
-def answer(plan: SubmissionPlan, *, band: Band, spend: int, limit: int, place: tuple[int, int] | None,
-           reason: object | None, worker: str | None, victims: list[str], feasibility: dict, basis: dict,
-           ahead: str | None, now_ms: int) -> WhatIf:
+def answer(
+    plan: SubmissionPlan,
+    *,
+    band: Band,
+    spend: int,
+    limit: int,
+    place: tuple[int, int] | None,
+    reason: object | None,
+    worker: str | None,
+    victims: list[str],
+    feasibility: dict,
+    basis: dict,
+    ahead: str | None,
+    now_ms: int,
+) -> WhatIf:
     """THE what-if answer for an accepted plan, whatever it was computed on (one place to extend).
 
     ``place`` is (position, band count) when the job would wait, ``reason`` the core's pending
@@ -266,8 +297,14 @@ def answer(plan: SubmissionPlan, *, band: Band, spend: int, limit: int, place: t
         position, count = place
         record = reason_record(reason)
         tick = basis.get("tick")
-        pending_reason = {**record, "text": pending_text(record, band, position, count, tick), "band": band.wire,
-                          "position": position, "band_pending": count, "tick": tick}
+        pending_reason = {
+            **record,
+            "text": pending_text(record, band, position, count, tick),
+            "band": band.wire,
+            "position": position,
+            "band_pending": count,
+            "tick": tick,
+        }
     return WhatIf(
         accepted=True,
         error=None,
@@ -288,8 +325,15 @@ def answer(plan: SubmissionPlan, *, band: Band, spend: int, limit: int, place: t
     )
 
 
-def preemption_trial(job: JobSpec, tasks: tuple[TaskSnapshot, ...], analysis: ShapeAnalysis, basis: WhatIfBasis,
-                     band: Band, now_ms: int, config) -> Decision | None:
+def preemption_trial(
+    job: JobSpec,
+    tasks: tuple[TaskSnapshot, ...],
+    analysis: ShapeAnalysis,
+    basis: WhatIfBasis,
+    band: Band,
+    now_ms: int,
+    config,
+) -> Decision | None:
     """The core's decision for ``job`` on the few workers where lower-band work could make room.
 
     Two queries: what lower bands hold per worker, then the tasks on the chosen workers. Each
@@ -300,7 +344,8 @@ def preemption_trial(job: JobSpec, tasks: tuple[TaskSnapshot, ...], analysis: Sh
     held = {
         name: (cpu or 0, mem or 0, chips or 0)
         for name, cpu, mem, chips in Task.objects.filter(state__in=ACTIVE_VALUES, band__gt=int(band))
-        .order_by().values_list("worker__name")
+        .order_by()
+        .values_list("worker__name")
         .annotate(cpu=Sum("job__cpu_millicores"), mem=Sum("job__memory_bytes"), chips=Sum("job__device_count"))
     }
     need_cpu, need_mem = job.resources.cpu_millicores, job.resources.memory_bytes
@@ -310,32 +355,82 @@ def preemption_trial(job: JobSpec, tasks: tuple[TaskSnapshot, ...], analysis: Sh
     for name in sorted(matching & set(held)):
         f = free[name]
         cpu, mem, chips = held[name]
-        if (f.cpu_millicores + cpu >= need_cpu and f.memory_bytes + mem >= need_mem
-                and f.device.count + chips >= need_chips):
+        if (
+            f.cpu_millicores + cpu >= need_cpu
+            and f.memory_bytes + mem >= need_mem
+            and f.device.count + chips >= need_chips
+        ):
             chosen.append(name)
             if len(chosen) == PREEMPTION_WORKERS:
                 break
     if not chosen:
         return None
     rows = Task.objects.filter(state__in=ACTIVE_VALUES, band__gt=int(band), worker__name__in=chosen).values_list(
-        "index", "state", "band", "preemption_count", "worker__name", "job__name", "job__user", "job__band",
-        "job__submitted_at_ms", "job__root_submitted_at_ms", "job__replicas", "job__cpu_millicores",
-        "job__memory_bytes", "job__device_type", "job__device_variant", "job__device_count", "job__group_by",
+        "index",
+        "state",
+        "band",
+        "preemption_count",
+        "worker__name",
+        "job__name",
+        "job__user",
+        "job__band",
+        "job__submitted_at_ms",
+        "job__root_submitted_at_ms",
+        "job__replicas",
+        "job__cpu_millicores",
+        "job__memory_bytes",
+        "job__device_type",
+        "job__device_variant",
+        "job__device_count",
+        "job__group_by",
         "job__max_retries_preemption",
     )
     jobs: dict[str, JobSpec] = {job.id: job}
     running: list[TaskSnapshot] = []
-    for (index, state, stamped, preemptions, worker, job_id, user, requested, submitted, root, replicas, cpu, mem,
-         dtype, variant, count, group_by, retries) in rows:
+    for (
+        index,
+        state,
+        stamped,
+        preemptions,
+        worker,
+        job_id,
+        user,
+        requested,
+        submitted,
+        root,
+        replicas,
+        cpu,
+        mem,
+        dtype,
+        variant,
+        count,
+        group_by,
+        retries,
+    ) in rows:
         if job_id not in jobs:
             jobs[job_id] = JobSpec(
-                id=job_id, user=user, band=Band(requested), parent=None, submitted_at_ms=submitted,
-                root_submitted_at_ms=root, replicas=replicas,
-                resources=Resources(cpu, mem, device_from_columns(dtype, variant, count)), group_by=group_by,
+                id=job_id,
+                user=user,
+                band=Band(requested),
+                parent=None,
+                submitted_at_ms=submitted,
+                root_submitted_at_ms=root,
+                replicas=replicas,
+                resources=Resources(cpu, mem, device_from_columns(dtype, variant, count)),
+                group_by=group_by,
                 max_retries_preemption=retries,
             )
-        running.append(TaskSnapshot(id=f"{job_id}/{index}", job_id=job_id, index=index, state=TaskState(state),
-                                    worker=worker, band=Band(stamped), preemption_count=preemptions))
+        running.append(
+            TaskSnapshot(
+                id=f"{job_id}/{index}",
+                job_id=job_id,
+                index=index,
+                state=TaskState(state),
+                worker=worker,
+                band=Band(stamped),
+                preemption_count=preemptions,
+            )
+        )
     workers = []
     for name in chosen:
         f = free[name]
@@ -368,25 +463,40 @@ def simulate_on_live_snapshot(plan: SubmissionPlan) -> WhatIf:
     band = place[0] if place is not None else Band(decision.effective_bands.get(first, plan.band))
     budgets_now = hypothetical.budgets
     limit = (
-        budgets_now[plan.user].budget_limit if plan.user in budgets_now
+        budgets_now[plan.user].budget_limit
+        if plan.user in budgets_now
         else hypothetical.config.budget_defaults.budget_limit
     )
     jobs_now = hypothetical.jobs
     variant_of = {w.id: w.device.variant for w in snapshot.workers}
     active = [
-        (t.worker, HeldWork(jobs_now[t.job_id].user, t.band if t.band is not None else jobs_now[t.job_id].band,
-                            jobs_now[t.job_id].resources.device, jobs_now[t.job_id].group_by is not None,
-                            variant_of.get(t.worker)))
+        (
+            t.worker,
+            HeldWork(
+                jobs_now[t.job_id].user,
+                t.band if t.band is not None else jobs_now[t.job_id].band,
+                jobs_now[t.job_id].resources.device,
+                jobs_now[t.job_id].group_by is not None,
+                variant_of.get(t.worker),
+            ),
+        )
         for t in snapshot.tasks
         if t.state in ACTIVE_STATES and t.worker is not None and t.job_id in jobs_now
     ]
     analysis = analyse_job(job, snapshot.workers, snapshot.scale_groups)
     return answer(
-        plan, band=band, spend=decision.spend.get(plan.user, 0), limit=limit,
+        plan,
+        band=band,
+        spend=decision.spend.get(plan.user, 0),
+        limit=limit,
         place=place[1:] if place is not None else None,
         reason=decision.pending_reasons.get(first) if place is not None else None,
-        worker=assignments[0].worker if assignments else None, victims=victims,
-        feasibility=feasibility_data(analysis, band, lambda: holders(analysis.matching_ids, active, job, band),
-                                     waiting=place is not None),
-        basis={"source": "live", "tick": None, "tick_at": None}, ahead=ahead, now_ms=now_ms,
+        worker=assignments[0].worker if assignments else None,
+        victims=victims,
+        feasibility=feasibility_data(
+            analysis, band, lambda: holders(analysis.matching_ids, active, job, band), waiting=place is not None
+        ),
+        basis={"source": "live", "tick": None, "tick_at": None},
+        ahead=ahead,
+        now_ms=now_ms,
     )

@@ -15,9 +15,31 @@ from datetime import datetime, timezone
 
 # Keys a record may carry through ``extra=``; they become top-level JSON fields.
 CONTEXT_FIELDS = (
-    "tick", "job", "task", "attempt", "worker", "user", "actor", "action", "target", "band",
-    "assigned", "preempted", "expired", "conflicts", "pending", "duration_ms", "load_ms",
-    "decide_ms", "apply_ms", "refresh", "outcome", "code", "tasks", "jobs", "status_code",
+    "tick",
+    "job",
+    "task",
+    "attempt",
+    "worker",
+    "user",
+    "actor",
+    "action",
+    "target",
+    "band",
+    "assigned",
+    "preempted",
+    "expired",
+    "conflicts",
+    "pending",
+    "duration_ms",
+    "load_ms",
+    "decide_ms",
+    "apply_ms",
+    "refresh",
+    "outcome",
+    "code",
+    "tasks",
+    "jobs",
+    "status_code",
 )
 
 
@@ -44,7 +66,8 @@ class JsonFormatter(logging.Formatter):
 # The agents' log shipping (POST agent/logs/) is one request per running attempt every second or
 # two: 71% of the demo's log before it was demoted. Reading a log (GET) is a person, and stays.
 CHATTY_PATHS = re.compile(
-    r'^"?(?:[A-Z]+ /(?:api/v1/agent/(?:heartbeat|report)/|metrics|healthz|readyz)|POST /api/v1/agent/logs/)[/ ?]')
+    r'^"?(?:[A-Z]+ /(?:api/v1/agent/(?:heartbeat|report)/|metrics|healthz|readyz)|POST /api/v1/agent/logs/)[/ ?]'
+)
 # The worker agent's lines per attempt: started, stopped as ordered (a preemption or a cancel,
 # which the tick's line counts and the preemption history details) and exited with 0 or with
 # 143 (SIGTERM, after such a stop). Routine, dozens a minute under the demo. Any other exit code

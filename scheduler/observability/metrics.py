@@ -85,8 +85,9 @@ class DatabaseCollector:
         yield pending
 
         running = GaugeMetricFamily(
-            "iris_running_tasks", "Tasks placed and not finished (assigned, building, running) by the band "
-            "stamped at placement.", labels=["band"],
+            "iris_running_tasks",
+            "Tasks placed and not finished (assigned, building, running) by the band stamped at placement.",
+            labels=["band"],
         )
         active = dict(
             Task.objects.filter(state__in=ACTIVE_VALUES).order_by().values_list("band").annotate(n=Count("id"))
@@ -96,19 +97,24 @@ class DatabaseCollector:
         yield running
 
         downgraded = GaugeMetricFamily(
-            "iris_downgraded_tasks", "Placed, unfinished tasks running in a lower band than their job requested "
-            "(the budget rule).", labels=["requested_band", "band"],
+            "iris_downgraded_tasks",
+            "Placed, unfinished tasks running in a lower band than their job requested (the budget rule).",
+            labels=["requested_band", "band"],
         )
         rows = (
-            Task.objects.filter(state__in=ACTIVE_VALUES, band__isnull=False).exclude(band=F("job__band"))
-            .order_by().values_list("job__band", "band").annotate(n=Count("id"))
+            Task.objects.filter(state__in=ACTIVE_VALUES, band__isnull=False)
+            .exclude(band=F("job__band"))
+            .order_by()
+            .values_list("job__band", "band")
+            .annotate(n=Count("id"))
         )
         for requested, band, n in rows:
             downgraded.add_metric([band_label(requested), band_label(band)], n)
         yield downgraded
 
         intents = GaugeMetricFamily(
-            "iris_dispatch_intents", "Outbox intents not done, by state (pending, delivered, failed) and backend.",
+            "iris_dispatch_intents",
+            "Outbox intents not done, by state (pending, delivered, failed) and backend.",
             labels=["state", "backend"],
         )
         open_intents = DispatchIntent.objects.exclude(state=DispatchIntent.State.DONE).order_by()
@@ -128,19 +134,23 @@ class DatabaseCollector:
         yield intents
 
         stuck = GaugeMetricFamily(
-            "iris_dispatch_stuck_intents", "Intents an operator should look at: failed, retrying after an error, "
+            "iris_dispatch_stuck_intents",
+            "Intents an operator should look at: failed, retrying after an error, "
             "or not done IRIS_DISPATCH_STUCK_SECONDS after they were written.",
         )
         stuck.add_metric([], stuck_intents(now).count())
         yield stuck
 
         workers = GaugeMetricFamily(
-            "iris_workers", "Registered workers by backend, device type and health (healthy, draining, unhealthy).",
+            "iris_workers",
+            "Registered workers by backend, device type and health (healthy, draining, unhealthy).",
             labels=["backend", "device", "health"],
         )
         by_health: Tally = Tally()
         for backend, device, healthy, draining, n in (
-            Worker.objects.order_by().values_list("backend", "device_type", "healthy", "draining").annotate(n=Count("id"))
+            Worker.objects.order_by()
+            .values_list("backend", "device_type", "healthy", "draining")
+            .annotate(n=Count("id"))
         ):
             by_health[(backend, device, "unhealthy" if not healthy else "draining" if draining else "healthy")] += n
         for (backend, device, health), n in sorted(by_health.items()):
@@ -157,12 +167,15 @@ class DatabaseCollector:
         spend, limits = (dict(newest[1] or {}), dict(newest[2] or {})) if newest else ({}, {})
         shown, rest = top_users(spend, settings.METRICS_TOP_USERS)
         spend_family = GaugeMetricFamily(
-            "iris_user_spend_points", "Spend (resource-value points) of the biggest spenders at the newest tick; "
-            f'the rest summed as user="{OTHER_USERS}".', labels=["user"],
+            "iris_user_spend_points",
+            "Spend (resource-value points) of the biggest spenders at the newest tick; "
+            f'the rest summed as user="{OTHER_USERS}".',
+            labels=["user"],
         )
         limit_family = GaugeMetricFamily(
-            "iris_user_budget_limit_points", "Effective budget limit of the users named in iris_user_spend_points "
-            "(0 = unlimited).", labels=["user"],
+            "iris_user_budget_limit_points",
+            "Effective budget limit of the users named in iris_user_spend_points (0 = unlimited).",
+            labels=["user"],
         )
         for user, value in shown:
             spend_family.add_metric([user], value)
@@ -176,12 +189,16 @@ class DatabaseCollector:
 
         window = settings.METRICS_PREEMPTION_WINDOW_SECONDS
         preempted = GaugeMetricFamily(
-            "iris_user_preemptions", f"Preemptions suffered per user in the last IRIS_METRICS_PREEMPTION_WINDOW_SECONDS "
-            f"({window} s), the most preempted users named, the rest summed.", labels=["user"],
+            "iris_user_preemptions",
+            f"Preemptions suffered per user in the last IRIS_METRICS_PREEMPTION_WINDOW_SECONDS "
+            f"({window} s), the most preempted users named, the rest summed.",
+            labels=["user"],
         )
         per_user = dict(
-            PreemptionEvent.objects.filter(created_at__gte=now - timedelta(seconds=window)).order_by()
-            .values_list("victim__job__user").annotate(n=Count("id"))
+            PreemptionEvent.objects.filter(created_at__gte=now - timedelta(seconds=window))
+            .order_by()
+            .values_list("victim__job__user")
+            .annotate(n=Count("id"))
         )
         shown, rest = top_users(per_user, settings.METRICS_TOP_USERS)
         for user, n in shown:

@@ -32,8 +32,6 @@ VANISHED_GRACE_SECONDS = 60
 
 
 @dataclass
-
-
 class KubernetesSync:
     enabled: bool = True
     applied: int = 0
@@ -50,7 +48,10 @@ def ensure_kubernetes_worker(config: Any) -> Worker:
     worker, _ = Worker.objects.get_or_create(
         name=config.worker_name,
         defaults={
-            "backend": KUBERNETES, "cpu_millicores": 0, "memory_bytes": 0, "healthy": False,
+            "backend": KUBERNETES,
+            "cpu_millicores": 0,
+            "memory_bytes": 0,
+            "healthy": False,
             "attributes": {"namespace": config.namespace, "queue": config.queue_name},
         },
     )
@@ -91,14 +92,18 @@ def sync_kubernetes(now: datetime | None = None, *, watch_seconds: int | None = 
         record_error(KUBERNETES, now, outcome.error)
         Worker.objects.filter(name=config.worker_name, backend=KUBERNETES).update(healthy=False)
         return outcome
-    record_ok(KUBERNETES, now, {
-        "namespace": config.namespace,
-        "queue": config.queue_name,
-        "pods": outcome.pods,
-        "reports_applied": outcome.applied,
-        "vanished": outcome.vanished,
-        "setup": outcome.setup or "unchanged",
-    })
+    record_ok(
+        KUBERNETES,
+        now,
+        {
+            "namespace": config.namespace,
+            "queue": config.queue_name,
+            "pods": outcome.pods,
+            "reports_applied": outcome.applied,
+            "vanished": outcome.vanished,
+            "setup": outcome.setup or "unchanged",
+        },
+    )
     return outcome
 
 
@@ -120,7 +125,9 @@ def end_vanished_attempts(worker_pk: int, live: set[AttemptRef], polled_at: date
     vanished = [
         AttemptRef(task_pk, number)
         for task_pk, number, state, at in rows
-        if state == DispatchIntent.State.DONE and at is not None and at < cutoff
+        if state == DispatchIntent.State.DONE
+        and at is not None
+        and at < cutoff
         and AttemptRef(task_pk, number) not in live
     ]
     if not vanished:

@@ -1,5 +1,4 @@
-"""Polled backends: apply the reports of every backend that is polled (``Backend.sync``).
-"""
+"""Polled backends: apply the reports of every backend that is polled (``Backend.sync``)."""
 
 from __future__ import annotations
 

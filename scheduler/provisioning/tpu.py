@@ -53,8 +53,6 @@ def tpu_api(config: Any):
 
 
 @dataclass
-
-
 class TpuPass:
     enabled: bool = True
     created: list[str] = field(default_factory=list)
@@ -111,7 +109,8 @@ def provision_tpu(now: datetime | None = None) -> TpuPass:
             "reason": group_plan.reason,
             "backoff_until": (
                 datetime.fromtimestamp(group_plan.backoff_until_ms / 1000, tz=now.tzinfo).isoformat()
-                if group_plan.backoff_until_ms else None
+                if group_plan.backoff_until_ms
+                else None
             ),
         }
     sweep_orphans(api, config, result)
@@ -153,7 +152,9 @@ def track_slices(api: Any, config: ClusterConfig, now: datetime, result: TpuPass
                 fail_slice(api, row, f"not ready after {tpu.ready_timeout_seconds}s", now, result, delete=True)
         elif row.state == TpuSlice.State.DELETING:
             if status.state in ("gone", "failed"):
-                TpuSlice.objects.filter(pk=row.pk, state=row.state).update(state=TpuSlice.State.DELETED, finished_at=now)
+                TpuSlice.objects.filter(pk=row.pk, state=row.state).update(
+                    state=TpuSlice.State.DELETED, finished_at=now
+                )
                 result.deleted.append(row.name)
         elif status.state in ("gone", "failed"):
             # A ready slice vanished (spot preemption, maintenance): its hosts are lost.
@@ -242,8 +243,12 @@ def pending_tpu_jobs(now_ms: int) -> list[PendingTpuJob]:
                     zones.update(str(v) for v in value)
         jobs.append(
             PendingTpuJob(
-                job=row["name"], variant=row["device_variant"] or None, chips=row["device_count"],
-                pending=row["pending"], gang=bool(row["group_by"]), zones=frozenset(zones),
+                job=row["name"],
+                variant=row["device_variant"] or None,
+                chips=row["device_count"],
+                pending=row["pending"],
+                gang=bool(row["group_by"]),
+                zones=frozenset(zones),
             )
         )
     return jobs
@@ -252,7 +257,9 @@ def pending_tpu_jobs(now_ms: int) -> list[PendingTpuJob]:
 def failure_histories() -> dict[str, FailureHistory]:
     """Per group: failed creations since its last slice became ready (two queries)."""
     last_ready = dict(
-        TpuSlice.objects.filter(ready_at__isnull=False).order_by().values_list("scale_group")
+        TpuSlice.objects.filter(ready_at__isnull=False)
+        .order_by()
+        .values_list("scale_group")
         .annotate(at=Max("ready_at"))
     )
     histories: dict[str, FailureHistory] = {}
@@ -271,12 +278,23 @@ def create_slice(api: Any, tpu: Any, group: Any, now: datetime, result: TpuPass)
     """Write the slice row first, then ask the API: a timeout still leaves the slice known."""
     name = slice_name(group.name)
     row = TpuSlice.objects.create(
-        name=name, scale_group=group.name, zone=group.zone, accelerator_type=group.accelerator_type,
-        provisioning=tpu.provisioning, state=TpuSlice.State.CREATING, created_at=now,
+        name=name,
+        scale_group=group.name,
+        zone=group.zone,
+        accelerator_type=group.accelerator_type,
+        provisioning=tpu.provisioning,
+        state=TpuSlice.State.CREATING,
+        created_at=now,
     )
     request = SliceRequest(
-        name=name, zone=group.zone, accelerator_type=group.accelerator_type, runtime_version=group.runtime_version,
-        spot=group.spot, scale_group=group.name, variant=group.device_variant, chips_per_host=group.chips_per_host,
+        name=name,
+        zone=group.zone,
+        accelerator_type=group.accelerator_type,
+        runtime_version=group.runtime_version,
+        spot=group.spot,
+        scale_group=group.name,
+        variant=group.device_variant,
+        chips_per_host=group.chips_per_host,
     )
     try:
         operation = api.create(request, tpu.provisioning)

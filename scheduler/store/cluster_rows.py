@@ -81,12 +81,14 @@ ATTEMPT = Attempt._meta.db_table
 WORKER = Worker._meta.db_table
 
 JOB_SELECT = (
-    "SELECT j.id, j.name, j.state, j.\"user\", j.band, p.name, j.submitted_at_ms, j.root_submitted_at_ms, "
+    'SELECT j.id, j.name, j.state, j."user", j.band, p.name, j.submitted_at_ms, j.root_submitted_at_ms, '
     "j.replicas, j.cpu_millicores, j.memory_bytes, j.device_type, j.device_variant, j.device_count, "
     "j.group_by, j.constraints, j.scheduling_deadline_ms, j.max_retries_preemption, j.max_retries_failure "
     f"FROM {JOB} j LEFT JOIN {JOB} p ON p.id = j.parent_id"
 )
-TASK_SELECT = f"SELECT t.id, t.job_id, t.\"index\", t.state, t.worker_id, t.band, t.preemption_count, t.attempt_count FROM {TASK} t"
+TASK_SELECT = (
+    f'SELECT t.id, t.job_id, t."index", t.state, t.worker_id, t.band, t.preemption_count, t.attempt_count FROM {TASK} t'
+)
 ATTEMPT_SELECT = f"SELECT a.id, a.task_id, a.worker_id, a.state, a.finished_at IS NULL FROM {ATTEMPT} a"
 # Attempts that ended (preempted, lost, killed) but whose process the worker has not yet
 # confirmed finished: their tasks' resources stay committed on that worker.
@@ -120,7 +122,9 @@ def constraints_from_json(raw: list[dict]) -> tuple[Constraint, ...]:
         value = item.get("value")
         if isinstance(value, list):
             value = tuple(value)
-        result.append(Constraint(key=item["key"], op=ConstraintOp(item["op"]), value=value, soft=bool(item.get("soft"))))
+        result.append(
+            Constraint(key=item["key"], op=ConstraintOp(item["op"]), value=value, soft=bool(item.get("soft")))
+        )
     return tuple(result)
 
 
@@ -282,7 +286,9 @@ class ClusterRows:
         self._take_jobs(cursor.fetchall(), force=True)
         cursor.execute(f"{TASK_SELECT} WHERE t.state IN {in_list(LIVE_TASK_VALUES)} ORDER BY t.id")
         self._take_tasks(cursor.fetchall())
-        cursor.execute(f"{TASK_SELECT} WHERE t.state NOT IN {in_list(LIVE_TASK_VALUES)} AND t.id IN ({held_tasks}) ORDER BY t.id")
+        cursor.execute(
+            f"{TASK_SELECT} WHERE t.state NOT IN {in_list(LIVE_TASK_VALUES)} AND t.id IN ({held_tasks}) ORDER BY t.id"
+        )
         self._take_tasks(cursor.fetchall())
 
     def _read_changes(self, cursor, since: int) -> None:
@@ -365,8 +371,27 @@ class ClusterRows:
                 self.ended_jobs.add(pk)
 
     def _job_spec(self, row) -> JobSpec:
-        (_, name, _, user, band, parent, submitted, root_submitted, replicas, cpu, mem, dtype, variant, count,
-         group_by, constraints, deadline, retries_preemption, retries_failure) = row
+        (
+            _,
+            name,
+            _,
+            user,
+            band,
+            parent,
+            submitted,
+            root_submitted,
+            replicas,
+            cpu,
+            mem,
+            dtype,
+            variant,
+            count,
+            group_by,
+            constraints,
+            deadline,
+            retries_preemption,
+            retries_failure,
+        ) = row
         key = (cpu, mem, dtype, variant, count)
         resources = self._resources.get(key)
         if resources is None:

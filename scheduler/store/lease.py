@@ -25,14 +25,18 @@ def acquire(name: str, holder: str, now: datetime, seconds: float, *, reentrant:
     if reentrant:
         free |= Q(holder=holder)
     taken = (
-        SchedulerLease.objects.filter(name=name).filter(free).update(holder=holder, expires_at=now + timedelta(seconds=seconds))
+        SchedulerLease.objects.filter(name=name)
+        .filter(free)
+        .update(holder=holder, expires_at=now + timedelta(seconds=seconds))
     )
     return taken == 1
 
 
 def renew(name: str, holder: str, now: datetime, seconds: float) -> bool:
     """Extend the lease to ``now + seconds`` if this holder still owns it. False if it lost it."""
-    return SchedulerLease.objects.filter(name=name, holder=holder).update(expires_at=now + timedelta(seconds=seconds)) == 1
+    return (
+        SchedulerLease.objects.filter(name=name, holder=holder).update(expires_at=now + timedelta(seconds=seconds)) == 1
+    )
 
 
 def release(name: str, holder: str) -> None:

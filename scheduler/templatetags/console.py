@@ -29,8 +29,14 @@ def as_datetime(value) -> datetime | None:
 
 
 # Units of a relative time, largest first: a month is 30 days, a year 365 (as timesince counts).
-SPAN_UNITS = (("year", 365 * 86400), ("month", 30 * 86400), ("week", 7 * 86400), ("day", 86400),
-              ("hour", 3600), ("minute", 60))
+SPAN_UNITS = (
+    ("year", 365 * 86400),
+    ("month", 30 * 86400),
+    ("week", 7 * 86400),
+    ("day", 86400),
+    ("hour", 3600),
+    ("minute", 60),
+)
 
 
 def rounded_span(seconds: float) -> str:
@@ -121,7 +127,9 @@ def band_badge(value, title: str = ""):
     if value is None or value == "":
         return "—"
     band = Band.parse(value)
-    return format_html('<span class="band band-{}" title="{}">{}</span>', band.wire, title or f"{band.name} band", band.name)
+    return format_html(
+        '<span class="band band-{}" title="{}">{}</span>', band.wire, title or f"{band.name} band", band.name
+    )
 
 
 @register.simple_tag
@@ -164,8 +172,12 @@ def seconds_text(seconds):
     days, rest = divmod(seconds, 86400)
     hours, rest = divmod(rest, 3600)
     minutes, secs = divmod(rest, 60)
-    parts = [f"{days} d" if days else "", f"{hours} h" if hours else "", f"{minutes} min" if minutes else "",
-             f"{secs} s" if secs and not days else ""]
+    parts = [
+        f"{days} d" if days else "",
+        f"{hours} h" if hours else "",
+        f"{minutes} min" if minutes else "",
+        f"{secs} s" if secs and not days else "",
+    ]
     return " ".join(p for p in parts if p) or "0 s"
 
 
@@ -202,8 +214,13 @@ def reason_text(reason) -> str:
         return ""
     if isinstance(reason, dict):
         band = reason.get("band")
-        return pending_text(reason, Band.parse(band) if band else None, reason.get("position"),
-                            reason.get("band_pending"), reason.get("tick"))
+        return pending_text(
+            reason,
+            Band.parse(band) if band else None,
+            reason.get("position"),
+            reason.get("band_pending"),
+            reason.get("tick"),
+        )
     return reason.text
 
 
@@ -237,5 +254,11 @@ def sort_header(context, column: str, label: str, current: str):
     state = "ascending" if ascending else "descending" if arrow else "none"
     return format_html(
         '<th aria-sort="{}"><a href="{}" hx-get="{}" hx-target="#jobs" hx-swap="outerHTML" hx-push-url="true" '
-        'data-sort="{}">{}{}</a></th>', state, href, href, column, label, arrow,
+        'data-sort="{}">{}{}</a></th>',
+        state,
+        href,
+        href,
+        column,
+        label,
+        arrow,
     )

@@ -123,7 +123,8 @@ def apply_decision(
     kept = {t for t in changed if keep(t)}
     skipped = len(changed) - len(kept)
     publication = publish.begin(
-        loaded.snapshot, decision, loaded.kueue, publish.TaskRows(loaded.tasks, loaded.task_snapshots, loaded.changes))
+        loaded.snapshot, decision, loaded.kueue, publish.TaskRows(loaded.tasks, loaded.task_snapshots, loaded.changes)
+    )
     tick = TickRecord.objects.create(
         started_at=wall,
         now_ms=loaded.snapshot.now_ms,
@@ -172,24 +173,47 @@ def apply_decision(
             attempt_closes.append((row.pk, row.attempt_count, attempt_state, error, row.worker_pk))
     bulk.keep_payloads_in_memory()
     hold_workers(
-        {loaded.worker_pks[a.worker] for a in assignments} | {close[4] for close in attempt_closes if close[4] is not None}
+        {loaded.worker_pks[a.worker] for a in assignments}
+        | {close[4] for close in attempt_closes if close[4] is not None}
     )
     # New rows go in by COPY on PostgreSQL (bulk.insert_rows), which psycopg cannot run in a
     # pipeline: before it. Nothing inserted here is touched by the updates below.
     bulk.insert_rows(
         Attempt._meta.db_table,
-        [("task_id", "bigint"), ("number", "integer"), ("worker_id", "bigint"), ("state", "text"),
-         ("band", "smallint"), ("created_at", "timestamptz"), ("error", "text")],
         [
-            (rows[a.task].pk, rows[a.task].attempt_count + 1, loaded.worker_pks[a.worker],
-             TaskState.ASSIGNED.value, int(a.band), wall, "")
+            ("task_id", "bigint"),
+            ("number", "integer"),
+            ("worker_id", "bigint"),
+            ("state", "text"),
+            ("band", "smallint"),
+            ("created_at", "timestamptz"),
+            ("error", "text"),
+        ],
+        [
+            (
+                rows[a.task].pk,
+                rows[a.task].attempt_count + 1,
+                loaded.worker_pks[a.worker],
+                TaskState.ASSIGNED.value,
+                int(a.band),
+                wall,
+                "",
+            )
             for a in assignments
         ],
     )
     bulk.insert_rows(
         PreemptionEvent._meta.db_table,
-        [("tick_id", "bigint"), ("victim_id", "bigint"), ("preemptor_id", "bigint"), ("victim_band", "smallint"),
-         ("preemptor_band", "smallint"), ("worker_id", "bigint"), ("reason", "text"), ("created_at", "timestamptz")],
+        [
+            ("tick_id", "bigint"),
+            ("victim_id", "bigint"),
+            ("preemptor_id", "bigint"),
+            ("victim_band", "smallint"),
+            ("preemptor_band", "smallint"),
+            ("worker_id", "bigint"),
+            ("reason", "text"),
+            ("created_at", "timestamptz"),
+        ],
         [
             (
                 tick.pk,
@@ -208,17 +232,43 @@ def apply_decision(
     # The outbox, in the same transaction: start every new attempt, stop every attempt that ended.
     bulk.insert_rows(
         DispatchIntent._meta.db_table,
-        [("task_id", "bigint"), ("attempt_number", "integer"), ("kind", "text"), ("worker_id", "bigint"),
-         ("state", "text"), ("reason", "text"), ("tries", "integer"), ("last_error", "text"),
-         ("created_at", "timestamptz")],
         [
-            (rows[a.task].pk, rows[a.task].attempt_count + 1, DispatchIntent.Kind.START.value,
-             loaded.worker_pks[a.worker], DispatchIntent.State.PENDING.value, "assigned", 0, "", wall)
+            ("task_id", "bigint"),
+            ("attempt_number", "integer"),
+            ("kind", "text"),
+            ("worker_id", "bigint"),
+            ("state", "text"),
+            ("reason", "text"),
+            ("tries", "integer"),
+            ("last_error", "text"),
+            ("created_at", "timestamptz"),
+        ],
+        [
+            (
+                rows[a.task].pk,
+                rows[a.task].attempt_count + 1,
+                DispatchIntent.Kind.START.value,
+                loaded.worker_pks[a.worker],
+                DispatchIntent.State.PENDING.value,
+                "assigned",
+                0,
+                "",
+                wall,
+            )
             for a in assignments
         ]
         + [
-            (task_pk, number, DispatchIntent.Kind.STOP.value, worker_pk, DispatchIntent.State.PENDING.value,
-             error, 0, "", wall)
+            (
+                task_pk,
+                number,
+                DispatchIntent.Kind.STOP.value,
+                worker_pk,
+                DispatchIntent.State.PENDING.value,
+                error,
+                0,
+                "",
+                wall,
+            )
             for task_pk, number, _, error, worker_pk in attempt_closes
         ],
     )
@@ -229,8 +279,14 @@ def apply_decision(
         bulk.update_rows(
             Task._meta.db_table,
             [("id", "bigint")],
-            [("state", "text"), ("worker_id", "bigint"), ("band", "smallint"), ("preemption_count", "integer"),
-             ("attempt_count", "integer"), ("updated_at", "timestamptz")],
+            [
+                ("state", "text"),
+                ("worker_id", "bigint"),
+                ("band", "smallint"),
+                ("preemption_count", "integer"),
+                ("attempt_count", "integer"),
+                ("updated_at", "timestamptz"),
+            ],
             task_updates,
         )
         # The attempt of a task leaving ASSIGNED/BUILDING/RUNNING keeps holding its worker's capacity

@@ -48,9 +48,16 @@ def read_history(now_ms: int) -> tuple[RunHistory, dict[str, int]]:
         Attempt.objects.filter(state__in=_NATURAL_ENDS, finished_at__gte=since)
         .order_by("-finished_at")
         .values_list(
-            "task__job__name", "task__job__user", "task__job__band", "task__job__cpu_millicores",
-            "task__job__memory_bytes", "task__job__device_type", "task__job__device_variant",
-            "task__job__device_count", "created_at", "finished_at",
+            "task__job__name",
+            "task__job__user",
+            "task__job__band",
+            "task__job__cpu_millicores",
+            "task__job__memory_bytes",
+            "task__job__device_type",
+            "task__job__device_variant",
+            "task__job__device_count",
+            "created_at",
+            "finished_at",
         )[:limit]
     )
     runs = []
@@ -63,7 +70,9 @@ def read_history(now_ms: int) -> tuple[RunHistory, dict[str, int]]:
         .values_list("task__job__band", "task__job__submitted_at_ms", "created_at")[:limit]
     )
     waits = [(Band(band), max(0, _ms(created) - submitted)) for band, submitted, created in first_starts]
-    unfinished = Attempt.objects.filter(finished_at__isnull=True).values_list("task__job__name", "task__index", "created_at")
+    unfinished = Attempt.objects.filter(finished_at__isnull=True).values_list(
+        "task__job__name", "task__index", "created_at"
+    )
     running_since = {f"{job}/{index}": _ms(created) for job, index, created in unfinished}
     return RunHistory.build(runs, waits), running_since
 
@@ -82,8 +91,20 @@ def recent_submissions(now_ms: int) -> list[tuple[int, JobSpec]]:
     rows = (
         Job.objects.filter(submitted_at_ms__gt=now_ms - window, submitted_at_ms__lte=now_ms)
         .order_by("-submitted_at_ms")
-        .values_list("name", "user", "band", "replicas", "cpu_millicores", "memory_bytes", "device_type",
-                     "device_variant", "device_count", "group_by", "constraints", "submitted_at_ms")[:limit]
+        .values_list(
+            "name",
+            "user",
+            "band",
+            "replicas",
+            "cpu_millicores",
+            "memory_bytes",
+            "device_type",
+            "device_variant",
+            "device_count",
+            "group_by",
+            "constraints",
+            "submitted_at_ms",
+        )[:limit]
     )
     rows = list(rows)
     if not rows:
@@ -93,9 +114,16 @@ def recent_submissions(now_ms: int) -> list[tuple[int, JobSpec]]:
     out = []
     for name, user, band, replicas, cpu, memory, dtype, variant, count, group_by, constraints, submitted in rows:
         spec = JobSpec(
-            id=name, user=user, band=Band(band), parent=None, submitted_at_ms=submitted, root_submitted_at_ms=submitted,
-            replicas=replicas, resources=Resources(cpu, memory, device_from_columns(dtype, variant, count)),
-            group_by=group_by or None, constraints=constraints_from_json(json_value(constraints) or []),
+            id=name,
+            user=user,
+            band=Band(band),
+            parent=None,
+            submitted_at_ms=submitted,
+            root_submitted_at_ms=submitted,
+            replicas=replicas,
+            resources=Resources(cpu, memory, device_from_columns(dtype, variant, count)),
+            group_by=group_by or None,
+            constraints=constraints_from_json(json_value(constraints) or []),
         )
         out.append((submitted + span, spec))
     out.reverse()
@@ -130,21 +158,43 @@ def estimate_start_times(now_ms: int | None = None, *, budget_seconds: float | N
     snapshot = load_snapshot(now).snapshot
     deadline = started + budget
     estimates = estimate_starts(
-        snapshot, history, running_since, tick_ms=int(settings.TICK_SECONDS * 1000),
-        max_steps=settings.ESTIMATE_MAX_STEPS, arrivals=recent_submissions(now), out_of_time=lambda: time.monotonic() >= deadline,
+        snapshot,
+        history,
+        running_since,
+        tick_ms=int(settings.TICK_SECONDS * 1000),
+        max_steps=settings.ESTIMATE_MAX_STEPS,
+        arrivals=recent_submissions(now),
+        out_of_time=lambda: time.monotonic() >= deadline,
     )
     store_estimates(estimates, waits=history.waits_by_band, as_of_ms=now)
     run = EstimateRun(
-        as_of_ms=now, pending=len(estimates), estimated=sum(1 for e in estimates.values() if e.p50_ms is not None),
-        wall_s=time.monotonic() - started, cpu_s=time.process_time() - started_cpu, history_s=history_s,
+        as_of_ms=now,
+        pending=len(estimates),
+        estimated=sum(1 for e in estimates.values() if e.p50_ms is not None),
+        wall_s=time.monotonic() - started,
+        cpu_s=time.process_time() - started_cpu,
+        history_s=history_s,
     )
-    logger.info("start estimates: %d pending, %d with a range, %.1f s wall (%.1f s CPU, history %.1f s)",
-                run.pending, run.estimated, run.wall_s, run.cpu_s, run.history_s)
+    logger.info(
+        "start estimates: %d pending, %d with a range, %.1f s wall (%.1f s CPU, history %.1f s)",
+        run.pending,
+        run.estimated,
+        run.wall_s,
+        run.cpu_s,
+        run.history_s,
+    )
     return run
 
 
-_COLUMNS = (("task", "text"), ("job", "text"), ("p50_ms", "bigint"), ("p90_ms", "bigint"),
-            ("method", "text"), ("reason", "text"), ("as_of_ms", "bigint"))
+_COLUMNS = (
+    ("task", "text"),
+    ("job", "text"),
+    ("p50_ms", "bigint"),
+    ("p90_ms", "bigint"),
+    ("method", "text"),
+    ("reason", "text"),
+    ("as_of_ms", "bigint"),
+)
 
 
 # Most observed waits kept per band for conditioning shown estimates (evenly spaced ranks of
@@ -152,8 +202,9 @@ _COLUMNS = (("task", "text"), ("job", "text"), ("p50_ms", "bigint"), ("p90_ms", 
 KEPT_WAITS = 400
 
 
-def store_estimates(estimates: dict[str, StartEstimate], *, waits: Mapping[Band, Sequence[int]] | None = None,
-                    as_of_ms: int = 0) -> None:
+def store_estimates(
+    estimates: dict[str, StartEstimate], *, waits: Mapping[Band, Sequence[int]] | None = None, as_of_ms: int = 0
+) -> None:
     """Replace every stored estimate with ``estimates`` (task name -> estimate), and the band
     waits shown estimates are conditioned on with ``waits`` (band -> ascending waits, ms)."""
     rows = [
@@ -166,7 +217,8 @@ def store_estimates(estimates: dict[str, StartEstimate], *, waits: Mapping[Band,
         EstimateWaits.objects.all().delete()
         if waits is not None:
             EstimateWaits.objects.create(
-                as_of_ms=as_of_ms, waits={str(int(band)): thinned(values) for band, values in waits.items() if values})
+                as_of_ms=as_of_ms, waits={str(int(band)): thinned(values) for band, values in waits.items() if values}
+            )
 
 
 def thinned(values: Sequence[int], keep: int = KEPT_WAITS) -> list[int]:

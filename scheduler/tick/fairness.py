@@ -60,19 +60,37 @@ def band_view(band_wire: str, band: dict) -> dict:
     waiting = band.get("smallest_waiting")
     if waiting:
         waiting = {**waiting, "reason": {**waiting["reason"], "text": pending_text(waiting["reason"])}}
-    return {"band": Band.parse(band_wire), "running_value": band.get("running_value", 0), "users": band_rows(band),
-            "smallest_waiting": waiting}
+    return {
+        "band": Band.parse(band_wire),
+        "running_value": band.get("running_value", 0),
+        "users": band_rows(band),
+        "smallest_waiting": waiting,
+    }
 
 
 def lost_work(since: datetime) -> list[dict]:
     """Per user, the work lost to preemption since ``since``: for each eviction, the victim's
     resource value × how long its evicted attempt had run (started to evicted). One query."""
-    started = Attempt.objects.filter(
-        task=OuterRef("victim"), started_at__isnull=False, started_at__lte=OuterRef("created_at")
-    ).order_by("-number").values("started_at")[:1]
-    rows = PreemptionEvent.objects.filter(created_at__gte=since).annotate(run_from=Subquery(started)).values_list(
-        "victim__job__user", "victim__job__cpu_millicores", "victim__job__memory_bytes", "victim__job__device_type",
-        "victim__job__device_variant", "victim__job__device_count", "created_at", "run_from",
+    started = (
+        Attempt.objects.filter(
+            task=OuterRef("victim"), started_at__isnull=False, started_at__lte=OuterRef("created_at")
+        )
+        .order_by("-number")
+        .values("started_at")[:1]
+    )
+    rows = (
+        PreemptionEvent.objects.filter(created_at__gte=since)
+        .annotate(run_from=Subquery(started))
+        .values_list(
+            "victim__job__user",
+            "victim__job__cpu_millicores",
+            "victim__job__memory_bytes",
+            "victim__job__device_type",
+            "victim__job__device_variant",
+            "victim__job__device_count",
+            "created_at",
+            "run_from",
+        )
     )
     by_user: dict[str, dict] = {}
     for user, cpu, mem, dtype, variant, count, at, run_from in rows:
@@ -99,8 +117,15 @@ def starving_tasks(since: datetime, threshold: int) -> list[dict]:
         .order_by("-preemption_count", "job__name", "index")[:STARVING_LIMIT]
     )
     return [
-        {"task": f"{job}/{index}", "job": job, "user": user, "band": Band(band) if band is not None else None,
-         "state": state, "preemptions": n, "history": f"/jobs{job}/"}
+        {
+            "task": f"{job}/{index}",
+            "job": job,
+            "user": user,
+            "band": Band(band) if band is not None else None,
+            "state": state,
+            "preemptions": n,
+            "history": f"/jobs{job}/",
+        }
         for job, index, user, band, state, n in rows
     ]
 

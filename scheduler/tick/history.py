@@ -53,8 +53,9 @@ def _prune_tick_records(now: datetime, keep_days: float, batch: int, deadline: f
     return delete_in_batches(old, batch=batch, deadline=_forever(deadline), before_delete=unlink_events)
 
 
-def prune_preemption_events(now: datetime, keep_days: float, batch: int = BATCH,
-                            deadline: float | None = None) -> Pruned:
+def prune_preemption_events(
+    now: datetime, keep_days: float, batch: int = BATCH, deadline: float | None = None
+) -> Pruned:
     """Delete the preemption events older than ``keep_days`` before ``now`` (0: keep all), oldest
     first. Every figure computed from them looks back at most 24 hours (fairness, metrics); older
     ones are the preemption history pages' and the job pages' record."""

@@ -54,7 +54,8 @@ def split_kueue(snapshot: ClusterSnapshot) -> tuple[ClusterSnapshot, KueueInput,
     live_jobs = Job.objects.exclude(state__in=TERMINAL_JOB_VALUES)
     kube_jobs = set(live_jobs.filter(route=ROUTE_KUBERNETES).values_list("name", flat=True))
     unrouted = [
-        (pk, name, raw) for pk, name, raw in live_jobs.filter(route="").values_list("pk", "name", "constraints")
+        (pk, name, raw)
+        for pk, name, raw in live_jobs.filter(route="").values_list("pk", "name", "constraints")
         if name in snapshot.jobs
     ]
     core_workers = tuple(w for w in snapshot.workers if w.id not in kube_rows)
@@ -151,6 +152,8 @@ def save_kueue_state(routes: Mapping[int, str], kueue: KueueInput, plan: KueuePl
                     [route, "[" + ",".join(str(int(pk)) for pk in pks) + "]"],
                 )
     if kueue.jobs or kueue.worker:
-        updated = BackendState.objects.filter(name=ROUTE_KUBERNETES).update(tokens=plan.tokens, tokens_at_ms=plan.tokens_at_ms)
+        updated = BackendState.objects.filter(name=ROUTE_KUBERNETES).update(
+            tokens=plan.tokens, tokens_at_ms=plan.tokens_at_ms
+        )
         if not updated:
             BackendState.objects.create(name=ROUTE_KUBERNETES, tokens=plan.tokens, tokens_at_ms=plan.tokens_at_ms)

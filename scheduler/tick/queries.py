@@ -15,7 +15,9 @@ from scheduler.store.states import ACTIVE_VALUES
 
 
 def recent_ticks(limit: int = 20) -> list[TickRecord]:
-    return list(TickRecord.objects.defer("explanation", "whatif_basis", "spend", "limits").order_by("-started_at")[:limit])
+    return list(
+        TickRecord.objects.defer("explanation", "whatif_basis", "spend", "limits").order_by("-started_at")[:limit]
+    )
 
 
 def task_counts_by_state() -> dict[str, int]:
@@ -56,13 +58,19 @@ def preemption_counts(events: QuerySet[PreemptionEvent], limit: int = 20) -> lis
     ``repeated`` flags jobs preempted at least ``REPEATED_PREEMPTIONS`` times.
     """
     rows = (
-        events.order_by().values("victim__job__name", "victim__job__user")
+        events.order_by()
+        .values("victim__job__name", "victim__job__user")
         .annotate(n=Count("id"), tasks=Count("victim", distinct=True))
         .order_by("-n", "victim__job__name")[:limit]
     )
     return [
-        {"job": r["victim__job__name"], "user": r["victim__job__user"], "count": r["n"], "tasks": r["tasks"],
-         "repeated": r["n"] >= REPEATED_PREEMPTIONS}
+        {
+            "job": r["victim__job__name"],
+            "user": r["victim__job__user"],
+            "count": r["n"],
+            "tasks": r["tasks"],
+            "repeated": r["n"] >= REPEATED_PREEMPTIONS,
+        }
         for r in rows
     ]
 
@@ -73,7 +81,9 @@ def running_by_band_user() -> dict[tuple[int, str], int]:
     return {
         (band, user): n
         for band, user, n in Task.objects.filter(state__in=ACTIVE_VALUES)
-        .order_by().values_list("band", "job__user").annotate(n=Count("id"))
+        .order_by()
+        .values_list("band", "job__user")
+        .annotate(n=Count("id"))
         if band is not None
     }
 

@@ -156,10 +156,18 @@ def _run_tick(now: int | None, clock: Callable[[], datetime]) -> TickOutcome | N
         " reusing the previous decision: nothing it depends on changed" if reused else "",
         apply_ms,
         extra={
-            "tick": outcome.tick_id, "outcome": "ran", "assigned": outcome.assigned, "preempted": outcome.preempted,
-            "expired": outcome.expired, "conflicts": outcome.skipped_conflicts,
-            "duration_ms": round(outcome.duration_ms, 1), "load_ms": round(load_ms, 1),
-            "decide_ms": round(decide_ms, 1), "decision_reused": reused, "apply_ms": round(apply_ms, 1), "refresh": loaded.refresh,
+            "tick": outcome.tick_id,
+            "outcome": "ran",
+            "assigned": outcome.assigned,
+            "preempted": outcome.preempted,
+            "expired": outcome.expired,
+            "conflicts": outcome.skipped_conflicts,
+            "duration_ms": round(outcome.duration_ms, 1),
+            "load_ms": round(load_ms, 1),
+            "decide_ms": round(decide_ms, 1),
+            "decision_reused": reused,
+            "apply_ms": round(apply_ms, 1),
+            "refresh": loaded.refresh,
         },
     )
     return outcome

@@ -57,7 +57,7 @@ def budgets(request):
     index = queue_index()
     every = budget_rows(index.by_user)  # sorted over every user (most active first), then one page is drawn
     win = window(request, len(every), PAGE_SIZE)
-    rows = every[win.offset:win.offset + win.size]
+    rows = every[win.offset : win.offset + win.size]
     defaults = budget_defaults()
     samples = samples_for(SPARK_SECONDS, SPARK_POINTS)
     for row in rows:
@@ -125,13 +125,18 @@ def request_uplift(request, user: str):
     if form.is_valid():
         try:
             grant = budgets_writes.request_uplift(
-                request.user, user=user, max_band=form.cleaned_data.get("max_band") or None,
-                budget_limit=form.cleaned_data.get("budget_limit"), reason=form.cleaned_data["reason"],
+                request.user,
+                user=user,
+                max_band=form.cleaned_data.get("max_band") or None,
+                budget_limit=form.cleaned_data.get("budget_limit"),
+                reason=form.cleaned_data["reason"],
                 duration_seconds=form.duration_seconds(),
             )
         except ServiceError as exc:
             apply_service_error(form, exc, {"duration_seconds": "duration_hours", "user": None})
         else:
-            messages.success(request, f"Uplift request {grant.pk} sent. An admin will approve or deny it; its state shows below.")
+            messages.success(
+                request, f"Uplift request {grant.pk} sent. An admin will approve or deny it; its state shows below."
+            )
             return redirect("console:budget", user=user)
     return budget_detail(request, user, form=form, status=400)

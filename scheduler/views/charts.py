@@ -103,7 +103,12 @@ def short_number(n: float) -> str:
 
 
 def spend_chart(
-    samples: list[SpendSample], user: str, default_limit: int, *, width: int = 640, height: int = 180,
+    samples: list[SpendSample],
+    user: str,
+    default_limit: int,
+    *,
+    width: int = 640,
+    height: int = 180,
     axes: bool = True,
 ) -> Chart:
     """A chart of ``user``'s spend and limit over ``samples`` (oldest first)."""
@@ -145,8 +150,9 @@ def spend_chart(
         chart.limits.append(" ".join(stretch))
     if axes:
         divisions = round_step(top_value)
-        chart.y_ticks = [(y(top_value * k // divisions), short_number(top_value * k // divisions))
-                         for k in range(divisions + 1)]
+        chart.y_ticks = [
+            (y(top_value * k // divisions), short_number(top_value * k // divisions)) for k in range(divisions + 1)
+        ]
         chart.x_ticks = x_ticks
     return chart
 

@@ -80,7 +80,9 @@ def require_POST(view):
     return wrapped
 
 
-def page_or_fragment(request: HttpRequest, template: str, fragment: str, context: dict, *, status: int = 200) -> HttpResponse:
+def page_or_fragment(
+    request: HttpRequest, template: str, fragment: str, context: dict, *, status: int = 200
+) -> HttpResponse:
     """The full page, or for an HTMX request (not a boosted navigation) the named partial."""
     if request.htmx and not request.htmx.boosted:
         return render(request, f"{template}#{fragment}", context, status=status)
@@ -160,7 +162,7 @@ def apply_service_error(form, exc: ServiceError, fields: dict[str, str] | None =
     mapped = (fields or {}).get(name) or name.replace(".", "_").split("[")[0]
     message = exc.message
     if mapped and message.startswith(f"{name}: "):
-        message = message[len(name) + 2:]
+        message = message[len(name) + 2 :]
     if mapped in form.fields:
         form.add_error(mapped, message)
     else:

@@ -21,5 +21,6 @@ def fairness(request):
         return no_change()
     report = fairness_report(timezone.now())
     charts = [(band, share_chart(series)) for band, series in report.shares.items()]
-    return page_or_fragment(request, "scheduler/fairness.html", "report",
-                            {"report": report, "charts": charts, "poll": POLL_SECONDS})
+    return page_or_fragment(
+        request, "scheduler/fairness.html", "report", {"report": report, "charts": charts, "poll": POLL_SECONDS}
+    )

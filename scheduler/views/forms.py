@@ -30,7 +30,8 @@ class JobForm(forms.Form):
         max_length=200, help_text="A short name (it becomes /<you>/<name>) or a full id /<you>/<name>/<child>."
     )
     priority = forms.ChoiceField(
-        choices=[("", "Default (INTERACTIVE)"), *BAND_CHOICES], required=False,
+        choices=[("", "Default (INTERACTIVE)"), *BAND_CHOICES],
+        required=False,
         help_text="A child job inherits its parent's band. SYSTEM and PRODUCTION are for admins; a band above your max band is refused, never downgraded.",
     )
     system_reason = forms.CharField(
@@ -44,7 +45,9 @@ class JobForm(forms.Form):
     device_variant = forms.CharField(required=False, max_length=64, label="Variant", help_text="e.g. h100, v5p")
     device_count = forms.IntegerField(required=False, min_value=1, label="Chips per task")
     group_by = forms.CharField(
-        required=False, max_length=64, label="Coschedule by",
+        required=False,
+        max_length=64,
+        label="Coschedule by",
         help_text="Place all tasks at once on workers sharing this attribute (e.g. tpu-name).",
     )
     scheduling_timeout_seconds = forms.IntegerField(
@@ -74,8 +77,11 @@ class JobForm(forms.Form):
         if data.get("system_reason"):
             body["system_reason"] = data["system_reason"]
         if data.get("device_type") and data["device_type"] != "cpu":
-            body["device"] = {"type": data["device_type"], "variant": data.get("device_variant") or "",
-                              "count": data.get("device_count")}
+            body["device"] = {
+                "type": data["device_type"],
+                "variant": data.get("device_variant") or "",
+                "count": data.get("device_count"),
+            }
         if data.get("group_by"):
             body["group_by"] = data["group_by"]
         if data.get("scheduling_timeout_seconds"):
@@ -130,7 +136,8 @@ def clean_hours(hours):
 class UpliftRequestForm(forms.Form):
     max_band = forms.ChoiceField(
         choices=[("", "— no change —"), (Band.INTERACTIVE.wire, "INTERACTIVE"), (Band.BATCH.wire, "BATCH")],
-        required=False, label="Max band",
+        required=False,
+        label="Max band",
     )
     budget_limit = forms.IntegerField(
         required=False, min_value=0, label="Limit (points)", help_text="0 asks for unlimited."
@@ -149,7 +156,10 @@ class UpliftRequestForm(forms.Form):
 
 class UpliftDecisionForm(forms.Form):
     duration_hours = forms.DecimalField(
-        required=False, min_value=0, decimal_places=2, label="Expires after (hours)",
+        required=False,
+        min_value=0,
+        decimal_places=2,
+        label="Expires after (hours)",
         help_text="Empty: as requested.",
     )
     note = forms.CharField(required=False, max_length=2000)
@@ -164,12 +174,19 @@ class UpliftDecisionForm(forms.Form):
 
 class QueueFilterForm(forms.Form):
     user = forms.CharField(required=False, max_length=150)
-    job = forms.CharField(required=False, max_length=255, help_text="/alice/train (and its children) or any part of an id")
+    job = forms.CharField(
+        required=False, max_length=255, help_text="/alice/train (and its children) or any part of an id"
+    )
     band = forms.ChoiceField(choices=[("", "All bands"), *BAND_CHOICES], required=False)
 
 
-SINCE_CHOICES = [("", "Any time"), ("1h", "Last hour"), ("24h", "Last 24 hours"), ("7d", "Last 7 days"),
-                 ("30d", "Last 30 days")]
+SINCE_CHOICES = [
+    ("", "Any time"),
+    ("1h", "Last hour"),
+    ("24h", "Last 24 hours"),
+    ("7d", "Last 7 days"),
+    ("30d", "Last 30 days"),
+]
 SINCE_SECONDS = {"1h": 3600, "24h": 86400, "7d": 7 * 86400, "30d": 30 * 86400}
 
 
@@ -178,4 +195,3 @@ class PreemptionFilterForm(forms.Form):
     band = forms.ChoiceField(choices=[("", "All bands"), *BAND_CHOICES], required=False, label="Victim band")
     since = forms.ChoiceField(choices=SINCE_CHOICES, required=False, label="When")
     job = forms.CharField(required=False, max_length=255, label="Victim job")
-

@@ -65,8 +65,11 @@ def may_scrape(request) -> bool:
 def metrics_view(request):
     if not may_scrape(request):
         return JsonResponse(
-            {"code": "PERMISSION_DENIED", "message": "metrics are for operators and the networks in IRIS_METRICS_ALLOW",
-             "details": {}},
+            {
+                "code": "PERMISSION_DENIED",
+                "message": "metrics are for operators and the networks in IRIS_METRICS_ALLOW",
+                "details": {},
+            },
             status=403,
         )
     return HttpResponse(metrics.exposition(), content_type=CONTENT_TYPE_LATEST)

@@ -32,7 +32,7 @@ def preemptions(request):
         job="/" + job.strip("/") if job else None,
     )
     win = window(request, events.count(), PAGE_SIZE)
-    page = list(events[win.offset:win.offset + win.size])
+    page = list(events[win.offset : win.offset + win.size])
     counts = preemption_counts(events)
     repeated = {c["job"] for c in counts if c["repeated"]}
     context = {

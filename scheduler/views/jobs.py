@@ -53,8 +53,14 @@ from scheduler.views.forms import JobForm, WhatIfForm
 
 # Tasks shown per page on a job's detail page.
 TASKS_PER_PAGE = 50
-JOB_FIELDS = {"device.type": "device_type", "device.variant": "device_variant", "device.count": "device_count",
-              "device": "device_type", "cpu": "cpu", "memory": "memory"}
+JOB_FIELDS = {
+    "device.type": "device_type",
+    "device.variant": "device_variant",
+    "device.count": "device_count",
+    "device": "device_type",
+    "cpu": "cpu",
+    "memory": "memory",
+}
 
 
 def job_name(job_id: str) -> str:
@@ -123,7 +129,12 @@ def listing_context(request, newest=None) -> dict:
     # What "Cancel all N matching" would cancel: the unfinished ones (shown only with a filter).
     unfinished = qs.exclude(state__in=TERMINAL_JOB_VALUES).count() if job_filter.given else 0
     return {
-        "jobs": page, "page": keyset, "total": total, "unfinished": unfinished, "filter": job_filter.given, "view": view,
+        "jobs": page,
+        "page": keyset,
+        "total": total,
+        "unfinished": unfinished,
+        "filter": job_filter.given,
+        "view": view,
         "first_row": keyset.offset + 1 if keyset.offset is not None and page else None,
         "last_row": keyset.offset + len(page) if keyset.offset is not None else None,
         "groups": sorted(groups.values(), key=lambda g: g.key),
@@ -146,11 +157,19 @@ def jobs(request):
     if poll and unchanged(request, marker):
         return no_change()
     context = listing_context(request, newest)
-    context.update(me=request.user.username, states=[s.value for s in JobState], bands=BANDS_IN_ORDER,
-                   routes=list(listing.ROUTES), sorts=list(listing.SORTS), admin=roles.is_admin(request.user),
-                   since=marker, poll=None if "error" in context else POLL_SECONDS)
-    return page_or_fragment(request, "scheduler/jobs.html", "rows" if poll else "list", context,
-                            status=400 if "error" in context else 200)
+    context.update(
+        me=request.user.username,
+        states=[s.value for s in JobState],
+        bands=BANDS_IN_ORDER,
+        routes=list(listing.ROUTES),
+        sorts=list(listing.SORTS),
+        admin=roles.is_admin(request.user),
+        since=marker,
+        poll=None if "error" in context else POLL_SECONDS,
+    )
+    return page_or_fragment(
+        request, "scheduler/jobs.html", "rows" if poll else "list", context, status=400 if "error" in context else 200
+    )
 
 
 @login_required
@@ -161,15 +180,20 @@ def cancel_jobs(request):
     params = request.POST
     try:
         if params.get("scope") == "filter":
-            selection = jobs_cancel.Selection(filter=listing.parse_filter(
-                {k: params[k] for k in listing.FILTER_KEYS if k in params}))
+            selection = jobs_cancel.Selection(
+                filter=listing.parse_filter({k: params[k] for k in listing.FILTER_KEYS if k in params})
+            )
         else:
             selection = jobs_cancel.Selection(names=tuple(params.getlist("ids")))
         if params.get("confirm") != "yes":
             preview = jobs_cancel.preview_cancel(request.user, selection)
-            context = {"preview": preview, "params": [(k, v) for k in params for v in params.getlist(k)
-                                                       if k not in ("csrfmiddlewaretoken", "confirm")],
-                       "back": request.POST.get("back", "")}
+            context = {
+                "preview": preview,
+                "params": [
+                    (k, v) for k in params for v in params.getlist(k) if k not in ("csrfmiddlewaretoken", "confirm")
+                ],
+                "back": request.POST.get("back", ""),
+            }
             return render(request, "scheduler/jobs_cancel.html", context)
         outcome = jobs_cancel.cancel_jobs(request.user, selection)
     except ServiceError as exc:
@@ -192,9 +216,11 @@ def why_sentences(explain: dict, job, viewer, place: RoundRobinPlace | None) -> 
     never = explain.get("never")
     if never is not None and any(t["state"] == "pending" for t in explain["tasks"]):
         # The verdict first: a job that can never run is told what to change, not its place.
-        sentences.append(f"It can never run on the cluster as it is: {never.text()}. Only a change helps: cancel "
-                         f"it and submit again asking for what a worker has, or ask an operator for a worker that "
-                         f"meets every requirement; waiting and its place in the queue change nothing.")
+        sentences.append(
+            f"It can never run on the cluster as it is: {never.text()}. Only a change helps: cancel "
+            f"it and submit again asking for what a worker has, or ask an operator for a worker that "
+            f"meets every requirement; waiting and its place in the queue change nothing."
+        )
     downgrade = explain.get("downgrade")
     requested = explain["requested_band"]
     if downgrade:
@@ -308,7 +334,7 @@ LOG_POLL_SECONDS = 2
 def attempt_log(request, task_pk: int, attempt: int):
     """One attempt's log tail; while the attempt runs (and ``follow`` is not 0) the fragment
     polls itself, and the first render after the attempt ended has no trigger: polling stops."""
-    row = (Attempt.objects.select_related("task__job", "worker").filter(task_id=task_pk, number=attempt).first())
+    row = Attempt.objects.select_related("task__job", "worker").filter(task_id=task_pk, number=attempt).first()
     if row is None:
         raise Http404(f"Task {task_pk} has no attempt {attempt}.")
     job = row.task.job
@@ -316,8 +342,16 @@ def attempt_log(request, task_pk: int, attempt: int):
         raise denied(request.user, f"The log of {job.name}", f"its owner ({job.user}), operators and admins")
     running = row.finished_at is None
     follow = running and request.GET.get("follow") != "0"
-    context = {"attempt": row, "task": row.task, "job": job, "log": read_tail(task_pk, attempt, LOG_TAIL_BYTES),
-               "running": running, "follow": follow, "poll": LOG_POLL_SECONDS, "tail_bytes": LOG_TAIL_BYTES}
+    context = {
+        "attempt": row,
+        "task": row.task,
+        "job": job,
+        "log": read_tail(task_pk, attempt, LOG_TAIL_BYTES),
+        "running": running,
+        "follow": follow,
+        "poll": LOG_POLL_SECONDS,
+        "tail_bytes": LOG_TAIL_BYTES,
+    }
     return page_or_fragment(request, "scheduler/attempt_log.html", "log", context)
 
 
@@ -331,8 +365,9 @@ def submit(request):
             apply_service_error(form, exc, JOB_FIELDS)
         else:
             messages.success(
-                request, f"Submitted {job.name} as {Band(job.band).name} with {job.replicas:,} task(s). "
-                f"It joins the queue at the next tick."
+                request,
+                f"Submitted {job.name} as {Band(job.band).name} with {job.replicas:,} task(s). "
+                f"It joins the queue at the next tick.",
             )
             for warning in job.warnings:
                 messages.warning(request, f"Warning: {warning}")
@@ -340,7 +375,10 @@ def submit(request):
     status = 400 if request.method == "POST" else 200
     budget = budget_view(request.user.username)
     return page_or_fragment(
-        request, "scheduler/submit.html", "form", {"form": form, "budget": budget, "admin": roles.is_admin(request.user)},
+        request,
+        "scheduler/submit.html",
+        "form",
+        {"form": form, "budget": budget, "admin": roles.is_admin(request.user)},
         status=status,
     )
 

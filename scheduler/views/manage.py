@@ -18,7 +18,14 @@ from scheduler.core.bands import Band
 from scheduler.errors import ServiceError
 from scheduler.board.read import queue_index
 from scheduler.models import UpliftGrant
-from scheduler.views.common import PAGE_SIZE, admin_required, apply_service_error, page_or_fragment, window, require_POST
+from scheduler.views.common import (
+    PAGE_SIZE,
+    admin_required,
+    apply_service_error,
+    page_or_fragment,
+    window,
+    require_POST,
+)
 from scheduler.views.forms import BudgetForm, UpliftDecisionForm
 
 # Decided grants listed under the open requests.
@@ -33,16 +40,20 @@ def budgets(request):
             data = form.cleaned_data
             try:
                 row = set_budget(
-                    request.user, data["user"], budget_limit=data.get("budget_limit"),
-                    max_band=data.get("max_band") or None, reason=data["reason"],
+                    request.user,
+                    data["user"],
+                    budget_limit=data.get("budget_limit"),
+                    max_band=data.get("max_band") or None,
+                    reason=data["reason"],
                     create_user_budget=bool(data.get("new_user")),
                 )
             except ServiceError as exc:
                 apply_service_error(form, exc)
             else:
                 messages.success(
-                    request, f"Budget of {row.user_id} set: limit {row.budget_limit:,} "
-                    f"({'unlimited' if row.budget_limit == 0 else 'points'}), max band {Band(row.max_band).name}."
+                    request,
+                    f"Budget of {row.user_id} set: limit {row.budget_limit:,} "
+                    f"({'unlimited' if row.budget_limit == 0 else 'points'}), max band {Band(row.max_band).name}.",
                 )
                 return redirect("console:manage-budgets")
         status = 400
@@ -56,8 +67,13 @@ def budgets(request):
         status = 200
     every = budget_rows(queue_index().by_user)  # users with work come in, most active first
     win = window(request, len(every), PAGE_SIZE)
-    context = {"form": form, "rows": every[win.offset:win.offset + win.size], "window": win,
-               "defaults": budget_defaults(), "tab": "budgets"}
+    context = {
+        "form": form,
+        "rows": every[win.offset : win.offset + win.size],
+        "window": win,
+        "defaults": budget_defaults(),
+        "tab": "budgets",
+    }
     return page_or_fragment(request, "scheduler/manage_budgets.html", "table", context, status=status)
 
 
@@ -76,13 +92,17 @@ def tiers(request):
         members = []
         for user in tier.user_ids:
             row = rows.get(user)
-            members.append({
-                "user": user,
-                "overridden": final[user] != i,
-                "row": row,
-                "differs": final[user] == i and row is not None and (row[0], row[1]) != (tier.budget_limit, int(tier.max_band)),
-                "missing": final[user] == i and row is None,
-            })
+            members.append(
+                {
+                    "user": user,
+                    "overridden": final[user] != i,
+                    "row": row,
+                    "differs": final[user] == i
+                    and row is not None
+                    and (row[0], row[1]) != (tier.budget_limit, int(tier.max_band)),
+                    "missing": final[user] == i and row is None,
+                }
+            )
         tiers.append({"number": i + 1, "tier": tier, "members": members})
     context = {"config": config, "tiers": tiers, "tab": "tiers"}
     return page_or_fragment(request, "scheduler/manage_tiers.html", "tiers", context)
@@ -115,8 +135,9 @@ def decide_uplift(request, pk: str, verb: str):
     if form.is_valid():
         try:
             if verb == "approve":
-                grant = approve_uplift(request.user, pk, duration_seconds=form.duration_seconds(),
-                                                note=form.cleaned_data.get("note"))
+                grant = approve_uplift(
+                    request.user, pk, duration_seconds=form.duration_seconds(), note=form.cleaned_data.get("note")
+                )
             else:
                 grant = deny_uplift(request.user, pk, note=form.cleaned_data.get("note"))
         except ServiceError as exc:
@@ -127,8 +148,11 @@ def decide_uplift(request, pk: str, verb: str):
                 return redirect("console:manage-uplifts")
         else:
             if grant.state == UpliftGrant.State.APPROVED:
-                messages.success(request, f"Approved uplift {grant.pk} for {grant.user_id}; it expires "
-                                          f"{grant.expires_at:%Y-%m-%d %H:%M} UTC.")
+                messages.success(
+                    request,
+                    f"Approved uplift {grant.pk} for {grant.user_id}; it expires "
+                    f"{grant.expires_at:%Y-%m-%d %H:%M} UTC.",
+                )
             else:
                 messages.success(request, f"Denied uplift {grant.pk} for {grant.user_id}.")
             return redirect("console:manage-uplifts")
@@ -139,5 +163,5 @@ def decide_uplift(request, pk: str, verb: str):
 def audit(request):
     qs = audit_entries()
     win = window(request, qs.count(), PAGE_SIZE)
-    context = {"entries": list(qs[win.offset:win.offset + win.size]), "window": win, "tab": "audit"}
+    context = {"entries": list(qs[win.offset : win.offset + win.size]), "window": win, "tab": "audit"}
     return page_or_fragment(request, "scheduler/manage_audit.html", "audit", context)

@@ -24,8 +24,14 @@ from scheduler.views.forms import QueueFilterForm
 PER_BAND_PREVIEW = 10
 
 
-def queue_row(entry: QueueEntry, task, index: QueueIndex, estimate: ShownEstimate = NOT_ESTIMATED,
-              now_ms: int = 0, never: frozenset[str] | set[str] = frozenset()) -> dict:
+def queue_row(
+    entry: QueueEntry,
+    task,
+    index: QueueIndex,
+    estimate: ShownEstimate = NOT_ESTIMATED,
+    now_ms: int = 0,
+    never: frozenset[str] | set[str] = frozenset(),
+) -> dict:
     """One table row: the explanation's facts (band, place, reason as of the tick, with the
     downgrade the tick decided with), the task's current row (to mark a task that moved), and
     whether its job can never run (``never``: the names of such jobs, ``jobs.feasibility.never_runs``)."""
@@ -35,10 +41,17 @@ def queue_row(entry: QueueEntry, task, index: QueueIndex, estimate: ShownEstimat
     if record:
         spend, limit = int(record["spend"]), int(record["limit"])
         downgrade = {"text": downgrade_text(entry.reason), "over": spend - limit, "spend": spend, "limit": limit}
-    return {"entry": entry, "task": task, "requested": requested, "downgrade": downgrade,
-            "changed": task is not None and task.state != "pending",
-            "estimate": estimate, "estimate_span": estimate.span(now_ms), "estimate_text": estimate.text(now_ms),
-            "never": entry.job in never}
+    return {
+        "entry": entry,
+        "task": task,
+        "requested": requested,
+        "downgrade": downgrade,
+        "changed": task is not None and task.state != "pending",
+        "estimate": estimate,
+        "estimate_span": estimate.span(now_ms),
+        "estimate_text": estimate.text(now_ms),
+        "never": entry.job in never,
+    }
 
 
 @login_required
@@ -63,8 +76,7 @@ def queue(request):
         sections.append({"band": band, "entries": entries, "total": total, "window": win})
     else:
         for b in BANDS_IN_ORDER:
-            entries, total = queue_window(index, int(b), user=user or None, job=job or None,
-                                                  limit=PER_BAND_PREVIEW)
+            entries, total = queue_window(index, int(b), user=user or None, job=job or None, limit=PER_BAND_PREVIEW)
             sections.append({"band": b, "entries": entries, "total": total, "window": None})
     shown = [e for s in sections for e in s["entries"]]
     rows = queue_rows(shown)
@@ -73,8 +85,9 @@ def queue(request):
     tick_key = (index.tick_pk, index.tick_now_ms) if index.tick_pk is not None else None
     never = never_runs({t.job.name: t.job for t in rows.values()}.values(), tick_key)
     for section in sections:
-        section["rows"] = [queue_row(e, rows.get(e.task), index, estimates[e.task], now, never)
-                           for e in section["entries"]]
+        section["rows"] = [
+            queue_row(e, rows.get(e.task), index, estimates[e.task], now, never) for e in section["entries"]
+        ]
 
     context = {
         "form": form,

@@ -35,7 +35,11 @@ def health(worker, now) -> dict:
     if not worker.healthy:
         return {"label": "unhealthy", "level": "red", "title": "marked unhealthy: nothing new is placed here"}
     if worker.draining:
-        return {"label": "draining", "level": "amber", "title": "draining: running work finishes, nothing new is placed"}
+        return {
+            "label": "draining",
+            "level": "amber",
+            "title": "draining: running work finishes, nothing new is placed",
+        }
     if age is not None and age > settings.WORKER_GRACE_SECONDS:
         return {"label": "silent", "level": "amber", "title": f"no heartbeat for {age:,.0f} s"}
     return {"label": "healthy", "level": "green", "title": "healthy and accepting work"}
@@ -55,7 +59,7 @@ def backends_context() -> dict:
 def workers(request):
     qs = workers_by_name()
     win = window(request, qs.count(), PAGE_SIZE)
-    page = with_active_tasks(list(qs[win.offset:win.offset + win.size]))
+    page = with_active_tasks(list(qs[win.offset : win.offset + win.size]))
     pks = [w.pk for w in page]
     use = worker_use(pks)
     tasks = worker_tasks(pks)
@@ -70,7 +74,10 @@ def workers(request):
         w.more = max(0, len(tasks[w.pk]) - TASKS_SHOWN)
         w.health = health(w, now)
     context = {
-        "workers": page, "window": win, "operator": roles.is_operator(request.user), "poll": POLL_SECONDS * 2,
+        "workers": page,
+        "window": win,
+        "operator": roles.is_operator(request.user),
+        "poll": POLL_SECONDS * 2,
         **backends_context(),
     }
     return page_or_fragment(request, "scheduler/workers.html", "workers", context)

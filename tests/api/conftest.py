@@ -67,12 +67,20 @@ def as_ada(ada):
 
 # Reason records for hand-made ticks (the shapes ``core.explain.reason_record`` stores).
 NO_WORKERS = {"code": "no_healthy_workers"}
-SHORT_OF_CPU = {"code": "insufficient_cpu", "resource": "cpu", "need": 1000, "best_free": 0, "workers": 1,
-                "matching": 1}
+SHORT_OF_CPU = {
+    "code": "insufficient_cpu",
+    "resource": "cpu",
+    "need": 1000,
+    "best_free": 0,
+    "workers": 1,
+    "matching": 1,
+}
 HELD = {"code": "per_job_cap", "limit": 4}
 
 
-def make_tick(tasks: dict[str, tuple[Band, int, dict]], spend: dict | None = None, limits: dict | None = None) -> TickRecord:
+def make_tick(
+    tasks: dict[str, tuple[Band, int, dict]], spend: dict | None = None, limits: dict | None = None
+) -> TickRecord:
     """A tick whose explanation queues ``tasks``: {task id: (effective band, position, reason record)};
     the requested band is the job's (or the effective band for a job with no row)."""
     reasons: list[dict] = []
@@ -87,8 +95,13 @@ def make_tick(tasks: dict[str, tuple[Band, int, dict]], spend: dict | None = Non
         counts[str(int(band))] = counts.get(str(int(band)), 0) + 1
     TickRecord.objects.filter(explanation__isnull=False).update(explanation=None)
     return TickRecord.objects.create(
-        started_at=timezone.now(), now_ms=now_ms(), duration_ms=1.0, pending=len(tasks), left_pending=len(tasks),
-        spend=spend or {}, limits=limits or {},
+        started_at=timezone.now(),
+        now_ms=now_ms(),
+        duration_ms=1.0,
+        pending=len(tasks),
+        left_pending=len(tasks),
+        spend=spend or {},
+        limits=limits or {},
         explanation={"version": 2, "tasks": explained, "reasons": reasons, "band_counts": counts},
     )
 

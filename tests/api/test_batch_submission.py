@@ -54,14 +54,23 @@ def test_a_sweep_submits_every_job_in_order_with_consecutive_times(as_alice, dja
     assert times == list(range(times[0], times[0] + 5))
     assert [j["submitted_at_ms"] for j in body["jobs"]] == times
     assert sorted(Task.objects.values_list("job__name", "index", "state")) == sorted(
-        (f"/alice/sweep-{i}", k, "pending") for i in range(5) for k in range(2))
+        (f"/alice/sweep-{i}", k, "pending") for i in range(5) for k in range(2)
+    )
     assert callbacks == [request_prompt_tick]  # one prompt tick for the whole batch
 
 
 def test_a_batch_job_is_the_row_a_single_submission_writes(as_alice):
-    spec = {"replicas": 3, "cpu": 2.5, "memory": "3Gi", "device": {"type": "gpu", "variant": "h100", "count": 2},
-            "constraints": [{"key": "zone", "op": "in", "value": ["a", "b"]}], "group_by": "zone",
-            "scheduling_timeout_seconds": 60, "priority": "batch", "command": ["python", "x.py"]}
+    spec = {
+        "replicas": 3,
+        "cpu": 2.5,
+        "memory": "3Gi",
+        "device": {"type": "gpu", "variant": "h100", "count": 2},
+        "constraints": [{"key": "zone", "op": "in", "value": ["a", "b"]}],
+        "group_by": "zone",
+        "scheduling_timeout_seconds": 60,
+        "priority": "batch",
+        "command": ["python", "x.py"],
+    }
     assert as_alice.post(JOBS, {"name": "one", **spec}, format="json").status_code == 201
     assert post(as_alice, [{"name": "many", **spec}]).status_code == 201
     skip = {"id", "name", "submitted_at_ms", "root_submitted_at_ms", "scheduling_deadline_ms", "created_at", "request"}
@@ -76,8 +85,9 @@ def test_one_bad_item_refuses_the_batch_naming_its_index_and_field(as_alice):
     jobs = sweep(4)
     jobs[2]["cpu"] = -1
     body = refused(post(as_alice, jobs), 400, "INVALID_ARGUMENT", 2, "cpu")
-    assert body["details"]["errors"] == [{"index": 2, "code": "INVALID_ARGUMENT", "message": body["message"],
-                                          "field": "jobs[2].cpu"}]
+    assert body["details"]["errors"] == [
+        {"index": 2, "code": "INVALID_ARGUMENT", "message": body["message"], "field": "jobs[2].cpu"}
+    ]
     assert counts() == (0, 0)
 
 
@@ -121,7 +131,9 @@ def test_the_unfinished_task_cap_counts_the_batchs_earlier_jobs(as_alice, alice,
 
 def test_the_cap_is_counted_per_budget_identity_across_a_batch(as_ada, settings):
     settings.MAX_ACTIVE_TASKS_PER_USER = 4
-    jobs = [{"name": f"/{user}/j{i}", "replicas": 2, "command": ["true"]} for i in range(2) for user in ("alice", "bob")]
+    jobs = [
+        {"name": f"/{user}/j{i}", "replicas": 2, "command": ["true"]} for i in range(2) for user in ("alice", "bob")
+    ]
     assert post(as_ada, jobs).status_code == 201
     refused(post(as_ada, [{"name": "/bob/more", "command": ["true"]}]), 429, "RESOURCE_EXHAUSTED", 0, "replicas")
 
@@ -140,7 +152,8 @@ def test_children_of_an_existing_parent_inherit_its_band(as_alice, alice):
     assert response.status_code == 201, response.content
     children = Job.objects.filter(parent=parent)
     assert sorted(children.values_list("name", "band", "depth", "root_submitted_at_ms")) == [
-        (f"/alice/study/sweep-{i}", Band.BATCH, 2, parent.root_submitted_at_ms) for i in range(3)]
+        (f"/alice/study/sweep-{i}", Band.BATCH, 2, parent.root_submitted_at_ms) for i in range(3)
+    ]
 
 
 def test_researchers_may_not_submit_into_another_namespace(as_bob):
@@ -158,12 +171,15 @@ def test_warnings_are_those_of_a_single_submission(as_alice):
     assert post(as_alice, [{"name": "later", "cpu": 64, "command": ["true"]}]).json()["jobs"][0]["warnings"] == []
 
 
-@pytest.mark.parametrize(("body", "field"), [
-    ({}, "jobs"),
-    ({"jobs": []}, "jobs"),
-    ({"jobs": {"name": "x"}}, "jobs"),
-    ({"jobs": [{"name": "x", "command": ["true"]}], "dry_run": True}, "dry_run"),
-])
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({}, "jobs"),
+        ({"jobs": []}, "jobs"),
+        ({"jobs": {"name": "x"}}, "jobs"),
+        ({"jobs": [{"name": "x", "command": ["true"]}], "dry_run": True}, "dry_run"),
+    ],
+)
 def test_a_malformed_batch_is_invalid_argument(as_alice, body, field):
     response = as_alice.post(BATCH, body, format="json")
     assert response.status_code == 400, response.content

@@ -36,11 +36,14 @@ def rejected(response, status: int, code: str, field: str | None = None) -> dict
 def test_spend_counts_active_tasks_of_work_requested_above_batch(alice, bob, ada):
     worker = make_worker("w1", device=("gpu", "h100", 8))
     run_tasks(submit(alice, "cpu", replicas=3, cpu=4, memory="16Gi"), worker, 2)  # 2 x 36, one pending
-    run_tasks(submit(alice, "gpu", device={"type": "gpu", "variant": "h100", "count": 8}, cpu=8, memory="64Gi"),
-              worker)  # 8000 + 64 + 40
+    run_tasks(
+        submit(alice, "gpu", device={"type": "gpu", "variant": "h100", "count": 8}, cpu=8, memory="64Gi"), worker
+    )  # 8000 + 64 + 40
     run_tasks(submit(alice, "sweep", priority="batch", cpu=8), worker)  # BATCH: never counted
     run_tasks(submit(alice, "demoted", cpu=2, memory="2Gi"), worker, band=Band.BATCH)  # stamped BATCH: counted
-    run_tasks(submit_job(ada, {"command": ["true"], "name": "eval", "parent": "/alice/cpu", "cpu": 1}), worker)  # bills alice
+    run_tasks(
+        submit_job(ada, {"command": ["true"], "name": "eval", "parent": "/alice/cpu", "cpu": 1}), worker
+    )  # bills alice
     done = submit(bob, "done", cpu=64)
     run_tasks(done, worker)
     cancel_job(bob, "/bob/done")  # finished: not counted
@@ -66,8 +69,16 @@ def test_budgets_list_everyone_with_a_row_an_open_grant_or_spend(as_bob, alice, 
     rows = {b["user"]: b for b in as_bob.get("/api/v1/budgets/").json()}
     assert sorted(rows) == ["alice", "bob", "carol"]
     assert rows["carol"] | {"grants": []} == {
-        "user": "carol", "has_row": True, "budget_limit": 400, "max_band": "batch", "effective_budget_limit": 400,
-        "effective_max_band": "batch", "spend": 0, "effective_band": "interactive", "over_budget": False, "grants": [],
+        "user": "carol",
+        "has_row": True,
+        "budget_limit": 400,
+        "max_band": "batch",
+        "effective_budget_limit": 400,
+        "effective_max_band": "batch",
+        "spend": 0,
+        "effective_band": "interactive",
+        "over_budget": False,
+        "grants": [],
     }
     assert (rows["alice"]["has_row"], rows["alice"]["budget_limit"], rows["alice"]["spend"]) == (False, 1000, 36)
     assert [g["state"] for g in rows["bob"]["grants"]] == ["requested"]
@@ -79,7 +90,11 @@ def test_over_budget_interactive_work_runs_as_batch(as_alice, alice):
     run_tasks(submit(alice, "train", replicas=2, cpu=4, memory="16Gi"), make_worker())
     budget = as_alice.get("/api/v1/budgets/alice").json()
     assert (budget["spend"], budget["effective_budget_limit"], budget["over_budget"], budget["effective_band"]) == (
-        72, 50, True, "batch")
+        72,
+        50,
+        True,
+        "batch",
+    )
 
 
 def test_spend_equal_to_the_limit_is_not_over_budget(as_alice, alice):
@@ -125,8 +140,9 @@ def test_me_shows_role_and_effective_budget(clients):
 
 
 def test_admin_sets_a_budget_and_the_change_is_audited(as_ada, ada, alice):
-    response = as_ada.put("/api/v1/budgets/alice", {"budget_limit": 5000, "max_band": "batch", "reason": "new team"},
-                          format="json")
+    response = as_ada.put(
+        "/api/v1/budgets/alice", {"budget_limit": 5000, "max_band": "batch", "reason": "new team"}, format="json"
+    )
     assert response.status_code == 200
     assert (response.json()["budget_limit"], response.json()["max_band"]) == (5000, "batch")
     as_ada.put("/api/v1/budgets/alice", {"max_band": "interactive", "reason": "probation over"}, format="json")
@@ -136,16 +152,23 @@ def test_admin_sets_a_budget_and_the_change_is_audited(as_ada, ada, alice):
     assert (first.actor, first.actor_name, first.action, first.target) == (ada, "ada", "budget.set", "alice")
     assert (first.before, first.after, first.reason) == (None, {"budget_limit": 5000, "max_band": "batch"}, "new team")
     assert (second.before, second.after) == (
-        {"budget_limit": 5000, "max_band": "batch"}, {"budget_limit": 5000, "max_band": "interactive"})
+        {"budget_limit": 5000, "max_band": "batch"},
+        {"budget_limit": 5000, "max_band": "interactive"},
+    )
     assert first.created_at is not None
 
 
 @pytest.mark.parametrize(
     ("body", "field"),
-    [({"max_band": "urgent", "reason": "r"}, "max_band"), ({"max_band": "inherit", "reason": "r"}, "max_band"),
-     ({"budget_limit": -1, "reason": "r"}, "budget_limit"), ({"budget_limit": "lots", "reason": "r"}, "budget_limit"),
-     ({"budget_limit": 10}, "reason"), ({"reason": "nothing to set"}, "budget_limit"),
-     ({"budget_limit": 10, "reason": "r", "colour": "red"}, "colour")],
+    [
+        ({"max_band": "urgent", "reason": "r"}, "max_band"),
+        ({"max_band": "inherit", "reason": "r"}, "max_band"),
+        ({"budget_limit": -1, "reason": "r"}, "budget_limit"),
+        ({"budget_limit": "lots", "reason": "r"}, "budget_limit"),
+        ({"budget_limit": 10}, "reason"),
+        ({"reason": "nothing to set"}, "budget_limit"),
+        ({"budget_limit": 10, "reason": "r", "colour": "red"}, "colour"),
+    ],
 )
 def test_setting_a_budget_validates_band_limit_and_reason(as_ada, body, field):
     rejected(as_ada.put("/api/v1/budgets/alice", body, format="json"), 400, "INVALID_ARGUMENT", field)
@@ -157,7 +180,9 @@ def test_setting_a_budget_validates_band_limit_and_reason(as_ada, body, field):
 
 
 def request_uplift(client, **body):
-    return client.post("/api/v1/uplifts/", {"reason": "paper deadline", "duration_seconds": 3600, **body}, format="json")
+    return client.post(
+        "/api/v1/uplifts/", {"reason": "paper deadline", "duration_seconds": 3600, **body}, format="json"
+    )
 
 
 def test_requesting_an_uplift_is_audited(as_alice, alice):
@@ -165,17 +190,32 @@ def test_requesting_an_uplift_is_audited(as_alice, alice):
     assert response.status_code == 201
     grant = response.json()
     assert (grant["user"], grant["state"], grant["max_band"], grant["budget_limit"], grant["requested_by"]) == (
-        "alice", "requested", "interactive", 20000, "alice")
+        "alice",
+        "requested",
+        "interactive",
+        20000,
+        "alice",
+    )
     entry = AuditEntry.objects.get()
-    assert (entry.actor, entry.action, entry.target, entry.before) == (alice, "uplift.request", f"uplift {grant['id']} for alice", None)
+    assert (entry.actor, entry.action, entry.target, entry.before) == (
+        alice,
+        "uplift.request",
+        f"uplift {grant['id']} for alice",
+        None,
+    )
     assert entry.after["state"] == "requested"
 
 
 @pytest.mark.parametrize(
     ("body", "field"),
-    [({}, "max_band"), ({"max_band": "urgent"}, "max_band"), ({"budget_limit": -5}, "budget_limit"),
-     ({"budget_limit": 10, "reason": ""}, "reason"), ({"budget_limit": 10, "duration_seconds": 10**9}, "duration_seconds"),
-     ({"budget_limit": 10, "duration_seconds": None}, "duration_seconds")],
+    [
+        ({}, "max_band"),
+        ({"max_band": "urgent"}, "max_band"),
+        ({"budget_limit": -5}, "budget_limit"),
+        ({"budget_limit": 10, "reason": ""}, "reason"),
+        ({"budget_limit": 10, "duration_seconds": 10**9}, "duration_seconds"),
+        ({"budget_limit": 10, "duration_seconds": None}, "duration_seconds"),
+    ],
 )
 def test_uplift_requests_are_validated(as_alice, body, field):
     rejected(request_uplift(as_alice, **body), 400, "INVALID_ARGUMENT", field)
@@ -185,16 +225,18 @@ def test_uplift_requests_are_validated(as_alice, body, field):
 @pytest.mark.parametrize("band", ["production", "system"])
 def test_an_uplift_to_an_admin_band_is_refused_as_nobody_could_use_it(as_alice, as_ada, band):
     for client in (as_alice, as_ada):
-        response = rejected(request_uplift(client, user="alice", max_band=band, budget_limit=10), 400,
-                            "INVALID_ARGUMENT", "max_band")
+        response = rejected(
+            request_uplift(client, user="alice", max_band=band, budget_limit=10), 400, "INVALID_ARGUMENT", "max_band"
+        )
         assert f"no uplift grants {band.upper()}" in response["message"]
     assert not UpliftGrant.objects.exists()
 
 
 @pytest.mark.parametrize("band", [Band.PRODUCTION, Band.SYSTEM])
 def test_an_admin_band_uplift_requested_before_the_rule_cannot_be_approved(as_ada, alice, band):
-    grant = UpliftGrant.objects.create(user_id="alice", requested_by=alice, max_band=int(band), reason="old",
-                                       duration_seconds=3600)
+    grant = UpliftGrant.objects.create(
+        user_id="alice", requested_by=alice, max_band=int(band), reason="old", duration_seconds=3600
+    )
 
     rejected(as_ada.post(f"/api/v1/uplifts/{grant.pk}:approve", {}, format="json"), 409, "FAILED_PRECONDITION", "id")
 
@@ -214,7 +256,9 @@ def test_admins_request_uplifts_for_anyone(as_ada):
 def test_approval_starts_the_grant_now_and_is_audited(as_ada, alice, ada):
     grant = budgets_writes.request_uplift(alice, budget_limit=20000, reason="deadline", duration_seconds=3600)
     before = timezone.now()
-    response = as_ada.post(f"/api/v1/uplifts/{grant.pk}:approve", {"duration_seconds": 7200, "note": "go"}, format="json")
+    response = as_ada.post(
+        f"/api/v1/uplifts/{grant.pk}:approve", {"duration_seconds": 7200, "note": "go"}, format="json"
+    )
     assert response.status_code == 200
     grant.refresh_from_db()
     assert grant.state == "approved"
@@ -222,7 +266,12 @@ def test_approval_starts_the_grant_now_and_is_audited(as_ada, alice, ada):
     assert grant.expires_at - grant.starts_at == timedelta(seconds=7200)
     assert (grant.decided_by, grant.decision_note) == (ada, "go")
     entry = AuditEntry.objects.filter(action="uplift.approve").get()
-    assert (entry.actor_name, entry.before["state"], entry.after["state"], entry.reason) == ("ada", "requested", "approved", "go")
+    assert (entry.actor_name, entry.before["state"], entry.after["state"], entry.reason) == (
+        "ada",
+        "requested",
+        "approved",
+        "go",
+    )
     assert entry.after["expires_at"] == grant.expires_at.isoformat()
 
 
@@ -254,13 +303,19 @@ def test_deciding_a_missing_grant_is_not_found(as_ada):
 
 
 def test_approving_an_uplift_restores_interactive_for_an_over_budget_user(as_alice, alice, ada):
-    run_tasks(submit(alice, "train", replicas=2, device={"type": "gpu", "variant": "h100", "count": 1}),
-              make_worker(device=("gpu", "h100", 8)))  # 2 x 1001 > 1000
+    run_tasks(
+        submit(alice, "train", replicas=2, device={"type": "gpu", "variant": "h100", "count": 1}),
+        make_worker(device=("gpu", "h100", 8)),
+    )  # 2 x 1001 > 1000
     assert as_alice.get("/api/v1/budgets/alice").json()["effective_band"] == "batch"
     grant = budgets_writes.request_uplift(alice, budget_limit=5000, reason="deadline", duration_seconds=3600)
     approve_uplift(ada, grant.pk)
     budget = as_alice.get("/api/v1/budgets/alice").json()
-    assert (budget["budget_limit"], budget["effective_budget_limit"], budget["effective_band"]) == (1000, 5000, "interactive")
+    assert (budget["budget_limit"], budget["effective_budget_limit"], budget["effective_band"]) == (
+        1000,
+        5000,
+        "interactive",
+    )
     assert [g["state"] for g in budget["grants"]] == ["approved"]
     explained = as_alice.get("/api/v1/jobs/alice/train:explain").json()
     assert explained["limit"] == 5000
@@ -278,7 +333,9 @@ def test_grants_take_the_best_of_row_and_every_active_grant(alice, ada):
 
 def test_grant_expiry_marks_it_expired_and_the_budget_falls_back(as_alice, alice, ada):
     UserBudget.objects.create(user_id="alice", budget_limit=1000, max_band=Band.BATCH)
-    grant = budgets_writes.request_uplift(alice, max_band="interactive", budget_limit=9000, reason="r", duration_seconds=600)
+    grant = budgets_writes.request_uplift(
+        alice, max_band="interactive", budget_limit=9000, reason="r", duration_seconds=600
+    )
     approve_uplift(ada, grant.pk)
     assert expire_uplifts() == 0  # not due yet
     assert as_alice.post("/api/v1/jobs/", {"name": "during", "command": ["true"]}, format="json").status_code == 201
@@ -337,8 +394,19 @@ def test_uplifts_list_runs_a_fixed_number_of_queries(as_ada, alice, ada, django_
 def test_audit_lists_every_budget_and_grant_change_newest_first(as_ada, grants):
     as_ada.put("/api/v1/budgets/carol", {"budget_limit": 10, "reason": "r", "create_user_budget": True}, format="json")
     page = as_ada.get("/api/v1/audit/").json()
-    assert [e["action"] for e in page["results"]] == ["budget.set", "uplift.approve", "uplift.request", "uplift.request"]
+    assert [e["action"] for e in page["results"]] == [
+        "budget.set",
+        "uplift.approve",
+        "uplift.request",
+        "uplift.request",
+    ]
     assert page["results"][0] | {"id": 0, "created_at": ""} == {
-        "id": 0, "actor": "ada", "action": "budget.set", "target": "carol", "before": None,
-        "after": {"budget_limit": 10, "max_band": "interactive"}, "reason": "r", "created_at": "",
+        "id": 0,
+        "actor": "ada",
+        "action": "budget.set",
+        "target": "carol",
+        "before": None,
+        "after": {"budget_limit": 10, "max_band": "interactive"},
+        "reason": "r",
+        "created_at": "",
     }

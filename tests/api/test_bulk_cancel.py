@@ -30,8 +30,13 @@ def work(alice, bob):
 
 def test_a_dry_run_counts_jobs_and_tasks_and_writes_nothing(as_alice, work):
     answer = post(as_alice, {"filter": {"user": "alice"}, "dry_run": True}).json()
-    assert answer == {"dry_run": True, "selected": ["/alice/a", "/alice/b", "/alice/b/child"], "selected_count": 3,
-                      "jobs": 3, "tasks": 6}
+    assert answer == {
+        "dry_run": True,
+        "selected": ["/alice/a", "/alice/b", "/alice/b/child"],
+        "selected_count": 3,
+        "jobs": 3,
+        "tasks": 6,
+    }
     assert not Job.objects.filter(state="killed").exists()
 
 
@@ -58,19 +63,22 @@ def test_an_admin_cancels_any_job(as_ada, work):
     assert answer["selected"] == ["/alice/b", "/alice/b/child", "/bob/c"]
 
 
-@pytest.mark.parametrize("body, status, field", [
-    ({"filter": {}}, 400, "filter"),
-    ({"filter": {"usr": "alice"}}, 400, "filter"),
-    ({"filter": {"user": "alice", "band": "urgent"}}, 400, "band"),
-    ({"filter": {"user": 3}}, 400, "user"),
-    ({"filter": "user=alice"}, 400, "filter"),
-    ({"ids": "/alice/a"}, 400, "ids"),
-    ({"ids": []}, 400, "ids"),
-    ({"ids": ["/alice/a"], "filter": {"user": "alice"}}, 400, "ids"),
-    ({"ids": ["/alice/a"], "dry_run": "yes"}, 400, "dry_run"),
-    ({"ids": ["/alice/a"], "force": True}, 400, "force"),
-    ({"ids": ["/alice/a", "/alice/nope"]}, 404, "ids"),
-])
+@pytest.mark.parametrize(
+    "body, status, field",
+    [
+        ({"filter": {}}, 400, "filter"),
+        ({"filter": {"usr": "alice"}}, 400, "filter"),
+        ({"filter": {"user": "alice", "band": "urgent"}}, 400, "band"),
+        ({"filter": {"user": 3}}, 400, "user"),
+        ({"filter": "user=alice"}, 400, "filter"),
+        ({"ids": "/alice/a"}, 400, "ids"),
+        ({"ids": []}, 400, "ids"),
+        ({"ids": ["/alice/a"], "filter": {"user": "alice"}}, 400, "ids"),
+        ({"ids": ["/alice/a"], "dry_run": "yes"}, 400, "dry_run"),
+        ({"ids": ["/alice/a"], "force": True}, 400, "force"),
+        ({"ids": ["/alice/a", "/alice/nope"]}, 404, "ids"),
+    ],
+)
 def test_a_bad_body_gets_a_stable_error_and_cancels_nothing(as_alice, work, body, status, field):
     response = post(as_alice, body)
     assert response.status_code == status
@@ -81,6 +89,8 @@ def test_a_bad_body_gets_a_stable_error_and_cancels_nothing(as_alice, work, body
 def test_the_jobs_list_takes_the_same_filters_and_shows_the_effective_band(as_bob, work):
     page = as_bob.get("/api/v1/jobs/?user=alice&sort=name&state=pending").json()
     assert [(j["id"], j["effective_band"]) for j in page["results"]] == [
-        ("/alice/b", "interactive"), ("/alice/b/child", "interactive")]
+        ("/alice/b", "interactive"),
+        ("/alice/b/child", "interactive"),
+    ]
     bad = as_bob.get("/api/v1/jobs/?route=slurm")
     assert bad.status_code == 400 and error_of(bad)["details"]["field"] == "route"

@@ -114,8 +114,15 @@ def test_pages_outside_the_api_keep_djangos_404(client, db):
     assert not response.headers["Content-Type"].startswith("application/json")
 
 
-@pytest.mark.parametrize(("method", "path"), [("delete", "/api/v1/jobs/"), ("put", "/api/v1/me/"),
-                                              ("put", "/api/v1/tokens/"), ("patch", "/api/v1/jobs/alice/x")])
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("delete", "/api/v1/jobs/"),
+        ("put", "/api/v1/me/"),
+        ("put", "/api/v1/tokens/"),
+        ("patch", "/api/v1/jobs/alice/x"),
+    ],
+)
 def test_a_wrong_method_is_json(as_alice, method, path):
     response = getattr(as_alice, method)(path)
     assert response.status_code == 405

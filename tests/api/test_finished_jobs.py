@@ -24,8 +24,12 @@ def finished_while_over_budget(alice):
     done = submit(alice, "done", replicas=2, cpu=1, memory="1Gi")
     host = make_worker("slice-a-2")
     run_tasks(done, host)
-    apply_reports([AttemptReport(AttemptRef(t.pk, 1), AttemptStatus.SUCCEEDED, exit_code=0, worker="slice-a-2")
-                   for t in done.tasks.all()])
+    apply_reports(
+        [
+            AttemptReport(AttemptRef(t.pk, 1), AttemptStatus.SUCCEEDED, exit_code=0, worker="slice-a-2")
+            for t in done.tasks.all()
+        ]
+    )
     big = submit(alice, "big", replicas=2, cpu=8, memory="32Gi")
     run_tasks(big, make_worker("w-big", cpu=64, memory_gib=512))
     done.refresh_from_db()
@@ -38,9 +42,14 @@ def test_explain_of_a_finished_job_gives_the_band_it_ran_as_not_a_downgrade(as_a
 
     assert explained["downgrade"] is None
     assert (explained["requested_band"], explained["effective_band"], explained["ran_as"]) == (
-        "interactive", "interactive", "interactive")
+        "interactive",
+        "interactive",
+        "interactive",
+    )
     assert [(t["state"], t["band"], t["worker"]) for t in explained["tasks"]] == [
-        ("succeeded", "interactive", "slice-a-2"), ("succeeded", "interactive", "slice-a-2")]
+        ("succeeded", "interactive", "slice-a-2"),
+        ("succeeded", "interactive", "slice-a-2"),
+    ]
     assert explained["bands_text"] == "2 ran as INTERACTIVE"
     # alice is over budget now: her unfinished job carries the downgrade, the finished one not.
     assert as_alice.get("/api/v1/jobs/alice/big:explain").json()["downgrade"]["limit"] == 10
@@ -51,7 +60,9 @@ def test_job_detail_shows_finished_tasks_band_and_worker_of_their_last_attempt(a
     detail = as_alice.get("/api/v1/jobs/alice/done").json()
 
     assert [(t["state"], t["band"], t["worker"]) for t in detail["tasks"]] == [
-        ("succeeded", "interactive", "slice-a-2"), ("succeeded", "interactive", "slice-a-2")]
+        ("succeeded", "interactive", "slice-a-2"),
+        ("succeeded", "interactive", "slice-a-2"),
+    ]
     assert [t["attempts"][-1]["worker"] for t in detail["tasks"]] == ["slice-a-2", "slice-a-2"]
 
 
@@ -62,6 +73,6 @@ def test_job_page_of_a_finished_job_says_what_it_ran_as_and_where(alice, finishe
 
     assert 'id="downgrade"' not in html and "downgraded" not in html
     assert 'id="ran-as"' in html
-    rows = html[html.index("<h2>Tasks</h2>"):]
+    rows = html[html.index("<h2>Tasks</h2>") :]
     assert rows.count("slice-a-2") >= 4  # the worker column and the last attempt column of both tasks
     assert rows.count('title="its last attempt ran as"') == 2

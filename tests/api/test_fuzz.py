@@ -86,7 +86,9 @@ def test_the_schema_states_the_job_name_pattern_and_the_body_errors():
     spec = json.loads(Client().get("/api/schema/?format=json").content)
     name = spec["components"]["schemas"]["JobSubmit"]["properties"]["name"]
     assert name["pattern"] == "^/?[A-Za-z0-9_.@+-]+(/[A-Za-z0-9_.@+-]+)*$"
-    assert {"400", "401", "403", "404", "409", "413", "415", "429"} <= set(spec["paths"]["/api/v1/jobs/"]["post"]["responses"])
+    assert {"400", "401", "403", "404", "409", "413", "415", "429"} <= set(
+        spec["paths"]["/api/v1/jobs/"]["post"]["responses"]
+    )
 
 
 def test_the_schema_is_valid_and_generates_without_warnings(tmp_path):

@@ -53,8 +53,12 @@ def test_json_nested_5000_deep_is_a_400_on_every_endpoint(path, as_ada, as_agent
 def test_json_just_nested_beyond_the_limit_is_refused_and_a_normal_body_is_not(as_alice):
     body = refused(as_alice.post(JOBS, json.dumps(job(device=json.loads(nested(40)))), content_type="application/json"))
     assert "nested deeper than 32" in body["message"]
-    assert as_alice.post(JOBS, job(constraints=[{"key": "zone", "op": "in", "value": ["a", "b"]}]),
-                         format="json").status_code == 201
+    assert (
+        as_alice.post(
+            JOBS, job(constraints=[{"key": "zone", "op": "in", "value": ["a", "b"]}]), format="json"
+        ).status_code
+        == 201
+    )
 
 
 def test_a_body_over_the_upload_limit_is_413_with_the_json_error(as_alice, settings):
@@ -82,14 +86,17 @@ def test_a_command_of_many_long_items_is_refused_as_a_whole(as_alice):
 
 def test_an_in_constraint_with_100000_values_is_refused(as_alice):
     values = [f"h{i}" for i in range(100_000)]
-    body = refused(as_alice.post(JOBS, job(constraints=[{"key": "host", "op": "in", "value": values}]), format="json"),
-                   field="constraints[0].value")
+    body = refused(
+        as_alice.post(JOBS, job(constraints=[{"key": "host", "op": "in", "value": values}]), format="json"),
+        field="constraints[0].value",
+    )
     assert "256" in body["message"]
 
 
 def test_a_worker_with_an_unknown_backend_is_refused_naming_the_known_ones(as_olivia):
-    response = as_olivia.post("/api/v1/workers/", {"name": "w9", "cpu": 4, "memory": "8Gi", "backend": "nope"},
-                              format="json")
+    response = as_olivia.post(
+        "/api/v1/workers/", {"name": "w9", "cpu": 4, "memory": "8Gi", "backend": "nope"}, format="json"
+    )
     body = refused(response, field="backend")
     assert "local" in body["message"]
     assert not Worker.objects.filter(name="w9").exists()

@@ -35,8 +35,12 @@ def test_jobs_list_newest_first_with_task_counts(as_bob, alice, bob):
 
 @pytest.mark.parametrize(
     ("query", "expected"),
-    [("user=alice", ["/alice/a"]), ("band=batch", ["/bob/b"]), ("state=running", ["/alice/a"]),
-     ("user=bob&band=interactive", [])],
+    [
+        ("user=alice", ["/alice/a"]),
+        ("band=batch", ["/bob/b"]),
+        ("state=running", ["/alice/a"]),
+        ("user=bob&band=interactive", []),
+    ],
 )
 def test_jobs_list_filters(as_alice, alice, bob, query, expected):
     run_tasks(submit(alice, "a"), make_worker())
@@ -59,7 +63,11 @@ def test_jobs_list_paginates(as_alice, alice):
     assert [j["id"] for j in page["results"]] == ["/alice/j0"]
     # An old page-number link answers; its links are keyset cursors (tests/api/test_job_list_pages.py).
     assert page["next"] is None and "cursor=" in page["previous"]
-    assert [j["id"] for j in as_alice.get(page["previous"]).json()["results"]] == ["/alice/j3", "/alice/j2", "/alice/j1"]
+    assert [j["id"] for j in as_alice.get(page["previous"]).json()["results"]] == [
+        "/alice/j3",
+        "/alice/j2",
+        "/alice/j1",
+    ]
 
 
 @pytest.mark.parametrize("jobs", [3, 30])
@@ -78,8 +86,15 @@ def test_job_detail_has_tasks_and_attempts(as_bob, alice):
     assert detail["id"] == "/alice/train"
     assert detail["command"] == ["python", "train.py"]
     first, second = detail["tasks"]
-    assert (first["id"], first["state"], first["worker"], first["band"]) == ("/alice/train/0", "running", "w1", "interactive")
-    assert [(a["number"], a["worker"], a["state"], a["finished_at"]) for a in first["attempts"]] == [(1, "w1", "running", None)]
+    assert (first["id"], first["state"], first["worker"], first["band"]) == (
+        "/alice/train/0",
+        "running",
+        "w1",
+        "interactive",
+    )
+    assert [(a["number"], a["worker"], a["state"], a["finished_at"]) for a in first["attempts"]] == [
+        (1, "w1", "running", None)
+    ]
     assert (second["state"], second["band"], second["attempts"]) == ("pending", None, [])
 
 
@@ -120,8 +135,9 @@ def test_cancel_kills_unfinished_tasks_and_descendants(as_alice, alice, ada):
     response = as_alice.post("/api/v1/jobs/alice/train:cancel")
     assert response.status_code == 200
     assert response.json() == {
-        "id": "/alice/train", "state": "killed", "killed_jobs": ["/alice/train", "/alice/train/eval",
-                                                                  "/alice/train/eval/probe"],
+        "id": "/alice/train",
+        "state": "killed",
+        "killed_jobs": ["/alice/train", "/alice/train/eval", "/alice/train/eval/probe"],
         "killed_tasks": 6,
     }
     assert set(Job.objects.values_list("state", flat=True)) == {"killed"}
@@ -193,9 +209,17 @@ def test_queue_lists_pending_tasks_by_band_in_scheduling_order(as_bob, queued):
     ]
     first = page["results"][0]
     assert (first["user"], first["state"], first["requested_band"], first["band_pending"]) == (
-        "alice", "pending", "interactive", 3)
+        "alice",
+        "pending",
+        "interactive",
+        3,
+    )
     assert first["pending_reason"] == {
-        "code": "no_healthy_workers", "band": "interactive", "position": 1, "band_pending": 3, "tick": queued.pk,
+        "code": "no_healthy_workers",
+        "band": "interactive",
+        "position": 1,
+        "band_pending": 3,
+        "tick": queued.pk,
         "text": f"No healthy workers available; position 1 of 3 in INTERACTIVE as of tick {queued.pk}",
     }
     assert first["changed_since_tick"] is False
@@ -205,9 +229,13 @@ def test_queue_lists_pending_tasks_by_band_in_scheduling_order(as_bob, queued):
 
 @pytest.mark.parametrize(
     ("query", "expected"),
-    [("band=batch", ["/bob/sweep/0", "/alice/train/2"]), ("user=bob", ["/bob/probe/0", "/bob/sweep/0"]),
-     ("job=alice/train", ["/alice/train/0", "/alice/train/1", "/alice/train/2"]), ("job=nobody", []),
-     ("page_size=2&page=2", ["/alice/train/1", "/bob/sweep/0"])],
+    [
+        ("band=batch", ["/bob/sweep/0", "/alice/train/2"]),
+        ("user=bob", ["/bob/probe/0", "/bob/sweep/0"]),
+        ("job=alice/train", ["/alice/train/0", "/alice/train/1", "/alice/train/2"]),
+        ("job=nobody", []),
+        ("page_size=2&page=2", ["/alice/train/1", "/bob/sweep/0"]),
+    ],
 )
 def test_queue_filters_and_pages(as_alice, queued, query, expected):
     assert [e["task"] for e in as_alice.get(f"/api/v1/queue/?{query}").json()["results"]] == expected
@@ -219,13 +247,22 @@ def test_queue_shows_the_current_state_of_a_task_that_moved_since_the_tick(as_al
     assert {e["state"] for e in results} == {"killed"}
     # Marked, not renumbered: the places stay those of the tick.
     assert [(e["position"], e["band_pending"], e["changed_since_tick"]) for e in results] == [
-        (1, 3, True), (3, 3, True), (2, 2, True)]
+        (1, 3, True),
+        (3, 3, True),
+        (2, 2, True),
+    ]
 
 
 def test_queue_is_empty_before_any_tick(as_alice, alice):
     submit(alice, "train")
     assert as_alice.get("/api/v1/queue/").json() == {
-        "count": 0, "next": None, "previous": None, "results": [], "tick": None, "tick_at": None, "band_counts": {}
+        "count": 0,
+        "next": None,
+        "previous": None,
+        "results": [],
+        "tick": None,
+        "tick_at": None,
+        "band_counts": {},
     }
 
 
@@ -249,21 +286,34 @@ def test_explain_shows_the_downgrade_with_the_numbers(as_alice, alice, bob):
     running = submit(alice, "running", replicas=2, cpu=4, memory="16Gi")  # 36 points per task
     run_tasks(running, make_worker("w1"))
     submit(alice, "waiting", replicas=2)
-    make_tick({"/alice/waiting/0": (Band.BATCH, 4, SHORT_OF_CPU),
-               "/alice/waiting/1": (Band.BATCH, 5, SHORT_OF_CPU),
-               "/bob/x/0": (Band.BATCH, 1, HELD), "/bob/x/1": (Band.BATCH, 2, HELD), "/bob/x/2": (Band.BATCH, 3, HELD)})
+    make_tick(
+        {
+            "/alice/waiting/0": (Band.BATCH, 4, SHORT_OF_CPU),
+            "/alice/waiting/1": (Band.BATCH, 5, SHORT_OF_CPU),
+            "/bob/x/0": (Band.BATCH, 1, HELD),
+            "/bob/x/1": (Band.BATCH, 2, HELD),
+            "/bob/x/2": (Band.BATCH, 3, HELD),
+        }
+    )
 
     explained = as_alice.get("/api/v1/jobs/alice/waiting:explain").json()
     assert explained["requested_band"] == "interactive"
     assert explained["effective_band"] == "batch"
-    assert explained["downgrade"] == {"spend": 72, "limit": 50, "text": "INTERACTIVE runs as BATCH: spend 72 > limit 50"}
+    assert explained["downgrade"] == {
+        "spend": 72,
+        "limit": 50,
+        "text": "INTERACTIVE runs as BATCH: spend 72 > limit 50",
+    }
     assert (explained["spend"], explained["limit"]) == (72, 50)
     assert (explained["position"], explained["band_pending"], explained["band_queue_length"]) == (4, 5, 5)
     assert explained["pending_reason"]["code"] == "insufficient_cpu"
     assert explained["pending_reason"]["text"].startswith(
-        "Insufficient CPU: need 1 core, at most 0 cores free on 1 of 1 matching worker; position 4 of 5 in BATCH as of tick")
+        "Insufficient CPU: need 1 core, at most 0 cores free on 1 of 1 matching worker; position 4 of 5 in BATCH as of tick"
+    )
     assert [(t["task"], t["band"], t["position"]) for t in explained["tasks"]] == [
-        ("/alice/waiting/0", "batch", 4), ("/alice/waiting/1", "batch", 5)]
+        ("/alice/waiting/0", "batch", 4),
+        ("/alice/waiting/1", "batch", 5),
+    ]
     assert "over the limit" in explained["what_would_change"]
     assert "3 task(s) are ahead" in explained["what_would_change"]
 
@@ -291,13 +341,18 @@ def test_explain_lists_preemptions_suffered(as_alice, alice, ada):
     preemptor_job = submit_job(ada, {"command": ["true"], "name": "serve", "priority": "production"})
     run_tasks(victim_job, worker)
     PreemptionEvent.objects.create(
-        victim=victim_job.tasks.get(), preemptor=preemptor_job.tasks.get(), victim_band=Band.BATCH,
-        preemptor_band=Band.PRODUCTION, worker=worker, reason="Preempted by /ada/serve/0 (PRODUCTION over BATCH)",
+        victim=victim_job.tasks.get(),
+        preemptor=preemptor_job.tasks.get(),
+        victim_band=Band.BATCH,
+        preemptor_band=Band.PRODUCTION,
+        worker=worker,
+        reason="Preempted by /ada/serve/0 (PRODUCTION over BATCH)",
         created_at=timezone.now(),
     )
     explained = as_alice.get("/api/v1/jobs/alice/train:explain").json()
     assert [(p["victim"], p["preemptor"], p["preemptor_band"], p["worker"]) for p in explained["preemptions"]] == [
-        ("/alice/train/0", "/ada/serve/0", "production", "w1")]
+        ("/alice/train/0", "/ada/serve/0", "production", "w1")
+    ]
 
 
 def test_explain_of_a_finished_job_says_nothing_would_change(as_alice, alice):
@@ -320,8 +375,12 @@ def preemptions(alice, bob, ada):
         run_tasks(victim, worker)
         events.append(
             PreemptionEvent.objects.create(
-                victim=victim.tasks.get(), preemptor=serve.tasks.get(index=i), victim_band=Band.parse(band),
-                preemptor_band=Band.PRODUCTION, worker=worker, reason=f"Preempted by /ada/serve/{i}",
+                victim=victim.tasks.get(),
+                preemptor=serve.tasks.get(index=i),
+                victim_band=Band.parse(band),
+                preemptor_band=Band.PRODUCTION,
+                worker=worker,
+                reason=f"Preempted by /ada/serve/{i}",
                 created_at=now - timedelta(hours=3 - i),
             )
         )
@@ -330,8 +389,13 @@ def preemptions(alice, bob, ada):
 
 @pytest.mark.parametrize(
     ("query", "expected"),
-    [("", ["/alice/v2/0", "/bob/v1/0", "/alice/v0/0"]), ("user=alice", ["/alice/v2/0", "/alice/v0/0"]),
-     ("band=batch", ["/alice/v0/0"]), ("job=alice/v2", ["/alice/v2/0"]), ("job=/bob/v1", ["/bob/v1/0"])],
+    [
+        ("", ["/alice/v2/0", "/bob/v1/0", "/alice/v0/0"]),
+        ("user=alice", ["/alice/v2/0", "/alice/v0/0"]),
+        ("band=batch", ["/alice/v0/0"]),
+        ("job=alice/v2", ["/alice/v2/0"]),
+        ("job=/bob/v1", ["/bob/v1/0"]),
+    ],
 )
 def test_preemption_history_filters(as_bob, preemptions, query, expected):
     page = as_bob.get(f"/api/v1/preemptions/?{query}").json()
@@ -344,7 +408,11 @@ def test_preemption_history_since(as_bob, preemptions):
     assert [p["victim"] for p in page["results"]] == ["/alice/v2/0", "/bob/v1/0"]
     event = page["results"][0]
     assert (event["preemptor"], event["victim_band"], event["preemptor_band"], event["worker"]) == (
-        "/ada/serve/2", "interactive", "production", "w1")
+        "/ada/serve/2",
+        "interactive",
+        "production",
+        "w1",
+    )
 
 
 def test_preemption_history_rejects_a_bad_since(as_bob):
@@ -362,7 +430,6 @@ def test_explain_reads_the_tick_explanation_once_per_tick(as_alice, alice):
     """The explanation (100,000 tasks on a busy cluster) is parsed once per tick, not per call."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
-
 
     submit(alice, "train", replicas=2)
     make_tick({"/alice/train/0": (Band.INTERACTIVE, 1, HELD), "/alice/train/1": (Band.INTERACTIVE, 2, HELD)})

@@ -20,7 +20,6 @@ from scheduler.tick.run import run_tick
 from tests.personas import NOW_MS, make_job, make_worker, start_running, token_client
 
 
-
 @pytest.fixture(autouse=True)
 def _fresh_queue_index():
     """Ticks here all run at NOW_MS, and SQLite reuses a rolled-back tick's pk: the per-process
@@ -40,7 +39,8 @@ JOBS = st.lists(
         st.sampled_from([1, 2, 4, 8]),  # cores
         st.booleans(),  # gang
     ),
-    min_size=1, max_size=6,
+    min_size=1,
+    max_size=6,
 )
 CLUSTERS = st.tuples(
     st.lists(st.sampled_from([2, 4, 8]), min_size=0, max_size=4),  # workers' cores
@@ -65,11 +65,15 @@ def build(workers, jobs, running):
         for i in range(running):
             start_running(held, host, index=i)
     for n, (user, band, replicas, cores, gang) in enumerate(jobs):
-        make_job(f"/{user}/j{n}", band=band, replicas=replicas, cpu=cores, group_by="pool" if gang and replicas > 1 else None)
+        make_job(
+            f"/{user}/j{n}", band=band, replicas=replicas, cpu=cores, group_by="pool" if gang and replicas > 1 else None
+        )
 
 
 @pytest.mark.django_db
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(CLUSTERS)
 def test_queue_explain_reason_text_and_state_page_agree_after_a_tick(alice, ada, cluster):
     build(*cluster)
@@ -91,11 +95,19 @@ def test_queue_explain_reason_text_and_state_page_agree_after_a_tick(alice, ada,
         assert e["position"] == seen_per_band[e["band"]]
         assert e["band_pending"] == page["band_counts"][e["band"]]
         reason = e["pending_reason"]
-        assert (reason["position"], reason["band_pending"], reason["tick"]) == (e["position"], e["band_pending"], tick.pk)
+        assert (reason["position"], reason["band_pending"], reason["tick"]) == (
+            e["position"],
+            e["band_pending"],
+            tick.pk,
+        )
         match = PLACE.search(reason["text"])
         assert match, reason["text"]
         assert (int(match[1].replace(",", "")), int(match[2].replace(",", "")), match[3], int(match[4])) == (
-            e["position"], e["band_pending"], e["band"].upper(), tick.pk)
+            e["position"],
+            e["band_pending"],
+            e["band"].upper(),
+            tick.pk,
+        )
 
     by_task = {e["task"]: e for e in entries}
     for job in Job.objects.exclude(name="/alice/held"):
@@ -109,10 +121,12 @@ def test_queue_explain_reason_text_and_state_page_agree_after_a_tick(alice, ada,
         if queued:
             first = min(queued, key=lambda t: (int(Band.parse(t["band"])), t["position"]))
             assert (explained["position"], explained["band_pending"], explained["queued_band"]) == (
-                first["position"], first["band_pending"], first["band"])
+                first["position"],
+                first["band_pending"],
+                first["band"],
+            )
             assert explained["pending_reason"]["text"] == first["pending_reason"]["text"]
-        assert {t["task"] for t in explained["tasks"] if t["state"] == "pending"} == {
-            t["task"] for t in queued}
+        assert {t["task"] for t in explained["tasks"] if t["state"] == "pending"} == {t["task"] for t in queued}
 
     ada_console = token_client(ada)
     ada_console.force_login(ada)
@@ -140,7 +154,8 @@ def test_job_header_counts_running_and_pending_bands_and_labels_both_spends(alic
     spend = explained["spend_at_tick"]
     assert spend > 30
     assert explained["bands_text"] == (
-        f"4 running as INTERACTIVE · 2 pending as BATCH: over budget, spend {spend} > limit 30")
+        f"4 running as INTERACTIVE · 2 pending as BATCH: over budget, spend {spend} > limit 30"
+    )
     client = token_client(alice)
     client.force_login(alice)
     html = client.get("/jobs/alice/train/").content.decode()
@@ -202,8 +217,15 @@ def test_priority_factors_list_band_turn_and_job_keys_in_order_with_the_resultin
     explained = token_client(alice).get("/api/v1/jobs/alice/b:explain").json()
     priority = explained["priority"]
     assert [f["factor"] for f in priority["factors"]] == [
-        "effective_band", "round_robin_turn", "own_tasks_ahead", "requested_band", "depth", "root_submitted_at_ms",
-        "submitted_at_ms", "task_index"]
+        "effective_band",
+        "round_robin_turn",
+        "own_tasks_ahead",
+        "requested_band",
+        "depth",
+        "root_submitted_at_ms",
+        "submitted_at_ms",
+        "task_index",
+    ]
     turn = priority["factors"][1]
     # bob spends nothing, alice runs one task: bob goes first.
     assert [u["user"] for u in turn["users"]] == ["bob", "alice"] and turn["value"] == 2
@@ -223,7 +245,10 @@ def test_priority_factors_read_as_people_expect_the_same_in_the_api_the_console_
     factors = {f["factor"]: f for f in explained["priority"]["factors"]}
     assert factors["effective_band"]["label"] == "Effective band" and factors["effective_band"]["text"] == "INTERACTIVE"
     assert factors["round_robin_turn"]["text"] == "2nd of 2 users"
-    assert "(spend at tick" in factors["round_robin_turn"]["detail"] and "bob 0, alice " in factors["round_robin_turn"]["detail"]
+    assert (
+        "(spend at tick" in factors["round_robin_turn"]["detail"]
+        and "bob 0, alice " in factors["round_robin_turn"]["detail"]
+    )
     assert factors["depth"]["text"] == "1 (root job)"
     # 1,800,000,000,000 ms is 2027-01-15T08:00:00Z; the age is counted to the tick that ordered it.
     submitted = factors["submitted_at_ms"]
@@ -240,7 +265,9 @@ def test_priority_factors_read_as_people_expect_the_same_in_the_api_the_console_
             assert f"<td>{escape(f['text'])}" in html
         if f.get("detail"):
             assert f'<div class="small muted detail">{escape(f["detail"])}</div>' in html
-    assert "effective_band" not in html.split('id="priority"')[1].split("</dd>")[0].replace('data-factor="effective_band"', "")
+    assert "effective_band" not in html.split('id="priority"')[1].split("</dd>")[0].replace(
+        'data-factor="effective_band"', ""
+    )
 
     from iris_cli.formatting import priority_text
 

@@ -36,8 +36,12 @@ MATRIX = [
     ("post", "jobs/", {"name": "eval", "command": ["true"]}, everyone(CREATED)),
     ("post", "jobs/", {"name": "eval", "parent": "alice/train", "command": ["true"]}, only(CREATED, "alice", "ada")),
     ("post", "jobs:batch", {"jobs": [{"name": "sweep-0", "command": ["true"]}]}, everyone(CREATED)),
-    ("post", "jobs:batch", {"jobs": [{"name": "sweep-0", "parent": "alice/train", "command": ["true"]}]},
-     only(CREATED, "alice", "ada")),
+    (
+        "post",
+        "jobs:batch",
+        {"jobs": [{"name": "sweep-0", "parent": "alice/train", "command": ["true"]}]},
+        only(CREATED, "alice", "ada"),
+    ),
     ("get", "jobs/alice/train", None, everyone(OK)),
     ("get", "jobs/alice/train:explain", None, everyone(OK)),
     ("post", "jobs/alice/train:cancel", None, only(OK, "alice", "ada")),
@@ -45,7 +49,12 @@ MATRIX = [
     ("get", "budgets/", None, everyone(OK)),
     ("get", "budgets/alice", None, everyone(OK)),
     ("put", "budgets/alice", {"budget_limit": 5000, "reason": "new project"}, only(OK, "ada")),
-    ("post", "uplifts/", {"budget_limit": 2000, "reason": "paper deadline", "duration_seconds": 3600}, everyone(CREATED)),
+    (
+        "post",
+        "uplifts/",
+        {"budget_limit": 2000, "reason": "paper deadline", "duration_seconds": 3600},
+        everyone(CREATED),
+    ),
     (
         "post",
         "uplifts/",

@@ -116,7 +116,9 @@ def test_an_existing_job_id_is_failed_precondition(as_alice, alice):
 def test_admin_bands_are_permission_denied_to_everyone_else(clients, persona, band):
     body = rejected(
         post(clients[persona], {"name": "x", "priority": band, "system_reason": "hero run"}),
-        403, "PERMISSION_DENIED", "priority",
+        403,
+        "PERMISSION_DENIED",
+        "priority",
     )
     assert band.upper() in body["message"]
 
@@ -136,13 +138,22 @@ def test_system_accepts_a_reason_naming_hero_finelog_or_iris(as_ada, reason):
 def test_system_without_such_a_reason_is_invalid_argument(as_ada, reason):
     rejected(
         post(as_ada, {"name": "hero", "priority": "system", "system_reason": reason}),
-        400, "INVALID_ARGUMENT", "system_reason",
+        400,
+        "INVALID_ARGUMENT",
+        "system_reason",
     )
 
 
 def test_system_reason_is_kept_in_the_stored_argv(as_ada):
-    post(as_ada, {"name": "hero", "priority": "system", "system_reason": "hero run; commit=abc",
-                  "argv": ["iris", "job", "run", "--", "python", "hero.py"]})
+    post(
+        as_ada,
+        {
+            "name": "hero",
+            "priority": "system",
+            "system_reason": "hero run; commit=abc",
+            "argv": ["iris", "job", "run", "--", "python", "hero.py"],
+        },
+    )
     job = Job.objects.get(name="/ada/hero")
     assert job.system_reason == "hero run; commit=abc"
     assert job.submission_argv[-2:] == ["--system-reason", "hero run; commit=abc"]
@@ -260,8 +271,16 @@ def test_a_body_that_is_not_an_object_is_invalid_argument(as_alice):
 
 @pytest.mark.parametrize(
     ("memory", "expected"),
-    [("16Gi", 16 * GIB), ("512Mi", 512 << 20), ("2G", 2_000_000_000), ("1.5Gi", 3 * GIB // 2), (8 * GIB, 8 * GIB),
-     ("4096B", 4096), ("64GiB", 64 * GIB), ("8 GB", 8_000_000_000)],
+    [
+        ("16Gi", 16 * GIB),
+        ("512Mi", 512 << 20),
+        ("2G", 2_000_000_000),
+        ("1.5Gi", 3 * GIB // 2),
+        (8 * GIB, 8 * GIB),
+        ("4096B", 4096),
+        ("64GiB", 64 * GIB),
+        ("8 GB", 8_000_000_000),
+    ],
 )
 def test_memory_accepts_bytes_and_sizes(as_alice, memory, expected):
     assert post(as_alice, {"name": "x", "memory": memory}).json()["resources"]["memory_bytes"] == expected
@@ -280,11 +299,21 @@ def test_the_whole_spec_is_stored(as_alice):
     response = post(
         as_alice,
         {
-            "name": "train", "replicas": 4, "cpu": 1.5, "memory": "16Gi",
-            "device": {"type": "TPU", "variant": "v5p-8", "count": 4}, "group_by": "tpu-name",
-            "constraints": [{"key": "zone", "op": "in", "value": ["a", "b"]}, {"key": "region", "value": "us", "soft": True}],
-            "scheduling_timeout_seconds": 600, "max_retries_preemption": 3, "max_retries_failure": 1,
-            "command": ["python", "train.py"], "argv": ["iris", "job", "run"],
+            "name": "train",
+            "replicas": 4,
+            "cpu": 1.5,
+            "memory": "16Gi",
+            "device": {"type": "TPU", "variant": "v5p-8", "count": 4},
+            "group_by": "tpu-name",
+            "constraints": [
+                {"key": "zone", "op": "in", "value": ["a", "b"]},
+                {"key": "region", "value": "us", "soft": True},
+            ],
+            "scheduling_timeout_seconds": 600,
+            "max_retries_preemption": 3,
+            "max_retries_failure": 1,
+            "command": ["python", "train.py"],
+            "argv": ["iris", "job", "run"],
         },
     )
     assert response.status_code == 201, response.content
@@ -333,8 +362,9 @@ REJECTIONS = [
 
 
 @pytest.mark.parametrize(("body", "status"), REJECTIONS, ids=[str(s) for _, s in REJECTIONS])
-def test_a_rejected_submission_writes_nothing(as_alice, alice, alice_max_batch, body, status,
-                                              django_capture_on_commit_callbacks):
+def test_a_rejected_submission_writes_nothing(
+    as_alice, alice, alice_max_batch, body, status, django_capture_on_commit_callbacks
+):
     submit(alice, "dup", priority="batch")
     before = (Job.objects.count(), Task.objects.count(), AuditEntry.objects.count())
     with django_capture_on_commit_callbacks() as callbacks:
@@ -388,12 +418,16 @@ def test_a_submissions_statements_do_not_grow_with_the_users_or_the_clusters_job
     many = _statements_of_a_submission(as_alice, "two")
     assert Job.objects.filter(user="alice").count() == 203 and Job.objects.filter(user="bob").count() == 200
     assert many == few
-    assert few <= 12  # token (1), budget (2), cap, id free, clock, job, tasks, savepoint (2), capacity; +1 user lock on PostgreSQL
+    assert (
+        few <= 12
+    )  # token (1), budget (2), cap, id free, clock, job, tasks, savepoint (2), capacity; +1 user lock on PostgreSQL
 
 
 def test_the_answer_to_a_submission_is_what_reading_the_job_answers(as_alice):
     make_worker()
-    body = post(as_alice, {"name": "x", "replicas": 3, "constraints": [{"key": "zone", "op": "eq", "value": "a"}]}).json()
+    body = post(
+        as_alice, {"name": "x", "replicas": 3, "constraints": [{"key": "zone", "op": "eq", "value": "a"}]}
+    ).json()
     assert body.pop("warnings") == []
     assert body == as_alice.get("/api/v1/jobs/alice/x").json()
 
@@ -437,7 +471,9 @@ def test_a_failed_prompt_tick_request_is_sent_again_by_the_next_submission(as_al
     assert len(sent) == 2
 
 
-def test_a_prompt_tick_asked_for_soon_after_a_tick_started_waits_for_the_minimum_spacing(as_alice, monkeypatch, settings):
+def test_a_prompt_tick_asked_for_soon_after_a_tick_started_waits_for_the_minimum_spacing(
+    as_alice, monkeypatch, settings
+):
     from celery import current_app
 
     from scheduler import enqueue

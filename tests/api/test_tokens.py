@@ -112,7 +112,9 @@ def test_the_owner_lists_their_tokens_without_the_tokens_themselves(clients, ali
     assert mine["token"] not in str(listed)
 
 
-@pytest.mark.parametrize(("persona", "status"), [("alice", 204), ("ada", 204), ("bob", 403), ("olivia", 403), ("anonymous", 401)])
+@pytest.mark.parametrize(
+    ("persona", "status"), [("alice", 204), ("ada", 204), ("bob", 403), ("olivia", 403), ("anonymous", 401)]
+)
 def test_a_token_is_revoked_by_its_owner_or_an_admin_and_no_one_else(clients, users, persona, status):
     victim = mint(clients["anonymous"], name="laptop")
 

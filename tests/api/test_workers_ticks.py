@@ -21,14 +21,24 @@ def register(client, **body):
 
 
 def test_registering_a_worker_creates_it_then_updates_it(as_olivia):
-    response = register(as_olivia, device={"type": "tpu", "variant": "v5p-8", "count": 4},
-                        attributes={"tpu-name": "slice-a", "tpu-worker-id": 0}, backend="tpu")
+    response = register(
+        as_olivia,
+        device={"type": "tpu", "variant": "v5p-8", "count": 4},
+        attributes={"tpu-name": "slice-a", "tpu-worker-id": 0},
+        backend="tpu",
+    )
     assert response.status_code == 201
     worker = response.json()
     assert (worker["cpu"], worker["memory_bytes"], worker["device"]) == (
-        96.0, 320 * GIB, {"type": "tpu", "variant": "v5p-8", "count": 4})
+        96.0,
+        320 * GIB,
+        {"type": "tpu", "variant": "v5p-8", "count": 4},
+    )
     assert (worker["attributes"], worker["backend"], worker["healthy"]) == (
-        {"tpu-name": "slice-a", "tpu-worker-id": "0"}, "tpu", True)
+        {"tpu-name": "slice-a", "tpu-worker-id": "0"},
+        "tpu",
+        True,
+    )
 
     Worker.objects.filter(name="tpu-0").update(draining=True, healthy=False)
     again = register(as_olivia, cpu=64)
@@ -39,9 +49,15 @@ def test_registering_a_worker_creates_it_then_updates_it(as_olivia):
 
 @pytest.mark.parametrize(
     ("body", "field"),
-    [({"cpu": None}, "cpu"), ({"memory": "lots"}, "memory"), ({"name": "a:b"}, "name"), ({"name": ""}, "name"),
-     ({"device": {"type": "gpu"}}, "device.variant"), ({"attributes": ["zone"]}, "attributes"),
-     ({"backend": "k 8 s"}, "backend")],
+    [
+        ({"cpu": None}, "cpu"),
+        ({"memory": "lots"}, "memory"),
+        ({"name": "a:b"}, "name"),
+        ({"name": ""}, "name"),
+        ({"device": {"type": "gpu"}}, "device.variant"),
+        ({"attributes": ["zone"]}, "attributes"),
+        ({"backend": "k 8 s"}, "backend"),
+    ],
 )
 def test_worker_registration_is_validated(as_olivia, body, field):
     response = register(as_olivia, **body)
@@ -85,7 +101,9 @@ def test_workers_list_with_active_tasks_in_a_fixed_number_of_queries(as_alice, a
     assert [(w["name"], w["active_tasks"]) for w in page["results"]][:2] == [("w00", 1), ("w01", 1)]
     last = as_alice.get("/api/v1/workers/?page_size=5&page=3").json()
     assert ([(w["name"], w["active_tasks"]) for w in last["results"]], last["next"]) == (
-        [("w10", 1), ("w11", 1), ("w99", 0)], None)
+        [("w10", 1), ("w11", 1), ("w99", 0)],
+        None,
+    )
 
 
 def test_workers_list_is_paginated_like_the_other_lists(as_alice):
@@ -141,8 +159,13 @@ def what_if(client, **body):
 
 
 def counts():
-    return (Job.objects.count(), Task.objects.count(), Attempt.objects.count(), TickRecord.objects.count(),
-            AuditEntry.objects.count())
+    return (
+        Job.objects.count(),
+        Task.objects.count(),
+        Attempt.objects.count(),
+        TickRecord.objects.count(),
+        AuditEntry.objects.count(),
+    )
 
 
 def test_what_if_answers_where_the_job_would_go_and_writes_nothing(as_alice):
@@ -153,10 +176,21 @@ def test_what_if_answers_where_the_job_would_go_and_writes_nothing(as_alice):
     # No tick has run: the answer is a decision over the whole live snapshot, and says so.
     assert answer.pop("basis") == {"source": "live", "tick": None, "tick_at": None}
     assert answer | {"spend": 0} == {
-        "accepted": True, "never": False, "error": None, "job": "/alice/probe", "requested_band": "interactive",
-        "effective_band": "interactive", "spend": 0, "limit": 1000, "position": None, "would_place": True,
-        "worker": "w1", "would_preempt": [], "pending_reason": None,
-        "estimated_start": None, "estimated_start_text": "would start at the next tick",
+        "accepted": True,
+        "never": False,
+        "error": None,
+        "job": "/alice/probe",
+        "requested_band": "interactive",
+        "effective_band": "interactive",
+        "spend": 0,
+        "limit": 1000,
+        "position": None,
+        "would_place": True,
+        "worker": "w1",
+        "would_preempt": [],
+        "pending_reason": None,
+        "estimated_start": None,
+        "estimated_start_text": "would start at the next tick",
     }
     assert (feasibility["verdict"], feasibility["matching_workers"]) == ("fits", 1)
     assert counts() == before
@@ -168,11 +202,14 @@ def test_what_if_says_a_job_bigger_than_any_worker_can_never_run(as_alice):
     assert answer["would_place"] is False
     assert answer["pending_reason"]["code"] == "never_fits"
     assert answer["pending_reason"]["text"].startswith(
-        "Never fits on the cluster as it is; 1,000 cores per task: 0 healthy workers have it")
+        "Never fits on the cluster as it is; 1,000 cores per task: 0 healthy workers have it"
+    )
     f = answer["feasibility"]
     assert f["verdict"] == "never"
     assert [(r["kind"], r["workers_alone"], r["workers_with_previous"]) for r in f["requirements"]] == [
-        ("cpu", 0, 0), ("memory", 1, 0)]
+        ("cpu", 0, 0),
+        ("memory", 1, 0),
+    ]
     assert f["largest_worker"]["cpu_millicores"] == 8000
 
 
@@ -204,7 +241,10 @@ def test_admins_ask_what_if_as_another_user_under_that_users_rules(as_ada, alice
     UserBudget.objects.create(user_id="alice", budget_limit=1000, max_band=Band.BATCH)
     answer = what_if(as_ada, user="alice").json()
     assert (answer["accepted"], answer["error"]["code"], answer["requested_band"]) == (
-        False, "PERMISSION_DENIED", "interactive")
+        False,
+        "PERMISSION_DENIED",
+        "interactive",
+    )
     assert "Budget identity 'alice'" in answer["error"]["message"]
     assert what_if(as_ada, user="alice", priority="batch").json()["job"] == "/alice/probe"
 
@@ -278,7 +318,10 @@ def test_after_a_tick_what_if_says_a_job_bigger_than_any_worker_can_never_run(as
     run_tick()
     answer = what_if(as_alice, cpu=1000).json()
     assert (answer["would_place"], answer["pending_reason"]["code"], answer["feasibility"]["verdict"]) == (
-        False, "never_fits", "never")
+        False,
+        "never_fits",
+        "never",
+    )
     assert answer["feasibility"]["largest_worker"]["cpu_millicores"] == 8000
 
 

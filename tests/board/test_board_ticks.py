@@ -40,8 +40,15 @@ def test_counts_updated_from_the_change_log_equal_a_full_count_after_every_write
     cluster()
     ops = Operations()
     plan = random.Random(11)
-    weights = {"submit": 4, "tick": 5, "report": 3, "confirm_stopped": 1, "cancel": 1, "lose_worker": 1,
-               "heal_workers": 1}
+    weights = {
+        "submit": 4,
+        "tick": 5,
+        "report": 3,
+        "confirm_stopped": 1,
+        "cancel": 1,
+        "lose_worker": 1,
+        "heal_workers": 1,
+    }
     ops.submit(0)
     ops.tick(0)
     ways = []

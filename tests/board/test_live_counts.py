@@ -25,8 +25,9 @@ WORKERS = [worker("w0", cpu=4, mem=8), worker("w1", cpu=2, mem=4), worker("g0", 
 ENDS = (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED, TaskState.WORKER_FAILED)
 
 event = st.one_of(
-    st.tuples(st.just("arrive"), st.sampled_from(USERS), st.sampled_from(list(Band)), st.integers(1, 3),
-              st.integers(0, 2)),
+    st.tuples(
+        st.just("arrive"), st.sampled_from(USERS), st.sampled_from(list(Band)), st.integers(1, 3), st.integers(0, 2)
+    ),
     st.tuples(st.just("end"), st.integers(0, 1000), st.sampled_from(ENDS)),
     st.tuples(st.just("cancel"), st.integers(0, 1000)),
     st.tuples(st.just("budget"), st.sampled_from(USERS), st.sampled_from([0, 1, 5, 50])),
@@ -50,8 +51,16 @@ def test_counts_updated_from_changes_equal_a_full_count_after_every_tick(ticks):
             if e[0] == "arrive":
                 _, user, band, replicas, gpu = e
                 serial += 1
-                spec = job(f"/{user}/j{serial}", band=band, replicas=replicas, cpu=1, mem=1, gpu=gpu,
-                           variant="h100" if gpu else None, submitted=serial)
+                spec = job(
+                    f"/{user}/j{serial}",
+                    band=band,
+                    replicas=replicas,
+                    cpu=1,
+                    mem=1,
+                    gpu=gpu,
+                    variant="h100" if gpu else None,
+                    submitted=serial,
+                )
                 jobs[spec.id] = spec
                 for i in range(replicas):
                     tasks[f"{spec.id}/{i}"] = TaskSnapshot(f"{spec.id}/{i}", spec.id, i)
@@ -73,7 +82,9 @@ def test_counts_updated_from_changes_equal_a_full_count_after_every_tick(ticks):
         live_jobs = [spec for spec in jobs.values() if any(t.job_id == spec.id for t in tasks.values())]
         base = cluster(WORKERS, budgets=[budget(u, limit, "production") for u, limit in limits.items()])
         # The tasks as the rows have them (a job's ended tasks are gone, not pending again).
-        snapshot = replace(base, jobs={spec.id: spec for spec in live_jobs}, tasks=tuple(tasks[t] for t in sorted(tasks)))
+        snapshot = replace(
+            base, jobs={spec.id: spec for spec in live_jobs}, tasks=tuple(tasks[t] for t in sorted(tasks))
+        )
         decision = decide(snapshot)
         moved = sorted(decision.after)
         kept = {t for i, t in enumerate(moved) if (keep_seed >> (i % 16)) & 1 or len(moved) < 3}
@@ -88,9 +99,18 @@ def test_counts_updated_from_changes_equal_a_full_count_after_every_tick(ticks):
 
         holders: dict = {}
         assert counts.published() == (active_counts(snapshot, decision, kept, per_worker=holders), holders)
-        assert counts.published() == LiveCounts.of(
-            (t.id, after_key(snapshot.jobs[t.job_id], decision.after[t.id]) if t.id in kept
-             else snapshot_key(t, snapshot.jobs[t.job_id])) for t in snapshot.tasks).published()
+        assert (
+            counts.published()
+            == LiveCounts.of(
+                (
+                    t.id,
+                    after_key(snapshot.jobs[t.job_id], decision.after[t.id])
+                    if t.id in kept
+                    else snapshot_key(t, snapshot.jobs[t.job_id]),
+                )
+                for t in snapshot.tasks
+            ).published()
+        )
 
         # The tick's kept writes reach the rows (and the change log); the rest did not happen.
         changed = []
@@ -99,6 +119,11 @@ def test_counts_updated_from_changes_equal_a_full_count_after_every_tick(ticks):
             if after.state in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED):
                 del tasks[task_id]
             else:
-                tasks[task_id] = replace(tasks[task_id], state=after.state, worker=after.worker, band=after.band,
-                                         preemption_count=after.preemption_count)
+                tasks[task_id] = replace(
+                    tasks[task_id],
+                    state=after.state,
+                    worker=after.worker,
+                    band=after.band,
+                    preemption_count=after.preemption_count,
+                )
             changed.append(task_id)

@@ -53,7 +53,9 @@ def cluster(people):
     UserBudget.objects.create(user_id="alice", budget_limit=10, max_band=int(Band.INTERACTIVE))
     warmup = submit_job(people["alice"], {"command": ["true"], "name": "warmup", "cpu": 2, "memory": "8Gi"})
     run_tasks(warmup, w1)
-    crunch = submit_job(people["bob"], {"command": ["true"], "name": "crunch", "priority": "batch", "cpu": 2, "memory": "8Gi"})
+    crunch = submit_job(
+        people["bob"], {"command": ["true"], "name": "crunch", "priority": "batch", "cpu": 2, "memory": "8Gi"}
+    )
     run_tasks(crunch, w2)
     return {"w1": w1, "w2": w2}
 
@@ -133,9 +135,7 @@ def test_downgrade_explained_uplift_approved_and_preemption_recorded(live_server
     assert alice.locator("#queue .badge-downgrade").count() == 2
     run_tick()
     alice.locator("#band-interactive").wait_for(timeout=LIVE)
-    alice.wait_for_function(
-        "() => document.querySelectorAll('#queue .badge-downgrade').length === 0", timeout=LIVE
-    )
+    alice.wait_for_function("() => document.querySelectorAll('#queue .badge-downgrade').length === 0", timeout=LIVE)
     assert queue_row(alice, "/alice/train").first.locator(".band-interactive").count() == 1
     save_screenshot(alice, "10-queue-after-uplift")
     alice.goto(f"{live_server.url}/jobs/alice/train/")
@@ -145,7 +145,9 @@ def test_downgrade_explained_uplift_approved_and_preemption_recorded(live_server
     # A PRODUCTION job preempts bob's BATCH crunch; the history page shows it as it happens.
     alice.goto(f"{live_server.url}/preemptions/")
     assert "No preemptions yet" in alice.inner_text("#history")
-    submit_job(people["ada"], {"command": ["true"], "name": "hero", "priority": "production", "cpu": 2, "memory": "8Gi"})
+    submit_job(
+        people["ada"], {"command": ["true"], "name": "hero", "priority": "production", "cpu": 2, "memory": "8Gi"}
+    )
     run_tick()
     alice.locator("#history tr", has_text="/bob/crunch").first.wait_for(timeout=LIVE)
     text = alice.inner_text("#history")
@@ -270,8 +272,13 @@ def test_budget_chart_draws_an_hour_of_tick_samples(live_server, open_page, peop
     now = timezone.now()
     for minute in range(60):
         spend = 18 if minute > 40 else (minute * 3) % 25
-        TickRecord.objects.create(started_at=now - timedelta(minutes=59 - minute, seconds=30), now_ms=0, duration_ms=3,
-                                  spend={"alice": spend, "bob": 4}, limits={"alice": 10 if minute < 50 else 20})
+        TickRecord.objects.create(
+            started_at=now - timedelta(minutes=59 - minute, seconds=30),
+            now_ms=0,
+            duration_ms=3,
+            spend={"alice": spend, "bob": 4},
+            limits={"alice": 10 if minute < 50 else 20},
+        )
     alice = as_user(open_page, live_server, "alice")
     alice.goto(f"{live_server.url}/budgets/alice/")
     chart = alice.locator("svg.chart")

@@ -27,10 +27,13 @@ def test_priority_factor_details_get_room_to_read(live_server, page, screenshot)
     sign_in(page, live_server, "alice", PASSWORD)
     page.goto(f"{live_server.url}/jobs/alice/waiting/")
     page.wait_for_selector("#priority table")
-    widths = page.evaluate("() => [...document.querySelectorAll('#priority .detail')].map(d => d.getBoundingClientRect().width)")
+    widths = page.evaluate(
+        "() => [...document.querySelectorAll('#priority .detail')].map(d => d.getBoundingClientRect().width)"
+    )
     assert widths and min(widths) >= 240, widths  # about 40 characters of small text a line
     table, card = page.evaluate(
         "() => { const t = document.querySelector('#priority table'); const c = t.closest('.card');"
-        " return [t.getBoundingClientRect().right, c.getBoundingClientRect().right]; }")
+        " return [t.getBoundingClientRect().right, c.getBoundingClientRect().right]; }"
+    )
     assert table <= card, (table, card)  # and nothing is cut off
     screenshot("job-priority-factors")

@@ -79,8 +79,9 @@ def running_attempt_log(settings, tmp_path, monkeypatch):
     return task, log
 
 
-def test_a_running_attempts_log_follows_and_stops_when_it_ends(live_server, open_page, people, settings, tmp_path,
-                                                              monkeypatch):
+def test_a_running_attempts_log_follows_and_stops_when_it_ends(
+    live_server, open_page, people, settings, tmp_path, monkeypatch
+):
     task, log = running_attempt_log(settings, tmp_path, monkeypatch)
     log.write_text("epoch 1\n")
     alice = signed_in(open_page, live_server, "alice")
@@ -96,8 +97,9 @@ def test_a_running_attempts_log_follows_and_stops_when_it_ends(live_server, open
     save_screenshot(alice, "job-log-followed")
 
 
-def test_a_followed_log_keeps_to_its_end_unless_the_reader_scrolled_up(live_server, open_page, people, settings,
-                                                                       tmp_path, monkeypatch):
+def test_a_followed_log_keeps_to_its_end_unless_the_reader_scrolled_up(
+    live_server, open_page, people, settings, tmp_path, monkeypatch
+):
     _, log = running_attempt_log(settings, tmp_path, monkeypatch)
     lines = [f"step {i}\n" for i in range(300)]
     log.write_text("".join(lines))
@@ -106,7 +108,9 @@ def test_a_followed_log_keeps_to_its_end_unless_the_reader_scrolled_up(live_serv
     alice.click("a[data-log='0.1']")
     alice.wait_for_selector("#log[data-following=yes] #log-text:has-text('step 299')")
     from_end = "(() => { const p = document.getElementById('log-text'); return p.scrollHeight - p.scrollTop - p.clientHeight; })()"
-    assert alice.evaluate("document.getElementById('log-text').scrollHeight > 2 * document.getElementById('log-text').clientHeight")
+    assert alice.evaluate(
+        "document.getElementById('log-text').scrollHeight > 2 * document.getElementById('log-text').clientHeight"
+    )
     assert alice.evaluate(from_end) < 8  # opened at its end
 
     log.write_text("".join(lines) + "step 300\n")

@@ -56,7 +56,8 @@ def test_the_recent_ticks_table_fits_its_card(live_server, page, screenshot):
     page.wait_for_selector("table.ticks")
     table, card = page.evaluate(
         "() => { const t = document.querySelector('table.ticks'); const c = t.closest('.card');"
-        " return [t.getBoundingClientRect().right, c.getBoundingClientRect().right]; }")
+        " return [t.getBoundingClientRect().right, c.getBoundingClientRect().right]; }"
+    )
     assert table <= card, (table, card)
     assert page.is_visible("table.ticks th:has-text('Expired')")
     screenshot("scheduler-state-ticks")

@@ -36,7 +36,9 @@ def test_the_toml_spelling_of_a_mistyped_table_is_refused(tmp_path):
 
 @pytest.mark.parametrize("limit", [2**63, 10**30])
 def test_a_budget_limit_above_the_columns_range_is_a_clear_error(limit):
-    with pytest.raises(ClusterConfigError, match=r"user_budgets\[0\].budget_limit: at most 1,000,000,000,000,000 points"):
+    with pytest.raises(
+        ClusterConfigError, match=r"user_budgets\[0\].budget_limit: at most 1,000,000,000,000,000 points"
+    ):
         parse_cluster_config({"user_budgets": [{**TIER, "budget_limit": limit}]})
 
 

@@ -131,8 +131,14 @@ def test_config_without_tiers_changes_nothing():
 @pytest.mark.parametrize(
     ("tier", "message"),
     [
-        ({"user_ids": ["bob"], "budget_limit": 1, "max_band": "urgent"}, "user_budgets[1].max_band: unknown band 'urgent'"),
-        ({"user_ids": ["bob", " "], "budget_limit": 1, "max_band": "batch"}, "user_budgets[1].user_ids[1]: empty user id"),
+        (
+            {"user_ids": ["bob"], "budget_limit": 1, "max_band": "urgent"},
+            "user_budgets[1].max_band: unknown band 'urgent'",
+        ),
+        (
+            {"user_ids": ["bob", " "], "budget_limit": 1, "max_band": "batch"},
+            "user_budgets[1].user_ids[1]: empty user id",
+        ),
         ({"user_ids": [], "budget_limit": 1, "max_band": "batch"}, "user_budgets[1].user_ids"),
         ({"user_ids": ["bob"], "budget_limit": -5, "max_band": "batch"}, "user_budgets[1].budget_limit"),
         ({"user_ids": ["bob"], "max_band": "batch"}, "user_budgets[1].budget_limit: missing"),

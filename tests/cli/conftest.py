@@ -61,8 +61,9 @@ class Iris:
     def run_input(self, stdin: str, *argv: str) -> Result:
         """``run``, answering its prompts with ``stdin``."""
         script = Path(sys.executable).with_name("iris")
-        done = subprocess.run([str(script), *argv], input=stdin, capture_output=True, text=True,
-                              env=dict(os.environ), timeout=60)
+        done = subprocess.run(
+            [str(script), *argv], input=stdin, capture_output=True, text=True, env=dict(os.environ), timeout=60
+        )
         return Result(done.returncode, done.stdout, done.stderr)
 
     def login(self, username: str) -> Result:

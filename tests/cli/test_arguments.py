@@ -112,8 +112,10 @@ def test_help_exits_0(capsys):
 
 
 def test_the_cli_imports_nothing_of_the_server():
-    code = ("import sys, iris_cli; print(sorted({m.split('.')[0] for m in sys.modules} "
-            "& {'django', 'rest_framework', 'celery', 'scheduler', 'iris_web'}))")
+    code = (
+        "import sys, iris_cli; print(sorted({m.split('.')[0] for m in sys.modules} "
+        "& {'django', 'rest_framework', 'celery', 'scheduler', 'iris_web'}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
@@ -134,8 +136,10 @@ def test_the_cli_shows_sizes_and_cores_as_the_console_does(n):
     assert cli_units.format_cores(n) == units.format_cores(n)
 
 
-@given(st.sampled_from([1, 10**3, 10**6, 10**9, 10**12, 1 << 10, 1 << 20, 1 << 30, 1 << 40]),
-       st.integers(min_value=0, max_value=20_000))
+@given(
+    st.sampled_from([1, 10**3, 10**6, 10**9, 10**12, 1 << 10, 1 << 20, 1 << 30, 1 << 40]),
+    st.integers(min_value=0, max_value=20_000),
+)
 def test_the_cli_shows_round_sizes_as_the_console_does(unit, count):
     from iris_cli import units as cli_units
     from scheduler.core import units

@@ -138,9 +138,29 @@ def test_a_server_that_is_not_iris_is_reported_as_such(iris, monkeypatch):
 
 def test_job_run_submits_resources_command_and_argv(iris):
     iris.use_token("alice")
-    argv = ["job", "run", "--name", "train", "--replicas", "2", "--cpu", "2", "--memory", "4Gi",
-            "--gpu", "h100:8", "--group-by", "tpu-name", "--max-retries-failure", "3", "--",
-            "python", "train.py", "--lr", "3e-4"]
+    argv = [
+        "job",
+        "run",
+        "--name",
+        "train",
+        "--replicas",
+        "2",
+        "--cpu",
+        "2",
+        "--memory",
+        "4Gi",
+        "--gpu",
+        "h100:8",
+        "--group-by",
+        "tpu-name",
+        "--max-retries-failure",
+        "3",
+        "--",
+        "python",
+        "train.py",
+        "--lr",
+        "3e-4",
+    ]
 
     result = iris(*argv)
 
@@ -201,8 +221,9 @@ def test_system_jobs_need_a_reason_and_keep_it_for_audit(iris):
     iris.use_token("ada")
 
     refused = iris("job", "run", "--priority", "system", "--system-reason", "superhero", "--", "x")
-    accepted = iris("job", "run", "--priority", "system", "--system-reason", "hero run; commit=abc",
-                    "--name", "hero", "--", "x")
+    accepted = iris(
+        "job", "run", "--priority", "system", "--system-reason", "hero run; commit=abc", "--name", "hero", "--", "x"
+    )
 
     assert refused.code == 1
     assert refused.err.startswith("INVALID_ARGUMENT: system_reason: ")
@@ -245,8 +266,9 @@ def test_a_taken_job_name_is_a_failed_precondition(iris):
 def test_job_run_sends_hard_and_soft_constraints(iris):
     iris.use_token("alice")
 
-    result = iris("job", "run", "--name", "pinned", "--constraint", "zone=us-a,us-b", "--prefer", "pool=spot",
-                  "--", "x")
+    result = iris(
+        "job", "run", "--name", "pinned", "--constraint", "zone=us-a,us-b", "--prefer", "pool=spot", "--", "x"
+    )
 
     assert result.code == 0, result.err
     assert Job.objects.get(name="/alice/pinned").constraints == [
@@ -303,7 +325,9 @@ def test_job_show_prints_the_job_and_its_tasks(some_jobs):
 
 def test_job_show_prints_another_users_escape_sequences_as_text(iris):
     iris.use_token("bob")
-    submitted = iris("job", "run", "--priority", "batch", "--name", "loud", "--", "echo", "\x1b]0;pwned\x07\x1b[2J", "two\nlines")
+    submitted = iris(
+        "job", "run", "--priority", "batch", "--name", "loud", "--", "echo", "\x1b]0;pwned\x07\x1b[2J", "two\nlines"
+    )
     assert submitted.code == 0, submitted.err
     iris.use_token("olivia")  # an operator reads every job
 
@@ -523,8 +547,9 @@ def test_admins_set_an_invalid_budget_and_see_why(iris):
 
 def test_an_approved_uplift_lets_bob_submit_interactive(iris):
     iris.use_token("bob")
-    requested = iris("--json", "uplift", "request", "--max-band", "interactive", "--reason", "paper deadline",
-                     "--duration", "2h")
+    requested = iris(
+        "--json", "uplift", "request", "--max-band", "interactive", "--reason", "paper deadline", "--duration", "2h"
+    )
     assert requested.code == 0, requested.err
     grant_id = str(requested.json()["id"])
     assert requested.json()["duration_seconds"] == 7200
@@ -536,7 +561,9 @@ def test_an_approved_uplift_lets_bob_submit_interactive(iris):
 
     iris.use_token("bob")
     listed = iris("--json", "uplift", "list").json()
-    assert [(g["id"], g["state"], g["duration_seconds"]) for g in listed["results"]] == [(int(grant_id), "approved", 3600)]
+    assert [(g["id"], g["state"], g["duration_seconds"]) for g in listed["results"]] == [
+        (int(grant_id), "approved", 3600)
+    ]
     assert iris("job", "run", "--name", "paper", "--", "x").code == 0
     assert Job.objects.get(name="/bob/paper").band == Band.INTERACTIVE
 
@@ -555,8 +582,9 @@ def test_uplift_list_is_a_table(iris):
 
 def test_admins_deny_uplifts(iris):
     iris.use_token("alice")
-    grant_id = str(iris("--json", "uplift", "request", "--budget-limit", "5000", "--reason", "r",
-                        "--duration", "1h").json()["id"])
+    grant_id = str(
+        iris("--json", "uplift", "request", "--budget-limit", "5000", "--reason", "r", "--duration", "1h").json()["id"]
+    )
     iris.use_token("ada")
 
     result = iris("admin", "uplift", "deny", grant_id, "--note", "use batch")
@@ -570,8 +598,9 @@ def test_admins_deny_uplifts(iris):
 
 def test_researchers_cannot_approve_uplifts(iris):
     iris.use_token("alice")
-    grant_id = str(iris("--json", "uplift", "request", "--budget-limit", "5000", "--reason", "r",
-                        "--duration", "1h").json()["id"])
+    grant_id = str(
+        iris("--json", "uplift", "request", "--budget-limit", "5000", "--reason", "r", "--duration", "1h").json()["id"]
+    )
 
     result = iris("admin", "uplift", "approve", grant_id)
 
@@ -611,8 +640,14 @@ def test_researchers_cannot_run_a_tick(iris):
 
 
 def test_operators_list_and_drain_workers(iris):
-    Worker.objects.create(name="gpu-07", cpu_millicores=8000, memory_bytes=64 * GIB, device_type="gpu",
-                          device_variant="h100", device_count=8)
+    Worker.objects.create(
+        name="gpu-07",
+        cpu_millicores=8000,
+        memory_bytes=64 * GIB,
+        device_type="gpu",
+        device_variant="h100",
+        device_count=8,
+    )
     iris.use_token("olivia")
 
     listed = iris("worker", "list")
@@ -653,8 +688,14 @@ def test_researchers_cannot_drain_workers(iris):
 
 
 def test_admins_read_the_audit_log_with_system_actors(iris):
-    AuditEntry.objects.create(actor_name="cluster-config", action="budget.set", target="bob",
-                              before=None, after={"budget_limit": 0, "max_band": "batch"}, reason="user_budgets[1]")
+    AuditEntry.objects.create(
+        actor_name="cluster-config",
+        action="budget.set",
+        target="bob",
+        before=None,
+        after={"budget_limit": 0, "max_band": "batch"},
+        reason="user_budgets[1]",
+    )
     iris.use_token("ada")
 
     result = iris("admin", "audit")
@@ -673,8 +714,13 @@ def test_the_console_script_runs_against_the_server(iris, home):
     env = {**os.environ, "HOME": str(home)}
 
     done = subprocess.run([str(script), "--json", "whoami"], capture_output=True, text=True, env=env, timeout=60)
-    failed = subprocess.run([str(script), "job", "run", "--priority", "production", "--", "x"],
-                            capture_output=True, text=True, env=env, timeout=60)
+    failed = subprocess.run(
+        [str(script), "job", "run", "--priority", "production", "--", "x"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
 
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["username"] == "alice"
@@ -707,8 +753,11 @@ def test_submit_from_a_jsonl_file_goes_in_chunks_and_prints_every_id(iris, tmp_p
 
 def test_a_refused_chunk_names_the_file_lines_and_stops(iris, tmp_path):
     iris.use_token("bob")  # bob's tier allows BATCH only
-    jobs = [{"name": "a", "priority": "batch", "command": ["true"]}, {"name": "b", "command": ["true"]},
-            {"name": "c", "cpu": -1, "command": ["true"]}]
+    jobs = [
+        {"name": "a", "priority": "batch", "command": ["true"]},
+        {"name": "b", "command": ["true"]},
+        {"name": "c", "cpu": -1, "command": ["true"]},
+    ]
 
     result = iris("job", "submit", "--batch-size", "1", "-f", write_jsonl(tmp_path / "jobs.jsonl", jobs))
 
@@ -736,15 +785,29 @@ def test_the_console_script_submits_a_sweep_from_stdin(iris, home, tmp_path):
     iris.use_token("alice")
     script = Path(sys.executable).with_name("iris")
     env = {**os.environ, "HOME": str(home)}
+
     def lines(prefix: str) -> str:
         return "".join(json.dumps({"name": f"{prefix}{i}", "command": ["true"]}) + "\n" for i in range(3))
+
     jobs = lines("s")
     bad = json.dumps({"name": "bad", "replicas": 0, "command": ["true"]}) + "\n"
 
-    done = subprocess.run([str(script), "--json", "job", "submit", "-f", "-"], input=jobs, capture_output=True,
-                          text=True, env=env, timeout=60)
-    failed = subprocess.run([str(script), "job", "submit", "-f", "-"], input=lines("t") + bad,
-                            capture_output=True, text=True, env=env, timeout=60)
+    done = subprocess.run(
+        [str(script), "--json", "job", "submit", "-f", "-"],
+        input=jobs,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    failed = subprocess.run(
+        [str(script), "job", "submit", "-f", "-"],
+        input=lines("t") + bad,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
 
     assert done.returncode == 0, done.stderr
     assert [j["id"] for j in json.loads(done.stdout)["jobs"]] == ["/alice/s0", "/alice/s1", "/alice/s2"]

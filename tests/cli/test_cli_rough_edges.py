@@ -21,8 +21,10 @@ def test_job_run_prints_the_warning_of_a_job_no_worker_could_run(iris):
     iris.use_token("alice")
     result = iris("job", "run", "--name", "big", "--cpu", "1000", "--", "python", "train.py")
     assert result.code == 0, result.err
-    assert "Warning: no registered worker could run a task of this job (1,000 cores, 1 GiB); " \
-           "largest host: 8 cores, 32 GiB." in result.out
+    assert (
+        "Warning: no registered worker could run a task of this job (1,000 cores, 1 GiB); "
+        "largest host: 8 cores, 32 GiB." in result.out
+    )
 
 
 def test_operators_undrain_a_drained_worker(iris):

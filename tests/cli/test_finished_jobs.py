@@ -16,8 +16,12 @@ def test_a_finished_job_explains_the_band_it_ran_as_and_shows_where_its_tasks_ra
     assert iris("job", "run", "--name", "done", "--replicas", "2", "--", "true").code == 0
     done = Job.objects.get(name="/alice/done")
     run_tasks(done, make_worker("slice-a-2"))
-    apply_reports([AttemptReport(AttemptRef(t.pk, 1), AttemptStatus.SUCCEEDED, exit_code=0, worker="slice-a-2")
-                   for t in done.tasks.all()])
+    apply_reports(
+        [
+            AttemptReport(AttemptRef(t.pk, 1), AttemptStatus.SUCCEEDED, exit_code=0, worker="slice-a-2")
+            for t in done.tasks.all()
+        ]
+    )
     assert iris("job", "run", "--name", "big", "--cpu", "8", "--memory", "32Gi", "--", "x").code == 0
     run_tasks(Job.objects.get(name="/alice/big"), make_worker("w-big", cpu=64, memory_gib=512))  # over budget now
 

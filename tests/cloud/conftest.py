@@ -82,15 +82,30 @@ def cluster_config(tmp_path, settings, request):
         tpu_section = None
         if tpu is not False and tpu is not None:
             tpu_section = {
-                "project": "lab", "zone": "us-central2-b", "api_endpoint": gcp_url, "request_timeout_seconds": 2,
-                "idle_timeout_seconds": 600, "backoff_seconds": 60, "max_backoff_seconds": 600,
+                "project": "lab",
+                "zone": "us-central2-b",
+                "api_endpoint": gcp_url,
+                "request_timeout_seconds": 2,
+                "idle_timeout_seconds": 600,
+                "backoff_seconds": 60,
+                "max_backoff_seconds": 600,
             }
             if isinstance(tpu, dict):
                 tpu_section.update(tpu)
-        groups = scale_groups if scale_groups is not None else [
-            {"name": "v5p", "accelerator_type": "v5p-8", "runtime_version": "v2-alpha-tpuv5", "max_slices": 2,
-             "hosts_per_slice": 2, "chips_per_host": 4},
-        ]
+        groups = (
+            scale_groups
+            if scale_groups is not None
+            else [
+                {
+                    "name": "v5p",
+                    "accelerator_type": "v5p-8",
+                    "runtime_version": "v2-alpha-tpuv5",
+                    "max_slices": 2,
+                    "hosts_per_slice": 2,
+                    "chips_per_host": 4,
+                },
+            ]
+        )
         write_config(path, kubernetes=kube_section, tpu=tpu_section, scale_groups=groups)
         settings.CLUSTER_CONFIG = str(path)
         _cached.cache_clear()

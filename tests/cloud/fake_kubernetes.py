@@ -50,14 +50,27 @@ class Event:
 
 
 def status_body(code: int, reason: str, message: str) -> dict:
-    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
-            "reason": reason, "code": code}
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 def container_status(state: dict) -> dict:
     """A container status with every field the API always sends."""
-    return {"name": "task", "image": "python:3.12-slim", "imageID": "sha256:0", "ready": "running" in state,
-            "restartCount": 0, "state": state}
+    return {
+        "name": "task",
+        "image": "python:3.12-slim",
+        "imageID": "sha256:0",
+        "ready": "running" in state,
+        "restartCount": 0,
+        "state": state,
+    }
 
 
 def merge(target: dict, patch: dict) -> dict:
@@ -95,7 +108,6 @@ class FakeKubernetes(RecordsRequests):
     def writes(self) -> list[Request]:
         return [r for r in self.calls() if r.method in ("POST", "PUT", "PATCH", "DELETE")]
 
-
     def pods(self, namespace: str = "iris") -> dict[str, dict]:
         with self.cond:
             return copy.deepcopy(self.store.get(("pods", namespace), {}))
@@ -112,22 +124,40 @@ class FakeKubernetes(RecordsRequests):
             self._touch(("pods", namespace), pod, "MODIFIED")
 
     def run(self, name: str, namespace: str = "iris") -> None:
-        self.set_pod_status(name, {"phase": "Running", "conditions": [{"type": "PodScheduled", "status": "True"}],
-                                   "containerStatuses": [container_status({"running": {}})]}, namespace)
+        self.set_pod_status(
+            name,
+            {
+                "phase": "Running",
+                "conditions": [{"type": "PodScheduled", "status": "True"}],
+                "containerStatuses": [container_status({"running": {}})],
+            },
+            namespace,
+        )
 
     def exit(self, name: str, code: int, namespace: str = "iris") -> None:
         phase = "Succeeded" if code == 0 else "Failed"
         terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error"}
-        self.set_pod_status(name, {"phase": phase, "containerStatuses": [container_status({"terminated": terminated})]},
-                            namespace)
+        self.set_pod_status(
+            name, {"phase": phase, "containerStatuses": [container_status({"terminated": terminated})]}, namespace
+        )
 
     def evict(self, name: str, namespace: str = "iris") -> None:
         """Kueue evicts the pod's workload (preempted by a higher-priority one): condition, then delete."""
-        self.set_pod_status(name, {
-            "phase": "Running",
-            "conditions": [{"type": "TerminationTarget", "status": "True", "reason": "WorkloadEvictedDueToPreempted",
-                            "message": "Preempted to accommodate a workload (UID: 1) due to prioritization"}],
-        }, namespace)
+        self.set_pod_status(
+            name,
+            {
+                "phase": "Running",
+                "conditions": [
+                    {
+                        "type": "TerminationTarget",
+                        "status": "True",
+                        "reason": "WorkloadEvictedDueToPreempted",
+                        "message": "Preempted to accommodate a workload (UID: 1) due to prioritization",
+                    }
+                ],
+            },
+            namespace,
+        )
 
     def delete_pod(self, name: str, namespace: str = "iris", final_status: dict | None = None) -> None:
         with self.cond:
@@ -161,7 +191,7 @@ class FakeKubernetes(RecordsRequests):
             listed = [copy.deepcopy(o) for n, o in sorted(items.items()) if matches(o, selector)]
             limit = int(query.get("limit", ["0"])[0] or 0)
             start = int(query.get("continue", ["0"])[0] or 0)
-            page = listed[start:start + limit] if limit else listed[start:]
+            page = listed[start : start + limit] if limit else listed[start:]
             meta: dict[str, Any] = {"resourceVersion": str(self.version)}
             if limit and start + limit < len(listed):
                 meta["continue"] = str(start + limit)
@@ -191,8 +221,9 @@ class FakeKubernetes(RecordsRequests):
                 if updated.get(key) != existing.get(key):
                     return 422, status_body(422, "Invalid", f"{plural} {name}: field {key} is immutable")
             updated.setdefault("metadata", {})
-            updated["metadata"].update(uid=existing["metadata"]["uid"], name=name,
-                                       creationTimestamp=existing["metadata"]["creationTimestamp"])
+            updated["metadata"].update(
+                uid=existing["metadata"]["uid"], name=name, creationTimestamp=existing["metadata"]["creationTimestamp"]
+            )
             if plural == "pods" and "status" not in updated:
                 updated["status"] = existing.get("status", {})
             self._touch(collection, updated, "MODIFIED")
@@ -235,7 +266,10 @@ class Handler(JsonHandler):
         try:
             with fake.cond:
                 if since and since < fake.compacted_before:
-                    gone = {"type": "ERROR", "object": status_body(410, "Expired", f"too old resource version: {since}")}
+                    gone = {
+                        "type": "ERROR",
+                        "object": status_body(410, "Expired", f"too old resource version: {since}"),
+                    }
                     self.wfile.write(json.dumps(gone).encode() + b"\n")
                     return
             sent = since

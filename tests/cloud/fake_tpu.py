@@ -53,8 +53,11 @@ class FakeTpu(RecordsRequests):
                     spec = queued["tpu"]["nodeSpec"][0]
                     node = dict(spec["node"])
                     node_name = f"{spec['parent']}/nodes/{spec['nodeId']}"
-                    node.update(name=node_name, state="READY",
-                                networkEndpoints=[{"ipAddress": f"10.0.0.{i + 1}"} for i in range(hosts)])
+                    node.update(
+                        name=node_name,
+                        state="READY",
+                        networkEndpoints=[{"ipAddress": f"10.0.0.{i + 1}"} for i in range(hosts)],
+                    )
                     self.nodes[node_name] = node
             for op in self.operations.values():
                 if op["metadata"].get("target", "").endswith(f"/{short}"):
@@ -100,8 +103,8 @@ class FakeTpu(RecordsRequests):
         zone = ZONE_PATH.match(path)
         if not zone:
             return 404, error(404, f"unknown path {path}")
-        parent = zone.group(0)[len("/v2/"):]
-        rest = path[zone.end():]
+        parent = zone.group(0)[len("/v2/") :]
+        rest = path[zone.end() :]
         if rest == "/nodes" and method == "POST":
             node_id = query.get("nodeId", [""])[0]
             name = f"{parent}/nodes/{node_id}"

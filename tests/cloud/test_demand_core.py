@@ -41,8 +41,9 @@ def test_solo_tasks_share_hosts_by_chips_and_use_loose_hosts_first():
 
 def test_creating_slices_count_as_supply_and_max_caps_the_group():
     slices = [SliceView("s1", "v5p", "creating"), SliceView("s2", "v5p", "ready", busy=True)]
-    plan = plan_group(GROUP, [gang(4), gang(4, "/b"), gang(4, "/c"), gang(4, "/d")], slices, FailureHistory(), NOW,
-                      **LIMITS)
+    plan = plan_group(
+        GROUP, [gang(4), gang(4, "/b"), gang(4, "/c"), gang(4, "/d")], slices, FailureHistory(), NOW, **LIMITS
+    )
     assert (plan.demand_slices, plan.create, plan.reason) == (3, 2, "at max_slices (4)")
 
 
@@ -75,8 +76,7 @@ def test_idle_slices_past_the_timeout_are_released_oldest_first_down_to_min():
 
 
 def test_nothing_is_released_while_work_waits_and_draining_slices_are_taken_back():
-    slices = [SliceView("idle", "v5p", "ready", idle_since_ms=NOW - 900_000),
-              SliceView("draining", "v5p", "draining")]
+    slices = [SliceView("idle", "v5p", "ready", idle_since_ms=NOW - 900_000), SliceView("draining", "v5p", "draining")]
     plan = plan_group(GROUP, [gang(4), gang(4, "/b")], slices, FailureHistory(), NOW, **LIMITS)
     assert plan.release == ()
     assert plan.reclaim == ("draining",)
@@ -85,8 +85,10 @@ def test_nothing_is_released_while_work_waits_and_draining_slices_are_taken_back
 
 def test_jobs_go_to_the_first_group_matching_variant_and_zone():
     groups = [GroupSpec("east", "v5p-8", "us-east5-a"), GroupSpec("central", "v5p-8", "us-central2-b")]
-    jobs = [PendingTpuJob("/a/x", "v5p-8", 4, 1, False, frozenset({"us-central2-b"})),
-            PendingTpuJob("/a/y", "v6e-8", 4, 1, False)]
+    jobs = [
+        PendingTpuJob("/a/x", "v5p-8", 4, 1, False, frozenset({"us-central2-b"})),
+        PendingTpuJob("/a/y", "v6e-8", 4, 1, False),
+    ]
     plan = plan_provisioning(groups, jobs, [], {}, NOW, **LIMITS)
     assert (plan.groups["east"].create, plan.groups["central"].create) == (0, 1)
     assert plan.unserved == ("/a/y",)

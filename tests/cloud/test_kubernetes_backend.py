@@ -31,13 +31,32 @@ def backend(kube):
     return KubernetesBackend(KubernetesConfig(enabled=True, api_server=url, request_timeout_seconds=1))
 
 
-def order(task_pk=7, attempt=1, *, band=Band.PRODUCTION, replicas=1, index=0, device=Device(), group_by=None,
-          job="/alice/train", user="alice") -> StartOrder:
+def order(
+    task_pk=7,
+    attempt=1,
+    *,
+    band=Band.PRODUCTION,
+    replicas=1,
+    index=0,
+    device=Device(),
+    group_by=None,
+    job="/alice/train",
+    user="alice",
+) -> StartOrder:
     return StartOrder(
-        ref=AttemptRef(task_pk, attempt), task=f"{job}/{index}", job=job, user=user, index=index, replicas=replicas,
-        worker="kubernetes", band=band, command=("python", "train.py"),
+        ref=AttemptRef(task_pk, attempt),
+        task=f"{job}/{index}",
+        job=job,
+        user=user,
+        index=index,
+        replicas=replicas,
+        worker="kubernetes",
+        band=band,
+        command=("python", "train.py"),
         environment={"IRIS_TASK_ID": f"{job}/{index}", "IRIS_BAND": band.wire},
-        resources=Resources(2000, 8 * GIB, device), group_by=group_by, created_at=PROMOTED_AT,
+        resources=Resources(2000, 8 * GIB, device),
+        group_by=group_by,
+        created_at=PROMOTED_AT,
     )
 
 
@@ -66,7 +85,10 @@ def test_set_up_creates_the_four_priority_classes_and_workload_priority_classes(
     }
     workload_classes = fake.objects("workloadpriorityclasses")
     assert {name: c["value"] for name, c in workload_classes.items()} == {
-        "iris-system": 10000, "iris-production": 1000, "iris-interactive": 10, "iris-batch": 0,
+        "iris-system": 10000,
+        "iris-production": 1000,
+        "iris-interactive": 10,
+        "iris-batch": 0,
     }
     assert workload_classes["iris-system"]["apiVersion"] == "kueue.x-k8s.io/v1beta1"
     assert workload_classes["iris-system"]["kind"] == "WorkloadPriorityClass"
@@ -142,8 +164,11 @@ def test_a_coordinator_pod_and_its_pdb_are_sent_exactly(kube, backend):
         "metadata": {
             "name": "iris-7-1",
             "namespace": "iris",
-            "labels": {"app.kubernetes.io/managed-by": "iris-web", "iris.dev/attempt-uid": "7-1",
-                       "iris.dev/band": "production"},
+            "labels": {
+                "app.kubernetes.io/managed-by": "iris-web",
+                "iris.dev/attempt-uid": "7-1",
+                "iris.dev/band": "production",
+            },
         },
         "spec": {"selector": {"matchLabels": {"iris.dev/attempt-uid": "7-1"}}, "minAvailable": 1},
     }
@@ -173,10 +198,14 @@ def test_a_coordinator_pod_and_its_pdb_are_sent_exactly(kube, backend):
                 {
                     "name": "task",
                     "image": "python:3.12-slim",
-                    "env": [{"name": "IRIS_BAND", "value": "production"},
-                            {"name": "IRIS_TASK_ID", "value": "/alice/train/0"}],
-                    "resources": {"requests": {"cpu": "2000m", "memory": str(8 * GIB)},
-                                  "limits": {"memory": str(8 * GIB)}},
+                    "env": [
+                        {"name": "IRIS_BAND", "value": "production"},
+                        {"name": "IRIS_TASK_ID", "value": "/alice/train/0"},
+                    ],
+                    "resources": {
+                        "requests": {"cpu": "2000m", "memory": str(8 * GIB)},
+                        "limits": {"memory": str(8 * GIB)},
+                    },
                     "command": ["python", "train.py"],
                 }
             ],
@@ -221,8 +250,16 @@ def test_a_gpu_pod_asks_for_its_gpus_on_nodes_of_its_variant(kube, backend):
 def test_gang_pods_carry_the_kueue_pod_group_label_and_total_count(kube, backend):
     fake, _ = kube
     for index in range(3):
-        backend.start(order(task_pk=20 + index, index=index, replicas=3, group_by="tpu-name",
-                            device=Device(DeviceType.GPU, "H100", 8), job="/alice/gang"))
+        backend.start(
+            order(
+                task_pk=20 + index,
+                index=index,
+                replicas=3,
+                group_by="tpu-name",
+                device=Device(DeviceType.GPU, "H100", 8),
+                job="/alice/gang",
+            )
+        )
     pods = fake.pods()
     groups = {p["metadata"]["labels"]["kueue.x-k8s.io/pod-group-name"] for p in pods.values()}
     assert len(groups) == 1
@@ -305,14 +342,30 @@ def pod(phase="Pending", conditions=(), reason="", terminated=None) -> dict:
         (pod("Running"), AttemptStatus.RUNNING, None),
         (pod("Succeeded", terminated={"exitCode": 0}), AttemptStatus.SUCCEEDED, 0),
         (pod("Failed", terminated={"exitCode": 3, "reason": "Error"}), AttemptStatus.FAILED, 3),
-        (pod("Running", [{"type": "DisruptionTarget", "reason": "PreemptionByScheduler"}]),
-         AttemptStatus.PREEMPTED, None),
-        (pod("Failed", [{"type": "DisruptionTarget", "reason": "EvictionByEvictionAPI"}],
-             terminated={"exitCode": 137}), AttemptStatus.PREEMPTED, None),
-        (pod("Running", [{"type": "TerminationTarget", "reason": "WorkloadEvictedDueToPreempted"}]),
-         AttemptStatus.PREEMPTED, None),
-        (pod("Running", [{"type": "DisruptionTarget", "reason": "DeletionByTaintManager"}]),
-         AttemptStatus.WORKER_LOST, None),
+        (
+            pod("Running", [{"type": "DisruptionTarget", "reason": "PreemptionByScheduler"}]),
+            AttemptStatus.PREEMPTED,
+            None,
+        ),
+        (
+            pod(
+                "Failed",
+                [{"type": "DisruptionTarget", "reason": "EvictionByEvictionAPI"}],
+                terminated={"exitCode": 137},
+            ),
+            AttemptStatus.PREEMPTED,
+            None,
+        ),
+        (
+            pod("Running", [{"type": "TerminationTarget", "reason": "WorkloadEvictedDueToPreempted"}]),
+            AttemptStatus.PREEMPTED,
+            None,
+        ),
+        (
+            pod("Running", [{"type": "DisruptionTarget", "reason": "DeletionByTaintManager"}]),
+            AttemptStatus.WORKER_LOST,
+            None,
+        ),
         (pod("Failed", [{"type": "DisruptionTarget", "reason": "DeletionByPodGC"}]), AttemptStatus.WORKER_LOST, None),
         (pod("Failed", reason="NodeLost"), AttemptStatus.WORKER_LOST, None),
     ],
@@ -376,7 +429,8 @@ def test_a_watch_too_old_relists_and_reports_pods_that_vanished(kube, backend):
 
     assert result.relisted
     assert sorted((r.ref.task_pk, r.status) for r in result.reports) == [
-        (7, AttemptStatus.RUNNING), (8, AttemptStatus.PREEMPTED)
+        (7, AttemptStatus.RUNNING),
+        (8, AttemptStatus.PREEMPTED),
     ]
     assert result.live == {AttemptRef(7, 1)}
 

@@ -85,7 +85,9 @@ def test_submission_stamps_the_routes_no_worker_can_change_and_leaves_the_rest_t
 
     run_tick(NOW_MS)  # no local host: the CPU job goes to Kubernetes; the stamped routes stay
     assert dict(Job.objects.values_list("name", "route")) == {
-        "/alice/tpu": "workers", "/alice/pinned": "kubernetes", "/alice/cpu": "kubernetes",
+        "/alice/tpu": "workers",
+        "/alice/pinned": "kubernetes",
+        "/alice/cpu": "kubernetes",
     }
 
     cluster_config(kubernetes=False)
@@ -258,9 +260,13 @@ def test_node_loss_is_a_worker_failure(cluster):
     Job.objects.filter(pk=job.pk).update(max_retries_preemption=0)
     task = promote_and_run(cluster, job)
 
-    cluster.set_pod_status(f"iris-{task.pk}-1", {
-        "phase": "Failed", "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC"}],
-    })
+    cluster.set_pod_status(
+        f"iris-{task.pk}-1",
+        {
+            "phase": "Failed",
+            "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "DeletionByPodGC"}],
+        },
+    )
     sync()
 
     task.refresh_from_db()

@@ -34,27 +34,55 @@ UNLIMITED = BudgetDefaults(budget_limit=0)
 H100 = Device(DeviceType.GPU, "H100", 8)
 
 
-def job(name: str, *, band=Band.INTERACTIVE, replicas=1, gang=False, submitted=0, device=H100, deadline=None,
-        constraints=()) -> JobSpec:
+def job(
+    name: str, *, band=Band.INTERACTIVE, replicas=1, gang=False, submitted=0, device=H100, deadline=None, constraints=()
+) -> JobSpec:
     return JobSpec(
-        id=name, user=name.split("/")[1], band=band, parent=None, submitted_at_ms=NOW - 100_000 + submitted,
-        root_submitted_at_ms=NOW - 100_000 + submitted, replicas=replicas,
-        resources=Resources(4000, 16 << 30, device), group_by="tpu-name" if gang else None,
-        scheduling_deadline_ms=deadline, constraints=tuple(constraints),
+        id=name,
+        user=name.split("/")[1],
+        band=band,
+        parent=None,
+        submitted_at_ms=NOW - 100_000 + submitted,
+        root_submitted_at_ms=NOW - 100_000 + submitted,
+        replicas=replicas,
+        resources=Resources(4000, 16 << 30, device),
+        group_by="tpu-name" if gang else None,
+        scheduling_deadline_ms=deadline,
+        constraints=tuple(constraints),
     )
 
 
 def pending(spec: JobSpec, indexes=None) -> list[TaskSnapshot]:
-    return [TaskSnapshot(f"{spec.id}/{i}", spec.id, i) for i in (indexes if indexes is not None else range(spec.replicas))]
+    return [
+        TaskSnapshot(f"{spec.id}/{i}", spec.id, i) for i in (indexes if indexes is not None else range(spec.replicas))
+    ]
 
 
-def drain(jobs, *, tokens=None, per_minute=128, spend=None, budgets=None, defaults=UNLIMITED, unfinished=(),
-          active=(), blocked="", extra_pending=()):
+def drain(
+    jobs,
+    *,
+    tokens=None,
+    per_minute=128,
+    spend=None,
+    budgets=None,
+    defaults=UNLIMITED,
+    unfinished=(),
+    active=(),
+    blocked="",
+    extra_pending=(),
+):
     specs = {j.id: j for j in jobs}
     tasks = [t for j in jobs for t in pending(j) if t.id not in {a.id for a in active}] + list(extra_pending)
     data = KueueInput(
-        jobs=specs, pending=tuple(tasks), unfinished=frozenset(unfinished), active=tuple(active),
-        worker="kubernetes", blocked=blocked, per_minute=per_minute, tokens=tokens, tokens_at_ms=NOW,
+        jobs=specs,
+        pending=tuple(tasks),
+        unfinished=frozenset(unfinished),
+        active=tuple(active),
+        worker="kubernetes",
+        blocked=blocked,
+        per_minute=per_minute,
+        tokens=tokens,
+        tokens_at_ms=NOW,
     )
     return plan_promotions(data, spend or {}, budgets or {}, defaults, NOW)
 
@@ -197,8 +225,17 @@ def test_a_job_past_its_deadline_ends_unschedulable_and_its_running_tasks_are_ki
 
 
 def test_merge_adds_the_plan_to_the_cores_decision():
-    core = Decision(spend={"bob": 5}, effective_bands={}, order=("/bob/x/0",), assignments=(), preemptions=(),
-                    unschedulable=(), pending_reasons={"/bob/x/0": "no worker"}, after={}, jobs_after={})
+    core = Decision(
+        spend={"bob": 5},
+        effective_bands={},
+        order=("/bob/x/0",),
+        assignments=(),
+        preemptions=(),
+        unschedulable=(),
+        pending_reasons={"/bob/x/0": "no worker"},
+        after={},
+        jobs_after={},
+    )
     plan = drain([job("/alice/a")])
     merged = merge_into(core, plan)
     assert merged.order == ("/bob/x/0", "/alice/a/0")

@@ -35,8 +35,9 @@ def join(slice_name: str, hosts: int = 2) -> list[Worker]:
     """The slice's hosts boot and their agents register as workers."""
     workers = []
     for i in range(hosts):
-        worker = make_worker(f"{slice_name}-w{i}", cpu=200, memory_gib=400, device=V5P,
-                             tpu_name=slice_name, tpu_worker_id=i)
+        worker = make_worker(
+            f"{slice_name}-w{i}", cpu=200, memory_gib=400, device=V5P, tpu_name=slice_name, tpu_worker_id=i
+        )
         Worker.objects.filter(pk=worker.pk).update(backend="tpu")
         workers.append(worker)
     return workers
@@ -113,10 +114,18 @@ def test_never_more_than_the_groups_max(fake):
 
 
 def test_min_slices_are_kept_without_demand(fake, cluster_config):
-    cluster_config(kubernetes=False, scale_groups=[
-        {"name": "v5p", "accelerator_type": "v5p-8", "runtime_version": "v2-alpha-tpuv5", "min_slices": 1,
-         "max_slices": 2},
-    ])
+    cluster_config(
+        kubernetes=False,
+        scale_groups=[
+            {
+                "name": "v5p",
+                "accelerator_type": "v5p-8",
+                "runtime_version": "v2-alpha-tpuv5",
+                "min_slices": 1,
+                "max_slices": 2,
+            },
+        ],
+    )
     (name,) = provision_tpu().created
     fake.make_ready(name)
     provision_tpu()
@@ -254,10 +263,20 @@ def test_a_preempted_spot_slice_loses_its_workers_and_their_tasks_retry(fake):
 
 
 def test_queued_resources_are_asked_for_with_spot(fake, cluster_config):
-    cluster_config(kubernetes=False, tpu={"provisioning": "queued_resources"}, scale_groups=[
-        {"name": "v5p", "accelerator_type": "v5p-8", "runtime_version": "v2-alpha-tpuv5", "spot": True,
-         "max_slices": 1, "hosts_per_slice": 2},
-    ])
+    cluster_config(
+        kubernetes=False,
+        tpu={"provisioning": "queued_resources"},
+        scale_groups=[
+            {
+                "name": "v5p",
+                "accelerator_type": "v5p-8",
+                "runtime_version": "v2-alpha-tpuv5",
+                "spot": True,
+                "max_slices": 1,
+                "hosts_per_slice": 2,
+            },
+        ],
+    )
     gang("/alice/train")
 
     (name,) = provision_tpu().created
@@ -266,13 +285,20 @@ def test_queued_resources_are_asked_for_with_spot(fake, cluster_config):
     assert create.path == f"{ZONE_PATH}/queuedResources"
     assert create.query["queuedResourceId"] == [name]
     assert create.body == {
-        "tpu": {"nodeSpec": [{
-            "parent": "projects/lab/locations/us-central2-b",
-            "nodeId": name,
-            "node": {"acceleratorType": "v5p-8", "runtimeVersion": "v2-alpha-tpuv5",
-                     "description": "Iris scale group v5p",
-                     "labels": {"iris-managed": "true", "iris-scale-group": "v5p"}},
-        }]},
+        "tpu": {
+            "nodeSpec": [
+                {
+                    "parent": "projects/lab/locations/us-central2-b",
+                    "nodeId": name,
+                    "node": {
+                        "acceleratorType": "v5p-8",
+                        "runtimeVersion": "v2-alpha-tpuv5",
+                        "description": "Iris scale group v5p",
+                        "labels": {"iris-managed": "true", "iris-scale-group": "v5p"},
+                    },
+                }
+            ]
+        },
         "spot": {},
     }
     fake.make_ready(name, hosts=2)
@@ -280,18 +306,21 @@ def test_queued_resources_are_asked_for_with_spot(fake, cluster_config):
 
 
 def test_the_boot_script_starts_the_agent_with_the_slice_attributes(fake, cluster_config):
-    cluster_config(kubernetes=False, tpu={
-        "agent_command": "python manage.py iris_worker --name {tpu_name}-w{worker_id_var} --cpu 200 "
-                         "--memory 400Gi --tpu {variant}:{chips} --attribute tpu-name={tpu_name} "
-                         "--attribute tpu-worker-id={worker_id_var} --backend tpu",
-    })
+    cluster_config(
+        kubernetes=False,
+        tpu={
+            "agent_command": "python manage.py iris_worker --name {tpu_name}-w{worker_id_var} --cpu 200 "
+            "--memory 400Gi --tpu {variant}:{chips} --attribute tpu-name={tpu_name} "
+            "--attribute tpu-worker-id={worker_id_var} --backend tpu",
+        },
+    )
     gang("/alice/train")
     (name,) = provision_tpu().created
     script = fake.calls("POST")[0].body["metadata"]["startup-script"]
     assert script.startswith("#!/bin/bash\n")
     assert f"--attribute tpu-name={name} " in script
     assert "--tpu v5p-8:4 " in script and script.rstrip().endswith("--backend tpu")
-    assert "--attribute tpu-worker-id=\"$(curl" in script and "agent-worker-number" in script
+    assert '--attribute tpu-worker-id="$(curl' in script and "agent-worker-number" in script
 
 
 def test_jobs_no_group_serves_are_reported(fake):

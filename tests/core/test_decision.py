@@ -39,7 +39,9 @@ def test_a_task_retried_after_preemption_keeps_its_count_when_assigned():
 
 
 def test_a_pending_tasks_band_is_ignored():
-    snapshot = cluster([worker("w")], [job("/a/j", band="production")], [task("/a/j/0", TaskState.PENDING, band="batch")])
+    snapshot = cluster(
+        [worker("w")], [job("/a/j", band="production")], [task("/a/j/0", TaskState.PENDING, band="batch")]
+    )
     assert decide(snapshot).effective_bands["/a/j/0"] is Band.PRODUCTION
 
 
@@ -50,7 +52,15 @@ def test_a_gang_that_ends_cosched_failed_loses_the_assignments_it_got_this_tick(
     workers = tpu_slice("s1", hosts=2) + tpu_slice("s2", hosts=2)
     jobs = [
         job("/v/gang", replicas=4, tpu=4, variant="v5p", group_by="tpu-name", max_retries_preemption=0),
-        job("/a/prod", band="production", replicas=2, tpu=4, variant="v5p", group_by="tpu-name", constraints=[eq("tpu-name", "s1")]),
+        job(
+            "/a/prod",
+            band="production",
+            replicas=2,
+            tpu=4,
+            variant="v5p",
+            group_by="tpu-name",
+            constraints=[eq("tpu-name", "s1")],
+        ),
     ]
     tasks = [running("/v/gang/0", "s1-0", band="batch"), running("/v/gang/1", "s1-1", band="batch")]
     decision = decide(cluster(workers, jobs, tasks))
@@ -74,11 +84,17 @@ def test_unfinished_attempts_of_finished_tasks_still_hold_capacity():
 
 def test_decide_does_not_depend_on_the_order_of_tasks_or_workers_in_the_snapshot():
     workers = [worker("b", cpu=4), worker("a", cpu=4), worker("c", cpu=4)]
-    jobs = [job("/x/j", replicas=3, cpu=3), job("/y/k", replicas=2, cpu=2, band="batch"), job("/z/r", cpu=4, band="batch")]
+    jobs = [
+        job("/x/j", replicas=3, cpu=3),
+        job("/y/k", replicas=2, cpu=2, band="batch"),
+        job("/z/r", cpu=4, band="batch"),
+    ]
     tasks = [running("/z/r/0", "c")]
     forward = cluster(workers, jobs, tasks)
     backward = cluster(workers[::-1], jobs[::-1], tasks)
-    backward = type(backward)(backward.now_ms, backward.config, backward.budgets, backward.workers, backward.jobs, backward.tasks[::-1])
+    backward = type(backward)(
+        backward.now_ms, backward.config, backward.budgets, backward.workers, backward.jobs, backward.tasks[::-1]
+    )
     first, second = decide(forward), decide(backward)
     assert first.assignments == second.assignments
     assert first.preemptions == second.preemptions
@@ -88,19 +104,26 @@ def test_decide_does_not_depend_on_the_order_of_tasks_or_workers_in_the_snapshot
 def test_a_pending_gang_member_ended_by_its_gang_failing_has_no_pending_reason():
     tpu = {"type": "tpu", "variant": "v5p-8", "count": 4}
     host = {"cpu_millicores": 8000, "memory_bytes": 16 << 30, "device": tpu}
-    gang = {"resources": {"cpu_millicores": 1000, "memory_bytes": 1 << 30, "device": tpu},
-            "coscheduling": {"group_by": "tpu-name"}}
+    gang = {
+        "resources": {"cpu_millicores": 1000, "memory_bytes": 1 << 30, "device": tpu},
+        "coscheduling": {"group_by": "tpu-name"},
+    }
     snapshot = snapshot_from_json(
         {
             "now_ms": 1_800_000_000_000,
             "workers": [
-                {"id": f"tpu-{i}", **host, "attributes": {"tpu-name": "s1", "tpu-worker-id": str(i)}}
-                for i in range(2)
+                {"id": f"tpu-{i}", **host, "attributes": {"tpu-name": "s1", "tpu-worker-id": str(i)}} for i in range(2)
             ],
             "jobs": [
                 # Three members on a two-host slice: two run, the third can never join them.
-                {"id": "/bob/gang", "band": "batch", "replicas": 3, "submitted_at_ms": 1,
-                 "max_retries_preemption": 0, **gang},
+                {
+                    "id": "/bob/gang",
+                    "band": "batch",
+                    "replicas": 3,
+                    "submitted_at_ms": 1,
+                    "max_retries_preemption": 0,
+                    **gang,
+                },
                 {"id": "/alice/gang", "band": "production", "replicas": 2, "submitted_at_ms": 2, **gang},
             ],
             "tasks": [

@@ -32,11 +32,17 @@ def test_quantile_is_nearest_rank():
 def test_a_single_free_slot_after_the_running_task_ends():
     """One slot, held by a task that started 4 min ago and always runs 10 min: the pending task
     starts at the first tick at or after the end, 6 minutes from now, in both runs."""
-    snapshot = cluster([worker("w", cpu=1, mem=1)], [job("/a/run"), job("/a/wait", submitted=NOW)], [running("/a/run/0", "w")])
+    snapshot = cluster(
+        [worker("w", cpu=1, mem=1)], [job("/a/run"), job("/a/wait", submitted=NOW)], [running("/a/run/0", "w")]
+    )
     history = RunHistory.build(runs("/a/run", *[10 * MINUTE] * 3))
     estimates = estimate_starts(snapshot, history, {"/a/run/0": NOW - 4 * MINUTE}, tick_ms=TICK)
     estimate = estimates["/a/wait/0"]
-    assert (estimate.p50_ms, estimate.p90_ms, estimate.method) == (NOW + 6 * MINUTE, NOW + 6 * MINUTE, METHOD_SIMULATION)
+    assert (estimate.p50_ms, estimate.p90_ms, estimate.method) == (
+        NOW + 6 * MINUTE,
+        NOW + 6 * MINUTE,
+        METHOD_SIMULATION,
+    )
     assert estimate.as_of_ms == NOW
 
 
@@ -44,16 +50,31 @@ def test_a_queue_of_equal_tasks_with_known_durations_starts_in_waves():
     """Two slots, six equal pending tasks of 10 minutes each, one job at a time (submission
     order): tasks start in waves of two at 0, 10 and 20 minutes."""
     jobs = [job(f"/a/j{i}", cpu=1, mem=1, submitted=NOW + i) for i in range(6)]
-    history = RunHistory.build([(f"/a/j{i}", "a", shape_key(jobs[0].resources), Band.INTERACTIVE, 10 * MINUTE) for i in range(6) for _ in range(3)])
+    history = RunHistory.build(
+        [
+            (f"/a/j{i}", "a", shape_key(jobs[0].resources), Band.INTERACTIVE, 10 * MINUTE)
+            for i in range(6)
+            for _ in range(3)
+        ]
+    )
     snapshot = cluster([worker("w1", cpu=1, mem=1), worker("w2", cpu=1, mem=1)], jobs, now=NOW)
     estimates = estimate_starts(snapshot, history, {}, tick_ms=TICK)
-    assert [estimates[f"/a/j{i}/0"].p50_ms - NOW for i in range(6)] == [0, 0, 10 * MINUTE, 10 * MINUTE, 20 * MINUTE, 20 * MINUTE]
+    assert [estimates[f"/a/j{i}/0"].p50_ms - NOW for i in range(6)] == [
+        0,
+        0,
+        10 * MINUTE,
+        10 * MINUTE,
+        20 * MINUTE,
+        20 * MINUTE,
+    ]
     assert all(e.p50_ms == e.p90_ms for e in estimates.values())
 
 
 def test_p90_uses_the_pessimistic_durations():
     """Run times 5..50 min (median 25, p90 45): the waiting task's range is 25-45 min."""
-    snapshot = cluster([worker("w", cpu=1, mem=1)], [job("/a/run"), job("/a/wait", submitted=NOW)], [running("/a/run/0", "w")])
+    snapshot = cluster(
+        [worker("w", cpu=1, mem=1)], [job("/a/run"), job("/a/wait", submitted=NOW)], [running("/a/run/0", "w")]
+    )
     history = RunHistory.build(runs("/a/run", *[k * 5 * MINUTE for k in range(1, 11)]))
     estimate = estimate_starts(snapshot, history, {"/a/run/0": NOW}, tick_ms=TICK)["/a/wait/0"]
     assert (estimate.p50_ms - NOW, estimate.p90_ms - NOW) == (25 * MINUTE, 45 * MINUTE)
@@ -83,7 +104,11 @@ def test_a_running_task_past_every_recorded_duration_has_no_predicted_end():
 def test_thin_run_history_falls_back_to_observed_waits_longer_than_the_wait_so_far():
     """No run-time history, but the band's waits were 1..10 min; the task has waited 3 min:
     only the waits longer than 3 min count (4..10: median 7, p90 10)."""
-    snapshot = cluster([worker("w", cpu=1, mem=1)], [job("/a/run"), job("/a/wait", submitted=NOW - 3 * MINUTE)], [running("/a/run/0", "w")])
+    snapshot = cluster(
+        [worker("w", cpu=1, mem=1)],
+        [job("/a/run"), job("/a/wait", submitted=NOW - 3 * MINUTE)],
+        [running("/a/run/0", "w")],
+    )
     history = RunHistory.build([], [(Band.INTERACTIVE, k * MINUTE) for k in range(1, 11)])
     estimate = estimate_starts(snapshot, history, {}, tick_ms=TICK)["/a/wait/0"]
     submitted = NOW - 3 * MINUTE
@@ -93,7 +118,9 @@ def test_thin_run_history_falls_back_to_observed_waits_longer_than_the_wait_so_f
 
 def test_history_levels_prefer_the_job_then_user_and_shape_then_band():
     spec = job("/a/x")
-    history = RunHistory.build(runs("/a/x", 1, 1, 1) + runs("/a/y", 2, 2, 2) + [("/b/z", "b", SHAPE, Band.INTERACTIVE, 3)] * 3)
+    history = RunHistory.build(
+        runs("/a/x", 1, 1, 1) + runs("/a/y", 2, 2, 2) + [("/b/z", "b", SHAPE, Band.INTERACTIVE, 3)] * 3
+    )
     assert list(history.durations(spec)) == [1, 1, 1]
     assert set(history.durations(job("/a/new"))) == {1, 2}
     assert set(history.durations(job("/c/new", mem=7))) == {1, 2, 3}
@@ -104,8 +131,15 @@ def test_a_higher_band_arrival_in_the_queue_goes_first():
     """A BATCH and a PRODUCTION task wait for one slot held by PRODUCTION work (which neither
     may preempt): PRODUCTION takes it at the first end (10 min), BATCH after PRODUCTION's 30-min
     run (40 min)."""
-    jobs = [job("/a/run", band="production", cpu=1, mem=1), job("/b/batch", band="batch", cpu=1, mem=1, submitted=NOW - 1), job("/c/prod", band="production", cpu=1, mem=1, submitted=NOW)]
-    history = RunHistory.build(runs("/a/run", *[10 * MINUTE] * 3, band=Band.PRODUCTION) + runs("/c/prod", *[30 * MINUTE] * 3, user="c", band=Band.PRODUCTION))
+    jobs = [
+        job("/a/run", band="production", cpu=1, mem=1),
+        job("/b/batch", band="batch", cpu=1, mem=1, submitted=NOW - 1),
+        job("/c/prod", band="production", cpu=1, mem=1, submitted=NOW),
+    ]
+    history = RunHistory.build(
+        runs("/a/run", *[10 * MINUTE] * 3, band=Band.PRODUCTION)
+        + runs("/c/prod", *[30 * MINUTE] * 3, user="c", band=Band.PRODUCTION)
+    )
     snapshot = cluster([worker("w", cpu=1, mem=1)], jobs, [running("/a/run/0", "w")])
     estimates = estimate_starts(snapshot, history, {"/a/run/0": NOW}, tick_ms=TICK)
     assert estimates["/c/prod/0"].p50_ms - NOW == 10 * MINUTE
@@ -132,8 +166,10 @@ def test_future_arrivals_of_a_higher_band_go_ahead_in_the_simulation():
     slot then starts after that job's 20 minutes, not when the slot frees at 10."""
     jobs = [job("/a/run", band="production", cpu=1, mem=1), job("/b/wait", band="batch", cpu=1, mem=1)]
     snapshot = cluster([worker("w", cpu=1, mem=1)], jobs, [running("/a/run/0", "w")])
-    history = RunHistory.build(runs("/a/run", *[10 * MINUTE] * 3, band=Band.PRODUCTION)
-                               + runs("/c/p", *[20 * MINUTE] * 3, user="c", band=Band.PRODUCTION))
+    history = RunHistory.build(
+        runs("/a/run", *[10 * MINUTE] * 3, band=Band.PRODUCTION)
+        + runs("/c/p", *[20 * MINUTE] * 3, user="c", band=Band.PRODUCTION)
+    )
     arrival = job("/c/p", band="production", cpu=1, mem=1, submitted=NOW - 55 * MINUTE)
     alone = estimate_starts(snapshot, history, {}, tick_ms=TICK)["/b/wait/0"]
     busy = estimate_starts(snapshot, history, {}, tick_ms=TICK, arrivals=[(NOW + 5 * MINUTE, arrival)])["/b/wait/0"]

@@ -46,7 +46,10 @@ def test_reasons_are_data_with_a_code_and_numbers():
     reason = InsufficientResource("memory", need=64 * GIB, best_free=12 * GIB, workers=3, matching=5)
     assert reason.code == "insufficient_memory"
     assert reason.text() == "Insufficient memory: need 64 GiB, at most 12 GiB free on 3 of 5 matching workers"
-    assert GangGroupTooSmall(4, "tpu-name", 2).text() == "Coscheduling: need 4 workers in same 'tpu-name' group, largest group has 2"
+    assert (
+        GangGroupTooSmall(4, "tpu-name", 2).text()
+        == "Coscheduling: need 4 workers in same 'tpu-name' group, largest group has 2"
+    )
 
 
 def test_a_downgrade_reads_requested_effective_and_the_numbers():
@@ -77,8 +80,12 @@ def test_insufficient_memory_with_need_best_free_and_worker_count():
     """Two workers are short of memory (the most common blocker); the third, with plenty of
     memory, is short of CPU and does not count towards the memory numbers."""
     # w4 could hold it idle (so the job is "not now", not "never") but is busy.
-    workers = [worker("w1", cpu=64, mem=16), worker("w2", cpu=64, mem=48), worker("w3", cpu=1, mem=512),
-               worker("w4", cpu=64, mem=64)]
+    workers = [
+        worker("w1", cpu=64, mem=16),
+        worker("w2", cpu=64, mem=48),
+        worker("w3", cpu=1, mem=512),
+        worker("w4", cpu=64, mem=64),
+    ]
     jobs = [job("/v/big", cpu=1, mem=64), job("/a/j", cpu=2, mem=64)]
     decision = decide(cluster(workers, jobs, [task("/v/big/0", TaskState.RUNNING, "w4")]))
     cause = decision.pending_reasons["/a/j/0"].cause
@@ -99,17 +106,21 @@ def test_more_gpus_than_any_worker_has_never_fits():
     workers = [worker("g", cpu=64, mem=256, gpu=4, variant="h100")]
     decision = decide(cluster(workers, [job("/a/j", gpu=8, variant="h100")]))
     assert reason_text(decision, "/a/j/0").startswith(
-        "Never fits on the cluster as it is; 8 GPUs: 0 healthy workers have it")
+        "Never fits on the cluster as it is; 8 GPUs: 0 healthy workers have it"
+    )
 
 
 V5P_POOL = GroupSpec("v5p-pool", "v5p", "us-east5-a", max_slices=4, hosts_per_slice=4, chips_per_host=4)
 
 
-@pytest.mark.parametrize("workers", [
-    pytest.param([worker("cpu")], id="no-tpu-worker"),
-    pytest.param(tpu_slice("s", hosts=2), id="slice-too-small-for-the-gang"),
-    pytest.param(tpu_slice("s", hosts=4, chips=2), id="hosts-with-too-few-chips"),
-])
+@pytest.mark.parametrize(
+    "workers",
+    [
+        pytest.param([worker("cpu")], id="no-tpu-worker"),
+        pytest.param(tpu_slice("s", hosts=2), id="slice-too-small-for-the-gang"),
+        pytest.param(tpu_slice("s", hosts=4, chips=2), id="hosts-with-too-few-chips"),
+    ],
+)
 def test_a_tpu_job_a_scale_group_could_create_a_slice_for_waits_for_the_slice(workers):
     spec = job("/a/g", replicas=4, tpu=4, variant="v5p", group_by="tpu-name")
     alone = decide(cluster(workers, [spec]))
@@ -118,7 +129,8 @@ def test_a_tpu_job_a_scale_group_could_create_a_slice_for_waits_for_the_slice(wo
     for i in range(4):
         assert decision.pending_reasons[f"/a/g/{i}"].cause == WaitingForSlice("v5p-pool")
     assert reason_text(decision, "/a/g/0") == (
-        "Waiting for a TPU slice: no worker can hold it yet, scale group 'v5p-pool' can create one")
+        "Waiting for a TPU slice: no worker can hold it yet, scale group 'v5p-pool' can create one"
+    )
 
 
 def test_a_scale_group_of_another_variant_or_zone_leaves_never_as_never():
@@ -128,7 +140,10 @@ def test_a_scale_group_of_another_variant_or_zone_leaves_never_as_never():
     decision = decide(replace(cluster(workers, jobs), scale_groups=groups))
     assert decision.pending_reasons["/a/big/0"].cause == WaitingForSlice("v5p-pool")
     assert decision.pending_reasons["/a/zoned/0"].code == "constraints_match_nothing"
-    assert decide(replace(cluster(workers, jobs[:1]), scale_groups=groups[:1])).pending_reasons["/a/big/0"].code == "never_fits"
+    assert (
+        decide(replace(cluster(workers, jobs[:1]), scale_groups=groups[:1])).pending_reasons["/a/big/0"].code
+        == "never_fits"
+    )
 
 
 def test_build_slots():
@@ -155,14 +170,19 @@ def test_waiting_behind_higher_priority_tasks_that_took_the_room():
 
 
 def test_gang_group_too_small():
-    decision = decide(cluster(tpu_slice("s", hosts=2), [job("/a/g", replicas=4, tpu=4, variant="v5p", group_by="tpu-name")]))
+    decision = decide(
+        cluster(tpu_slice("s", hosts=2), [job("/a/g", replicas=4, tpu=4, variant="v5p", group_by="tpu-name")])
+    )
     for i in range(4):
         assert decision.pending_reasons[f"/a/g/{i}"].cause == GangGroupTooSmall(4, "tpu-name", 2)
 
 
 def test_gang_groups_without_room():
     workers = tpu_slice("s", hosts=4)
-    jobs = [job("/v/run", band="interactive", tpu=4, variant="v5p"), job("/a/g", replicas=4, tpu=4, variant="v5p", group_by="tpu-name")]
+    jobs = [
+        job("/v/run", band="interactive", tpu=4, variant="v5p"),
+        job("/a/g", replicas=4, tpu=4, variant="v5p", group_by="tpu-name"),
+    ]
     decision = decide(cluster(workers, jobs, [running("/v/run/0", "s-1")]))
     assert "need 4 workers with room in one 'tpu-name' group, best group has 3" in reason_text(decision, "/a/g/0")
 

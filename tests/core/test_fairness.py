@@ -43,7 +43,11 @@ def reference(snapshot, decision) -> dict:
             row(band, spec.user)[1] += 1
     for users in out.values():
         for user, r in users.items():
-            limit = snapshot.budgets[user].budget_limit if user in snapshot.budgets else snapshot.config.budget_defaults.budget_limit
+            limit = (
+                snapshot.budgets[user].budget_limit
+                if user in snapshot.budgets
+                else snapshot.config.budget_defaults.budget_limit
+            )
             r[2] = int(limit > 0 and decision.spend.get(user, 0) > limit)
     return out
 
@@ -62,8 +66,11 @@ def test_the_sample_is_what_the_tick_decided(snapshot):
             assert abs(sum(r["share"] for r in rows) - 1) < 1e-9
         assert all(r["equal_share"] == 1 / len(rows) for r in rows)
         waiting = data["smallest_waiting"]
-        pending_jobs = {t.rsplit("/", 1)[0] for t in decision.pending_reasons if t not in {a.task for a in decision.assignments}
-                        and queued_band(decision, t) == Band.parse(band)}
+        pending_jobs = {
+            t.rsplit("/", 1)[0]
+            for t in decision.pending_reasons
+            if t not in {a.task for a in decision.assignments} and queued_band(decision, t) == Band.parse(band)
+        }
         if pending_jobs:
             smallest = min(resource_value(snapshot.jobs[j].resources) for j in pending_jobs)
             assert waiting["value"] == smallest and waiting["job"] in pending_jobs
@@ -74,13 +81,14 @@ def test_the_sample_is_what_the_tick_decided(snapshot):
 def test_shares_turns_budget_and_the_smallest_waiting_job_by_hand():
     workers = [worker("w1", cpu=8, mem=32), worker("w2", cpu=8, mem=32)]
     jobs = [
-        job("/alice/run", cpu=8, mem=8),                  # running on w1
-        job("/bob/new", cpu=8, mem=8, submitted=1),      # placed on w2 this tick
-        job("/carol/big", cpu=8, mem=8, submitted=2),    # waits: no room left
+        job("/alice/run", cpu=8, mem=8),  # running on w1
+        job("/bob/new", cpu=8, mem=8, submitted=1),  # placed on w2 this tick
+        job("/carol/big", cpu=8, mem=8, submitted=2),  # waits: no room left
         job("/carol/small", cpu=2, mem=2, submitted=3),  # waits too, and is the smallest
     ]
-    snapshot = cluster(workers, jobs, [running("/alice/run/0", "w1", band="interactive")],
-                       budgets=[budget("alice", 10)])
+    snapshot = cluster(
+        workers, jobs, [running("/alice/run/0", "w1", band="interactive")], budgets=[budget("alice", 10)]
+    )
     decision = decide(snapshot)
     band = fairness_sample(snapshot, decision)["bands"]["interactive"]
     value = resource_value(snapshot.jobs["/alice/run"].resources)
@@ -94,7 +102,10 @@ def test_shares_turns_budget_and_the_smallest_waiting_job_by_hand():
 
 def test_an_evicted_task_no_longer_counts_as_running_in_its_band():
     workers = [worker("w1", cpu=8, mem=32)]
-    jobs = [job("/bob/low", band="batch", cpu=8, mem=8), job("/alice/prod", band="production", cpu=8, mem=8, submitted=1)]
+    jobs = [
+        job("/bob/low", band="batch", cpu=8, mem=8),
+        job("/alice/prod", band="production", cpu=8, mem=8, submitted=1),
+    ]
     snapshot = cluster(workers, jobs, [running("/bob/low/0", "w1", band="batch")])
     decision = decide(snapshot)
     assert [p.victim for p in decision.preemptions] == ["/bob/low/0"]

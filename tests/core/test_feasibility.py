@@ -42,7 +42,10 @@ def test_device_type_variant_and_count_are_requirements():
     gpus = [worker("g0", gpu=4, variant="h100"), worker("g1", gpu=8, variant="a100")]
     analysis = analyse_job(job("/a/j", gpu=8, variant="h100"), SIX + gpus)
     assert rows(analysis)[:3] == [
-        ("constraint", "device-type=gpu", 2, 2), ("constraint", "device-variant=h100", 1, 1), ("devices", "8 GPUs", 1, 0)]
+        ("constraint", "device-type=gpu", 2, 2),
+        ("constraint", "device-variant=h100", 1, 1),
+        ("devices", "8 GPUs", 1, 0),
+    ]
     assert analysis.never and analysis.largest == (8000, 32 * GIB, 4)
 
 

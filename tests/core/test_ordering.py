@@ -36,10 +36,13 @@ def test_deeper_jobs_come_first_then_older_root_then_older_submission():
 
 
 def test_a_child_of_an_old_tree_beats_a_new_root():
-    assert order_of(
-        job("/a/fresh", submitted=100),
-        job("/a/ancient/child", submitted=200, root_submitted=1),
-    )[0] == "/a/ancient/child/0"
+    assert (
+        order_of(
+            job("/a/fresh", submitted=100),
+            job("/a/ancient/child", submitted=200, root_submitted=1),
+        )[0]
+        == "/a/ancient/child/0"
+    )
 
 
 def test_equal_submission_times_break_ties_by_job_id_then_task_index():

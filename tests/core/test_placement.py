@@ -73,7 +73,10 @@ def test_unhealthy_workers_take_no_work():
 
 def test_at_most_four_new_assignments_per_worker_per_tick():
     workers = [worker("w1", cpu=100), worker("w2", cpu=100)]
-    assert list(place(workers, [job("/a/j", replicas=6)], max_tasks_per_job_per_cycle=0).values()) == ["w1"] * 4 + ["w2"] * 2
+    assert (
+        list(place(workers, [job("/a/j", replicas=6)], max_tasks_per_job_per_cycle=0).values())
+        == ["w1"] * 4 + ["w2"] * 2
+    )
 
 
 def test_at_most_eight_building_tasks_per_worker():
@@ -182,12 +185,16 @@ def test_gang_hosts_are_taken_in_numeric_tpu_worker_id_order():
 
 
 def test_gang_groups_rank_by_soft_score_then_group_value():
-    workers = tpu_slice("a", hosts=2) + tpu_slice("b", hosts=2) + [
-        worker(f"c-{i}", tpu=4, variant="v5p", tpu_name="c", tpu_worker_id=str(i), zone="near") for i in range(2)
-    ]
+    workers = (
+        tpu_slice("a", hosts=2)
+        + tpu_slice("b", hosts=2)
+        + [worker(f"c-{i}", tpu=4, variant="v5p", tpu_name="c", tpu_worker_id=str(i), zone="near") for i in range(2)]
+    )
     plain = job("/a/g", replicas=2, tpu=4, variant="v5p", group_by="tpu-name")
     assert set(place(workers, [plain]).values()) == {"a-0", "a-1"}
-    soft = job("/a/g", replicas=2, tpu=4, variant="v5p", group_by="tpu-name", constraints=[eq("zone", "near", soft=True)])
+    soft = job(
+        "/a/g", replicas=2, tpu=4, variant="v5p", group_by="tpu-name", constraints=[eq("zone", "near", soft=True)]
+    )
     assert set(place(workers, [soft]).values()) == {"c-0", "c-1"}
 
 

@@ -190,7 +190,11 @@ def test_a_worker_that_can_already_fit_the_task_is_not_a_preemption_target():
 
 
 def test_a_preemptor_needs_a_free_build_slot():
-    jobs = [job("/v/run", band="batch", cpu=8), job("/v/b", band="batch", replicas=8, cpu=0, mem=0), job("/a/new", cpu=8)]
+    jobs = [
+        job("/v/run", band="batch", cpu=8),
+        job("/v/b", band="batch", replicas=8, cpu=0, mem=0),
+        job("/a/new", cpu=8),
+    ]
     tasks = [running("/v/run/0", "w")] + [task(f"/v/b/{i}", TaskState.BUILDING, "w") for i in range(8)]
     assert decide(cluster([full_host("w")], jobs, tasks)).preemptions == ()
 
@@ -250,7 +254,15 @@ def gang_world(max_retries=100, sibling_state=TaskState.BUILDING):
     PRODUCTION gang of 3 wants the slice."""
     workers = tpu_slice("s1", hosts=4)
     jobs = [
-        job("/v/gang", band="batch", replicas=4, tpu=4, variant="v5p", group_by="tpu-name", max_retries_preemption=max_retries),
+        job(
+            "/v/gang",
+            band="batch",
+            replicas=4,
+            tpu=4,
+            variant="v5p",
+            group_by="tpu-name",
+            max_retries_preemption=max_retries,
+        ),
         job("/a/gang", band="production", replicas=3, tpu=4, variant="v5p", group_by="tpu-name"),
     ]
     tasks = [running(f"/v/gang/{i}", f"s1-{i}") for i in range(3)] + [task("/v/gang/3", sibling_state, "s1-3")]
@@ -290,7 +302,12 @@ def test_a_gang_evicts_nothing_unless_it_can_take_all_its_hosts():
         job("/v/peer", band="interactive", replicas=2, tpu=4, variant="v5p"),
         job("/a/gang", band="interactive", replicas=4, tpu=4, variant="v5p", group_by="tpu-name"),
     ]
-    tasks = [running("/v/low/0", "s1-0"), running("/v/low/1", "s1-1"), running("/v/peer/0", "s1-2"), running("/v/peer/1", "s1-3")]
+    tasks = [
+        running("/v/low/0", "s1-0"),
+        running("/v/low/1", "s1-1"),
+        running("/v/peer/0", "s1-2"),
+        running("/v/peer/1", "s1-3"),
+    ]
     decision = decide(cluster(workers, jobs, tasks))
     assert decision.preemptions == ()
     assert placed(decision) == {}
@@ -345,7 +362,13 @@ JOB_KINDS = [("cpu", None), ("gpu", "a100"), ("gpu", "h100"), ("gpu", None), ("t
 
 def kind_args(kind, count):
     dtype, variant = kind
-    return {"gpu": count, "variant": variant} if dtype == "gpu" else {"tpu": count, "variant": variant} if dtype == "tpu" else {}
+    return (
+        {"gpu": count, "variant": variant}
+        if dtype == "gpu"
+        else {"tpu": count, "variant": variant}
+        if dtype == "tpu"
+        else {}
+    )
 
 
 def test_may_evict_says_exactly_what_the_pass_evicts():
@@ -355,18 +378,38 @@ def test_may_evict_says_exactly_what_the_pass_evicts():
     able to run there at all), and both answers occur."""
     outcomes = set()
     for host_kind, victim_kind, candidate_kind, band, victim_band, victim_gang in itertools.product(
-            WORKER_KINDS, JOB_KINDS, JOB_KINDS, list(Band), list(Band), (False, True)):
+        WORKER_KINDS, JOB_KINDS, JOB_KINDS, list(Band), list(Band), (False, True)
+    ):
         host = worker("h", cpu=8, mem=64, pool="p", **kind_args(host_kind, 4))
-        victim = job("/v/run", band=victim_band, cpu=8, mem=1, group_by="pool" if victim_gang else None,
-                     **kind_args(victim_kind, 4))
+        victim = job(
+            "/v/run",
+            band=victim_band,
+            cpu=8,
+            mem=1,
+            group_by="pool" if victim_gang else None,
+            **kind_args(victim_kind, 4),
+        )
         candidate = job("/a/new", band=band, cpu=8, mem=1, **kind_args(candidate_kind, 4))
         if analyse_job(victim, [host]).never or analyse_job(candidate, [host]).never:
             continue  # nothing could hold it, or the candidate may never run there: no holder question
         decision = decide(cluster([host], [victim, candidate], [running("/v/run/0", "h", victim_band)]))
-        expected = may_evict(band, candidate.resources.device, False, victim_band, victim.resources.device,
-                             victim_gang, host.device.variant)
-        assert bool(decision.preemptions) == expected, (host_kind, victim_kind, candidate_kind, band, victim_band,
-                                                        victim_gang)
+        expected = may_evict(
+            band,
+            candidate.resources.device,
+            False,
+            victim_band,
+            victim.resources.device,
+            victim_gang,
+            host.device.variant,
+        )
+        assert bool(decision.preemptions) == expected, (
+            host_kind,
+            victim_kind,
+            candidate_kind,
+            band,
+            victim_band,
+            victim_gang,
+        )
         outcomes.add(expected)
     assert outcomes == {True, False}
 

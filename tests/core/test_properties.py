@@ -38,11 +38,23 @@ def workers(draw):
         zone = draw(st.sampled_from(["a", "b"]))
         if kind == "gpu":
             variant = draw(st.sampled_from(["h100", "a100"]))
-            result.append(worker(f"w{i}", cpu, mem, gpu=draw(st.integers(1, 8)), variant=variant, healthy=healthy, zone=zone))
+            result.append(
+                worker(f"w{i}", cpu, mem, gpu=draw(st.integers(1, 8)), variant=variant, healthy=healthy, zone=zone)
+            )
         elif kind == "tpu":
             slice_name = draw(st.sampled_from(["s1", "s2"]))
             result.append(
-                worker(f"w{i}", cpu, mem, tpu=4, variant="v5p", healthy=healthy, zone=zone, tpu_name=slice_name, tpu_worker_id=str(i))
+                worker(
+                    f"w{i}",
+                    cpu,
+                    mem,
+                    tpu=4,
+                    variant="v5p",
+                    healthy=healthy,
+                    zone=zone,
+                    tpu_name=slice_name,
+                    tpu_worker_id=str(i),
+                )
             )
         else:
             result.append(worker(f"w{i}", cpu, mem, healthy=healthy, zone=zone))
@@ -56,7 +68,9 @@ def snapshots(draw) -> ClusterSnapshot:
     for i in range(draw(st.integers(1, 8))):
         device = draw(st.sampled_from(DEVICES))
         gang = "tpu" in device and draw(st.booleans())
-        constraints = [eq("zone", draw(st.sampled_from(["a", "b"])), soft=draw(st.booleans()))] if draw(st.booleans()) else []
+        constraints = (
+            [eq("zone", draw(st.sampled_from(["a", "b"])), soft=draw(st.booleans()))] if draw(st.booleans()) else []
+        )
         jobs.append(
             job(
                 f"/{draw(st.sampled_from(USERS))}/j{i}",
@@ -78,7 +92,18 @@ def snapshots(draw) -> ClusterSnapshot:
     for spec in jobs:
         need = request_tuple(spec.resources)
         for index in range(spec.replicas):
-            state = draw(st.sampled_from([TaskState.PENDING, TaskState.PENDING, TaskState.RUNNING, TaskState.RUNNING, TaskState.ASSIGNED, TaskState.BUILDING]))
+            state = draw(
+                st.sampled_from(
+                    [
+                        TaskState.PENDING,
+                        TaskState.PENDING,
+                        TaskState.RUNNING,
+                        TaskState.RUNNING,
+                        TaskState.ASSIGNED,
+                        TaskState.BUILDING,
+                    ]
+                )
+            )
             count = draw(st.integers(0, 3))
             if state is TaskState.PENDING:
                 tasks.append(task(f"{spec.id}/{index}", state, preemption_count=count))
@@ -108,7 +133,10 @@ def snapshots(draw) -> ClusterSnapshot:
 def crowded(draw) -> ClusterSnapshot:
     """A few hosts packed with running work in random stamped bands, and pending work in random
     bands that mostly does not fit: the preemption pass has to choose."""
-    pool = [worker(f"c{i}", cpu=draw(st.integers(2, 8)), mem=64, zone=draw(st.sampled_from(["a", "b"]))) for i in range(draw(st.integers(1, 3)))]
+    pool = [
+        worker(f"c{i}", cpu=draw(st.integers(2, 8)), mem=64, zone=draw(st.sampled_from(["a", "b"])))
+        for i in range(draw(st.integers(1, 3)))
+    ]
     if draw(st.booleans()):
         pool.append(worker("g0", cpu=16, mem=64, gpu=4, variant="h100"))
     jobs, tasks = [], []
@@ -118,8 +146,15 @@ def crowded(draw) -> ClusterSnapshot:
         while left > 0:
             cores = min(left, draw(st.integers(1, 4)))
             gpu = 1 if w.device.gpu_count and draw(st.booleans()) else 0
-            spec = job(f"/{draw(st.sampled_from(USERS))}/run-{w.id}-{n}", band=draw(st.sampled_from(BANDS)), cpu=cores, mem=1,
-                       gpu=gpu, variant="h100" if gpu else None, max_retries_preemption=draw(st.integers(0, 1)))
+            spec = job(
+                f"/{draw(st.sampled_from(USERS))}/run-{w.id}-{n}",
+                band=draw(st.sampled_from(BANDS)),
+                cpu=cores,
+                mem=1,
+                gpu=gpu,
+                variant="h100" if gpu else None,
+                max_retries_preemption=draw(st.integers(0, 1)),
+            )
             jobs.append(spec)
             tasks.append(task(f"{spec.id}/0", TaskState.RUNNING, w.id, draw(st.sampled_from([spec.band, Band.BATCH]))))
             left -= cores
@@ -154,7 +189,10 @@ def start_usage(snapshot: ClusterSnapshot, exclude: set[str]) -> dict[str, list[
     usage = {w.id: [0, 0, 0, 0] for w in snapshot.workers}
     for t in snapshot.tasks:
         need = request_tuple(snapshot.jobs[t.job_id].resources)
-        for holder in (t.worker if t.state in ACTIVE_STATES and t.id not in exclude else None, t.unfinished_attempt_worker):
+        for holder in (
+            t.worker if t.state in ACTIVE_STATES and t.id not in exclude else None,
+            t.unfinished_attempt_worker,
+        ):
             if holder in usage:
                 usage[holder] = [u + n for u, n in zip(usage[holder], need)]
     return usage
@@ -259,7 +297,9 @@ def test_every_pending_task_is_accounted_for(snapshot):
 @given(CLUSTERS)
 def test_the_json_round_trip_decides_the_same(snapshot):
     assert snapshot_from_json(snapshot_to_json(snapshot)) == snapshot
-    assert decision_to_json(decide(snapshot_from_json(snapshot_to_json(snapshot)))) == decision_to_json(decide(snapshot))
+    assert decision_to_json(decide(snapshot_from_json(snapshot_to_json(snapshot)))) == decision_to_json(
+        decide(snapshot)
+    )
 
 
 def test_deciding_twice_gives_the_same_decision():

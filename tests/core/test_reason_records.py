@@ -83,8 +83,14 @@ def test_a_record_carries_the_numbers_behind_the_text():
     assert record == {
         "code": "waiting_behind",
         "ahead": 7,
-        "cause": {"code": "insufficient_cpu", "resource": "cpu", "need": 16000, "best_free": 0, "workers": 4,
-                  "matching": 4},
+        "cause": {
+            "code": "insufficient_cpu",
+            "resource": "cpu",
+            "need": 16000,
+            "best_free": 0,
+            "workers": 4,
+            "matching": 4,
+        },
         "downgrade": {"requested": "interactive", "effective": "batch", "spend": 48, "limit": 30},
     }
     assert downgrade_text(record) == "INTERACTIVE runs as BATCH: spend 48 > limit 30"

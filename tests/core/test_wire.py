@@ -22,12 +22,22 @@ MINIMAL = {
 def test_omitted_fields_take_the_documented_defaults():
     snapshot = snapshot_from_json(MINIMAL)
     config = snapshot.config
-    assert (config.max_tasks_per_job_per_cycle, config.max_assignments_per_worker, config.max_building_tasks) == (4, 4, 8)
+    assert (config.max_tasks_per_job_per_cycle, config.max_assignments_per_worker, config.max_building_tasks) == (
+        4,
+        4,
+        8,
+    )
     assert (config.budget_defaults.budget_limit, config.budget_defaults.max_band) == (1000, Band.INTERACTIVE)
     assert snapshot.workers[0].healthy and snapshot.workers[0].attributes == {}
     assert snapshot.workers[0].device.type is DeviceType.CPU
     root, child = snapshot.jobs["/alice/train"], snapshot.jobs["/alice/train/eval"]
-    assert (root.user, root.band, root.parent, root.replicas, root.group_by) == ("alice", Band.INTERACTIVE, None, 2, None)
+    assert (root.user, root.band, root.parent, root.replicas, root.group_by) == (
+        "alice",
+        Band.INTERACTIVE,
+        None,
+        2,
+        None,
+    )
     assert (root.max_retries_preemption, root.max_retries_failure, root.scheduling_deadline_ms) == (100, 0, None)
     assert (child.user, child.parent, child.depth) == ("alice", "/alice/train", 2)
     assert [(t.id, t.state) for t in snapshot.tasks] == [
@@ -56,7 +66,10 @@ def test_constraints_in_takes_a_list_and_exists_no_value():
         {"key": "ssd", "op": "exists", "soft": True},
     ]
     constraints = snapshot_from_json(doc).jobs["/alice/train"].constraints
-    assert [(c.op, c.value, c.soft) for c in constraints] == [(ConstraintOp.IN, ("a", "b"), False), (ConstraintOp.EXISTS, None, True)]
+    assert [(c.op, c.value, c.soft) for c in constraints] == [
+        (ConstraintOp.IN, ("a", "b"), False),
+        (ConstraintOp.EXISTS, None, True),
+    ]
 
 
 def with_(path, value):
@@ -82,7 +95,10 @@ def with_(path, value):
         (with_("now_ms", -1), "now_ms: expected a non-negative integer"),
         (with_("config.max_building_tasks", "8"), "config.max_building_tasks: expected a non-negative integer"),
         (with_("config.budget_defaults", {"max_band": "gold"}), "config.budget_defaults.max_band: expected one of"),
-        (with_("budgets", [{"user": "a", "budget_limit": 1}, {"user": "a", "budget_limit": 2}]), "budgets[1].user: duplicate user 'a'"),
+        (
+            with_("budgets", [{"user": "a", "budget_limit": 1}, {"user": "a", "budget_limit": 2}]),
+            "budgets[1].user: duplicate user 'a'",
+        ),
         (with_("budgets", [{"user": "a"}]), "budgets[0].budget_limit: required"),
         (with_("workers.0.cpu_millicores", 1.5), "workers[0].cpu_millicores: expected a non-negative integer"),
         (with_("workers.0.device", {"type": "gpu", "variant": "h100"}), "workers[0].device.count: required"),
@@ -100,22 +116,42 @@ def with_(path, value):
             "jobs[0].resources.device.count: expected a non-negative integer",
         ),
         (with_("jobs.0.coscheduling", {}), "jobs[0].coscheduling.group_by: expected a non-empty string"),
-        (with_("jobs.0.constraints", [{"key": "z", "op": "in", "value": "a"}]), "jobs[0].constraints[0].value: expected a list"),
-        (with_("jobs.0.constraints", [{"key": "z", "op": "exists", "value": "a"}]), "jobs[0].constraints[0].value: 'exists' takes no value"),
-        (with_("jobs.0.constraints", [{"key": "z", "op": "lt", "value": "a"}]), "jobs[0].constraints[0].op: expected one of eq|ne|in|exists"),
+        (
+            with_("jobs.0.constraints", [{"key": "z", "op": "in", "value": "a"}]),
+            "jobs[0].constraints[0].value: expected a list",
+        ),
+        (
+            with_("jobs.0.constraints", [{"key": "z", "op": "exists", "value": "a"}]),
+            "jobs[0].constraints[0].value: 'exists' takes no value",
+        ),
+        (
+            with_("jobs.0.constraints", [{"key": "z", "op": "lt", "value": "a"}]),
+            "jobs[0].constraints[0].op: expected one of eq|ne|in|exists",
+        ),
         (with_("tasks", [{"id": "/alice/train/2"}]), "tasks[0].id: index 2 out of range"),
         (with_("tasks", [{"id": "/bob/x/0"}]), "tasks[0].id: no job '/bob/x'"),
         (with_("tasks", [{"id": "/alice/train/x"}]), "tasks[0].id: expected <job id>/<index>"),
         (with_("tasks", [{"id": "/alice/train/0", "state": "napping"}]), "tasks[0].state: expected one of pending|"),
         (with_("tasks", [{"id": "/alice/train/0", "worker": "w1"}]), "tasks[0].worker: a pending task has no worker"),
-        (with_("tasks", [{"id": "/alice/train/0", "state": "running", "worker": "w9"}]), "tasks[0].worker: no worker 'w9'"),
+        (
+            with_("tasks", [{"id": "/alice/train/0", "state": "running", "worker": "w9"}]),
+            "tasks[0].worker: no worker 'w9'",
+        ),
         (with_("tasks", [{"id": "/alice/train/0"}, {"id": "/alice/train/0"}]), "tasks[1].id: duplicate task id"),
-        ({"now_ms": 0, "jobs": [{"id": "/a/b/c"}]}, "jobs[0].band: omitted, and parent job '/a/b' is not in the snapshot"),
+        (
+            {"now_ms": 0, "jobs": [{"id": "/a/b/c"}]},
+            "jobs[0].band: omitted, and parent job '/a/b' is not in the snapshot",
+        ),
         ([], "snapshot: expected an object"),
         (with_("scale_groups", [{"name": "p", "variant": "v5p-8"}]), "scale_groups[0].zone: required"),
-        (with_("scale_groups", [{"name": "p", "variant": "v", "zone": "z", "chips_per_host": 0}]),
-         "scale_groups[0].chips_per_host: expected an integer >= 1"),
-        (with_("scale_groups", [{"name": "p", "variant": "v", "zone": "z", "size": 2}]), "scale_groups[0].size: unknown field"),
+        (
+            with_("scale_groups", [{"name": "p", "variant": "v", "zone": "z", "chips_per_host": 0}]),
+            "scale_groups[0].chips_per_host: expected an integer >= 1",
+        ),
+        (
+            with_("scale_groups", [{"name": "p", "variant": "v", "zone": "z", "size": 2}]),
+            "scale_groups[0].size: unknown field",
+        ),
     ],
 )
 def test_errors_name_the_json_path_of_the_bad_field(doc, message):
@@ -136,21 +172,39 @@ def test_scale_groups_round_trip_and_are_written_only_when_there_are_any():
     groups = (GroupSpec("v5p-pool", "v5p-8", "us-east5-a", 0, 3, 2, 4),)
     with_groups = replace(without, scale_groups=groups)
     written = snapshot_to_json(with_groups)
-    assert written["scale_groups"] == [{"name": "v5p-pool", "variant": "v5p-8", "zone": "us-east5-a", "min_slices": 0,
-                                        "max_slices": 3, "hosts_per_slice": 2, "chips_per_host": 4}]
+    assert written["scale_groups"] == [
+        {
+            "name": "v5p-pool",
+            "variant": "v5p-8",
+            "zone": "us-east5-a",
+            "min_slices": 0,
+            "max_slices": 3,
+            "hosts_per_slice": 2,
+            "chips_per_host": 4,
+        }
+    ]
     assert snapshot_from_json(written) == with_groups
 
 
 def test_snapshot_json_lists_only_tasks_with_history():
     snapshot = cluster([worker("w")], [job("/a/j", replicas=3)], [running("/a/j/1", "w", band="batch")])
     assert snapshot_to_json(snapshot)["tasks"] == [
-        {"id": "/a/j/1", "state": "running", "worker": "w", "band": "batch", "preemption_count": 0, "unfinished_attempt_worker": None}
+        {
+            "id": "/a/j/1",
+            "state": "running",
+            "worker": "w",
+            "band": "batch",
+            "preemption_count": 0,
+            "unfinished_attempt_worker": None,
+        }
     ]
 
 
 def test_finished_tasks_left_out_of_a_snapshot_are_written_as_finished_and_decide_the_same():
     full = cluster([worker("w")], [job("/a/j", replicas=3, cpu=2)], [running("/a/j/0", "w")])
-    partial = ClusterSnapshot(full.now_ms, full.config, full.budgets, full.workers, full.jobs, (full.tasks[0], full.tasks[2]))
+    partial = ClusterSnapshot(
+        full.now_ms, full.config, full.budgets, full.workers, full.jobs, (full.tasks[0], full.tasks[2])
+    )
     doc = snapshot_to_json(partial)
     assert {"id": "/a/j/1", "state": "succeeded"}.items() <= doc["tasks"][1].items()
     assert decision_to_json(decide(snapshot_from_json(doc))) == decision_to_json(decide(partial))
@@ -193,7 +247,12 @@ def test_the_same_snapshot_gives_the_same_json_decision():
 
 def test_decision_json_from_the_jobs_task_ids_is_the_sorted_one():
     # "/a/j-x" sorts after "/a/j" as a job though "-" < "/" in a string; "/a/j/10" after "/a/j/9".
-    jobs = [job("/a/j", replicas=11), job("/a/j-x", replicas=2), job("/a/j/child", replicas=3), job("/b/k", replicas=12)]
+    jobs = [
+        job("/a/j", replicas=11),
+        job("/a/j-x", replicas=2),
+        job("/a/j/child", replicas=3),
+        job("/b/k", replicas=12),
+    ]
     snapshot = cluster([worker("w", cpu=4)], jobs, max_tasks_per_job_per_cycle=0)
     decision = decide(snapshot)
     doc = decision_to_json(decision, snapshot.jobs)
@@ -212,12 +271,21 @@ def test_snapshots_off_the_common_shape_read_as_in_order_checks_give():
         "now_ms": NOW,
         "workers": [
             {"id": "w1", "cpu_millicores": 8000, "memory_bytes": 8 << 30, "device": {"type": "cpu", "count": 0.0}},
-            {"id": "g1", "cpu_millicores": 8000, "memory_bytes": 8 << 30, "device": {"type": "gpu", "variant": "a100", "count": 2}},
+            {
+                "id": "g1",
+                "cpu_millicores": 8000,
+                "memory_bytes": 8 << 30,
+                "device": {"type": "gpu", "variant": "a100", "count": 2},
+            },
         ],
         "jobs": [
             {"id": "/alice/train", "band": "BATCH", "replicas": 2, "submitted_at_ms": 5},
             {"id": "/alice/train/eval", "parent": "/alice/train"},
-            {"id": "/alice/train/eval/x", "root_submitted_at_ms": 1, "resources": {"device": {"type": "gpu", "count": 1}}},
+            {
+                "id": "/alice/train/eval/x",
+                "root_submitted_at_ms": 1,
+                "resources": {"device": {"type": "gpu", "count": 1}},
+            },
         ],
         "tasks": [{"id": "/alice/train/1", "state": "running", "worker": "g1", "band": "Batch"}],
     }

@@ -115,13 +115,27 @@ def test_reports_over_http_apply_and_a_late_one_is_ignored(clients):
     task = Task.objects.get()
     url = "/api/v1/agent/report/"
 
-    done = clients["agent"].post(url, {"name": "w1", "reports": [
-        {"task": task.pk, "attempt": 1, "status": "running"},
-        {"task": task.pk, "attempt": 1, "status": "succeeded", "exit_code": 0},
-    ]}, format="json")
-    late = clients["agent"].post(url, {"name": "w1", "reports": [
-        {"task": task.pk, "attempt": 1, "status": "running"},
-    ]}, format="json")
+    done = clients["agent"].post(
+        url,
+        {
+            "name": "w1",
+            "reports": [
+                {"task": task.pk, "attempt": 1, "status": "running"},
+                {"task": task.pk, "attempt": 1, "status": "succeeded", "exit_code": 0},
+            ],
+        },
+        format="json",
+    )
+    late = clients["agent"].post(
+        url,
+        {
+            "name": "w1",
+            "reports": [
+                {"task": task.pk, "attempt": 1, "status": "running"},
+            ],
+        },
+        format="json",
+    )
 
     assert done.json() == {"applied": 2, "ignored": 0}
     assert late.json() == {"applied": 0, "ignored": 1}
@@ -192,8 +206,11 @@ def test_logs_of_an_attempt_that_does_not_exist_are_not_found(clients, logged_at
 def ship(client, task, offset, data: bytes, attempt=1, name="w1"):
     import base64
 
-    return client.post("/api/v1/agent/logs/", {"name": name, "task": task.pk, "attempt": attempt, "offset": offset,
-                                               "data": base64.b64encode(data).decode()}, format="json")
+    return client.post(
+        "/api/v1/agent/logs/",
+        {"name": name, "task": task.pk, "attempt": attempt, "offset": offset, "data": base64.b64encode(data).decode()},
+        format="json",
+    )
 
 
 @pytest.fixture

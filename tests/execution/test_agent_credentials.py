@@ -110,6 +110,7 @@ def test_a_worker_credential_cannot_submit_request_uplifts_or_open_the_console(t
         assert page.status_code == 302 and "/login" in page["Location"], page
     assert not Job.objects.filter(name__contains="sneaky").exists()
 
+
 def test_peoples_tokens_cannot_act_as_a_worker_operators_included(two_workers, olivia):
     response = token_client(olivia).post("/api/v1/agent/heartbeat/", {"name": "w2", "running": []}, format="json")
 

@@ -61,7 +61,9 @@ def test_a_task_of_a_root_agent_cannot_read_its_token_file_or_its_environment(cl
     os.chmod(token_file, 0o600)
     try:
         agent = cluster.agent(
-            "w1", task_user="nobody", token_args=["--token-file", str(token_file)],
+            "w1",
+            task_user="nobody",
+            token_args=["--token-file", str(token_file)],
             env={"IRIS_AGENT_TOKEN": cluster.token},
         )
         script = (
@@ -69,9 +71,7 @@ def test_a_task_of_a_root_agent_cannot_read_its_token_file_or_its_environment(cl
             f"cat /proc/{agent.pid}/environ; echo environ-exit=$?; "
             f"head -c 64 /proc/{agent.pid}/mem; echo mem-exit=$?"
         )
-        job = submit_job(
-            people["alice"], {"name": "snoop", "cpu": 1, "memory": "1Gi", "command": ["sh", "-c", script]}
-        )
+        job = submit_job(people["alice"], {"name": "snoop", "cpu": 1, "memory": "1Gi", "command": ["sh", "-c", script]})
         assert cluster.pump(lambda: attempt_state(job) in {"succeeded", "failed"}), cluster.logs()
         output = (cluster.log_dir / str(attempt(job).task_id) / "1.log").read_text()
     finally:
@@ -108,16 +108,16 @@ def probe(mode: str) -> subprocess.Popen:
     process = subprocess.Popen(
         [sys.executable, "-I", "-c", PROBE, str(ROOT), mode, uid],
         env={"IRIS_AGENT_TOKEN": "token-in-env-123", "OTHER_SECRET": "other-secret-456", "PATH": os.defpath},
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert process.stdout.readline().strip() == "ready"
     return process
 
 
 def read_as(pid: int, **as_user) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["cat", f"/proc/{pid}/environ"], capture_output=True, text=True, timeout=10, **as_user
-    )
+    return subprocess.run(["cat", f"/proc/{pid}/environ"], capture_output=True, text=True, timeout=10, **as_user)
 
 
 def test_scrubbed_token_is_gone_from_the_agents_proc_environ():
@@ -224,7 +224,11 @@ def test_no_process_of_an_attempt_outlives_its_agent_killed_with_sigkill(cluster
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_restarted_agent_ends_what_its_previous_life_left_running_before_it_reports(
-    cluster, people, tmp_path, settings, mode,  # noqa: F811
+    cluster,
+    people,
+    tmp_path,
+    settings,
+    mode,  # noqa: F811
 ):
     settings.WORKER_GRACE_SECONDS = 300  # the restart, not the missed-heartbeat check, ends attempt 1
     agent = cluster.agent("w1", extra=MODES[mode])
@@ -250,8 +254,9 @@ def test_a_restarted_agent_ends_what_its_previous_life_left_running_before_it_re
     assert cluster.pump(lost, timeout=60), cluster.logs()
     assert not marked(key)
     if mode == "no namespace":  # the three writers (and whatever shells they run in)
-        assert re.search(r"restarted and ended ([3-9]|\d\d) process\(es\) its previous run had left running$",
-                         attempt(job).error), attempt(job).error
+        assert re.search(
+            r"restarted and ended ([3-9]|\d\d) process\(es\) its previous run had left running$", attempt(job).error
+        ), attempt(job).error
     second_life = sorted(cluster.tmp_path.glob("agent-w1-*.log"))[-1]
     assert wait_for(lambda: "w1 registered" in second_life.read_text(), timeout=5), second_life.read_text()
     text = second_life.read_text()
@@ -261,7 +266,9 @@ def test_a_restarted_agent_ends_what_its_previous_life_left_running_before_it_re
 
 
 def test_an_attempt_whose_agent_stays_down_past_the_grace_ends_before_attempt_2_runs_elsewhere(
-    cluster, people, tmp_path,  # noqa: F811
+    cluster,
+    people,
+    tmp_path,  # noqa: F811
 ):
     agents = {"w1": cluster.agent("w1", cpu=1), "w2": cluster.agent("w2", cpu=1)}
     job = run_escaping(cluster, people, tmp_path)
@@ -305,9 +312,26 @@ def test_what_a_task_leaves_running_when_it_exits_is_killed(cluster, people, tmp
 
 def test_an_agent_refuses_to_start_when_its_task_user_does_not_exist(tmp_path):
     result = subprocess.run(
-        [sys.executable, "manage.py", "iris_worker", "--name", "w1", "--token", "t", "--cpu", "1", "--memory", "1Gi",
-         "--task-user", "no-such-iris-user"],
-        cwd=ROOT, env=project_env(tmp_path), capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "manage.py",
+            "iris_worker",
+            "--name",
+            "w1",
+            "--token",
+            "t",
+            "--cpu",
+            "1",
+            "--memory",
+            "1Gi",
+            "--task-user",
+            "no-such-iris-user",
+        ],
+        cwd=ROOT,
+        env=project_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode != 0
     expected = "the task user 'no-such-iris-user' does not exist" if IS_ROOT else "only when the agent runs as root"
@@ -325,16 +349,29 @@ def open_folder():
 
 @pytest.mark.skipif(not IS_ROOT, reason="a uid per attempt needs a root agent")
 def test_alices_task_cannot_read_bobs_logs_working_files_or_environment_nor_signal_his_processes(
-    cluster, people, settings, open_folder,  # noqa: F811
+    cluster,
+    people,
+    settings,
+    open_folder,  # noqa: F811
 ):
     settings.TASK_LOG_DIR = cluster.log_dir = open_folder / "logs"
     settings.SHIPPED_LOG_DIR = open_folder / "shipped-logs"
     work = open_folder / "work"
     cluster.agent("w1", task_user="", extra=("--work-dir", str(work)))  # a root agent's default identity
     bob = make_user("bob")
-    victim = submit_job(bob, {"name": "victim", "cpu": 1, "memory": "1Gi", "command": [
-        "sh", "-c", "echo bob-work-secret > victim-secret.txt; echo $$ > pid; echo bob-log-secret; sleep 100",
-    ]})
+    victim = submit_job(
+        bob,
+        {
+            "name": "victim",
+            "cpu": 1,
+            "memory": "1Gi",
+            "command": [
+                "sh",
+                "-c",
+                "echo bob-work-secret > victim-secret.txt; echo $$ > pid; echo bob-log-secret; sleep 100",
+            ],
+        },
+    )
     assert cluster.pump(lambda: attempt_state(victim) == "running"), cluster.logs()
     task = attempt(victim).task_id
     bob_work = work / f"{task}-1"
@@ -350,7 +387,9 @@ def test_alices_task_cannot_read_bobs_logs_working_files_or_environment_nor_sign
         "environ": f"cat /proc/{bob_pid}/environ",
         "signal": f"kill -TERM {bob_pid}",
     }
-    script = "; ".join(f"echo '>>> {name}'; {line} 2>&1; code=$?; echo; echo \"<<< $code\"" for name, line in attacks.items())
+    script = "; ".join(
+        f"echo '>>> {name}'; {line} 2>&1; code=$?; echo; echo \"<<< $code\"" for name, line in attacks.items()
+    )
     snoop = submit_job(people["alice"], {"name": "snoop", "cpu": 1, "memory": "1Gi", "command": ["sh", "-c", script]})
     assert cluster.pump(lambda: attempt_state(snoop) in {"succeeded", "failed"}), cluster.logs()
 
@@ -374,7 +413,16 @@ def test_a_task_sees_none_of_its_agents_environment_but_path_and_its_own_variabl
     )
     assert "db-secret-789" not in seen.values() and "cloud-secret-012" not in seen.values()
     assert set(seen) - {"PATH", "LANG", "LC_ALL", "TZ"} == {
-        "IRIS_TASK_ID", "IRIS_JOB_ID", "IRIS_TASK_INDEX", "IRIS_ATTEMPT", "IRIS_BAND", "IRIS_WORKER",
-        "IRIS_ATTEMPT_KEY", "HOME", "TMPDIR", "USER", "LOGNAME",
+        "IRIS_TASK_ID",
+        "IRIS_JOB_ID",
+        "IRIS_TASK_INDEX",
+        "IRIS_ATTEMPT",
+        "IRIS_BAND",
+        "IRIS_WORKER",
+        "IRIS_ATTEMPT_KEY",
+        "HOME",
+        "TMPDIR",
+        "USER",
+        "LOGNAME",
     }, seen
     assert seen["IRIS_TASK_ID"] == "/alice/env/0" and "PATH" in seen

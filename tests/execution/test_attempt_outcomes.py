@@ -27,8 +27,12 @@ def test_a_task_killed_by_a_signal_is_reported_as_that_signal(cluster, people, s
     cluster.agent("w1")
     job = submit_job(
         people["alice"],
-        {"name": f"dies-{signal_number}", "cpu": 1, "memory": "1Gi",
-         "command": ["sh", "-c", f"echo before; kill -{signal_number} $$"]},
+        {
+            "name": f"dies-{signal_number}",
+            "cpu": 1,
+            "memory": "1Gi",
+            "command": ["sh", "-c", f"echo before; kill -{signal_number} $$"],
+        },
     )
 
     assert cluster.pump(lambda: attempt_state(job) == "failed"), cluster.logs()
@@ -57,8 +61,9 @@ time.sleep(30)
 
 def test_a_task_that_allocates_more_than_its_request_is_reported_out_of_memory(cluster, people):  # noqa: F811
     cluster.agent("w1")
-    job = submit_job(people["alice"], {"name": "greedy", "cpu": 1, "memory": "256Mi",
-                                       "command": [sys.executable, "-c", GROWING]})
+    job = submit_job(
+        people["alice"], {"name": "greedy", "cpu": 1, "memory": "256Mi", "command": [sys.executable, "-c", GROWING]}
+    )
 
     assert cluster.pump(lambda: attempt_state(job) == "failed", timeout=30), cluster.logs()
 
@@ -68,8 +73,9 @@ def test_a_task_that_allocates_more_than_its_request_is_reported_out_of_memory(c
 
 def test_processes_of_one_task_over_its_request_together_are_killed_as_out_of_memory(cluster, people):  # noqa: F811
     cluster.agent("w1")
-    job = submit_job(people["alice"], {"name": "pair", "cpu": 1, "memory": "256Mi",
-                                       "command": [sys.executable, "-c", TWO_HOLDERS]})
+    job = submit_job(
+        people["alice"], {"name": "pair", "cpu": 1, "memory": "256Mi", "command": [sys.executable, "-c", TWO_HOLDERS]}
+    )
 
     assert cluster.pump(lambda: attempt_state(job) == "failed", timeout=30), cluster.logs()
 
@@ -80,21 +86,31 @@ def test_processes_of_one_task_over_its_request_together_are_killed_as_out_of_me
 
 def test_a_task_within_its_request_that_fails_is_reported_by_its_exit_code(cluster, people):  # noqa: F811
     cluster.agent("w1")
-    job = submit_job(people["alice"], {"name": "modest", "cpu": 1, "memory": "256Mi",
-                                       "command": [sys.executable, "-c", "held = b'x' * (64 << 20); raise SystemExit(3)"]})
+    job = submit_job(
+        people["alice"],
+        {
+            "name": "modest",
+            "cpu": 1,
+            "memory": "256Mi",
+            "command": [sys.executable, "-c", "held = b'x' * (64 << 20); raise SystemExit(3)"],
+        },
+    )
 
     assert cluster.pump(lambda: attempt_state(job) == "failed", timeout=30), cluster.logs()
 
     assert attempt(job).error == "exited with code 3"
 
 
-@pytest.mark.skipif(not os.environ.get("IRIS_TEST_MEMORY_CGROUP"),
-                    reason="IRIS_TEST_MEMORY_CGROUP names no cgroup directory delegated to the tests")
+@pytest.mark.skipif(
+    not os.environ.get("IRIS_TEST_MEMORY_CGROUP"),
+    reason="IRIS_TEST_MEMORY_CGROUP names no cgroup directory delegated to the tests",
+)
 def test_an_agent_with_a_delegated_cgroup_reports_the_kernels_oom_kill_as_out_of_memory(cluster, people):  # noqa: F811
     parent = Path(os.environ["IRIS_TEST_MEMORY_CGROUP"])
     cluster.agent("w1", extra=("--memory-cgroup", str(parent)))
-    job = submit_job(people["alice"], {"name": "greedy", "cpu": 1, "memory": "256Mi",
-                                       "command": [sys.executable, "-c", GROWING]})
+    job = submit_job(
+        people["alice"], {"name": "greedy", "cpu": 1, "memory": "256Mi", "command": [sys.executable, "-c", GROWING]}
+    )
 
     assert cluster.pump(lambda: attempt_state(job) == "failed", timeout=30), cluster.logs()
 

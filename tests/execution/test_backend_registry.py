@@ -11,11 +11,18 @@ from tests.integration.subprocesses import ROOT
 
 
 def backend_names_with(env_value: str) -> list[str]:
-    code = ("import django, json; django.setup(); from scheduler.backends import backend_names, backend_class; "
-            "print(json.dumps([backend_names(), backend_class('mine').__name__ if 'mine' in backend_names() else None]))")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
-                         env={**os.environ, "DJANGO_SETTINGS_MODULE": "iris_web.settings",
-                              "IRIS_BACKENDS": env_value})
+    code = (
+        "import django, json; django.setup(); from scheduler.backends import backend_names, backend_class; "
+        "print(json.dumps([backend_names(), backend_class('mine').__name__ if 'mine' in backend_names() else None]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "iris_web.settings", "IRIS_BACKENDS": env_value},
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

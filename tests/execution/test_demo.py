@@ -21,7 +21,9 @@ from tests.integration.subprocesses import ROOT
 pytestmark = pytest.mark.django_db
 
 
-def test_seed_demo_is_idempotent_and_writes_each_agent_its_own_credential_readable_only_by_its_owner(settings, tmp_path):
+def test_seed_demo_is_idempotent_and_writes_each_agent_its_own_credential_readable_only_by_its_owner(
+    settings, tmp_path
+):
     settings.DATA_DIR = tmp_path
 
     call_command("seed_demo", stdout=io.StringIO())
@@ -50,7 +52,9 @@ def test_seed_demo_mints_a_credential_again_when_its_file_no_longer_holds_a_vali
 
 
 def test_every_agent_of_the_procfile_reads_the_credential_seed_demo_writes_for_its_own_name():
-    agents = re.findall(r"iris_worker --name (\S+) .*--token-file \S+/worker-credentials/(\S+)", (ROOT / "Procfile").read_text())
+    agents = re.findall(
+        r"iris_worker --name (\S+) .*--token-file \S+/worker-credentials/(\S+)", (ROOT / "Procfile").read_text()
+    )
 
     assert sorted(agents) == sorted((name, name) for name in DEMO_WORKERS)
 
@@ -97,14 +101,22 @@ def test_make_run_started_as_root_runs_every_demo_agent_in_the_isolating_mode(se
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs the Makefile's line as root and as nobody")
 def test_make_run_started_as_an_ordinary_user_says_once_that_tasks_are_not_isolated():
     makefile = (ROOT / "Makefile").read_text()
-    run = makefile[makefile.index("\nrun: setup"):makefile.index("\ntest:")]
+    run = makefile[makefile.index("\nrun: setup") : makefile.index("\ntest:")]
     [line] = [line for line in run.splitlines() if "not isolated" in line]
     shell = line.strip().lstrip("@").replace("$$", "$")
     nobody = pwd.getpwnam("nobody")
 
     as_root = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, check=True)
-    as_user = subprocess.run(["sh", "-c", shell], capture_output=True, text=True, check=True, cwd="/",
-                             user=nobody.pw_uid, group=nobody.pw_gid, extra_groups=[])
+    as_user = subprocess.run(
+        ["sh", "-c", shell],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd="/",
+        user=nobody.pw_uid,
+        group=nobody.pw_gid,
+        extra_groups=[],
+    )
 
     assert as_root.stdout == ""
     assert as_user.stdout.count("tasks are not isolated from each other") == 1
@@ -118,10 +130,18 @@ def test_the_printed_console_url_and_login_hint_follow_iris_port(tmp_path):
     import sys
 
     env = {**os.environ, "IRIS_PORT": "8500", "IRIS_DATA_DIR": str(tmp_path)}
-    code = ("import django; django.setup(); from django.conf import settings; print(settings.CONSOLE_URL); "
-            "from iris_cli.client import DEFAULT_SERVER; print(DEFAULT_SERVER)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
-                         env={**env, "DJANGO_SETTINGS_MODULE": "iris_web.settings"}).stdout.split()
+    code = (
+        "import django; django.setup(); from django.conf import settings; print(settings.CONSOLE_URL); "
+        "from iris_cli.client import DEFAULT_SERVER; print(DEFAULT_SERVER)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**env, "DJANGO_SETTINGS_MODULE": "iris_web.settings"},
+    ).stdout.split()
     assert out == ["http://127.0.0.1:8500/", "http://127.0.0.1:8500"]
 
 
@@ -151,6 +171,7 @@ def test_demo_load_says_when_it_pauses_and_resumes_and_sums_up_what_it_submitted
         sleeps.append(1)
         if len(sleeps) == 1:
             Task.objects.filter(state="pending").update(state="running")
+
     monkeypatch.setattr(demo_load.time, "sleep", sleep)
     out = io.StringIO()
 

@@ -60,17 +60,37 @@ class Cluster:
         return self.credential("w1")
 
     def agent(
-        self, name: str, *, cpu: int = 2, memory: str = "4Gi", task_user: str | None = None,
-        token_args: list[str] | None = None, env: dict[str, str] | None = None, extra: tuple[str, ...] = (),
+        self,
+        name: str,
+        *,
+        cpu: int = 2,
+        memory: str = "4Gi",
+        task_user: str | None = None,
+        token_args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        extra: tuple[str, ...] = (),
     ) -> subprocess.Popen:
         """Start an agent. Its tasks run as the tests' own user unless ``task_user`` says
         otherwise (these tests' markers live in the private pytest tmp dir); ``task_user=""``
         leaves the agent's default identity."""
         args = [
-            "manage.py", "iris_worker", "--name", name, "--server", self.url,
+            "manage.py",
+            "iris_worker",
+            "--name",
+            name,
+            "--server",
+            self.url,
             *(token_args if token_args is not None else ["--token", self.credential(name)]),
-            "--cpu", str(cpu), "--memory", memory, "--heartbeat-seconds", HEARTBEAT, "--log-dir", str(self.log_dir),
-            *(["--task-user", task_user or getpass.getuser()] if task_user != "" else []), *extra,
+            "--cpu",
+            str(cpu),
+            "--memory",
+            memory,
+            "--heartbeat-seconds",
+            HEARTBEAT,
+            "--log-dir",
+            str(self.log_dir),
+            *(["--task-user", task_user or getpass.getuser()] if task_user != "" else []),
+            *extra,
         ]
         log_file = self.tmp_path / f"agent-{name}.log"
         if name in self.agents:  # a restart: keep the first life's log
@@ -93,9 +113,7 @@ class Cluster:
         return predicate()
 
     def logs(self) -> str:
-        return "\n".join(
-            f"--- {path.name}\n{path.read_text()[-3000:]}" for path in sorted(self.tmp_path.glob("*.log"))
-        )
+        return "\n".join(f"--- {path.name}\n{path.read_text()[-3000:]}" for path in sorted(self.tmp_path.glob("*.log")))
 
     def stop_all(self) -> None:
         for process in self.agents.values():
@@ -188,9 +206,7 @@ def test_batch_task_gets_sigterm_when_preempted_and_retries_after_the_production
 def test_an_agent_killed_with_sigkill_loses_its_worker_and_the_task_retries_elsewhere(cluster, people, tmp_path):
     agents = {"w1": cluster.agent("w1", cpu=1), "w2": cluster.agent("w2", cpu=1)}
     script = f"echo $$ > {tmp_path}/pid-$IRIS_ATTEMPT; exec sleep 60"
-    job = submit_job(
-        people["alice"], {"name": "long", "cpu": 1, "memory": "1Gi", "command": ["sh", "-c", script]}
-    )
+    job = submit_job(people["alice"], {"name": "long", "cpu": 1, "memory": "1Gi", "command": ["sh", "-c", script]})
     assert cluster.pump(lambda: attempt_state(job) == "running"), cluster.logs()
     first = attempt(job)
     lost, other = first.worker.name, ({"w1", "w2"} - {first.worker.name}).pop()
@@ -227,7 +243,12 @@ def test_outbox_survives_a_dispatcher_crash_and_a_start_is_never_run_twice(clust
     marker = tmp_path / "starts"
     job = submit_job(
         people["alice"],
-        {"name": "once", "cpu": 1, "memory": "1Gi", "command": ["sh", "-c", f"echo started >> {marker}; exec sleep 30"]},
+        {
+            "name": "once",
+            "cpu": 1,
+            "memory": "1Gi",
+            "command": ["sh", "-c", f"echo started >> {marker}; exec sleep 30"],
+        },
     )
     run_tick()  # commits the START intent; nobody has dispatched it yet
     start_intent = DispatchIntent.objects.get(task__job=job, kind="start")
@@ -236,7 +257,11 @@ def test_outbox_survives_a_dispatcher_crash_and_a_start_is_never_run_twice(clust
 
     crashed = subprocess.run(
         [sys.executable, "manage.py", "shell", "-c", CRASHING_DISPATCHER],
-        cwd=ROOT, env=project_env(tmp_path), capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        env=project_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert crashed.returncode == 9, crashed.stderr
     start_intent.refresh_from_db()
@@ -260,8 +285,20 @@ def test_outbox_survives_a_dispatcher_crash_and_a_start_is_never_run_twice(clust
 def test_celery_worker_and_beat_run_a_task_through_an_agent_to_success_and_its_log(cluster, people, tmp_path):
     redis.Redis.from_url(REDIS_TEST_URL).flushdb()
     celery = start(
-        ["-m", "celery", "-A", "iris_web", "worker", "--beat", "--pool", "solo", "--loglevel", "INFO",
-         "--schedule", str(tmp_path / "beat-schedule")],
+        [
+            "-m",
+            "celery",
+            "-A",
+            "iris_web",
+            "worker",
+            "--beat",
+            "--pool",
+            "solo",
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            str(tmp_path / "beat-schedule"),
+        ],
         project_env(tmp_path, IRIS_TICK_SECONDS="1", IRIS_DISPATCH_SECONDS="1"),
         tmp_path / "celery.log",
     )

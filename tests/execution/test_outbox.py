@@ -225,9 +225,7 @@ def test_a_crash_between_sending_and_recording_loses_nothing_and_counts_the_try(
 
 def test_a_drain_while_another_holds_the_lease_does_nothing():
     assign(make_job("/alice/a"), make_worker("w1"))
-    SchedulerLease.objects.create(
-        name=LEASE_NAME, holder="someone", expires_at=timezone.now() + timedelta(seconds=30)
-    )
+    SchedulerLease.objects.create(name=LEASE_NAME, holder="someone", expires_at=timezone.now() + timedelta(seconds=30))
 
     assert drain() is None
     assert DispatchIntent.objects.get().state == "pending"
@@ -235,9 +233,7 @@ def test_a_drain_while_another_holds_the_lease_does_nothing():
 
 def test_a_dead_drains_lease_is_taken_over_once_expired():
     assign(make_job("/alice/a"), make_worker("w1"))
-    SchedulerLease.objects.create(
-        name=LEASE_NAME, holder="dead", expires_at=timezone.now() - timedelta(seconds=1)
-    )
+    SchedulerLease.objects.create(name=LEASE_NAME, holder="dead", expires_at=timezone.now() - timedelta(seconds=1))
 
     assert drain().delivered == 1
 

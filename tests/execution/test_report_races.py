@@ -25,6 +25,7 @@ from tests.races import RENDEZVOUS_SECONDS, Rendezvous
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
+
 def race_final_reports(
     monkeypatch,
     job: Job,
@@ -61,7 +62,16 @@ def race_final_reports(
         try:
             rendezvous.register(name)
             ready.wait(timeout=RENDEZVOUS_SECONDS)
-            apply_reports([AttemptReport(AttemptRef(task.pk, 1), status, exit_code=0 if status is AttemptStatus.SUCCEEDED else 1, worker=worker)])
+            apply_reports(
+                [
+                    AttemptReport(
+                        AttemptRef(task.pk, 1),
+                        status,
+                        exit_code=0 if status is AttemptStatus.SUCCEEDED else 1,
+                        worker=worker,
+                    )
+                ]
+            )
         except BaseException as exc:  # pragma: no cover - reported below
             errors.append(exc)
         finally:
@@ -113,7 +123,10 @@ def test_two_gang_members_failing_at_once_end_the_gang_once(monkeypatch):
         start_running(job, host, index=index)
 
     race_final_reports(
-        monkeypatch, job, (AttemptStatus.FAILED, AttemptStatus.FAILED), workers=("w1", "w2"),
+        monkeypatch,
+        job,
+        (AttemptStatus.FAILED, AttemptStatus.FAILED),
+        workers=("w1", "w2"),
         meet_before_releasing_the_gang=True,
     )
 

@@ -111,7 +111,11 @@ def test_a_late_running_report_never_revives_a_finished_attempt():
 
     assert outcome.applied == 0
     attempt = attempt_of(task)
-    assert (attempt.state, attempt.finished_at, attempt.started_at) == ("succeeded", finished.finished_at, finished.started_at)
+    assert (attempt.state, attempt.finished_at, attempt.started_at) == (
+        "succeeded",
+        finished.finished_at,
+        finished.started_at,
+    )
     assert refreshed(task).state == "succeeded"
 
 

@@ -29,10 +29,28 @@ pytestmark = [
 
 def supervise_as_nobody(folder: Path, script: str, *options: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [SYSTEM_PYTHON, "-I", str(SUPERVISOR), "--parent", str(os.getpid()), "--key", "7-1", *options,
-         "--", "sh", "-c", script],
-        cwd=folder, env={"PATH": "/usr/bin:/bin", "IRIS_ATTEMPT_KEY": "7-1"}, capture_output=True, text=True,
-        timeout=30, user=NOBODY.pw_uid, group=NOBODY.pw_gid, extra_groups=[],
+        [
+            SYSTEM_PYTHON,
+            "-I",
+            str(SUPERVISOR),
+            "--parent",
+            str(os.getpid()),
+            "--key",
+            "7-1",
+            *options,
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
+        cwd=folder,
+        env={"PATH": "/usr/bin:/bin", "IRIS_ATTEMPT_KEY": "7-1"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        user=NOBODY.pw_uid,
+        group=NOBODY.pw_gid,
+        extra_groups=[],
     )
 
 

@@ -84,7 +84,9 @@ def confirm_stops_one_by_one():
         )
         if stopping is None:
             return
-        apply_reports([AttemptReport(AttemptRef(stopping.task_id, stopping.number), AttemptStatus.PREEMPTED, exit_code=-15)])
+        apply_reports(
+            [AttemptReport(AttemptRef(stopping.task_id, stopping.number), AttemptStatus.PREEMPTED, exit_code=-15)]
+        )
         drain()
         assert_within_capacity()
 
@@ -203,7 +205,9 @@ def test_preemption_plus_same_tick_placement_never_overcommits_a_worker(backend,
                     n += 1
                     start_running(make_job(f"/bob/batch{n}", band=Band.BATCH, cpu=cores), host)
         for n, (band, cores, replicas) in enumerate(pending):
-            make_job(f"/alice/job{n}", band=band, cpu=cores, replicas=replicas, group_by="pool" if replicas > 1 else None)
+            make_job(
+                f"/alice/job{n}", band=band, cpu=cores, replicas=replicas, group_by="pool" if replicas > 1 else None
+            )
 
         run_tick(NOW_MS)
         drain()

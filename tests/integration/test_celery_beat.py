@@ -17,8 +17,21 @@ def run_worker_with_beat(tmp_path, ticks: int, *worker_args: str, **env: str) ->
     redis.Redis.from_url(REDIS_TEST_URL).flushdb()
     log_path = tmp_path / "celery.log"
     worker = start(
-        ["-m", "celery", "-A", "iris_web", "worker", "--beat", "--pool", "solo", *worker_args, "--loglevel", "INFO",
-         "--schedule", str(tmp_path / "beat-schedule")],
+        [
+            "-m",
+            "celery",
+            "-A",
+            "iris_web",
+            "worker",
+            "--beat",
+            "--pool",
+            "solo",
+            *worker_args,
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            str(tmp_path / "beat-schedule"),
+        ],
         project_env(tmp_path, IRIS_TICK_SECONDS="1", **env),
         log_path,
     )

@@ -20,8 +20,16 @@ pytestmark = pytest.mark.django_db
 def add_workers(start: int, n: int) -> None:
     now = timezone.now()
     Worker.objects.bulk_create(
-        Worker(name=f"bulk-{i:05d}", cpu_millicores=4000, memory_bytes=16 * GIB, device_type="cpu",
-               device_variant="", device_count=0, attributes={"zone": f"z{i % 7}"}, last_heartbeat=now)
+        Worker(
+            name=f"bulk-{i:05d}",
+            cpu_millicores=4000,
+            memory_bytes=16 * GIB,
+            device_type="cpu",
+            device_variant="",
+            device_count=0,
+            attributes={"zone": f"z{i % 7}"},
+            last_heartbeat=now,
+        )
         for i in range(start, start + n)
     )
 
@@ -79,8 +87,11 @@ def test_who_holds_the_matching_workers_is_counted_once_per_tick_and_again_after
     first, first_sql = explain(client)
     second, second_sql = explain(client)
     assert (holder_counts(first_sql), holder_counts(second_sql)) == (1, 0)
-    assert first["feasibility"]["held_by_others"] == second["feasibility"]["held_by_others"] == {
-        "tasks": 1, "users": ["bob"]}
+    assert (
+        first["feasibility"]["held_by_others"]
+        == second["feasibility"]["held_by_others"]
+        == {"tasks": 1, "users": ["bob"]}
+    )
 
     start_running(make_job("/carol/small", cpu=1, memory_gib=1), big)  # carol now holds part of it too
     forget_board()
@@ -93,8 +104,16 @@ def test_who_holds_the_matching_workers_is_counted_once_per_tick_and_again_after
 def test_the_workers_kept_for_a_tick_share_one_device_per_shape():
     add_workers(0, 3)
     Worker.objects.bulk_create(
-        Worker(name=f"tpu-{i}", cpu_millicores=8000, memory_bytes=16 * GIB, device_type="tpu",
-               device_variant="v5p-8", device_count=4, attributes={}, last_heartbeat=timezone.now())
+        Worker(
+            name=f"tpu-{i}",
+            cpu_millicores=8000,
+            memory_bytes=16 * GIB,
+            device_type="tpu",
+            device_variant="v5p-8",
+            device_count=4,
+            attributes={},
+            last_heartbeat=timezone.now(),
+        )
         for i in range(2)
     )
     workers = {w.id: w for w in worker_specs()}

@@ -1,4 +1,4 @@
-""""Held by" names only the work a job may evict (issue 23): a strictly lower band and, by the
+""" "Held by" names only the work a job may evict (issue 23): a strictly lower band and, by the
 preemption pass's own rule (``core.preemption.may_evict``), the same kind of work (a CPU task
 evicts only CPU work); the rest is summed apart, with "only their finishing frees room". The
 same in the API's explain, the job page and the what-if."""
@@ -51,7 +51,7 @@ def test_the_job_page_says_only_their_finishing_frees_room_when_nothing_is_evict
     html = client.get("/jobs/carol/wait/").content.decode()
 
     assert 'id="held-by"' not in html and "preemptible" not in html
-    others = html[html.index('id="held-by-others"'):]
+    others = html[html.index('id="held-by-others"') :]
     assert "1 task of alice that this job may not evict" in others
     assert "only their finishing frees room" in others
 
@@ -63,12 +63,18 @@ def test_what_if_on_the_ticks_basis_lists_only_holders_it_may_evict(alice):
     start_running(make_job("/dave/cpu", band=Band.INTERACTIVE, cpu=8), cpu)
     run_tick(NOW_MS)
 
-    answer = token_client(alice).post("/api/v1/what-if/", {"name": "probe", "cpu": 8, "memory": "1Gi"},
-                                      format="json").json()
-    tpu_probe = token_client(alice).post(
-        "/api/v1/what-if/", {"name": "probe", "cpu": 8, "memory": "1Gi", "device": {"type": "tpu", "variant": "v5p",
-                                                                                   "count": 4}},
-        format="json").json()
+    answer = (
+        token_client(alice).post("/api/v1/what-if/", {"name": "probe", "cpu": 8, "memory": "1Gi"}, format="json").json()
+    )
+    tpu_probe = (
+        token_client(alice)
+        .post(
+            "/api/v1/what-if/",
+            {"name": "probe", "cpu": 8, "memory": "1Gi", "device": {"type": "tpu", "variant": "v5p", "count": 4}},
+            format="json",
+        )
+        .json()
+    )
 
     assert answer["basis"]["source"] == "tick"
     assert answer["feasibility"]["verdict"] == "not_now" and answer["would_preempt"] == []

@@ -41,8 +41,12 @@ def table():
     combos = list(itertools.product(USERS, Band, STATES))
     rng.shuffle(combos)
     for i, (user, band, state) in enumerate(combos[:36]):
-        job = make_job(f"/{user}/{'train' if i % 3 else 'Eval'}-{i:02d}", band=band,
-                       submitted_at_ms=FIRST_DAY_MS + rng.randrange(4 * DAY_MS), replicas=1 + i % 3)
+        job = make_job(
+            f"/{user}/{'train' if i % 3 else 'Eval'}-{i:02d}",
+            band=band,
+            submitted_at_ms=FIRST_DAY_MS + rng.randrange(4 * DAY_MS),
+            replicas=1 + i % 3,
+        )
         Job.objects.filter(pk=job.pk).update(state=state, route=ROUTES[i % 3])
     UserBudget.objects.create(user_id="carol", budget_limit=1, max_band=Band.INTERACTIVE)
     spender = make_job("/carol/spender", band=Band.INTERACTIVE, submitted_at_ms=FIRST_DAY_MS)
@@ -68,20 +72,29 @@ FILTERS = [
     ({"route": "unrouted"}, lambda j: j.route == ""),
     ({"route": "kubernetes", "band": "batch"}, lambda j: j.route == "kubernetes" and j.band == Band.BATCH),
     ({"name": "eval"}, lambda j: "eval" in j.name.lower()),
-    ({"submitted_after": "2027-01-13", "submitted_before": "2027-01-14"},
-     lambda j: FIRST_DAY_MS + DAY_MS <= j.submitted_at_ms < FIRST_DAY_MS + 3 * DAY_MS),
+    (
+        {"submitted_after": "2027-01-13", "submitted_before": "2027-01-14"},
+        lambda j: FIRST_DAY_MS + DAY_MS <= j.submitted_at_ms < FIRST_DAY_MS + 3 * DAY_MS,
+    ),
 ]
 
 SORT_KEYS = {
-    "name": lambda j: j.name, "user": lambda j: j.user, "band": lambda j: j.band, "effective": effective,
-    "state": lambda j: j.state, "route": lambda j: j.route, "tasks": lambda j: j.replicas,
+    "name": lambda j: j.name,
+    "user": lambda j: j.user,
+    "band": lambda j: j.band,
+    "effective": effective,
+    "state": lambda j: j.state,
+    "route": lambda j: j.route,
+    "tasks": lambda j: j.replicas,
     "submitted": lambda j: j.submitted_at_ms,
 }
 
 
 def listed(params: dict) -> list[str]:
     f, view = listing.parse_filter(params), listing.parse_view(params)
-    return list(listing.ordered(listing.filtered_jobs(f, listing.over_budget_users()), view).values_list("name", flat=True))
+    return list(
+        listing.ordered(listing.filtered_jobs(f, listing.over_budget_users()), view).values_list("name", flat=True)
+    )
 
 
 @pytest.mark.parametrize("params, keep", FILTERS, ids=[str(p) for p, _ in FILTERS])
@@ -110,15 +123,18 @@ def test_grouping_orders_by_the_group_then_the_sort_and_counts_each_group(table,
     assert counts == {k: sum(1 for j in rows if key(j) == k) for k in {key(j) for j in rows}}
 
 
-@pytest.mark.parametrize("params, field", [
-    ({"band": "urgent"}, "band"),
-    ({"effective": "7"}, "effective"),
-    ({"state": "sleeping"}, "state"),
-    ({"route": "slurm"}, "route"),
-    ({"name": "x" * 151}, "name"),
-    ({"submitted_after": "yesterday"}, "submitted_after"),
-    ({"submitted_after": "2027-01-14", "submitted_before": "2027-01-13"}, "submitted_before"),
-])
+@pytest.mark.parametrize(
+    "params, field",
+    [
+        ({"band": "urgent"}, "band"),
+        ({"effective": "7"}, "effective"),
+        ({"state": "sleeping"}, "state"),
+        ({"route": "slurm"}, "route"),
+        ({"name": "x" * 151}, "name"),
+        ({"submitted_after": "yesterday"}, "submitted_after"),
+        ({"submitted_after": "2027-01-14", "submitted_before": "2027-01-13"}, "submitted_before"),
+    ],
+)
 def test_a_bad_filter_value_is_refused_naming_its_field(params, field):
     with pytest.raises(InvalidArgument) as refused:
         listing.parse_filter(params)

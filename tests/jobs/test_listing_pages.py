@@ -17,10 +17,15 @@ def many_jobs(alice, bob, ada):
     """23 jobs with many ties in every column but the id (and the name)."""
     for i in range(23):
         owner = (alice, bob)[i % 2]
-        job = submit(ada, f"/{owner.username}/j{i:02}", replicas=1 + i % 3,
-                     priority=("interactive", "batch", "production")[i % 3])
-        Job.objects.filter(pk=job.pk).update(state=("pending", "running", "succeeded", "pending")[i % 4],
-                                             route=("", "workers")[i % 2 and i % 3 == 0])
+        job = submit(
+            ada,
+            f"/{owner.username}/j{i:02}",
+            replicas=1 + i % 3,
+            priority=("interactive", "batch", "production")[i % 3],
+        )
+        Job.objects.filter(pk=job.pk).update(
+            state=("pending", "running", "succeeded", "pending")[i % 4], route=("", "workers")[i % 2 and i % 3 == 0]
+        )
     return list(Job.objects.values_list("pk", flat=True))
 
 

@@ -8,8 +8,16 @@ from scheduler.jobs.request import JOB_REQUEST_FIELDS, parse_job_request
 from scheduler.views.forms import JobForm, WhatIfForm
 
 FORM_DATA = {
-    "name": "train", "priority": "batch", "replicas": "2", "cpu": "1.5", "memory": "2Gi", "device_type": "gpu",
-    "device_variant": "h100", "device_count": "8", "group_by": "rack", "scheduling_timeout_seconds": "60",
+    "name": "train",
+    "priority": "batch",
+    "replicas": "2",
+    "cpu": "1.5",
+    "memory": "2Gi",
+    "device_type": "gpu",
+    "device_variant": "h100",
+    "device_count": "8",
+    "group_by": "rack",
+    "scheduling_timeout_seconds": "60",
     "command": "python train.py --steps 10",
 }
 

@@ -53,7 +53,10 @@ def test_what_if_names_who_holds_its_workers_from_the_tick_without_counting_the_
     assert (holder_counts(eight_sql), holder_counts(one_sql)) == (0, 0)
     for answer in (eight, one):
         assert (answer["basis"]["tick"], answer["feasibility"]["verdict"], answer["would_place"]) == (
-            tick, "not_now", False)
+            tick,
+            "not_now",
+            False,
+        )
     # INTERACTIVE work may not evict INTERACTIVE work: "Held by" is empty, the rest summed apart.
     assert held(eight) == held(one) == []
     assert eight["feasibility"]["held_by_others"] == {"tasks": 2, "users": ["bob", "carol"]}
@@ -62,9 +65,16 @@ def test_what_if_names_who_holds_its_workers_from_the_tick_without_counting_the_
 
 
 def spec(cpu: int, mem_gib: int = 1, device: Device = Device(), zone: str | None = None) -> JobSpec:
-    return JobSpec(id="/x/probe", user="x", band=Band.INTERACTIVE, parent=None, submitted_at_ms=NOW_MS,
-                   root_submitted_at_ms=NOW_MS, resources=Resources(cpu * 1000, mem_gib * GIB, device),
-                   constraints=(Constraint("zone", ConstraintOp.EQ, zone),) if zone else ())
+    return JobSpec(
+        id="/x/probe",
+        user="x",
+        band=Band.INTERACTIVE,
+        parent=None,
+        submitted_at_ms=NOW_MS,
+        root_submitted_at_ms=NOW_MS,
+        resources=Resources(cpu * 1000, mem_gib * GIB, device),
+        constraints=(Constraint("zone", ConstraintOp.EQ, zone),) if zone else (),
+    )
 
 
 def test_the_tick_basis_holder_counts_equal_the_live_count_right_after_the_tick_that_preempted(alice):
@@ -79,13 +89,21 @@ def test_the_tick_basis_holder_counts_equal_the_live_count_right_after_the_tick_
     make_job("/dave/more", cpu=2, replicas=3)
     assert run_tick(NOW_MS).preempted >= 1
     basis = whatif_basis()
-    shapes = [spec(1), spec(4), spec(8), spec(12), spec(64), spec(1, zone="z1"),
-              spec(1, device=Device(DeviceType.GPU, "a100", 2))]
+    shapes = [
+        spec(1),
+        spec(4),
+        spec(8),
+        spec(12),
+        spec(64),
+        spec(1, zone="z1"),
+        spec(1, device=Device(DeviceType.GPU, "a100", 2)),
+    ]
     for shape in shapes:
         analysis = analyse_job(shape, basis.workers, (), basis.attributes)
         for band in (Band.PRODUCTION, Band.INTERACTIVE, Band.BATCH):
             assert rank_holders(basis.holder_counts(analysis.matching_ids), shape, band) == holders_of(
-                analysis, shape, band), shape
+                analysis, shape, band
+            ), shape
 
 
 def test_a_job_shape_is_analysed_once_per_tick_and_again_after_the_next(alice, monkeypatch):

@@ -26,8 +26,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 SCANNED = sorted(
-    [*(ROOT / "scheduler" / "views").glob("*.py"), *(ROOT / "scheduler" / "api" / "serializers").glob("*.py"),
-     ROOT / "cli" / "iris_cli" / "formatting.py", ROOT / "cli" / "iris_cli" / "cells.py", ROOT / "scheduler" / "jobs" / "explain.py"]
+    [
+        *(ROOT / "scheduler" / "views").glob("*.py"),
+        *(ROOT / "scheduler" / "api" / "serializers").glob("*.py"),
+        ROOT / "cli" / "iris_cli" / "formatting.py",
+        ROOT / "cli" / "iris_cli" / "cells.py",
+        ROOT / "scheduler" / "jobs" / "explain.py",
+    ]
 )
 
 # (module, source of the argument) -> the user input it parses.
@@ -39,8 +44,10 @@ BAND_PARSE_ALLOWED = {
 SPLIT_ALLOWED = {
     ("scheduler/views/charts.py", "stretch[0].split(',')"): "an SVG point 'x,y' the chart built itself",
     ("scheduler/views/charts.py", "points[0].split(',')"): "an SVG point 'x,y' the chart built itself",
-    ("scheduler/views/common.py", "name.replace('.', '_').split('[')"):
-        "an error's field path (device.count, constraints[2]) mapped to a form field's name",
+    (
+        "scheduler/views/common.py",
+        "name.replace('.', '_').split('[')",
+    ): "an error's field path (device.count, constraints[2]) mapped to a form field's name",
     ("scheduler/views/forms.py", "shlex.split(text)"): "the command a person typed into the form",
     ("cli/iris_cli/cells.py", "key.split('.')"): "pick()'s own dotted key constants",
     ("cli/iris_cli/cells.py", "value.partition('T')"): "an ISO 8601 timestamp (a machine format)",
@@ -57,8 +64,13 @@ def band_parses(tree: ast.AST) -> list[str]:
     """The argument source of every ``Band.parse(x)`` call and every ``Band[x]`` lookup."""
     found = []
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "parse"
-                and isinstance(node.func.value, ast.Name) and node.func.value.id == "Band"):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "parse"
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "Band"
+        ):
             found.append(ast.unparse(node.args[0]) if node.args else "")
         elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "Band":
             found.append(f"Band[{ast.unparse(node.slice)}]")
@@ -104,10 +116,12 @@ def test_every_allowance_is_still_needed():
 
 def test_the_scan_sees_the_shapes_it_forbids():
     """The scan itself: it finds a parse of a served band and a split of a served sentence."""
-    tree = ast.parse('requested = Band.parse(explain["requested_band"])\n'
-                     'text = item["why"].split(": ", 1)[-1]\n'
-                     'user = event["preemptor"].split("/")[1]\n'
-                     'band = Band[name.upper()]\n'
-                     'm = re.search(r"position (\\d+)", reason["text"])\n')
+    tree = ast.parse(
+        'requested = Band.parse(explain["requested_band"])\n'
+        'text = item["why"].split(": ", 1)[-1]\n'
+        'user = event["preemptor"].split("/")[1]\n'
+        "band = Band[name.upper()]\n"
+        'm = re.search(r"position (\\d+)", reason["text"])\n'
+    )
     assert band_parses(tree) == ["explain['requested_band']", "Band[name.upper()]"]
     assert len(string_cuts(tree)) == 3

@@ -19,8 +19,10 @@ class Scrape:
     def value(self, name: str, **labels) -> float:
         """The sample's value; 0 for a series not (yet) exposed, as Prometheus treats a counter."""
         for sample in self.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()) and (
-                set(sample.labels) - {"le"} == set(labels) - {"le"}
+            if (
+                sample.name == name
+                and all(sample.labels.get(k) == v for k, v in labels.items())
+                and (set(sample.labels) - {"le"} == set(labels) - {"le"})
             ):
                 return sample.value
         return 0.0

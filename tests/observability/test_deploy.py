@@ -38,8 +38,11 @@ def rule_exprs() -> list[str]:
 
 
 def test_the_alert_rules_cover_what_the_issue_asks_for():
-    names = {rule["alert"] for group in yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())["groups"]
-             for rule in group["rules"]}
+    names = {
+        rule["alert"]
+        for group in yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())["groups"]
+        for rule in group["rules"]
+    }
     assert {"IrisTickStalled", "IrisOutboxStuck", "IrisNoHealthyWorkers", "IrisUserPreemptedRepeatedly"} <= names
 
 

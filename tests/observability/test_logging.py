@@ -84,7 +84,9 @@ def test_exceptions_are_one_json_line_with_the_traceback():
 
 
 def access_record(path: str, status: int) -> logging.LogRecord:
-    record = logging.LogRecord("django.server", logging.INFO, __file__, 1, '"%s" %s %s', (f"POST {path} HTTP/1.1", status, 10), None)
+    record = logging.LogRecord(
+        "django.server", logging.INFO, __file__, 1, '"%s" %s %s', (f"POST {path} HTTP/1.1", status, 10), None
+    )
     record.status_code = status
     return record
 
@@ -101,11 +103,34 @@ def access_record(path: str, status: int) -> logging.LogRecord:
         (logging.LogRecord("celery.beat", logging.INFO, __file__, 1, "Scheduler: Sending due task", (), None), True),
         (logging.LogRecord("celery.app.trace", logging.ERROR, __file__, 1, "Task raised", (), None), False),
         (logging.LogRecord("scheduler.tick", logging.INFO, __file__, 1, "tick 1", (), None), False),
-        (logging.LogRecord("iris.agent", logging.INFO, __file__, 1, AGENT_STARTED, ("cpu-1", "/a/b/0", 1, 42), None), True),
-        (logging.LogRecord("iris.agent", logging.INFO, __file__, 1, AGENT_EXITED, ("cpu-1", "/a/b/0", 1, 0), None), True),
-        (logging.LogRecord("iris.agent", logging.INFO, __file__, 1, AGENT_EXITED, ("cpu-1", "/a/b/0", 1, 3), None), False),
-        (logging.LogRecord("iris.agent", logging.INFO, __file__, 1, AGENT_EXITED, ("cpu-1", "/a/b/0", 1, 143), None), True),
-        (logging.LogRecord("iris.agent", logging.INFO, __file__, 1, AGENT_STOPPING, ("cpu-1", "/a/b/0", 1, "Preempted by /c/d/0"), None), True),
+        (
+            logging.LogRecord("iris.agent", logging.INFO, __file__, 1, AGENT_STARTED, ("cpu-1", "/a/b/0", 1, 42), None),
+            True,
+        ),
+        (
+            logging.LogRecord("iris.agent", logging.INFO, __file__, 1, AGENT_EXITED, ("cpu-1", "/a/b/0", 1, 0), None),
+            True,
+        ),
+        (
+            logging.LogRecord("iris.agent", logging.INFO, __file__, 1, AGENT_EXITED, ("cpu-1", "/a/b/0", 1, 3), None),
+            False,
+        ),
+        (
+            logging.LogRecord("iris.agent", logging.INFO, __file__, 1, AGENT_EXITED, ("cpu-1", "/a/b/0", 1, 143), None),
+            True,
+        ),
+        (
+            logging.LogRecord(
+                "iris.agent",
+                logging.INFO,
+                __file__,
+                1,
+                AGENT_STOPPING,
+                ("cpu-1", "/a/b/0", 1, "Preempted by /c/d/0"),
+                None,
+            ),
+            True,
+        ),
         (logging.LogRecord("iris.agent", logging.INFO, __file__, 1, "agent %s registered", ("cpu-1",), None), False),
     ],
 )
@@ -121,15 +146,29 @@ def test_the_json_format_is_chosen_by_the_environment():
         "logging.getLogger('scheduler.x').info('hello %s', 'there', extra={'job': '/a/b', 'attempt': 2})"
     )
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "iris_web.settings", "IRIS_LOG_FORMAT": "json"}
-    result = subprocess.run([sys.executable, "-c", code], env=env, cwd=settings.BASE_DIR, capture_output=True,
-                            text=True, timeout=60, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=settings.BASE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
 
     line = json.loads(result.stderr.strip().splitlines()[-1])
     assert line["message"] == "hello there" and line["job"] == "/a/b" and line["attempt"] == 2
 
     env["IRIS_LOG_FORMAT"] = "text"
-    result = subprocess.run([sys.executable, "-c", code], env=env, cwd=settings.BASE_DIR, capture_output=True,
-                            text=True, timeout=60, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        cwd=settings.BASE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert result.stderr.strip().splitlines()[-1].endswith("INFO scheduler.x: hello there")
 
 

@@ -97,7 +97,9 @@ def test_a_tick_that_raises_counts_as_failed_and_nothing_else(alice, scrape, tic
     after = scrape()
     assert after.value("iris_ticks_total", outcome="failed") == before.value("iris_ticks_total", outcome="failed") + 1
     assert after.value("iris_ticks_total", outcome="ran") == before.value("iris_ticks_total", outcome="ran")
-    assert after.value("iris_assignments_total", band="interactive") == before.value("iris_assignments_total", band="interactive")
+    assert after.value("iris_assignments_total", band="interactive") == before.value(
+        "iris_assignments_total", band="interactive"
+    )
 
 
 def test_pending_tasks_count_by_the_band_the_tick_queued_them_in(alice, scrape, tick):
@@ -143,8 +145,11 @@ def test_preemptions_older_than_the_window_are_not_counted(bob, ada, scrape, tic
 def test_per_user_series_are_bounded_by_the_top_spenders_and_an_other_bucket(settings, scrape):
     settings.METRICS_TOP_USERS = 2
     TickRecord.objects.create(
-        started_at=timezone.now(), now_ms=0, duration_ms=1,
-        spend={"ann": 50, "ben": 30, "cat": 20, "dan": 5}, limits={"ann": 100, "ben": 10, "cat": 0, "dan": 1},
+        started_at=timezone.now(),
+        now_ms=0,
+        duration_ms=1,
+        spend={"ann": 50, "ben": 30, "cat": 20, "dan": 5},
+        limits={"ann": 100, "ben": 10, "cat": 0, "dan": 1},
     )
 
     result = scrape()

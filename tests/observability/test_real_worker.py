@@ -28,9 +28,11 @@ def test_ticks_counted_in_the_worker_process_are_exposed_by_the_web_process(tmp_
     after = scrape()
     ran = after.value("iris_ticks_total", outcome="ran") - before.value("iris_ticks_total", outcome="ran")
     assert ran == TickRecord.objects.count() >= 2
-    assert after.value("iris_assignments_total", band="interactive") - before.value(
-        "iris_assignments_total", band="interactive"
-    ) == 2
+    assert (
+        after.value("iris_assignments_total", band="interactive")
+        - before.value("iris_assignments_total", band="interactive")
+        == 2
+    )
     records = []
     for line in log.splitlines():
         try:

@@ -27,9 +27,17 @@ def test_insert_rows_writes_exactly_the_given_rows_as_one_statement():
     job = make_job("/alice/bulk", replicas=2)
     worker = make_worker("w-bulk")
     first, second = job.tasks.order_by("index")
-    columns = [("task_id", "bigint"), ("attempt_number", "integer"), ("kind", "text"), ("worker_id", "bigint"),
-               ("state", "text"), ("reason", "text"), ("tries", "integer"), ("last_error", "text"),
-               ("created_at", "timestamptz")]
+    columns = [
+        ("task_id", "bigint"),
+        ("attempt_number", "integer"),
+        ("kind", "text"),
+        ("worker_id", "bigint"),
+        ("state", "text"),
+        ("reason", "text"),
+        ("tries", "integer"),
+        ("last_error", "text"),
+        ("created_at", "timestamptz"),
+    ]
     rows = [
         (first.pk, 1, "start", worker.pk, "pending", "assigned", 0, "", WHEN),
         (second.pk, 1, "stop", None, "pending", AWKWARD, 3, AWKWARD, WHEN),
@@ -50,18 +58,31 @@ def test_insert_rows_then_update_rows_in_one_transaction():
     with transaction.atomic():
         bulk.insert_rows(
             Attempt._meta.db_table,
-            [("task_id", "bigint"), ("number", "integer"), ("worker_id", "bigint"), ("state", "text"),
-             ("band", "smallint"), ("created_at", "timestamptz"), ("error", "text")],
+            [
+                ("task_id", "bigint"),
+                ("number", "integer"),
+                ("worker_id", "bigint"),
+                ("state", "text"),
+                ("band", "smallint"),
+                ("created_at", "timestamptz"),
+                ("error", "text"),
+            ],
             [(task.pk, 1, worker.pk, "assigned", 2, WHEN, "")],
         )
         with bulk.pipeline():
             bulk.update_rows(
-                Attempt._meta.db_table, [("task_id", "bigint"), ("number", "integer")],
-                [("state", "text"), ("error", "text")], [(task.pk, 1, "preempted", AWKWARD)],
+                Attempt._meta.db_table,
+                [("task_id", "bigint"), ("number", "integer")],
+                [("state", "text"), ("error", "text")],
+                [(task.pk, 1, "preempted", AWKWARD)],
             )
     attempt = Attempt.objects.get()
     assert (attempt.worker_id, attempt.state, attempt.error, attempt.band, attempt.created_at) == (
-        worker.pk, "preempted", AWKWARD, 2, WHEN
+        worker.pk,
+        "preempted",
+        AWKWARD,
+        2,
+        WHEN,
     )
 
 
@@ -70,19 +91,42 @@ def test_insert_returning_writes_every_column_and_returns_the_new_ids_by_key():
 
     columns = bulk.model_columns(Job)
     template = {attname: None for _, _, attname in columns} | {
-        "user": "alice", "band": 2, "state": "pending", "depth": 1, "replicas": 1, "cpu_millicores": 1000,
-        "memory_bytes": 1 << 30, "device_type": "cpu", "device_variant": "", "device_count": 0,
-        "max_retries_preemption": 100, "max_retries_failure": 0, "system_reason": "", "route": "",
-        "submission_argv": [], "request": {"nested": {"deep": [1, "two", None]}}, "created_at": WHEN,
+        "user": "alice",
+        "band": 2,
+        "state": "pending",
+        "depth": 1,
+        "replicas": 1,
+        "cpu_millicores": 1000,
+        "memory_bytes": 1 << 30,
+        "device_type": "cpu",
+        "device_variant": "",
+        "device_count": 0,
+        "max_retries_preemption": 100,
+        "max_retries_failure": 0,
+        "system_reason": "",
+        "route": "",
+        "submission_argv": [],
+        "request": {"nested": {"deep": [1, "two", None]}},
+        "created_at": WHEN,
     }
     rows = [
-        {**template, "name": f"/alice/r{i}", "submitted_at_ms": i, "root_submitted_at_ms": i,
-         "command": ["python", AWKWARD, str(i)], "constraints": [{"key": "zone", "op": "in", "value": ["a", "b"]}]}
+        {
+            **template,
+            "name": f"/alice/r{i}",
+            "submitted_at_ms": i,
+            "root_submitted_at_ms": i,
+            "command": ["python", AWKWARD, str(i)],
+            "constraints": [{"key": "zone", "op": "in", "value": ["a", "b"]}],
+        }
         for i in range(3)
     ]
     with CaptureQueriesContext(connection) as queries:
-        returned = bulk.insert_returning(Job._meta.db_table, [(c, t) for c, t, _ in columns],
-                                         [tuple(r[a] for _, _, a in columns) for r in rows], returning=("name", "id"))
+        returned = bulk.insert_returning(
+            Job._meta.db_table,
+            [(c, t) for c, t, _ in columns],
+            [tuple(r[a] for _, _, a in columns) for r in rows],
+            returning=("name", "id"),
+        )
     assert len([q for q in queries.captured_queries if q["sql"].startswith("INSERT")]) == 1
     ids = dict(returned)
     assert set(ids) == {f"/alice/r{i}" for i in range(3)}

@@ -121,8 +121,16 @@ def test_a_long_run_of_writes_is_read_as_changes_exactly_as_a_whole_read_would()
     ops = Operations()
     read_cluster()
     plan = random.Random(7)
-    weights = {"submit": 4, "tick": 4, "report": 3, "confirm_stopped": 1, "cancel": 1, "lose_worker": 1,
-               "heal_workers": 1, "delete_job": 1}
+    weights = {
+        "submit": 4,
+        "tick": 4,
+        "report": 3,
+        "confirm_stopped": 1,
+        "cancel": 1,
+        "lose_worker": 1,
+        "heal_workers": 1,
+        "delete_job": 1,
+    }
     kinds = []
     held_seen = False
     for n in range(120):
@@ -254,7 +262,6 @@ def test_an_update_of_any_column_the_tick_reads_marks_the_row_changed(table, sel
     with connection.cursor() as cursor:
         cursor.execute(f'UPDATE {table} SET "{other}" = "{other}" WHERE id = %s', [pk])
     assert stamp() == before
-
 
 
 def test_views_share_the_kept_maps_until_a_change_which_the_earlier_views_never_see():

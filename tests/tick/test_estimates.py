@@ -31,9 +31,16 @@ def finished_runs(count: int, minutes: int, *, prefix: str = "/alice/old", worke
         job = make_job(f"{prefix}{i}", cpu=1, memory_gib=1)
         task = Task.objects.get(job=job)
         Task.objects.filter(pk=task.pk).update(state=state, attempt_count=1)
-        Attempt.objects.create(task=task, number=1, worker=worker, state=state, band=job.band,
-                               created_at=end - timedelta(minutes=minutes), started_at=end - timedelta(minutes=minutes),
-                               finished_at=end)
+        Attempt.objects.create(
+            task=task,
+            number=1,
+            worker=worker,
+            state=state,
+            band=job.band,
+            created_at=end - timedelta(minutes=minutes),
+            started_at=end - timedelta(minutes=minutes),
+            finished_at=end,
+        )
         type(job).objects.filter(pk=job.pk).update(state=state)
 
 
@@ -116,8 +123,9 @@ def passed_estimate(job: str, *, waits: list[int], minutes_ago: int = 5) -> None
     """A stored estimate for ``job``'s task whose p90 passed ``minutes_ago`` minutes ago, and the
     INTERACTIVE band waits it is conditioned on."""
     now = clock.now_ms()
-    estimate = StartEstimate(now - 10 * MINUTE, now - (minutes_ago + 2) * MINUTE, now - minutes_ago * MINUTE,
-                             "simulation")
+    estimate = StartEstimate(
+        now - 10 * MINUTE, now - (minutes_ago + 2) * MINUTE, now - minutes_ago * MINUTE, "simulation"
+    )
     store_estimates({f"{job}/0": estimate}, waits={Band.INTERACTIVE: waits}, as_of_ms=now - 10 * MINUTE)
 
 
@@ -204,7 +212,9 @@ def test_recent_submissions_arrive_again_one_window_later(settings):
     now = clock.now_ms()
     make_job("/alice/old", submitted_at_ms=now - 2 * 60 * MINUTE)
     make_job("/bob/recent", submitted_at_ms=now - 10 * MINUTE, replicas=2)
-    assert [(at - now, job.id, job.replicas) for at, job in recent_submissions(now)] == [(50 * MINUTE, "/bob/recent", 2)]
+    assert [(at - now, job.id, job.replicas) for at, job in recent_submissions(now)] == [
+        (50 * MINUTE, "/bob/recent", 2)
+    ]
 
 
 def test_a_cluster_younger_than_the_window_has_its_jobs_again_one_span_later(settings):
@@ -215,7 +225,10 @@ def test_a_cluster_younger_than_the_window_has_its_jobs_again_one_span_later(set
     make_job("/alice/first", submitted_at_ms=now - 20 * MINUTE)
     make_job("/bob/recent", submitted_at_ms=now - 5 * MINUTE)
     # Twenty minutes old: its twenty minutes again over the next twenty, once.
-    assert [(at - now, job.id) for at, job in recent_submissions(now)] == [(0, "/alice/first"), (15 * MINUTE, "/bob/recent")]
+    assert [(at - now, job.id) for at, job in recent_submissions(now)] == [
+        (0, "/alice/first"),
+        (15 * MINUTE, "/bob/recent"),
+    ]
 
 
 def test_the_estimator_has_its_own_beat_entry_and_task():

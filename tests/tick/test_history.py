@@ -58,8 +58,14 @@ def test_preemption_events_outlive_their_tick():
     tick_at(now)
     victim, preemptor = make_job("/alice/batch").tasks.get(), make_job("/bob/prod").tasks.get()
     event = PreemptionEvent.objects.create(
-        tick=old, victim=victim, preemptor=preemptor, victim_band=int(Band.BATCH),
-        preemptor_band=int(Band.PRODUCTION), reason="r", created_at=old.started_at)
+        tick=old,
+        victim=victim,
+        preemptor=preemptor,
+        victim_band=int(Band.BATCH),
+        preemptor_band=int(Band.PRODUCTION),
+        reason="r",
+        created_at=old.started_at,
+    )
 
     assert prune_tick_records(now, keep_days=8) == 1
     event.refresh_from_db()
@@ -159,8 +165,9 @@ def test_a_record_that_no_longer_holds_the_queue_is_pruned_and_ticks_naming_it_l
     now = timezone.now()
     former = tick_at(now - 20 * DAY)  # held the queue once; a newer tick cleared it
     named = TickRecord.objects.create(started_at=now - 19 * DAY, now_ms=1, duration_ms=1, explanation_tick=former)
-    holder = TickRecord.objects.create(started_at=now - 18 * DAY, now_ms=2, duration_ms=1,
-                                       explanation=compress_json({"tasks": {}}))
+    holder = TickRecord.objects.create(
+        started_at=now - 18 * DAY, now_ms=2, duration_ms=1, explanation=compress_json({"tasks": {}})
+    )
     newest = TickRecord.objects.create(started_at=now - 10 * DAY, now_ms=3, duration_ms=1, explanation_tick=holder)
 
     assert prune_tick_records(now, keep_days=8) == 2
@@ -179,9 +186,17 @@ def events_at(*ages: timedelta, now=None) -> list[PreemptionEvent]:
     now = now or timezone.now()
     n = next(VICTIMS)
     victim, preemptor = make_job(f"/alice/victim-{n}").tasks.get(), make_job(f"/bob/preemptor-{n}").tasks.get()
-    return [PreemptionEvent.objects.create(victim=victim, preemptor=preemptor, victim_band=int(Band.BATCH),
-                                           preemptor_band=int(Band.PRODUCTION), reason=f"r{i}", created_at=now - age)
-            for i, age in enumerate(ages)]
+    return [
+        PreemptionEvent.objects.create(
+            victim=victim,
+            preemptor=preemptor,
+            victim_band=int(Band.BATCH),
+            preemptor_band=int(Band.PRODUCTION),
+            reason=f"r{i}",
+            created_at=now - age,
+        )
+        for i, age in enumerate(ages)
+    ]
 
 
 def test_preemption_events_past_the_window_are_deleted_and_recent_ones_kept():
@@ -204,8 +219,11 @@ def test_each_delete_statement_holds_at_most_one_batch_of_rows():
     with CaptureQueriesContext(connection) as queries:
         assert prune_preemption_events(now, keep_days=90, batch=3).deleted == 7
 
-    deletes = [q["sql"] for q in queries.captured_queries
-               if q["sql"].startswith("DELETE") and "scheduler_preemptionevent" in q["sql"]]
+    deletes = [
+        q["sql"]
+        for q in queries.captured_queries
+        if q["sql"].startswith("DELETE") and "scheduler_preemptionevent" in q["sql"]
+    ]
     assert [d.count(",") + 1 for d in deletes] == [3, 3, 1], deletes
 
 
@@ -214,8 +232,7 @@ def test_pruning_stops_at_its_deadline_and_the_next_run_goes_on():
     events_at(*(100 * DAY + i * timedelta(minutes=1) for i in range(5)), now=now)
     ticks = iter(range(100))  # a clock that moves one second per look
 
-    first = delete_in_batches(PreemptionEvent.objects.order_by("pk"), batch=2, deadline=2,
-                              clock=lambda: next(ticks))
+    first = delete_in_batches(PreemptionEvent.objects.order_by("pk"), batch=2, deadline=2, clock=lambda: next(ticks))
 
     assert (first.deleted, first.finished) == (4, False)  # looked at 0 and 1: two batches; at 2 it stops
     assert PreemptionEvent.objects.count() == 1

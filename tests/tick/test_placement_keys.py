@@ -19,8 +19,12 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 def other_connection() -> psycopg.Connection:
     db = connection.settings_dict
     return psycopg.connect(
-        dbname=db["NAME"], user=db["USER"], password=db["PASSWORD"] or None, host=db["HOST"] or None,
-        port=db["PORT"] or None, autocommit=True,
+        dbname=db["NAME"],
+        user=db["USER"],
+        password=db["PASSWORD"] or None,
+        host=db["HOST"] or None,
+        port=db["PORT"] or None,
+        autocommit=True,
     )
 
 

@@ -35,7 +35,12 @@ def test_tick_assigns_pending_task_and_stamps_band_and_attempt():
     task = Task.objects.get(job=job)
     assert (task.state, task.worker_id, task.band, task.attempt_count) == ("assigned", worker.pk, Band.INTERACTIVE, 1)
     attempt = Attempt.objects.get(task=task)
-    assert (attempt.number, attempt.worker_id, attempt.state, attempt.band) == (1, worker.pk, "assigned", Band.INTERACTIVE)
+    assert (attempt.number, attempt.worker_id, attempt.state, attempt.band) == (
+        1,
+        worker.pk,
+        "assigned",
+        Band.INTERACTIVE,
+    )
     assert Job.objects.get(pk=job.pk).state == "running"
     record = TickRecord.objects.get(pk=outcome.tick_id)
     assert (record.assigned, record.preempted, record.expired, record.pending) == (1, 0, 0, 1)
@@ -343,7 +348,9 @@ def test_a_reused_tick_writes_no_queue_but_names_the_tick_holding_it_and_pages_s
     job = make_job("/alice/big", cpu=8)  # never fits: the cluster stays as it is
     built = []
     real_explanation, real_fairness = publish.explanation_to_json, publish.fairness_sample
-    monkeypatch.setattr(publish, "explanation_to_json", lambda *a, **k: built.append("explanation") or real_explanation(*a, **k))
+    monkeypatch.setattr(
+        publish, "explanation_to_json", lambda *a, **k: built.append("explanation") or real_explanation(*a, **k)
+    )
     monkeypatch.setattr(publish, "fairness_sample", lambda *a: built.append("fairness") or real_fairness(*a))
 
     with django_capture_on_commit_callbacks(execute=True):
@@ -403,8 +410,13 @@ def test_a_reused_tick_writes_its_kept_queue_itself_when_its_holder_no_longer_ho
         first = run_tick(NOW_MS).tick_id
     kept = TickRecord.objects.values_list("explanation", "whatif_basis").get(pk=first)
     TickRecord.objects.filter(pk=first).update(explanation=None, whatif_basis=None)
-    other = TickRecord.objects.create(started_at=timezone.now(), now_ms=NOW_MS, duration_ms=1,
-                                      explanation=compress_json({"version": -1}), whatif_basis=compress_json({}))
+    other = TickRecord.objects.create(
+        started_at=timezone.now(),
+        now_ms=NOW_MS,
+        duration_ms=1,
+        explanation=compress_json({"version": -1}),
+        whatif_basis=compress_json({}),
+    )
 
     with django_capture_on_commit_callbacks(execute=True):
         outcome = run_tick(NOW_MS + 1000)

@@ -38,8 +38,13 @@ def client_for(user=None) -> Client:
 
 @pytest.fixture
 def clients(alice, bob, olivia, ada):
-    return {"anonymous": client_for(None), "alice": client_for(alice), "bob": client_for(bob),
-            "olivia": client_for(olivia), "ada": client_for(ada)}
+    return {
+        "anonymous": client_for(None),
+        "alice": client_for(alice),
+        "bob": client_for(bob),
+        "olivia": client_for(olivia),
+        "ada": client_for(ada),
+    }
 
 
 # --- builders -------------------------------------------------------------------------------------
@@ -47,9 +52,14 @@ def clients(alice, bob, olivia, ada):
 
 def preempt(victim: Task, preemptor: Task, worker: Worker, tick: TickRecord | None = None) -> PreemptionEvent:
     return PreemptionEvent.objects.create(
-        tick=tick, victim=victim, preemptor=preemptor, victim_band=int(victim.band or victim.job.band),
-        preemptor_band=int(preemptor.job.band), worker=worker,
-        reason=f"Preempted by {preemptor.name} ({Band(preemptor.job.band).name} over BATCH)", created_at=timezone.now(),
+        tick=tick,
+        victim=victim,
+        preemptor=preemptor,
+        victim_band=int(victim.band or victim.job.band),
+        preemptor_band=int(preemptor.job.band),
+        worker=worker,
+        reason=f"Preempted by {preemptor.name} ({Band(preemptor.job.band).name} over BATCH)",
+        created_at=timezone.now(),
     )
 
 

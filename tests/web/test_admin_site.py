@@ -19,18 +19,33 @@ def staff(ada, olivia):
         user.is_staff = True
         user.is_superuser = user is ada
         user.save()
-    olivia.user_permissions.add(*Permission.objects.filter(codename__in=["change_worker", "view_worker", "change_job",
-                                                                         "view_job"]))
+    olivia.user_permissions.add(
+        *Permission.objects.filter(codename__in=["change_worker", "view_worker", "change_job", "view_job"])
+    )
     return {"ada": ada, "olivia": olivia}
 
 
 def action(client, model: str, name: str, pks: list[int]):
-    return client.post(f"/admin/scheduler/{model}/", {"action": name, "_selected_action": [str(pk) for pk in pks]},
-                       follow=True)
+    return client.post(
+        f"/admin/scheduler/{model}/", {"action": name, "_selected_action": [str(pk) for pk in pks]}, follow=True
+    )
 
 
-@pytest.mark.parametrize("model", ["job", "task", "attempt", "worker", "userbudget", "upliftgrant", "auditentry",
-                                   "preemptionevent", "tickrecord", "dispatchintent"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        "job",
+        "task",
+        "attempt",
+        "worker",
+        "userbudget",
+        "upliftgrant",
+        "auditentry",
+        "preemptionevent",
+        "tickrecord",
+        "dispatchintent",
+    ],
+)
 def test_every_model_lists(clients, staff, model):
     assert clients["ada"].get(f"/admin/scheduler/{model}/").status_code == 200
 
@@ -59,8 +74,9 @@ def test_drain_and_cancel_actions_use_the_services(clients, staff, alice):
 
 
 def test_budget_saved_in_the_admin_is_validated_and_audited(clients, staff):
-    response = clients["ada"].post("/admin/scheduler/userbudget/add/",
-                                   {"user_id": "alice", "budget_limit": "700", "max_band": "3"}, follow=True)
+    response = clients["ada"].post(
+        "/admin/scheduler/userbudget/add/", {"user_id": "alice", "budget_limit": "700", "max_band": "3"}, follow=True
+    )
     assert response.status_code == 200
     row = UserBudget.objects.get(user_id="alice")
     assert (row.budget_limit, row.max_band) == (700, 3)
@@ -85,8 +101,15 @@ def test_admin_role_sees_and_uses_the_admin_site_without_being_superuser(demo_ro
     assert not ada.is_superuser
     index = demo_roles["ada"].get("/admin/").content.decode()
     assert "have permission to view or edit anything" not in index
-    for model in ("scheduler/job", "scheduler/worker", "scheduler/userbudget", "scheduler/upliftgrant",
-                  "scheduler/auditentry", "scheduler/dispatchintent", "auth/user"):
+    for model in (
+        "scheduler/job",
+        "scheduler/worker",
+        "scheduler/userbudget",
+        "scheduler/upliftgrant",
+        "scheduler/auditentry",
+        "scheduler/dispatchintent",
+        "auth/user",
+    ):
         assert f'href="/admin/{model}/"' in index, model
     assert demo_roles["ada"].get("/admin/scheduler/userbudget/add/").status_code == 200
 

@@ -20,19 +20,46 @@ pytestmark = pytest.mark.django_db
 def make_backends_and_slices(n: int) -> None:
     """A failing Kubernetes backend, a healthy TPU backend, and ``n`` slices (one failed)."""
     now = timezone.now()
-    BackendState.objects.update_or_create(name="kubernetes", defaults=dict(
-        enabled=True, healthy=False, last_sync_at=now, last_ok_at=now - timedelta(hours=2),
-        last_error="connection refused by kube-apiserver", last_error_at=now, consecutive_errors=3,
-    ))
-    BackendState.objects.update_or_create(name="tpu", defaults=dict(
-        enabled=True, healthy=True, last_sync_at=now, last_ok_at=now,
-    ))
+    BackendState.objects.update_or_create(
+        name="kubernetes",
+        defaults=dict(
+            enabled=True,
+            healthy=False,
+            last_sync_at=now,
+            last_ok_at=now - timedelta(hours=2),
+            last_error="connection refused by kube-apiserver",
+            last_error_at=now,
+            consecutive_errors=3,
+        ),
+    )
+    BackendState.objects.update_or_create(
+        name="tpu",
+        defaults=dict(
+            enabled=True,
+            healthy=True,
+            last_sync_at=now,
+            last_ok_at=now,
+        ),
+    )
     start = TpuSlice.objects.count()
     for i in range(start, start + n):
-        TpuSlice.objects.create(name=f"iris-v5e-{i:03d}", scale_group="v5e", zone="us-central2-b",
-                                accelerator_type="v5litepod-8", state="ready" if i else "creating", created_at=now)
-    TpuSlice.objects.create(name=f"iris-gone-{start}", scale_group="v5e", zone="us-central2-b",
-                            accelerator_type="v5litepod-8", state="failed", created_at=now, last_error="quota")
+        TpuSlice.objects.create(
+            name=f"iris-v5e-{i:03d}",
+            scale_group="v5e",
+            zone="us-central2-b",
+            accelerator_type="v5litepod-8",
+            state="ready" if i else "creating",
+            created_at=now,
+        )
+    TpuSlice.objects.create(
+        name=f"iris-gone-{start}",
+        scale_group="v5e",
+        zone="us-central2-b",
+        accelerator_type="v5litepod-8",
+        state="failed",
+        created_at=now,
+        last_error="quota",
+    )
 
 
 @pytest.mark.parametrize(("url", "persona"), [("/workers/", "alice"), ("/scheduler/", "olivia")])
@@ -43,7 +70,9 @@ def test_backend_health_last_sync_errors_and_live_slices_are_shown(clients, url,
     assert "Backends" in page and "TPU slices" in page
     assert "kubernetes unhealthy" in page and "3 in a row" in page and "connection refused by kube-apiserver" in page
     assert "tpu healthy" in page
-    assert "local healthy 1 of 1 worker heartbeating 1 no sync pass: its agents report in" in page  # known by its workers only
+    assert (
+        "local healthy 1 of 1 worker heartbeating 1 no sync pass: its agents report in" in page
+    )  # known by its workers only
     assert "iris-v5e-000" in page and "iris-v5e-001 v5e v5litepod-8 us-central2-b ready" in page
     assert "iris-gone" not in page  # finished slices are not live
 
@@ -74,8 +103,9 @@ def test_job_page_shows_its_backend_and_links_each_attempt_to_its_log(clients, a
     worker = make_worker("w1")
     run_tasks(job, worker)
     task = job.tasks.get()
-    Attempt.objects.create(task=task, number=2, worker=worker, state="running", band=job.band,
-                           created_at=timezone.now())
+    Attempt.objects.create(
+        task=task, number=2, worker=worker, state="running", band=job.band, created_at=timezone.now()
+    )
     Job.objects.filter(pk=job.pk).update(route="workers")
     html = clients["alice"].get("/jobs/alice/train/").content.decode()
     assert f'href="/logs/{task.pk}/1/"' in html and f'href="/logs/{task.pk}/2/"' in html

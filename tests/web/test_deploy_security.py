@@ -77,7 +77,9 @@ def test_console_pages_send_a_content_security_policy_allowing_only_their_own_sc
     response = client.get(path)
     assert response.status_code == 200
     policy = dict(
-        (part.split()[0], part.split()[1:]) for part in response.headers["Content-Security-Policy"].split(";") if part.strip()
+        (part.split()[0], part.split()[1:])
+        for part in response.headers["Content-Security-Policy"].split(";")
+        if part.strip()
     )
     assert policy["default-src"] == ["'self'"]
     assert policy["script-src"] == ["'self'"]
@@ -124,7 +126,9 @@ def logged_in(response) -> bool:
 
 def test_console_login_locks_the_account_after_failures_whatever_x_forwarded_for_says(client, alice, fresh_counts):
     fresh_counts.AXES_FAILURE_LIMIT = 5
-    statuses = [console_login(client, "alice", f"guess{i}", forwarded_for=f"203.0.113.{i}").status_code for i in range(5)]
+    statuses = [
+        console_login(client, "alice", f"guess{i}", forwarded_for=f"203.0.113.{i}").status_code for i in range(5)
+    ]
     assert statuses == [200, 200, 200, 200, 429]  # the form again, four times; then the lockout
     # The right password, from an address never seen (a real one, not a forged header): locked.
     response = console_login(client, "alice", PASSWORD, peer="192.0.2.50")
@@ -155,8 +159,11 @@ def test_token_endpoint_throttle_is_not_reset_by_a_rotating_x_forwarded_for(alic
     client = APIClient()
     statuses = [
         client.post(
-            "/api/v1/tokens/", {"username": f"user{i}", "password": "guess"}, format="json",
-            REMOTE_ADDR="198.51.100.7", HTTP_X_FORWARDED_FOR=f"203.0.113.{i}",
+            "/api/v1/tokens/",
+            {"username": f"user{i}", "password": "guess"},
+            format="json",
+            REMOTE_ADDR="198.51.100.7",
+            HTTP_X_FORWARDED_FOR=f"203.0.113.{i}",
         ).status_code
         for i in range(31)
     ]
@@ -183,8 +190,9 @@ def test_failed_cli_logins_count_toward_the_console_lockout_and_log_no_error(ali
     client = APIClient()
 
     def token_login(password):
-        return client.post("/api/v1/tokens/", {"username": "alice", "password": password}, format="json",
-                           REMOTE_ADDR="198.51.100.7")
+        return client.post(
+            "/api/v1/tokens/", {"username": "alice", "password": password}, format="json", REMOTE_ADDR="198.51.100.7"
+        )
 
     with caplog.at_level(logging.INFO):
         statuses = [token_login(f"guess{i}").status_code for i in range(3)]

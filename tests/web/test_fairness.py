@@ -60,8 +60,10 @@ def test_the_api_serves_what_the_tick_decided(alice):
     for entry in token_client(alice).get("/api/v1/queue/?page_size=500").json()["results"]:
         key = (entry["band"], entry["user"])
         pending[key] = pending.get(key, 0) + 1
-    placed_users = {(Band(t.band).wire, t.job.user) for t in Task.objects.filter(attempts__created_at__isnull=False,
-                    state="assigned").select_related("job")}
+    placed_users = {
+        (Band(t.band).wire, t.job.user)
+        for t in Task.objects.filter(attempts__created_at__isnull=False, state="assigned").select_related("job")
+    }
 
     served = {(b["band"], u["user"]): u for b in body["bands"] for u in b["users"]}
     assert set(served) == set(running) | set(pending)
@@ -89,7 +91,7 @@ def test_the_page_shows_each_band_and_the_smallest_waiting_job_and_is_in_the_nav
         waiting = band["smallest_waiting"]
         if waiting:
             assert f'data-job="{waiting["job"]}"' in html and escape(waiting["reason"]["text"]) in html
-    assert "<polyline class=\"share-line" in html  # the share chart, from this tick's sample
+    assert '<polyline class="share-line' in html  # the share chart, from this tick's sample
     assert clients["anonymous"].get("/fairness/").status_code == 302
 
 
@@ -99,9 +101,15 @@ def preempted_at(job: Job, worker: Worker, preemptor: Task, ran: timedelta, ago:
     now = timezone.now()
     Attempt.objects.filter(task=task).update(started_at=now - ago - ran, state="preempted")
     Task.objects.filter(pk=task.pk).update(state="pending", worker=None, preemption_count=times)
-    PreemptionEvent.objects.create(victim=task, preemptor=preemptor, victim_band=int(Band.BATCH),
-                                   preemptor_band=int(Band.INTERACTIVE), worker=worker, reason="test",
-                                   created_at=now - ago)
+    PreemptionEvent.objects.create(
+        victim=task,
+        preemptor=preemptor,
+        victim_band=int(Band.BATCH),
+        preemptor_band=int(Band.INTERACTIVE),
+        worker=worker,
+        reason="test",
+        created_at=now - ago,
+    )
     return task
 
 
@@ -111,8 +119,14 @@ def test_work_lost_to_preemption_and_starving_tasks_over_the_last_24_hours(alice
     victim_job = make_job("/bob/sweep", band=Band.BATCH, replicas=3, cpu=4, memory_gib=8)
     value = resource_value(job_spec(victim_job).resources)
     preempted_at(victim_job, w, preemptor, ran=timedelta(hours=2), ago=timedelta(hours=1))
-    preempted_at(make_job("/bob/unlucky", band=Band.BATCH, cpu=4, memory_gib=8), w, preemptor,
-                            ran=timedelta(minutes=30), ago=timedelta(minutes=5), times=5)
+    preempted_at(
+        make_job("/bob/unlucky", band=Band.BATCH, cpu=4, memory_gib=8),
+        w,
+        preemptor,
+        ran=timedelta(minutes=30),
+        ago=timedelta(minutes=5),
+        times=5,
+    )
     old = make_job("/carol/old", band=Band.BATCH, cpu=4, memory_gib=8)
     preempted_at(old, w, preemptor, ran=timedelta(hours=1), ago=timedelta(hours=30), times=9)  # outside the window
 
@@ -124,8 +138,17 @@ def test_work_lost_to_preemption_and_starving_tasks_over_the_last_24_hours(alice
     html = client_for(alice).get("/fairness/").content.decode()
     cell = re.search(r'<tr data-user="bob">.*?<td class="num">([^<]*)</td></tr>', html, re.S).group(1)
     assert re.fullmatch(r"[\d,]+(\.\d)? point-hours", cell), cell
-    assert body["starving"] == [{"task": "/bob/unlucky/0", "job": "/bob/unlucky", "user": "bob", "band": "batch",
-                                 "state": "pending", "preemptions": 5, "history": "/jobs/bob/unlucky/"}]
+    assert body["starving"] == [
+        {
+            "task": "/bob/unlucky/0",
+            "job": "/bob/unlucky",
+            "user": "bob",
+            "band": "batch",
+            "state": "pending",
+            "preemptions": 5,
+            "history": "/jobs/bob/unlucky/",
+        }
+    ]
     assert body["starvation_threshold"] == 3
 
 
@@ -144,8 +167,14 @@ def test_the_page_and_the_api_run_a_fixed_number_of_queries(clients, alice):
     w = Worker.objects.get(name="w2")
     preemptor = Task.objects.filter(state__in=ACTIVE_VALUES).first()
     for n in range(20):
-        preempted_at(make_job(f"/user{n}/x", band=Band.BATCH, cpu=1), w, preemptor, ran=timedelta(minutes=n + 1),
-                     ago=timedelta(minutes=1), times=4)
+        preempted_at(
+            make_job(f"/user{n}/x", band=Band.BATCH, cpu=1),
+            w,
+            preemptor,
+            ran=timedelta(minutes=n + 1),
+            ago=timedelta(minutes=1),
+            times=4,
+        )
         make_job(f"/user{n}/wait", cpu=2)
     for t in range(3):
         run_tick(NOW_MS + 1000 * (t + 1))

@@ -42,13 +42,15 @@ def test_times_are_relative_with_the_absolute_time_on_hover():
 def test_badges_and_resources():
     assert render("{% band_badge 3 %}") == '<span class="band band-batch" title="BATCH band">BATCH</span>'
     assert render('{% resources 2000 8589934592 "gpu" "h100" 4 %}') == "2 cores · 8 GiB · 4 × h100 GPU"
-    assert render('{% resources 500 0 %}') == "0.5 cores · 0 bytes"
+    assert render("{% resources 500 0 %}") == "0.5 cores · 0 bytes"
 
 
 def test_chart_geometry_follows_the_samples():
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    samples = [SpendSample(t0 + timedelta(minutes=i), {"alice": s}, {"alice": lim})
-               for i, (s, lim) in enumerate([(0, 10), (12, 10), (30, 10), (5, 0), (5, 0)])]
+    samples = [
+        SpendSample(t0 + timedelta(minutes=i), {"alice": s}, {"alice": lim})
+        for i, (s, lim) in enumerate([(0, 10), (12, 10), (30, 10), (5, 0), (5, 0)])
+    ]
     chart = spend_chart(samples, "alice", 1000, width=200, height=100)
     assert chart.samples == 5 and chart.peak == 30 and chart.last_spend == 5 and chart.last_limit == 0
     xs = [float(p.split(",")[0]) for p in chart.spend.split()]
@@ -79,7 +81,9 @@ def test_chart_of_a_user_missing_from_samples_uses_the_default_limit():
     assert spend_chart([], "carol", 1000).empty
 
 
-@pytest.mark.parametrize("value, ceiling", [(0, 1), (7, 10), (11, 20), (24, 25), (26, 50), (1100, 2000), (99_000, 100_000)])
+@pytest.mark.parametrize(
+    "value, ceiling", [(0, 1), (7, 10), (11, 20), (24, 25), (26, 50), (1100, 2000), (99_000, 100_000)]
+)
 def test_chart_axes_end_on_round_numbers(value, ceiling):
     assert nice_ceiling(value) == ceiling
 
@@ -101,12 +105,20 @@ def make_index(tasks: dict[str, list[int]], spend=None) -> QueueIndex:
 
 
 def test_queue_windows_filter_and_count():
-    index = make_index({
-        "/bob/a/0": [2, 1, 0], "/alice/b/0": [2, 2, 1], "/bob/a/1": [2, 3, 0], "/alice/b/1": [2, 4, 1],
-        "/alice/b/c/0": [3, 1, 0],
-    })
+    index = make_index(
+        {
+            "/bob/a/0": [2, 1, 0],
+            "/alice/b/0": [2, 2, 1],
+            "/bob/a/1": [2, 3, 0],
+            "/alice/b/1": [2, 4, 1],
+            "/alice/b/c/0": [3, 1, 0],
+        }
+    )
     entries, total = queue_window(index, 2, offset=1, limit=2)
-    assert total == 4 and [(e.task, e.position, e.reason) for e in entries] == [("/alice/b/0", 2, "r1"), ("/bob/a/1", 3, "r0")]
+    assert total == 4 and [(e.task, e.position, e.reason) for e in entries] == [
+        ("/alice/b/0", 2, "r1"),
+        ("/bob/a/1", 3, "r0"),
+    ]
     entries, total = queue_window(index, 2, user="alice")
     assert total == 2 and [e.position for e in entries] == [2, 4]
     assert queue_window(index, 3, job="/alice/b")[1] == 1  # a job id matches its children
@@ -122,8 +134,10 @@ def test_job_filter_matches_the_job_and_its_children_only():
 
 
 def test_round_robin_place_names_the_turn_and_own_tasks_ahead():
-    index = make_index({"/bob/a/0": [2, 1, 0], "/alice/b/0": [2, 2, 0], "/bob/a/1": [2, 3, 0], "/alice/b/1": [2, 4, 0]},
-                       spend={"alice": 40})
+    index = make_index(
+        {"/bob/a/0": [2, 1, 0], "/alice/b/0": [2, 2, 0], "/bob/a/1": [2, 3, 0], "/alice/b/1": [2, 4, 0]},
+        spend={"alice": 40},
+    )
     place = round_robin_place(index, 2, 4)
     assert (place.user, place.turn, place.ahead_own, place.band_size) == ("alice", 2, 1, 4)
     assert place.users == [("bob", 0), ("alice", 40)]
@@ -136,9 +150,17 @@ def test_queue_index_is_read_once_per_tick_and_sorted_if_needed(django_assert_nu
 
     forget_board()
     TickRecord.objects.create(
-        started_at=timezone.now(), now_ms=0, duration_ms=1, spend={"bob": 7}, limits={},
-        explanation={"version": 2, "tasks": {"/bob/a/1": [2, 2, 2, 0], "/bob/a/0": [2, 2, 1, 0]},
-                     "reasons": [{"code": "no_healthy_workers"}], "band_counts": {"2": 2}},
+        started_at=timezone.now(),
+        now_ms=0,
+        duration_ms=1,
+        spend={"bob": 7},
+        limits={},
+        explanation={
+            "version": 2,
+            "tasks": {"/bob/a/1": [2, 2, 2, 0], "/bob/a/0": [2, 2, 1, 0]},
+            "reasons": [{"code": "no_healthy_workers"}],
+            "band_counts": {"2": 2},
+        },
     )
     with django_assert_num_queries(2):
         index = queue_index()
@@ -148,10 +170,21 @@ def test_queue_index_is_read_once_per_tick_and_sorted_if_needed(django_assert_nu
     forget_board()
 
 
-@pytest.mark.parametrize(("seconds", "text"), [
-    (7199, "2 hours"), (7200, "2 hours"), (5400, "2 hours"), (4800, "1 hour"), (3580, "1 hour"),
-    (90, "2 minutes"), (89, "1 minute"), (84_000, "23 hours"), (86_000, "1 day"), (3 * 86_400, "3 days"),
-])
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (7199, "2 hours"),
+        (7200, "2 hours"),
+        (5400, "2 hours"),
+        (4800, "1 hour"),
+        (3580, "1 hour"),
+        (90, "2 minutes"),
+        (89, "1 minute"),
+        (84_000, "23 hours"),
+        (86_000, "1 day"),
+        (3 * 86_400, "3 days"),
+    ],
+)
 def test_relative_times_round_to_the_nearest_unit(seconds, text):
     from scheduler.templatetags.console import rounded_span
 

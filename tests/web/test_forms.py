@@ -15,8 +15,15 @@ from tests.personas import make_job, make_worker, submit
 
 pytestmark = pytest.mark.django_db
 
-JOB = {"name": "train", "priority": "", "replicas": "2", "cpu": "1", "memory": "2Gi", "device_type": "cpu",
-       "command": "python train.py --lr 0.1"}
+JOB = {
+    "name": "train",
+    "priority": "",
+    "replicas": "2",
+    "cpu": "1",
+    "memory": "2Gi",
+    "device_type": "cpu",
+    "command": "python train.py --lr 0.1",
+}
 
 
 def errors_of(response) -> dict:
@@ -107,7 +114,9 @@ def test_what_if_reports_a_rejection_as_an_answer(clients):
 
 def test_what_if_for_another_user_is_for_operators(clients, bob):
     refused = clients["alice"].get("/what-if/", {**JOB, "user": "bob"})
-    assert "only admins and operators" in " ".join(refused.context["form"].non_field_errors() + [errors_of(refused).get("user", "")])
+    assert "only admins and operators" in " ".join(
+        refused.context["form"].non_field_errors() + [errors_of(refused).get("user", "")]
+    )
     answered = clients["olivia"].get("/what-if/", {**JOB, "user": "bob"})
     assert answered.context["answer"].job == "/bob/train"
 
@@ -152,11 +161,17 @@ def test_cancelling_twice_says_it_has_finished(clients, alice):
 
 def test_researcher_requests_an_uplift_and_sees_its_state(clients):
     response = clients["alice"].post(
-        "/budgets/alice:request-uplift", {"budget_limit": "5000", "max_band": "", "duration_hours": "48", "reason": "deadline"}
+        "/budgets/alice:request-uplift",
+        {"budget_limit": "5000", "max_band": "", "duration_hours": "48", "reason": "deadline"},
     )
     assert response.status_code == 302
     grant = UpliftGrant.objects.get()
-    assert (grant.user_id, grant.budget_limit, grant.duration_seconds, grant.state) == ("alice", 5000, 48 * 3600, "requested")
+    assert (grant.user_id, grant.budget_limit, grant.duration_seconds, grant.state) == (
+        "alice",
+        5000,
+        48 * 3600,
+        "requested",
+    )
     assert AuditEntry.objects.filter(action="uplift.request").exists()
     page = clients["alice"].get("/budgets/alice/").content.decode()
     assert "requested" in page and "deadline" in page
@@ -170,26 +185,32 @@ def test_uplift_request_needs_something_to_raise(clients):
 
 
 def test_researcher_may_not_request_for_someone_else(clients, bob):
-    response = clients["alice"].post("/budgets/bob:request-uplift", {"budget_limit": "1", "duration_hours": "1", "reason": "x"})
+    response = clients["alice"].post(
+        "/budgets/bob:request-uplift", {"budget_limit": "1", "duration_hours": "1", "reason": "x"}
+    )
     assert response.status_code == 400
     assert "only for yourself" in " ".join(response.context["form"].non_field_errors())
     assert "Request an uplift" not in clients["alice"].get("/budgets/bob/").content.decode()
 
 
 def test_researchers_see_only_their_own_requests(clients, bob):
-    UpliftGrant.objects.create(user_id="bob", requested_by=bob, budget_limit=5, reason="secret plan", duration_seconds=60)
+    UpliftGrant.objects.create(
+        user_id="bob", requested_by=bob, budget_limit=5, reason="secret plan", duration_seconds=60
+    )
     assert "secret plan" not in clients["alice"].get("/budgets/bob/").content.decode()
     assert "secret plan" in clients["bob"].get("/budgets/bob/").content.decode()
     assert "secret plan" in clients["olivia"].get("/budgets/bob/").content.decode()
 
 
 def test_admin_approves_with_an_expiry_and_the_effective_budget_changes(clients, alice):
-    grant = UpliftGrant.objects.create(user_id="alice", requested_by=alice, budget_limit=5000, reason="deadline",
-                                       duration_seconds=3600)
+    grant = UpliftGrant.objects.create(
+        user_id="alice", requested_by=alice, budget_limit=5000, reason="deadline", duration_seconds=3600
+    )
     page = clients["ada"].get("/manage/uplifts/").content.decode()
     assert "alice" in page and "deadline" in page and 'value="1"' in page  # the requested hours, prefilled
-    response = clients["ada"].post(f"/manage/uplifts/{grant.pk}:approve",
-                                   {f"g{grant.pk}-duration_hours": "48", f"g{grant.pk}-note": "ok"})
+    response = clients["ada"].post(
+        f"/manage/uplifts/{grant.pk}:approve", {f"g{grant.pk}-duration_hours": "48", f"g{grant.pk}-note": "ok"}
+    )
     assert response.status_code == 302
     grant.refresh_from_db()
     assert grant.state == "approved" and grant.decision_note == "ok"
@@ -208,7 +229,9 @@ def test_admin_denies_with_a_note(clients, alice):
 
 
 def test_approval_with_an_impossible_expiry_is_refused_on_the_field(clients, alice):
-    grant = UpliftGrant.objects.create(user_id="alice", requested_by=alice, budget_limit=5, reason="x", duration_seconds=60)
+    grant = UpliftGrant.objects.create(
+        user_id="alice", requested_by=alice, budget_limit=5, reason="x", duration_seconds=60
+    )
     response = clients["ada"].post(f"/manage/uplifts/{grant.pk}:approve", {f"g{grant.pk}-duration_hours": "100000"})
     assert response.status_code == 400
     assert "must be at most" in response.content.decode()
@@ -220,8 +243,9 @@ def test_approval_with_an_impossible_expiry_is_refused_on_the_field(clients, ali
 
 
 def test_admin_sets_a_budget_and_it_is_audited(clients):
-    response = clients["ada"].post("/manage/", {"user": "alice", "budget_limit": "2500", "max_band": "batch",
-                                                "reason": "new tier"})
+    response = clients["ada"].post(
+        "/manage/", {"user": "alice", "budget_limit": "2500", "max_band": "batch", "reason": "new tier"}
+    )
     assert response.status_code == 302
     row = UserBudget.objects.get(user_id="alice")
     assert (row.budget_limit, row.max_band) == (2500, 3)

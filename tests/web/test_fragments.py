@@ -69,8 +69,15 @@ def test_every_post_form_carries_a_csrf_token(clients, world, alice):
     from scheduler.models import UpliftGrant
 
     UpliftGrant.objects.create(user_id="alice", requested_by=alice, budget_limit=5, reason="x", duration_seconds=60)
-    for url in ["/jobs/new/", "/jobs/alice/train/", "/budgets/alice/", "/workers/", "/scheduler/", "/manage/",
-                "/manage/uplifts/"]:
+    for url in [
+        "/jobs/new/",
+        "/jobs/alice/train/",
+        "/budgets/alice/",
+        "/workers/",
+        "/scheduler/",
+        "/manage/",
+        "/manage/uplifts/",
+    ]:
         html = clients["ada"].get(url).content.decode()
         forms = re.findall(r'<form[^>]*method="post"[^>]*>(.*?)</form>', html, re.S)
         assert forms, url
@@ -137,8 +144,8 @@ def test_jobs_table_rows_poll_answer_204_until_a_newer_tick_then_show_the_new_st
     fresh = client.get(f"/jobs/?user=alice&since={tick}", **rows)
     html = fresh.content.decode()
     assert fresh.status_code == 200 and html.lstrip().startswith('<div id="jobs-rows"')
-    assert "<form class=\"filters\"" not in html  # the form someone may be typing in stays as it is
-    assert f"since={newest_explained_tick()}" in html and 'state state-killed' in html
+    assert '<form class="filters"' not in html  # the form someone may be typing in stays as it is
+    assert f"since={newest_explained_tick()}" in html and "state state-killed" in html
 
 
 def test_jobs_table_checkboxes_survive_a_refresh(clients, world):

@@ -44,8 +44,9 @@ def test_the_effective_band_column_shows_the_downgrade(clients, alice):
     assert response.content.decode().count('class="badge badge-downgrade"') == 2
 
 
-@pytest.mark.parametrize("query, field", [("band=urgent", "band"), ("sort=colour", "sort"),
-                                          ("submitted_after=soon", "submitted_after")])
+@pytest.mark.parametrize(
+    "query, field", [("band=urgent", "band"), ("sort=colour", "sort"), ("submitted_after=soon", "submitted_after")]
+)
 def test_a_bad_filter_value_gets_a_clear_message_not_a_500(clients, query, field):
     response = clients["alice"].get(f"/jobs/?{query}")
     assert response.status_code == 400
@@ -54,8 +55,16 @@ def test_a_bad_filter_value_gets_a_clear_message_not_a_500(clients, query, field
 
 def many_jobs(n: int) -> None:
     Job.objects.bulk_create(
-        Job(name=f"/u{i % 7}/j{i}", user=f"u{i % 7}", band=i % 4, depth=0, submitted_at_ms=NOW_MS + i,
-            root_submitted_at_ms=NOW_MS + i, state="pending", route="workers" if i % 2 else "")
+        Job(
+            name=f"/u{i % 7}/j{i}",
+            user=f"u{i % 7}",
+            band=i % 4,
+            depth=0,
+            submitted_at_ms=NOW_MS + i,
+            root_submitted_at_ms=NOW_MS + i,
+            state="pending",
+            route="workers" if i % 2 else "",
+        )
         for i in range(n)
     )
     Task.objects.bulk_create(Task(job_id=pk, index=0) for pk in Job.objects.values_list("pk", flat=True))
@@ -86,8 +95,15 @@ def test_a_forged_cursor_gets_a_clear_message_not_a_500(clients):
     assert re.search(r'id="filter-error">cursor: ', response.content.decode())
 
 
-@pytest.mark.parametrize("url", ["/jobs/", "/jobs/?state=pending&sort=-tasks&group=band",
-                                 "/jobs/?band=batch&name=j&group=user&page=2", "/jobs/?sort=user&cursor={cursor}"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/jobs/",
+        "/jobs/?state=pending&sort=-tasks&group=band",
+        "/jobs/?band=batch&name=j&group=user&page=2",
+        "/jobs/?sort=user&cursor={cursor}",
+    ],
+)
 def test_a_page_runs_the_same_queries_at_10_and_1000_jobs(clients, url):
     counts = []
     for n in (10, 1000):
@@ -121,10 +137,13 @@ def test_bulk_cancel_confirms_with_the_counts_then_cancels(clients):
 def test_a_researcher_may_not_bulk_cancel_someone_elses_jobs(clients):
     make_job("/alice/mine")
     make_job("/bob/theirs")
-    by_ids = clients["alice"].post("/jobs:cancel", {"ids": ["/alice/mine", "/bob/theirs"], "confirm": "yes"}, follow=True)
+    by_ids = clients["alice"].post(
+        "/jobs:cancel", {"ids": ["/alice/mine", "/bob/theirs"], "confirm": "yes"}, follow=True
+    )
     assert "belong(s) to other users" in by_ids.content.decode()
-    by_filter = clients["alice"].post("/jobs:cancel", {"scope": "filter", "state": "pending", "confirm": "yes"},
-                                      follow=True)
+    by_filter = clients["alice"].post(
+        "/jobs:cancel", {"scope": "filter", "state": "pending", "confirm": "yes"}, follow=True
+    )
     assert "researchers may cancel only their own jobs" in by_filter.content.decode()
     assert not Job.objects.filter(state="killed").exists()  # all or nothing
 
@@ -159,7 +178,7 @@ def test_a_running_attempts_log_follows_and_stops_when_it_ends(clients, logged):
     assert "epoch 1" in first and 'hx-trigger="every 2s"' in first
     path.write_text("epoch 1\nepoch 2\n")
     assert "epoch 2" in clients["alice"].get(url, HTTP_HX_REQUEST="true").content.decode()
-    assert 'hx-trigger' not in clients["alice"].get(url + "?follow=0", HTTP_HX_REQUEST="true").content.decode()
+    assert "hx-trigger" not in clients["alice"].get(url + "?follow=0", HTTP_HX_REQUEST="true").content.decode()
 
     task.attempts.update(state="succeeded", finished_at=timezone.now())
     ended = clients["alice"].get(url, HTTP_HX_REQUEST="true").content.decode()

@@ -28,8 +28,12 @@ def queued_never(alice):
 
 def never_rows(html: str) -> list[str]:
     """The job of every table row that carries the NEVER marker."""
-    return [m for row in re.findall(r"<tr>.*?</tr>", html, re.S) if 'data-never="true"' in row
-            for m in re.findall(r'href="/jobs/([^"]+)/"', row)[:1]]
+    return [
+        m
+        for row in re.findall(r"<tr>.*?</tr>", html, re.S)
+        if 'data-never="true"' in row
+        for m in re.findall(r'href="/jobs/([^"]+)/"', row)[:1]
+    ]
 
 
 def test_the_queue_marks_the_job_that_can_never_run(queued_never, clients, alice):
@@ -37,7 +41,11 @@ def test_the_queue_marks_the_job_that_can_never_run(queued_never, clients, alice
     html = clients["alice"].get("/queue/").content.decode()
 
     assert {(e["task"], e["never"]) for e in entries} == {
-        ("/alice/ahead/0", False), ("/alice/ahead/1", False), ("/alice/ahead/2", False), ("/alice/huge/0", True)}
+        ("/alice/ahead/0", False),
+        ("/alice/ahead/1", False),
+        ("/alice/ahead/2", False),
+        ("/alice/huge/0", True),
+    }
     assert never_rows(html) == ["alice/huge"]
 
 
@@ -53,17 +61,21 @@ def test_what_would_change_it_starts_from_the_verdict_not_the_tasks_ahead(queued
     assert explained["what_would_change"].startswith("Only a change of the request or of the cluster: it can never run")
 
     html = clients["alice"].get("/jobs/alice/huge/").content.decode()
-    change = html[html.index("<h2>What would change it</h2>"):]
-    sentences = re.findall(r"<li>(.*?)</li>", change[:change.index("</ul>")], re.S)
+    change = html[html.index("<h2>What would change it</h2>") :]
+    sentences = re.findall(r"<li>(.*?)</li>", change[: change.index("</ul>")], re.S)
     assert sentences[0].startswith("It can never run on the cluster as it is: Never fits")
     assert not any("ahead" in s for s in sentences)
 
 
 def test_what_if_of_a_job_that_can_never_run_is_not_a_green_accepted(queued_never, clients, alice):
-    answer = token_client(alice).post("/api/v1/what-if/", {"name": "probe", "cpu": 64, "memory": "1Gi"},
-                                      format="json").json()
-    fits = token_client(alice).post("/api/v1/what-if/", {"name": "probe", "cpu": 1, "memory": "1Gi"},
-                                    format="json").json()
+    answer = (
+        token_client(alice)
+        .post("/api/v1/what-if/", {"name": "probe", "cpu": 64, "memory": "1Gi"}, format="json")
+        .json()
+    )
+    fits = (
+        token_client(alice).post("/api/v1/what-if/", {"name": "probe", "cpu": 1, "memory": "1Gi"}, format="json").json()
+    )
     html = clients["alice"].get("/what-if/?name=probe&replicas=1&cpu=64&memory=1Gi&device_type=cpu").content.decode()
 
     assert (answer["accepted"], answer["never"], answer["feasibility"]["verdict"]) == (True, True, "never")

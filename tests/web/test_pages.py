@@ -87,7 +87,10 @@ def test_queue_band_pages_are_windows_in_scheduling_order(clients, alice):
     page2 = clients["alice"].get("/queue/?band=interactive&page=2")
     body = text(page2)
     assert "51–100 of 120" in body and "Page 2 of 3" in body
-    positions = [int(p) for p in re.findall(r'<td class="num">(\d+)</td>\s*<td><a href="/jobs/alice/big/"', page2.content.decode())]
+    positions = [
+        int(p)
+        for p in re.findall(r'<td class="num">(\d+)</td>\s*<td><a href="/jobs/alice/big/"', page2.content.decode())
+    ]
     assert positions == list(range(51, 101))
 
 
@@ -104,8 +107,10 @@ def test_queue_preview_links_to_the_whole_band(clients, alice):
 def test_why_panel_gives_the_owner_the_numbers_and_the_way_out(clients, over_budget):
     page = text(clients["alice"].get("/jobs/alice/train/"))
     assert "INTERACTIVE runs as BATCH: spend 18 > limit 10" in page
-    assert ("You are 8 points over your limit (spend 18 > limit 10); your INTERACTIVE work runs as BATCH until your "
-            "running work drops to 10 points or less, or an uplift is granted.") in page
+    assert (
+        "You are 8 points over your limit (spend 18 > limit 10); your INTERACTIVE work runs as BATCH until your "
+        "running work drops to 10 points or less, or an uplift is granted."
+    ) in page
     assert "Request an uplift" in page
     # 4 cores per task on a 2-core cluster: waiting will not help, and the page says so.
     assert "Never fits on the cluster as it is; 4 cores per task: 0 healthy workers have it" in page
@@ -196,8 +201,13 @@ def test_budget_chart_is_drawn_from_tick_samples(clients, alice):
     UserBudget.objects.create(user_id="alice", budget_limit=10, max_band=2)
     now = timezone.now()
     for i, (spend, limit) in enumerate([(0, 10), (12, 10), (30, 10), (5, 0)]):
-        TickRecord.objects.create(started_at=now - timedelta(minutes=10 - i), now_ms=0, duration_ms=1,
-                                  spend={"alice": spend}, limits={"alice": limit})
+        TickRecord.objects.create(
+            started_at=now - timedelta(minutes=10 - i),
+            now_ms=0,
+            duration_ms=1,
+            spend={"alice": spend},
+            limits={"alice": limit},
+        )
     html = clients["alice"].get("/budgets/alice/").content.decode()
     assert '<svg class="chart"' in html and 'class="spend-line"' in html
     assert html.count('class="limit-line"') == 1  # the unlimited stretch draws no limit
@@ -230,7 +240,10 @@ def test_repeatedly_preempted_jobs_are_flagged_and_counted(clients, alice, bob):
     preempt(other.tasks.get(), urgent.tasks.get(), w)
     html = clients["alice"].get("/preemptions/").content.decode()
     assert html.count("repeatedly preempted") == 3
-    counts = re.findall(r'<a href="/jobs/bob/(\w+)/">/bob/\w+</a>(?: <span class="badge badge-repeat">repeated</span>)?</td><td class="num">(\d+)', html)
+    counts = re.findall(
+        r'<a href="/jobs/bob/(\w+)/">/bob/\w+</a>(?: <span class="badge badge-repeat">repeated</span>)?</td><td class="num">(\d+)',
+        html,
+    )
     assert counts == [("crunch", "3"), ("other", "1")]
     assert "/bob/other" in text(clients["alice"].get("/preemptions/?job=bob/other"))
     assert "/bob/crunch" not in text(clients["alice"].get("/preemptions/?job=bob/other")).split("Most preempted")[0]
@@ -252,8 +265,15 @@ def test_workers_show_capacity_held_by_unfinished_attempts(clients, alice):
 
 def test_scheduler_state_shows_ticks_lag_counts_and_stuck_intents(clients, over_budget, alice):
     task = alice and submit(alice, "x").tasks.get()
-    DispatchIntent.objects.create(task=task, attempt_number=1, kind="start", state="failed", tries=8,
-                                  last_error="connection refused", created_at=timezone.now())
+    DispatchIntent.objects.create(
+        task=task,
+        attempt_number=1,
+        kind="start",
+        state="failed",
+        tries=8,
+        last_error="connection refused",
+        created_at=timezone.now(),
+    )
     page = text(clients["olivia"].get("/scheduler/"))
     assert "Recent ticks" in page and "just now" in page
     assert "1 stuck" in page and "connection refused" in page
@@ -312,8 +332,10 @@ def test_scheduler_state_card_and_band_table_count_running_work_as_one_number(cl
     assert index.active_by_state.get("assigned", 0) >= 1 and index.active_by_state.get("running", 0) >= 1
     html = clients["olivia"].get("/scheduler/").content.decode()
 
-    footer = html[html.index("<tfoot>"):html.index("</tfoot>")]
-    running_column = sum(int(r.replace(",", "")) for _, r in re.findall(r'<th class="num">([\d,]+) / ([\d,]+)</th>', footer))
+    footer = html[html.index("<tfoot>") : html.index("</tfoot>")]
+    running_column = sum(
+        int(r.replace(",", "")) for _, r in re.findall(r'<th class="num">([\d,]+) / ([\d,]+)</th>', footer)
+    )
     assert running_column == sum(index.active_by_state.values())
     # Every card counting running work shows that number, and names the tick.
     cards = re.findall(r'<span class="label">([^<]*unning[^<]*)</span><strong[^>]*>([\d,]+)</strong>', html)
@@ -330,11 +352,16 @@ def live_counts_by_user() -> dict[str, tuple[int, int, int]]:
     from scheduler.models import Job, Task
 
     counts: dict[str, list[int]] = {}
-    for user, state, n in (Task.objects.filter(state__in=["pending", "assigned", "building", "running"])
-                           .order_by().values_list("job__user", "state").annotate(n=Count("id"))):
+    for user, state, n in (
+        Task.objects.filter(state__in=["pending", "assigned", "building", "running"])
+        .order_by()
+        .values_list("job__user", "state")
+        .annotate(n=Count("id"))
+    ):
         counts.setdefault(user, [0, 0, 0])[state != "pending"] += n
-    for user, n in (Job.objects.filter(state__in=["pending", "running"]).order_by()
-                    .values_list("user").annotate(n=Count("id"))):
+    for user, n in (
+        Job.objects.filter(state__in=["pending", "running"]).order_by().values_list("user").annotate(n=Count("id"))
+    ):
         counts.setdefault(user, [0, 0, 0])[2] = n
     return {user: tuple(c) for user, c in counts.items()}
 
@@ -362,8 +389,10 @@ def test_budgets_counts_are_the_ticks_and_match_the_task_table_and_the_scheduler
     bob_counts = index.by_user["bob"]
     assert budgets_row("bob") == [bob_counts.jobs, bob_counts.active, bob_counts.pending]
     assert f"counted at tick {index.tick_pk}" in text(clients["olivia"].get("/budgets/"))
-    assert (f"{bob_counts.jobs} active job(s), {bob_counts.active} task(s) running, {bob_counts.pending} pending "
-            f"(at tick {index.tick_pk})") in text(clients["olivia"].get("/budgets/bob/"))
+    assert (
+        f"{bob_counts.jobs} active job(s), {bob_counts.active} task(s) running, {bob_counts.pending} pending "
+        f"(at tick {index.tick_pk})"
+    ) in text(clients["olivia"].get("/budgets/bob/"))
     # bob's work ends between ticks: the budgets page still shows the tick's counts, as the
     # scheduler page does, until the next tick counts again.
     cancel_job(bob, "/bob/sweep")

@@ -64,7 +64,7 @@ def test_page_queries_do_not_grow_with_users_jobs_workers_or_events(clients, ada
     for url in PAGES:
         n_small, sql_small = small[url]
         n_large, sql_large = count_queries(client, url)
-        assert n_small == n_large, (url, n_small, n_large, sql_large[len(sql_small):] or sql_large)
+        assert n_small == n_large, (url, n_small, n_large, sql_large[len(sql_small) :] or sql_large)
         assert small_fragments[url][0] == count_queries(client, url, htmx=True)[0], url
 
 
@@ -92,7 +92,7 @@ def test_queue_window_is_cut_without_reading_every_row(clients, alice):
     n, sql = count_queries(client, "/queue/?band=interactive&page=40")
     assert n <= 12, sql
     response = client.get("/queue/?band=interactive&page=40")
-    assert "/alice/huge</a><span class=\"muted\">/1950" in response.content.decode()
+    assert '/alice/huge</a><span class="muted">/1950' in response.content.decode()
     tick = newest_explained_tick()
     with CaptureQueriesContext(connection) as captured:
         poll = client.get(f"/queue/?band=interactive&page=40&since={tick}", HTTP_HX_REQUEST="true")

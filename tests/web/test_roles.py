@@ -80,8 +80,9 @@ def test_unknown_job_is_a_404_page_that_names_it(clients):
 
 def test_researchers_may_not_run_ticks_drain_workers_or_decide_uplifts(clients, alice, ada):
     make_worker("w1")
-    grant = UpliftGrant.objects.create(user_id="alice", requested_by=alice, budget_limit=10, reason="x",
-                                       duration_seconds=3600)
+    grant = UpliftGrant.objects.create(
+        user_id="alice", requested_by=alice, budget_limit=10, reason="x", duration_seconds=3600
+    )
     assert clients["alice"].post("/scheduler/tick").status_code == 403
     assert clients["alice"].post("/workers/w1:drain").status_code == 403
     assert clients["olivia"].post(f"/manage/uplifts/{grant.pk}:approve", {}).status_code == 403

@@ -42,19 +42,22 @@ def test_a_job_no_worker_could_run_is_accepted_with_a_warning_naming_the_largest
 def test_a_gpu_job_with_no_gpu_host_says_there_is_none(alice):
     make_worker("cpu-only", cpu=8, memory_gib=32)
     answer = token_client(alice).post(
-        "/api/v1/jobs/", {"name": "g", "device": {"type": "gpu", "variant": "h100", "count": 8}, "command": ["x"]},
+        "/api/v1/jobs/",
+        {"name": "g", "device": {"type": "gpu", "variant": "h100", "count": 8}, "command": ["x"]},
         format="json",
     )
     assert "there is no GPU h100 host" in answer.json()["warnings"][0]
 
 
 def test_the_uplift_forms_state_their_duration_bounds_in_hours(clients, alice, ada):
-    response = clients["alice"].post("/budgets/alice:request-uplift", {"budget_limit": "5000", "duration_hours": "0.01",
-                                                                       "reason": "r"})
+    response = clients["alice"].post(
+        "/budgets/alice:request-uplift", {"budget_limit": "5000", "duration_hours": "0.01", "reason": "r"}
+    )
     assert response.status_code == 400
     assert form_errors(response)["duration_hours"] == "must be at least 0.02 hours (one minute)"
-    response = clients["alice"].post("/budgets/alice:request-uplift", {"budget_limit": "5000", "duration_hours": "3000",
-                                                                       "reason": "r"})
+    response = clients["alice"].post(
+        "/budgets/alice:request-uplift", {"budget_limit": "5000", "duration_hours": "3000", "reason": "r"}
+    )
     assert form_errors(response)["duration_hours"] == "must be at most 2,160 hours (90 days)"
     assert not UpliftGrant.objects.exists()
 
@@ -76,7 +79,9 @@ def test_identical_uplift_requests_and_a_band_already_held_are_refused(alice):
     first = api.post("/api/v1/uplifts/", body, format="json")
     assert first.status_code == 201
     again = api.post("/api/v1/uplifts/", body, format="json")
-    assert again.status_code == 409 and f"uplift {first.json()['id']} already asks for the same" in again.json()["message"]
+    assert (
+        again.status_code == 409 and f"uplift {first.json()['id']} already asks for the same" in again.json()["message"]
+    )
     held = api.post("/api/v1/uplifts/", {"max_band": "batch", "reason": "r", "duration_seconds": 3600}, format="json")
     assert held.status_code == 409 and "may already submit BATCH work" in held.json()["message"]
     assert UpliftGrant.objects.count() == 1
@@ -87,8 +92,11 @@ def test_a_budget_for_an_unknown_user_needs_the_explicit_flag(clients, ada):
     refused = api.put("/api/v1/budgets/carlo", {"budget_limit": 10, "reason": "typo of carol"}, format="json")
     assert refused.status_code == 404 and "create_user_budget" in refused.json()["message"]
     assert not UserBudget.objects.exists()
-    created = api.put("/api/v1/budgets/newcomer", {"budget_limit": 10, "reason": "starts monday",
-                                                   "create_user_budget": True}, format="json")
+    created = api.put(
+        "/api/v1/budgets/newcomer",
+        {"budget_limit": 10, "reason": "starts monday", "create_user_budget": True},
+        format="json",
+    )
     assert created.status_code == 200 and UserBudget.objects.filter(user_id="newcomer").exists()
     response = clients["ada"].post("/manage/", {"user": "other", "budget_limit": "5", "reason": "r"})
     assert response.status_code == 400

@@ -1,6 +1,5 @@
 """Budgets, uplift grants and the audit log."""
 
-
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema_field
@@ -53,7 +52,10 @@ class UpliftRequestSerializer(serializers.Serializer):
 
 class UpliftDecisionSerializer(serializers.Serializer):
     duration_seconds = serializers.IntegerField(
-        required=False, min_value=60, max_value=90 * 24 * 3600, help_text="approve only; defaults to the requested duration"
+        required=False,
+        min_value=60,
+        max_value=90 * 24 * 3600,
+        help_text="approve only; defaults to the requested duration",
     )
     note = serializers.CharField(required=False, allow_blank=True)
 
@@ -88,7 +90,8 @@ class BudgetUpdateSerializer(serializers.Serializer):
     max_band = serializers.ChoiceField(choices=BAND_WIRE, required=False)
     reason = serializers.CharField(help_text="why; kept in the audit log")
     create_user_budget = serializers.BooleanField(
-        required=False, default=False,
+        required=False,
+        default=False,
         help_text="set a budget for a user nobody knows yet (no account, budget, grant or job): on purpose only",
     )
 

@@ -1,6 +1,5 @@
 """The fields and small serializers every area shares: bands, memory, constraint values, devices, errors."""
 
-
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema_field
@@ -55,8 +54,12 @@ class NullableBandField(serializers.Field):
     {
         "oneOf": [
             {"type": "integer", "minimum": 0, "description": "bytes"},
-            {"type": "string", "example": "16Gi", "description": "a size: 512Mi, 16Gi, 2G, 1.5Gi; at most 1024Pi",
-             "pattern": r"^\s*\d{1,30}(\.\d{1,30})?\s*([kKmMgGtTpP][iI]?)?[bB]?\s*$"},
+            {
+                "type": "string",
+                "example": "16Gi",
+                "description": "a size: 512Mi, 16Gi, 2G, 1.5Gi; at most 1024Pi",
+                "pattern": r"^\s*\d{1,30}(\.\d{1,30})?\s*([kKmMgGtTpP][iI]?)?[bB]?\s*$",
+            },
         ]
     }
 )
@@ -84,8 +87,13 @@ class ErrorSerializer(serializers.Serializer):
 
     code = serializers.ChoiceField(
         choices=[
-            "INVALID_ARGUMENT", "UNAUTHENTICATED", "PERMISSION_DENIED", "NOT_FOUND", "FAILED_PRECONDITION",
-            "RESOURCE_EXHAUSTED", "INTERNAL",
+            "INVALID_ARGUMENT",
+            "UNAUTHENTICATED",
+            "PERMISSION_DENIED",
+            "NOT_FOUND",
+            "FAILED_PRECONDITION",
+            "RESOURCE_EXHAUSTED",
+            "INTERNAL",
         ]
     )
     message = serializers.CharField()

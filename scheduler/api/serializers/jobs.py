@@ -1,6 +1,5 @@
 """Jobs: submissions (one or a sweep), lists, detail, cancel, and explain."""
 
-
 from __future__ import annotations
 
 from django.conf import settings
@@ -16,7 +15,19 @@ from scheduler.models import MAX_ID_LENGTH
 
 # What a job name may be, as the schema states it: one segment (``train``) or a full id
 # (``/alice/train/eval``), segments of letters, digits and . _ - + @ (no ':' and no spaces).
-from scheduler.api.serializers.fields import BAND_WIRE, BandField, ConstraintSerializer, DeviceSerializer, JOB_NAME_PATTERN, JOB_STATES, MemoryField, NULLABLE_BAND_SCHEMA, NullableBandField, TASK_STATES, device_json
+from scheduler.api.serializers.fields import (
+    BAND_WIRE,
+    BandField,
+    ConstraintSerializer,
+    DeviceSerializer,
+    JOB_NAME_PATTERN,
+    JOB_STATES,
+    MemoryField,
+    NULLABLE_BAND_SCHEMA,
+    NullableBandField,
+    TASK_STATES,
+    device_json,
+)
 
 
 # --- jobs -----------------------------------------------------------------------------------------
@@ -24,12 +35,15 @@ from scheduler.api.serializers.fields import BAND_WIRE, BandField, ConstraintSer
 
 class JobSubmitSerializer(serializers.Serializer):
     name = serializers.CharField(
-        max_length=MAX_ID_LENGTH - 8, validators=[RegexValidator(JOB_NAME_PATTERN)],
+        max_length=MAX_ID_LENGTH - 8,
+        validators=[RegexValidator(JOB_NAME_PATTERN)],
         help_text="'train' or '/alice/train'; with parent, one segment. Letters, digits and . _ - + @",
     )
     parent = serializers.CharField(required=False, allow_null=True, help_text="job id of the parent, e.g. /alice/train")
     priority = serializers.ChoiceField(
-        choices=BAND_WIRE, required=False, allow_null=True,
+        choices=BAND_WIRE,
+        required=False,
+        allow_null=True,
         help_text="omitted: interactive for a root, the parent's band for a child",
     )
     system_reason = serializers.CharField(
@@ -37,7 +51,10 @@ class JobSubmitSerializer(serializers.Serializer):
     )
     replicas = serializers.IntegerField(required=False, min_value=1, default=1)
     cpu = serializers.FloatField(
-        required=False, min_value=0, max_value=MAX_CPU_CORES, default=1,
+        required=False,
+        min_value=0,
+        max_value=MAX_CPU_CORES,
+        default=1,
         help_text="cores per task: 0, or at least 0.001 (one millicore)",
     )
     memory = MemoryField(required=False, help_text="per task; default 1Gi")
@@ -54,12 +71,15 @@ class JobSubmitSerializer(serializers.Serializer):
     command = serializers.ListField(
         # The schema asks every item to be non-blank; the server requires it of the program only.
         child=serializers.CharField(max_length=MAX_COMMAND_ITEM_CHARS, validators=[RegexValidator(r"\S")]),
-        min_length=1, max_length=MAX_COMMAND_ITEMS,
+        min_length=1,
+        max_length=MAX_COMMAND_ITEMS,
         help_text="what each task runs; required, the first item (the program) not blank",
     )
     argv = serializers.ListField(
-        child=serializers.CharField(allow_blank=True, max_length=MAX_COMMAND_ITEM_CHARS), required=False,
-        max_length=MAX_COMMAND_ITEMS, help_text="the client's argv, kept for audit (a CLI sends it)",
+        child=serializers.CharField(allow_blank=True, max_length=MAX_COMMAND_ITEM_CHARS),
+        required=False,
+        max_length=MAX_COMMAND_ITEMS,
+        help_text="the client's argv, kept for audit (a CLI sends it)",
     )
 
 
@@ -67,7 +87,9 @@ class JobBatchRequestSerializer(serializers.Serializer):
     """``POST jobs:batch``: a sweep, each item a ``POST jobs/`` body."""
 
     jobs = JobSubmitSerializer(
-        many=True, min_length=1, max_length=settings.MAX_JOBS_PER_BATCH,
+        many=True,
+        min_length=1,
+        max_length=settings.MAX_JOBS_PER_BATCH,
         help_text="the jobs, each as the body of POST jobs/ (at most IRIS_MAX_JOBS_PER_BATCH)",
     )
 
@@ -89,8 +111,14 @@ class JobBatchItemSerializer(serializers.Serializer):
 def batch_item_json(job) -> dict:
     """:class:`JobBatchItemSerializer`'s rendering, written out: a thousand jobs per answer make
     DRF's per-field machinery an eighth of a batch's CPU (tests hold the two equal)."""
-    return {"id": job.id, "user": job.user, "band": Band(job.band).wire, "replicas": job.replicas,
-            "submitted_at_ms": job.submitted_at_ms, "warnings": list(job.warnings)}
+    return {
+        "id": job.id,
+        "user": job.user,
+        "band": Band(job.band).wire,
+        "replicas": job.replicas,
+        "submitted_at_ms": job.submitted_at_ms,
+        "warnings": list(job.warnings),
+    }
 
 
 class JobBatchSubmittedSerializer(serializers.Serializer):
@@ -101,8 +129,10 @@ class JobBatchSubmittedSerializer(serializers.Serializer):
 class WhatIfRequestSerializer(JobSubmitSerializer):
     user = serializers.CharField(required=False, help_text="ask as another user (admins and operators); default you")
     command = serializers.ListField(
-        child=serializers.CharField(allow_blank=True, max_length=MAX_COMMAND_ITEM_CHARS), required=False,
-        max_length=MAX_COMMAND_ITEMS, help_text="optional here: what-if runs nothing",
+        child=serializers.CharField(allow_blank=True, max_length=MAX_COMMAND_ITEM_CHARS),
+        required=False,
+        max_length=MAX_COMMAND_ITEMS,
+        help_text="optional here: what-if runs nothing",
     )
 
 
@@ -191,14 +221,24 @@ class TaskSerializer(serializers.Serializer):
     def get_id(self, task) -> str:
         return f"{self.context['job_name']}/{task.index}"
 
-    @extend_schema_field({**NULLABLE_BAND_SCHEMA, "description": "placed: stamped at assignment (effective band); "
-                          "finished: its last attempt's; null while pending"})
+    @extend_schema_field(
+        {
+            **NULLABLE_BAND_SCHEMA,
+            "description": "placed: stamped at assignment (effective band); "
+            "finished: its last attempt's; null while pending",
+        }
+    )
     def get_band(self, task) -> str | None:
         band = task_placement(task)[0]
         return None if band is None else band.wire
 
-    @extend_schema_field({"type": "string", "nullable": True, "description": "placed: its worker; finished: its "
-                          "last attempt's; null while pending"})
+    @extend_schema_field(
+        {
+            "type": "string",
+            "nullable": True,
+            "description": "placed: its worker; finished: its last attempt's; null while pending",
+        }
+    )
     def get_worker(self, task) -> str | None:
         return task_placement(task)[1]
 
@@ -279,19 +319,23 @@ class JobFilterSerializer(serializers.Serializer):
 
     user = serializers.CharField(required=False, max_length=150)
     band = serializers.ChoiceField(choices=BAND_WIRE, required=False, help_text="the requested band")
-    effective = serializers.ChoiceField(choices=BAND_WIRE, required=False,
-                                        help_text="the band the job's pending work is scheduled in now")
+    effective = serializers.ChoiceField(
+        choices=BAND_WIRE, required=False, help_text="the band the job's pending work is scheduled in now"
+    )
     state = serializers.ChoiceField(choices=JOB_STATES, required=False)
     route = serializers.ChoiceField(choices=["workers", "kubernetes", "unrouted"], required=False)
     name = serializers.CharField(required=False, max_length=150, help_text="substring of the job id, any case")
     submitted_after = serializers.CharField(required=False, help_text="YYYY-MM-DD or ISO 8601, inclusive")
-    submitted_before = serializers.CharField(required=False,
-                                             help_text="YYYY-MM-DD (the whole day included) or ISO 8601, exclusive")
+    submitted_before = serializers.CharField(
+        required=False, help_text="YYYY-MM-DD (the whole day included) or ISO 8601, exclusive"
+    )
 
 
 class JobListParametersSerializer(JobFilterSerializer):
-    sort = serializers.CharField(required=False, help_text="name|user|band|effective|state|route|tasks|submitted; "
-                                                           "- first for descending (default -submitted)")
+    sort = serializers.CharField(
+        required=False,
+        help_text="name|user|band|effective|state|route|tasks|submitted; - first for descending (default -submitted)",
+    )
 
 
 class BulkCancelRequestSerializer(serializers.Serializer):
@@ -302,7 +346,9 @@ class BulkCancelRequestSerializer(serializers.Serializer):
 
 class BulkCancelSerializer(serializers.Serializer):
     dry_run = serializers.BooleanField()
-    selected = serializers.ListField(child=serializers.CharField(), help_text="the selected unfinished jobs (first 100)")
+    selected = serializers.ListField(
+        child=serializers.CharField(), help_text="the selected unfinished jobs (first 100)"
+    )
     selected_count = serializers.IntegerField()
     jobs = serializers.IntegerField(help_text="jobs killed (or to be killed), unfinished descendants included")
     tasks = serializers.IntegerField(help_text="unfinished tasks killed (or to be killed)")
@@ -311,7 +357,9 @@ class BulkCancelSerializer(serializers.Serializer):
 class CancelSerializer(serializers.Serializer):
     id = serializers.CharField(help_text="the cancelled job")
     state = serializers.ChoiceField(choices=JOB_STATES)
-    killed_jobs = serializers.ListField(child=serializers.CharField(), help_text="this job and its unfinished descendants")
+    killed_jobs = serializers.ListField(
+        child=serializers.CharField(), help_text="this job and its unfinished descendants"
+    )
     killed_tasks = serializers.IntegerField()
 
 
@@ -341,7 +389,8 @@ class EstimatedStartSerializer(serializers.Serializer):
     as_of = serializers.CharField(help_text="ISO time of the cluster state the estimate was made from")
     late = serializers.BooleanField(
         help_text="the estimate made earlier passed its p90 with the task still waiting; this one is conditioned on "
-                  "the wait so far (as of now)")
+        "the wait so far (as of now)"
+    )
     passed_p90 = serializers.CharField(allow_null=True, help_text="ISO time: the p90 that passed, when `late`")
 
 
@@ -392,27 +441,48 @@ class FeasibilitySerializer(serializers.Serializer):
     healthy_workers = serializers.IntegerField()
     matching_workers = serializers.IntegerField()
     largest_worker = LargestWorkerSerializer(allow_null=True, help_text="the biggest worker meeting the constraints")
-    scale_group = serializers.CharField(allow_null=True, help_text="a TPU scale group that could create a matching slice")
+    scale_group = serializers.CharField(
+        allow_null=True, help_text="a TPU scale group that could create a matching slice"
+    )
     band = BandField(help_text="the band it queues at")
-    held_by = HolderSerializer(many=True, help_text="not_now: the top holders of the matching workers that this job "
-                                                   "may evict (the preemption pass's rule: strictly lower band, and "
-                                                   "the same kind of work: a CPU task evicts only CPU work)")
-    held_by_others = HeldByOthersSerializer(allow_null=True, help_text="not_now: the rest of the top holders, which "
-                                                                       "only free room by finishing")
+    held_by = HolderSerializer(
+        many=True,
+        help_text="not_now: the top holders of the matching workers that this job "
+        "may evict (the preemption pass's rule: strictly lower band, and "
+        "the same kind of work: a CPU task evicts only CPU work)",
+    )
+    held_by_others = HeldByOthersSerializer(
+        allow_null=True, help_text="not_now: the rest of the top holders, which only free room by finishing"
+    )
     as_of_tick = serializers.IntegerField(
-        allow_null=True, help_text="the tick the workers were read at (once per tick); null: read now, no tick yet")
+        allow_null=True, help_text="the tick the workers were read at (once per tick); null: read now, no tick yet"
+    )
 
 
 class PriorityFactorSerializer(serializers.Serializer):
-    factor = serializers.ChoiceField(choices=[
-        "effective_band", "round_robin_turn", "own_tasks_ahead", "requested_band", "depth", "root_submitted_at_ms",
-        "submitted_at_ms", "task_index"])
+    factor = serializers.ChoiceField(
+        choices=[
+            "effective_band",
+            "round_robin_turn",
+            "own_tasks_ahead",
+            "requested_band",
+            "depth",
+            "root_submitted_at_ms",
+            "submitted_at_ms",
+            "task_index",
+        ]
+    )
     label = serializers.CharField(help_text="the factor for people, e.g. 'Round-robin turn'")
     value = serializers.JSONField(allow_null=True, help_text="for programs: a band name, a count or epoch milliseconds")
-    text = serializers.CharField(help_text="the value for people: a band, '2nd of 5 users', an ISO time with its age at the tick")
+    text = serializers.CharField(
+        help_text="the value for people: a band, '2nd of 5 users', an ISO time with its age at the tick"
+    )
     detail = serializers.CharField(allow_null=True)
-    users = serializers.ListField(child=serializers.DictField(), required=False,
-                                  help_text="round_robin_turn: the band's users in turn order with their spend at the tick")
+    users = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="round_robin_turn: the band's users in turn order with their spend at the tick",
+    )
 
 
 class PrioritySerializer(serializers.Serializer):
@@ -439,9 +509,11 @@ class NullableDowngradeTextField(DowngradeTextField):
 
 
 class BandSummarySerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=["running", "pending", "ran"],
-                                   help_text="running: placed, by stamped band; pending: by queued band; "
-                                             "ran: finished, by the band of the last attempt")
+    kind = serializers.ChoiceField(
+        choices=["running", "pending", "ran"],
+        help_text="running: placed, by stamped band; pending: by queued band; "
+        "ran: finished, by the band of the last attempt",
+    )
     band = BandField()
     count = serializers.IntegerField()
     why = NullableDowngradeTextField(help_text="pending BATCH: the downgrade the tick queued it under")
@@ -463,28 +535,37 @@ class ExplainSerializer(serializers.Serializer):
     user = serializers.CharField()
     state = serializers.ChoiceField(choices=JOB_STATES)
     requested_band = BandField()
-    effective_band = BandField(help_text="the band its pending tasks queue in now; for a finished job, ran_as "
-                                         "(else the requested band)")
-    ran_as = NullableBandField(help_text="a finished job: the band most of its tasks' last attempts ran as; "
-                                         "null while unfinished or if nothing ran")
+    effective_band = BandField(
+        help_text="the band its pending tasks queue in now; for a finished job, ran_as (else the requested band)"
+    )
+    ran_as = NullableBandField(
+        help_text="a finished job: the band most of its tasks' last attempts ran as; "
+        "null while unfinished or if nothing ran"
+    )
     downgrade = DowngradeSerializer(allow_null=True, help_text="null for a finished job: it ran as ran_as")
     spend = serializers.IntegerField(help_text="live")
     limit = serializers.IntegerField(help_text="effective budget limit, live; 0 = unlimited")
     spend_at_tick = serializers.IntegerField(allow_null=True, help_text="the spend the scheduler used at `tick`")
     limit_at_tick = serializers.IntegerField(allow_null=True, help_text="the limit the scheduler used at `tick`")
-    position = serializers.IntegerField(allow_null=True, help_text="of its first pending task, in its band, as of `tick`")
+    position = serializers.IntegerField(
+        allow_null=True, help_text="of its first pending task, in its band, as of `tick`"
+    )
     queued_band = NullableBandField(help_text="the band of that task, as of `tick`")
     band_pending = serializers.IntegerField(allow_null=True, help_text="tasks the tick left pending in that band")
     band_queue_length = serializers.IntegerField(allow_null=True, help_text="deprecated: same as band_pending")
     pending_reason = PendingReasonField(allow_null=True)
-    estimated_start = EstimatedStartSerializer(allow_null=True, help_text="of its first pending task; null with a reason")
+    estimated_start = EstimatedStartSerializer(
+        allow_null=True, help_text="of its first pending task; null with a reason"
+    )
     estimated_start_reason = serializers.CharField(allow_blank=True, help_text="why estimated_start is null")
     estimated_start_text = serializers.CharField(allow_blank=True, help_text='e.g. "would start in about 20-45 min"')
     tick = serializers.IntegerField(allow_null=True, help_text="the tick the queue positions come from")
     bands = BandSummarySerializer(many=True, help_text="tasks per stamped (running) and queued (pending) band")
     bands_text = serializers.CharField()
     feasibility = FeasibilitySerializer(allow_null=True, help_text="can it ever run? (null for a finished job)")
-    priority = PrioritySerializer(allow_null=True, help_text="the factors of its first waiting task's place (like sprio)")
+    priority = PrioritySerializer(
+        allow_null=True, help_text="the factors of its first waiting task's place (like sprio)"
+    )
     tasks = ExplainTaskSerializer(many=True)
     preemptions = ExplainPreemptionSerializer(many=True)
     what_would_change = serializers.CharField()

@@ -1,6 +1,5 @@
 """The queue as the newest tick published it."""
 
-
 from __future__ import annotations
 
 from rest_framework import serializers
@@ -27,10 +26,14 @@ class QueueEntrySerializer(serializers.Serializer):
     pending_reason = PendingReasonField()
     state = serializers.ChoiceField(choices=TASK_STATES, allow_null=True, help_text="now (the queue is as of the tick)")
     changed_since_tick = serializers.BooleanField(help_text="its state now is not pending")
-    estimated_start = EstimatedStartSerializer(allow_null=True, help_text="null with a reason when there is not enough history")
+    estimated_start = EstimatedStartSerializer(
+        allow_null=True, help_text="null with a reason when there is not enough history"
+    )
     estimated_start_reason = serializers.CharField(allow_blank=True)
-    never = serializers.BooleanField(help_text="its job can never run on the cluster as it is (no healthy worker "
-                                               "meets every requirement, even idle): the explain's verdict `never`")
+    never = serializers.BooleanField(
+        help_text="its job can never run on the cluster as it is (no healthy worker "
+        "meets every requirement, even idle): the explain's verdict `never`"
+    )
 
 
 class QueueFilterSerializer(serializers.Serializer):

@@ -1,6 +1,5 @@
 """Preemptions, tick records, what-if and fairness."""
 
-
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema_field, extend_schema_serializer
@@ -80,19 +79,25 @@ class WhatIfErrorSerializer(serializers.Serializer):
 
 
 class WhatIfBasisSerializer(serializers.Serializer):
-    source = serializers.ChoiceField(choices=["tick", "live"], help_text=(
-        "tick: the newest tick's free capacity and queue (spend and budget live); live: the whole "
-        "live snapshot, before any tick"))
+    source = serializers.ChoiceField(
+        choices=["tick", "live"],
+        help_text=(
+            "tick: the newest tick's free capacity and queue (spend and budget live); live: the whole "
+            "live snapshot, before any tick"
+        ),
+    )
     tick = serializers.IntegerField(allow_null=True)
     tick_at = serializers.DateTimeField(allow_null=True)
 
 
 @extend_schema_serializer(component_name="WhatIf")
 class WhatIfSerializer(serializers.Serializer):
-    accepted = serializers.BooleanField(help_text="the submission rules would accept it (see `never`: accepted is "
-                                                  "not 'would run')")
-    never = serializers.BooleanField(help_text="accepted, but it can never run on the cluster as it is "
-                                               "(feasibility.verdict `never`)")
+    accepted = serializers.BooleanField(
+        help_text="the submission rules would accept it (see `never`: accepted is not 'would run')"
+    )
+    never = serializers.BooleanField(
+        help_text="accepted, but it can never run on the cluster as it is (feasibility.verdict `never`)"
+    )
     error = WhatIfErrorSerializer(allow_null=True)
     job = serializers.CharField(allow_null=True, help_text="the id the job would get")
     requested_band = NullableBandField()
@@ -105,15 +110,18 @@ class WhatIfSerializer(serializers.Serializer):
     would_preempt = serializers.ListField(child=serializers.CharField())
     pending_reason = PendingReasonField(allow_null=True)
     feasibility = FeasibilitySerializer(allow_null=True, required=False)
-    estimated_start = EstimatedStartSerializer(allow_null=True, required=False, help_text="no earlier than the task just ahead of it")
+    estimated_start = EstimatedStartSerializer(
+        allow_null=True, required=False, help_text="no earlier than the task just ahead of it"
+    )
     estimated_start_text = serializers.CharField(required=False, help_text='e.g. "would start in about 20-45 min"')
     basis = WhatIfBasisSerializer(allow_null=True, required=False, help_text="what the answer stands on")
 
 
-
 class FairnessUserSerializer(serializers.Serializer):
     user = serializers.CharField()
-    running_value = serializers.IntegerField(help_text="resource value of the user's tasks running in the band after the tick")
+    running_value = serializers.IntegerField(
+        help_text="resource value of the user's tasks running in the band after the tick"
+    )
     share = serializers.FloatField(help_text="running_value / the band's running value (0 to 1)")
     equal_share = serializers.FloatField(help_text="1 / the number of users with demand in the band")
     pending = serializers.IntegerField(help_text="the user's tasks the tick left pending in the band")

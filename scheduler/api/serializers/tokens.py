@@ -1,6 +1,5 @@
 """Tokens and who you are."""
 
-
 from __future__ import annotations
 
 from rest_framework import serializers
@@ -16,7 +15,9 @@ from rest_framework import serializers
 class TokenRequestSerializer(serializers.Serializer):
     username = serializers.CharField()
     password = serializers.CharField(style={"input_type": "password"})
-    name = serializers.CharField(required=False, max_length=100, help_text="the device or purpose, e.g. 'iris CLI on laptop'")
+    name = serializers.CharField(
+        required=False, max_length=100, help_text="the device or purpose, e.g. 'iris CLI on laptop'"
+    )
 
 
 class TokenSerializer(serializers.Serializer):
@@ -48,4 +49,6 @@ class TokenFilterSerializer(serializers.Serializer):
 
 class WorkerCredentialSerializer(serializers.Serializer):
     worker = serializers.CharField()
-    credential = serializers.CharField(help_text="shown this once: the agent sends it as 'Authorization: Worker <credential>'")
+    credential = serializers.CharField(
+        help_text="shown this once: the agent sends it as 'Authorization: Worker <credential>'"
+    )

@@ -1,6 +1,5 @@
 """Workers."""
 
-
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema_field

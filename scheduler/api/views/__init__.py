@@ -7,11 +7,71 @@ Job ids contain slashes, so job routes take the id as a path and custom verbs fo
 """
 
 from scheduler.api.views.base import IrisView, NotFoundView
-from scheduler.api.views.tokens import CurrentTokenView, MeView, TokenAccountThrottle, TokenDetailView, TokenThrottle, TokenView
-from scheduler.api.views.jobs import JobCancelView, JobDetailView, JobExplainView, JobsBatchView, JobsCancelView, JobsView
+from scheduler.api.views.tokens import (
+    CurrentTokenView,
+    MeView,
+    TokenAccountThrottle,
+    TokenDetailView,
+    TokenThrottle,
+    TokenView,
+)
+from scheduler.api.views.jobs import (
+    JobCancelView,
+    JobDetailView,
+    JobExplainView,
+    JobsBatchView,
+    JobsCancelView,
+    JobsView,
+)
 from scheduler.api.views.queue import QueueView
-from scheduler.api.views.budgets import AuditView, BudgetView, BudgetsView, UpliftApproveView, UpliftDecisionView, UpliftDenyView, UpliftsView
-from scheduler.api.views.workers import WorkerCredentialView, WorkerDrainView, WorkerHeartbeatView, WorkerUndrainView, WorkersView
+from scheduler.api.views.budgets import (
+    AuditView,
+    BudgetView,
+    BudgetsView,
+    UpliftApproveView,
+    UpliftDecisionView,
+    UpliftDenyView,
+    UpliftsView,
+)
+from scheduler.api.views.workers import (
+    WorkerCredentialView,
+    WorkerDrainView,
+    WorkerHeartbeatView,
+    WorkerUndrainView,
+    WorkersView,
+)
 from scheduler.api.views.ticks import FairnessView, PreemptionsView, TicksView, WhatIfView
 
-__all__ = ["AuditView", "BudgetView", "BudgetsView", "CurrentTokenView", "FairnessView", "IrisView", "JobCancelView", "JobDetailView", "JobExplainView", "JobsBatchView", "JobsCancelView", "JobsView", "MeView", "NotFoundView", "PreemptionsView", "QueueView", "TicksView", "TokenAccountThrottle", "TokenDetailView", "TokenThrottle", "TokenView", "UpliftApproveView", "UpliftDecisionView", "UpliftDenyView", "UpliftsView", "WhatIfView", "WorkerCredentialView", "WorkerDrainView", "WorkerHeartbeatView", "WorkerUndrainView", "WorkersView"]
+__all__ = [
+    "AuditView",
+    "BudgetView",
+    "BudgetsView",
+    "CurrentTokenView",
+    "FairnessView",
+    "IrisView",
+    "JobCancelView",
+    "JobDetailView",
+    "JobExplainView",
+    "JobsBatchView",
+    "JobsCancelView",
+    "JobsView",
+    "MeView",
+    "NotFoundView",
+    "PreemptionsView",
+    "QueueView",
+    "TicksView",
+    "TokenAccountThrottle",
+    "TokenDetailView",
+    "TokenThrottle",
+    "TokenView",
+    "UpliftApproveView",
+    "UpliftDecisionView",
+    "UpliftDenyView",
+    "UpliftsView",
+    "WhatIfView",
+    "WorkerCredentialView",
+    "WorkerDrainView",
+    "WorkerHeartbeatView",
+    "WorkerUndrainView",
+    "WorkersView",
+]

@@ -39,8 +39,13 @@ class BudgetView(IrisView):
     permission_classes = [ReadAnyWriteAdmin]
     error_statuses = ("400", "401", "403", "404")
 
-    @extend_schema(operation_id="budgets_retrieve", summary="One user's budget, effective values and spend",
-                   parameters=[USER], responses={200: s.BudgetSerializer}, tags=["budgets"])
+    @extend_schema(
+        operation_id="budgets_retrieve",
+        summary="One user's budget, effective values and spend",
+        parameters=[USER],
+        responses={200: s.BudgetSerializer},
+        tags=["budgets"],
+    )
     def get(self, request, user: str):
         if not user_is_known(user):
             raise NotFound(f"no user, budget, grant or job named {user!r}", field="user")
@@ -61,8 +66,12 @@ class BudgetView(IrisView):
         if unknown:
             raise InvalidArgument(f"unknown field; known fields are {', '.join(sorted(known))}", field=unknown[0])
         row = set_budget(
-            request.user, user, budget_limit=data.get("budget_limit"), max_band=data.get("max_band"),
-            reason=data.get("reason"), create_user_budget=data.get("create_user_budget", False),
+            request.user,
+            user,
+            budget_limit=data.get("budget_limit"),
+            max_band=data.get("max_band"),
+            reason=data.get("reason"),
+            create_user_budget=data.get("create_user_budget", False),
         )
         return Response(s.BudgetSerializer(budget_view(row.user_id)).data)
 
@@ -105,8 +114,11 @@ class UpliftsView(IrisView):
                 field=unknown[0],
             )
         grant = request_uplift(
-            request.user, user=data.get("user"), max_band=data.get("max_band"),
-            budget_limit=data.get("budget_limit"), reason=data.get("reason"),
+            request.user,
+            user=data.get("user"),
+            max_band=data.get("max_band"),
+            budget_limit=data.get("budget_limit"),
+            reason=data.get("reason"),
             duration_seconds=data.get("duration_seconds"),
         )
         return Response(s.UpliftSerializer(grant).data, status=status.HTTP_201_CREATED)
@@ -122,12 +134,15 @@ class UpliftDecisionView(IrisView):
 
     def post(self, request, id: str):
         data = self.body()
-        unknown = sorted(set(data) - {"duration_seconds", "note"} - ({"duration_seconds"} if not self.approve else set()))
+        unknown = sorted(
+            set(data) - {"duration_seconds", "note"} - ({"duration_seconds"} if not self.approve else set())
+        )
         if unknown:
             raise InvalidArgument("unknown field; known fields are duration_seconds, note", field=unknown[0])
         if self.approve:
-            grant = approve_uplift(request.user, id, duration_seconds=data.get("duration_seconds"),
-                                            note=data.get("note"))
+            grant = approve_uplift(
+                request.user, id, duration_seconds=data.get("duration_seconds"), note=data.get("note")
+            )
         else:
             grant = deny_uplift(request.user, id, note=data.get("note"))
         return Response(s.UpliftSerializer(grant).data)
@@ -136,9 +151,14 @@ class UpliftDecisionView(IrisView):
 class UpliftApproveView(UpliftDecisionView):
     approve = True
 
-    @extend_schema(operation_id="uplifts_approve", summary="Approve a requested grant (admins): it starts now",
-                   parameters=[GRANT_ID], request=s.UpliftDecisionSerializer, responses={200: s.UpliftSerializer},
-                   tags=["uplifts"])
+    @extend_schema(
+        operation_id="uplifts_approve",
+        summary="Approve a requested grant (admins): it starts now",
+        parameters=[GRANT_ID],
+        request=s.UpliftDecisionSerializer,
+        responses={200: s.UpliftSerializer},
+        tags=["uplifts"],
+    )
     def post(self, request, id: str):
         return super().post(request, id)
 
@@ -146,9 +166,14 @@ class UpliftApproveView(UpliftDecisionView):
 class UpliftDenyView(UpliftDecisionView):
     approve = False
 
-    @extend_schema(operation_id="uplifts_deny", summary="Deny a requested grant (admins)",
-                   parameters=[GRANT_ID], request=s.UpliftDecisionSerializer, responses={200: s.UpliftSerializer},
-                   tags=["uplifts"])
+    @extend_schema(
+        operation_id="uplifts_deny",
+        summary="Deny a requested grant (admins)",
+        parameters=[GRANT_ID],
+        request=s.UpliftDecisionSerializer,
+        responses={200: s.UpliftSerializer},
+        tags=["uplifts"],
+    )
     def post(self, request, id: str):
         return super().post(request, id)
 
@@ -157,8 +182,12 @@ class AuditView(IrisView):
     permission_classes = [IsAdmin]
     error_statuses = ("401", "403", "404")
 
-    @extend_schema(operation_id="audit_list", summary="Budget and grant changes, newest first (admins)",
-                   parameters=PAGE_PARAMETERS, responses={200: paginated(s.AuditEntrySerializer, "PaginatedAuditList")},
-                   tags=["budgets"])
+    @extend_schema(
+        operation_id="audit_list",
+        summary="Budget and grant changes, newest first (admins)",
+        parameters=PAGE_PARAMETERS,
+        responses={200: paginated(s.AuditEntrySerializer, "PaginatedAuditList")},
+        tags=["budgets"],
+    )
     def get(self, request):
         return self.paginate(audit_entries(), s.AuditEntrySerializer)

@@ -15,7 +15,16 @@ from scheduler.jobs.explain import explain_job
 from scheduler.jobs.queries import job_detail, jobs, task_counts
 from scheduler.jobs.submit import submit_job, submit_jobs
 
-from scheduler.api.views.base import CURSOR_PARAMETER, IrisView, JOB_ID, PAGE_PARAMETERS, Pagination, job_name_from_path, paginated, positive_query_int
+from scheduler.api.views.base import (
+    CURSOR_PARAMETER,
+    IrisView,
+    JOB_ID,
+    PAGE_PARAMETERS,
+    Pagination,
+    job_name_from_path,
+    paginated,
+    positive_query_int,
+)
 
 
 # --- jobs -----------------------------------------------------------------------------------------
@@ -44,18 +53,21 @@ class JobsView(IrisView):
         size = min(positive_query_int(params, "page_size", default=Pagination.page_size), Pagination.max_page_size)
         over = listing.over_budget_users()
         qs = listing.filtered_jobs(job_filter, over)
-        page = listing.page_of(qs.select_related("parent"), view, cursor=params.get("cursor") or None,
-                               number=number, size=size)
+        page = listing.page_of(
+            qs.select_related("parent"), view, cursor=params.get("cursor") or None, number=number, size=size
+        )
         counts = task_counts([job.pk for job in page.jobs])
         for job in page.jobs:
             job.task_counts = counts[job.pk]
         url = remove_query_param(request.build_absolute_uri(), "page")
-        return Response({
-            "count": qs.count(),
-            "next": replace_query_param(url, "cursor", page.next) if page.next else None,
-            "previous": replace_query_param(url, "cursor", page.previous) if page.previous else None,
-            "results": s.JobSummarySerializer(page.jobs, many=True).data,
-        })
+        return Response(
+            {
+                "count": qs.count(),
+                "next": replace_query_param(url, "cursor", page.next) if page.next else None,
+                "previous": replace_query_param(url, "cursor", page.previous) if page.previous else None,
+                "results": s.JobSummarySerializer(page.jobs, many=True).data,
+            }
+        )
 
     @extend_schema(
         operation_id="jobs_create",
@@ -82,7 +94,7 @@ class JobsBatchView(IrisView):
         operation_id="jobs_create_many",
         summary="Submit a sweep: many jobs in one call, all or nothing",
         description=(
-            "Body: {\"jobs\": [job, ...]}, each job as the body of POST jobs/, at most IRIS_MAX_JOBS_PER_BATCH "
+            'Body: {"jobs": [job, ...]}, each job as the body of POST jobs/, at most IRIS_MAX_JOBS_PER_BATCH '
             "(default 1000). Every job is checked by the rules of POST jobs/ (bands, caps counted across the "
             "batch, ids unique in the batch); if any is refused nothing is written, and the error is the first "
             "refused item's, its message and details.field prefixed with jobs[<index>], details.index its index "
@@ -98,15 +110,21 @@ class JobsBatchView(IrisView):
         if unknown:
             raise InvalidArgument(f"unknown field(s) {', '.join(unknown)}; expected jobs", field=unknown[0])
         jobs = submit_jobs(request.user, body.get("jobs"))
-        return Response({"count": len(jobs), "jobs": [s.batch_item_json(job) for job in jobs]},
-                        status=status.HTTP_201_CREATED)
+        return Response(
+            {"count": len(jobs), "jobs": [s.batch_item_json(job) for job in jobs]}, status=status.HTTP_201_CREATED
+        )
 
 
 class JobDetailView(IrisView):
     error_statuses = ("401", "404")
 
-    @extend_schema(operation_id="jobs_retrieve", summary="A job with its tasks and their attempts",
-                   parameters=[JOB_ID], responses={200: s.JobDetailSerializer}, tags=["jobs"])
+    @extend_schema(
+        operation_id="jobs_retrieve",
+        summary="A job with its tasks and their attempts",
+        parameters=[JOB_ID],
+        responses={200: s.JobDetailSerializer},
+        tags=["jobs"],
+    )
     def get(self, request, job_id: str):
         name = job_name_from_path(job_id)
         job = job_detail(name)
@@ -130,11 +148,14 @@ class JobCancelView(IrisView):
         outcome = cancel_job(request.user, job_name_from_path(job_id))
         return Response(
             s.CancelSerializer(
-                {"id": outcome.job, "state": "killed", "killed_jobs": outcome.killed_jobs,
-                 "killed_tasks": outcome.killed_tasks}
+                {
+                    "id": outcome.job,
+                    "state": "killed",
+                    "killed_jobs": outcome.killed_jobs,
+                    "killed_tasks": outcome.killed_tasks,
+                }
             ).data
         )
-
 
 
 # The most job ids a bulk-cancel answer lists; ``selected_count`` always has the full number.
@@ -148,8 +169,8 @@ class JobsCancelView(IrisView):
         operation_id="jobs_cancel_many",
         summary="Cancel many jobs: a list of ids or every job a filter matches (own jobs; any for admins)",
         description=(
-            "Body: {\"ids\": [job ids]} or {\"filter\": {user, band, effective, state, route, name, "
-            "submitted_after, submitted_before}}, and \"dry_run\": true to only count. All or nothing: an unknown "
+            'Body: {"ids": [job ids]} or {"filter": {user, band, effective, state, route, name, '
+            'submitted_after, submitted_before}}, and "dry_run": true to only count. All or nothing: an unknown '
             "id, another user's job (for a researcher), an unknown filter key or a bad value cancels nothing. "
             "Finished jobs in the selection are left as they are."
         ),
@@ -161,7 +182,9 @@ class JobsCancelView(IrisView):
         body = self.body()
         unknown = sorted(set(body) - {"ids", "filter", "dry_run"})
         if unknown:
-            raise InvalidArgument(f"unknown field(s) {', '.join(unknown)}; expected ids, filter, dry_run", field=unknown[0])
+            raise InvalidArgument(
+                f"unknown field(s) {', '.join(unknown)}; expected ids, filter, dry_run", field=unknown[0]
+            )
         dry_run = body.get("dry_run", False)
         if not isinstance(dry_run, bool):
             raise InvalidArgument("must be true or false", field="dry_run")
@@ -177,10 +200,17 @@ class JobsCancelView(IrisView):
                 raise InvalidArgument("must be a list of job ids (or give a filter)", field="ids")
             selection = Selection(names=tuple(ids))
         outcome = (preview_cancel if dry_run else cancel_jobs)(request.user, selection)
-        return Response(s.BulkCancelSerializer({
-            "dry_run": dry_run, "selected": outcome.selected[:LISTED_IDS], "selected_count": len(outcome.selected),
-            "jobs": outcome.jobs, "tasks": outcome.tasks,
-        }).data)
+        return Response(
+            s.BulkCancelSerializer(
+                {
+                    "dry_run": dry_run,
+                    "selected": outcome.selected[:LISTED_IDS],
+                    "selected_count": len(outcome.selected),
+                    "jobs": outcome.jobs,
+                    "tasks": outcome.tasks,
+                }
+            ).data
+        )
 
 
 class JobExplainView(IrisView):

@@ -47,9 +47,7 @@ class QueueView(IrisView):
             except InvalidArgument:
                 job = "/" + job.strip("/")  # cannot be a job id: matches nothing
         index = queue_index()
-        entries = queue_selection(
-            index, band=band_or_none(f.get("band")), user=f.get("user"), job=job, exact_job=True
-        )
+        entries = queue_selection(index, band=band_or_none(f.get("band")), user=f.get("user"), job=job, exact_job=True)
         paginator = Pagination()
         page = paginator.paginate_queryset(entries, request, view=self)
         rows = queue_rows(page)
@@ -61,13 +59,22 @@ class QueueView(IrisView):
             row = rows.get(e.task)
             estimate = estimates[e.task]
             data.append(
-                {"task": e.task, "job": e.job, "user": e.user, "band": e.band, "position": e.position,
-                 "band_pending": e.band_count,
-                 "requested_band": e.requested if e.requested is not None else (row.job.band if row else None),
-                 "resources": s.job_resources(row.job) if row else None,
-                 "pending_reason": e.as_data(), "state": row.state if row else None,
-                 "changed_since_tick": row is not None and row.state != "pending",
-                 "estimated_start": estimate.data(), "estimated_start_reason": estimate.reason, "never": e.job in never}
+                {
+                    "task": e.task,
+                    "job": e.job,
+                    "user": e.user,
+                    "band": e.band,
+                    "position": e.position,
+                    "band_pending": e.band_count,
+                    "requested_band": e.requested if e.requested is not None else (row.job.band if row else None),
+                    "resources": s.job_resources(row.job) if row else None,
+                    "pending_reason": e.as_data(),
+                    "state": row.state if row else None,
+                    "changed_since_tick": row is not None and row.state != "pending",
+                    "estimated_start": estimate.data(),
+                    "estimated_start_reason": estimate.reason,
+                    "never": e.job in never,
+                }
             )
         response = paginator.get_paginated_response(s.QueueEntrySerializer(data, many=True).data)
         band_counts = {Band(rank).wire: n for rank, n in index.band_counts().items()}

@@ -42,8 +42,13 @@ class TicksView(IrisView):
     permission_classes = [ReadAnyWriteOperator]
     error_statuses = ("400", "401", "403", "409")
 
-    @extend_schema(operation_id="ticks_list", summary="Recent scheduling ticks, newest first",
-                   parameters=[s.TickFilterSerializer], responses={200: s.TickSerializer(many=True)}, tags=["ticks"])
+    @extend_schema(
+        operation_id="ticks_list",
+        summary="Recent scheduling ticks, newest first",
+        parameters=[s.TickFilterSerializer],
+        responses={200: s.TickSerializer(many=True)},
+        tags=["ticks"],
+    )
     def get(self, request):
         f = self.filters(s.TickFilterSerializer)
         return Response(s.TickSerializer(recent_ticks(f["limit"]), many=True).data)
@@ -63,15 +68,27 @@ class TicksView(IrisView):
 class FairnessView(IrisView):
     error_statuses = ("401",)
 
-    @extend_schema(operation_id="fairness", summary="Fairness per band as of the newest tick, and the last 24 hours",
-                   responses={200: s.FairnessSerializer}, tags=["ticks"])
+    @extend_schema(
+        operation_id="fairness",
+        summary="Fairness per band as of the newest tick, and the last 24 hours",
+        responses={200: s.FairnessSerializer},
+        tags=["ticks"],
+    )
     def get(self, request):
         report = fairness_report(timezone.now())
-        return Response(s.FairnessSerializer({
-            "tick": report.tick, "tick_at": report.tick_at, "bands": report.bands, "since": report.since,
-            "lost_work": report.lost_work, "starvation_threshold": report.starvation_threshold,
-            "starving": report.starving,
-        }).data)
+        return Response(
+            s.FairnessSerializer(
+                {
+                    "tick": report.tick,
+                    "tick_at": report.tick_at,
+                    "bands": report.bands,
+                    "since": report.since,
+                    "lost_work": report.lost_work,
+                    "starvation_threshold": report.starvation_threshold,
+                    "starving": report.starving,
+                }
+            ).data
+        )
 
 
 class WhatIfView(IrisView):

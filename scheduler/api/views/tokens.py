@@ -65,10 +65,16 @@ class TokenView(IrisView):
     def post(self, request):
         data = self.body()
         key, row = mint_token(data.get("username"), data.get("password"), data.get("name"), request=request._request)
-        return Response({
-            "token": key, "id": row.token_key, "name": row.name, "username": row.user.username,
-            "role": roles.role_name(row.user), "expires_at": row.expiry,
-        })
+        return Response(
+            {
+                "token": key,
+                "id": row.token_key,
+                "name": row.name,
+                "username": row.user.username,
+                "role": roles.role_name(row.user),
+                "expires_at": row.expiry,
+            }
+        )
 
     @extend_schema(
         operation_id="tokens_list",
@@ -87,9 +93,13 @@ class TokenView(IrisView):
 class TokenDetailView(IrisView):
     error_statuses = ("400", "401", "403", "404")
 
-    @extend_schema(operation_id="tokens_destroy", summary="Revoke an API token (its owner or an admin)",
-                   parameters=[path_parameter("token_id", "the token's id, as listed")],
-                   responses={204: None}, tags=["auth"])
+    @extend_schema(
+        operation_id="tokens_destroy",
+        summary="Revoke an API token (its owner or an admin)",
+        parameters=[path_parameter("token_id", "the token's id, as listed")],
+        responses={204: None},
+        tags=["auth"],
+    )
     def delete(self, request, token_id: str):
         revoke_token(request.user, token_id)
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -98,8 +108,12 @@ class TokenDetailView(IrisView):
 class CurrentTokenView(IrisView):
     error_statuses = ("401", "404")
 
-    @extend_schema(operation_id="tokens_current_destroy", summary="Revoke the token this request is made with (iris logout)",
-                   responses={204: None}, tags=["auth"])
+    @extend_schema(
+        operation_id="tokens_current_destroy",
+        summary="Revoke the token this request is made with (iris logout)",
+        responses={204: None},
+        tags=["auth"],
+    )
     def delete(self, request):
         token_id = getattr(request.auth, "token_key", None)
         if token_id is None:
@@ -111,10 +125,16 @@ class CurrentTokenView(IrisView):
 class MeView(IrisView):
     error_statuses = ("401",)
 
-    @extend_schema(operation_id="me_retrieve", summary="Who you are, your role and your budget",
-                   responses={200: s.MeSerializer}, tags=["auth"])
+    @extend_schema(
+        operation_id="me_retrieve",
+        summary="Who you are, your role and your budget",
+        responses={200: s.MeSerializer},
+        tags=["auth"],
+    )
     def get(self, request):
         budget = budget_view(request.user.username)
         return Response(
-            s.MeSerializer({"username": request.user.username, "role": roles.role_name(request.user), "budget": budget}).data
+            s.MeSerializer(
+                {"username": request.user.username, "role": roles.role_name(request.user), "budget": budget}
+            ).data
         )

@@ -26,9 +26,13 @@ class WorkersView(IrisView):
     permission_classes = [ReadAnyWriteOperator]
     error_statuses = ("400", "401", "403")
 
-    @extend_schema(operation_id="workers_list", summary="Workers by name with capacity and active task counts",
-                   parameters=PAGE_PARAMETERS, responses={200: paginated(s.WorkerSerializer, "PaginatedWorkerList")},
-                   tags=["workers"])
+    @extend_schema(
+        operation_id="workers_list",
+        summary="Workers by name with capacity and active task counts",
+        parameters=PAGE_PARAMETERS,
+        responses={200: paginated(s.WorkerSerializer, "PaginatedWorkerList")},
+        tags=["workers"],
+    )
     def get(self, request):
         paginator = Pagination()
         page = with_active_tasks(paginator.paginate_queryset(workers_by_name(), request, view=self))
@@ -45,23 +49,36 @@ class WorkersView(IrisView):
         data = self.body()
         unknown = sorted(set(data) - {"name", "cpu", "memory", "device", "attributes", "backend"})
         if unknown:
-            raise InvalidArgument("unknown field; known fields are name, cpu, memory, device, attributes, backend",
-                                  field=unknown[0])
+            raise InvalidArgument(
+                "unknown field; known fields are name, cpu, memory, device, attributes, backend", field=unknown[0]
+            )
         worker, created = register_worker(
-            request.user, name=data.get("name"), cpu=data.get("cpu"), memory=data.get("memory"),
-            device=data.get("device"), attributes=data.get("attributes"), backend=data.get("backend") or "local",
+            request.user,
+            name=data.get("name"),
+            cpu=data.get("cpu"),
+            memory=data.get("memory"),
+            device=data.get("device"),
+            attributes=data.get("attributes"),
+            backend=data.get("backend") or "local",
         )
         worker = workers_with_load().get(pk=worker.pk)
-        return Response(s.WorkerSerializer(worker).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)
+        return Response(
+            s.WorkerSerializer(worker).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK
+        )
 
 
 class WorkerHeartbeatView(IrisView):
     permission_classes = [ReadAnyWriteOperator]
     error_statuses = ("400", "401", "403", "404")
 
-    @extend_schema(operation_id="workers_heartbeat", summary="Record a worker's heartbeat (operators)",
-                   parameters=[WORKER], request=s.HeartbeatSerializer, responses={200: s.WorkerSerializer},
-                   tags=["workers"])
+    @extend_schema(
+        operation_id="workers_heartbeat",
+        summary="Record a worker's heartbeat (operators)",
+        parameters=[WORKER],
+        request=s.HeartbeatSerializer,
+        responses={200: s.WorkerSerializer},
+        tags=["workers"],
+    )
     def post(self, request, name: str):
         data = self.body()
         worker = heartbeat_worker(request.user, name, healthy=data.get("healthy", True))
@@ -72,9 +89,14 @@ class WorkerCredentialView(IrisView):
     permission_classes = [IsOperator]
     error_statuses = ("400", "401", "403")
 
-    @extend_schema(operation_id="workers_credential",
-                   summary="Mint a worker agent's credential, replacing the worker's earlier one (operators)",
-                   parameters=[WORKER], request=None, responses={201: s.WorkerCredentialSerializer}, tags=["workers"])
+    @extend_schema(
+        operation_id="workers_credential",
+        summary="Mint a worker agent's credential, replacing the worker's earlier one (operators)",
+        parameters=[WORKER],
+        request=None,
+        responses={201: s.WorkerCredentialSerializer},
+        tags=["workers"],
+    )
     def post(self, request, name: str):
         credential = mint_worker_credential(request.user, name)
         return Response({"worker": name, "credential": credential}, status=status.HTTP_201_CREATED)
@@ -84,8 +106,14 @@ class WorkerDrainView(IrisView):
     permission_classes = [ReadAnyWriteOperator]
     error_statuses = ("400", "401", "403", "404")
 
-    @extend_schema(operation_id="workers_drain", summary="Stop placing new work on a worker (operators)",
-                   parameters=[WORKER], request=None, responses={200: s.WorkerSerializer}, tags=["workers"])
+    @extend_schema(
+        operation_id="workers_drain",
+        summary="Stop placing new work on a worker (operators)",
+        parameters=[WORKER],
+        request=None,
+        responses={200: s.WorkerSerializer},
+        tags=["workers"],
+    )
     def post(self, request, name: str):
         worker = drain_worker(request.user, name)
         return Response(s.WorkerSerializer(workers_with_load().get(pk=worker.pk)).data)
@@ -95,8 +123,14 @@ class WorkerUndrainView(IrisView):
     permission_classes = [ReadAnyWriteOperator]
     error_statuses = ("400", "401", "403", "404")
 
-    @extend_schema(operation_id="workers_undrain", summary="Place new work on a drained worker again (operators)",
-                   parameters=[WORKER], request=None, responses={200: s.WorkerSerializer}, tags=["workers"])
+    @extend_schema(
+        operation_id="workers_undrain",
+        summary="Place new work on a drained worker again (operators)",
+        parameters=[WORKER],
+        request=None,
+        responses={200: s.WorkerSerializer},
+        tags=["workers"],
+    )
     def post(self, request, name: str):
         worker = undrain_worker(request.user, name)
         return Response(s.WorkerSerializer(workers_with_load().get(pk=worker.pk)).data)

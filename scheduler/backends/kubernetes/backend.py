@@ -185,8 +185,9 @@ class KubernetesBackend(Backend):
                 log.info("kubernetes set-up: created %s, updated %s", result.created, result.updated)
             return result
 
-    def _ensure_priority_class(self, api: k8s.SchedulingV1Api, band: Band, spec: Any, timeout: float,
-                               result: SetupResult) -> None:
+    def _ensure_priority_class(
+        self, api: k8s.SchedulingV1Api, band: Band, spec: Any, timeout: float, result: SetupResult
+    ) -> None:
         body = priority_class_manifest(band, spec)
         what = f"PriorityClass {spec.name}"
         try:
@@ -199,12 +200,18 @@ class KubernetesBackend(Backend):
             if existing is None:
                 self._create(lambda: api.create_priority_class(body, _request_timeout=timeout))
                 result.created.append(what)
-            elif existing.value != spec.value or (existing.preemption_policy or "PreemptLowerPriority") != spec.preemption_policy:
+            elif (
+                existing.value != spec.value
+                or (existing.preemption_policy or "PreemptLowerPriority") != spec.preemption_policy
+            ):
                 # value and preemptionPolicy are immutable: replace the class.
                 api.delete_priority_class(spec.name, _request_timeout=timeout)
                 self._create(lambda: api.create_priority_class(body, _request_timeout=timeout))
                 result.updated.append(what)
-            elif existing.description != body["description"] or (existing.metadata.labels or {}).get(MANAGED_BY) != MANAGER:
+            elif (
+                existing.description != body["description"]
+                or (existing.metadata.labels or {}).get(MANAGED_BY) != MANAGER
+            ):
                 api.patch_priority_class(
                     spec.name,
                     {"metadata": {"labels": body["metadata"]["labels"]}, "description": body["description"]},
@@ -216,8 +223,9 @@ class KubernetesBackend(Backend):
         except API_ERRORS as exc:
             raise api_error(exc, f"ensuring {what}") from exc
 
-    def _ensure_workload_priority_class(self, api: k8s.CustomObjectsApi, band: Band, spec: Any, timeout: float,
-                                        result: SetupResult) -> None:
+    def _ensure_workload_priority_class(
+        self, api: k8s.CustomObjectsApi, band: Band, spec: Any, timeout: float, result: SetupResult
+    ) -> None:
         body = workload_priority_class_manifest(band, spec)
         what = f"WorkloadPriorityClass {spec.name}"
         args = (KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PRIORITY_CLASSES)
@@ -355,7 +363,11 @@ class KubernetesBackend(Backend):
         token = None
         version = None
         while True:
-            kwargs: dict[str, Any] = {"label_selector": SELECTOR, "limit": LIST_PAGE, "_request_timeout": self._timeout()}
+            kwargs: dict[str, Any] = {
+                "label_selector": SELECTOR,
+                "limit": LIST_PAGE,
+                "_request_timeout": self._timeout(),
+            }
             if token:
                 kwargs["_continue"] = token
             # Raw JSON: status is read as the server sends it, whatever the client's models expect.

@@ -57,13 +57,19 @@ def classify(pod: Mapping[str, Any], *, deleted: bool = False) -> PodStatus:
     disruption = conditions.get("DisruptionTarget")
     for condition in (kueue, disruption):
         if condition and str(condition.get("reason", "")).startswith("WorkloadEvicted"):
-            return PodStatus(AttemptStatus.PREEMPTED, None, f"evicted by Kueue ({condition.get('reason')}): "
-                                                            f"{condition.get('message', '')}".rstrip(": "))
+            return PodStatus(
+                AttemptStatus.PREEMPTED,
+                None,
+                f"evicted by Kueue ({condition.get('reason')}): {condition.get('message', '')}".rstrip(": "),
+            )
     if disruption and disruption.get("reason") in NODE_LOSS_DISRUPTIONS:
         return PodStatus(AttemptStatus.WORKER_LOST, None, f"node lost ({disruption.get('reason')})")
     if status.get("reason") in NODE_LOSS_REASONS:
-        return PodStatus(AttemptStatus.WORKER_LOST, None, f"node lost ({status.get('reason')}): "
-                                                          f"{status.get('message', '')}".rstrip(": "))
+        return PodStatus(
+            AttemptStatus.WORKER_LOST,
+            None,
+            f"node lost ({status.get('reason')}): {status.get('message', '')}".rstrip(": "),
+        )
     if disruption:
         return PodStatus(AttemptStatus.PREEMPTED, None, f"preempted ({disruption.get('reason')})")
     terminated = _terminated(pod)

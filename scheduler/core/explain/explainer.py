@@ -10,14 +10,37 @@ from scheduler.core.feasibility import analyse_job, any_fits_when_idle, constrai
 from scheduler.core.ordering import JobQueue
 from scheduler.core.placement import Shape, ShapeBook, WorkerPool
 from scheduler.core.types import Decision, GroupSpec, JobSpec, TaskSnapshot, WorkerSpec
-from scheduler.core.explain.reasons import AssignmentCapReached, BuildSlotsFull, Cause, Downgrade, GangGroupTooSmall, GangNoRoom, InsufficientResource, JobExhausted, NeverFits, NoHealthyWorkers, NoMatchingWorker, PendingReason, PerJobCap, RoomFreedThisTick, WaitingBehind, WaitingForSlice, never_fits
+from scheduler.core.explain.reasons import (
+    AssignmentCapReached,
+    BuildSlotsFull,
+    Cause,
+    Downgrade,
+    GangGroupTooSmall,
+    GangNoRoom,
+    InsufficientResource,
+    JobExhausted,
+    NeverFits,
+    NoHealthyWorkers,
+    NoMatchingWorker,
+    PendingReason,
+    PerJobCap,
+    RoomFreedThisTick,
+    WaitingBehind,
+    WaitingForSlice,
+    never_fits,
+)
 
 
 class Explainer:
     """Causes per shape (solo) and per (shape, group_by, size) (gang), from the final capacity."""
 
-    def __init__(self, pool: WorkerPool, book: ShapeBook, workers: Sequence[WorkerSpec] = (),
-                 scale_groups: Sequence[GroupSpec] = ()) -> None:
+    def __init__(
+        self,
+        pool: WorkerPool,
+        book: ShapeBook,
+        workers: Sequence[WorkerSpec] = (),
+        scale_groups: Sequence[GroupSpec] = (),
+    ) -> None:
         self.pool = pool
         self.book = book
         # The snapshot's workers (total capacity, for "never"); empty: the check is skipped.
@@ -138,7 +161,6 @@ class Explainer:
             return RoomFreedThisTick(), fit_at_start
         return GangNoRoom(n, group_by, best), fit_at_start
 
-
     def never(self, shape: Shape, spec: JobSpec, impossible: bool = False) -> NeverFits | WaitingForSlice | None:
         """For a shape that did not fit even at tick start: :class:`WaitingForSlice` if no
         worker could hold it idle but a TPU scale group could create a slice that does; else
@@ -155,8 +177,10 @@ class Explainer:
         if impossible:
             group = slice_group(spec, self.scale_groups)
             result = WaitingForSlice(group) if group is not None else None
-        elif self.workers and shape.cands and not any_fits_when_idle(
-            self.workers, shape.cands, (shape.cpu, shape.mem, shape.gpu, shape.tpu)
+        elif (
+            self.workers
+            and shape.cands
+            and not any_fits_when_idle(self.workers, shape.cands, (shape.cpu, shape.mem, shape.gpu, shape.tpu))
         ):
             group = slice_group(spec, self.scale_groups)
             result = WaitingForSlice(group) if group is not None else never_fits(analyse_job(spec, self.workers))

@@ -208,7 +208,10 @@ class NeverFits:
         parts = ["Never fits on the cluster as it is"]
         if blocking is not None:
             kind, label, need, alone, cumulative = blocking
-            what = {"cpu": lambda: f"{format_cores(need)} per task", "memory": lambda: f"{format_memory(need)} per task"}
+            what = {
+                "cpu": lambda: f"{format_cores(need)} per task",
+                "memory": lambda: f"{format_memory(need)} per task",
+            }
             name = what[kind]() if kind in what else label
             if kind == "group":
                 parts.append(f"need {name}, the largest group of matching workers has {number(cumulative)}")
@@ -219,8 +222,10 @@ class NeverFits:
                 )
         if self.largest is not None:
             c, m, d = self.largest
-            parts.append(f"largest matching worker: {format_cores(c)}, {format_memory(m)}"
-                         + (f", {_plural(d, 'device', 'devices')}" if d else ""))
+            parts.append(
+                f"largest matching worker: {format_cores(c)}, {format_memory(m)}"
+                + (f", {_plural(d, 'device', 'devices')}" if d else "")
+            )
         return "; ".join(parts)
 
 
@@ -312,8 +317,19 @@ class PendingReason:
 _CAUSE_TYPES: dict[str, type] = {
     cls.code: cls
     for cls in (
-        NoHealthyWorkers, NoMatchingWorker, BuildSlotsFull, AssignmentCapReached, GangGroupTooSmall,
-        GangNoRoom, RoomFreedThisTick, PerJobCap, JobExhausted, WaitingBehind, Preempted, Requeued, NeverFits,
+        NoHealthyWorkers,
+        NoMatchingWorker,
+        BuildSlotsFull,
+        AssignmentCapReached,
+        GangGroupTooSmall,
+        GangNoRoom,
+        RoomFreedThisTick,
+        PerJobCap,
+        JobExhausted,
+        WaitingBehind,
+        Preempted,
+        Requeued,
+        NeverFits,
         WaitingForSlice,
     )
 }

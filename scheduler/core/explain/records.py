@@ -48,8 +48,12 @@ def reason_record(reason: object) -> dict:
         out = cause_record(reason.cause)
         if reason.downgrade is not None:
             d = reason.downgrade
-            out["downgrade"] = {"requested": d.requested.wire, "effective": d.effective.wire,
-                                "spend": d.spend, "limit": d.limit}
+            out["downgrade"] = {
+                "requested": d.requested.wire,
+                "effective": d.effective.wire,
+                "spend": d.spend,
+                "limit": d.limit,
+            }
         return out
     return cause_record(reason)
 
@@ -112,7 +116,10 @@ def place_text(band: Band, position: int, band_count: int, tick: int | None) -> 
 
 
 def pending_text(
-    record: Mapping, band: Band | None = None, position: int | None = None, band_count: int | None = None,
+    record: Mapping,
+    band: Band | None = None,
+    position: int | None = None,
+    band_count: int | None = None,
     tick: int | None = None,
 ) -> str:
     """THE text of a pending task: cause; place (if queued); downgrade. Every page, the API's

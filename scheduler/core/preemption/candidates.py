@@ -128,8 +128,15 @@ def outranks(band: Band, victim_band: Band) -> bool:
     return band is not Band.BATCH and int(victim_band) > int(band)
 
 
-def may_evict(band: Band, device: Device, gang: bool, victim_band: Band, victim_device: Device, victim_gang: bool,
-              worker_variant: str | None) -> bool:
+def may_evict(
+    band: Band,
+    device: Device,
+    gang: bool,
+    victim_band: Band,
+    victim_device: Device,
+    victim_gang: bool,
+    worker_variant: str | None,
+) -> bool:
     """Whether a pending task (of ``band``, requesting ``device``, a gang member or not) may ever
     evict a task stamped ``victim_band`` of ``victim_device`` (a gang member or not) running on
     a worker of variant ``worker_variant``: the pass's eligibility rules (the package's
@@ -224,7 +231,11 @@ def index_victims(
         for rank in ranks:
             if rank <= min_rank:
                 continue
-            same_band = tasks if len(ranks) == 1 else [t for t in tasks if (requested_rank if t.band is None else int(t.band)) == rank]
+            same_band = (
+                tasks
+                if len(ranks) == 1
+                else [t for t in tasks if (requested_rank if t.band is None else int(t.band)) == rank]
+            )
             if len(same_band) == 1:
                 by_worker = ((same_band[0].worker, same_band),)
             else:
@@ -252,7 +263,9 @@ def index_victims(
     return victims
 
 
-def _wanted(queues: Mapping[str, JobQueue], candidates: Sequence[TaskSnapshot]) -> tuple[set[VariantKey], set[VariantKey], set[int]]:
+def _wanted(
+    queues: Mapping[str, JobQueue], candidates: Sequence[TaskSnapshot]
+) -> tuple[set[VariantKey], set[VariantKey], set[int]]:
     """What the candidates could evict: solo candidates' variants, gang candidates'
     variants, and the hosts gang candidates may use (where squatters matter)."""
     solo_variants: set[VariantKey] = set()

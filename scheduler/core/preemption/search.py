@@ -554,7 +554,9 @@ class PreemptionPass:
             self._squat_groups[key] = groups
         pool = self.pool
         own = queue.spec.id
-        failed = self._squat_failed.setdefault((shape.id, group_by, n, rank, own if own in self.victim_jobs else None), {})
+        failed = self._squat_failed.setdefault(
+            (shape.id, group_by, n, rank, own if own in self.victim_jobs else None), {}
+        )
         version = self.version
         for position_of_group, group in enumerate(groups):
             if len(group.members) < n:

@@ -13,7 +13,6 @@ class SnapshotError(ValueError):
     """A snapshot JSON document is malformed; the message starts with the JSON path."""
 
 
-
 # -- validation helpers -------------------------------------------------------------------------
 
 
@@ -45,7 +44,8 @@ def json_int(value: Any, path: str, key: str | None = None, minimum: int = 0) ->
     if value.__class__ is not int or value < minimum:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise fail(
-                at_path(path, key), "expected a non-negative integer" if minimum == 0 else f"expected an integer >= {minimum}"
+                at_path(path, key),
+                "expected a non-negative integer" if minimum == 0 else f"expected an integer >= {minimum}",
             )
     return value
 

@@ -56,7 +56,9 @@ EXTRA_TOP_LEVEL = {"description"}
 
 def snapshot_from_json(obj: Any) -> ClusterSnapshot:
     """Validate and convert a snapshot document; raise :class:`SnapshotError` naming the path."""
-    top = json_object(obj, "", {"now_ms", "config", "budgets", "workers", "jobs", "tasks", "scale_groups"} | EXTRA_TOP_LEVEL)
+    top = json_object(
+        obj, "", {"now_ms", "config", "budgets", "workers", "jobs", "tasks", "scale_groups"} | EXTRA_TOP_LEVEL
+    )
     if "now_ms" not in top:
         raise fail("now_ms", "required")
     now_ms = json_int(top["now_ms"], "now_ms")
@@ -67,8 +69,15 @@ def snapshot_from_json(obj: Any) -> ClusterSnapshot:
     jobs = _jobs(top.get("jobs") or [], "jobs")
     tasks = _tasks(top.get("tasks") or [], "tasks", jobs, worker_ids)
     scale_groups = _scale_groups(top.get("scale_groups") or [], "scale_groups")
-    return ClusterSnapshot(now_ms=now_ms, config=config, budgets=budgets, workers=workers, jobs=jobs, tasks=tasks,
-                           scale_groups=scale_groups)
+    return ClusterSnapshot(
+        now_ms=now_ms,
+        config=config,
+        budgets=budgets,
+        workers=workers,
+        jobs=jobs,
+        tasks=tasks,
+        scale_groups=scale_groups,
+    )
 
 
 SCALE_GROUP_KEYS = {"name", "variant", "zone", "min_slices", "max_slices", "hosts_per_slice", "chips_per_host"}
@@ -88,15 +97,21 @@ def _scale_groups(raw: Any, path: str) -> tuple[GroupSpec, ...]:
             raise fail(f"{where}.name", f"duplicate scale group {name!r}")
         seen.add(name)
         base = GroupSpec(name, "", "")
-        groups.append(GroupSpec(
-            name=name,
-            variant=json_str(item["variant"], f"{where}.variant"),
-            zone=json_str(item["zone"], f"{where}.zone"),
-            min_slices=json_int(item.get("min_slices", base.min_slices), f"{where}.min_slices"),
-            max_slices=json_int(item.get("max_slices", base.max_slices), f"{where}.max_slices"),
-            hosts_per_slice=json_int(item.get("hosts_per_slice", base.hosts_per_slice), f"{where}.hosts_per_slice", minimum=1),
-            chips_per_host=json_int(item.get("chips_per_host", base.chips_per_host), f"{where}.chips_per_host", minimum=1),
-        ))
+        groups.append(
+            GroupSpec(
+                name=name,
+                variant=json_str(item["variant"], f"{where}.variant"),
+                zone=json_str(item["zone"], f"{where}.zone"),
+                min_slices=json_int(item.get("min_slices", base.min_slices), f"{where}.min_slices"),
+                max_slices=json_int(item.get("max_slices", base.max_slices), f"{where}.max_slices"),
+                hosts_per_slice=json_int(
+                    item.get("hosts_per_slice", base.hosts_per_slice), f"{where}.hosts_per_slice", minimum=1
+                ),
+                chips_per_host=json_int(
+                    item.get("chips_per_host", base.chips_per_host), f"{where}.chips_per_host", minimum=1
+                ),
+            )
+        )
     return tuple(groups)
 
 
@@ -113,7 +128,8 @@ def _config(raw: Any, path: str) -> SchedulerConfig:
         )
     return SchedulerConfig(
         max_tasks_per_job_per_cycle=json_int(
-            raw.get("max_tasks_per_job_per_cycle", base.max_tasks_per_job_per_cycle), f"{path}.max_tasks_per_job_per_cycle"
+            raw.get("max_tasks_per_job_per_cycle", base.max_tasks_per_job_per_cycle),
+            f"{path}.max_tasks_per_job_per_cycle",
         ),
         max_assignments_per_worker=json_int(
             raw.get("max_assignments_per_worker", base.max_assignments_per_worker), f"{path}.max_assignments_per_worker"
@@ -482,7 +498,9 @@ def _job(
     if item.get("root_submitted_at_ms") is not None:
         root_submitted = json_int(item["root_submitted_at_ms"], p, "root_submitted_at_ms")
     elif root in parsed:
-        root_submitted = json_int(parsed[root][1].get("submitted_at_ms", 0), f"{path}[{parsed[root][0]}].submitted_at_ms")
+        root_submitted = json_int(
+            parsed[root][1].get("submitted_at_ms", 0), f"{path}[{parsed[root][0]}].submitted_at_ms"
+        )
     else:
         root_submitted = submitted
     resources = Resources()
@@ -500,7 +518,8 @@ def _job(
         c = json_object(item["coscheduling"], f"{p}.coscheduling", {"group_by"})
         group_by = json_str(c.get("group_by"), p, "coscheduling.group_by")
     constraints = tuple(
-        _constraint(c, f"{p}.constraints[{j}]") for j, c in enumerate(json_list(item.get("constraints") or [], p, "constraints"))
+        _constraint(c, f"{p}.constraints[{j}]")
+        for j, c in enumerate(json_list(item.get("constraints") or [], p, "constraints"))
     )
     resources = shared.setdefault(resources, resources)
     constraints = shared.setdefault(constraints, constraints)

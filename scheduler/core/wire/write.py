@@ -73,7 +73,8 @@ def snapshot_to_json(snapshot: ClusterSnapshot) -> dict:
             },
         },
         "budgets": [
-            {"user": b.user, "budget_limit": b.budget_limit, "max_band": b.max_band.wire} for b in snapshot.budgets.values()
+            {"user": b.user, "budget_limit": b.budget_limit, "max_band": b.max_band.wire}
+            for b in snapshot.budgets.values()
         ],
         "workers": [
             {
@@ -93,8 +94,15 @@ def snapshot_to_json(snapshot: ClusterSnapshot) -> dict:
     # byte-identical to the format before scale groups were part of it.
     if snapshot.scale_groups:
         out["scale_groups"] = [
-            {"name": g.name, "variant": g.variant, "zone": g.zone, "min_slices": g.min_slices,
-             "max_slices": g.max_slices, "hosts_per_slice": g.hosts_per_slice, "chips_per_host": g.chips_per_host}
+            {
+                "name": g.name,
+                "variant": g.variant,
+                "zone": g.zone,
+                "min_slices": g.min_slices,
+                "max_slices": g.max_slices,
+                "hosts_per_slice": g.hosts_per_slice,
+                "chips_per_host": g.chips_per_host,
+            }
             for g in snapshot.scale_groups
         ]
     return out
@@ -200,7 +208,9 @@ def decision_to_json(decision: Decision, jobs: Mapping[str, JobSpec] | None = No
         "effective_bands": dict(zip(band_keys, map(band_wire.__getitem__, map(bands.__getitem__, band_keys)))),
         "order": list(decision.order),
         "assignments": [{"task": a.task, "worker": a.worker, "band": band_wire[a.band]} for a in decision.assignments],
-        "preemptions": [{"victim": p.victim, "preemptor": p.preemptor, "worker": p.worker} for p in decision.preemptions],
+        "preemptions": [
+            {"victim": p.victim, "preemptor": p.preemptor, "worker": p.worker} for p in decision.preemptions
+        ],
         "unschedulable": [{"task": u.task, "reason": u.reason} for u in decision.unschedulable],
         "pending_reasons": dict(zip(reason_keys, map(texts.__getitem__, map(id, reason_objects)))),
         "queue": {band_wire[band]: tasks for band, tasks in pending_queue(decision).items()},

@@ -64,10 +64,29 @@ MIX = (
     Kind("carol", "sweep", 4, "batch", (2, 6), (20, 50)),
     Kind("carol", "eval", 2, "interactive", (1, 2), (10, 30), cpu=2, memory="2Gi"),
     # alice: BATCH work on single TPU hosts, and a four-host INTERACTIVE gang that evicts it.
-    Kind("alice", "tpu-probe", 2, "batch", (1, 2), (30, 60), cpu=2, memory="4Gi",
-         device={"type": "tpu", "variant": "v5p-8", "count": 4}),
-    Kind("alice", "train", 1, "interactive", (4, 4), (30, 45), cpu=4, memory="8Gi",
-         device={"type": "tpu", "variant": "v5p-8", "count": 4}, group_by="tpu-name"),
+    Kind(
+        "alice",
+        "tpu-probe",
+        2,
+        "batch",
+        (1, 2),
+        (30, 60),
+        cpu=2,
+        memory="4Gi",
+        device={"type": "tpu", "variant": "v5p-8", "count": 4},
+    ),
+    Kind(
+        "alice",
+        "train",
+        1,
+        "interactive",
+        (4, 4),
+        (30, 45),
+        cpu=4,
+        memory="8Gi",
+        device={"type": "tpu", "variant": "v5p-8", "count": 4},
+        group_by="tpu-name",
+    ),
     # admin: PRODUCTION serving jobs that preempt lower bands on the CPU hosts.
     Kind("admin", "serve", 1, "production", (1, 1), (15, 30), cpu=4, memory="4Gi"),
 )
@@ -100,8 +119,12 @@ class Command(BaseCommand):
         parser.add_argument("--max-pending", type=int, default=30, help="pause while more tasks wait")
         parser.add_argument("--count", type=int, default=0, help="submit this many jobs, then exit (0: forever)")
         parser.add_argument("--seed", type=int, default=None, help="random seed, for a repeatable mix")
-        parser.add_argument("--report-seconds", type=float, default=60.0,
-                            help="sum up what was submitted this often (0: a line per job)")
+        parser.add_argument(
+            "--report-seconds",
+            type=float,
+            default=60.0,
+            help="sum up what was submitted this often (0: a line per job)",
+        )
 
     def handle(self, *args, **options):
         users = {u.username: u for u in get_user_model().objects.filter(username__in={k.user for k in MIX})}
@@ -127,8 +150,10 @@ class Command(BaseCommand):
                 pending = Task.objects.filter(state=TaskState.PENDING.value).count()
                 if pending > limit and not paused:
                     paused = True
-                    self.stdout.write(f"demo load: pausing: {pending:,} tasks pending, more than --max-pending {limit:,}; "
-                                      f"resuming when at most {resume_at:,} wait")
+                    self.stdout.write(
+                        f"demo load: pausing: {pending:,} tasks pending, more than --max-pending {limit:,}; "
+                        f"resuming when at most {resume_at:,} wait"
+                    )
                 elif pending <= resume_at and paused:
                     paused = False
                     self.stdout.write(f"demo load: resuming: {pending:,} tasks pending")
@@ -151,15 +176,20 @@ class Command(BaseCommand):
             return
         jobs, tasks = self.recent.pop("jobs"), self.recent.pop("tasks")
         users = ", ".join(f"{user} {n}" for user, n in sorted(self.recent.items()))
-        self.stdout.write(f"demo load: submitted {jobs} job(s), {tasks} task(s) in the last "
-                          f"{time.monotonic() - self.since:.0f}s ({users})")
+        self.stdout.write(
+            f"demo load: submitted {jobs} job(s), {tasks} task(s) in the last "
+            f"{time.monotonic() - self.since:.0f}s ({users})"
+        )
         self.since, self.recent = time.monotonic(), Counter()
 
     def pick(self, rng: random.Random, users) -> Kind | None:
         kind = rng.choices(MIX, weights=[k.weight for k in MIX])[0]
-        if kind.group_by and Task.objects.filter(
-            job__user=kind.user, job__group_by=kind.group_by, state__in=NON_TERMINAL_VALUES
-        ).exists():
+        if (
+            kind.group_by
+            and Task.objects.filter(
+                job__user=kind.user, job__group_by=kind.group_by, state__in=NON_TERMINAL_VALUES
+            ).exists()
+        ):
             return None  # one gang at a time is enough to watch
         return kind
 

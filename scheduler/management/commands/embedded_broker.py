@@ -30,14 +30,22 @@ def redis_server_argv(binary: str, socket=None, data_dir=None) -> list[str]:
     socket = socket or settings.EMBEDDED_BROKER_SOCKET
     return [
         binary,
-        "--port", "0",
-        "--unixsocket", str(socket),
-        "--unixsocketperm", "700",
-        "--save", "",
-        "--appendonly", "no",
-        "--dir", str(data_dir or settings.DATA_DIR),
-        "--daemonize", "no",
-        "--loglevel", "warning",
+        "--port",
+        "0",
+        "--unixsocket",
+        str(socket),
+        "--unixsocketperm",
+        "700",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(data_dir or settings.DATA_DIR),
+        "--daemonize",
+        "no",
+        "--loglevel",
+        "warning",
     ]
 
 

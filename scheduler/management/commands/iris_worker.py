@@ -32,7 +32,13 @@ from django.core.management.base import BaseCommand, CommandError
 from scheduler.agent.client import AgentClient
 from scheduler.agent.credentials import make_non_dumpable, scrub_environment
 from scheduler.agent.process import (
-    AccountIdentity, DynamicIdentity, Isolation, SharedIdentity, TaskUser, can_create_pid_namespace, closed_ancestor,
+    AccountIdentity,
+    DynamicIdentity,
+    Isolation,
+    SharedIdentity,
+    TaskUser,
+    can_create_pid_namespace,
+    closed_ancestor,
 )
 from scheduler.agent.state import AttemptState
 from scheduler.agent.worker import Agent
@@ -56,7 +62,9 @@ class Command(BaseCommand):
         parser.add_argument("--server", default="http://127.0.0.1:8000", help="the Iris Web server URL")
         parser.add_argument("--token", default="", help="the worker's credential (default: IRIS_AGENT_TOKEN)")
         parser.add_argument(
-            "--token-file", default="", help="read the worker's credential from this file (manage.py worker_credential --file)"
+            "--token-file",
+            default="",
+            help="read the worker's credential from this file (manage.py worker_credential --file)",
         )
         parser.add_argument("--cpu", required=True, help="cores, e.g. 4 or 0.5")
         parser.add_argument("--memory", required=True, help="bytes or a size, e.g. 8Gi")
@@ -64,44 +72,58 @@ class Command(BaseCommand):
         accel.add_argument("--tpu", help="declared TPU chips as VARIANT:COUNT, e.g. v5p-8:4")
         accel.add_argument("--gpu", help="declared GPUs as VARIANT:COUNT, e.g. h100:8")
         parser.add_argument(
-            "--attribute", action="append", default=[], metavar="KEY=VALUE",
+            "--attribute",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
             help="a worker attribute, repeatable: tpu-name=slice-a, tpu-worker-id=0, zone=...",
         )
         parser.add_argument("--backend", default="local", help="backend name of this worker (default local)")
         parser.add_argument(
-            "--heartbeat-seconds", type=float, default=None,
+            "--heartbeat-seconds",
+            type=float,
+            default=None,
             help="seconds between heartbeats (default IRIS_AGENT_HEARTBEAT_SECONDS)",
         )
         parser.add_argument(
             "--log-dir", default=None, help="where attempt logs are written (default IRIS_DATA_DIR/logs)"
         )
         parser.add_argument(
-            "--task-identity", choices=["dynamic", "account", "user"], default=None,
+            "--task-identity",
+            choices=["dynamic", "account", "user"],
+            default=None,
             help="who a root agent runs each attempt as: a uid of its own (dynamic, the default), the job "
             "owner's Unix account (account), or --task-user (user) (default IRIS_AGENT_TASK_IDENTITY)",
         )
         parser.add_argument(
-            "--task-user", default=None,
+            "--task-user",
+            default=None,
             help="the one Unix user of --task-identity user; giving it chooses that identity (default IRIS_AGENT_TASK_USER)",
         )
         parser.add_argument(
-            "--uid-range", default=None, help="uids of the dynamic identity, FIRST-LAST (default IRIS_AGENT_UID_RANGE)",
+            "--uid-range",
+            default=None,
+            help="uids of the dynamic identity, FIRST-LAST (default IRIS_AGENT_UID_RANGE)",
         )
         parser.add_argument(
-            "--no-pid-namespace", action="store_true",
+            "--no-pid-namespace",
+            action="store_true",
             help="run attempts without a PID namespace of their own (default: with one where the host allows it)",
         )
         parser.add_argument(
-            "--memory-cgroup", default=None,
+            "--memory-cgroup",
+            default=None,
             help="a cgroup directory delegated to this agent to hold attempts to their memory "
             "(default IRIS_AGENT_MEMORY_CGROUP; none: an address-space limit)",
         )
         parser.add_argument(
-            "--state-dir", default=None,
+            "--state-dir",
+            default=None,
             help="where the agent keeps its live process groups (default IRIS_DATA_DIR/agents/<name>)",
         )
         parser.add_argument(
-            "--work-dir", default=None,
+            "--work-dir",
+            default=None,
             help="parent of the attempts' working directories (default IRIS_DATA_DIR/work/<name>)",
         )
 
@@ -148,16 +170,21 @@ class Command(BaseCommand):
         work_dir = Path(options["work_dir"]) if options["work_dir"] else settings.DATA_DIR / "work" / name
         closed = closed_ancestor(work_dir.parent) if not isinstance(isolation.identity, SharedIdentity) else None
         if closed is not None:
-            log.warning("%s is closed to other users: attempts start in their working directories under %s but "
-                        "cannot reach them by path (HOME, TMPDIR); chmod o+x it, or pass --work-dir elsewhere",
-                        closed, work_dir)
+            log.warning(
+                "%s is closed to other users: attempts start in their working directories under %s but "
+                "cannot reach them by path (HOME, TMPDIR); chmod o+x it, or pass --work-dir elsewhere",
+                closed,
+                work_dir,
+            )
         agent = Agent(
             AgentClient(options["server"], token),
             capacity,
             log_dir=Path(options["log_dir"]) if options["log_dir"] else settings.TASK_LOG_DIR,
             heartbeat_seconds=options["heartbeat_seconds"] or settings.AGENT_HEARTBEAT_SECONDS,
             work_dir=work_dir,
-            state=AttemptState(Path(options["state_dir"]) if options["state_dir"] else settings.DATA_DIR / "agents" / name),
+            state=AttemptState(
+                Path(options["state_dir"]) if options["state_dir"] else settings.DATA_DIR / "agents" / name
+            ),
             isolation=isolation,
         )
 
@@ -172,10 +199,14 @@ class Command(BaseCommand):
         """How this agent runs attempts, said once in its log (docs/operations.md, "Agent modes")."""
         pid_namespace = settings.AGENT_PID_NAMESPACE and not options["no_pid_namespace"]
         if pid_namespace and not can_create_pid_namespace():
-            log.warning("this host gives attempts no PID namespace: processes that leave an attempt's process "
-                        "group are found by their IRIS_ATTEMPT_KEY and ended when it ends")
+            log.warning(
+                "this host gives attempts no PID namespace: processes that leave an attempt's process "
+                "group are found by their IRIS_ATTEMPT_KEY and ended when it ends"
+            )
             pid_namespace = False
-        memory_cgroup = options["memory_cgroup"] if options["memory_cgroup"] is not None else settings.AGENT_MEMORY_CGROUP
+        memory_cgroup = (
+            options["memory_cgroup"] if options["memory_cgroup"] is not None else settings.AGENT_MEMORY_CGROUP
+        )
         if memory_cgroup and not Path(memory_cgroup, "cgroup.procs").exists():
             raise CommandError(f"--memory-cgroup {memory_cgroup!r} is not a cgroup directory")
         return Isolation(self.identity(options), pid_namespace=pid_namespace, memory_cgroup=memory_cgroup)
@@ -196,11 +227,15 @@ class Command(BaseCommand):
             except KeyError:
                 me = str(euid)
             if user_name and user_name != me:
-                raise CommandError(f"tasks can run as {user_name!r} only when the agent runs as root (it runs as {me!r})")
+                raise CommandError(
+                    f"tasks can run as {user_name!r} only when the agent runs as root (it runs as {me!r})"
+                )
             log.warning(
                 "tasks are not isolated from each other: this agent runs as %s, not root, so every task runs as %s "
                 "and can read the others' files and logs and signal their processes. Run the agent as root to give "
-                "each attempt a uid of its own (docs/operations.md, \"Agent modes\")", me, me,
+                'each attempt a uid of its own (docs/operations.md, "Agent modes")',
+                me,
+                me,
             )
             return SharedIdentity(None)
         if user_name and chosen != "user":
@@ -225,6 +260,10 @@ class Command(BaseCommand):
         if user.uid == 0:
             log.warning("tasks run as root: they can read the agent's token file and memory, and each other")
         else:
-            log.warning("every task runs as %s (uid %s): tasks are not isolated from each other, only from the "
-                        "agent; leave IRIS_AGENT_TASK_USER unset to give each attempt a uid of its own", user.name, user.uid)
+            log.warning(
+                "every task runs as %s (uid %s): tasks are not isolated from each other, only from the "
+                "agent; leave IRIS_AGENT_TASK_USER unset to give each attempt a uid of its own",
+                user.name,
+                user.uid,
+            )
         return SharedIdentity(user)

@@ -32,6 +32,5 @@ class Command(BaseCommand):
         changed = reconcile_budget_tiers(config)
         users = len({user for tier in config.user_budgets for user in tier.user_ids})
         self.stdout.write(
-            f"Reconciled {len(config.user_budgets)} tier(s) for {users} user(s) from {path}: "
-            f"{changed} row(s) changed."
+            f"Reconciled {len(config.user_budgets)} tier(s) for {users} user(s) from {path}: {changed} row(s) changed."
         )

@@ -7,7 +7,6 @@ and bob have tiers, carol is unlisted and gets the defaults). Each worker agent 
 is still valid is kept, so running this again changes nothing.
 """
 
-
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
@@ -19,7 +18,13 @@ from scheduler.roles import ensure_groups
 
 DEMO_PASSWORD = "iris-demo"
 # (username, role) — alice and bob are researchers, carol is unlisted in any tier.
-DEMO_USERS = [("admin", "admin"), ("ops", "operator"), ("alice", "researcher"), ("bob", "researcher"), ("carol", "researcher")]
+DEMO_USERS = [
+    ("admin", "admin"),
+    ("ops", "operator"),
+    ("alice", "researcher"),
+    ("bob", "researcher"),
+    ("carol", "researcher"),
+]
 # The worker agents the Procfile starts (a test ties the two), and where their credentials go.
 DEMO_WORKERS = ("cpu-1", "cpu-2", "slice-a-0", "slice-a-1", "slice-a-2", "slice-a-3")
 CREDENTIALS_DIR = "worker-credentials"

@@ -32,7 +32,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("name", help="the worker's name, as its agent's --name")
-        parser.add_argument("--file", default="", help="write the credential to this file (mode 0600) instead of printing it")
+        parser.add_argument(
+            "--file", default="", help="write the credential to this file (mode 0600) instead of printing it"
+        )
         parser.add_argument("--revoke", action="store_true", help="revoke the worker's credential instead")
 
     def handle(self, *args, **options):
