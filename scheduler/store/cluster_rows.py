@@ -173,11 +173,7 @@ class ClusterRows:
         # The ids of the tasks taken in or dropped since the log began, in order, for readers
         # that keep something per task and update it from changes (the board's counts): see
         # :func:`task_changes`. A new log (a new ``log_epoch``) after every whole read.
-        global _log_epochs
-        _log_epochs += 1
-        self.log_epoch = _log_epochs
-        self.log_start = 0  # the position of task_log[0]
-        self.task_log: list[str] = []
+        self.reset_log()
 
     def _own(self) -> None:
         """Before any change to the kept maps: copy those a view holds (see the class)."""
@@ -531,9 +527,12 @@ class ClusterRows:
         return self.task_log[: upto[1] - start]
 
     def reset_log(self) -> None:
+        """Start a new change log: readers holding a mark in the old one rebuild."""
         global _log_epochs
         _log_epochs += 1
-        self.log_epoch, self.log_start, self.task_log = _log_epochs, 0, []
+        self.log_epoch = _log_epochs
+        self.log_start = 0  # the position of task_log[0]
+        self.task_log: list[str] = []
 
 
 @dataclass(frozen=True, slots=True)
