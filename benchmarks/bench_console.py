@@ -78,7 +78,7 @@ def main() -> None:
     from benchmarks.synthetic import generate
     from scheduler.core.wire import snapshot_from_json
     from scheduler.models import ApiToken, Job, Worker
-    from scheduler.roles import ensure_groups
+    from scheduler.foundation.roles import ensure_groups
     from scheduler.store import clock
     from scheduler.store.cluster_rows import forget_cluster_rows
     from scheduler.board.read import forget as forget_board

@@ -53,7 +53,7 @@ def main() -> None:
     from scheduler.store.cluster_rows import forget_cluster_rows
     from scheduler.core.wire import snapshot_from_json
     from scheduler.models import ApiToken
-    from scheduler.roles import ensure_groups
+    from scheduler.foundation.roles import ensure_groups
     from scheduler.tick.run import run_tick
 
     call_command("migrate", verbosity=0)

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from django.db import connection, transaction
 from django.db.models import F
 
-from scheduler.cluster_config import cluster_config
+from scheduler.foundation.cluster_config import cluster_config
 from scheduler.core.kueue import settled_route
 from scheduler.core.types import ACTIVE_STATES, ClusterSnapshot, DeviceType, TaskState
 from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord, UserBudget, Worker

@@ -433,7 +433,7 @@ MAX_ACTIVE_TASKS_PER_USER = env_int("IRIS_MAX_ACTIVE_TASKS_PER_USER", 16_000)
 # few hundred KB, well inside IRIS_MAX_REQUEST_BYTES, and one transaction of a few thousand rows.
 MAX_JOBS_PER_BATCH = env_int("IRIS_MAX_JOBS_PER_BATCH", 1000)
 
-# --- API tokens and worker credentials (scheduler/access.py, scheduler/execution/enrolment.py) ---
+# --- API tokens and worker credentials (scheduler/foundation/access.py, scheduler/execution/enrolment.py) ---
 # API tokens are django-rest-knox tokens in scheduler.ApiToken: only their SHA-512 digest is
 # stored; each `POST tokens/` (each `iris login`) mints a new one that lives this many hours.
 # Worker agents use worker credentials (`manage.py worker_credential`), not API tokens.
@@ -471,8 +471,8 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
-    # Every error leaves as {"code", "message", "details"}; see scheduler/errors.py.
-    "EXCEPTION_HANDLER": "scheduler.errors.api_exception_handler",
+    # Every error leaves as {"code", "message", "details"}; see scheduler/foundation/errors.py.
+    "EXCEPTION_HANDLER": "scheduler.foundation.errors.api_exception_handler",
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Iris Web API",

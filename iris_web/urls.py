@@ -27,5 +27,5 @@ urlpatterns = [
 ]
 
 # JSON errors for /api/ paths no view answers; Django's own pages elsewhere.
-handler404 = "scheduler.errors.handler404"
-handler500 = "scheduler.errors.handler500"
+handler404 = "scheduler.foundation.errors.handler404"
+handler500 = "scheduler.foundation.errors.handler500"

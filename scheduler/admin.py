@@ -10,7 +10,7 @@ from django.contrib import admin, messages
 from scheduler import models
 from scheduler.core.bands import Band
 from scheduler.budgets.writes import approve_uplift, deny_uplift, set_budget
-from scheduler.errors import ServiceError
+from scheduler.foundation.errors import ServiceError
 from scheduler.execution.outbox import retry_intents
 from scheduler.execution.workers import drain_worker
 from scheduler.jobs.cancel import cancel_job

@@ -12,6 +12,6 @@ class SchedulerConfig(AppConfig):
         from django.db.models.signals import post_migrate
 
         from scheduler import checks  # noqa: F401  (registers the start-up checks)
-        from scheduler.roles import ensure_groups_after_migrate
+        from scheduler.foundation.roles import ensure_groups_after_migrate
 
         post_migrate.connect(ensure_groups_after_migrate, sender=self, dispatch_uid="scheduler.ensure_groups")

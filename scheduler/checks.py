@@ -12,7 +12,7 @@ from celery.signals import beat_init, worker_init
 from django.conf import settings
 from django.core.checks import Error, register
 
-from scheduler.cluster_config import ClusterConfigError, read_cluster_config
+from scheduler.foundation.cluster_config import ClusterConfigError, read_cluster_config
 
 INVALID_CLUSTER_CONFIG = "scheduler.E001"
 

@@ -1,6 +1,6 @@
 """Celery tasks: one-line wrappers around the use cases. They take ids, never model instances.
 
-The use cases never import this module: they ask for a task by its name (``scheduler.enqueue``).
+The use cases never import this module: they ask for a task by its name (``scheduler.foundation.enqueue``).
 """
 
 import logging
@@ -9,10 +9,10 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
-from scheduler.access import delete_expired_tokens as delete_expired_api_tokens
+from scheduler.foundation.access import delete_expired_tokens as delete_expired_api_tokens
 from scheduler.budgets.writes import expire_uplifts as expire_due_uplifts
 
-from scheduler.enqueue import PROMPT_TICK, task_started
+from scheduler.foundation.enqueue import PROMPT_TICK, task_started
 from scheduler.execution.dispatcher import drain
 from scheduler.execution.workers import check_workers as declare_lost_workers
 from scheduler.provisioning.kubernetes import sync_kubernetes as sync_kubernetes_backend

@@ -22,7 +22,7 @@ from scheduler.core.bands import Band
 from scheduler.execution.enrolment import issue_worker_credential
 from scheduler.jobs.submit import submit_job
 from scheduler.models import ApiToken, Attempt, Job, Task, Worker
-from scheduler.roles import ensure_groups
+from scheduler.foundation.roles import ensure_groups
 
 PASSWORD = "correct horse battery staple"
 GIB = 1 << 30

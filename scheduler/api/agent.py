@@ -50,12 +50,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from scheduler.backends import AttemptRef, AttemptReport, AttemptStatus, StartOrder, StopOrder
-from scheduler.errors import InvalidArgument, NotFound, PermissionDenied
+from scheduler.foundation.errors import InvalidArgument, NotFound, PermissionDenied
 from scheduler.execution.attempts import apply_reports
 from scheduler.execution.enrolment import worker_for_credential
 from scheduler.execution.logs import may_read_log, read_tail, store_chunk
 from scheduler.execution.workers import agent_heartbeat, register_agent
-from scheduler.inputs import parse_int, parse_worker_name
+from scheduler.foundation.inputs import parse_int, parse_worker_name
 from scheduler.models import Attempt, Task
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ MAX_RUNNING = 10_000
 
 class WorkerAgent:
     """Who calls the agent API: the agent of one worker. Not a user: it has no role, no budget
-    and no groups, so every check of :mod:`scheduler.roles` says no."""
+    and no groups, so every check of :mod:`scheduler.foundation.roles` says no."""
 
     is_authenticated = True
     is_anonymous = False

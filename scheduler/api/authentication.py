@@ -4,7 +4,7 @@ knox's ``TokenAuthentication`` reads, on every call, all of the caller's other t
 the expired ones: one statement per API call, for rows that are refused anyway. This class
 checks only the presented token (an expired one is refused and deleted, as in knox); the others
 are deleted by the hourly ``scheduler.delete_expired_tokens`` task
-(:func:`scheduler.access.delete_expired_tokens`).
+(:func:`scheduler.foundation.access.delete_expired_tokens`).
 """
 
 from __future__ import annotations

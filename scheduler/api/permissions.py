@@ -1,4 +1,4 @@
-"""API permissions, in the vocabulary of ``scheduler.roles`` (admin, operator, researcher).
+"""API permissions, in the vocabulary of ``scheduler.foundation.roles`` (admin, operator, researcher).
 
 These guard whole endpoints at the edge so the schema and the early 401/403 are right; the
 use cases check again, because the console, the admin site and the CLI reach them too.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
-from scheduler import roles
+from scheduler.foundation import roles
 
 
 class IsResearcher(BasePermission):

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from django.db.models import Count
 from django.utils import timezone
 
-from scheduler.cluster_config import cluster_config
+from scheduler.foundation.cluster_config import cluster_config
 from scheduler.core.bands import Band
 from scheduler.core.budget import resource_value
 from scheduler.core.types import BudgetDefaults, BudgetSpec, Device, DeviceType, Resources

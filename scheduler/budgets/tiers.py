@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduler.budgets.writes import budget_state
-from scheduler.cluster_config import ClusterConfig
+from scheduler.foundation.cluster_config import ClusterConfig
 from scheduler.core.bands import Band
 from scheduler.models import AuditEntry, UserBudget
 

@@ -14,13 +14,13 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from scheduler import roles
-from scheduler.access import require_admin, require_authenticated
+from scheduler.foundation import roles
+from scheduler.foundation.access import require_admin, require_authenticated
 from scheduler.budgets.queries import user_is_known
 from scheduler.budgets.rules import budget_defaults, effective_budget_for
 from scheduler.core.bands import ADMIN_BANDS, Band
-from scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
-from scheduler.inputs import (
+from scheduler.foundation.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from scheduler.foundation.inputs import (
     MAX_INT64,
     parse_band,
     parse_budget_limit,

@@ -237,7 +237,7 @@ def task_snapshot(id, job_id, index, state, worker, band, preemption_count, unfi
 
 @dataclass(frozen=True, slots=True)
 class GroupSpec:
-    """A TPU scale group as the core needs it (``scheduler.cluster_config.ScaleGroup``): what
+    """A TPU scale group as the core needs it (``scheduler.foundation.cluster_config.ScaleGroup``): what
     slices it creates (``variant``, ``hosts_per_slice`` hosts of ``chips_per_host`` chips, in
     ``zone``) and how many it may have."""
 

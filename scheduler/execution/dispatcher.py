@@ -34,7 +34,7 @@ from scheduler.execution.outbox import (
     with_attempts,
 )
 from scheduler.models import Attempt, DispatchIntent
-from scheduler import instruments
+from scheduler.foundation import instruments
 from scheduler.core.kueue import ROUTE_KUBERNETES
 from scheduler.core.placement import request_tuple
 from scheduler.core.types import Resources

@@ -20,9 +20,9 @@ from typing import Any
 from django.db import transaction
 from knox.crypto import create_token_string, hash_token
 
-from scheduler.access import require_operator
-from scheduler.errors import NotFound
-from scheduler.inputs import parse_worker_name
+from scheduler.foundation.access import require_operator
+from scheduler.foundation.errors import NotFound
+from scheduler.foundation.inputs import parse_worker_name
 from scheduler.models import WorkerCredential
 
 log = logging.getLogger(__name__)

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from django.conf import settings
 
-from scheduler import roles
-from scheduler.access import owns_job
+from scheduler.foundation import roles
+from scheduler.foundation.access import owns_job
 
 TRUNCATED_LINE = (
     "\n[iris] log cut at {limit:,} bytes (IRIS_TASK_LOG_MAX_BYTES): the server keeps the first {limit:,} bytes "

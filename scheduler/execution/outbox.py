@@ -19,7 +19,7 @@ from django.utils import timezone
 from scheduler.backends import AttemptRef, StartOrder, StopOrder
 from scheduler.core.bands import Band
 from scheduler.core.types import Resources
-from scheduler.enqueue import enqueue
+from scheduler.foundation.enqueue import enqueue
 from scheduler.models import Attempt, DispatchIntent
 from scheduler.store.cluster_rows import device_from_columns
 

@@ -20,12 +20,12 @@ from django.db.models import OuterRef, Subquery
 from django.utils import timezone
 
 from scheduler import backends
-from scheduler.access import require_operator
+from scheduler.foundation.access import require_operator
 from scheduler.backends import AttemptRef, AttemptReport, AttemptStatus, StartOrder, StopOrder
-from scheduler.errors import InvalidArgument, NotFound
+from scheduler.foundation.errors import InvalidArgument, NotFound
 from scheduler.execution.attempts import apply_report
 from scheduler.execution.outbox import close_intents, start_order, stop_order, with_attempts
-from scheduler.inputs import (
+from scheduler.foundation.inputs import (
     parse_attributes,
     parse_cpu_millicores,
     parse_device,

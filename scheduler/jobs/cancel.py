@@ -17,10 +17,10 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from scheduler import roles
-from scheduler.access import owns_job, require_authenticated
+from scheduler.foundation import roles
+from scheduler.foundation.access import owns_job, require_authenticated
 from scheduler.core.types import JobState, TaskState
-from scheduler.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from scheduler.foundation.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from scheduler.execution.outbox import write_stop_intents
 from scheduler.jobs.listing import JobFilter, filtered_jobs, over_budget_users
 from scheduler.jobs.request import normalize_job_id

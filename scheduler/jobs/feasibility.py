@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 
 from django.db.models import Count
 
-from scheduler.cluster_config import cluster_config, group_specs
+from scheduler.foundation.cluster_config import cluster_config, group_specs
 from scheduler.core.bands import Band
 from scheduler.core.feasibility import HeldWork, Holder, ShapeAnalysis, analyse_job, rank_holders
 from scheduler.core.types import Device, JobSpec, Resources, WorkerSpec

@@ -37,7 +37,7 @@ from scheduler.core.bands import ADMIN_BANDS, BAND_NAMES, Band
 from scheduler.core.budget import budget_limit, is_over_budget
 from scheduler.core.kueue import ROUTE_KUBERNETES, ROUTE_WORKERS
 from scheduler.core.types import JobState
-from scheduler.errors import InvalidArgument, NotFound
+from scheduler.foundation.errors import InvalidArgument, NotFound
 from scheduler.models import Job
 from scheduler.store.states import LIVE_JOB_VALUES
 

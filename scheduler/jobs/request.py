@@ -12,8 +12,8 @@ from typing import Any
 
 from scheduler.core.bands import Band
 from scheduler.core.types import ConstraintOp
-from scheduler.errors import InvalidArgument
-from scheduler.inputs import (
+from scheduler.foundation.errors import InvalidArgument
+from scheduler.foundation.inputs import (
     DEFAULT_CPU_CORES,
     DEFAULT_MEMORY_BYTES,
     DeviceRequest,

@@ -17,16 +17,16 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from scheduler import roles
-from scheduler.access import owns_job, require_authenticated
+from scheduler.foundation import roles
+from scheduler.foundation.access import owns_job, require_authenticated
 from scheduler.budgets.rules import effective_budget_for
-from scheduler.cluster_config import cluster_config
+from scheduler.foundation.cluster_config import cluster_config
 from scheduler.core.bands import ADMIN_BANDS, Band
 from scheduler.core.explain import format_cores, format_memory
 from scheduler.core.kueue import pinned_backend_in, settled_route
 from scheduler.core.types import ANY_VARIANT, DeviceType, JobState, TaskState
-from scheduler.enqueue import PROMPT_TICK, request_once
-from scheduler.errors import (
+from scheduler.foundation.enqueue import PROMPT_TICK, request_once
+from scheduler.foundation.errors import (
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -35,10 +35,10 @@ from scheduler.errors import (
     ResourceExhausted,
     ServiceError,
 )
-from scheduler.inputs import parse_segment
+from scheduler.foundation.inputs import parse_segment
 from scheduler.jobs.request import JobRequest, parse_job_request
 from scheduler.models import MAX_ID_LENGTH, Job, Task, Worker
-from scheduler import instruments
+from scheduler.foundation import instruments
 from scheduler.store import clock
 from scheduler.store.locks import hold_until_commit
 from scheduler.store import bulk

@@ -25,10 +25,10 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db.models import Sum
 
-from scheduler import roles
-from scheduler.access import require_authenticated
+from scheduler.foundation import roles
+from scheduler.foundation.access import require_authenticated
 from scheduler.budgets.rules import budget_defaults, effective_budget_for, live_spend
-from scheduler.cluster_config import cluster_config, group_specs
+from scheduler.foundation.cluster_config import cluster_config, group_specs
 from scheduler.core.bands import Band
 from scheduler.core.budget import effective_band
 from scheduler.core.decision import decide
@@ -47,8 +47,8 @@ from scheduler.core.types import (
     WorkerSpec,
 )
 from scheduler.core.whatif import queue_place
-from scheduler.errors import InvalidArgument, NotFound, PermissionDenied, ServiceError
-from scheduler.inputs import parse_user_id
+from scheduler.foundation.errors import InvalidArgument, NotFound, PermissionDenied, ServiceError
+from scheduler.foundation.inputs import parse_user_id
 from scheduler.jobs.feasibility import feasibility_data, shape_key
 from scheduler.board.read import queue_index
 from scheduler.jobs.request import parse_job_request

@@ -2,7 +2,7 @@
 
 Two sources, one exposition (``/metrics``, served by ``scheduler.views.health``):
 
-- **Events** (``scheduler.instruments``) (ticks and their phase durations, assignments, preemptions, budget downgrades,
+- **Events** (``scheduler.foundation.instruments``) (ticks and their phase durations, assignments, preemptions, budget downgrades,
   waits to first start, failed deliveries, submissions) are counters and histograms updated by
   the process where the event happens: a Celery worker for ticks and deliveries, a gunicorn
   worker for submissions. prometheus-client's multiprocess mode keeps each process's values in
@@ -39,7 +39,7 @@ from scheduler.board.read import queue_index
 from scheduler.core.bands import Band
 from scheduler.core.types import ACTIVE_STATES
 from scheduler.models import DispatchIntent, PreemptionEvent, Task, TickRecord, Worker
-from scheduler.instruments import EVENTS, band_label
+from scheduler.foundation.instruments import EVENTS, band_label
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from scheduler import backends
 from scheduler.backends.base import AttemptRef, AttemptReport, AttemptStatus, BackendError
-from scheduler.cluster_config import cluster_config
+from scheduler.foundation.cluster_config import cluster_config
 from scheduler.execution.attempts import apply_reports
 from scheduler.models import Attempt, DispatchIntent, Worker
 from scheduler.provisioning.health import KUBERNETES, record_error, record_ok

@@ -20,7 +20,7 @@ from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from scheduler.backends.tpu import SliceRequest, TpuApi, TpuApiError
-from scheduler.cluster_config import ClusterConfig, cluster_config, group_specs
+from scheduler.foundation.cluster_config import ClusterConfig, cluster_config, group_specs
 from scheduler.core.demand import FailureHistory, PendingTpuJob, SliceView, plan_provisioning
 from scheduler.core.types import TaskState
 from scheduler.execution.workers import declare_worker_lost

@@ -12,7 +12,7 @@ from django.contrib.humanize.templatetags.humanize import intcomma
 from django.utils import timezone
 from django.utils.html import format_html
 
-from scheduler import roles
+from scheduler.foundation import roles
 from scheduler.core.bands import Band
 from scheduler.core.explain import cause_text, format_cores, format_memory, pending_text
 

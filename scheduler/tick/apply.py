@@ -24,7 +24,7 @@ from datetime import datetime
 
 from django.db import connection, transaction
 
-from scheduler import instruments
+from scheduler.foundation import instruments
 from scheduler.board import publish
 from scheduler.core.types import ACTIVE_STATES, Decision, JobState, TaskState
 from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord, Worker

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from django.db import connection
 
-from scheduler.cluster_config import cluster_config
+from scheduler.foundation.cluster_config import cluster_config
 from scheduler.core.kueue import (
     BACKEND_KEY,
     ROUTE_KUBERNETES,

@@ -13,7 +13,7 @@ from typing import Literal
 from django.conf import settings
 
 from scheduler.budgets.rules import budget_defaults, effective_budgets
-from scheduler.cluster_config import cluster_config, group_specs
+from scheduler.foundation.cluster_config import cluster_config, group_specs
 from scheduler.core.kueue import KueueInput
 from scheduler.core.types import ClusterSnapshot, SchedulerConfig, TaskSnapshot
 from scheduler.store.cluster_rows import TaskRow, read_cluster

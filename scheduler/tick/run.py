@@ -24,13 +24,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from scheduler.access import require_operator
+from scheduler.foundation.access import require_operator
 from scheduler.core.decision import collector_paused, decide
 from scheduler.core.kueue import merge_into
 from scheduler.core.reuse import DecidedSnapshot, remember, still_decided
-from scheduler.errors import FailedPrecondition
+from scheduler.foundation.errors import FailedPrecondition
 from scheduler.execution.outbox import request_dispatch
-from scheduler import instruments
+from scheduler.foundation import instruments
 from scheduler.store import lease
 from scheduler.store.cluster_rows import forget_cluster_rows
 from scheduler.store.clock import now_ms

@@ -15,13 +15,13 @@ from django.http import Http404
 from django.shortcuts import redirect
 from django.utils import timezone
 
-from scheduler import roles
+from scheduler.foundation import roles
 from scheduler.budgets import writes as budgets_writes
 from scheduler.budgets.queries import BudgetRow, budget_rows, spend_samples, uplift_grants, user_is_known
 from scheduler.budgets.rules import budget_defaults
 from scheduler.core.bands import Band
 from scheduler.core.budget import ACCELERATOR_POINTS, CORE_POINTS, GIB_POINTS
-from scheduler.errors import ServiceError
+from scheduler.foundation.errors import ServiceError
 from scheduler.board.read import queue_index
 from scheduler.views.charts import spend_chart
 from scheduler.views.common import PAGE_SIZE, POLL_SECONDS, apply_service_error, page_or_fragment, require_POST, window

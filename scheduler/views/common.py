@@ -17,8 +17,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
 
-from scheduler import roles
-from scheduler.errors import ServiceError
+from scheduler.foundation import roles
+from scheduler.foundation.errors import ServiceError
 
 # Rows per page of long tables (queue band, preemptions, jobs, audit, workers).
 PAGE_SIZE = 50

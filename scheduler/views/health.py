@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from knox.auth import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
-from scheduler import roles
+from scheduler.foundation import roles
 from scheduler.observability import health, metrics
 
 

@@ -18,12 +18,12 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
-from scheduler import roles
-from scheduler.access import owns_job
+from scheduler.foundation import roles
+from scheduler.foundation.access import owns_job
 from scheduler.budgets.queries import budget_view
 from scheduler.core.bands import BANDS_IN_ORDER, Band
 from scheduler.core.types import JobState
-from scheduler.errors import InvalidArgument, ServiceError
+from scheduler.foundation.errors import InvalidArgument, ServiceError
 from scheduler.jobs import cancel as jobs_cancel
 from scheduler.jobs import listing
 from scheduler.jobs import queries as jobs_queries

@@ -13,9 +13,9 @@ from django.shortcuts import redirect
 from scheduler.budgets.queries import audit_entries, budget_rows, budget_view, budget_views, uplift_grants
 from scheduler.budgets.rules import budget_defaults, budget_rows_of
 from scheduler.budgets.writes import approve_uplift, deny_uplift, set_budget
-from scheduler.cluster_config import cluster_config
+from scheduler.foundation.cluster_config import cluster_config
 from scheduler.core.bands import Band
-from scheduler.errors import ServiceError
+from scheduler.foundation.errors import ServiceError
 from scheduler.board.read import queue_index
 from scheduler.models import UpliftGrant
 from scheduler.views.common import (

@@ -10,7 +10,7 @@ from django.shortcuts import redirect
 from django.utils import timezone
 
 from scheduler.core.bands import BANDS_IN_ORDER
-from scheduler.errors import ServiceError
+from scheduler.foundation.errors import ServiceError
 from scheduler.execution.outbox import intent_counts, stuck_intents
 from scheduler.board.read import queue_index
 from scheduler.tick.queries import recent_ticks

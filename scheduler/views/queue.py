@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
 
-from scheduler import roles
+from scheduler.foundation import roles
 from scheduler.core.bands import BANDS_IN_ORDER, Band
 from scheduler.core.explain import downgrade_text
 from scheduler.board.estimates import NOT_ESTIMATED, ShownEstimate

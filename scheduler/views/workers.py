@@ -9,8 +9,8 @@ from django.contrib.auth.decorators import login_required
 from django.shortcuts import redirect
 from django.utils import timezone
 
-from scheduler import roles
-from scheduler.errors import ServiceError
+from scheduler.foundation import roles
+from scheduler.foundation.errors import ServiceError
 from scheduler.execution.queries import with_active_tasks, worker_tasks, worker_use, workers_by_name
 from scheduler.execution.workers import drain_worker, undrain_worker
 from scheduler.provisioning.health import backend_status

@@ -9,7 +9,7 @@ from django.http import Http404
 from rest_framework import exceptions as drf
 from rest_framework.test import APIClient
 
-from scheduler.errors import as_service_error
+from scheduler.foundation.errors import as_service_error
 from tests.api.conftest import error_of
 from tests.personas import PASSWORD
 

@@ -6,7 +6,7 @@ import pytest
 
 from scheduler.budgets.writes import request_uplift
 from scheduler.core.units import format_memory
-from scheduler.errors import InvalidArgument
+from scheduler.foundation.errors import InvalidArgument
 from scheduler.models import Job
 from tests.api.test_submission import post, rejected
 from tests.personas import make_worker

@@ -288,7 +288,7 @@ V5P_POOL_CONFIG = (
 def cluster_config_text(tmp_path, settings):
     """Writes the cluster config (TOML text) and makes the process read it afresh. Nothing here
     provisions, so no TPU API is called."""
-    from scheduler.cluster_config import _cached
+    from scheduler.foundation.cluster_config import _cached
 
     path = tmp_path / "cluster.toml"
     settings.CLUSTER_CONFIG = str(path)

@@ -443,7 +443,7 @@ def test_submission_times_are_strictly_increasing_and_after_every_job_written(al
 def test_a_burst_of_submissions_asks_for_one_prompt_tick_until_the_tick_starts(as_alice, monkeypatch):
     from celery import current_app
 
-    from scheduler.enqueue import PROMPT_TICK, forget_request
+    from scheduler.foundation.enqueue import PROMPT_TICK, forget_request
 
     sent = []
     monkeypatch.setattr(current_app, "send_task", lambda name, **kwargs: sent.append(name))  # the broker is external
@@ -476,8 +476,8 @@ def test_a_prompt_tick_asked_for_soon_after_a_tick_started_waits_for_the_minimum
 ):
     from celery import current_app
 
-    from scheduler import enqueue
-    from scheduler.enqueue import PROMPT_TICK, task_started
+    from scheduler.foundation import enqueue
+    from scheduler.foundation.enqueue import PROMPT_TICK, task_started
 
     settings.PROMPT_TICK_MIN_INTERVAL_MS = 500
     sent = []
@@ -498,7 +498,7 @@ def test_a_prompt_tick_asked_for_soon_after_a_tick_started_waits_for_the_minimum
 def test_with_no_minimum_spacing_a_prompt_tick_is_sent_at_once(as_alice, monkeypatch, settings):
     from celery import current_app
 
-    from scheduler.enqueue import PROMPT_TICK, task_started
+    from scheduler.foundation.enqueue import PROMPT_TICK, task_started
 
     settings.PROMPT_TICK_MIN_INTERVAL_MS = 0
     sent = []

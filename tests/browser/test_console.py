@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from scheduler.core.bands import Band
 from scheduler.jobs.submit import submit_job
 from scheduler.models import Job, PreemptionEvent, UpliftGrant, UserBudget
-from scheduler.roles import ensure_groups
+from scheduler.foundation.roles import ensure_groups
 from scheduler.tick.run import run_tick
 from tests.browser.conftest import save_screenshot, sign_in
 from tests.personas import make_worker, run_tasks

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.roles import ensure_groups
+from scheduler.foundation.roles import ensure_groups
 from scheduler.tick.run import run_tick
 from tests.browser.conftest import sign_in
 from tests.personas import NOW_MS, make_job, make_worker

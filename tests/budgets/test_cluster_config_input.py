@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.checks import INVALID_CLUSTER_CONFIG, check_cluster_config
-from scheduler.cluster_config import ClusterConfigError, parse_cluster_config, read_cluster_config
+from scheduler.foundation.cluster_config import ClusterConfigError, parse_cluster_config, read_cluster_config
 
 TIER = {"user_ids": ["alice"], "budget_limit": 10, "max_band": "batch"}
 

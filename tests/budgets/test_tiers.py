@@ -14,7 +14,7 @@ from django.utils import timezone
 from scheduler.budgets.tiers import reconcile_budget_tiers
 from scheduler.budgets.writes import expire_uplifts
 from scheduler.checks import INVALID_CLUSTER_CONFIG, check_cluster_config, refuse_invalid_cluster_config
-from scheduler.cluster_config import ClusterConfigError, parse_cluster_config
+from scheduler.foundation.cluster_config import ClusterConfigError, parse_cluster_config
 from scheduler.core.bands import Band
 from scheduler.models import AuditEntry, UpliftGrant, UserBudget
 

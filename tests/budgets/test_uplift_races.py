@@ -15,7 +15,7 @@ from django.db import connection
 
 from scheduler.budgets import writes
 from scheduler.budgets.writes import request_uplift
-from scheduler.errors import FailedPrecondition
+from scheduler.foundation.errors import FailedPrecondition
 from scheduler.models import UpliftGrant
 from tests.races import RENDEZVOUS_SECONDS, Rendezvous
 

@@ -14,7 +14,7 @@ import json
 import pytest
 
 from scheduler import backends
-from scheduler.cluster_config import _cached
+from scheduler.foundation.cluster_config import _cached
 from scheduler.provisioning.tpu import _api_cache
 from tests.cloud.fake_kubernetes import FakeKubernetesServer
 from tests.cloud.fake_tpu import FakeTpuServer

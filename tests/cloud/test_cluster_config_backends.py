@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.cluster_config import ClusterConfigError, parse_cluster_config
+from scheduler.foundation.cluster_config import ClusterConfigError, parse_cluster_config
 from scheduler.core.bands import Band
 
 

@@ -17,7 +17,7 @@ from scheduler.backends.base import (
     StopOrder,
 )
 from scheduler.backends.kubernetes import KubernetesBackend, classify
-from scheduler.cluster_config import KubernetesConfig, PriorityClassSpec
+from scheduler.foundation.cluster_config import KubernetesConfig, PriorityClassSpec
 from scheduler.core.bands import Band
 from scheduler.core.types import Device, DeviceType, Resources
 

@@ -11,7 +11,7 @@ import pytest
 from scheduler.core.bands import Band
 from scheduler.core.budget import effective_band
 from scheduler.core.types import BudgetDefaults, BudgetSpec
-from scheduler.errors import InvalidArgument
+from scheduler.foundation.errors import InvalidArgument
 from scheduler.jobs import listing
 from scheduler.models import Job, UserBudget
 from tests.personas import NOW_MS, make_job, make_worker, run_tasks

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.errors import InvalidArgument, NotFound
+from scheduler.foundation.errors import InvalidArgument, NotFound
 from scheduler.jobs import listing
 from scheduler.models import Job
 from tests.personas import submit

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from django.conf import settings
 
-from scheduler.instruments import EVENTS
+from scheduler.foundation.instruments import EVENTS
 from scheduler.observability.metrics import DatabaseCollector
 
 pytestmark = pytest.mark.django_db

@@ -12,9 +12,9 @@ from django.conf import settings
 from django.utils import timezone
 
 from scheduler.core.bands import Band
-from scheduler.errors import ServiceError
+from scheduler.foundation.errors import ServiceError
 from scheduler.models import DispatchIntent, PreemptionEvent, TickRecord, UserBudget
-from scheduler import instruments
+from scheduler.foundation import instruments
 from scheduler.observability.metrics import top_users
 from tests.personas import make_worker, run_tasks, submit, token_client
 
@@ -203,7 +203,7 @@ def test_events_from_another_process_are_summed_into_the_scrape(scrape):
     before = scrape().value("iris_submissions_total", code="FROM_TWO_PROCESSES")
     instruments.SUBMISSIONS.labels(code="FROM_TWO_PROCESSES").inc(2)
     other = (
-        "import django; django.setup(); from scheduler import instruments; "
+        "import django; django.setup(); from scheduler.foundation import instruments; "
         "instruments.SUBMISSIONS.labels(code='FROM_TWO_PROCESSES').inc(5)"
     )
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "iris_web.settings"}

@@ -2,7 +2,7 @@
 
 Two kinds live here. *Output* serializers render rows and read models. *Request* serializers
 describe request bodies and query strings for the OpenAPI schema; bodies are validated by the
-use cases' parsers (``scheduler.inputs``, ``scheduler.jobs.request``), so the API, the console
+use cases' parsers (``scheduler.foundation.inputs``, ``scheduler.jobs.request``), so the API, the console
 and the admin share one set of rules and one wording of every message. Query-string filters are validated here.
 """
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from scheduler.inputs import MAX_BUDGET_POINTS
+from scheduler.foundation.inputs import MAX_BUDGET_POINTS
 
 # What a job name may be, as the schema states it: one segment (``train``) or a full id
 # (``/alice/train/eval``), segments of letters, digits and . _ - + @ (no ':' and no spaces).

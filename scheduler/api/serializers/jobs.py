@@ -8,7 +8,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from scheduler.core.bands import Band
-from scheduler.inputs import MAX_CPU_CORES
+from scheduler.foundation.inputs import MAX_CPU_CORES
 from scheduler.jobs.queries import task_placement
 from scheduler.jobs.request import MAX_COMMAND_ITEM_CHARS, MAX_COMMAND_ITEMS
 from scheduler.models import MAX_ID_LENGTH

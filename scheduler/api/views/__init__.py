@@ -1,7 +1,7 @@
 """API views, one module per area: thin. Reads go through the use cases' ``queries`` modules, writes through the use cases.
 
 A view parses the query string (filter serializers), calls one query or one service, and renders
-an output serializer. Errors are raised, never built here: ``scheduler.errors`` renders them.
+an output serializer. Errors are raised, never built here: ``scheduler.foundation.errors`` renders them.
 Job ids contain slashes, so job routes take the id as a path and custom verbs follow a colon
 (``jobs/alice/train:cancel``), as in Google's API design guide.
 """

@@ -14,7 +14,7 @@ from scheduler.api import serializers as s
 from scheduler.api.parsers import JSONParser
 from scheduler.api.permissions import IsResearcher
 from scheduler.core.bands import Band
-from scheduler.errors import InvalidArgument, NotFound
+from scheduler.foundation.errors import InvalidArgument, NotFound
 from scheduler.jobs.request import normalize_job_id
 
 # Error statuses most operations can answer; views narrow or widen this.

@@ -6,12 +6,12 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 
-from scheduler import roles
+from scheduler.foundation import roles
 from scheduler.api import serializers as s
 from scheduler.api.permissions import IsAdmin, ReadAnyWriteAdmin
 from scheduler.budgets.queries import audit_entries, budget_view, budget_views, uplift_grants, user_is_known
 from scheduler.budgets.writes import approve_uplift, deny_uplift, request_uplift, set_budget
-from scheduler.errors import InvalidArgument, NotFound, PermissionDenied
+from scheduler.foundation.errors import InvalidArgument, NotFound, PermissionDenied
 
 from scheduler.api.views.base import IrisView, PAGE_PARAMETERS, paginated, path_parameter
 

@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
 from scheduler.api import serializers as s
-from scheduler.errors import InvalidArgument, NotFound
+from scheduler.foundation.errors import InvalidArgument, NotFound
 from scheduler.jobs import listing
 from scheduler.jobs.cancel import Selection, cancel_job, cancel_jobs, preview_cancel
 from scheduler.jobs.explain import explain_job

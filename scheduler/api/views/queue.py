@@ -7,7 +7,7 @@ from rest_framework import serializers
 
 from scheduler.api import serializers as s
 from scheduler.core.bands import Band
-from scheduler.errors import InvalidArgument
+from scheduler.foundation.errors import InvalidArgument
 from scheduler.jobs.feasibility import never_runs
 from scheduler.board.queue import queue_estimates, queue_rows, queue_selection
 from scheduler.board.read import queue_index

@@ -8,11 +8,11 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 from iris_web.client_address import AccountThrottle, ClientAddressThrottle
 
-from scheduler import roles
-from scheduler.access import api_tokens, mint_token, revoke_token
+from scheduler.foundation import roles
+from scheduler.foundation.access import api_tokens, mint_token, revoke_token
 from scheduler.api import serializers as s
 from scheduler.budgets.queries import budget_view
-from scheduler.errors import NotFound
+from scheduler.foundation.errors import NotFound
 
 from scheduler.api.views.base import IrisView, path_parameter
 

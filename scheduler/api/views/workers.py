@@ -8,7 +8,7 @@ from rest_framework.response import Response
 
 from scheduler.api import serializers as s
 from scheduler.api.permissions import IsOperator, ReadAnyWriteOperator
-from scheduler.errors import InvalidArgument
+from scheduler.foundation.errors import InvalidArgument
 from scheduler.execution.enrolment import mint_worker_credential
 from scheduler.execution.queries import with_active_tasks, workers_by_name, workers_with_load
 from scheduler.execution.workers import drain_worker, heartbeat_worker, register_worker, undrain_worker

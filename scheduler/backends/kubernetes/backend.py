@@ -27,7 +27,7 @@ from scheduler.backends.base import (
     StartOrder,
     StopOrder,
 )
-from scheduler.cluster_config import cluster_config
+from scheduler.foundation.cluster_config import cluster_config
 from scheduler.core.bands import Band
 
 log = logging.getLogger(__name__)

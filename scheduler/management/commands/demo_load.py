@@ -27,7 +27,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from scheduler.core.types import NON_TERMINAL_STATES, TaskState
-from scheduler.errors import ServiceError
+from scheduler.foundation.errors import ServiceError
 from scheduler.jobs.submit import submit_job
 from scheduler.models import Task
 

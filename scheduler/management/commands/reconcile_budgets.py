@@ -4,7 +4,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from scheduler.budgets.tiers import reconcile_budget_tiers
-from scheduler.cluster_config import ClusterConfigError, read_cluster_config
+from scheduler.foundation.cluster_config import ClusterConfigError, read_cluster_config
 
 
 class Command(BaseCommand):

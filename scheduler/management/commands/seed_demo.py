@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand
 from scheduler.budgets.rules import budget_defaults, effective_budget_for
 from scheduler.execution.enrolment import issue_worker_credential, worker_for_credential
 from scheduler.management.commands.worker_credential import write_secret
-from scheduler.roles import ensure_groups
+from scheduler.foundation.roles import ensure_groups
 
 DEMO_PASSWORD = "iris-demo"
 # (username, role) — alice and bob are researchers, carol is unlisted in any tier.

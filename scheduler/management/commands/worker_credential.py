@@ -15,7 +15,7 @@ import os
 
 from django.core.management.base import BaseCommand, CommandError
 
-from scheduler.errors import ServiceError
+from scheduler.foundation.errors import ServiceError
 from scheduler.execution.enrolment import issue_worker_credential, revoke_worker_credential
 
 

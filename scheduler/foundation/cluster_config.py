@@ -304,7 +304,7 @@ def _dns_name(value: str, where: str) -> str:
 
 
 DNS_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-# What Django allows in usernames (as scheduler.inputs.SEGMENT).
+# What Django allows in usernames (as scheduler.foundation.inputs.SEGMENT).
 USER_ID = re.compile(r"^[A-Za-z0-9_.@+-]+$")
 KUBERNETES_KEYS = {
     "enabled",

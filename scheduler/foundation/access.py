@@ -1,5 +1,5 @@
 """Who the caller is and what they may do: the checks every use case runs on its actor first,
-in the vocabulary of :mod:`scheduler.roles`, and people's API tokens.
+in the vocabulary of :mod:`scheduler.foundation.roles`, and people's API tokens.
 
 API tokens are django-rest-knox tokens (``scheduler.models.ApiToken``): stored as their SHA-512
 digest, one per device or purpose (each exchange of a password mints a new one), expiring after
@@ -21,9 +21,9 @@ from django.contrib.auth import authenticate
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from scheduler import roles
-from scheduler.errors import InvalidArgument, NotFound, PermissionDenied, Unauthenticated
-from scheduler.inputs import check_text, parse_text
+from scheduler.foundation import roles
+from scheduler.foundation.errors import InvalidArgument, NotFound, PermissionDenied, Unauthenticated
+from scheduler.foundation.inputs import check_text, parse_text
 from scheduler.models import ApiToken, Job
 
 

@@ -17,7 +17,7 @@ from scheduler.core.bands import BAND_NAMES, Band
 from scheduler.core.budget import MAX_BUDGET_POINTS
 from scheduler.core.types import DeviceType
 from scheduler.core.units import format_duration_seconds
-from scheduler.errors import InvalidArgument
+from scheduler.foundation.errors import InvalidArgument
 from scheduler.models import MAX_ID_LENGTH
 
 # One segment of a job id: what Django allows in usernames, so a username is always a segment.

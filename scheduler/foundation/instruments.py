@@ -16,7 +16,7 @@ from functools import lru_cache, wraps
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from scheduler.core.bands import Band
-from scheduler.errors import ServiceError
+from scheduler.foundation.errors import ServiceError
 
 # Seconds. Ticks take milliseconds idle and a few seconds at 100,000 pending tasks; above 30 s
 # the tick lease (60 s by default) is in danger.
