@@ -32,8 +32,10 @@ run: setup
 	@# Started as root, the demo agents run each attempt as a uid of its own: those uids may
 	@# reach their working directories and nothing else of the data dir (its database included).
 	chmod -R go-rwx "$${IRIS_DATA_DIR:-var}" && mkdir -p "$${IRIS_DATA_DIR:-var}/work" && chmod 711 "$${IRIS_DATA_DIR:-var}" "$${IRIS_DATA_DIR:-var}/work"
+	@# Not root: said here once for all the demo agents, which then do not each say it again.
 	@if [ "$$(id -u)" != 0 ]; then echo "make run: not started as root, so the demo agents run every task as $$(id -un): tasks are not isolated from each other (sudo make run isolates them; see docs/operations.md, \"Agent modes\")"; fi
-	umask 077 && PATH="$(abspath $(BIN)):$$PATH" $(BIN)/honcho start -f Procfile $(DEMO_PROCESSES)
+	umask 077 && if [ "$$(id -u)" != 0 ]; then export IRIS_AGENT_SHARED_NOTICE_GIVEN=1; fi && \
+	  PATH="$(abspath $(BIN)):$$PATH" $(BIN)/honcho start -f Procfile $(DEMO_PROCESSES)
 
 test: $(STAMP) lint cli-alone
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

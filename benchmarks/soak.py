@@ -73,13 +73,24 @@ def product_env(data_dir: Path, port: int, broker_url: str = "", **extra: str) -
 class Product:
     """``make run`` (optionally with DEMO_LOAD=1) as a process group, its output in a log file."""
 
-    def __init__(self, data_dir: Path, port: int, *, demo_load: bool = True, broker_url: str = "", **env: str):
+    def __init__(
+        self,
+        data_dir: Path,
+        port: int,
+        *,
+        demo_load: bool = True,
+        broker_url: str = "",
+        run_under: tuple[str, ...] = (),
+        **env: str,
+    ):
+        """``run_under``: a command ``make run`` is started through (for example an ``unshare``
+        that makes it an ordinary user)."""
         self.data_dir = data_dir
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = data_dir / "make-run.log"
         data_dir.mkdir(parents=True, exist_ok=True)
-        args = ["make", "--no-print-directory", "run"] + (["DEMO_LOAD=1"] if demo_load else [])
+        args = [*run_under, "make", "--no-print-directory", "run"] + (["DEMO_LOAD=1"] if demo_load else [])
         self.env = product_env(data_dir, port, broker_url, **env)
         self._log = open(self.log_path, "wb")
         self.started = time.monotonic()

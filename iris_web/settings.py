@@ -358,6 +358,10 @@ AGENT_TASK_USER = os.environ.get("IRIS_AGENT_TASK_USER", "")
 # The uids (FIRST-LAST, inclusive) the "dynamic" identity hands out, one per running attempt on a
 # host; no account, subordinate uid range or container of the host may use them.
 AGENT_UID_RANGE = os.environ.get("IRIS_AGENT_UID_RANGE", "4194304-4259839")
+# Set by a launcher that has already told its user, once for all the agents it starts, that their
+# tasks are not isolated from each other (`make run` not run as root): an agent not run as root
+# then logs that at DEBUG instead of warning again.
+AGENT_SHARED_NOTICE_GIVEN = env_bool("IRIS_AGENT_SHARED_NOTICE_GIVEN", False)
 # Each attempt in a PID namespace of its own where the host allows one (root, or unprivileged
 # user namespaces): when it ends, or its agent dies, the kernel ends all its processes.
 AGENT_PID_NAMESPACE = env_bool("IRIS_AGENT_PID_NAMESPACE", True)

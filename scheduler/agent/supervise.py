@@ -26,7 +26,9 @@ agent's SIGKILL after the grace period ends the supervisor, and with it init and
 umask 077, under an address-space limit (``RLIMIT_AS``) of ``--memory`` bytes unless a cgroup
 (``--memory-cgroup``, delegated by the operator) holds the attempt. Either way the supervisor
 watches the attempt's resident memory and kills the attempt past its limit
-(:class:`MemoryWatch`); the outcome says out of memory.
+(:class:`MemoryWatch`); the outcome says out of memory. Under the address-space limit, an attempt
+that fails after coming near the limit, or after one allocation bigger than the limit was refused
+(``ALLOCATION_REFUSED`` in the end of its output), ran out of memory too.
 
 **Outcome.** Before it exits, the supervisor writes one JSON line to ``--status-fd``:
 ``{"exit": N, "oom": bool}`` (``exit`` as ``subprocess`` reads it: negative for a signal). It
@@ -44,6 +46,7 @@ import argparse
 import ctypes
 import json
 import os
+import re
 import resource
 import select
 import signal
@@ -71,6 +74,11 @@ MEMORY_SAMPLE_SECONDS = 0.05
 # memory: it is reported out of memory.
 NEAR_LIMIT_FRACTION = 1 / 8
 NEAR_LIMIT_MIN_BYTES = 32 * 1024 * 1024
+# One allocation bigger than the whole limit is refused at once, far from the limit: an attempt
+# that fails under an address-space limit with one of these in the last bytes of its output ran
+# out of memory too (Python, C's strerror(ENOMEM), C++, and what CUDA, JAX and glibc print).
+ALLOCATION_REFUSED = re.compile(rb"MemoryError|Cannot allocate memory|std::bad_alloc|[Oo]ut of memory")
+OUTPUT_TAIL_BYTES = 4096
 # Bytes copied from the task's pipe to the log per read.
 COPY_BYTES = 64 * 1024
 
@@ -415,6 +423,7 @@ class Supervisor:
         self.stopping = False
         self.memory = MemoryWatch(args.memory) if args.memory else None
         self.out_of_memory = False
+        self.output_tail = b""  # the last OUTPUT_TAIL_BYTES of the task's output
 
     def members(self) -> list[int]:
         """The attempt's processes, this one excepted."""
@@ -524,8 +533,9 @@ class Supervisor:
         else:
             code = os.waitstatus_to_exitcode(status)
         failed = code != 0 and not (self.stopping and code == -signal.SIGTERM)
-        if failed and self.memory is not None and self.memory.near_limit and not args.memory_cgroup:
-            self.out_of_memory = True
+        if failed and self.memory is not None and not args.memory_cgroup:
+            refused = self.memory.near_limit or ALLOCATION_REFUSED.search(self.output_tail) is not None
+            self.out_of_memory = self.out_of_memory or refused
         self.report(code)
         return code
 
@@ -537,6 +547,7 @@ class Supervisor:
                 return
             if not data:
                 return
+            self.output_tail = (self.output_tail + data)[-OUTPUT_TAIL_BYTES:]
             try:
                 os.write(1, data)
             except OSError:  # the log's disk is full: the task keeps running

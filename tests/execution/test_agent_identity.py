@@ -82,6 +82,16 @@ def test_an_agent_that_is_not_root_says_once_that_its_tasks_are_not_isolated(cap
     assert "Run the agent as root" in warnings[0]
 
 
+def test_an_agent_started_by_a_launcher_that_said_it_does_not_warn_again(settings, caplog):
+    settings.AGENT_SHARED_NOTICE_GIVEN = True  # make run, not root, said it once for all its agents
+    with caplog.at_level(logging.DEBUG, logger="iris.agent"):
+        identity = Command.identity(options(), euid=NOBODY.pw_uid)
+
+    assert isinstance(identity, SharedIdentity) and identity.user is None
+    assert not [r for r in caplog.records if r.levelno >= logging.INFO]
+    assert "tasks are not isolated from each other" in caplog.text  # still there, at DEBUG
+
+
 def test_a_root_agent_isolates_attempts_by_default_and_shares_one_user_only_when_asked(settings, caplog):
     settings.AGENT_TASK_USER = ""
     settings.AGENT_TASK_IDENTITY = ""

@@ -71,6 +71,25 @@ def test_a_task_that_allocates_more_than_its_request_is_reported_out_of_memory(c
     assert "MemoryError" in log_of(cluster, job)
 
 
+@pytest.mark.parametrize(
+    "allocation",
+    [
+        "bytearray(4 << 30)",  # Python: MemoryError
+        "__import__('mmap').mmap(-1, 4 << 30)",  # C's ENOMEM as an OSError: Cannot allocate memory
+    ],
+)
+def test_one_allocation_bigger_than_the_request_is_reported_out_of_memory(cluster, people, allocation):  # noqa: F811
+    cluster.agent("w1")
+    job = submit_job(
+        people["alice"],
+        {"name": "one-big", "cpu": 1, "memory": "256Mi", "command": [sys.executable, "-c", allocation]},
+    )
+
+    assert cluster.pump(lambda: attempt_state(job) == "failed", timeout=30), cluster.logs()
+
+    assert attempt(job).error == "killed: out of memory (limit 256 MiB)"
+
+
 def test_processes_of_one_task_over_its_request_together_are_killed_as_out_of_memory(cluster, people):  # noqa: F811
     cluster.agent("w1")
     job = submit_job(

@@ -230,7 +230,9 @@ class Command(BaseCommand):
                 raise CommandError(
                     f"tasks can run as {user_name!r} only when the agent runs as root (it runs as {me!r})"
                 )
-            log.warning(
+            # Under `make run` (not root) the Makefile has said it once for all six demo agents.
+            say = log.debug if settings.AGENT_SHARED_NOTICE_GIVEN else log.warning
+            say(
                 "tasks are not isolated from each other: this agent runs as %s, not root, so every task runs as %s "
                 "and can read the others' files and logs and signal their processes. Run the agent as root to give "
                 'each attempt a uid of its own (docs/operations.md, "Agent modes")',
