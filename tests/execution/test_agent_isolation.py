@@ -426,3 +426,29 @@ def test_a_task_sees_none_of_its_agents_environment_but_path_and_its_own_variabl
         "LOGNAME",
     }, seen
     assert seen["IRIS_TASK_ID"] == "/alice/env/0" and "PATH" in seen
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="the account identity needs a root agent")
+def test_the_account_identity_runs_each_attempt_as_its_owners_unix_account(cluster, people, open_folder):  # noqa: F811
+    # Accounts every Debian host has, named as Iris users: no account is created on the host.
+    accounts = {name: pwd.getpwnam(name) for name in ("daemon", "nobody")}
+    work = open_folder / "work"
+    cluster.agent("w1", task_user="", extra=("--task-identity", "account", "--work-dir", str(work)))
+    jobs = {
+        name: submit_job(
+            make_user(name),
+            {"name": f"as-{name}", "cpu": 1, "memory": "1Gi", "command": ["sh", "-c", "id -u; id -g; stat -c %u:%a ."]},
+        )
+        for name in accounts
+    }
+    stranger = submit_job(people["alice"], {"name": "no-account", "cpu": 1, "memory": "1Gi", "command": ["true"]})
+    finished = {"succeeded", "failed"}
+    assert cluster.pump(lambda: all(attempt_state(j) in finished for j in [*jobs.values(), stranger])), cluster.logs()
+
+    for name, job in jobs.items():
+        entry = accounts[name]
+        output = (cluster.log_dir / str(attempt(job).task_id) / "1.log").read_text().split()
+        assert attempt_state(job) == "succeeded", (name, output)
+        assert output == [str(entry.pw_uid), str(entry.pw_gid), f"{entry.pw_uid}:700"], name
+    assert attempt_state(stranger) == "failed"
+    assert "no Unix account 'alice'" in (attempt(stranger).error or ""), attempt(stranger).error
