@@ -37,9 +37,8 @@ from scheduler.models import Attempt, DispatchIntent
 from scheduler.foundation import instruments
 from scheduler.core.kueue import ROUTE_KUBERNETES
 from scheduler.core.placement import request_tuple
-from scheduler.core.types import Resources
 from scheduler.store import lease
-from scheduler.store.cluster_rows import device_from_columns
+from scheduler.store.job_rows import device_from_columns, job_resources, resource_fields, resources_from_columns
 from scheduler.store.states import ACTIVE_VALUES
 
 log = logging.getLogger(__name__)
@@ -159,8 +158,7 @@ Room = list[int]
 
 def job_request(job) -> tuple[int, int, int, int]:
     """What one task of ``job`` (a row) holds on its worker, computed as the core computes it."""
-    device = device_from_columns(job.device_type, job.device_variant, job.device_count)
-    return request_tuple(Resources(job.cpu_millicores, job.memory_bytes, device))
+    return request_tuple(job_resources(job))
 
 
 def worker_room(batch: list[DispatchIntent]) -> dict[int, Room]:
@@ -197,17 +195,12 @@ def worker_room(batch: list[DispatchIntent]) -> dict[int, Room]:
         .order_by()
         .values_list(
             "worker_id",
-            "task__job__cpu_millicores",
-            "task__job__memory_bytes",
-            "task__job__device_type",
-            "task__job__device_variant",
-            "task__job__device_count",
+            *resource_fields("task__job__"),
         )
         .annotate(n=Count("pk"))
     )
     for worker_pk, cpu, mem, device_type, variant, count, n in rows:
-        device = device_from_columns(device_type, variant, count)
-        need = request_tuple(Resources(cpu, mem, device))
+        need = request_tuple(resources_from_columns(cpu, mem, device_type, variant, count))
         free = room[worker_pk]
         for i in range(4):
             free[i] -= need[i] * n

@@ -21,11 +21,12 @@ from scheduler.core.explain import (
 )
 from scheduler.core.explain import downgrade_text as downgrade_text_of_record
 from scheduler.core.types import BudgetSpec, TaskState
-from scheduler.jobs.feasibility import job_feasibility, job_spec, shape_analysis
+from scheduler.jobs.feasibility import job_feasibility, shape_analysis
 from scheduler.board.queue import QueueEntry, QueueIndex, round_robin_place
 from scheduler.board.read import queue_index
 from scheduler.jobs.queries import shown_placement
 from scheduler.models import Attempt, Job, PreemptionEvent, Task
+from scheduler.store.job_rows import job_shape_of
 from scheduler.store.states import TERMINAL_JOB_VALUES
 from scheduler.store import clock
 from scheduler.board.estimates import NOT_ESTIMATED, shown_estimates_of_job
@@ -319,7 +320,7 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         tick_key = (index.tick_pk, index.tick_now_ms) if index.tick_pk is not None else None
         feasibility = job_feasibility(job, first.band if first else effective, waiting=bool(pending), tick_key=tick_key)
         if feasibility["verdict"] == "never":
-            never = never_fits(shape_analysis(job_spec(job), tick_key))  # the analysis just made, cached
+            never = never_fits(shape_analysis(job_shape_of(job), tick_key))  # the analysis just made, cached
     spend_at_tick = int(index.spend.get(job.user, 0)) if index.tick_pk is not None else None
     limit_at_tick = int(index.limits.get(job.user, budget.budget_limit)) if index.tick_pk is not None else None
     return {
