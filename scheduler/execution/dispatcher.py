@@ -18,7 +18,15 @@ from django.db.models import Count, Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from scheduler import backends
-from scheduler.backends import AttemptRef, AttemptReport, AttemptStatus, BackendError, Delivery, PermanentBackendError
+from scheduler.backends import (
+    AttemptRef,
+    AttemptReport,
+    AttemptStatus,
+    BackendError,
+    Delivery,
+    PermanentBackendError,
+    admitting_names,
+)
 from scheduler.execution.attempts import apply_reports
 from scheduler.execution.outbox import (
     DELIVERED,
@@ -35,7 +43,6 @@ from scheduler.execution.outbox import (
 )
 from scheduler.models import Attempt, DispatchIntent
 from scheduler.foundation import instruments
-from scheduler.core.kueue import ROUTE_KUBERNETES
 from scheduler.core.placement import request_tuple
 from scheduler.store import lease
 from scheduler.store.job_rows import device_from_columns, job_resources, resource_fields, resources_from_columns
@@ -172,13 +179,14 @@ def worker_room(batch: list[DispatchIntent]) -> dict[int, Room]:
     in the same pass; the processes only leave when the agent confirms, so until then the
     room stays taken here, for every START, whichever job it belongs to.
 
-    The Kubernetes cluster's worker row has no capacity of its own (Kueue admits its pods, and
-    the core never places on it): its STARTs are not checked here.
+    An admitting backend's worker row (the Kubernetes cluster's) has no capacity of its own
+    (Kueue admits its pods, and the core never places on it): its STARTs are not checked here.
     """
+    admitting = admitting_names()
     workers = {
         i.worker_id: i.worker
         for i in batch
-        if i.kind == START and i.worker_id is not None and i.tries == 0 and i.worker.backend != ROUTE_KUBERNETES
+        if i.kind == START and i.worker_id is not None and i.tries == 0 and i.worker.backend not in admitting
     }
     if not workers:
         return {}

@@ -35,7 +35,8 @@ from django.utils import timezone
 from scheduler.budgets.rules import budget_defaults, effective_budgets, live_spend
 from scheduler.core.bands import ADMIN_BANDS, BAND_NAMES, Band
 from scheduler.core.budget import budget_limit, is_over_budget
-from scheduler.core.kueue import ROUTE_KUBERNETES, ROUTE_WORKERS
+from scheduler.backends import admitting_names
+from scheduler.core.kueue import ROUTE_WORKERS
 from scheduler.core.types import JobState
 from scheduler.foundation.errors import InvalidArgument, NotFound
 from scheduler.models import Job
@@ -45,9 +46,15 @@ from scheduler.store.states import LIVE_JOB_VALUES
 # BATCH. Must agree with core.budget.effective_band (tests/jobs/test_listing.py checks it).
 DOWNGRADABLE_BANDS = frozenset(Band) - ADMIN_BANDS - {Band.BATCH}
 
-# The route filter's values: the two routes and "unrouted" (no tick has routed the job yet).
+# The route filter's "no tick has routed the job yet".
 UNROUTED = "unrouted"
-ROUTES = {ROUTE_WORKERS: ROUTE_WORKERS, ROUTE_KUBERNETES: ROUTE_KUBERNETES, UNROUTED: ""}
+
+
+def routes() -> dict[str, str]:
+    """The route filter's values -> ``Job.route``: our scheduler's, each admitting backend's
+    (the backend registry's), and "unrouted"."""
+    return {ROUTE_WORKERS: ROUTE_WORKERS, **{name: name for name in sorted(admitting_names())}, UNROUTED: ""}
+
 
 # Sortable columns: URL name -> queryset field (``effective`` is an annotation).
 SORTS = {
@@ -83,7 +90,7 @@ class JobFilter:
     band: Band | None = None
     effective: Band | None = None
     state: str | None = None
-    route: str | None = None  # a key of ROUTES
+    route: str | None = None  # a key of routes()
     name: str | None = None
     submitted_after_ms: int | None = None  # inclusive
     submitted_before_ms: int | None = None  # exclusive
@@ -136,8 +143,8 @@ def parse_filter(params: Mapping[str, object], *, strict: bool = False) -> JobFi
             f"unknown state {state!r}; expected one of {'|'.join(s.value for s in JobState)}", field="state"
         )
     route = given.get("route")
-    if route is not None and route not in ROUTES:
-        raise InvalidArgument(f"unknown route {route!r}; expected one of {'|'.join(ROUTES)}", field="route")
+    if route is not None and route not in (known := routes()):
+        raise InvalidArgument(f"unknown route {route!r}; expected one of {'|'.join(known)}", field="route")
     user = given.get("user")
     if user is not None and len(user) > 150:
         raise InvalidArgument("at most 150 characters", field="user")
@@ -246,7 +253,7 @@ def filtered_jobs(f: JobFilter, over_budget: frozenset[str]) -> QuerySet[Job]:
     if f.state:
         qs = qs.filter(state=f.state)
     if f.route is not None:
-        qs = qs.filter(route=ROUTES[f.route])
+        qs = qs.filter(route=routes()[f.route])
     if f.name:
         qs = qs.filter(name__icontains=f.name)
     if f.submitted_after_ms is not None:

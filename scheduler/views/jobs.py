@@ -161,7 +161,7 @@ def jobs(request):
         me=request.user.username,
         states=[s.value for s in JobState],
         bands=BANDS_IN_ORDER,
-        routes=list(listing.ROUTES),
+        routes=list(listing.routes()),
         sorts=list(listing.SORTS),
         admin=roles.is_admin(request.user),
         since=marker,
