@@ -389,7 +389,7 @@ def budget(data: dict) -> str:
             ("max band", band(pick(data, "effective_max_band", "max_band"))),
             ("configured", configured if "uplift" in budget_source(data) else None),
             ("over budget", pick(data, "over_budget")),
-            ("interactive runs as", band(pick(data, "effective_band")) if pick(data, "effective_band") else None),
+            ("downgrade", pick(data, "downgrade")),  # the server's sentence (core.explain.Downgrade)
             ("source", budget_source(data)),
         ]
     )

@@ -32,11 +32,6 @@ from scheduler.store import clock
 from scheduler.board.estimates import NOT_ESTIMATED, shown_estimates_of_job
 
 
-def downgrade_text(requested: Band, spend: int, limit: int) -> str:
-    """The core's wording, e.g. "INTERACTIVE runs as BATCH: spend 12,400 > limit 10,000"."""
-    return Downgrade(requested, Band.BATCH, spend, limit).text()
-
-
 # A pending task no tick has explained yet (submitted, or put back, since the newest tick).
 NOT_YET_TICKED = {"code": "not_yet_ticked"}
 
@@ -283,12 +278,10 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
     if finished:
         effective = ran if ran is not None else requested
     downgrade = None
-    if not finished and effective != requested:
-        downgrade = {
-            "spend": spend_now,
-            "limit": budget.budget_limit,
-            "text": downgrade_text(requested, spend_now, budget.budget_limit),
-        }
+    now = Downgrade.of(requested, spend_now, budget.budget_limit) if not finished else None
+    if now is not None:
+        # "why": the typed record, for the console's sentences (core.explain.Downgrade renders them all).
+        downgrade = {"spend": now.spend, "limit": now.limit, "text": now.text(), "badge": now.badge(), "why": now}
 
     events = list(
         PreemptionEvent.objects.filter(victim__job=job)
@@ -391,13 +384,9 @@ def what_would_change(
             f"({never.text()}). Ask for what a worker has (cancel it and submit again), or ask an operator "
             f"for a worker that meets every requirement; waiting and its place in the queue change nothing."
         )
-    if effective != requested:
-        parts.append(
-            f"{job.user}'s spend ({spend:,}) is over the limit ({budget.budget_limit:,}), so pending tasks queue as "
-            f"BATCH behind all INTERACTIVE work. They queue as {requested.name} again once spend is back to "
-            f"{budget.budget_limit:,} or less (other work of {job.user} finishing or being cancelled), or when an "
-            f"admin approves a higher budget_limit (iris uplift request)."
-        )
+    downgrade = Downgrade.of(requested, spend, budget.budget_limit)
+    if downgrade is not None:
+        parts.append(downgrade.remedy(job.user))
     if never is not None:
         return " ".join(parts)  # the queue's facts would contradict the verdict
     if position is not None and position > 1:

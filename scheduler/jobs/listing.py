@@ -33,8 +33,8 @@ from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan, Tuple
 from django.utils import timezone
 
 from scheduler.budgets.rules import budget_defaults, effective_budgets, live_spend
-from scheduler.core.bands import ADMIN_BANDS, BAND_NAMES, Band
-from scheduler.core.budget import budget_limit, is_over_budget
+from scheduler.core.bands import BAND_NAMES, Band
+from scheduler.core.budget import DOWNGRADABLE_BANDS, DOWNGRADED_BAND, budget_limit, is_over_budget
 from scheduler.backends import admitting_names
 from scheduler.core.kueue import ROUTE_WORKERS
 from scheduler.core.types import JobState
@@ -42,9 +42,6 @@ from scheduler.foundation.errors import InvalidArgument, NotFound
 from scheduler.models import Job
 from scheduler.store.states import LIVE_JOB_VALUES
 
-# Bands a budget can downgrade (to BATCH): never SYSTEM or PRODUCTION, and BATCH is already
-# BATCH. Must agree with core.budget.effective_band (tests/jobs/test_listing.py checks it).
-DOWNGRADABLE_BANDS = frozenset(Band) - ADMIN_BANDS - {Band.BATCH}
 
 # The route filter's "no tick has routed the job yet".
 UNROUTED = "unrouted"
@@ -226,16 +223,16 @@ def downgraded(over_budget: frozenset[str]) -> Q:
 def effective_rank(over_budget: frozenset[str]) -> Case:
     """SQL for the effective band's rank of each job (see the module docstring)."""
     return Case(
-        When(downgraded(over_budget), then=Value(int(Band.BATCH))), default=F("band"), output_field=IntegerField()
+        When(downgraded(over_budget), then=Value(int(DOWNGRADED_BAND))), default=F("band"), output_field=IntegerField()
     )
 
 
 def effective_is(band: Band, over_budget: frozenset[str]) -> Q:
     """``effective == band`` as plain conditions on columns (not on the CASE), so the band
-    index serves it: BATCH is "asked for BATCH, or downgraded"; a downgradable band is "asked
-    for it and not downgraded"; the others are their requested band."""
-    if band is Band.BATCH:
-        return Q(band=int(Band.BATCH)) | downgraded(over_budget)
+    index serves it: BATCH (``DOWNGRADED_BAND``) is "asked for BATCH, or downgraded"; a
+    downgradable band is "asked for it and not downgraded"; the others are their requested band."""
+    if band is DOWNGRADED_BAND:
+        return Q(band=int(DOWNGRADED_BAND)) | downgraded(over_budget)
     if band in DOWNGRADABLE_BANDS:
         return Q(band=int(band)) & ~downgraded(over_budget)
     return Q(band=int(band))

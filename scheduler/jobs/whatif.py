@@ -32,7 +32,7 @@ from scheduler.foundation.cluster_config import cluster_config, group_specs
 from scheduler.core.bands import Band
 from scheduler.core.budget import effective_band
 from scheduler.core.decision import decide
-from scheduler.core.explain import pending_queue, pending_text, reason_record
+from scheduler.core.explain import Downgrade, pending_queue, pending_text, reason_record
 from scheduler.core.feasibility import HeldWork, ShapeAnalysis, analyse_job, holders, rank_holders
 from scheduler.core.types import (
     ACTIVE_STATES,
@@ -95,6 +95,13 @@ class WhatIf:
     # When it would probably start (``tick.estimates.estimate_behind``) and the sentence.
     estimated_start: dict | None = None
     estimated_start_text: str = ""
+
+    @property
+    def downgrade(self) -> Downgrade | None:
+        """The downgrade the decision queued it under (its sentences are ``Downgrade``'s), or None."""
+        if self.effective_band is None or self.requested_band is None or self.effective_band == self.requested_band:
+            return None
+        return Downgrade(self.requested_band, self.effective_band, self.spend or 0, self.limit or 0)
 
     @property
     def never(self) -> bool:

@@ -224,12 +224,7 @@ def why_sentences(explain: dict, job, viewer, place: RoundRobinPlace | None) -> 
     downgrade = explain.get("downgrade")
     requested = explain["requested_band"]
     if downgrade:
-        over = downgrade["spend"] - downgrade["limit"]
-        sentences.append(
-            f"{who[0].upper() + who[1:] if own else who} {over:,} points over {whose} limit (spend {downgrade['spend']:,} > limit "
-            f"{downgrade['limit']:,}); {whose} {requested.name} work runs as BATCH until {whose} running work "
-            f"drops to {downgrade['limit']:,} points or less, or an uplift is granted."
-        )
+        sentences.append(downgrade["why"].advice(who[0].upper() + who[1:] if own else who, whose))
     if not pending:
         sentences.append("Nothing is waiting: every unfinished task of this job is placed.")
         if downgrade:

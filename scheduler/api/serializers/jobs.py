@@ -364,9 +364,12 @@ class CancelSerializer(serializers.Serializer):
 
 
 class DowngradeSerializer(serializers.Serializer):
+    """A downgrade as ``core.explain.Downgrade`` renders it: the sentence and the badge's short form."""
+
     spend = serializers.IntegerField()
     limit = serializers.IntegerField()
-    text = serializers.CharField()
+    text = serializers.CharField(help_text='e.g. "INTERACTIVE runs as BATCH: spend 12,400 > limit 10,000"')
+    badge = serializers.CharField(help_text='e.g. "downgraded: 2,400 pts over (12,400 > 10,000)"')
 
 
 class PendingReasonField(serializers.JSONField):

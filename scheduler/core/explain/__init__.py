@@ -38,6 +38,7 @@ from scheduler.core.explain.reasons import (
     RoomFreedThisTick,
     WaitingBehind,
     WaitingForSlice,
+    downgrade_rule_text,
     never_fits,
 )
 from scheduler.core.explain.records import (
@@ -81,6 +82,7 @@ __all__ = [
     "cause_text",
     "deadline_text",
     "downgrade_of",
+    "downgrade_rule_text",
     "downgrade_text",
     "explain_pending",
     "format_cores",
