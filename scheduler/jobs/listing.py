@@ -36,6 +36,7 @@ from scheduler.budgets.rules import budget_defaults, effective_budgets, live_spe
 from scheduler.core.bands import BAND_NAMES, Band
 from scheduler.core.budget import DOWNGRADABLE_BANDS, DOWNGRADED_BAND, budget_limit, is_over_budget
 from scheduler.backends import admitting_names
+from scheduler.jobs.columns import SORTS as COLUMN_SORTS
 from scheduler.core.kueue import ROUTE_WORKERS
 from scheduler.core.types import JobState
 from scheduler.foundation.errors import InvalidArgument, NotFound
@@ -53,17 +54,9 @@ def routes() -> dict[str, str]:
     return {ROUTE_WORKERS: ROUTE_WORKERS, **{name: name for name in sorted(admitting_names())}, UNROUTED: ""}
 
 
-# Sortable columns: URL name -> queryset field (``effective`` is an annotation).
-SORTS = {
-    "name": "name",
-    "user": "user",
-    "band": "band",
-    "effective": "effective",
-    "state": "state",
-    "route": "route",
-    "tasks": "replicas",
-    "submitted": "submitted_at_ms",
-}
+# Sortable columns: URL name -> queryset field (``effective`` is an annotation), from the one
+# declaration of the table's columns.
+SORTS = COLUMN_SORTS
 DEFAULT_SORT = "-submitted"
 GROUPS = {"user": "user", "band": "band", "effective": "effective"}
 

@@ -26,6 +26,7 @@ from scheduler.core.types import JobState
 from scheduler.foundation.errors import InvalidArgument, ServiceError
 from scheduler.jobs import cancel as jobs_cancel
 from scheduler.jobs import listing
+from scheduler.jobs.columns import JOB_COLUMNS
 from scheduler.jobs import queries as jobs_queries
 from scheduler.jobs import whatif as jobs_whatif
 from scheduler.core.explain import cause_text
@@ -163,6 +164,8 @@ def jobs(request):
         bands=BANDS_IN_ORDER,
         routes=list(listing.routes()),
         sorts=list(listing.SORTS),
+        columns=JOB_COLUMNS,
+        colspan=len(JOB_COLUMNS) + 1,  # and the selection box
         admin=roles.is_admin(request.user),
         since=marker,
         poll=None if "error" in context else POLL_SECONDS,

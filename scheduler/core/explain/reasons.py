@@ -305,7 +305,6 @@ class Downgrade:
             f"{whose} running work drops to {number(self.limit)} points or less, or an uplift is granted."
         )
 
-
     def remedy(self, user: str) -> str:
         """What would change it, for ``user``'s job page and ``what_would_change``."""
         return (
