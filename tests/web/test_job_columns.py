@@ -30,7 +30,7 @@ def test_the_console_table_has_one_header_and_one_cell_per_declared_column(clien
         assert column.label in head
         assert (f'data-sort="{column.key}"' in head) == (column.sort is not None)
     assert f'colspan="{len(JOB_COLUMNS) + 1}"' in html
-    row = re.search(r'<tr>\s*<td>(?:<input[^>]*>)?</td>(.*?)</tr>', html, re.S).group(1)
+    row = re.search(r"<tr>\s*<td>(?:<input[^>]*>)?</td>(.*?)</tr>", html, re.S).group(1)
     assert row.count("<td") == len(JOB_COLUMNS)
     assert "data-no-cell" not in html  # every declared column has its cell in the template
 
