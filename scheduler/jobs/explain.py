@@ -18,6 +18,7 @@ from scheduler.core.explain import (
     ordinal,
     pending_text,
     place_text,
+    stamp_text,
 )
 from scheduler.core.explain import downgrade_text as downgrade_text_of_record
 from scheduler.core.types import BudgetSpec, TaskState
@@ -84,7 +85,7 @@ def band_summary_text(summary: list[dict]) -> str:
         text = f"{item['count']:,} {item['kind']} as {item['band'].name}"
         why = item["why"]
         if why is not None:
-            text += f": over budget, spend {number(why.spend)} > limit {number(why.limit)}"
+            text += f": {why.cause()}"
         parts.append(text)
     return " · ".join(parts)
 
@@ -99,13 +100,6 @@ def ran_as(tasks: list[dict]) -> Band | None:
     if not counts:
         return None
     return min(counts, key=lambda b: (-counts[b], int(b)))
-
-
-def stamp_reason(victim_user: str, requested: Band, stamped: Band) -> str:
-    """Why a victim ran in the band it was preempted in."""
-    if stamped == requested:
-        return f"stamped {stamped.name} at assignment: the band it was requested at"
-    return f"stamped {stamped.name} at assignment: {victim_user} was over budget then (requested {requested.name})"
 
 
 def submitted_text(at_ms: int, tick_ms: int | None, tick: int | None) -> str:
@@ -292,7 +286,7 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         {
             "victim": f"{e.victim.job.name}/{e.victim.index}",
             "victim_band": Band(e.victim_band),
-            "victim_stamp": stamp_reason(job.user, requested, Band(e.victim_band)),
+            "victim_stamp": stamp_text(job.user, requested, Band(e.victim_band)),
             "preemptor": f"{e.preemptor.job.name}/{e.preemptor.index}",
             "preemptor_user": e.preemptor.job.user,
             "preemptor_band": Band(e.preemptor_band),

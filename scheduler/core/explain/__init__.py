@@ -40,6 +40,7 @@ from scheduler.core.explain.reasons import (
     WaitingForSlice,
     downgrade_rule_text,
     never_fits,
+    stamp_text,
 )
 from scheduler.core.explain.records import (
     SHELL_TEXT,
@@ -96,4 +97,5 @@ __all__ = [
     "pending_text",
     "place_text",
     "reason_record",
+    "stamp_text",
 ]

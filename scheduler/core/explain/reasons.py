@@ -293,6 +293,10 @@ class Downgrade:
         """e.g. "INTERACTIVE runs as BATCH: spend 12,400 > limit 10,000"."""
         return f"{self.requested.name} runs as {self.effective.name}: spend {number(self.spend)} > limit {number(self.limit)}"
 
+    def cause(self) -> str:
+        """Why, in a clause: "over budget, spend 48 > limit 30" (the band summaries)."""
+        return f"over budget, spend {number(self.spend)} > limit {number(self.limit)}"
+
     def badge(self) -> str:
         """The short form a badge shows: "downgraded: 2,400 pts over (12,400 > 10,000)"."""
         return f"downgraded: {number(self.over)} pts over ({number(self.spend)} > {number(self.limit)})"
@@ -313,6 +317,14 @@ class Downgrade:
             f"once spend is back to {number(self.limit)} or less (other work of {user} finishing or being cancelled), "
             f"or when an admin approves a higher budget_limit (iris uplift request)."
         )
+
+
+def stamp_text(user: str, requested: Band, stamped: Band) -> str:
+    """Why a task ran (and was preempted) in the band it was stamped with at assignment: as
+    requested, or downgraded because ``user`` was over budget then."""
+    if stamped == requested:
+        return f"stamped {stamped.name} at assignment: the band it was requested at"
+    return f"stamped {stamped.name} at assignment: {user} was over budget then (requested {requested.name})"
 
 
 def downgrade_rule_text() -> str:
