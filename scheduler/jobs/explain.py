@@ -272,10 +272,16 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
     if finished:
         effective = ran if ran is not None else requested
     downgrade = None
-    now = Downgrade.of(requested, spend_now, budget.budget_limit) if not finished else None
-    if now is not None:
+    current = Downgrade.of(requested, spend_now, budget.budget_limit) if not finished else None
+    if current is not None:
         # "why": the typed record, for the console's sentences (core.explain.Downgrade renders them all).
-        downgrade = {"spend": now.spend, "limit": now.limit, "text": now.text(), "badge": now.badge(), "why": now}
+        downgrade = {
+            "spend": current.spend,
+            "limit": current.limit,
+            "text": current.text(),
+            "badge": current.badge(),
+            "why": current,
+        }
 
     events = list(
         PreemptionEvent.objects.filter(victim__job=job)
