@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from django.db import connection, transaction
 from django.db.models import F
 
-from scheduler.foundation.cluster_config import cluster_config
+from scheduler.backends import admissions
 from scheduler.core.kueue import settled_route
 from scheduler.core.types import ACTIVE_STATES, ClusterSnapshot, DeviceType, TaskState
 from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord, UserBudget, Worker
@@ -33,9 +33,7 @@ def clear_cluster() -> None:
 def _submitted_route(device: DeviceType, constraints) -> str:
     """The route submission stamps (scheduler.jobs.submit.route_at_submission): "" for the jobs
     whose route waits for the first tick. Core constraints carry no ``backend`` pin."""
-    kube = cluster_config().kubernetes
-    accepted = frozenset(DeviceType(d) for d in kube.device_types) if kube.enabled else frozenset()
-    return settled_route(device, None, accepted) or ""
+    return settled_route(device, None, tuple((a.route, a.device_types) for a in admissions())) or ""
 
 
 def _device_columns(device) -> dict:

@@ -47,16 +47,43 @@ def as_json(data: Any) -> str:
 
 # --- one renderer per answer ----------------------------------------------------------------------
 
-JOB_COLUMNS: list[Column] = [
-    ("JOB", job_id),
-    ("USER", lambda j: pick(j, "user")),
-    ("BAND", lambda j: band(pick(j, "band", "priority"))),
-    ("EFFECTIVE", lambda j: band(pick(j, "effective_band"))),
-    ("STATE", lambda j: pick(j, "state")),
-    ("TASKS", lambda j: task_counts(j)),
-    ("RESOURCES", resources),
-    ("SUBMITTED", lambda j: when(pick(j, "submitted_at", "created_at"))),
+# How ``iris job list`` shows each kind of column the server declares: a list answer of GET jobs/
+# names its columns (``columns``: key, label, short, field, kind; the server's one declaration,
+# scheduler/jobs/columns.py), so a column added there shows here without a change of the CLI.
+JOB_CELLS: dict[str, Callable[[dict, str], Any]] = {
+    "job": lambda j, field: pick(j, field),
+    "text": lambda j, field: pick(j, field),
+    "band": lambda j, field: band(pick(j, field)),
+    "counts": lambda j, field: task_counts(j),
+    "resources": lambda j, field: resources(j),
+    "time": lambda j, field: when(pick(j, field)),
+}
+
+# A server that names no columns (one older than the declaration) gets the table it had.
+FALLBACK_JOB_COLUMNS: list[dict] = [
+    {"short": "Job", "field": "id", "kind": "job"},
+    {"short": "User", "field": "user", "kind": "text"},
+    {"short": "Band", "field": "band", "kind": "band"},
+    {"short": "Effective", "field": "effective_band", "kind": "band"},
+    {"short": "State", "field": "state", "kind": "text"},
+    {"short": "Tasks", "field": "task_counts", "kind": "counts"},
+    {"short": "Resources", "field": "resources", "kind": "resources"},
+    {"short": "Submitted", "field": "created_at", "kind": "time"},
 ]
+
+
+def job_columns(page: Any) -> list[Column]:
+    """The table's columns as the server declares them (unknown kinds shown as text)."""
+    declared = page.get("columns") if isinstance(page, dict) else None
+    if not isinstance(declared, list) or not declared:
+        declared = FALLBACK_JOB_COLUMNS
+    columns: list[Column] = []
+    for c in declared:
+        render = JOB_CELLS.get(str(c.get("kind")), JOB_CELLS["text"])
+        field = str(c.get("field"))
+        header = str(c.get("short") or c.get("label") or field).upper()
+        columns.append((header, lambda j, render=render, field=field: render(j, field)))
+    return columns
 
 
 def task_counts(job: dict) -> str:
@@ -114,7 +141,7 @@ def reason_cell(t: dict) -> str | None:
 
 
 def job_list(page: Any) -> str:
-    return with_footer(table(results(page), JOB_COLUMNS, empty="No jobs."), page)
+    return with_footer(table(results(page), job_columns(page), empty="No jobs."), page)
 
 
 def job_detail(job: dict) -> str:
@@ -389,7 +416,7 @@ def budget(data: dict) -> str:
             ("max band", band(pick(data, "effective_max_band", "max_band"))),
             ("configured", configured if "uplift" in budget_source(data) else None),
             ("over budget", pick(data, "over_budget")),
-            ("interactive runs as", band(pick(data, "effective_band")) if pick(data, "effective_band") else None),
+            ("downgrade", pick(data, "downgrade")),  # the server's sentence (core.explain.Downgrade)
             ("source", budget_source(data)),
         ]
     )

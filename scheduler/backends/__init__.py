@@ -8,7 +8,12 @@ backend's client library (``kubernetes``, ``google-cloud-tpu``) is only imported
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import import_module
+
+from scheduler.core.types import DeviceType
+from scheduler.foundation.cluster_config import ClusterConfig, cluster_config
 
 from scheduler.backends.base import (
     AttemptRef,
@@ -32,12 +37,16 @@ __all__ = [
     "PermanentBackendError",
     "StartOrder",
     "StopOrder",
+    "Admission",
     "UnknownBackend",
+    "admissions",
+    "admitting_names",
     "backend_class",
     "backend_names",
     "get_backend",
     "heartbeat_backend_names",
     "polled_backend_names",
+    "register_admission",
     "register_backend",
     "unregister_backend",
 ]
@@ -132,3 +141,62 @@ def heartbeat_backend_names() -> list[str]:
 def polled_backend_names() -> list[str]:
     """Names of backends that implement :meth:`Backend.sync` (the shell polls them for reports)."""
     return _names_where(lambda cls: cls.sync is not Backend.sync)
+
+
+# --- admitting backends ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A backend that admits work itself (another scheduler, as Kueue does, decides when a pod
+    runs), as the tick routes to it: jobs go there whole, by name, and its one worker row stands
+    for a cluster, not capacity (the core never places on it).
+
+    ``route`` is the backend's name: ``Job.route``, ``Worker.backend`` and ``BackendState.name``.
+    ``device_types`` the devices routed there when no worker of ours serves the job (empty when
+    it is disabled); ``worker_name`` the row promoted tasks are "on"; ``promotions_per_minute``
+    the tick's promotion rate cap."""
+
+    route: str
+    enabled: bool
+    device_types: frozenset[DeviceType]
+    worker_name: str
+    promotions_per_minute: int
+
+
+def kubernetes_admission(config: ClusterConfig) -> Admission:
+    """The Kubernetes backend's admission, from the cluster config's ``kubernetes`` section (read
+    here, not from the backend's class, so routing never imports the Kubernetes client)."""
+    kube = config.kubernetes
+    return Admission(
+        route="kubernetes",
+        enabled=kube.enabled,
+        device_types=frozenset(DeviceType(d) for d in kube.device_types) if kube.enabled else frozenset(),
+        worker_name=kube.worker_name,
+        promotions_per_minute=kube.promotions_per_minute,
+    )
+
+
+# name -> its admission from the cluster config: the backends that admit (every other backend
+# is placed on by our scheduler, worker by worker).
+_admitting: dict[str, Callable[[ClusterConfig], Admission]] = {"kubernetes": kubernetes_admission}
+
+
+def register_admission(name: str, admission: Callable[[ClusterConfig], Admission] | None) -> None:
+    """Declare the backend ``name`` admitting (``admission`` reads its settings from the cluster
+    config), or not (None)."""
+    if admission is None:
+        _admitting.pop(name, None)
+    else:
+        _admitting[name] = admission
+
+
+def admitting_names() -> frozenset[str]:
+    """The names of the admitting backends (a route to one of them is not our scheduler's)."""
+    return frozenset(_admitting)
+
+
+def admissions(config: ClusterConfig | None = None) -> tuple[Admission, ...]:
+    """Every admitting backend's admission, by name."""
+    config = config if config is not None else cluster_config()
+    return tuple(_admitting[name](config) for name in sorted(_admitting))

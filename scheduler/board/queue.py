@@ -16,6 +16,7 @@ from scheduler.board.formats import EXPLANATION_VERSION
 from scheduler.core.bands import Band
 from scheduler.core.explain import cause_text, pending_text
 from scheduler.models import Task
+from scheduler.store.job_rows import JOB_SHAPE_FIELDS
 
 
 @dataclass(frozen=True)
@@ -321,7 +322,7 @@ def queue_window(
 
 def queue_rows(entries: list[QueueEntry]) -> dict[str, Task]:
     """The current rows of the tasks on a queue page, with their jobs (with what their shape's
-    feasibility reads: ``jobs.feasibility.job_spec``). One query (none if empty)."""
+    feasibility reads: ``store.job_rows.JOB_SHAPE_FIELDS``). One query (none if empty)."""
     if not entries:
         return {}
     by_job: dict[str, list[int]] = {}
@@ -340,20 +341,8 @@ def queue_rows(entries: list[QueueEntry]) -> dict[str, Task]:
             "updated_at",
             "attempt_count",
             "preemption_count",
-            "job__name",
-            "job__user",
-            "job__band",
             "job__state",
-            "job__submitted_at_ms",
-            "job__replicas",
-            "job__cpu_millicores",
-            "job__memory_bytes",
-            "job__device_type",
-            "job__device_variant",
-            "job__device_count",
-            "job__group_by",
-            "job__root_submitted_at_ms",
-            "job__constraints",
+            *(f"job__{field}" for field in JOB_SHAPE_FIELDS),
         )
     }
 

@@ -14,7 +14,7 @@ from scheduler.core.bands import Band
 from scheduler.core.feasibility import HeldWork
 from scheduler.core.placement import worker_attributes
 from scheduler.core.types import Device, DeviceType, WorkerSpec
-from scheduler.store.cluster_rows import device_from_columns
+from scheduler.store.job_rows import device_from_columns
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from django.utils import timezone
 from scheduler.board.counts import NO_WORK, UserCounts
 from scheduler.budgets.rules import budget_defaults, budget_rows_of, live_spend, raised_by_grants
 from scheduler.core.bands import Band
-from scheduler.core.budget import effective_band
+from scheduler.core.budget import effective_band, is_over_budget
+from scheduler.core.explain import Downgrade
 from scheduler.models import AuditEntry, Job, UpliftGrant, UserBudget
 from scheduler.store.tick_samples import thinned_tick_rows
 
@@ -37,7 +38,12 @@ class BudgetView:
 
     @property
     def over_budget(self) -> bool:
-        return self.effective_budget_limit > 0 and self.spend > self.effective_budget_limit
+        return is_over_budget(self.spend, self.effective_budget_limit)
+
+    @property
+    def downgrade(self) -> Downgrade | None:
+        """What the rule does to this user's INTERACTIVE work now (``core.budget``), or None."""
+        return Downgrade.of(Band.INTERACTIVE, self.spend, self.effective_budget_limit)
 
 
 def budget_views(users: list[str] | None = None, *, with_work: Iterable[str] = ()) -> list[BudgetView]:

@@ -17,8 +17,9 @@ from django.utils import timezone
 from scheduler.foundation.cluster_config import cluster_config
 from scheduler.core.bands import Band
 from scheduler.core.budget import resource_value
-from scheduler.core.types import BudgetDefaults, BudgetSpec, Device, DeviceType, Resources
+from scheduler.core.types import BudgetDefaults, BudgetSpec
 from scheduler.models import Task, UpliftGrant, UserBudget
+from scheduler.store.job_rows import resource_fields, resources_from_columns
 from scheduler.store.states import ACTIVE_VALUES
 
 
@@ -36,18 +37,13 @@ def live_spend(users: list[str] | None = None) -> dict[str, int]:
         rows.order_by()
         .values_list(
             "job__user",
-            "job__cpu_millicores",
-            "job__memory_bytes",
-            "job__device_type",
-            "job__device_variant",
-            "job__device_count",
+            *resource_fields("job__"),
         )
         .annotate(n=Count("id"))
     )
     spend: dict[str, int] = {}
     for user, cpu, memory, device_type, variant, count, n in groups:
-        device = Device() if device_type == DeviceType.CPU.value else Device(DeviceType(device_type), variant, count)
-        value = resource_value(Resources(cpu, memory, device)) * n
+        value = resource_value(resources_from_columns(cpu, memory, device_type, variant, count)) * n
         if value:
             spend[user] = spend.get(user, 0) + value
     return dict(sorted(spend.items()))

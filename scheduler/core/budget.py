@@ -82,6 +82,15 @@ def budget_limit(user: str, budgets: Mapping[str, BudgetSpec], defaults: BudgetD
     return spec.budget_limit if spec is not None else defaults.budget_limit
 
 
+# THE downgrade rule, as data: pending work requested in one of DOWNGRADABLE_BANDS is scheduled
+# in DOWNGRADED_BAND while its user is over budget (is_over_budget). SYSTEM and PRODUCTION are
+# never downgraded, and BATCH is already BATCH. effective_band applies it; the jobs table's SQL
+# mirror (jobs/listing.py) is built from these two names and tested equal to effective_band
+# (tests/jobs/test_downgrade_rule.py); the sentences about it are core/explain's Downgrade.
+DOWNGRADED_BAND = Band.BATCH
+DOWNGRADABLE_BANDS = frozenset(Band) - ADMIN_BANDS - {DOWNGRADED_BAND}
+
+
 def is_over_budget(spend: int, limit: int) -> bool:
     """Strictly over a positive limit; a limit of 0 is unlimited and spend equal to it is fine."""
     return limit > 0 and spend > limit
@@ -100,8 +109,11 @@ def effective_band(
     strictly over a positive limit. Because the input is always the requested band, a user who
     drops back under budget is re-promoted on the next tick.
     """
-    if requested in ADMIN_BANDS or requested is Band.BATCH:
-        return requested
-    if is_over_budget(spend.get(user, 0), budget_limit(user, budgets, defaults)):
-        return Band.BATCH
+    if requested in DOWNGRADABLE_BANDS and is_over_budget(spend.get(user, 0), budget_limit(user, budgets, defaults)):
+        return DOWNGRADED_BAND
     return requested
+
+
+def downgraded_band(requested: Band, spend: int, limit: int) -> Band:
+    """:func:`effective_band` for one user's spend and effective limit, already looked up."""
+    return DOWNGRADED_BAND if requested in DOWNGRADABLE_BANDS and is_over_budget(spend, limit) else requested

@@ -23,10 +23,12 @@ A job past its scheduling deadline ends UNSCHEDULABLE (its active tasks KILLED),
 
 Routing (:func:`route_job`) is a job's one-time choice of backend, stamped at submission when
 it does not depend on the cluster's workers (:func:`settled_route`), else by the first tick
-that sees the job: an explicit hard ``backend`` constraint wins; otherwise a job whose device a
-registered worker (local agent or TPU slice host) or a TPU scale group serves goes to our own
-scheduler ("workers"); otherwise a job whose device type the Kubernetes backend accepts goes
-to Kubernetes; anything else stays with our scheduler (and waits, explained, for a worker).
+that sees the job: an explicit hard ``backend`` constraint naming an admitting backend wins;
+otherwise a job whose device a registered worker (local agent or TPU slice host) or a TPU scale
+group serves goes to our own scheduler ("workers"); otherwise a job whose device type an
+admitting backend accepts goes there; anything else stays with our scheduler (and waits,
+explained, for a worker). Which backends admit, and what each accepts, is the shell's
+(``scheduler.backends.admissions``): the core knows only our own route, ``ROUTE_WORKERS``.
 """
 
 from __future__ import annotations
@@ -54,10 +56,9 @@ from scheduler.core.types import (
     Unschedulable,
 )
 
-# Backend names a job is routed to (Job.backend).
+# The route of jobs our scheduler places (Job.route); every other route names an admitting backend.
 ROUTE_WORKERS = "workers"
-ROUTE_KUBERNETES = "kubernetes"
-# The reserved constraint key that pins a job to a backend ("kubernetes" or "workers").
+# The reserved constraint key that pins a job to a backend (an admitting backend's name, or "workers").
 BACKEND_KEY = "backend"
 # Pods promoted per minute by default: Iris's DISPATCH_PROMOTION_RATE, to protect the API server.
 DEFAULT_PROMOTIONS_PER_MINUTE = 128
@@ -73,28 +74,38 @@ class RoutingTable:
 
     ``worker_devices`` lists the ``(device type, variant)`` classes of registered workers of
     our own backends (whatever their health: a worker that is down now comes back) and of the
-    TPU scale groups the provisioner can create. ``kubernetes_devices`` lists the device types
-    the Kubernetes backend accepts; empty when it is disabled.
+    TPU scale groups the provisioner can create. ``admitting`` lists the admitting backends as
+    ``(route, device types it accepts)``, in the order they are preferred; a disabled one
+    accepts nothing but can still be pinned to.
     """
 
     worker_devices: frozenset[tuple[DeviceType, str | None]] = frozenset()
-    kubernetes_devices: frozenset[DeviceType] = frozenset()
+    admitting: tuple[tuple[str, frozenset[DeviceType]], ...] = ()
+
+    @property
+    def admitting_routes(self) -> frozenset[str]:
+        return frozenset(route for route, _ in self.admitting)
 
 
-def pinned_backend(job: JobSpec) -> str | None:
-    """The backend a hard ``backend == X`` constraint pins the job to, if any."""
+def _pin(value: str, admitting_routes: Iterable[str]) -> str:
+    return value if value in admitting_routes else ROUTE_WORKERS
+
+
+def pinned_backend(job: JobSpec, admitting_routes: Iterable[str]) -> str | None:
+    """The backend a hard ``backend == X`` constraint pins the job to, if any: X when it names
+    an admitting backend, else our own scheduler."""
     for constraint in job.constraints:
         if constraint.key == BACKEND_KEY and not constraint.soft and constraint.op is ConstraintOp.EQ:
-            return ROUTE_KUBERNETES if constraint.value == ROUTE_KUBERNETES else ROUTE_WORKERS
+            return _pin(str(constraint.value), admitting_routes)
     return None
 
 
-def pinned_backend_in(raw_constraints: Iterable[Mapping] | None) -> str | None:
+def pinned_backend_in(raw_constraints: Iterable[Mapping] | None, admitting_routes: Iterable[str]) -> str | None:
     """:func:`pinned_backend` over constraints as stored on the job row (dicts), where the
     ``backend`` key lives (the core's copy of a job leaves it out)."""
     for c in raw_constraints or ():
         if c.get("key") == BACKEND_KEY and c.get("op") == "eq" and not c.get("soft"):
-            return ROUTE_KUBERNETES if str(c.get("value")) == ROUTE_KUBERNETES else ROUTE_WORKERS
+            return _pin(str(c.get("value")), admitting_routes)
     return None
 
 
@@ -110,31 +121,46 @@ def serves(devices: Iterable[tuple[DeviceType, str | None]], job: JobSpec) -> bo
     return False
 
 
-def settled_route(device: DeviceType, pinned: str | None, kubernetes_devices: Iterable[DeviceType]) -> str | None:
+def _admitting_route(device: DeviceType, admitting: Iterable[tuple[str, Iterable[DeviceType]]]) -> str | None:
+    """The first admitting backend that accepts ``device``, if any."""
+    for route, devices in admitting:
+        if device in devices:
+            return route
+    return None
+
+
+def settled_route(
+    device: DeviceType, pinned: str | None, admitting: Iterable[tuple[str, Iterable[DeviceType]]]
+) -> str | None:
     """The route :func:`route_job` gives whatever workers exist, or None when it depends on them.
 
-    Only a job Kubernetes could take (its device type accepted there) and no hard ``backend``
-    constraint waits for the cluster's worker classes; every other job's route is known when it
-    is submitted, so submission stamps it and the tick does not write the job again for it."""
+    Only a job an admitting backend could take (its device type accepted there) and no hard
+    ``backend`` constraint waits for the cluster's worker classes; every other job's route is
+    known when it is submitted, so submission stamps it and the tick does not write the job
+    again for it."""
     if pinned is not None:
         return pinned
-    if device not in kubernetes_devices:
+    if _admitting_route(device, admitting) is None:
         return ROUTE_WORKERS
     return None
 
 
 def route_job(job: JobSpec, table: RoutingTable) -> str:
-    """Where a job runs: ``"workers"`` (our scheduler places it) or ``"kubernetes"`` (Kueue does).
+    """Where a job runs: ``"workers"`` (our scheduler places it) or an admitting backend's name
+    (``"kubernetes"``: Kueue does).
 
     1. a hard ``backend`` constraint (``eq``) decides;
     2. else a job some worker class or TPU scale group serves goes to ``"workers"``;
-    3. else a job whose device type Kubernetes accepts goes to ``"kubernetes"``;
+    3. else a job whose device type an admitting backend accepts goes to the first such;
     4. else ``"workers"``, where it waits with an explanation until a worker that fits joins.
     """
-    settled = settled_route(job.resources.device.type, pinned_backend(job), table.kubernetes_devices)
+    device = job.resources.device.type
+    settled = settled_route(device, pinned_backend(job, table.admitting_routes), table.admitting)
     if settled is not None:
         return settled
-    return ROUTE_WORKERS if serves(table.worker_devices, job) else ROUTE_KUBERNETES
+    if serves(table.worker_devices, job):
+        return ROUTE_WORKERS
+    return _admitting_route(device, table.admitting) or ROUTE_WORKERS
 
 
 # --- the token bucket -----------------------------------------------------------------------------
@@ -186,6 +212,7 @@ class KueueInput:
     each job's ASSIGNED/BUILDING/RUNNING tasks and ``active`` lists them (for deadline expiry).
     ``worker`` is the name of the worker row standing for the cluster; ``blocked`` says why
     nothing can be promoted (backend disabled, unhealthy, not set up), empty when it can.
+    ``route`` the admitting backend's name.
     """
 
     jobs: Mapping[str, JobSpec] = field(default_factory=dict)
@@ -197,6 +224,7 @@ class KueueInput:
     per_minute: int = DEFAULT_PROMOTIONS_PER_MINUTE
     tokens: float | None = None
     tokens_at_ms: int | None = None
+    route: str = ""  # the admitting backend's name (its BackendState row keeps the bucket)
 
 
 @dataclass(frozen=True, slots=True)

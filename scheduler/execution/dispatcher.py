@@ -18,7 +18,15 @@ from django.db.models import Count, Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from scheduler import backends
-from scheduler.backends import AttemptRef, AttemptReport, AttemptStatus, BackendError, Delivery, PermanentBackendError
+from scheduler.backends import (
+    AttemptRef,
+    AttemptReport,
+    AttemptStatus,
+    BackendError,
+    Delivery,
+    PermanentBackendError,
+    admitting_names,
+)
 from scheduler.execution.attempts import apply_reports
 from scheduler.execution.outbox import (
     DELIVERED,
@@ -35,11 +43,9 @@ from scheduler.execution.outbox import (
 )
 from scheduler.models import Attempt, DispatchIntent
 from scheduler.foundation import instruments
-from scheduler.core.kueue import ROUTE_KUBERNETES
 from scheduler.core.placement import request_tuple
-from scheduler.core.types import Resources
 from scheduler.store import lease
-from scheduler.store.cluster_rows import device_from_columns
+from scheduler.store.job_rows import device_from_columns, job_resources, resource_fields, resources_from_columns
 from scheduler.store.states import ACTIVE_VALUES
 
 log = logging.getLogger(__name__)
@@ -159,8 +165,7 @@ Room = list[int]
 
 def job_request(job) -> tuple[int, int, int, int]:
     """What one task of ``job`` (a row) holds on its worker, computed as the core computes it."""
-    device = device_from_columns(job.device_type, job.device_variant, job.device_count)
-    return request_tuple(Resources(job.cpu_millicores, job.memory_bytes, device))
+    return request_tuple(job_resources(job))
 
 
 def worker_room(batch: list[DispatchIntent]) -> dict[int, Room]:
@@ -174,13 +179,14 @@ def worker_room(batch: list[DispatchIntent]) -> dict[int, Room]:
     in the same pass; the processes only leave when the agent confirms, so until then the
     room stays taken here, for every START, whichever job it belongs to.
 
-    The Kubernetes cluster's worker row has no capacity of its own (Kueue admits its pods, and
-    the core never places on it): its STARTs are not checked here.
+    An admitting backend's worker row (the Kubernetes cluster's) has no capacity of its own
+    (Kueue admits its pods, and the core never places on it): its STARTs are not checked here.
     """
+    admitting = admitting_names()
     workers = {
         i.worker_id: i.worker
         for i in batch
-        if i.kind == START and i.worker_id is not None and i.tries == 0 and i.worker.backend != ROUTE_KUBERNETES
+        if i.kind == START and i.worker_id is not None and i.tries == 0 and i.worker.backend not in admitting
     }
     if not workers:
         return {}
@@ -197,17 +203,12 @@ def worker_room(batch: list[DispatchIntent]) -> dict[int, Room]:
         .order_by()
         .values_list(
             "worker_id",
-            "task__job__cpu_millicores",
-            "task__job__memory_bytes",
-            "task__job__device_type",
-            "task__job__device_variant",
-            "task__job__device_count",
+            *resource_fields("task__job__"),
         )
         .annotate(n=Count("pk"))
     )
     for worker_pk, cpu, mem, device_type, variant, count, n in rows:
-        device = device_from_columns(device_type, variant, count)
-        need = request_tuple(Resources(cpu, mem, device))
+        need = request_tuple(resources_from_columns(cpu, mem, device_type, variant, count))
         free = room[worker_pk]
         for i in range(4):
             free[i] -= need[i] * n

@@ -18,10 +18,9 @@ from django.utils import timezone
 
 from scheduler.backends import AttemptRef, StartOrder, StopOrder
 from scheduler.core.bands import Band
-from scheduler.core.types import Resources
 from scheduler.foundation.enqueue import enqueue
 from scheduler.models import Attempt, DispatchIntent
-from scheduler.store.cluster_rows import device_from_columns
+from scheduler.store.job_rows import job_resources
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +131,6 @@ def start_order(intent: DispatchIntent) -> StartOrder:
     band = Band(stamped if stamped is not None else (task.band if task.band is not None else job.band))
     task_name = f"{job.name}/{task.index}"
     worker = intent.worker.name if intent.worker else ""
-    device = device_from_columns(job.device_type, job.device_variant, job.device_count)
     return StartOrder(
         ref=AttemptRef(task.pk, intent.attempt_number),
         task=task_name,
@@ -144,7 +142,7 @@ def start_order(intent: DispatchIntent) -> StartOrder:
         band=band,
         command=tuple(job.command or ()),
         environment=task_environment(task_name, job.name, task.index, intent.attempt_number, band, worker),
-        resources=Resources(job.cpu_millicores, job.memory_bytes, device),
+        resources=job_resources(job),
         group_by=job.group_by or None,
         created_at=intent.created_at,
     )

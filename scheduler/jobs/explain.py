@@ -18,22 +18,19 @@ from scheduler.core.explain import (
     ordinal,
     pending_text,
     place_text,
+    stamp_text,
 )
 from scheduler.core.explain import downgrade_text as downgrade_text_of_record
 from scheduler.core.types import BudgetSpec, TaskState
-from scheduler.jobs.feasibility import job_feasibility, job_spec, shape_analysis
+from scheduler.jobs.feasibility import job_feasibility, shape_analysis
 from scheduler.board.queue import QueueEntry, QueueIndex, round_robin_place
 from scheduler.board.read import queue_index
 from scheduler.jobs.queries import shown_placement
 from scheduler.models import Attempt, Job, PreemptionEvent, Task
+from scheduler.store.job_rows import job_shape_of
 from scheduler.store.states import TERMINAL_JOB_VALUES
 from scheduler.store import clock
 from scheduler.board.estimates import NOT_ESTIMATED, shown_estimates_of_job
-
-
-def downgrade_text(requested: Band, spend: int, limit: int) -> str:
-    """The core's wording, e.g. "INTERACTIVE runs as BATCH: spend 12,400 > limit 10,000"."""
-    return Downgrade(requested, Band.BATCH, spend, limit).text()
 
 
 # A pending task no tick has explained yet (submitted, or put back, since the newest tick).
@@ -88,7 +85,7 @@ def band_summary_text(summary: list[dict]) -> str:
         text = f"{item['count']:,} {item['kind']} as {item['band'].name}"
         why = item["why"]
         if why is not None:
-            text += f": over budget, spend {number(why.spend)} > limit {number(why.limit)}"
+            text += f": {why.cause()}"
         parts.append(text)
     return " · ".join(parts)
 
@@ -103,13 +100,6 @@ def ran_as(tasks: list[dict]) -> Band | None:
     if not counts:
         return None
     return min(counts, key=lambda b: (-counts[b], int(b)))
-
-
-def stamp_reason(victim_user: str, requested: Band, stamped: Band) -> str:
-    """Why a victim ran in the band it was preempted in."""
-    if stamped == requested:
-        return f"stamped {stamped.name} at assignment: the band it was requested at"
-    return f"stamped {stamped.name} at assignment: {victim_user} was over budget then (requested {requested.name})"
 
 
 def submitted_text(at_ms: int, tick_ms: int | None, tick: int | None) -> str:
@@ -282,11 +272,15 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
     if finished:
         effective = ran if ran is not None else requested
     downgrade = None
-    if not finished and effective != requested:
+    current = Downgrade.of(requested, spend_now, budget.budget_limit) if not finished else None
+    if current is not None:
+        # "why": the typed record, for the console's sentences (core.explain.Downgrade renders them all).
         downgrade = {
-            "spend": spend_now,
-            "limit": budget.budget_limit,
-            "text": downgrade_text(requested, spend_now, budget.budget_limit),
+            "spend": current.spend,
+            "limit": current.limit,
+            "text": current.text(),
+            "badge": current.badge(),
+            "why": current,
         }
 
     events = list(
@@ -298,7 +292,7 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         {
             "victim": f"{e.victim.job.name}/{e.victim.index}",
             "victim_band": Band(e.victim_band),
-            "victim_stamp": stamp_reason(job.user, requested, Band(e.victim_band)),
+            "victim_stamp": stamp_text(job.user, requested, Band(e.victim_band)),
             "preemptor": f"{e.preemptor.job.name}/{e.preemptor.index}",
             "preemptor_user": e.preemptor.job.user,
             "preemptor_band": Band(e.preemptor_band),
@@ -319,7 +313,7 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         tick_key = (index.tick_pk, index.tick_now_ms) if index.tick_pk is not None else None
         feasibility = job_feasibility(job, first.band if first else effective, waiting=bool(pending), tick_key=tick_key)
         if feasibility["verdict"] == "never":
-            never = never_fits(shape_analysis(job_spec(job), tick_key))  # the analysis just made, cached
+            never = never_fits(shape_analysis(job_shape_of(job), tick_key))  # the analysis just made, cached
     spend_at_tick = int(index.spend.get(job.user, 0)) if index.tick_pk is not None else None
     limit_at_tick = int(index.limits.get(job.user, budget.budget_limit)) if index.tick_pk is not None else None
     return {
@@ -390,13 +384,9 @@ def what_would_change(
             f"({never.text()}). Ask for what a worker has (cancel it and submit again), or ask an operator "
             f"for a worker that meets every requirement; waiting and its place in the queue change nothing."
         )
-    if effective != requested:
-        parts.append(
-            f"{job.user}'s spend ({spend:,}) is over the limit ({budget.budget_limit:,}), so pending tasks queue as "
-            f"BATCH behind all INTERACTIVE work. They queue as {requested.name} again once spend is back to "
-            f"{budget.budget_limit:,} or less (other work of {job.user} finishing or being cancelled), or when an "
-            f"admin approves a higher budget_limit (iris uplift request)."
-        )
+    downgrade = Downgrade.of(requested, spend, budget.budget_limit)
+    if downgrade is not None:
+        parts.append(downgrade.remedy(job.user))
     if never is not None:
         return " ".join(parts)  # the queue's facts would contradict the verdict
     if position is not None and position > 1:

@@ -19,30 +19,10 @@ from django.db.models import Count
 from scheduler.foundation.cluster_config import cluster_config, group_specs
 from scheduler.core.bands import Band
 from scheduler.core.feasibility import HeldWork, Holder, ShapeAnalysis, analyse_job, rank_holders
-from scheduler.core.types import Device, JobSpec, Resources, WorkerSpec
+from scheduler.core.types import Device, JobSpec, WorkerSpec
 from scheduler.models import Job, Task, Worker
-from scheduler.store.cluster_rows import constraints_from_json, device_from_columns
+from scheduler.store.job_rows import device_from_columns, job_shape_of
 from scheduler.store.states import ACTIVE_VALUES, TERMINAL_JOB_VALUES
-
-
-def job_spec(job: Job) -> JobSpec:
-    """The core's view of a job row's shape (what the analysis reads)."""
-    return JobSpec(
-        id=job.name,
-        user=job.user,
-        band=Band(job.band),
-        parent=None,
-        submitted_at_ms=job.submitted_at_ms,
-        root_submitted_at_ms=job.root_submitted_at_ms,
-        replicas=job.replicas,
-        resources=Resources(
-            job.cpu_millicores,
-            job.memory_bytes,
-            device_from_columns(job.device_type, job.device_variant, job.device_count),
-        ),
-        group_by=job.group_by,
-        constraints=constraints_from_json(job.constraints or []),
-    )
 
 
 def worker_specs() -> list[WorkerSpec]:
@@ -222,7 +202,7 @@ def job_feasibility(job: Job, band: Band, waiting: bool, tick_key: tuple[int, in
     ``tick_key`` (see :func:`shape_analysis`) and, when it waits for room, who holds the
     matching workers now. At most two queries; none for the workers once this process has
     read them for the tick."""
-    spec = job_spec(job)
+    spec = job_shape_of(job)
     analysis = shape_analysis(spec, tick_key)
     tick = tick_key[0] if tick_key else None
     return feasibility_data(analysis, band, lambda: holders_of(analysis, spec, band, tick), waiting, tick)
@@ -241,7 +221,7 @@ def never_runs(jobs: Iterable[Job], tick_key: tuple[int, int] | None) -> set[str
     for job in jobs:
         if job.state in TERMINAL_JOB_VALUES:
             continue
-        spec = job_spec(job)
+        spec = job_shape_of(job)
         if tick_key is not None:
             is_never = shape_analysis(spec, tick_key).never
         else:

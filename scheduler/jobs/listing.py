@@ -33,33 +33,30 @@ from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan, Tuple
 from django.utils import timezone
 
 from scheduler.budgets.rules import budget_defaults, effective_budgets, live_spend
-from scheduler.core.bands import ADMIN_BANDS, BAND_NAMES, Band
-from scheduler.core.budget import budget_limit, is_over_budget
-from scheduler.core.kueue import ROUTE_KUBERNETES, ROUTE_WORKERS
+from scheduler.core.bands import BAND_NAMES, Band
+from scheduler.core.budget import DOWNGRADABLE_BANDS, DOWNGRADED_BAND, budget_limit, is_over_budget
+from scheduler.backends import admitting_names
+from scheduler.jobs.columns import SORTS as COLUMN_SORTS
+from scheduler.core.kueue import ROUTE_WORKERS
 from scheduler.core.types import JobState
 from scheduler.foundation.errors import InvalidArgument, NotFound
 from scheduler.models import Job
 from scheduler.store.states import LIVE_JOB_VALUES
 
-# Bands a budget can downgrade (to BATCH): never SYSTEM or PRODUCTION, and BATCH is already
-# BATCH. Must agree with core.budget.effective_band (tests/jobs/test_listing.py checks it).
-DOWNGRADABLE_BANDS = frozenset(Band) - ADMIN_BANDS - {Band.BATCH}
 
-# The route filter's values: the two routes and "unrouted" (no tick has routed the job yet).
+# The route filter's "no tick has routed the job yet".
 UNROUTED = "unrouted"
-ROUTES = {ROUTE_WORKERS: ROUTE_WORKERS, ROUTE_KUBERNETES: ROUTE_KUBERNETES, UNROUTED: ""}
 
-# Sortable columns: URL name -> queryset field (``effective`` is an annotation).
-SORTS = {
-    "name": "name",
-    "user": "user",
-    "band": "band",
-    "effective": "effective",
-    "state": "state",
-    "route": "route",
-    "tasks": "replicas",
-    "submitted": "submitted_at_ms",
-}
+
+def routes() -> dict[str, str]:
+    """The route filter's values -> ``Job.route``: our scheduler's, each admitting backend's
+    (the backend registry's), and "unrouted"."""
+    return {ROUTE_WORKERS: ROUTE_WORKERS, **{name: name for name in sorted(admitting_names())}, UNROUTED: ""}
+
+
+# Sortable columns: URL name -> queryset field (``effective`` is an annotation), from the one
+# declaration of the table's columns.
+SORTS = COLUMN_SORTS
 DEFAULT_SORT = "-submitted"
 GROUPS = {"user": "user", "band": "band", "effective": "effective"}
 
@@ -83,7 +80,7 @@ class JobFilter:
     band: Band | None = None
     effective: Band | None = None
     state: str | None = None
-    route: str | None = None  # a key of ROUTES
+    route: str | None = None  # a key of routes()
     name: str | None = None
     submitted_after_ms: int | None = None  # inclusive
     submitted_before_ms: int | None = None  # exclusive
@@ -136,8 +133,8 @@ def parse_filter(params: Mapping[str, object], *, strict: bool = False) -> JobFi
             f"unknown state {state!r}; expected one of {'|'.join(s.value for s in JobState)}", field="state"
         )
     route = given.get("route")
-    if route is not None and route not in ROUTES:
-        raise InvalidArgument(f"unknown route {route!r}; expected one of {'|'.join(ROUTES)}", field="route")
+    if route is not None and route not in (known := routes()):
+        raise InvalidArgument(f"unknown route {route!r}; expected one of {'|'.join(known)}", field="route")
     user = given.get("user")
     if user is not None and len(user) > 150:
         raise InvalidArgument("at most 150 characters", field="user")
@@ -219,16 +216,16 @@ def downgraded(over_budget: frozenset[str]) -> Q:
 def effective_rank(over_budget: frozenset[str]) -> Case:
     """SQL for the effective band's rank of each job (see the module docstring)."""
     return Case(
-        When(downgraded(over_budget), then=Value(int(Band.BATCH))), default=F("band"), output_field=IntegerField()
+        When(downgraded(over_budget), then=Value(int(DOWNGRADED_BAND))), default=F("band"), output_field=IntegerField()
     )
 
 
 def effective_is(band: Band, over_budget: frozenset[str]) -> Q:
     """``effective == band`` as plain conditions on columns (not on the CASE), so the band
-    index serves it: BATCH is "asked for BATCH, or downgraded"; a downgradable band is "asked
-    for it and not downgraded"; the others are their requested band."""
-    if band is Band.BATCH:
-        return Q(band=int(Band.BATCH)) | downgraded(over_budget)
+    index serves it: BATCH (``DOWNGRADED_BAND``) is "asked for BATCH, or downgraded"; a
+    downgradable band is "asked for it and not downgraded"; the others are their requested band."""
+    if band is DOWNGRADED_BAND:
+        return Q(band=int(DOWNGRADED_BAND)) | downgraded(over_budget)
     if band in DOWNGRADABLE_BANDS:
         return Q(band=int(band)) & ~downgraded(over_budget)
     return Q(band=int(band))
@@ -246,7 +243,7 @@ def filtered_jobs(f: JobFilter, over_budget: frozenset[str]) -> QuerySet[Job]:
     if f.state:
         qs = qs.filter(state=f.state)
     if f.route is not None:
-        qs = qs.filter(route=ROUTES[f.route])
+        qs = qs.filter(route=routes()[f.route])
     if f.name:
         qs = qs.filter(name__icontains=f.name)
     if f.submitted_after_ms is not None:

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from scheduler.foundation import roles
 from scheduler.foundation.access import owns_job, require_authenticated
+from scheduler.backends import admissions, admitting_names
 from scheduler.budgets.rules import effective_budget_for
 from scheduler.foundation.cluster_config import cluster_config
 from scheduler.core.bands import ADMIN_BANDS, Band
@@ -599,9 +600,9 @@ def submit_jobs(actor, bodies: Any) -> list[SubmittedJob]:
 def route_at_submission(request: JobRequest) -> str:
     """The job's route when it does not depend on the cluster's workers, else "" (the first tick
     routes it): see :func:`scheduler.core.kueue.settled_route`."""
-    kube = cluster_config().kubernetes
-    accepted = frozenset(DeviceType(d) for d in kube.device_types) if kube.enabled else frozenset()
-    return settled_route(request.device.type, pinned_backend_in(request.constraints), accepted) or ""
+    admitting = tuple((a.route, a.device_types) for a in admissions())
+    pinned = pinned_backend_in(request.constraints, admitting_names())
+    return settled_route(request.device.type, pinned, admitting) or ""
 
 
 def request_prompt_tick() -> None:

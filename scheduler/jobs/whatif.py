@@ -32,16 +32,14 @@ from scheduler.foundation.cluster_config import cluster_config, group_specs
 from scheduler.core.bands import Band
 from scheduler.core.budget import effective_band
 from scheduler.core.decision import decide
-from scheduler.core.explain import pending_queue, pending_text, reason_record
+from scheduler.core.explain import Downgrade, pending_queue, pending_text, reason_record
 from scheduler.core.feasibility import HeldWork, ShapeAnalysis, analyse_job, holders, rank_holders
 from scheduler.core.types import (
     ACTIVE_STATES,
     ClusterSnapshot,
     Decision,
-    Device,
     DeviceType,
     JobSpec,
-    Resources,
     TaskSnapshot,
     TaskState,
     WorkerSpec,
@@ -53,9 +51,10 @@ from scheduler.jobs.feasibility import feasibility_data, shape_key
 from scheduler.board.read import queue_index
 from scheduler.jobs.request import parse_job_request
 from scheduler.jobs.submit import SubmissionPlan, plan_submission
+from scheduler.jobs.submit import _job_fields as submitted_job_fields  # the one plan -> row mapping
 from scheduler.models import Task
 from scheduler.store import clock
-from scheduler.store.cluster_rows import constraints_from_json, device_from_columns
+from scheduler.store.job_rows import ResourceCache, job_spec_fields, job_spec_from_fields, job_spec_from_row
 from scheduler.store.states import ACTIVE_VALUES
 from scheduler.tick.load import load_snapshot, scheduler_config
 from scheduler.board.estimates import estimate_behind
@@ -96,6 +95,13 @@ class WhatIf:
     # When it would probably start (``tick.estimates.estimate_behind``) and the sentence.
     estimated_start: dict | None = None
     estimated_start_text: str = ""
+
+    @property
+    def downgrade(self) -> Downgrade | None:
+        """The downgrade the decision queued it under (its sentences are ``Downgrade``'s), or None."""
+        if self.effective_band is None or self.requested_band is None or self.effective_band == self.requested_band:
+            return None
+        return Downgrade(self.requested_band, self.effective_band, self.spend or 0, self.limit or 0)
 
     @property
     def never(self) -> bool:
@@ -144,28 +150,10 @@ def what_if(actor, data: Any) -> WhatIf:
 
 
 def planned_job(plan: SubmissionPlan, now_ms: int) -> tuple[JobSpec, tuple[TaskSnapshot, ...]]:
-    """The planned job and its pending tasks as the core sees them."""
+    """The planned job and its pending tasks as the core sees them: the row submission would
+    write (``jobs.submit``), read back by the one mapper (``store.job_rows``)."""
     req = plan.request
-    device = (
-        Device() if req.device.type is DeviceType.CPU else Device(req.device.type, req.device.variant, req.device.count)
-    )
-    job = JobSpec(
-        id=plan.job_id,
-        user=plan.user,
-        band=plan.band,
-        parent=plan.parent.name if plan.parent else None,
-        submitted_at_ms=now_ms,
-        root_submitted_at_ms=plan.parent.root_submitted_at_ms if plan.parent else now_ms,
-        replicas=req.replicas,
-        resources=Resources(req.cpu_millicores, req.memory_bytes, device),
-        group_by=req.group_by,
-        constraints=constraints_from_json(list(req.constraints)),
-        scheduling_deadline_ms=(
-            now_ms + round(req.scheduling_timeout_seconds * 1000) if req.scheduling_timeout_seconds else None
-        ),
-        max_retries_preemption=req.max_retries_preemption,
-        max_retries_failure=req.max_retries_failure,
-    )
+    job = job_spec_from_fields(submitted_job_fields(None, plan, now_ms), plan.parent.name if plan.parent else None)
     tasks = tuple(TaskSnapshot(id=f"{plan.job_id}/{i}", job_id=plan.job_id, index=i) for i in range(req.replicas))
     return job, tasks
 
@@ -366,60 +354,16 @@ def preemption_trial(
     if not chosen:
         return None
     rows = Task.objects.filter(state__in=ACTIVE_VALUES, band__gt=int(band), worker__name__in=chosen).values_list(
-        "index",
-        "state",
-        "band",
-        "preemption_count",
-        "worker__name",
-        "job__name",
-        "job__user",
-        "job__band",
-        "job__submitted_at_ms",
-        "job__root_submitted_at_ms",
-        "job__replicas",
-        "job__cpu_millicores",
-        "job__memory_bytes",
-        "job__device_type",
-        "job__device_variant",
-        "job__device_count",
-        "job__group_by",
-        "job__max_retries_preemption",
+        "index", "state", "band", "preemption_count", "worker__name", *job_spec_fields("job__")
     )
     jobs: dict[str, JobSpec] = {job.id: job}
     running: list[TaskSnapshot] = []
-    for (
-        index,
-        state,
-        stamped,
-        preemptions,
-        worker,
-        job_id,
-        user,
-        requested,
-        submitted,
-        root,
-        replicas,
-        cpu,
-        mem,
-        dtype,
-        variant,
-        count,
-        group_by,
-        retries,
-    ) in rows:
+    shapes = ResourceCache()
+    for row in rows:
+        index, state, stamped, preemptions, worker = row[:5]
+        job_id = row[5]
         if job_id not in jobs:
-            jobs[job_id] = JobSpec(
-                id=job_id,
-                user=user,
-                band=Band(requested),
-                parent=None,
-                submitted_at_ms=submitted,
-                root_submitted_at_ms=root,
-                replicas=replicas,
-                resources=Resources(cpu, mem, device_from_columns(dtype, variant, count)),
-                group_by=group_by,
-                max_retries_preemption=retries,
-            )
+            jobs[job_id] = job_spec_from_row(row[5:], shapes)
         running.append(
             TaskSnapshot(
                 id=f"{job_id}/{index}",

@@ -21,7 +21,6 @@ worker: ended but not yet confirmed finished, so its resources stay committed th
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -30,21 +29,16 @@ from typing import NamedTuple
 from django.db import connection, transaction
 
 from scheduler.core.bands import Band
-from scheduler.core.kueue import BACKEND_KEY
 from scheduler.core.types import (
     TERMINAL_STATES,
-    Constraint,
-    ConstraintOp,
-    Device,
-    DeviceType,
     JobSpec,
-    Resources,
     TaskSnapshot,
     TaskState,
     WorkerSpec,
     task_snapshot,
 )
 from scheduler.models import Attempt, Job, Task, Worker
+from scheduler.store.job_rows import JOB_SPEC_SQL, ResourceCache, device_from_columns, job_spec_from_row, json_value
 from scheduler.store.states import ACTIVE_VALUES, LIVE_JOB_VALUES, LIVE_TASK_VALUES
 
 # Plain dict look-ups: calling an Enum per row costs more than the rest of the row's work.
@@ -80,12 +74,8 @@ TASK = Task._meta.db_table
 ATTEMPT = Attempt._meta.db_table
 WORKER = Worker._meta.db_table
 
-JOB_SELECT = (
-    'SELECT j.id, j.name, j.state, j."user", j.band, p.name, j.submitted_at_ms, j.root_submitted_at_ms, '
-    "j.replicas, j.cpu_millicores, j.memory_bytes, j.device_type, j.device_variant, j.device_count, "
-    "j.group_by, j.constraints, j.scheduling_deadline_ms, j.max_retries_preemption, j.max_retries_failure "
-    f"FROM {JOB} j LEFT JOIN {JOB} p ON p.id = j.parent_id"
-)
+# The job's pk and state, then the mapper's columns (store/job_rows.py), so row[2:] is its row.
+JOB_SELECT = f"SELECT j.id, j.state, {JOB_SPEC_SQL} FROM {JOB} j LEFT JOIN {JOB} p ON p.id = j.parent_id"
 TASK_SELECT = (
     f'SELECT t.id, t.job_id, t."index", t.state, t.worker_id, t.band, t.preemption_count, t.attempt_count FROM {TASK} t'
 )
@@ -97,35 +87,6 @@ WORKER_SELECT = (
     "SELECT id, name, healthy, draining, cpu_millicores, memory_bytes, device_type, device_variant, "
     f"device_count, CAST(attributes AS text) FROM {WORKER} ORDER BY name"
 )
-
-
-def device_from_columns(device_type: str, variant: str, count: int) -> Device:
-    kind = DeviceType(device_type)
-    if kind is DeviceType.CPU:
-        return Device()
-    return Device(type=kind, variant=variant or None, count=count)
-
-
-def json_value(raw):
-    """A JSON column's value, whether the driver parsed it or left it as text."""
-    return json.loads(raw) if isinstance(raw, str) else raw
-
-
-def constraints_from_json(raw: list[dict]) -> tuple[Constraint, ...]:
-    """Stored constraints were validated at submission; this only converts them. The reserved
-    ``backend`` key routes the job (``scheduler.core.kueue.route_job``) and is kept out of the
-    core's constraints, which workers could never satisfy."""
-    result = []
-    for item in raw:
-        if item.get("key") == BACKEND_KEY:
-            continue
-        value = item.get("value")
-        if isinstance(value, list):
-            value = tuple(value)
-        result.append(
-            Constraint(key=item["key"], op=ConstraintOp(item["op"]), value=value, soft=bool(item.get("soft")))
-        )
-    return tuple(result)
 
 
 class ClusterRows:
@@ -165,7 +126,7 @@ class ClusterRows:
         self.worker_pks: dict[str, int] = {}
         self._worker_cache: dict[int, tuple[tuple, WorkerSpec]] = {}
         self._worker_rows: list[tuple] | None = None  # as last read, to tell nothing changed
-        self._resources: dict[tuple, Resources] = {}
+        self._resources = ResourceCache()
         # Copy on write: whether a view holds the maps below, and the tasks as the last view
         # had them (None once anything changed since).
         self._shared = False
@@ -349,14 +310,14 @@ class ClusterRows:
         """Live jobs are kept; a job that ended stays only while a held task needs it (``force``
         takes ended jobs the caller knows are needed)."""
         for row in rows:
-            pk, name, state = row[0], row[1], row[2]
+            pk, state, name = row[0], row[1], row[2]
             live = state in LIVE_JOBS
             if pk not in self.job_names:
                 if not (live or force):
                     continue
                 self._own()
                 self.job_names[pk] = name
-                self.job_specs[name] = self._job_spec(row)
+                self.job_specs[name] = job_spec_from_row(row[2:], self._resources)
                 self.job_pks[name] = pk
             if self.job_states.get(name) != state:  # all else about a job is fixed at submission
                 self._own()
@@ -365,49 +326,6 @@ class ClusterRows:
                 self.ended_jobs.discard(pk)
             else:
                 self.ended_jobs.add(pk)
-
-    def _job_spec(self, row) -> JobSpec:
-        (
-            _,
-            name,
-            _,
-            user,
-            band,
-            parent,
-            submitted,
-            root_submitted,
-            replicas,
-            cpu,
-            mem,
-            dtype,
-            variant,
-            count,
-            group_by,
-            constraints,
-            deadline,
-            retries_preemption,
-            retries_failure,
-        ) = row
-        key = (cpu, mem, dtype, variant, count)
-        resources = self._resources.get(key)
-        if resources is None:
-            resources = self._resources[key] = Resources(cpu, mem, device_from_columns(dtype, variant, count))
-        constraints = json_value(constraints)
-        return JobSpec(
-            id=name,
-            user=user,
-            band=BANDS[band],
-            parent=parent,
-            submitted_at_ms=submitted,
-            root_submitted_at_ms=root_submitted,
-            replicas=replicas,
-            resources=resources,
-            group_by=group_by or None,
-            constraints=constraints_from_json(constraints) if constraints else (),
-            scheduling_deadline_ms=deadline,
-            max_retries_preemption=retries_preemption,
-            max_retries_failure=retries_failure,
-        )
 
     def _take_tasks(self, rows) -> tuple[set[int], list[tuple]]:
         """Keep live tasks and held finished ones of kept jobs. Returns the pks read, and the rows

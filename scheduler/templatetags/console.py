@@ -14,7 +14,7 @@ from django.utils.html import format_html
 
 from scheduler.foundation import roles
 from scheduler.core.bands import Band
-from scheduler.core.explain import cause_text, format_cores, format_memory, pending_text
+from scheduler.core.explain import cause_text, downgrade_rule_text, format_cores, format_memory, pending_text
 
 register = template.Library()
 
@@ -120,6 +120,12 @@ def band_name(value):
     if value is None or value == "":
         return "—"
     return Band.parse(value).name
+
+
+@register.simple_tag
+def downgrade_rule():
+    """The downgrade rule in one sentence (``core.explain.downgrade_rule_text``)."""
+    return downgrade_rule_text()
 
 
 @register.simple_tag

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 from django.conf import settings
@@ -19,15 +19,23 @@ from django.db import transaction
 
 from scheduler.core.bands import Band
 from scheduler.core.estimate import RunHistory, StartEstimate, estimate_starts, shape_key
-from scheduler.core.types import Device, DeviceType, JobSpec, Resources
+from scheduler.core.types import JobSpec
 from scheduler.models import Attempt, EstimatedStart, EstimateWaits, Job
 from scheduler.store.bulk import insert_rows
-from scheduler.store.cluster_rows import constraints_from_json, device_from_columns, json_value
+from scheduler.store.job_rows import (
+    JOB_SPEC_FIELDS,
+    ResourceCache,
+    job_spec_from_row,
+    resource_fields,
+    resources_from_columns,
+)
 from scheduler.store.clock import now_ms as clock_now_ms
 from scheduler.store.states import TaskState
 from scheduler.tick.load import load_snapshot
 
 logger = logging.getLogger(__name__)
+
+SUBMITTED = JOB_SPEC_FIELDS.index("submitted_at_ms")
 
 # Runs that ended on their own: their length is the work's length. Killed, preempted and lost
 # attempts were cut short and would bias the durations low.
@@ -51,18 +59,14 @@ def read_history(now_ms: int) -> tuple[RunHistory, dict[str, int]]:
             "task__job__name",
             "task__job__user",
             "task__job__band",
-            "task__job__cpu_millicores",
-            "task__job__memory_bytes",
-            "task__job__device_type",
-            "task__job__device_variant",
-            "task__job__device_count",
+            *resource_fields("task__job__"),
             "created_at",
             "finished_at",
         )[:limit]
     )
     runs = []
     for job, user, band, cpu, memory, device_type, variant, count, created, ended in finished:
-        shape = shape_key(Resources(cpu, memory, Device(DeviceType(device_type), variant or None, count)))
+        shape = shape_key(resources_from_columns(cpu, memory, device_type, variant, count))
         runs.append((job, user, shape, Band(band), max(0, _ms(ended) - _ms(created))))
     first_starts = (
         Attempt.objects.filter(number=1, created_at__gte=since)
@@ -91,20 +95,7 @@ def recent_submissions(now_ms: int) -> list[tuple[int, JobSpec]]:
     rows = (
         Job.objects.filter(submitted_at_ms__gt=now_ms - window, submitted_at_ms__lte=now_ms)
         .order_by("-submitted_at_ms")
-        .values_list(
-            "name",
-            "user",
-            "band",
-            "replicas",
-            "cpu_millicores",
-            "memory_bytes",
-            "device_type",
-            "device_variant",
-            "device_count",
-            "group_by",
-            "constraints",
-            "submitted_at_ms",
-        )[:limit]
+        .values_list(*JOB_SPEC_FIELDS)[:limit]
     )
     rows = list(rows)
     if not rows:
@@ -112,20 +103,16 @@ def recent_submissions(now_ms: int) -> list[tuple[int, JobSpec]]:
     first = Job.objects.order_by("submitted_at_ms").values_list("submitted_at_ms", flat=True).first()
     span = max(min(window, now_ms - first), 60_000)
     out = []
-    for name, user, band, replicas, cpu, memory, dtype, variant, count, group_by, constraints, submitted in rows:
-        spec = JobSpec(
-            id=name,
-            user=user,
-            band=Band(band),
+    shapes = ResourceCache()
+    for row in rows:
+        # Each arrives again as a root job, now, with no deadline (a repeat of the work, not the job).
+        spec = replace(
+            job_spec_from_row(row, shapes),
             parent=None,
-            submitted_at_ms=submitted,
-            root_submitted_at_ms=submitted,
-            replicas=replicas,
-            resources=Resources(cpu, memory, device_from_columns(dtype, variant, count)),
-            group_by=group_by or None,
-            constraints=constraints_from_json(json_value(constraints) or []),
+            root_submitted_at_ms=row[SUBMITTED],
+            scheduling_deadline_ms=None,
         )
-        out.append((submitted + span, spec))
+        out.append((spec.submitted_at_ms + span, spec))
     out.reverse()
     return out
 

@@ -21,9 +21,8 @@ from scheduler.core.bands import Band
 from scheduler.core.budget import resource_value
 from scheduler.core.explain import pending_text
 from scheduler.core.fairness import FAIRNESS_VERSION, band_rows
-from scheduler.core.types import Resources
 from scheduler.models import Attempt, PreemptionEvent, Task, TickRecord
-from scheduler.store.cluster_rows import device_from_columns
+from scheduler.store.job_rows import resource_fields, resources_from_columns
 from scheduler.store.states import TERMINAL_JOB_VALUES
 from scheduler.store.tick_samples import thinned_tick_rows
 from scheduler.tick.queries import REPEATED_PREEMPTIONS
@@ -83,18 +82,14 @@ def lost_work(since: datetime) -> list[dict]:
         .annotate(run_from=Subquery(started))
         .values_list(
             "victim__job__user",
-            "victim__job__cpu_millicores",
-            "victim__job__memory_bytes",
-            "victim__job__device_type",
-            "victim__job__device_variant",
-            "victim__job__device_count",
+            *resource_fields("victim__job__"),
             "created_at",
             "run_from",
         )
     )
     by_user: dict[str, dict] = {}
     for user, cpu, mem, dtype, variant, count, at, run_from in rows:
-        value = resource_value(Resources(cpu, mem, device_from_columns(dtype, variant, count)))
+        value = resource_value(resources_from_columns(cpu, mem, dtype, variant, count))
         ran_ms = max(int((at - run_from).total_seconds() * 1000), 0) if run_from is not None else 0
         entry = by_user.setdefault(user, {"user": user, "preemptions": 0, "point_ms": 0})
         entry["preemptions"] += 1

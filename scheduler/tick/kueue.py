@@ -1,6 +1,8 @@
-"""The tick's Kubernetes half: split the work routed to Kubernetes out of the core's snapshot,
-plan the Kueue promotions (pure, :mod:`scheduler.core.kueue`) and save the routes and the
-promotion bucket inside the tick's transaction.
+"""The tick's admitting half: split the work routed to an admitting backend (Kubernetes, whose
+pods Kueue admits) out of the core's snapshot, plan the promotions (pure,
+:mod:`scheduler.core.kueue`) and save the routes and the promotion bucket inside the tick's
+transaction. Which backends admit is the backend registry's (``scheduler.backends.admissions``);
+the promotion plan serves the first of them (the one built in: ``kubernetes``).
 """
 
 from __future__ import annotations
@@ -10,10 +12,10 @@ from collections.abc import Mapping
 
 from django.db import connection
 
+from scheduler.backends import Admission, admissions
 from scheduler.foundation.cluster_config import cluster_config
 from scheduler.core.kueue import (
     BACKEND_KEY,
-    ROUTE_KUBERNETES,
     KueueInput,
     KueuePlan,
     RoutingTable,
@@ -44,15 +46,17 @@ def split_kueue(snapshot: ClusterSnapshot) -> tuple[ClusterSnapshot, KueueInput,
     here (:func:`scheduler.core.kueue.route_job`); the tick stamps them.
     """
     config = cluster_config()
-    kube = config.kubernetes
+    admitting = admissions(config)
+    kube: Admission | None = admitting[0] if admitting else None  # the one the promotion plan serves
+    route_name = kube.route if kube is not None else None
     kube_rows = {
         name: (healthy, draining)
-        for name, healthy, draining in Worker.objects.filter(backend=ROUTE_KUBERNETES).values_list(
+        for name, healthy, draining in Worker.objects.filter(backend=route_name).values_list(
             "name", "healthy", "draining"
         )
     }
     live_jobs = Job.objects.exclude(state__in=TERMINAL_JOB_VALUES)
-    kube_jobs = set(live_jobs.filter(route=ROUTE_KUBERNETES).values_list("name", flat=True))
+    kube_jobs = set(live_jobs.filter(route=route_name).values_list("name", flat=True))
     unrouted = [
         (pk, name, raw)
         for pk, name, raw in live_jobs.filter(route="").values_list("pk", "name", "constraints")
@@ -66,17 +70,17 @@ def split_kueue(snapshot: ClusterSnapshot) -> tuple[ClusterSnapshot, KueueInput,
                 {(w.device.type, w.device.variant) for w in core_workers}
                 | {(DeviceType.TPU, g.device_variant) for g in config.scale_groups if config.tpu.enabled}
             ),
-            kubernetes_devices=frozenset(DeviceType(d) for d in kube.device_types) if kube.enabled else frozenset(),
+            admitting=tuple((a.route, a.device_types) for a in admitting),
         )
         for pk, name, raw in unrouted:
             # The core's copy has no ``backend`` constraint; routing reads it from the row.
-            pinned = pinned_backend_in(raw)
+            pinned = pinned_backend_in(raw, table.admitting_routes)
             pins = (Constraint(BACKEND_KEY, ConstraintOp.EQ, pinned),) if pinned else ()
             spec = snapshot.jobs[name]
             route = routes[pk] = route_job(replace(spec, constraints=spec.constraints + pins), table)
-            if route == ROUTE_KUBERNETES:
+            if route == route_name:
                 kube_jobs.add(name)
-    if not kube_jobs and not kube_rows:
+    if kube is None or (not kube_jobs and not kube_rows):
         return snapshot, KueueInput(), routes
 
     core_tasks: list[TaskSnapshot] = []
@@ -106,11 +110,11 @@ def split_kueue(snapshot: ClusterSnapshot) -> tuple[ClusterSnapshot, KueueInput,
 
     blocked = ""
     row = kube_rows.get(kube.worker_name)
-    state = BackendState.objects.filter(name=ROUTE_KUBERNETES).values("tokens", "tokens_at_ms", "last_error").first()
+    state = BackendState.objects.filter(name=kube.route).values("tokens", "tokens_at_ms", "last_error").first()
     if not kube.enabled:
         blocked = "disabled in the cluster config"
     elif row is None:
-        blocked = "not set up yet (waiting for the first Kubernetes sync)"
+        blocked = f"not set up yet (waiting for the first {kube.route} sync)"
     elif not row[0] or row[1]:
         error = (state or {}).get("last_error") or "see the backend's last error"
         blocked = f"unhealthy: {error}" if not row[0] else "draining"
@@ -122,6 +126,7 @@ def split_kueue(snapshot: ClusterSnapshot) -> tuple[ClusterSnapshot, KueueInput,
         worker=kube.worker_name if row is not None else None,
         blocked=blocked,
         per_minute=kube.promotions_per_minute,
+        route=kube.route,
         tokens=(state or {}).get("tokens"),
         tokens_at_ms=(state or {}).get("tokens_at_ms"),
     )
@@ -152,8 +157,8 @@ def save_kueue_state(routes: Mapping[int, str], kueue: KueueInput, plan: KueuePl
                     [route, "[" + ",".join(str(int(pk)) for pk in pks) + "]"],
                 )
     if kueue.jobs or kueue.worker:
-        updated = BackendState.objects.filter(name=ROUTE_KUBERNETES).update(
+        updated = BackendState.objects.filter(name=kueue.route).update(
             tokens=plan.tokens, tokens_at_ms=plan.tokens_at_ms
         )
         if not updated:
-            BackendState.objects.create(name=ROUTE_KUBERNETES, tokens=plan.tokens, tokens_at_ms=plan.tokens_at_ms)
+            BackendState.objects.create(name=kueue.route, tokens=plan.tokens, tokens_at_ms=plan.tokens_at_ms)

@@ -19,7 +19,6 @@ from scheduler.foundation import roles
 from scheduler.budgets import writes as budgets_writes
 from scheduler.budgets.queries import BudgetRow, budget_rows, spend_samples, uplift_grants, user_is_known
 from scheduler.budgets.rules import budget_defaults
-from scheduler.core.bands import Band
 from scheduler.core.budget import ACCELERATOR_POINTS, CORE_POINTS, GIB_POINTS
 from scheduler.foundation.errors import ServiceError
 from scheduler.board.read import queue_index
@@ -62,7 +61,6 @@ def budgets(request):
     samples = samples_for(SPARK_SECONDS, SPARK_POINTS)
     for row in rows:
         row.bar = bar(row)
-        row.over = max(0, row.view.spend - row.view.effective_budget_limit) if row.view.over_budget else 0
         row.spark = spend_chart(samples, row.view.user, defaults.budget_limit, width=140, height=30, axes=False)
     context = {
         "rows": rows,
@@ -72,7 +70,6 @@ def budgets(request):
         "amber": AMBER_PERCENT,
         "poll": POLL_SECONDS * 2,
         "me": request.user.username,
-        "interactive": Band.INTERACTIVE,
         "counts_tick": index.tick_pk,
     }
     return page_or_fragment(request, "scheduler/budgets.html", "table", context)

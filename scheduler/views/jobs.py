@@ -26,6 +26,7 @@ from scheduler.core.types import JobState
 from scheduler.foundation.errors import InvalidArgument, ServiceError
 from scheduler.jobs import cancel as jobs_cancel
 from scheduler.jobs import listing
+from scheduler.jobs.columns import JOB_COLUMNS
 from scheduler.jobs import queries as jobs_queries
 from scheduler.jobs import whatif as jobs_whatif
 from scheduler.core.explain import cause_text
@@ -161,8 +162,10 @@ def jobs(request):
         me=request.user.username,
         states=[s.value for s in JobState],
         bands=BANDS_IN_ORDER,
-        routes=list(listing.ROUTES),
+        routes=list(listing.routes()),
         sorts=list(listing.SORTS),
+        columns=JOB_COLUMNS,
+        colspan=len(JOB_COLUMNS) + 1,  # and the selection box
         admin=roles.is_admin(request.user),
         since=marker,
         poll=None if "error" in context else POLL_SECONDS,
@@ -224,12 +227,7 @@ def why_sentences(explain: dict, job, viewer, place: RoundRobinPlace | None) -> 
     downgrade = explain.get("downgrade")
     requested = explain["requested_band"]
     if downgrade:
-        over = downgrade["spend"] - downgrade["limit"]
-        sentences.append(
-            f"{who[0].upper() + who[1:] if own else who} {over:,} points over {whose} limit (spend {downgrade['spend']:,} > limit "
-            f"{downgrade['limit']:,}); {whose} {requested.name} work runs as BATCH until {whose} running work "
-            f"drops to {downgrade['limit']:,} points or less, or an uplift is granted."
-        )
+        sentences.append(downgrade["why"].advice(who[0].upper() + who[1:] if own else who, whose))
     if not pending:
         sentences.append("Nothing is waiting: every unfinished task of this job is placed.")
         if downgrade:

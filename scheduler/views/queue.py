@@ -11,7 +11,7 @@ from django.contrib.auth.decorators import login_required
 
 from scheduler.foundation import roles
 from scheduler.core.bands import BANDS_IN_ORDER, Band
-from scheduler.core.explain import downgrade_text
+from scheduler.core.explain import downgrade_of
 from scheduler.board.estimates import NOT_ESTIMATED, ShownEstimate
 from scheduler.board.queue import QueueEntry, QueueIndex, queue_estimates, queue_rows, queue_window
 from scheduler.board.read import queue_index
@@ -36,11 +36,8 @@ def queue_row(
     downgrade the tick decided with), the task's current row (to mark a task that moved), and
     whether its job can never run (``never``: the names of such jobs, ``jobs.feasibility.never_runs``)."""
     requested = entry.requested or (Band(task.job.band) if task else None)
-    downgrade = None
-    record = entry.reason.get("downgrade")
-    if record:
-        spend, limit = int(record["spend"]), int(record["limit"])
-        downgrade = {"text": downgrade_text(entry.reason), "over": spend - limit, "spend": spend, "limit": limit}
+    why = downgrade_of(entry.reason)
+    downgrade = {"text": why.text(), "badge": why.badge()} if why is not None else None
     return {
         "entry": entry,
         "task": task,

@@ -78,6 +78,7 @@ def test_budgets_list_everyone_with_a_row_an_open_grant_or_spend(as_bob, alice, 
         "spend": 0,
         "effective_band": "interactive",
         "over_budget": False,
+        "downgrade": None,
         "grants": [],
     }
     assert (rows["alice"]["has_row"], rows["alice"]["budget_limit"], rows["alice"]["spend"]) == (False, 1000, 36)

@@ -303,6 +303,7 @@ def test_explain_shows_the_downgrade_with_the_numbers(as_alice, alice, bob):
         "spend": 72,
         "limit": 50,
         "text": "INTERACTIVE runs as BATCH: spend 72 > limit 50",
+        "badge": "downgraded: 22 pts over (72 > 50)",
     }
     assert (explained["spend"], explained["limit"]) == (72, 50)
     assert (explained["position"], explained["band_pending"], explained["band_queue_length"]) == (4, 5, 5)

@@ -212,7 +212,7 @@ def test_researcher_submission_refused_with_the_rule_and_what_if_answers(live_se
     alice.click("#what-if button[type=submit]")
     alice.wait_for_selector("#answer h2:has-text('Accepted as /alice/probe')")
     answer = alice.inner_text("#answer")
-    assert "downgraded: spend 18 > limit 10" in answer
+    assert "downgraded: 8 pts over (18 > 10)" in answer  # core.explain.Downgrade.badge
     assert re.search(r"Would wait|Would be placed", answer)
     save_screenshot(alice, "15-what-if")
 

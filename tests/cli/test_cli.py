@@ -383,6 +383,9 @@ def test_an_over_budget_job_explains_its_downgrade(iris):
     assert result.code == 0, result.err
     assert "effective band  BATCH (downgraded: " in result.out
     assert iris("--json", "job", "explain", "/alice/next").json()["downgrade"]["limit"] == 1
+    # The budget page says it in the server's words (core.explain.Downgrade), not the CLI's.
+    shown = iris("budget", "show", "alice")
+    assert "downgrade     INTERACTIVE runs as BATCH: spend " in shown.out and "> limit 1" in shown.out
 
 
 def test_job_cancel_kills_the_job(some_jobs):
@@ -487,8 +490,9 @@ def test_budget_show_defaults_to_your_own(iris):
 
     assert result.code == 0, result.err
     assert result.out.splitlines()[0].split() == ["user", "bob"]
-    assert "max band             BATCH" in result.out
-    assert "source               row" in result.out
+    assert "max band      BATCH" in result.out
+    assert "source        row" in result.out
+    assert "downgrade" not in result.out  # the server sends none: bob runs as requested
 
 
 def test_budget_show_of_another_user_and_json(iris):
@@ -518,7 +522,7 @@ def test_admins_set_budgets_and_the_change_is_audited(iris):
     assert partial.code == 0, partial.err
     row = UserBudget.objects.get(user_id="alice")
     assert (row.budget_limit, row.max_band) == (0, Band.BATCH)  # --max-band kept
-    assert "budget limit         unlimited" in partial.out
+    assert "budget limit  unlimited" in partial.out
     audit = iris("admin", "audit")
     assert "budget.set" in audit.out and "tier 2" in audit.out
 

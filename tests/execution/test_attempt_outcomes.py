@@ -14,6 +14,7 @@ from tests.execution.test_end_to_end import attempt, attempt_state, cluster, peo
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
+    pytest.mark.e2e,
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the agent's supervisor: Linux only"),
 ]
 

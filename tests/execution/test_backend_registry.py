@@ -34,3 +34,28 @@ def test_iris_backends_adds_a_named_backend_beside_the_built_in_ones():
 def test_without_iris_backends_only_the_built_in_ones_exist():
     names, cls = backend_names_with("")
     assert names == ["kubernetes", "local", "tpu"] and cls is None
+
+
+def test_the_registry_says_which_backends_admit_and_routing_asks_it(db):
+    """An admitting backend is one registry entry: the jobs table's route filter, the
+    dispatcher's room check and the tick's routing all ask ``admitting_names`` / ``admissions``."""
+    from scheduler.backends import Admission, admissions, admitting_names, register_admission
+    from scheduler.core.types import DeviceType
+    from scheduler.jobs import listing
+
+    assert admitting_names() == {"kubernetes"}
+    assert [a.route for a in admissions()] == ["kubernetes"]
+    assert list(listing.routes()) == ["workers", "kubernetes", "unrouted"]
+
+    def slurm(config):
+        return Admission("slurm", True, frozenset({DeviceType.TPU}), "slurm-cluster", 60)
+
+    register_admission("slurm", slurm)
+    try:
+        assert admitting_names() == {"kubernetes", "slurm"}
+        assert [a.route for a in admissions()] == ["kubernetes", "slurm"]
+        assert list(listing.routes()) == ["workers", "kubernetes", "slurm", "unrouted"]
+        assert listing.parse_filter({"route": "slurm"}).route == "slurm"
+    finally:
+        register_admission("slurm", None)
+    assert admitting_names() == {"kubernetes"}

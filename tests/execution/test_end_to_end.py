@@ -33,7 +33,7 @@ from tests.conftest import REDIS_TEST_URL
 from tests.integration.subprocesses import ROOT, project_env, start, stop, wait_for
 from tests.personas import make_user, token_client
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.e2e]
 
 HEARTBEAT = "0.2"
 
@@ -228,6 +228,20 @@ def test_an_agent_killed_with_sigkill_loses_its_worker_and_the_task_retries_else
         assert wait_for(lambda: process_gone(pid), timeout=5)
 
 
+def heartbeats(worker: str, count: int = 3, timeout: float = 10) -> bool:
+    """True once the agent of ``worker`` has heartbeated ``count`` more times. Each heartbeat
+    also fetches the agent's orders, so whatever it would have started by then has started."""
+    seen = [Worker.objects.get(name=worker).last_heartbeat]
+
+    def more() -> bool:
+        latest = Worker.objects.get(name=worker).last_heartbeat
+        if latest != seen[-1]:
+            seen.append(latest)
+        return len(seen) > count
+
+    return wait_for(more, timeout=timeout, interval=0.05)
+
+
 CRASHING_DISPATCHER = """
 import os
 from scheduler.backends.local import LocalBackend
@@ -252,8 +266,11 @@ def test_outbox_survives_a_dispatcher_crash_and_a_start_is_never_run_twice(clust
     )
     run_tick()  # commits the START intent; nobody has dispatched it yet
     start_intent = DispatchIntent.objects.get(task__job=job, kind="start")
-    time.sleep(1)  # heartbeats come and go: nothing was delivered, nothing runs
+    # Heartbeats come and go (each asks for orders): nothing was delivered, nothing runs.
+    assert heartbeats("w1"), cluster.logs()
     assert not marker.exists()
+    start_intent.refresh_from_db()
+    assert (start_intent.state, start_intent.tries) == ("pending", 0)
 
     crashed = subprocess.run(
         [sys.executable, "manage.py", "shell", "-c", CRASHING_DISPATCHER],
@@ -276,7 +293,8 @@ def test_outbox_survives_a_dispatcher_crash_and_a_start_is_never_run_twice(clust
     started_at = attempt(job).started_at
     DispatchIntent.objects.filter(pk=start_intent.pk).update(state="delivered")
     assert wait_for(lambda: DispatchIntent.objects.get(pk=start_intent.pk).state == "done", timeout=10)
-    time.sleep(0.5)
+    # Beats after the acknowledgement: a second copy, had the agent started one, has run by now.
+    assert heartbeats("w1"), cluster.logs()
     assert marker.read_text().splitlines() == ["started"]
     assert (attempt(job).state, attempt(job).started_at) == ("running", started_at)
 

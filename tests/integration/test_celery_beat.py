@@ -10,6 +10,8 @@ from tests.conftest import REDIS_TEST_URL
 from tests.integration.subprocesses import project_env, start, stop, wait_for
 from tests.personas import make_job, make_worker
 
+pytestmark = pytest.mark.e2e
+
 
 def run_worker_with_beat(tmp_path, ticks: int, *worker_args: str, **env: str) -> str:
     """Run a real Celery worker with beat (ticks every second) until ``ticks`` ticks committed;

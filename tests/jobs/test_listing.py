@@ -9,7 +9,7 @@ import random
 import pytest
 
 from scheduler.core.bands import Band
-from scheduler.core.budget import effective_band
+from scheduler.core.budget import DOWNGRADABLE_BANDS, effective_band
 from scheduler.core.types import BudgetDefaults, BudgetSpec
 from scheduler.foundation.errors import InvalidArgument
 from scheduler.jobs import listing
@@ -30,7 +30,7 @@ def test_downgradable_bands_agree_with_the_core_rule():
     over = {"u": BudgetSpec(user="u", budget_limit=1, max_band=Band.SYSTEM)}
     defaults = BudgetDefaults(budget_limit=0, max_band=Band.INTERACTIVE)
     downgraded = {b for b in Band if effective_band(b, "u", {"u": 2}, over, defaults) != b}
-    assert downgraded == set(listing.DOWNGRADABLE_BANDS)
+    assert downgraded == set(DOWNGRADABLE_BANDS)
 
 
 @pytest.fixture

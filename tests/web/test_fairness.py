@@ -16,7 +16,7 @@ from django.utils.html import escape
 
 from scheduler.core.bands import Band
 from scheduler.core.budget import resource_value
-from scheduler.jobs.feasibility import job_spec
+from scheduler.store.job_rows import job_resources
 from scheduler.board.read import forget as forget_board
 from scheduler.models import Attempt, Job, PreemptionEvent, Task, TickRecord, UserBudget, Worker
 from scheduler.store.states import ACTIVE_VALUES
@@ -55,7 +55,7 @@ def test_the_api_serves_what_the_tick_decided(alice):
     running: dict[tuple[str, str], int] = {}
     for task in Task.objects.filter(state__in=ACTIVE_VALUES).select_related("job"):
         key = (Band(task.band).wire, task.job.user)
-        running[key] = running.get(key, 0) + resource_value(job_spec(task.job).resources)
+        running[key] = running.get(key, 0) + resource_value(job_resources(task.job))
     pending: dict[tuple[str, str], int] = {}
     for entry in token_client(alice).get("/api/v1/queue/?page_size=500").json()["results"]:
         key = (entry["band"], entry["user"])
@@ -117,7 +117,7 @@ def test_work_lost_to_preemption_and_starving_tasks_over_the_last_24_hours(alice
     w = make_worker("w1", cpu=64, memory_gib=256)
     preemptor = start_running(make_job("/alice/prod", cpu=1), w)
     victim_job = make_job("/bob/sweep", band=Band.BATCH, replicas=3, cpu=4, memory_gib=8)
-    value = resource_value(job_spec(victim_job).resources)
+    value = resource_value(job_resources(victim_job))
     preempted_at(victim_job, w, preemptor, ran=timedelta(hours=2), ago=timedelta(hours=1))
     preempted_at(
         make_job("/bob/unlucky", band=Band.BATCH, cpu=4, memory_gib=8),

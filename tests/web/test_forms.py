@@ -128,7 +128,7 @@ def test_what_if_shows_the_downgrade_with_numbers(clients, alice):
     UserBudget.objects.create(user_id="alice", budget_limit=10, max_band=2)
     run_tasks(submit(alice, "warm", cpu=2, memory="8Gi"), worker)
     html = clients["alice"].get("/what-if/", {**JOB, "name": "probe"}).content.decode()
-    assert "downgraded: spend 18 &gt; limit 10" in html
+    assert "downgraded: 8 pts over (18 &gt; 10)" in html
 
 
 # --- cancel ---------------------------------------------------------------------------------------

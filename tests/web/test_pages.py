@@ -169,7 +169,7 @@ def test_spend_bars_turn_amber_from_75_percent_and_red_over_the_limit(clients, a
 def test_budgets_list_spend_limit_bands_grants_and_counts(clients, over_budget, alice):
     UpliftGrant.objects.create(user_id="alice", requested_by=alice, budget_limit=50, reason="x", duration_seconds=60)
     page = text(clients["bob"].get("/budgets/"))
-    assert "18 / 10" in page and "180%" in page and "over by 8" in page
+    assert "18 / 10" in page and "180%" in page and "downgraded: 8 pts over" in page
     assert "requested: limit 50" in page
     html = clients["bob"].get("/budgets/").content.decode()
     alice_row = re.search(r'<tr>\s*<td><a href="/budgets/alice/">.*?</tr>', html, re.S).group(0)

@@ -10,6 +10,7 @@ from scheduler.foundation.inputs import MAX_BUDGET_POINTS
 # What a job name may be, as the schema states it: one segment (``train``) or a full id
 # (``/alice/train/eval``), segments of letters, digits and . _ - + @ (no ':' and no spaces).
 from scheduler.api.serializers.fields import BAND_WIRE, BandField, GRANT_STATES, NullableBandField
+from scheduler.api.serializers.jobs import NullableDowngradeTextField
 
 
 # --- uplift grants --------------------------------------------------------------------------------
@@ -80,6 +81,10 @@ class BudgetSerializer(serializers.Serializer):
     spend = serializers.IntegerField(help_text="points held by active tasks requested above BATCH, right now")
     effective_band = BandField(help_text="the band INTERACTIVE work of this user runs as now")
     over_budget = serializers.BooleanField()
+    downgrade = NullableDowngradeTextField(
+        help_text='what the budget does to INTERACTIVE work now, e.g. "INTERACTIVE runs as BATCH: spend 12,400 > '
+        'limit 10,000"; null when it runs as requested'
+    )
     grants = UpliftSerializer(many=True, help_text="open grants: requested, or approved and not expired")
 
 

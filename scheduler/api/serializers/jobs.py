@@ -9,6 +9,7 @@ from rest_framework import serializers
 
 from scheduler.core.bands import Band
 from scheduler.foundation.inputs import MAX_CPU_CORES
+from scheduler.jobs.columns import KINDS
 from scheduler.jobs.queries import task_placement
 from scheduler.jobs.request import MAX_COMMAND_ITEM_CHARS, MAX_COMMAND_ITEMS
 from scheduler.models import MAX_ID_LENGTH
@@ -152,11 +153,22 @@ def job_resources(job) -> dict:
     }
 
 
+class JobColumnSerializer(serializers.Serializer):
+    """One column of the jobs table (``jobs.columns``), in its order: what ``iris job list`` shows."""
+
+    key = serializers.CharField(help_text="the column's name, and its ?sort= value where it sorts")
+    label = serializers.CharField()
+    short = serializers.CharField(help_text="the header where there is less room (the CLI's, in capitals)")
+    field = serializers.CharField(help_text="the field of each result the column shows")
+    kind = serializers.ChoiceField(choices=KINDS, help_text="how to render the field")
+
+
 class JobSummarySerializer(serializers.Serializer):
     id = serializers.CharField(source="name")
     user = serializers.CharField(help_text="budget identity: the root job's submitter")
     band = BandField(help_text="the requested band, fixed at submission")
     state = serializers.ChoiceField(choices=JOB_STATES)
+    route = serializers.CharField(help_text='where its tasks run: "workers" or an admitting backend; "" until routed')
     parent = serializers.SerializerMethodField()
     depth = serializers.IntegerField()
     replicas = serializers.IntegerField()
@@ -364,9 +376,12 @@ class CancelSerializer(serializers.Serializer):
 
 
 class DowngradeSerializer(serializers.Serializer):
+    """A downgrade as ``core.explain.Downgrade`` renders it: the sentence and the badge's short form."""
+
     spend = serializers.IntegerField()
     limit = serializers.IntegerField()
-    text = serializers.CharField()
+    text = serializers.CharField(help_text='e.g. "INTERACTIVE runs as BATCH: spend 12,400 > limit 10,000"')
+    badge = serializers.CharField(help_text='e.g. "downgraded: 2,400 pts over (12,400 > 10,000)"')
 
 
 class PendingReasonField(serializers.JSONField):

@@ -10,6 +10,7 @@ from rest_framework.utils.urls import remove_query_param, replace_query_param
 from scheduler.api import serializers as s
 from scheduler.foundation.errors import InvalidArgument, NotFound
 from scheduler.jobs import listing
+from scheduler.jobs.columns import columns_wire
 from scheduler.jobs.cancel import Selection, cancel_job, cancel_jobs, preview_cancel
 from scheduler.jobs.explain import explain_job
 from scheduler.jobs.queries import job_detail, jobs, task_counts
@@ -42,7 +43,9 @@ class JobsView(IrisView):
             f"within the first {listing.MAX_OFFSET:,} jobs; its links are cursors too."
         ),
         parameters=[s.JobListParametersSerializer, CURSOR_PARAMETER, *PAGE_PARAMETERS],
-        responses={200: paginated(s.JobSummarySerializer, "PaginatedJobList")},
+        responses={
+            200: paginated(s.JobSummarySerializer, "PaginatedJobList", columns=s.JobColumnSerializer(many=True))
+        },
         tags=["jobs"],
     )
     def get(self, request):
@@ -65,6 +68,7 @@ class JobsView(IrisView):
                 "count": qs.count(),
                 "next": replace_query_param(url, "cursor", page.next) if page.next else None,
                 "previous": replace_query_param(url, "cursor", page.previous) if page.previous else None,
+                "columns": columns_wire(),
                 "results": s.JobSummarySerializer(page.jobs, many=True).data,
             }
         )

@@ -38,7 +38,9 @@ from scheduler.core.explain.reasons import (
     RoomFreedThisTick,
     WaitingBehind,
     WaitingForSlice,
+    downgrade_rule_text,
     never_fits,
+    stamp_text,
 )
 from scheduler.core.explain.records import (
     SHELL_TEXT,
@@ -81,6 +83,7 @@ __all__ = [
     "cause_text",
     "deadline_text",
     "downgrade_of",
+    "downgrade_rule_text",
     "downgrade_text",
     "explain_pending",
     "format_cores",
@@ -94,4 +97,5 @@ __all__ = [
     "pending_text",
     "place_text",
     "reason_record",
+    "stamp_text",
 ]

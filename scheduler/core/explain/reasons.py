@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Union
 
 from scheduler.core.bands import Band
+from scheduler.core.budget import DOWNGRADABLE_BANDS, DOWNGRADED_BAND, downgraded_band
 from scheduler.core.feasibility import ShapeAnalysis
 from scheduler.core.explain.text import RESOURCE_FORMAT, _plural, format_cores, format_memory, number
 
@@ -276,8 +277,65 @@ class Downgrade:
     limit: int
     code: ClassVar[str] = "budget_downgrade"
 
+    @classmethod
+    def of(cls, requested: Band, spend: int, limit: int) -> Downgrade | None:
+        """The downgrade the rule (``core.budget``) gives work requested in ``requested`` of a
+        user with this spend and effective limit, or None when it runs as requested."""
+        effective = downgraded_band(requested, spend, limit)
+        return cls(requested, effective, spend, limit) if effective is not requested else None
+
+    @property
+    def over(self) -> int:
+        """Points over the limit."""
+        return self.spend - self.limit
+
     def text(self) -> str:
+        """e.g. "INTERACTIVE runs as BATCH: spend 12,400 > limit 10,000"."""
         return f"{self.requested.name} runs as {self.effective.name}: spend {number(self.spend)} > limit {number(self.limit)}"
+
+    def cause(self) -> str:
+        """Why, in a clause: "over budget, spend 48 > limit 30" (the band summaries)."""
+        return f"over budget, spend {number(self.spend)} > limit {number(self.limit)}"
+
+    def badge(self) -> str:
+        """The short form a badge shows: "downgraded: 2,400 pts over (12,400 > 10,000)"."""
+        return f"downgraded: {number(self.over)} pts over ({number(self.spend)} > {number(self.limit)})"
+
+    def advice(self, who: str, whose: str) -> str:
+        """The sentence for a person: ``who`` "You are" / "alice is", ``whose`` "your" / "alice's"."""
+        return (
+            f"{who} {number(self.over)} points over {whose} limit (spend {number(self.spend)} > "
+            f"limit {number(self.limit)}); {whose} {self.requested.name} work runs as {self.effective.name} until "
+            f"{whose} running work drops to {number(self.limit)} points or less, or an uplift is granted."
+        )
+
+    def remedy(self, user: str) -> str:
+        """What would change it, for ``user``'s job page and ``what_would_change``."""
+        return (
+            f"{user}'s spend ({number(self.spend)}) is over the limit ({number(self.limit)}), so pending tasks queue as "
+            f"{self.effective.name} behind all {self.requested.name} work. They queue as {self.requested.name} again "
+            f"once spend is back to {number(self.limit)} or less (other work of {user} finishing or being cancelled), "
+            f"or when an admin approves a higher budget_limit (iris uplift request)."
+        )
+
+
+def stamp_text(user: str, requested: Band, stamped: Band) -> str:
+    """Why a task ran (and was preempted) in the band it was stamped with at assignment: as
+    requested, or downgraded because ``user`` was over budget then."""
+    if stamped == requested:
+        return f"stamped {stamped.name} at assignment: the band it was requested at"
+    return f"stamped {stamped.name} at assignment: {user} was over budget then (requested {requested.name})"
+
+
+def downgrade_rule_text() -> str:
+    """The rule in one sentence, from its definition (``core.budget``): what the spend-rule
+    panel and the jobs table's badge title say."""
+    downgradable = " and ".join(b.name for b in sorted(DOWNGRADABLE_BANDS))
+    never = " and ".join(b.name for b in sorted(frozenset(Band) - DOWNGRADABLE_BANDS - {DOWNGRADED_BAND}))
+    return (
+        f"While spend is over the limit, pending {downgradable} work runs as {DOWNGRADED_BAND.name}; "
+        f"{never} work is never downgraded"
+    )
 
 
 @dataclass(frozen=True, slots=True)

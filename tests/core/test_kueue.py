@@ -252,6 +252,11 @@ CPU = (DeviceType.CPU, None)
 KUBE = frozenset({DeviceType.CPU, DeviceType.GPU})
 
 
+def admitting(kube):
+    """The built-in admitting backend, Kubernetes, accepting ``kube``'s device types."""
+    return (("kubernetes", kube),)
+
+
 @pytest.mark.parametrize(
     ("device", "workers", "kube", "expected"),
     [
@@ -268,15 +273,29 @@ KUBE = frozenset({DeviceType.CPU, DeviceType.GPU})
 )
 def test_a_job_goes_where_its_device_is_served(device, workers, kube, expected):
     spec = job("/alice/j", device=device)
-    assert route_job(spec, RoutingTable(frozenset(workers), kube)) == expected
+    assert route_job(spec, RoutingTable(frozenset(workers), admitting(kube))) == expected
 
 
 def test_a_hard_backend_constraint_pins_the_job():
-    table = RoutingTable(frozenset({GPU_H100}), KUBE)
+    table = RoutingTable(frozenset({GPU_H100}), admitting(KUBE))
     pinned = job("/alice/j", constraints=[Constraint("backend", ConstraintOp.EQ, "kubernetes")])
     assert route_job(pinned, table) == "kubernetes"
     soft = job("/alice/j", constraints=[Constraint("backend", ConstraintOp.EQ, "kubernetes", soft=True)])
     assert route_job(soft, table) == "workers"
+
+
+def test_any_admitting_backend_is_a_route_and_only_those_are():
+    """Routing asks the table which backends admit: a second one (here "slurm") is pinned to,
+    and takes the devices only it accepts; a pin to a backend that does not admit stays ours."""
+    table = RoutingTable(
+        frozenset({CPU}), (("kubernetes", frozenset({DeviceType.GPU})), ("slurm", frozenset({DeviceType.TPU})))
+    )
+    pin = [Constraint("backend", ConstraintOp.EQ, "slurm")]
+    assert route_job(job("/alice/j", constraints=pin), table) == "slurm"
+    local = [Constraint("backend", ConstraintOp.EQ, "local")]
+    assert route_job(job("/alice/j", device=H100, constraints=local), table) == "workers"
+    assert route_job(job("/alice/j", device=Device(DeviceType.TPU, "v6e-8", 4)), table) == "slurm"
+    assert route_job(job("/alice/j", device=H100), table) == "kubernetes"
 
 
 @pytest.mark.parametrize("kube", [KUBE, frozenset({DeviceType.GPU}), frozenset()])
@@ -290,8 +309,8 @@ def test_a_route_settled_before_the_first_tick_is_the_one_the_tick_would_choose(
     unsettled = 0
     for device in devices:
         spec = job("/alice/j", device=device, constraints=constraints)
-        routes = {route_job(spec, RoutingTable(frozenset(workers), kube)) for workers in worker_sets}
-        settled = settled_route(device.type, pin, kube)
+        routes = {route_job(spec, RoutingTable(frozenset(workers), admitting(kube))) for workers in worker_sets}
+        settled = settled_route(device.type, pin, admitting(kube))
         if settled is None:
             unsettled += 1
             assert device.type in kube and pin is None

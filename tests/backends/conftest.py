@@ -16,8 +16,8 @@ import pytest
 from scheduler import backends
 from scheduler.foundation.cluster_config import _cached
 from scheduler.provisioning.tpu import _api_cache
-from tests.cloud.fake_kubernetes import FakeKubernetesServer
-from tests.cloud.fake_tpu import FakeTpuServer
+from tests.backends.kubernetes.fake_kubernetes import FakeKubernetesServer
+from tests.backends.fake_tpu import FakeTpuServer
 
 
 @pytest.fixture

@@ -36,6 +36,7 @@ from tests.personas import make_user
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
+    pytest.mark.e2e,
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process groups and /proc: Linux only"),
 ]
 

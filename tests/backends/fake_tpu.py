@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.cloud.fake_http import FakeServer, JsonHandler, RecordsRequests
+from tests.backends.fake_http import FakeServer, JsonHandler, RecordsRequests
 
 ZONE_PATH = re.compile(r"^/v2/projects/(?P<project>[^/]+)/locations/(?P<zone>[^/:]+)")
 

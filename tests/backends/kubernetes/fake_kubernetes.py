@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.cloud.fake_http import FakeServer, JsonHandler, RecordsRequests, Request
+from tests.backends.fake_http import FakeServer, JsonHandler, RecordsRequests, Request
 
 CORE = re.compile(r"^/api/v1/(?:namespaces/(?P<ns>[^/]+)/)?(?P<plural>[a-z]+)(?:/(?P<name>[^/]+))?$")
 GROUPED = re.compile(
