@@ -17,7 +17,7 @@ import pytest
 
 from benchmarks.soak import Product, free_port
 
-pytestmark = pytest.mark.shipped
+pytestmark = [pytest.mark.shipped, pytest.mark.e2e]
 
 AS_ORDINARY_USER = ("unshare", "--user", "--map-user=1000", "--map-group=1000")
 NOTICE = "tasks are not isolated from each other"
