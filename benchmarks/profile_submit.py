@@ -1,0 +1,89 @@
+"""Where one ``POST /api/v1/jobs/`` spends the web process's time: Django's test client, in this
+process, against the database of the environment (e.g. the one ``bench_api.py`` left behind).
+
+Usage (from the repository root)::
+
+    IRIS_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/iris_bench_api IRIS_REDIS_URL=redis://127.0.0.1:6379/15 \\
+        .venv/bin/python benchmarks/profile_submit.py --submissions 300 [--profile] [--sql]
+
+Prints CPU and wall milliseconds per submission (``time.process_time`` and ``time.perf_counter``
+over the loop), the statements per submission, the load average and the reference loop; with
+``--profile`` the top of a cProfile (CPU-time timer) by cumulative time, with ``--sql`` the
+statements of one submission. Each submission is a new single-task CPU job of one user with an API
+token, exactly as ``bench_api.py`` sends it (the WSGI request is built by the test client: the
+socket and gunicorn's HTTP parsing are not in these figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import sys
+import time
+import uuid
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--submissions", type=int, default=300)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--sql", action="store_true")
+    parser.add_argument("--top", type=int, default=45)
+    args = parser.parse_args()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "iris_web.settings")
+    os.environ.setdefault("IRIS_LOG_LEVEL", "WARNING")
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from benchmarks.bench_decision import reference_seconds
+    from scheduler.models import ApiToken
+
+    call_command("migrate", verbosity=0)
+    user = get_user_model().objects.create_user(username=f"prof-{uuid.uuid4().hex[:8]}")
+    token = ApiToken.objects.create(user=user, name="profile")[1]
+    client = Client(HTTP_AUTHORIZATION=f"Token {token}")
+    tag = uuid.uuid4().hex[:6]
+
+    def one(i: int) -> None:
+        body = json.dumps({"name": f"p{tag}-{i}", "command": ["true"], "cpu": 1})
+        response = client.post("/api/v1/jobs/", body, content_type="application/json")
+        assert response.status_code == 201, response.content
+
+    for i in range(20):  # warm: imports, connections, caches
+        one(-1 - i)
+    with CaptureQueriesContext(connection) as queries:
+        one(10**6)
+    print(f"load average {os.getloadavg()[0]:.2f}; reference loop {reference_seconds():.3f} s")
+    print(f"statements per submission: {len(queries)}")
+    if args.sql:
+        for q in queries:
+            print("   ", q["sql"][:300])
+    profiler = cProfile.Profile(time.process_time) if args.profile else None
+    cpu, wall = time.process_time(), time.perf_counter()
+    if profiler:
+        profiler.enable()
+    for i in range(args.submissions):
+        one(i)
+    if profiler:
+        profiler.disable()
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    n = args.submissions
+    print(f"{n} submissions: CPU {cpu * 1000 / n:.2f} ms, wall {wall * 1000 / n:.2f} ms per submission")
+    if profiler:
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.top)
+
+
+if __name__ == "__main__":
+    main()
