@@ -181,3 +181,29 @@ def test_the_cases_cover_warnings_and_refusals():
     assert any(a["status"] == 201 and a["body"]["warnings"] for a in golden.values())
     assert any(a["status"] == 201 and not a["body"]["warnings"] for a in golden.values())
     assert GIB  # the worker fixture's unit, kept for readers of the cases
+
+
+@pytest.mark.django_db
+def test_the_written_out_answer_equals_the_schema_serializers_key_for_key(alice, ada):
+    """``submitted_job_json`` renders what ``JobSubmittedSerializer`` (the schema's) renders,
+    keys in the same order, for jobs of every shape the cases above accept."""
+    from rest_framework.renderers import JSONRenderer
+
+    from scheduler.api.serializers import JobSubmittedSerializer, submitted_job_json
+    from scheduler.jobs.submit import submit_job
+
+    make_worker("w1", cpu=32, memory_gib=256)
+    submit(alice, "parent")
+    jobs = []
+    for name, persona, body, _ in CASES:
+        if not isinstance(body, dict) or name in ("child", "child_by_path") and not jobs:
+            continue
+        try:
+            jobs.append(submit_job({"alice": alice, "ada": ada}.get(persona, alice), body))
+        except Exception:  # noqa: BLE001 -- the refusals are the golden test's business
+            continue
+    assert len(jobs) >= 7
+    for job in jobs:
+        ours, theirs = submitted_job_json(job), JobSubmittedSerializer(job).data
+        assert list(ours.items()) == list(theirs.items()), job.name
+        assert JSONRenderer().render(ours) == JSONRenderer().render(theirs)
