@@ -6,8 +6,8 @@ Usage (from the repository root)::
     IRIS_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/iris_bench_api IRIS_REDIS_URL=redis://127.0.0.1:6379/15 \\
         .venv/bin/python benchmarks/profile_submit.py --submissions 300 [--profile] [--sql]
 
-Prints CPU and wall milliseconds per submission (``time.process_time`` and ``time.perf_counter``
-over the loop), the statements per submission, the load average and the reference loop; with
+Prints CPU milliseconds per submission of this process (``time.process_time``) and of its
+PostgreSQL backend (from /proc), and wall milliseconds (``time.perf_counter``), over the loop; the statements per submission, the load average and the reference loop; with
 ``--profile`` the top of a cProfile (CPU-time timer) by cumulative time, with ``--sql`` the
 statements of one submission. Each submission is a new single-task CPU job of one user with an API
 token, exactly as ``bench_api.py`` sends it (the WSGI request is built by the test client: the
@@ -70,7 +70,21 @@ def main() -> None:
     if args.sql:
         for q in queries:
             print("   ", q["sql"][:300])
+    import psutil
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()" if connection.vendor == "postgresql" else "SELECT NULL")
+        backend_pid = cursor.fetchone()[0]
+    backend = psutil.Process(backend_pid) if backend_pid else None
+
+    def backend_cpu() -> float:
+        if backend is None:
+            return 0.0
+        times = backend.cpu_times()
+        return times.user + times.system
+
     profiler = cProfile.Profile(time.process_time) if args.profile else None
+    db_cpu = backend_cpu()
     cpu, wall = time.process_time(), time.perf_counter()
     if profiler:
         profiler.enable()
@@ -79,8 +93,12 @@ def main() -> None:
     if profiler:
         profiler.disable()
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    db_cpu = backend_cpu() - db_cpu
     n = args.submissions
-    print(f"{n} submissions: CPU {cpu * 1000 / n:.2f} ms, wall {wall * 1000 / n:.2f} ms per submission")
+    print(
+        f"{n} submissions: web CPU {cpu * 1000 / n:.2f} ms, PostgreSQL backend CPU {db_cpu * 1000 / n:.2f} ms, "
+        f"wall {wall * 1000 / n:.2f} ms per submission"
+    )
     if profiler:
         pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.top)
 

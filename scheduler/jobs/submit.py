@@ -334,16 +334,10 @@ def capacity_warnings(request: JobRequest) -> list[str]:
     elif config.kubernetes.enabled and "cpu" in config.kubernetes.device_types:
         return []
 
-    def fits(workers) -> bool:
-        workers = workers.filter(cpu_millicores__gte=request.cpu_millicores, memory_bytes__gte=request.memory_bytes)
-        if device.type is not DeviceType.CPU:
-            workers = workers.filter(device_count__gte=device.count)
-        return workers.exists()
-
     if device.type is DeviceType.CPU:
         # CPU work may run on any worker, accelerator hosts included, as the scheduler places it.
         kind, matching = "host", Worker.objects.all()
-        if fits(matching):
+        if submission_rows.worker_fits(request.cpu_millicores, request.memory_bytes):
             return []
     else:
         label = device.type.value.upper()
@@ -352,7 +346,13 @@ def capacity_warnings(request: JobRequest) -> list[str]:
         matching = Worker.objects.filter(device_type=device.type.value)
         if not any_variant:
             matching = matching.filter(device_variant=device.variant)
-        if fits(matching):
+        if submission_rows.worker_fits(
+            request.cpu_millicores,
+            request.memory_bytes,
+            device_type=device.type.value,
+            variant=None if any_variant else device.variant,
+            count=device.count,
+        ):
             return []
     order = (
         ("-cpu_millicores", "-memory_bytes")

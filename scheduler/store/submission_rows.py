@@ -4,7 +4,8 @@
 held: its budget row, its active grants, its unfinished tasks (counted up to a bound) and
 whether the new id is taken, in one statement. :func:`insert_job_with_tasks` is the write: the
 submission time from the submission clock, the job row and one task row per replica, in one
-statement (one round trip). Both are PostgreSQL-only; on SQLite (in process, no round trip to
+statement (one round trip); :func:`worker_fits` the capacity warning's one question. The first two
+are PostgreSQL-only; on SQLite (in process, no round trip to
 save) the use case reads through the ORM and writes model instances as before.
 
 Why SQL and not the ORM here: docs/operations.md, "The submission path".
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 
-from scheduler.models import Job, Task, UpliftGrant
+from scheduler.models import Job, Task, UpliftGrant, Worker
 from scheduler.store import bulk, prepared
 from scheduler.store.states import NON_TERMINAL_VALUES
 
@@ -116,3 +117,20 @@ def insert_job_with_tasks(
         sql, [now_ms, *values, root_submitted_at_ms, deadline_after_ms, task_state, created_at, replicas]
     )
     return row[0], row[1], list(row[2])
+
+
+def worker_fits(
+    cpu_millicores: int, memory_bytes: int, *, device_type: str | None = None, variant: str | None = None, count: int = 0
+) -> bool:
+    """Whether any registered worker has at least this CPU and memory (and, with ``device_type``,
+    is of that type, of ``variant`` when given, with at least ``count`` chips): one ``EXISTS``,
+    prepared on PostgreSQL (every submission asks, for its capacity warning)."""
+    conditions, params = ["cpu_millicores >= %s", "memory_bytes >= %s"], [cpu_millicores, memory_bytes]
+    if device_type is not None:
+        conditions += ["device_type = %s", "device_count >= %s"]
+        params += [device_type, count]
+        if variant is not None:
+            conditions.append("device_variant = %s")
+            params.append(variant)
+    sql = f"SELECT 1 FROM {Worker._meta.db_table} WHERE {' AND '.join(conditions)} LIMIT 1"
+    return bool(prepared.fetch(sql, params))

@@ -506,3 +506,33 @@ def test_with_no_minimum_spacing_a_prompt_tick_is_sent_at_once(as_alice, monkeyp
     task_started(PROMPT_TICK, keep_seconds=2)
     request_prompt_tick()
     assert len(sent) == 1 and "countdown" not in sent[0]
+
+
+def test_a_prompt_tick_sent_with_a_countdown_covers_this_processs_submissions_until_it_can_start(
+    as_alice, monkeypatch, settings
+):
+    """Until a request sent with a countdown can start, a submission here is covered by it: no
+    round trip to the cache (issue 26). Past that moment, it asks the cache again."""
+    from celery import current_app
+    from django.core.cache import cache
+
+    from scheduler.foundation import enqueue
+    from scheduler.foundation.enqueue import PROMPT_TICK, task_started
+
+    settings.PROMPT_TICK_MIN_INTERVAL_MS = 500
+    sent = []
+    monkeypatch.setattr(current_app, "send_task", lambda name, **kwargs: sent.append(kwargs))
+    now = [1_000.0]
+    monkeypatch.setattr(enqueue.time, "time", lambda: now[0])
+    task_started(PROMPT_TICK, keep_seconds=2)  # a tick starts
+    now[0] += 0.1
+    request_prompt_tick()  # sent for 400 ms from now
+    assert len(sent) == 1
+    asked = []
+    monkeypatch.setattr(cache, "add", lambda *a, **k: asked.append(a) or False)
+    now[0] += 0.3  # 100 ms before the request can start: covered
+    request_prompt_tick()
+    assert asked == []
+    now[0] += 0.06  # within the margin of its start: the cache is asked again
+    request_prompt_tick()
+    assert len(asked) == 1 and len(sent) == 1
