@@ -22,7 +22,8 @@ import logging
 import time
 
 from celery import current_app
-from django.core.cache import cache
+from django.core.cache import cache, caches
+from django.core.cache.backends.redis import RedisCache
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ def request_once(
     key = _requested(task_name)
     countdown = 0.0
     try:
-        if not cache.add(key, 1, timeout=max(1, round(min_interval + expires))):
+        if not _add_flag(key, timeout=max(1, round(min_interval + expires))):
             return
         if min_interval > 0:
             last = cache.get(_started(task_name))
@@ -94,6 +95,26 @@ def request_once(
         forget_request(task_name)
     elif countdown > COUNTDOWN_MARGIN:
         _not_before[task_name] = now + countdown - COUNTDOWN_MARGIN
+
+
+# One Redis client per cache backend, for :func:`_add_flag` (see there).
+_flag_clients: dict[int, tuple[object, object]] = {}
+
+
+def _add_flag(key: str, *, timeout: int) -> bool:
+    """``cache.add(key, 1, timeout)``, as Django's Redis cache would do it (same key, same stored
+    value), with one Redis client kept per process: Django's cache builds a new client object
+    per call, and that construction (redis-py fills a table of some 170 reply callbacks) was the
+    larger part of a submission's prompt-tick request (issue 26). Other caches: ``cache.add``."""
+    backend = caches["default"]
+    if not isinstance(backend, RedisCache):
+        return cache.add(key, 1, timeout=timeout)
+    raw = backend._cache  # Django's RedisCacheClient: its pool, the one the cache uses
+    held = _flag_clients.get(id(raw))
+    if held is None or held[0] is not raw:
+        held = _flag_clients[id(raw)] = (raw, raw.get_client(key, write=True))
+    # An int is stored as its digits by Django's Redis serializer, so cache.get reads it back.
+    return bool(held[1].set(backend.make_and_validate_key(key), 1, nx=True, ex=timeout))
 
 
 def task_started(task_name: str, *, keep_seconds: float) -> None:

@@ -48,7 +48,7 @@ def _rule_reads_sql() -> str:
         f"  WHERE g.user_id = %s AND g.state = '{UpliftGrant.State.APPROVED.value}' "
         "   AND g.starts_at <= %s AND g.expires_at > %s), "
         "(SELECT count(*) FROM (SELECT 1 FROM scheduler_task t JOIN scheduler_job j ON j.id = t.job_id "
-        f"  WHERE j.\"user\" = %s AND t.state IN ({_literals(NON_TERMINAL_VALUES)}) LIMIT %s) AS c), "
+        f'  WHERE j."user" = %s AND t.state IN ({_literals(NON_TERMINAL_VALUES)}) LIMIT %s) AS c), '
         "EXISTS (SELECT 1 FROM scheduler_job WHERE name = %s)"
     )
 
@@ -120,7 +120,12 @@ def insert_job_with_tasks(
 
 
 def worker_fits(
-    cpu_millicores: int, memory_bytes: int, *, device_type: str | None = None, variant: str | None = None, count: int = 0
+    cpu_millicores: int,
+    memory_bytes: int,
+    *,
+    device_type: str | None = None,
+    variant: str | None = None,
+    count: int = 0,
 ) -> bool:
     """Whether any registered worker has at least this CPU and memory (and, with ``device_type``,
     is of that type, of ``variant`` when given, with at least ``count`` chips): one ``EXISTS``,

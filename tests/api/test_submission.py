@@ -514,7 +514,6 @@ def test_a_prompt_tick_sent_with_a_countdown_covers_this_processs_submissions_un
     """Until a request sent with a countdown can start, a submission here is covered by it: no
     round trip to the cache (issue 26). Past that moment, it asks the cache again."""
     from celery import current_app
-    from django.core.cache import cache
 
     from scheduler.foundation import enqueue
     from scheduler.foundation.enqueue import PROMPT_TICK, task_started
@@ -529,10 +528,25 @@ def test_a_prompt_tick_sent_with_a_countdown_covers_this_processs_submissions_un
     request_prompt_tick()  # sent for 400 ms from now
     assert len(sent) == 1
     asked = []
-    monkeypatch.setattr(cache, "add", lambda *a, **k: asked.append(a) or False)
+    monkeypatch.setattr(enqueue, "_add_flag", lambda *a, **k: asked.append(a) or False)
     now[0] += 0.3  # 100 ms before the request can start: covered
     request_prompt_tick()
     assert asked == []
     now[0] += 0.06  # within the margin of its start: the cache is asked again
     request_prompt_tick()
     assert len(asked) == 1 and len(sent) == 1
+
+
+def test_the_prompt_tick_flag_is_the_one_djangos_cache_reads_and_clears(as_alice, monkeypatch):
+    """The flag set without Django's cache client (one client per process) is the cache's own
+    key and value: ``cache.get`` reads it, ``forget_request`` clears it (Redis or not)."""
+    from celery import current_app
+    from django.core.cache import cache
+
+    from scheduler.foundation.enqueue import PROMPT_TICK, _requested, forget_request
+
+    monkeypatch.setattr(current_app, "send_task", lambda name, **kwargs: None)
+    request_prompt_tick()
+    assert cache.get(_requested(PROMPT_TICK)) == 1
+    forget_request(PROMPT_TICK)
+    assert cache.get(_requested(PROMPT_TICK)) is None
