@@ -35,6 +35,9 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--sql", action="store_true")
     parser.add_argument("--top", type=int, default=45)
+    parser.add_argument(
+        "--batch", type=int, default=0, help="send POST jobs:batch of this many jobs (bench_batch.py's sweep) instead"
+    )
     args = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "iris_web.settings")
     os.environ.setdefault("IRIS_LOG_LEVEL", "WARNING")
@@ -56,12 +59,25 @@ def main() -> None:
     client = Client(HTTP_AUTHORIZATION=f"Token {token}")
     tag = uuid.uuid4().hex[:6]
 
+    # A batch is its own user's (as in bench_batch.py): the unfinished-task cap counts per user.
+    batch_clients = {}
+    if args.batch:
+        for i in [*range(-3, 0), 10**6, *range(args.submissions)]:
+            batch_user = get_user_model().objects.create_user(username=f"prof-{tag}-{i}")
+            key = ApiToken.objects.create(user=batch_user, name="profile")[1]
+            batch_clients[i] = Client(HTTP_AUTHORIZATION=f"Token {key}")
+
     def one(i: int) -> None:
-        body = json.dumps({"name": f"p{tag}-{i}", "command": ["true"], "cpu": 1})
-        response = client.post("/api/v1/jobs/", body, content_type="application/json")
+        if args.batch:
+            from benchmarks.bench_batch import sweep_body
+
+            body, path = sweep_body(f"p{tag}-{i}", args.batch, 1), "/api/v1/jobs:batch"
+        else:
+            body, path = json.dumps({"name": f"p{tag}-{i}", "command": ["true"], "cpu": 1}), "/api/v1/jobs/"
+        response = batch_clients.get(i, client).post(path, body, content_type="application/json")
         assert response.status_code == 201, response.content
 
-    for i in range(20):  # warm: imports, connections, caches
+    for i in range(3 if args.batch else 20):  # warm: imports, connections, caches
         one(-1 - i)
     with CaptureQueriesContext(connection) as queries:
         one(10**6)
@@ -95,6 +111,9 @@ def main() -> None:
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     db_cpu = backend_cpu() - db_cpu
     n = args.submissions
+    if args.batch:
+        print(f"batches of {args.batch}: per 1,000 jobs below")
+        n = n * args.batch / 1000
     print(
         f"{n} submissions: web CPU {cpu * 1000 / n:.2f} ms, PostgreSQL backend CPU {db_cpu * 1000 / n:.2f} ms, "
         f"wall {wall * 1000 / n:.2f} ms per submission"
