@@ -165,7 +165,7 @@ class RuleLookups:
 
     def prefetch_existing(self, job_ids: list[str]) -> None:
         """One query for whether any of these ids is taken (a batch's); unset, each id is looked up."""
-        self._existing = set(Job.objects.filter(name__in=job_ids).values_list("name", flat=True))
+        self._existing = submission_rows.taken_names(job_ids)
 
     def exists(self, job_id: str) -> bool:
         if self._existing is not None:
@@ -603,11 +603,12 @@ def submit_jobs(actor, bodies: Any) -> list[SubmittedJob]:
             now = timezone.now()
             columns = bulk.model_columns(Job)
             submitter = actor.pk
+            attnames = [attname for _, _, attname in columns]
             rows = []
             for i, plan in enumerate(plans):
                 fields = _job_fields(submitter, plan, first + i)
                 fields["created_at"] = now
-                rows.append(tuple(fields.get(attname) for _, _, attname in columns))
+                rows.append(tuple(map(fields.get, attnames)))
             ids = dict(
                 bulk.insert_returning(
                     Job._meta.db_table, [(c, t) for c, t, _ in columns], rows, returning=("name", "id")

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 
+from django.db import connection
+
 from scheduler.models import Job, Task, UpliftGrant, Worker
 from scheduler.store import bulk, prepared
 from scheduler.store.states import NON_TERMINAL_VALUES
@@ -139,3 +141,16 @@ def worker_fits(
             params.append(variant)
     sql = f"SELECT 1 FROM {Worker._meta.db_table} WHERE {' AND '.join(conditions)} LIMIT 1"
     return bool(prepared.fetch(sql, params))
+
+
+def taken_names(names: Sequence[str]) -> set[str]:
+    """Which of these job ids exist, in one statement: on PostgreSQL a prepared
+    ``name = ANY(%s)`` of one array parameter (a batch's thousand ids as one value, where the
+    ORM's ``IN (...)`` inlined a thousand literals for the server to parse: 90 ms a batch in a
+    profile, issue 26); elsewhere the ORM's ``IN``."""
+    if not names:
+        return set()
+    if connection.vendor != "postgresql":
+        return set(Job.objects.filter(name__in=names).values_list("name", flat=True))
+    rows = prepared.fetch(f"SELECT name FROM {Job._meta.db_table} WHERE name = ANY(%s::text[])", [list(names)])
+    return {name for (name,) in rows}
