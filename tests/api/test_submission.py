@@ -423,6 +423,25 @@ def test_a_submissions_statements_do_not_grow_with_the_users_or_the_clusters_job
     )  # token (1), budget (2), cap, id free, clock, job, tasks, savepoint (2), capacity; +1 user lock on PostgreSQL
 
 
+@pytest.mark.postgres
+def test_on_postgresql_a_submission_is_five_prepared_statements_and_its_transaction(as_alice):
+    """Issue 26: the token, the identity's lock, the rules' reads, the write (clock, job and tasks)
+    and the capacity warning, each a prepared statement; BEGIN and COMMIT (or the test's savepoint)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    make_worker()
+    post(as_alice, {"name": "warm"})
+    with CaptureQueriesContext(connection) as captured:
+        response = post(as_alice, {"name": "three", "replicas": 3})
+    assert response.status_code == 201 and len(response.json()["tasks"]) == 3
+    assert Task.objects.filter(job__name="/alice/three").count() == 3
+    statements = [q["sql"] for q in captured.captured_queries]
+    prepared = [sql for sql in statements if sql.endswith("-- prepared")]
+    assert len(prepared) == 5, statements
+    assert len(statements) - len(prepared) <= 2, statements  # BEGIN/COMMIT, or SAVEPOINT/RELEASE in a test
+
+
 def test_the_answer_to_a_submission_is_what_reading_the_job_answers(as_alice):
     make_worker()
     body = post(
