@@ -153,6 +153,7 @@ def main() -> None:
     parser.add_argument("--no-tick", action="store_true", help="no Celery worker (the web path alone)")
     args = parser.parse_args()
 
+    from benchmarks.bench_decision import reference_seconds
     from benchmarks.bench_tick import recreate_database
 
     url = os.environ.get("IRIS_BENCH_DATABASE_URL", DEFAULT_URL)
@@ -241,6 +242,7 @@ def main() -> None:
         servers = {"web": _tree(web.pid), "postgres": backends}
         if not args.no_tick:
             servers["celery"] = _tree(ticker.pid)
+        reference_before = reference_seconds()
         cpu_before = {name: _cpu_seconds(pids) for name, pids in servers.items()}
         client_before = time.process_time()
         load_before = os.getloadavg()
@@ -252,6 +254,7 @@ def main() -> None:
         servers["postgres"] = sorted(set(backends) | set(_backends(database)))
         cpu = {name: _cpu_seconds(pids) - cpu_before.get(name, 0.0) for name, pids in servers.items()}
         load_after = os.getloadavg()
+        reference_after = reference_seconds()
     finally:
         for process in processes:
             try:
@@ -278,6 +281,7 @@ def main() -> None:
         f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
         f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}"
     )
+    print(f"reference loop before {reference_before:.3f} s, after {reference_after:.3f} s")
     print(f"submissions {len(ok)} in {wall:.2f} s: {len(ok) / wall:.1f}/s; errors {errors or 'none'}")
     if latencies:
         p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]

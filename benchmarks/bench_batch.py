@@ -41,6 +41,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.bench_api import _backends, _cpu_seconds, _tree, _wait_for  # noqa: E402
+from benchmarks.bench_decision import reference_seconds  # noqa: E402
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/iris_bench_batch"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/14"
@@ -184,6 +185,7 @@ def run_one(kind: str, args) -> None:
             django.setup()
             database = urlparse(url).path.lstrip("/")
             servers["postgres"] = _backends(database)
+        reference_before = reference_seconds()
         cpu_before = {name: _cpu_seconds(pids) for name, pids in servers.items()}
         client_before = time.process_time()
         load_before = os.getloadavg()
@@ -194,6 +196,7 @@ def run_one(kind: str, args) -> None:
             servers["postgres"] = sorted(set(servers["postgres"]) | set(_backends(database)))
         cpu = {name: _cpu_seconds(pids) - cpu_before.get(name, 0.0) for name, pids in servers.items()}
         load_after = os.getloadavg()
+        reference_after = reference_seconds()
     finally:
         try:
             os.killpg(web.pid, signal.SIGTERM)
@@ -216,6 +219,7 @@ def run_one(kind: str, args) -> None:
         f"  load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
         f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}"
     )
+    print(f"  reference loop before {reference_before:.3f} s, after {reference_after:.3f} s")
     print(
         f"  jobs {jobs} in {wall:.2f} s: {jobs / wall:,.0f} jobs/s ({jobs * args.replicas / wall:,.0f} tasks/s); "
         f"errors {errors or 'none'}"

@@ -53,12 +53,21 @@ def effective_budget_for(user: str, at_ms: int | None = None) -> BudgetSpec:
     """One user's effective budget: row (or defaults) raised by active grants. Two queries."""
     # Not truncated to milliseconds: a grant approved a moment ago must already count.
     at = timezone.now() if at_ms is None else datetime.fromtimestamp(at_ms / 1000, tz=UTC)
-    defaults = budget_defaults()
-    limit, band = budget_rows_of([user]).get(user, (defaults.budget_limit, int(defaults.max_band)))
     grants = UpliftGrant.objects.filter(
         user_id=user, state=UpliftGrant.State.APPROVED, starts_at__lte=at, expires_at__gt=at
     ).values_list("budget_limit", "max_band")
-    return raised_by_grants(user, limit, band, grants)
+    return effective_budget_of(user, budget_rows_of([user]).get(user), grants)
+
+
+def effective_budget_of(
+    user: str, row: tuple[int, int] | None, grants: Iterable[tuple[int | None, int | None]]
+) -> BudgetSpec:
+    """One user's effective budget from rows already read: its ``(budget_limit, max_band)`` row
+    (None: the defaults) raised by the ``(budget_limit, max_band)`` of each grant active now."""
+    if row is None:
+        defaults = budget_defaults()
+        row = (defaults.budget_limit, int(defaults.max_band))
+    return raised_by_grants(user, row[0], row[1], grants)
 
 
 def budget_rows_of(users: list[str] | None = None) -> dict[str, tuple[int, int]]:

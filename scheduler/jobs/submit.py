@@ -14,13 +14,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from scheduler.foundation import roles
 from scheduler.foundation.access import owns_job, require_authenticated
 from scheduler.backends import admissions, admitting_names
-from scheduler.budgets.rules import effective_budget_for
+from scheduler.budgets.rules import effective_budget_for, effective_budget_of
 from scheduler.foundation.cluster_config import cluster_config
 from scheduler.core.bands import ADMIN_BANDS, Band
 from scheduler.core.explain import format_cores, format_memory
@@ -42,7 +42,7 @@ from scheduler.models import MAX_ID_LENGTH, Job, Task, Worker
 from scheduler.foundation import instruments
 from scheduler.store import clock
 from scheduler.store.locks import hold_until_commit
-from scheduler.store import bulk
+from scheduler.store import bulk, submission_rows
 from scheduler.store.submission_order import next_submission_ms, next_submission_times
 from scheduler.store.states import NON_TERMINAL_VALUES, TERMINAL_JOB_VALUES
 
@@ -151,9 +151,22 @@ class RuleLookups:
             self._unfinished[user] = rows.count()
         return self._unfinished[user]
 
+    def read_for(self, user: str, job_id: str) -> None:
+        """Everything one submission's rules read about ``user`` and ``job_id`` (its budget, its
+        unfinished tasks, whether the id is taken), in one prepared statement on PostgreSQL; the
+        caller holds the identity's submission lock. Elsewhere each is read when first asked."""
+        if connection.vendor != "postgresql":
+            return
+        reads = submission_rows.rule_reads(
+            user, job_id, count_up_to=settings.MAX_ACTIVE_TASKS_PER_USER + 1, at=timezone.now()
+        )
+        self._budgets[user] = effective_budget_of(user, reads.budget_row, reads.grants)
+        self._unfinished[user] = reads.unfinished
+        self._existing = {job_id} if reads.id_taken else set()
+
     def prefetch_existing(self, job_ids: list[str]) -> None:
         """One query for whether any of these ids is taken (a batch's); unset, each id is looked up."""
-        self._existing = set(Job.objects.filter(name__in=job_ids).values_list("name", flat=True))
+        self._existing = submission_rows.taken_names(job_ids)
 
     def exists(self, job_id: str) -> bool:
         if self._existing is not None:
@@ -258,6 +271,7 @@ def plan_submission(actor, request: JobRequest, *, serialise_user: bool = False)
     who = _identity(actor, request, lookups)
     if serialise_user:
         hold_until_commit(f"submissions:{who.user}")
+        lookups.read_for(who.user, who.job_id)
     return _apply_rules(actor, request, who, lookups)
 
 
@@ -321,16 +335,10 @@ def capacity_warnings(request: JobRequest) -> list[str]:
     elif config.kubernetes.enabled and "cpu" in config.kubernetes.device_types:
         return []
 
-    def fits(workers) -> bool:
-        workers = workers.filter(cpu_millicores__gte=request.cpu_millicores, memory_bytes__gte=request.memory_bytes)
-        if device.type is not DeviceType.CPU:
-            workers = workers.filter(device_count__gte=device.count)
-        return workers.exists()
-
     if device.type is DeviceType.CPU:
         # CPU work may run on any worker, accelerator hosts included, as the scheduler places it.
         kind, matching = "host", Worker.objects.all()
-        if fits(matching):
+        if submission_rows.worker_fits(request.cpu_millicores, request.memory_bytes):
             return []
     else:
         label = device.type.value.upper()
@@ -339,7 +347,13 @@ def capacity_warnings(request: JobRequest) -> list[str]:
         matching = Worker.objects.filter(device_type=device.type.value)
         if not any_variant:
             matching = matching.filter(device_variant=device.variant)
-        if fits(matching):
+        if submission_rows.worker_fits(
+            request.cpu_millicores,
+            request.memory_bytes,
+            device_type=device.type.value,
+            variant=None if any_variant else device.variant,
+            count=device.count,
+        ):
             return []
     order = (
         ("-cpu_millicores", "-memory_bytes")
@@ -370,7 +384,28 @@ _PENDING_JOB, _PENDING_TASK = JobState.PENDING.value, TaskState.PENDING.value
 
 def _job_fields(submitted_by: int | None, plan: SubmissionPlan, submitted: int) -> dict[str, Any]:
     """The Job row of a planned submission stamped ``submitted``, as column values by attribute
-    name: one mapping for the single path (a model instance) and the batch path (rows)."""
+    name: one mapping for the single path and the batch path (rows)."""
+    return {**_untimed_fields(submitted_by, plan), **_timed_fields(plan, submitted)}
+
+
+def _deadline_after_ms(request: JobRequest) -> int | None:
+    """How long after its submission time a job's scheduling deadline falls, or None."""
+    timeout = request.scheduling_timeout_seconds
+    return round(timeout * 1000) if timeout else None
+
+
+def _timed_fields(plan: SubmissionPlan, submitted: int) -> dict[str, Any]:
+    """The columns that follow from the submission time ``submitted``."""
+    after = _deadline_after_ms(plan.request)
+    return {
+        "submitted_at_ms": submitted,
+        "root_submitted_at_ms": plan.parent.root_submitted_at_ms if plan.parent else submitted,
+        "scheduling_deadline_ms": None if after is None else submitted + after,
+    }
+
+
+def _untimed_fields(submitted_by: int | None, plan: SubmissionPlan) -> dict[str, Any]:
+    """Every column of the Job row but the submission time and the two that follow from it."""
     request, parent = plan.request, plan.parent
     return {
         "route": route_at_submission(request),
@@ -381,8 +416,6 @@ def _job_fields(submitted_by: int | None, plan: SubmissionPlan, submitted: int) 
         "band": int(plan.band),
         "state": _PENDING_JOB,
         "depth": plan.depth,
-        "submitted_at_ms": submitted,
-        "root_submitted_at_ms": parent.root_submitted_at_ms if parent else submitted,
         "replicas": request.replicas,
         "cpu_millicores": request.cpu_millicores,
         "memory_bytes": request.memory_bytes,
@@ -391,9 +424,6 @@ def _job_fields(submitted_by: int | None, plan: SubmissionPlan, submitted: int) 
         "device_count": request.device.count,
         "group_by": request.group_by,
         "constraints": list(request.constraints),
-        "scheduling_deadline_ms": (
-            submitted + round(request.scheduling_timeout_seconds * 1000) if request.scheduling_timeout_seconds else None
-        ),
         "max_retries_preemption": request.max_retries_preemption,
         "max_retries_failure": request.max_retries_failure,
         "command": list(request.command),
@@ -440,19 +470,51 @@ def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
     try:
         with transaction.atomic():
             plan = plan_submission(actor, request, serialise_user=True)
-            job = Job(**_job_fields(actor.pk, plan, next_submission_ms(clock.now_ms())))
-            job.parent, job.submitted_by = plan.parent, actor  # the rows in hand, for the answer
-            job.save(force_insert=True)
-            job.new_tasks = Task.objects.bulk_create(
-                [Task(job=job, index=i, state=TaskState.PENDING.value) for i in range(request.replicas)],
-                batch_size=1000,
-            )
+            job = _write_job(actor, plan)
             transaction.on_commit(request_prompt_tick, robust=True)
     except IntegrityError:
         # Two submissions of the same id raced past the existence check.
         raise FailedPrecondition(f"job {plan.job_id} already exists; choose another name", field="name") from None
     job.warnings = capacity_warnings(request)
     _log_submitted(actor.username, job.name, plan.user, plan.band, job.replicas)
+    return job
+
+
+def _write_job(actor, plan: SubmissionPlan) -> Job:
+    """The write step of one submission: a submission time from the submission clock, the Job
+    row and one Task per replica. On PostgreSQL that is one prepared statement
+    (``store.submission_rows``); elsewhere the model instances are saved. Either way the rows
+    come back as model instances (``job.new_tasks`` its tasks, the parent and the submitter in
+    hand), for the answer, rendered without reading them back."""
+    request = plan.request
+    fields = _untimed_fields(actor.pk, plan)
+    if connection.vendor == "postgresql":
+        now = timezone.now()
+        pk, submitted, task_ids = submission_rows.insert_job_with_tasks(
+            fields,
+            now_ms=clock.now_ms(),
+            root_submitted_at_ms=plan.parent.root_submitted_at_ms if plan.parent else None,
+            deadline_after_ms=_deadline_after_ms(request),
+            replicas=request.replicas,
+            task_state=_PENDING_TASK,
+            created_at=now,
+        )
+        job = Job(pk=pk, created_at=now, **fields, **_timed_fields(plan, submitted))
+        job._state.adding, job._state.db = False, connection.alias
+        job.parent, job.submitted_by = plan.parent, actor
+        tasks = []
+        for index, task_id in enumerate(task_ids):
+            task = Task(pk=task_id, job=job, index=index, state=_PENDING_TASK, updated_at=now)
+            task._state.adding, task._state.db = False, connection.alias
+            tasks.append(task)
+        job.new_tasks = tasks
+        return job
+    job = Job(**fields, **_timed_fields(plan, next_submission_ms(clock.now_ms())))
+    job.parent, job.submitted_by = plan.parent, actor  # the rows in hand, for the answer
+    job.save(force_insert=True)
+    job.new_tasks = Task.objects.bulk_create(
+        [Task(job=job, index=i, state=_PENDING_TASK) for i in range(request.replicas)], batch_size=1000
+    )
     return job
 
 
@@ -542,11 +604,12 @@ def submit_jobs(actor, bodies: Any) -> list[SubmittedJob]:
             now = timezone.now()
             columns = bulk.model_columns(Job)
             submitter = actor.pk
+            attnames = [attname for _, _, attname in columns]
             rows = []
             for i, plan in enumerate(plans):
                 fields = _job_fields(submitter, plan, first + i)
                 fields["created_at"] = now
-                rows.append(tuple(fields.get(attname) for _, _, attname in columns))
+                rows.append(tuple(map(fields.get, attnames)))
             ids = dict(
                 bulk.insert_returning(
                     Job._meta.db_table, [(c, t) for c, t, _ in columns], rows, returning=("name", "id")

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from django.db import connection
 
+from scheduler.store import prepared
+
 
 def hold_until_commit(name: str) -> None:
     """Block until no other transaction holds ``name``; keep it until this transaction ends."""
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [name])
+        # A prepared statement: every submission takes one (scheduler.store.prepared).
+        prepared.fetch("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [name])

@@ -423,6 +423,25 @@ def test_a_submissions_statements_do_not_grow_with_the_users_or_the_clusters_job
     )  # token (1), budget (2), cap, id free, clock, job, tasks, savepoint (2), capacity; +1 user lock on PostgreSQL
 
 
+@pytest.mark.postgres
+def test_on_postgresql_a_submission_is_five_prepared_statements_and_its_transaction(as_alice):
+    """Issue 26: the token, the identity's lock, the rules' reads, the write (clock, job and tasks)
+    and the capacity warning, each a prepared statement; BEGIN and COMMIT (or the test's savepoint)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    make_worker()
+    post(as_alice, {"name": "warm"})
+    with CaptureQueriesContext(connection) as captured:
+        response = post(as_alice, {"name": "three", "replicas": 3})
+    assert response.status_code == 201 and len(response.json()["tasks"]) == 3
+    assert Task.objects.filter(job__name="/alice/three").count() == 3
+    statements = [q["sql"] for q in captured.captured_queries]
+    prepared = [sql for sql in statements if sql.endswith("-- prepared")]
+    assert len(prepared) == 5, statements
+    assert len(statements) - len(prepared) <= 2, statements  # BEGIN/COMMIT, or SAVEPOINT/RELEASE in a test
+
+
 def test_the_answer_to_a_submission_is_what_reading_the_job_answers(as_alice):
     make_worker()
     body = post(
@@ -506,3 +525,47 @@ def test_with_no_minimum_spacing_a_prompt_tick_is_sent_at_once(as_alice, monkeyp
     task_started(PROMPT_TICK, keep_seconds=2)
     request_prompt_tick()
     assert len(sent) == 1 and "countdown" not in sent[0]
+
+
+def test_a_prompt_tick_sent_with_a_countdown_covers_this_processs_submissions_until_it_can_start(
+    as_alice, monkeypatch, settings
+):
+    """Until a request sent with a countdown can start, a submission here is covered by it: no
+    round trip to the cache (issue 26). Past that moment, it asks the cache again."""
+    from celery import current_app
+
+    from scheduler.foundation import enqueue
+    from scheduler.foundation.enqueue import PROMPT_TICK, task_started
+
+    settings.PROMPT_TICK_MIN_INTERVAL_MS = 500
+    sent = []
+    monkeypatch.setattr(current_app, "send_task", lambda name, **kwargs: sent.append(kwargs))
+    now = [1_000.0]
+    monkeypatch.setattr(enqueue.time, "time", lambda: now[0])
+    task_started(PROMPT_TICK, keep_seconds=2)  # a tick starts
+    now[0] += 0.1
+    request_prompt_tick()  # sent for 400 ms from now
+    assert len(sent) == 1
+    asked = []
+    monkeypatch.setattr(enqueue, "_add_flag", lambda *a, **k: asked.append(a) or False)
+    now[0] += 0.3  # 100 ms before the request can start: covered
+    request_prompt_tick()
+    assert asked == []
+    now[0] += 0.06  # within the margin of its start: the cache is asked again
+    request_prompt_tick()
+    assert len(asked) == 1 and len(sent) == 1
+
+
+def test_the_prompt_tick_flag_is_the_one_djangos_cache_reads_and_clears(as_alice, monkeypatch):
+    """The flag set without Django's cache client (one client per process) is the cache's own
+    key and value: ``cache.get`` reads it, ``forget_request`` clears it (Redis or not)."""
+    from celery import current_app
+    from django.core.cache import cache
+
+    from scheduler.foundation.enqueue import PROMPT_TICK, _requested, forget_request
+
+    monkeypatch.setattr(current_app, "send_task", lambda name, **kwargs: None)
+    request_prompt_tick()
+    assert cache.get(_requested(PROMPT_TICK)) == 1
+    forget_request(PROMPT_TICK)
+    assert cache.get(_requested(PROMPT_TICK)) is None

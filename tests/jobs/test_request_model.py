@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from scheduler.api.serializers import JobSubmitSerializer, WhatIfRequestSerializer
 from scheduler.jobs.request import JOB_REQUEST_FIELDS, parse_job_request
 from scheduler.views.forms import JobForm, WhatIfForm
@@ -45,3 +47,23 @@ def test_the_what_if_form_adds_only_the_user():
     body = form.service_data()
     assert set(body) <= JOB_REQUEST_FIELDS | {"user"}
     assert parse_job_request(body, ignore=("user",)).name == "train"
+
+
+@pytest.mark.parametrize(
+    "command, field, message",
+    [
+        (["python", "a\x00b"], "command[1]", "NUL"),
+        (["python", "\ud83d"], "command[1]", "Unicode"),
+        (["\ud83d", "\ude00"], "command[0]", "Unicode"),  # two lone halves, one per item
+        (["a\x00", 3], "command[0]", "NUL"),  # the first problem in order, not the first kind
+        ([3, "a\x00"], "command[0]", "string"),
+        (["x" * 200_000], "command[0]", "per item"),
+    ],
+)
+def test_a_commands_first_bad_item_is_named_as_before(command, field, message):
+    from scheduler.foundation.errors import InvalidArgument
+    from scheduler.jobs.request import parse_job_request
+
+    with pytest.raises(InvalidArgument) as raised:
+        parse_job_request({"name": "x", "command": command})
+    assert raised.value.details["field"] == field and message in raised.value.message

@@ -78,6 +78,7 @@ from scheduler.api.serializers.jobs import (
     TaskSerializer,
     WhatIfRequestSerializer,
     batch_item_json,
+    submitted_job_json,
     job_resources,
 )
 from scheduler.api.serializers.queue import QueueEntrySerializer, QueueFilterSerializer
@@ -183,6 +184,7 @@ __all__ = [
     "WorkerSerializer",
     "band_wire",
     "batch_item_json",
+    "submitted_job_json",
     "device_json",
     "job_resources",
 ]

@@ -325,6 +325,72 @@ class JobSubmittedSerializer(JobDetailSerializer):
         return NewTaskSerializer(job.new_tasks, many=True, context={"job_name": job.name}).data
 
 
+# DRF's own rendering of a time (ISO 8601, UTC as "Z"), used without building a serializer.
+_DATETIME = serializers.DateTimeField()
+
+
+def _constraint_json(constraint: dict) -> dict:
+    """:class:`ConstraintSerializer`'s rendering of a stored constraint (``value`` only when set)."""
+    rendered = {"key": str(constraint["key"]), "op": constraint.get("op", "eq")}
+    if "value" in constraint:
+        rendered["value"] = constraint["value"]
+    rendered["soft"] = bool(constraint.get("soft", False))
+    return rendered
+
+
+def submitted_job_json(job) -> dict:
+    """:class:`JobSubmittedSerializer`'s rendering, written out, keys in its order: the answer to
+    every ``POST jobs/``, where building the serializer (its fields deep-copied per instance,
+    then its nested task serializer) was a sixth of the web process's CPU per submission (issue
+    26). Tests hold the two equal, key order included, for jobs of every shape."""
+    tasks = job.new_tasks
+    counts: dict[str, int] = {}
+    for task in tasks:
+        counts[task.state] = counts.get(task.state, 0) + 1
+    name = job.name
+    return {
+        "id": str(name),
+        "user": str(job.user),
+        "band": Band(job.band).wire,
+        "state": job.state,
+        "route": str(job.route),
+        "parent": job.parent.name if job.parent_id else None,
+        "depth": int(job.depth),
+        "replicas": int(job.replicas),
+        "resources": job_resources(job),
+        "group_by": None if job.group_by is None else str(job.group_by),
+        "submitted_at_ms": int(job.submitted_at_ms),
+        "created_at": _DATETIME.to_representation(job.created_at),
+        "finished_at": None if job.finished_at is None else _DATETIME.to_representation(job.finished_at),
+        "task_counts": dict(sorted(counts.items())),
+        "effective_band": None,
+        "constraints": [_constraint_json(c) for c in job.constraints],
+        "scheduling_deadline_ms": None if job.scheduling_deadline_ms is None else int(job.scheduling_deadline_ms),
+        "max_retries_preemption": int(job.max_retries_preemption),
+        "max_retries_failure": int(job.max_retries_failure),
+        "command": [str(item) for item in job.command],
+        "submission_argv": [str(item) for item in job.submission_argv],
+        "request": job.request,
+        "system_reason": str(job.system_reason),
+        "submitted_by": job.submitted_by.username if job.submitted_by_id else None,
+        "children": [],
+        "tasks": [
+            {
+                "id": f"{name}/{task.index}",
+                "index": int(task.index),
+                "state": task.state,
+                "band": None,
+                "worker": None,
+                "preemption_count": int(task.preemption_count),
+                "failure_count": int(task.failure_count),
+                "attempts": [],
+            }
+            for task in tasks
+        ],
+        "warnings": [str(w) for w in job.warnings],
+    }
+
+
 class JobFilterSerializer(serializers.Serializer):
     """The jobs table's filter (``scheduler.jobs.listing`` parses and validates it); documents
     the query parameters of ``GET jobs/`` and the ``filter`` of ``POST jobs:cancel``."""

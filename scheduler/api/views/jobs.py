@@ -88,7 +88,7 @@ class JobsView(IrisView):
     )
     def post(self, request):
         job = submit_job(request.user, self.body())
-        return Response(s.JobSubmittedSerializer(job).data, status=status.HTTP_201_CREATED)
+        return Response(s.submitted_job_json(job), status=status.HTTP_201_CREATED)
 
 
 class JobsBatchView(IrisView):

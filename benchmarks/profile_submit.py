@@ -1,0 +1,126 @@
+"""Where one ``POST /api/v1/jobs/`` spends the web process's time: Django's test client, in this
+process, against the database of the environment (e.g. the one ``bench_api.py`` left behind).
+
+Usage (from the repository root)::
+
+    IRIS_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/iris_bench_api IRIS_REDIS_URL=redis://127.0.0.1:6379/15 \\
+        .venv/bin/python benchmarks/profile_submit.py --submissions 300 [--profile] [--sql]
+
+Prints CPU milliseconds per submission of this process (``time.process_time``) and of its
+PostgreSQL backend (from /proc), and wall milliseconds (``time.perf_counter``), over the loop; the statements per submission, the load average and the reference loop; with
+``--profile`` the top of a cProfile (CPU-time timer) by cumulative time, with ``--sql`` the
+statements of one submission. Each submission is a new single-task CPU job of one user with an API
+token, exactly as ``bench_api.py`` sends it (the WSGI request is built by the test client: the
+socket and gunicorn's HTTP parsing are not in these figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import sys
+import time
+import uuid
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--submissions", type=int, default=300)
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--sql", action="store_true")
+    parser.add_argument("--top", type=int, default=45)
+    parser.add_argument(
+        "--batch", type=int, default=0, help="send POST jobs:batch of this many jobs (bench_batch.py's sweep) instead"
+    )
+    args = parser.parse_args()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "iris_web.settings")
+    os.environ.setdefault("IRIS_LOG_LEVEL", "WARNING")
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    from benchmarks.bench_decision import reference_seconds
+    from scheduler.models import ApiToken
+
+    call_command("migrate", verbosity=0)
+    user = get_user_model().objects.create_user(username=f"prof-{uuid.uuid4().hex[:8]}")
+    token = ApiToken.objects.create(user=user, name="profile")[1]
+    client = Client(HTTP_AUTHORIZATION=f"Token {token}")
+    tag = uuid.uuid4().hex[:6]
+
+    # A batch is its own user's (as in bench_batch.py): the unfinished-task cap counts per user.
+    batch_clients = {}
+    if args.batch:
+        for i in [*range(-3, 0), 10**6, *range(args.submissions)]:
+            batch_user = get_user_model().objects.create_user(username=f"prof-{tag}-{i}")
+            key = ApiToken.objects.create(user=batch_user, name="profile")[1]
+            batch_clients[i] = Client(HTTP_AUTHORIZATION=f"Token {key}")
+
+    def one(i: int) -> None:
+        if args.batch:
+            from benchmarks.bench_batch import sweep_body
+
+            body, path = sweep_body(f"p{tag}-{i}", args.batch, 1), "/api/v1/jobs:batch"
+        else:
+            body, path = json.dumps({"name": f"p{tag}-{i}", "command": ["true"], "cpu": 1}), "/api/v1/jobs/"
+        response = batch_clients.get(i, client).post(path, body, content_type="application/json")
+        assert response.status_code == 201, response.content
+
+    for i in range(3 if args.batch else 20):  # warm: imports, connections, caches
+        one(-1 - i)
+    with CaptureQueriesContext(connection) as queries:
+        one(10**6)
+    print(f"load average {os.getloadavg()[0]:.2f}; reference loop {reference_seconds():.3f} s")
+    print(f"statements per submission: {len(queries)}")
+    if args.sql:
+        for q in queries:
+            print("   ", q["sql"][:300])
+    import psutil
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()" if connection.vendor == "postgresql" else "SELECT NULL")
+        backend_pid = cursor.fetchone()[0]
+    backend = psutil.Process(backend_pid) if backend_pid else None
+
+    def backend_cpu() -> float:
+        if backend is None:
+            return 0.0
+        times = backend.cpu_times()
+        return times.user + times.system
+
+    profiler = cProfile.Profile(time.process_time) if args.profile else None
+    db_cpu = backend_cpu()
+    cpu, wall = time.process_time(), time.perf_counter()
+    if profiler:
+        profiler.enable()
+    for i in range(args.submissions):
+        one(i)
+    if profiler:
+        profiler.disable()
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    db_cpu = backend_cpu() - db_cpu
+    n = args.submissions
+    if args.batch:
+        print(f"batches of {args.batch}: per 1,000 jobs below")
+        n = n * args.batch / 1000
+    print(
+        f"{n} submissions: web CPU {cpu * 1000 / n:.2f} ms, PostgreSQL backend CPU {db_cpu * 1000 / n:.2f} ms, "
+        f"wall {wall * 1000 / n:.2f} ms per submission"
+    )
+    if profiler:
+        pstats.Stats(profiler).sort_stats("cumulative").print_stats(args.top)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""Fixed statements of the hot paths, sent as prepared statements on PostgreSQL.
+
+Django's psycopg backend binds parameters on the client (every statement is sent as text with
+its values inlined), so PostgreSQL parses and plans each one again, and the ORM compiles each
+query again in Python before that. The few statements every ``POST jobs/`` and every token call
+run (the token lookup, the submission's rule reads and its write) are written out once here
+as SQL and executed with psycopg's server-side binding and ``prepare=True``: the first run on a
+connection prepares the statement, later runs send only its name and the values.
+
+Everything else about the connection is Django's: the statement runs on Django's own psycopg
+connection, inside whatever transaction Django has open, its errors are Django's database
+errors (``wrap_database_errors``: a unique violation is ``django.db.IntegrityError``), and it
+is logged in ``connection.queries`` when queries are logged (tests count statements).
+
+Prepared statements live on one server session: behind a transaction-pooling PgBouncer (older
+than 1.21) they break; docs/operations.md says so. On SQLite (in process, no parse/plan round
+trip to save) the statement runs through Django's cursor as any other.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from django.db import connection
+
+
+def fetch(sql: str, params: Sequence = ()) -> list[tuple]:
+    """Run ``sql`` (``%s`` placeholders) with ``params``; its rows (none for a statement that
+    returns none)."""
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall() if cursor.description else []
+    import psycopg
+
+    connection.ensure_connection()
+    started = time.monotonic()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params, prepare=True)
+        rows = cursor.fetchall() if cursor.description else []
+    if connection.queries_logged:
+        connection.queries_log.append({"sql": f"{sql} -- prepared", "time": f"{time.monotonic() - started:.3f}"})
+    return rows
+
+
+def fetch_one(sql: str, params: Sequence = ()) -> tuple | None:
+    rows = fetch(sql, params)
+    return rows[0] if rows else None
