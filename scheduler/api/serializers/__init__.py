@@ -39,8 +39,10 @@ from scheduler.api.serializers.budgets import (
     MeSerializer,
     UpliftDecisionSerializer,
     UpliftFilterSerializer,
+    UpliftPreviewSerializer,
     UpliftRequestSerializer,
     UpliftSerializer,
+    UpliftTaskMoveSerializer,
 )
 from scheduler.api.serializers.jobs import (
     AttemptSerializer,
@@ -170,6 +172,8 @@ __all__ = [
     "TokenSerializer",
     "UpliftDecisionSerializer",
     "UpliftFilterSerializer",
+    "UpliftPreviewSerializer",
+    "UpliftTaskMoveSerializer",
     "UpliftRequestSerializer",
     "UpliftSerializer",
     "WhatIfBasisSerializer",
