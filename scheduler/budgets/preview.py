@@ -30,6 +30,7 @@ from scheduler.core.uplift_preview import (
     QueuedTask,
     UpliftPreview,
     band_line,
+    build_slot_stand_ins,
     preview_uplift,
 )
 from scheduler.foundation.access import require_admin
@@ -98,7 +99,8 @@ def preview_grant(actor, grant_id) -> GrantPreview:
         config=config,
         spend=basis.spend,
         free=basis.free,
-        building=basis.building,
+        stand_ins=stand_ins(basis),
+        attributes=basis.attributes,
         lines={Band.INTERACTIVE: interactive_line(basis, queue, user)},
         holders=holders_for(basis, moved_shapes),
         at_rest=tick_at_rest(basis.tick),
@@ -155,6 +157,14 @@ def interactive_line(basis: WhatIfBasis, queue: QueueIndex, user: str) -> BandLi
     if not present:
         basis.memo[key] = line
     return line
+
+
+def stand_ins(basis: WhatIfBasis):
+    """The tick's ASSIGNED/BUILDING tasks as the preview's build-slot stand-ins, kept per tick."""
+    found = basis.memo.get("uplift-stand-ins")
+    if found is None:
+        found = basis.memo["uplift-stand-ins"] = build_slot_stand_ins(basis.building)
+    return found
 
 
 def holders_for(basis: WhatIfBasis, jobs: list[JobSpec]):

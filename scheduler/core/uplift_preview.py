@@ -41,14 +41,17 @@ work's spend and lets held tasks through); ``UpliftPreview.at_rest`` says which 
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
+from itertools import accumulate
 from dataclasses import dataclass, field, replace
 
 from scheduler.core.bands import Band
 from scheduler.core.budget import effective_band
-from scheduler.core.decision import decide
+from scheduler.core.decision import placements
 from scheduler.core.feasibility import HeldWork
 from scheduler.core.ordering import job_sort_key
+from scheduler.core.placement import constraint_matches, hard_constraints, soft_constraints, worker_attributes
 from scheduler.core.preemption import may_evict
 from scheduler.core.types import (
     BudgetSpec,
@@ -62,8 +65,16 @@ from scheduler.core.types import (
     WorkerSpec,
 )
 
+# A solo job is first tried on this many of the workers with room, by id (or twice the tasks
+# tried, if more): first-fit takes the first ones anyway, and 10,000 workers cost more to set
+# up than the trial. All of them are offered when a task found no place there.
+FIRST_FIT_WORKERS = 64
+FIRST_FIT_FACTOR = 2
+
 # The job the build-slot stand-ins belong to (never a real job id: real ids start with "/").
-_SLOT_JOB = "uplift-preview:slots"
+SLOT_JOB = JobSpec(
+    id="uplift-preview:slots", user="", band=Band.BATCH, parent=None, submitted_at_ms=0, root_submitted_at_ms=0
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,18 +159,21 @@ class PreviewBasis:
     """The newest tick's basis as the preview reads it.
 
     ``free`` is every worker as a new task finds it (what the decision left free) and
-    ``building`` the ASSIGNED/BUILDING tasks on each (by worker id, zeros left out): the
-    build-slot cap counts them. ``lines`` is each band's :class:`BandLine` without the user.
+    ``stand_ins`` the tick's ASSIGNED/BUILDING tasks on them as :func:`build_slot_stand_ins`
+    makes them: the build-slot cap counts them. ``lines`` is each band's :class:`BandLine` without the user.
     ``holders`` the running tasks per held work on the workers the moved jobs may use."""
 
     now_ms: int
     config: SchedulerConfig
     spend: Mapping[str, int]
     free: tuple[WorkerSpec, ...]
-    building: Mapping[str, int]
+    stand_ins: Mapping[str, tuple[TaskSnapshot, ...]]
     lines: Mapping[Band, BandLine]
     holders: Mapping[HeldWork, int] = field(default_factory=dict)
     at_rest: bool = True
+    # Each ``free`` worker's attributes as constraints see them (``placement.worker_attributes``),
+    # in the same order; computed here when empty.
+    attributes: tuple[Mapping[str, str], ...] = ()
 
 
 # The reason codes of tasks that did not pass the gates (held back by the per-job cap) and of
@@ -261,17 +275,22 @@ def preview_uplift(
     count_after = passed_after + held_after + line.tail
     moves: dict[str, TaskMove] = {}
     placed_so_far = 0
+    # Round k (0-based) of the round robin takes min(n, k + 1) tasks of each user ahead of ours
+    # and min(n, k) of each after, before our k-th task.
+    ahead_of_me, behind_me = _MinSums([n for _, n in before_me]), _MinSums([n for _, n in after_me])
     for k, q in enumerate(passed):
         worker = placed.get(q.task)
         if worker is not None:
             placed_so_far += 1
             moves[q.task] = _move(q, jobs, target, None, count_after, worker)
             continue
-        index = sum(min(n, k + 1) for _, n in before_me) + sum(min(n, k) for _, n in after_me) + k
+        index = ahead_of_me.total(k + 1) + behind_me.total(k) + k
         moves[q.task] = _move(q, jobs, target, index - placed_so_far + 1, count_after)
+    # The held part is in job order: ours go after every other held job with a lower key.
+    held_keys = [key for key, _ in line.held]
+    held_before = list(accumulate((n for _, n in line.held), initial=0))
     for j, q in enumerate(held):
-        key = job_sort_key(moved_jobs[q.job])
-        ahead = sum(n for other_key, n in line.held if other_key < key)
+        ahead = held_before[bisect_left(held_keys, job_sort_key(moved_jobs[q.job]))]
         moves[q.task] = _move(q, jobs, target, passed_after + ahead + j + 1, count_after)
     preemptible = _preemptible(basis.holders, moved_jobs.values(), target)
     return replace(
@@ -280,6 +299,18 @@ def preview_uplift(
         preemptible=preemptible,
         unchanged=len(queued) - len(moved),
     )
+
+
+class _MinSums:
+    """``total(k)`` = the sum of ``min(n, k)`` over ``counts``, in O(log n) per ``k``."""
+
+    def __init__(self, counts: Sequence[int]) -> None:
+        self.sorted = sorted(counts)
+        self.prefix = list(accumulate(self.sorted, initial=0))
+
+    def total(self, k: int) -> int:
+        below = bisect_left(self.sorted, k)  # counts under k count whole; the rest count k
+        return self.prefix[below] + k * (len(self.sorted) - below)
 
 
 def _move(
@@ -300,72 +331,162 @@ def _move(
 
 
 def _placements(basis: PreviewBasis, moved_jobs: Mapping[str, JobSpec], moved: Sequence[QueuedTask]) -> dict[str, str]:
-    """``decide`` on the free capacity with the moved jobs alone: {task id: worker}.
+    """The core's placement pass (``core.decision.placements``) on the free capacity with the
+    moved jobs alone: {task id: worker}.
 
-    Each worker's ASSIGNED/BUILDING tasks are stood in for by resource-free ASSIGNED tasks of
-    a job no user owns, so the build-slot cap counts them as the tick would; they hold nothing
-    and cost no spend. Tasks the cap held back are not tried (they do not pass the gates: the
-    trial's own gates hold the same ones, the jobs' pending tasks being the same)."""
+    A task can only land on a healthy worker with room for its request that satisfies its
+    hard constraints (the automatic device ones included): its shape's *candidates*. When no
+    moved job has any, nothing is placed and no trial is needed (always so on a cluster at
+    rest: a moved task did not fit that capacity in BATCH either). Gangs are tried on every
+    worker. Solo tasks go first-fit along their shape's candidates in the core's order (best
+    soft score, then id), the shape's cursor never going back, so the first candidates of
+    each shape are offered first (:data:`FIRST_FIT_WORKERS`, or twice the shape's tasks);
+    that trial is the whole one when every placed task landed among its own shape's first
+    candidates (no candidate before it was left out) and every shape with a task left
+    unplaced had all its candidates offered. Otherwise every candidate is offered. The
+    workers' ASSIGNED/BUILDING tasks are stood in for (:func:`build_slot_stand_ins`), so the
+    build-slot cap counts them; tasks the per-job cap held back are held by the trial's own
+    gates too (the jobs' pending tasks are the same)."""
+    free = basis.free
+    attributes = basis.attributes
+    shape_of: dict[str, tuple] = {}
+    candidates: dict[tuple, list[int]] = {}
+    for job_id, job in moved_jobs.items():
+        key = (_request(job.resources), hard_constraints(job), soft_constraints(job))
+        shape_of[job_id] = key
+        if key not in candidates:
+            candidates[key] = _candidates(free, attributes, *key)
+    if not any(candidates.values()):
+        return {}
+    if any(job.group_by is not None for job in moved_jobs.values()):
+        return _trial(basis, moved_jobs, moved, free)
+    everyone = sorted({i for cands in candidates.values() for i in cands})
+    tasks_of: dict[tuple, int] = {}
+    for q in moved:
+        if not q.held:
+            tasks_of[shape_of[q.job]] = tasks_of.get(shape_of[q.job], 0) + 1
+    firsts = {
+        key: frozenset(cands[: max(FIRST_FIT_WORKERS, FIRST_FIT_FACTOR * tasks_of.get(key, 0))])
+        for key, cands in candidates.items()
+    }
+    offered = sorted(set().union(*firsts.values()))
+    if len(offered) < len(everyone):
+        index = {w.id: i for i, w in enumerate(free)}
+        placed = _trial(basis, moved_jobs, moved, tuple(free[i] for i in offered))
+        landed_first = all(
+            index[worker] in firsts[shape_of[task[: task.rfind("/")]]] for task, worker in placed.items()
+        )
+        offered_set = set(offered)
+        short = {shape_of[q.job] for q in moved if not q.held and q.task not in placed}
+        if landed_first and all(offered_set.issuperset(candidates[key]) for key in short):
+            return placed
+    return _trial(basis, moved_jobs, moved, tuple(free[i] for i in everyone))
+
+
+def _candidates(
+    free: Sequence[WorkerSpec],
+    attributes: Sequence[Mapping[str, str]],
+    request: tuple[int, int, int],
+    hard: tuple,
+    soft: tuple,
+) -> list[int]:
+    """Indices of the healthy workers of ``free`` with room for ``request`` (chips counted on
+    any accelerator: more, never fewer, than the pool's test) matching ``hard``, in the core's
+    candidate order: more soft constraints met first, then by id
+    (``placement.ShapeBook.candidates``)."""
+    cpu, mem, chips = request
+    out = []
+    for i, w in enumerate(free):
+        if not (w.healthy and w.cpu_millicores >= cpu and w.memory_bytes >= mem and w.device.count >= chips):
+            continue
+        if hard:
+            attrs = attributes[i] if attributes else worker_attributes(w.attributes, w.device.type, w.device.variant)
+            if not all(constraint_matches(attrs, c) for c in hard):
+                continue
+        out.append(i)
+    out.sort(key=lambda i: free[i].id)
+    if soft:
+
+        def score(i: int) -> int:
+            attrs = (
+                attributes[i]
+                if attributes
+                else worker_attributes(free[i].attributes, free[i].device.type, free[i].device.variant)
+            )
+            return sum(1 for c in soft if constraint_matches(attrs, c))
+
+        out.sort(key=score, reverse=True)
+    return out
+
+
+def _worker_id(worker: WorkerSpec) -> str:
+    return worker.id
+
+
+def _request(resources: Resources) -> tuple[int, int, int]:
+    chips = resources.device.count if resources.device.type is not DeviceType.CPU else 0
+    return resources.cpu_millicores, resources.memory_bytes, chips
+
+
+def _trial(
+    basis: PreviewBasis, moved_jobs: Mapping[str, JobSpec], moved: Sequence[QueuedTask], workers: tuple[WorkerSpec, ...]
+) -> dict[str, str]:
+    """``placements`` of the moved jobs alone on ``workers``: {task id: worker}."""
     jobs: dict[str, JobSpec] = dict(moved_jobs)
     tasks: list[TaskSnapshot] = []
     for q in moved:
         _, _, index = q.task.rpartition("/")
         tasks.append(TaskSnapshot(id=q.task, job_id=q.job, index=int(index)))
-    if basis.building:
-        jobs[_SLOT_JOB] = JobSpec(
-            id=_SLOT_JOB, user="", band=Band.BATCH, parent=None, submitted_at_ms=0, root_submitted_at_ms=0
-        )
-        slot = 0
-        for worker, n in basis.building.items():
-            for _ in range(n):
-                tasks.append(
-                    TaskSnapshot(
-                        id=f"{_SLOT_JOB}/{slot}",
-                        job_id=_SLOT_JOB,
-                        index=slot,
-                        state=TaskState.ASSIGNED,
-                        worker=worker,
-                        band=Band.BATCH,
-                    )
-                )
-                slot += 1
+    stand_ins = basis.stand_ins
+    if stand_ins:
+        jobs[SLOT_JOB.id] = SLOT_JOB
+        for w in workers:
+            tasks.extend(stand_ins.get(w.id, ()))
     # No budgets and no spend of the user's in the trial: the jobs run at their requested band,
-    # the one they move to. A solo job can only land on a worker with room for one of its
-    # tasks, so only those are offered (first-fit keeps their order); gangs see every worker.
-    workers = basis.free
-    if not any(job.group_by is not None for job in moved_jobs.values()):
-        workers = tuple(w for w in workers if any(_has_room(w, job.resources) for job in moved_jobs.values()))
-    trial = decide(ClusterSnapshot(basis.now_ms, basis.config, {}, workers, jobs, tuple(tasks)))
+    # the one they move to. ``placements`` is decide's own placement pass without the
+    # preemption pass (the preview counts preemptible work instead) and without explanations.
+    trial = placements(ClusterSnapshot(basis.now_ms, basis.config, {}, workers, jobs, tuple(tasks)))
     ours = {q.task for q in moved}
-    return {a.task: a.worker for a in trial.assignments if a.task in ours}
+    return {task: worker for task, worker in trial if task in ours}
+
+
+def build_slot_stand_ins(building: Mapping[str, int]) -> dict[str, tuple[TaskSnapshot, ...]]:
+    """Resource-free ASSIGNED tasks of :data:`SLOT_JOB`, ``building[w]`` on each worker ``w``:
+    the build-slot cap counts them as the tick's ASSIGNED/BUILDING tasks, and they hold
+    nothing and cost no spend (a BATCH job of no user). A function of the tick alone, so the
+    shell builds them once per tick (``PreviewBasis.stand_ins``)."""
+    out: dict[str, tuple[TaskSnapshot, ...]] = {}
+    slot = 0
+    for worker, n in building.items():
+        mine = []
+        for _ in range(n):
+            mine.append(
+                TaskSnapshot(
+                    id=f"{SLOT_JOB.id}/{slot}",
+                    job_id=SLOT_JOB.id,
+                    index=slot,
+                    state=TaskState.ASSIGNED,
+                    worker=worker,
+                    band=Band.BATCH,
+                )
+            )
+            slot += 1
+        out[worker] = tuple(mine)
+    return out
 
 
 def _preemptible(holders: Mapping[HeldWork, int], jobs, band: Band) -> dict[Band, int]:
     """Running tasks (by stamped band) that some moved job may evict at ``band`` and may not at
-    BATCH (the preemption pass's rule, ``may_evict``: BATCH work never preempts)."""
-    out: dict[Band, int] = {}
-    specs = [(job.resources.device, job.group_by is not None) for job in jobs]
+    BATCH (the preemption pass's rule, ``may_evict``: BATCH work never preempts). The rule
+    does not look at the holder's user, so it is asked once per kind of held work."""
+    kinds: dict[tuple, int] = {}
     for held, n in holders.items():
-        now = any(
-            may_evict(Band.BATCH, device, gang, held.band, held.device, held.gang, held.worker_variant)
-            for device, gang in specs
-        )
-        then = any(
-            may_evict(band, device, gang, held.band, held.device, held.gang, held.worker_variant)
-            for device, gang in specs
-        )
-        if then and not now:
-            out[held.band] = out.get(held.band, 0) + n
+        key = (held.band, held.device, held.gang, held.worker_variant)
+        kinds[key] = kinds.get(key, 0) + n
+    specs = list(dict.fromkeys((job.resources.device, job.group_by is not None) for job in jobs))
+    out: dict[Band, int] = {}
+    for (held_band, held_device, held_gang, variant), n in kinds.items():
+        then = any(may_evict(band, d, g, held_band, held_device, held_gang, variant) for d, g in specs)
+        if then and not any(may_evict(Band.BATCH, d, g, held_band, held_device, held_gang, variant) for d, g in specs):
+            out[held_band] = out.get(held_band, 0) + n
     return dict(sorted(out.items()))
-
-
-def _has_room(worker: WorkerSpec, need: Resources) -> bool:
-    """Whether the free capacity ``worker`` could hold one task asking ``need`` (the device's
-    type and variant are the core's placement's to check)."""
-    chips = need.device.count if need.device.type is not DeviceType.CPU else 0
-    return (
-        worker.healthy
-        and worker.cpu_millicores >= need.cpu_millicores
-        and worker.memory_bytes >= need.memory_bytes
-        and worker.device.count >= chips
-    )

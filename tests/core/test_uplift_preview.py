@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from scheduler.core.bands import Band
-from scheduler.core.decision import decide
+from scheduler.core.decision import decide, placements
 from scheduler.core.explain import pending_queue, reason_record
 from scheduler.core.feasibility import HeldWork
 from scheduler.core.types import (
@@ -22,7 +22,7 @@ from scheduler.core.types import (
     SchedulerConfig,
     WorkerSpec,
 )
-from scheduler.core.uplift_preview import PreviewBasis, QueuedTask, band_line, preview_uplift
+from scheduler.core.uplift_preview import PreviewBasis, QueuedTask, band_line, build_slot_stand_ins, preview_uplift
 from tests.core.builders import NOW, job, task, worker
 
 USER = "bob"
@@ -127,7 +127,7 @@ def basis_of(snapshot: ClusterSnapshot, decision, user: str) -> tuple[PreviewBas
         config=snapshot.config,
         spend=decision.spend,
         free=tuple(free),
-        building={n: b for n, b in zip(left.workers, left.building, strict=True) if b},
+        stand_ins=build_slot_stand_ins({n: b for n, b in zip(left.workers, left.building, strict=True) if b}),
         lines=lines,
         holders=holders,
         at_rest=not decision.assignments and not decision.preemptions,
@@ -244,3 +244,97 @@ def test_no_move_when_the_new_limit_still_leaves_the_user_over():
     )
     assert preview.tasks == ()
     assert preview.unchanged == len(queued)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_placements_are_the_decisions_assignments_when_nothing_is_preempted(seed):
+    """``core.decision.placements`` (the preview's trial) is decide's placement pass: on
+    clusters where work fits (bob's small jobs, no lower-band work to evict), the same tasks
+    on the same workers in the same order as the full decision's assignments."""
+    rng = random.Random(seed)
+    snapshot = at_rest_cluster(seed, victims=False)
+    small = {
+        job_id: replace(spec, resources=replace(spec.resources, cpu_millicores=rng.choice([1000, 2000])))
+        for job_id, spec in snapshot.jobs.items()
+    }
+    snapshot = replace(snapshot, jobs=small)
+    decision = decide(snapshot)
+    assert not decision.preemptions
+    assert decision.assignments, "the generated cluster places something"
+    assert placements(snapshot) == [(a.task, a.worker) for a in decision.assignments]
+
+
+@pytest.mark.parametrize("first", [(64, 2), (1, 0), (3, 1)], ids=["as-shipped", "one-worker", "tight"])
+@pytest.mark.parametrize("seed", range(25))
+def test_the_first_fit_shortcut_places_as_the_whole_trial(seed, first, monkeypatch):
+    """On hundreds of workers with room, trying each shape's first candidates first (the
+    preview's shortcut) places bob's moved tasks exactly where a trial on every worker does:
+    hard and soft constraints, build slots and several shapes competing included. With the
+    first candidates cut to one or three workers, the shortcut must see when its trial is
+    not the whole one (a task placed past its shape's first candidates, or left unplaced while
+    candidates were left out) and try every worker."""
+    from scheduler.core import uplift_preview as up
+    from scheduler.core.types import Constraint, ConstraintOp
+
+    monkeypatch.setattr(up, "FIRST_FIT_WORKERS", first[0])
+    monkeypatch.setattr(up, "FIRST_FIT_FACTOR", first[1])
+    rng = random.Random(seed)
+    free = tuple(
+        worker(
+            f"w{i:03d}",
+            cpu=rng.choice([0, 1, 2, 4, 8]),
+            mem=rng.choice([1, 8, 32]),
+            zone=rng.choice(["a", "b", "c"]),
+            rack=rng.choice(["r1", "r2"]),
+        )
+        for i in rng.sample(range(1000), rng.randint(120, 400))
+    )
+    building = {w.id: rng.randint(1, 3) for w in free if rng.random() < 0.3}
+    jobs, moved = {}, []
+    for j in range(rng.randint(1, 4)):
+        job_id = f"/bob/m{j}"
+        constraints = []
+        if rng.random() < 0.4:
+            constraints.append(Constraint("zone", ConstraintOp.EQ, rng.choice(["a", "b"])))
+        if rng.random() < 0.4:
+            constraints.append(Constraint("rack", ConstraintOp.EQ, "r2", soft=True))
+        replicas = rng.randint(1, 40)
+        jobs[job_id] = job(job_id, replicas=replicas, cpu=rng.choice([1, 2, 4]), mem=1, constraints=constraints)
+        moved.extend(
+            QueuedTask(f"{job_id}/{r}", job_id, Band.BATCH, r + 1, held=False, band_count=replicas)
+            for r in range(replicas)
+        )
+    config = SchedulerConfig(
+        budget_defaults=BudgetDefaults(budget_limit=0, max_band=Band.INTERACTIVE),
+        max_tasks_per_job_per_cycle=0,
+        max_building_tasks=rng.choice([0, 3, 4]),
+    )
+    basis = PreviewBasis(
+        now_ms=NOW,
+        config=config,
+        spend={},
+        free=free,
+        stand_ins=build_slot_stand_ins(building),
+        lines={},
+    )
+    shortcut = up._placements(basis, jobs, moved)
+    whole = up._trial(basis, jobs, moved, free)
+    assert shortcut == whole
+    assert shortcut, "the generated cluster places something"
+
+
+def test_the_shortcut_tries_every_worker_when_its_first_candidates_run_out(monkeypatch):
+    """Five tasks, workers with room for one each, the first candidates cut to one worker: the
+    shortcut's trial leaves four unplaced while candidates were left out, so it tries all."""
+    from scheduler.core import uplift_preview as up
+
+    monkeypatch.setattr(up, "FIRST_FIT_WORKERS", 1)
+    monkeypatch.setattr(up, "FIRST_FIT_FACTOR", 0)
+    free = tuple(worker(f"w{i:03d}", cpu=1, mem=1) for i in range(100))
+    jobs = {"/bob/m": job("/bob/m", replicas=5, cpu=1, mem=1)}
+    moved = [QueuedTask(f"/bob/m/{r}", "/bob/m", Band.BATCH, r + 1, held=False) for r in range(5)]
+    config = SchedulerConfig(
+        budget_defaults=BudgetDefaults(budget_limit=0, max_band=Band.INTERACTIVE), max_tasks_per_job_per_cycle=0
+    )
+    basis = PreviewBasis(now_ms=NOW, config=config, spend={}, free=free, stand_ins={}, lines={})
+    assert up._placements(basis, jobs, moved) == {f"/bob/m/{r}": f"w{r:03d}" for r in range(5)}
