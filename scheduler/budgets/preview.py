@@ -101,6 +101,7 @@ def preview_grant(actor, grant_id) -> GrantPreview:
         free=basis.free,
         stand_ins=stand_ins(basis),
         attributes=basis.attributes,
+        memo=basis.memo.setdefault("uplift-preview", {}),
         lines={Band.INTERACTIVE: interactive_line(basis, queue, user)},
         holders=holders_for(basis, moved_shapes),
         at_rest=tick_at_rest(basis.tick),

@@ -174,6 +174,9 @@ class PreviewBasis:
     # Each ``free`` worker's attributes as constraints see them (``placement.worker_attributes``),
     # in the same order; computed here when empty.
     attributes: tuple[Mapping[str, str], ...] = ()
+    # The caller's cache for what depends on this basis alone (each shape's candidates); the
+    # shell keeps one per tick. Reading it never changes an answer.
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 # The reason codes of tasks that did not pass the gates (held back by the per-job cap) and of
@@ -337,8 +340,8 @@ def _placements(basis: PreviewBasis, moved_jobs: Mapping[str, JobSpec], moved: S
     A task can only land on a healthy worker with room for its request that satisfies its
     hard constraints (the automatic device ones included): its shape's *candidates*. When no
     moved job has any, nothing is placed and no trial is needed (always so on a cluster at
-    rest: a moved task did not fit that capacity in BATCH either). Gangs are tried on every
-    worker. Solo tasks go first-fit along their shape's candidates in the core's order (best
+    rest: a moved task did not fit that capacity in BATCH either). With a gang among them,
+    every candidate is offered and every worker the gang's groups are made of. Solo tasks go first-fit along their shape's candidates in the core's order (best
     soft score, then id), the shape's cursor never going back, so the first candidates of
     each shape are offered first (:data:`FIRST_FIT_WORKERS`, or twice the shape's tasks);
     that trial is the whole one when every placed task landed among its own shape's first
@@ -349,18 +352,34 @@ def _placements(basis: PreviewBasis, moved_jobs: Mapping[str, JobSpec], moved: S
     gates too (the jobs' pending tasks are the same)."""
     free = basis.free
     attributes = basis.attributes
+    memo = basis.memo
     shape_of: dict[str, tuple] = {}
     candidates: dict[tuple, list[int]] = {}
     for job_id, job in moved_jobs.items():
         key = (_request(job.resources), hard_constraints(job), soft_constraints(job))
         shape_of[job_id] = key
         if key not in candidates:
-            candidates[key] = _candidates(free, attributes, *key)
+            found = memo.get(("candidates", key))
+            if found is None:
+                found = memo[("candidates", key)] = _candidates(free, attributes, *key)
+            candidates[key] = found
     if not any(candidates.values()):
         return {}
-    if any(job.group_by is not None for job in moved_jobs.values()):
-        return _trial(basis, moved_jobs, moved, free)
     everyone = sorted({i for cands in candidates.values() for i in cands})
+    gangs = [job for job in moved_jobs.values() if job.group_by is not None]
+    if gangs:
+        # A gang's groups are its hard constraints' healthy workers with the group attribute,
+        # ranked by the soft score of all their members, room or not: those are all offered.
+        grouped = set(everyone)
+        for job in gangs:
+            hard = hard_constraints(job)
+            for i, w in enumerate(free):
+                attrs = (
+                    attributes[i] if attributes else worker_attributes(w.attributes, w.device.type, w.device.variant)
+                )
+                if w.healthy and job.group_by in attrs and all(constraint_matches(attrs, c) for c in hard):
+                    grouped.add(i)
+        return _trial(basis, moved_jobs, moved, tuple(free[i] for i in sorted(grouped)))
     tasks_of: dict[tuple, int] = {}
     for q in moved:
         if not q.held:

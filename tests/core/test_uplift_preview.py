@@ -286,6 +286,7 @@ def test_the_first_fit_shortcut_places_as_the_whole_trial(seed, first, monkeypat
             mem=rng.choice([1, 8, 32]),
             zone=rng.choice(["a", "b", "c"]),
             rack=rng.choice(["r1", "r2"]),
+            healthy=rng.random() < 0.95,
         )
         for i in rng.sample(range(1000), rng.randint(120, 400))
     )
@@ -298,8 +299,16 @@ def test_the_first_fit_shortcut_places_as_the_whole_trial(seed, first, monkeypat
             constraints.append(Constraint("zone", ConstraintOp.EQ, rng.choice(["a", "b"])))
         if rng.random() < 0.4:
             constraints.append(Constraint("rack", ConstraintOp.EQ, "r2", soft=True))
-        replicas = rng.randint(1, 40)
-        jobs[job_id] = job(job_id, replicas=replicas, cpu=rng.choice([1, 2, 4]), mem=1, constraints=constraints)
+        gang = rng.random() < 0.2
+        replicas = rng.randint(2, 6) if gang else rng.randint(1, 40)
+        jobs[job_id] = job(
+            job_id,
+            replicas=replicas,
+            cpu=rng.choice([1, 2, 4]),
+            mem=1,
+            constraints=constraints,
+            group_by="zone" if gang else None,
+        )
         moved.extend(
             QueuedTask(f"{job_id}/{r}", job_id, Band.BATCH, r + 1, held=False, band_count=replicas)
             for r in range(replicas)
@@ -338,3 +347,33 @@ def test_the_shortcut_tries_every_worker_when_its_first_candidates_run_out(monke
     )
     basis = PreviewBasis(now_ms=NOW, config=config, spend={}, free=free, stand_ins={}, lines={})
     assert up._placements(basis, jobs, moved) == {f"/bob/m/{r}": f"w{r:03d}" for r in range(5)}
+
+
+def test_a_gangs_groups_keep_their_members_without_room():
+    """A gang's groups are ranked by the soft score of all their members, room or not: zone a
+    (two members without room but on rack r2) outranks zone b (one member on r2), so the
+    gang goes to zone a, as a trial on every worker puts it."""
+    from scheduler.core import uplift_preview as up
+    from scheduler.core.types import Constraint, ConstraintOp
+
+    free = (
+        worker("w1", cpu=4, zone="a", rack="r1"),
+        worker("w2", cpu=4, zone="a", rack="r1"),
+        worker("w3", cpu=0, zone="a", rack="r2"),
+        worker("w4", cpu=0, zone="a", rack="r2"),
+        worker("w5", cpu=4, zone="b", rack="r2"),
+        worker("w6", cpu=4, zone="b", rack="r1"),
+    )
+    soft = Constraint("rack", ConstraintOp.EQ, "r2", soft=True)
+    jobs = {"/bob/g": job("/bob/g", replicas=2, cpu=2, mem=1, group_by="zone", constraints=[soft])}
+    moved = [QueuedTask(f"/bob/g/{r}", "/bob/g", Band.BATCH, r + 1, held=False) for r in range(2)]
+    config = SchedulerConfig(budget_defaults=BudgetDefaults(budget_limit=0, max_band=Band.INTERACTIVE))
+    basis = PreviewBasis(now_ms=NOW, config=config, spend={}, free=free, stand_ins={}, lines={})
+    assert (
+        up._placements(basis, jobs, moved)
+        == up._trial(basis, jobs, moved, free)
+        == {
+            "/bob/g/0": "w1",
+            "/bob/g/1": "w2",
+        }
+    )
