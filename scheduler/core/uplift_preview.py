@@ -368,17 +368,18 @@ def _placements(basis: PreviewBasis, moved_jobs: Mapping[str, JobSpec], moved: S
     everyone = sorted({i for cands in candidates.values() for i in cands})
     gangs = [job for job in moved_jobs.values() if job.group_by is not None]
     if gangs:
-        # A gang's groups are its hard constraints' healthy workers with the group attribute,
-        # ranked by the soft score of all their members, room or not: those are all offered.
+        # A gang goes to the first of its groups (its hard constraints' healthy workers with the
+        # group attribute, ranked by the soft score of all their members, room or not) where
+        # enough members fit. A group with fewer members with room than the gang has tasks can
+        # never be that one: the others are offered whole, with the solo candidates.
         grouped = set(everyone)
         for job in gangs:
-            hard = hard_constraints(job)
-            for i, w in enumerate(free):
-                attrs = (
-                    attributes[i] if attributes else worker_attributes(w.attributes, w.device.type, w.device.variant)
-                )
-                if w.healthy and job.group_by in attrs and all(constraint_matches(attrs, c) for c in hard):
-                    grouped.add(i)
+            n = sum(1 for q in moved if q.job == job.id)  # a gang passes all its pending tasks
+            key = ("gang-groups", shape_of[job.id], job.group_by, n)
+            members = memo.get(key)
+            if members is None:
+                members = memo[key] = _viable_groups(free, attributes, job, n, set(candidates[shape_of[job.id]]))
+            grouped.update(members)
         return _trial(basis, moved_jobs, moved, tuple(free[i] for i in sorted(grouped)))
     tasks_of: dict[tuple, int] = {}
     for q in moved:
@@ -400,6 +401,23 @@ def _placements(basis: PreviewBasis, moved_jobs: Mapping[str, JobSpec], moved: S
         if landed_first and all(offered_set.issuperset(candidates[key]) for key in short):
             return placed
     return _trial(basis, moved_jobs, moved, tuple(free[i] for i in everyone))
+
+
+def _viable_groups(
+    free: Sequence[WorkerSpec], attributes: Sequence[Mapping[str, str]], job: JobSpec, n: int, room: set[int]
+) -> tuple[int, ...]:
+    """Every member of the gang ``job``'s groups that have at least ``n`` (its pending tasks)
+    members in ``room`` (its shape's candidates)."""
+    hard = hard_constraints(job)
+    by_value: dict[str, list[int]] = {}
+    for i, w in enumerate(free):
+        if not w.healthy:
+            continue
+        attrs = attributes[i] if attributes else worker_attributes(w.attributes, w.device.type, w.device.variant)
+        value = attrs.get(job.group_by)
+        if value is not None and all(constraint_matches(attrs, c) for c in hard):
+            by_value.setdefault(value, []).append(i)
+    return tuple(i for members in by_value.values() if sum(1 for i in members if i in room) >= n for i in members)
 
 
 def _candidates(
