@@ -55,9 +55,11 @@ def test_the_preview_has_a_page_of_its_own(clients, grant):
     assert "<html" in response.content.decode()
 
 
-@pytest.mark.parametrize("persona", ["bob", "olivia"])
-def test_only_admins_see_a_preview(clients, grant, persona):
-    assert clients[persona].get(f"/manage/uplifts/{grant.pk}:preview").status_code == 403
+@pytest.mark.parametrize(
+    ("persona", "status"), [("anonymous", 302), ("alice", 403), ("bob", 403), ("olivia", 403), ("ada", 200)]
+)
+def test_only_admins_see_a_preview(clients, grant, persona, status):
+    assert clients[persona].get(f"/manage/uplifts/{grant.pk}:preview").status_code == status
 
 
 def test_a_preview_before_any_tick_says_why_there_is_none(clients, bob):
