@@ -340,8 +340,8 @@ def _placements(basis: PreviewBasis, moved_jobs: Mapping[str, JobSpec], moved: S
     A task can only land on a healthy worker with room for its request that satisfies its
     hard constraints (the automatic device ones included): its shape's *candidates*. When no
     moved job has any, nothing is placed and no trial is needed (always so on a cluster at
-    rest: a moved task did not fit that capacity in BATCH either). With a gang among them,
-    every candidate is offered and every worker the gang's groups are made of. Solo tasks go first-fit along their shape's candidates in the core's order (best
+    rest: a moved task did not fit that capacity in BATCH either). A gang is offered the whole
+    of each of its groups where it could fit (see below). Solo tasks go first-fit along their shape's candidates in the core's order (best
     soft score, then id), the shape's cursor never going back, so the first candidates of
     each shape are offered first (:data:`FIRST_FIT_WORKERS`, or twice the shape's tasks);
     that trial is the whole one when every placed task landed among its own shape's first
@@ -365,42 +365,40 @@ def _placements(basis: PreviewBasis, moved_jobs: Mapping[str, JobSpec], moved: S
             candidates[key] = found
     if not any(candidates.values()):
         return {}
-    everyone = sorted({i for cands in candidates.values() for i in cands})
-    gangs = [job for job in moved_jobs.values() if job.group_by is not None]
-    if gangs:
-        # A gang goes to the first of its groups (its hard constraints' healthy workers with the
-        # group attribute, ranked by the soft score of all their members, room or not) where
-        # enough members fit. A group with fewer members with room than the gang has tasks can
-        # never be that one: the others are offered whole, with the solo candidates.
-        grouped = set(everyone)
-        for job in gangs:
+    everyone = set().union(*candidates.values())
+    # A gang goes to the first of its groups (its hard constraints' healthy workers with the
+    # group attribute, ranked by the soft score of all their members, room or not) where enough
+    # members fit, and gangs are placed before the band's solo tasks. A group with fewer members
+    # with room than the gang has tasks can never be that one; the others are always offered
+    # whole, so the gangs' placements are the whole trial's.
+    gang_workers: set[int] = set()
+    gang_ids = set()
+    for job in moved_jobs.values():
+        if job.group_by is not None:
+            gang_ids.add(job.id)
             n = sum(1 for q in moved if q.job == job.id)  # a gang passes all its pending tasks
             key = ("gang-groups", shape_of[job.id], job.group_by, n)
             members = memo.get(key)
             if members is None:
                 members = memo[key] = _viable_groups(free, attributes, job, n, set(candidates[shape_of[job.id]]))
-            grouped.update(members)
-        return _trial(basis, moved_jobs, moved, tuple(free[i] for i in sorted(grouped)))
+            gang_workers.update(members)
+    solo = [q for q in moved if q.job not in gang_ids and not q.held]
     tasks_of: dict[tuple, int] = {}
-    for q in moved:
-        if not q.held:
-            tasks_of[shape_of[q.job]] = tasks_of.get(shape_of[q.job], 0) + 1
+    for q in solo:
+        tasks_of[shape_of[q.job]] = tasks_of.get(shape_of[q.job], 0) + 1
     firsts = {
-        key: frozenset(cands[: max(FIRST_FIT_WORKERS, FIRST_FIT_FACTOR * tasks_of.get(key, 0))])
-        for key, cands in candidates.items()
+        key: frozenset(candidates[key][: max(FIRST_FIT_WORKERS, FIRST_FIT_FACTOR * n)]) for key, n in tasks_of.items()
     }
-    offered = sorted(set().union(*firsts.values()))
-    if len(offered) < len(everyone):
+    whole = everyone | gang_workers
+    offered = set(gang_workers).union(*firsts.values())
+    if len(offered) < len(whole):
         index = {w.id: i for i, w in enumerate(free)}
-        placed = _trial(basis, moved_jobs, moved, tuple(free[i] for i in offered))
-        landed_first = all(
-            index[worker] in firsts[shape_of[task[: task.rfind("/")]]] for task, worker in placed.items()
-        )
-        offered_set = set(offered)
-        short = {shape_of[q.job] for q in moved if not q.held and q.task not in placed}
-        if landed_first and all(offered_set.issuperset(candidates[key]) for key in short):
+        placed = _trial(basis, moved_jobs, moved, tuple(free[i] for i in sorted(offered)))
+        landed_first = all(index[placed[q.task]] in firsts[shape_of[q.job]] for q in solo if q.task in placed)
+        short = {shape_of[q.job] for q in solo if q.task not in placed}
+        if landed_first and all(offered.issuperset(candidates[key]) for key in short):
             return placed
-    return _trial(basis, moved_jobs, moved, tuple(free[i] for i in everyone))
+    return _trial(basis, moved_jobs, moved, tuple(free[i] for i in sorted(whole)))
 
 
 def _viable_groups(

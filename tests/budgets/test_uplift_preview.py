@@ -125,6 +125,18 @@ def test_preview_counts_the_batch_work_the_grant_lets_bob_preempt(ada, bob):
     assert Task.objects.filter(job__name="/bob/train", state="assigned").count() == 2
 
 
+def test_the_answer_is_what_its_schema_serializer_renders(ada, bob):
+    from scheduler.api.serializers import UpliftPreviewSerializer, uplift_preview_json
+    from scheduler.budgets.preview import preview_grant
+
+    generated_cluster(1)
+    tick_to_rest()
+    grant = request_uplift(bob, budget_limit=0, reason="deadline", duration_seconds=3600)
+    answer = preview_grant(ada, grant.pk)
+    assert answer.preview.tasks
+    assert uplift_preview_json(answer) == UpliftPreviewSerializer(answer).data
+
+
 def test_only_admins_preview_and_bad_ids_get_stable_errors(ada, bob, olivia):
     make_worker("w1")
     run_tick(clock.now_ms())

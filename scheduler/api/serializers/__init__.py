@@ -43,6 +43,7 @@ from scheduler.api.serializers.budgets import (
     UpliftRequestSerializer,
     UpliftSerializer,
     UpliftTaskMoveSerializer,
+    uplift_preview_json,
 )
 from scheduler.api.serializers.jobs import (
     AttemptSerializer,
@@ -174,6 +175,7 @@ __all__ = [
     "UpliftFilterSerializer",
     "UpliftPreviewSerializer",
     "UpliftTaskMoveSerializer",
+    "uplift_preview_json",
     "UpliftRequestSerializer",
     "UpliftSerializer",
     "WhatIfBasisSerializer",

@@ -76,6 +76,40 @@ class UpliftPreviewSerializer(serializers.Serializer):
         return {band.wire: n for band, n in obj.preview.preemptible.items()}
 
 
+def uplift_preview_json(gp) -> dict:
+    """:class:`UpliftPreviewSerializer`'s rendering, written out: hundreds of moved tasks made
+    DRF's per-field machinery a fifth of a preview's CPU (a test holds the two equal)."""
+    p = gp.preview
+    return {
+        "uplift": gp.grant.pk,
+        "user": p.user,
+        "spend": p.spend,
+        "limit_before": p.limit_before,
+        "limit_after": p.limit_after,
+        "tasks": [
+            {
+                "task": m.task,
+                "job": m.job,
+                "requested_band": m.requested.wire,
+                "band_before": m.band_before.wire,
+                "position_before": m.position_before,
+                "band_pending_before": m.band_pending_before,
+                "band_after": m.band_after.wire,
+                "position_after": m.position_after,
+                "band_pending_after": m.band_pending_after,
+                "starts_on": m.starts_on,
+            }
+            for m in p.tasks
+        ],
+        "unchanged": p.unchanged,
+        "starting": p.starting,
+        "preemptible": {band.wire: n for band, n in p.preemptible.items()},
+        "at_rest": p.at_rest,
+        "tick": gp.tick,
+        "tick_at": serializers.DateTimeField().to_representation(gp.tick_at),
+    }
+
+
 class UpliftRequestSerializer(serializers.Serializer):
     user = serializers.CharField(required=False, help_text="defaults to you; researchers ask only for themselves")
     max_band = serializers.ChoiceField(choices=BAND_WIRE, required=False)

@@ -180,7 +180,7 @@ class UpliftPreviewView(IrisView):
         data = self.body()
         if data:
             raise InvalidArgument("expected an empty body: a preview takes no fields", field=sorted(data)[0])
-        return Response(s.UpliftPreviewSerializer(preview_grant(request.user, id)).data)
+        return Response(s.uplift_preview_json(preview_grant(request.user, id)))
 
 
 class UpliftDenyView(UpliftDecisionView):
