@@ -38,5 +38,6 @@ urlpatterns = [
     path("manage/tiers/", manage.tiers, name="manage-tiers"),
     path("manage/uplifts/", manage.uplifts, name="manage-uplifts"),
     re_path(r"^manage/uplifts/(?P<pk>[0-9]+):(?P<verb>approve|deny)$", manage.decide_uplift, name="decide-uplift"),
+    re_path(r"^manage/uplifts/(?P<pk>[0-9]+):preview$", manage.preview_uplift, name="preview-uplift"),
     path("manage/audit/", manage.audit, name="manage-audit"),
 ]

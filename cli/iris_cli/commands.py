@@ -370,9 +370,22 @@ def cmd_admin_budget_set(session: Session, args: argparse.Namespace):
     return session.put(f"budgets/{args.user}", body), lambda b: "Budget set.\n\n" + fmt.budget(b)
 
 
+def cmd_admin_uplift_preview(session: Session, args: argparse.Namespace):
+    return session.post(f"uplifts/{args.id}:preview", {}), fmt.uplift_preview
+
+
 def cmd_admin_uplift_approve(session: Session, args: argparse.Namespace):
+    """Approve; the text output opens with the preview as it stood just before (none before
+    the first tick). ``--json`` prints the grant alone, as before."""
+    try:
+        preview = None if getattr(args, "json", False) else session.post(f"uplifts/{args.id}:preview", {})
+    except CliError as exc:
+        if exc.code != "FAILED_PRECONDITION":
+            raise
+        preview = None  # no tick yet, or already decided: the approval says which
     body = drop_none({"duration_seconds": args.duration, "note": args.note or ""})
-    return session.post(f"uplifts/{args.id}:approve", body), lambda g: "Approved.\n\n" + fmt.uplift(g)
+    shown = "" if preview is None else "Before approving, the preview said:\n\n" + fmt.uplift_preview(preview) + "\n\n"
+    return session.post(f"uplifts/{args.id}:approve", body), lambda g: shown + "Approved.\n\n" + fmt.uplift(g)
 
 
 def cmd_admin_uplift_deny(session: Session, args: argparse.Namespace):

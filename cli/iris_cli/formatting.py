@@ -468,6 +468,51 @@ def uplift(grant: dict) -> str:
     )
 
 
+def place(band_value: Any, position: Any, count: Any) -> str:
+    """``interactive 2/7``: a band and a 1-based position in it of its count."""
+    return f"{band(band_value)} {cell(position)}/{cell(count)}"
+
+
+UPLIFT_MOVE_COLUMNS: list[Column] = [
+    ("TASK", lambda m: pick(m, "task")),
+    ("BEFORE", lambda m: place(pick(m, "band_before"), pick(m, "position_before"), pick(m, "band_pending_before"))),
+    (
+        "AFTER",
+        lambda m: (
+            f"{band(pick(m, 'band_after'))} starts on {cell(pick(m, 'starts_on'))}"
+            if pick(m, "starts_on")
+            else place(pick(m, "band_after"), pick(m, "position_after"), pick(m, "band_pending_after"))
+        ),
+    ),
+]
+
+
+def uplift_preview(preview: dict) -> str:
+    """What approving a grant would do at the next tick (``POST uplifts/<id>:preview``)."""
+    moved = pick(preview, "tasks", default=[]) or []
+    preemptible = pick(preview, "preemptible", default={}) or {}
+    head = fields(
+        [
+            ("uplift", pick(preview, "uplift")),
+            ("user", pick(preview, "user")),
+            ("spend", points(pick(preview, "spend"))),
+            ("limit", f"{limit(pick(preview, 'limit_before'))} -> {limit(pick(preview, 'limit_after'))}"),
+            ("as of tick", pick(preview, "tick")),
+            ("tasks moving", len(moved)),
+            ("start at once", pick(preview, "starting")),
+            ("unchanged", pick(preview, "unchanged")),
+            (
+                "may preempt",
+                ", ".join(f"{n} {band(b)}" for b, n in preemptible.items()) if preemptible else "nothing new",
+            ),
+        ]
+    )
+    body = head + "\n\n" + table(moved, UPLIFT_MOVE_COLUMNS, empty="No queued task changes band.")
+    if pick(preview, "at_rest") is False:
+        body += "\n\nThe newest tick placed or evicted work: the next tick's numbers may differ for other reasons too."
+    return body
+
+
 def uplift_list(page: Any) -> str:
     return with_footer(table(results(page), UPLIFT_COLUMNS, empty="No uplift grants."), page)
 

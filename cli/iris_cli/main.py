@@ -40,6 +40,7 @@ from iris_cli.commands import (
     cmd_admin_budget_set,
     cmd_admin_uplift_approve,
     cmd_admin_uplift_deny,
+    cmd_admin_uplift_preview,
     cmd_budget_list,
     cmd_budget_show,
     cmd_job_cancel,
@@ -273,7 +274,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="USER is new (no account, budget, grant or job yet): create the budget on purpose",
     )
-    admin_uplift = group("uplift", "approve or deny uplift requests", parent=admin)
+    admin_uplift = group("uplift", "preview, approve or deny uplift requests", parent=admin)
+    p = command(admin_uplift, "preview", cmd_admin_uplift_preview, "what approving a request would do at the next tick")
+    p.add_argument("id", metavar="ID")
     p = command(admin_uplift, "approve", cmd_admin_uplift_approve, "approve a request; it starts now")
     p.add_argument("id", metavar="ID")
     p.add_argument("--duration", type=duration, metavar="DURATION", help="override the requested duration")

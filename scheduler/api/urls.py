@@ -30,6 +30,7 @@ urlpatterns = [
     path("uplifts/", views.UpliftsView.as_view(), name="uplifts"),
     re_path(r"^uplifts/(?P<id>[0-9]+):approve$", views.UpliftApproveView.as_view(), name="uplift-approve"),
     re_path(r"^uplifts/(?P<id>[0-9]+):deny$", views.UpliftDenyView.as_view(), name="uplift-deny"),
+    re_path(r"^uplifts/(?P<id>[0-9]+):preview$", views.UpliftPreviewView.as_view(), name="uplift-preview"),
     path("audit/", views.AuditView.as_view(), name="audit"),
     path("workers/", views.WorkersView.as_view(), name="workers"),
     re_path(r"^workers/(?P<name>[^/:]+):heartbeat$", views.WorkerHeartbeatView.as_view(), name="worker-heartbeat"),

@@ -42,6 +42,9 @@ class WhatIfBasis:
     users: tuple[str, ...] = ()
     kinds: tuple[tuple[Device, bool], ...] = ()
     holders_healthy: dict[tuple[int, int, int], int] = field(default_factory=dict, compare=False, repr=False)
+    # ASSIGNED/BUILDING tasks per worker after the tick (the build-slot cap counts them), zeros
+    # left out: the uplift preview places on ``free`` with them (``budgets.preview``).
+    building: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
     # Per-tick memos of the web side (this object is replaced with the tick): the holder counts
     # per matching set, and whatever ``jobs.whatif`` keeps per job shape.
     memo: dict = field(default_factory=dict, compare=False, repr=False)
@@ -86,6 +89,7 @@ def parse_basis(tick: int, started_at: datetime, spend: dict | None, data: dict)
     # one costs more than the rest of a row.
     devices: dict[tuple, Device] = {}
     views: dict[tuple, dict[str, str]] = {}
+    building_of: dict[str, int] = {}
     for name, cpu, mem, dtype, variant, count, a, healthy, free_cpu, free_mem, free_chips, building in data["workers"]:
         device = devices.get((dtype, variant, count))
         if device is None:
@@ -96,6 +100,8 @@ def parse_basis(tick: int, started_at: datetime, spend: dict | None, data: dict)
         if view is None:
             view = views[(a, dtype, variant)] = worker_attributes(attrs, device.type, device.variant)
         constraint_view.append(view)
+        if building:
+            building_of[name] = building
         if max_building and building >= max_building:
             free_cpu = free_mem = free_chips = 0
         if device.type is cpu_type:
@@ -124,4 +130,5 @@ def parse_basis(tick: int, started_at: datetime, spend: dict | None, data: dict)
             for dtype, variant, gang in data["kinds"]
         ),
         holders_healthy={(u, band, k): n for u, band, k, n in data["holders_healthy"]},
+        building=building_of,
     )

@@ -168,6 +168,31 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
     )
 
 
+def placements(snapshot: ClusterSnapshot) -> list[tuple[str, str]]:
+    """``decide``'s placement pass alone: (task id, worker id) of every task it places in free
+    capacity, in placement order, without the preemption pass and without explanations (the
+    uplift preview's trial: explaining what waits costs far more than placing, and it reads
+    only where tasks land). The same steps as :func:`decide` up to ``place``, so on a snapshot
+    where nothing is preempted these are exactly the decision's assignments
+    (``tests/core/test_uplift_preview.py`` holds them equal)."""
+    with collector_paused():
+        config = snapshot.config
+        pending_by_job, active_by_job, unfinished = _group_tasks(snapshot.tasks)
+        counts = {job_id: len(tasks) for job_id, tasks in active_by_job.items()}
+        spend = spend_from_counts(snapshot.jobs, counts)
+        queues = _job_queues(snapshot, pending_by_job, spend)
+        by_job = {q.spec.id: q for q in queues}
+        apply_gates(queues, snapshot.now_ms, config.max_tasks_per_job_per_cycle)
+        bands = scheduling_order(queues, spend)
+        pool = WorkerPool(snapshot, active_by_job, unfinished)
+        book = ShapeBook(pool)
+        for queue in queues:
+            if queue.passed:
+                queue.shape = book.shape_of(queue.spec)
+        ids = pool.ids
+        return [(task.id, ids[w]) for task, w in place(bands, by_job, pool, book)]
+
+
 def _group_tasks(
     tasks: Iterable[TaskSnapshot],
 ) -> tuple[dict[str, list[TaskSnapshot]], dict[str, list[TaskSnapshot]], list[TaskSnapshot]]:

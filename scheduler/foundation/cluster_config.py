@@ -25,7 +25,7 @@ from django.conf import settings
 
 from scheduler.core.bands import BAND_NAMES, Band
 from scheduler.core.budget import MAX_BUDGET_POINTS
-from scheduler.core.types import BudgetDefaults, GroupSpec
+from scheduler.core.types import BudgetDefaults, GroupSpec, SchedulerConfig
 
 TOP_LEVEL_KEYS = {"budget_defaults", "user_budgets", "kubernetes", "tpu", "scale_groups"}
 BUDGET_DEFAULTS_KEYS = {"budget_limit", "max_band"}
@@ -513,4 +513,16 @@ def group_specs(config: ClusterConfig) -> tuple[GroupSpec, ...]:
     return tuple(
         GroupSpec(g.name, g.device_variant, g.zone, g.min_slices, g.max_slices, g.hosts_per_slice, g.chips_per_host)
         for g in config.scale_groups
+    )
+
+
+def scheduler_config() -> SchedulerConfig:
+    """The core's knobs as configured: the per-tick caps from settings, the budget defaults
+    from the cluster config. The tick decides with it (``tick.load``); the uplift preview
+    places with it."""
+    return SchedulerConfig(
+        max_tasks_per_job_per_cycle=settings.MAX_TASKS_PER_JOB_PER_TICK,
+        max_assignments_per_worker=settings.MAX_ASSIGNMENTS_PER_WORKER,
+        max_building_tasks=settings.MAX_BUILDING_TASKS,
+        budget_defaults=cluster_config().budget_defaults,
     )

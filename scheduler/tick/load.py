@@ -10,12 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from django.conf import settings
 
-from scheduler.budgets.rules import budget_defaults, effective_budgets
-from scheduler.foundation.cluster_config import cluster_config, group_specs
+from scheduler.budgets.rules import effective_budgets
+from scheduler.foundation.cluster_config import cluster_config, group_specs, scheduler_config
 from scheduler.core.kueue import KueueInput
-from scheduler.core.types import ClusterSnapshot, SchedulerConfig, TaskSnapshot
+from scheduler.core.types import ClusterSnapshot, TaskSnapshot
 from scheduler.store.cluster_rows import TaskRow, read_cluster
 from scheduler.tick.kueue import split_kueue
 
@@ -44,15 +43,6 @@ class LoadedSnapshot:
     # the board updates its counts from the tasks that changed since its last tick.
     task_snapshots: dict[int, TaskSnapshot] = field(default_factory=dict)
     changes: tuple[int, int] = (0, 0)
-
-
-def scheduler_config() -> SchedulerConfig:
-    return SchedulerConfig(
-        max_tasks_per_job_per_cycle=settings.MAX_TASKS_PER_JOB_PER_TICK,
-        max_assignments_per_worker=settings.MAX_ASSIGNMENTS_PER_WORKER,
-        max_building_tasks=settings.MAX_BUILDING_TASKS,
-        budget_defaults=budget_defaults(),
-    )
 
 
 def load_snapshot(now_ms: int) -> LoadedSnapshot:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.shortcuts import redirect
 
+from scheduler.budgets.preview import preview_grant
 from scheduler.budgets.queries import audit_entries, budget_rows, budget_view, budget_views, uplift_grants
 from scheduler.budgets.rules import budget_defaults, budget_rows_of
 from scheduler.budgets.writes import approve_uplift, deny_uplift, set_budget
@@ -119,12 +120,28 @@ def uplift_context(forms: dict[int, UpliftDecisionForm] | None = None) -> dict:
         )
         grant.budget = budgets.get(grant.user_id)
     decided = list(uplift_grants().exclude(state=UpliftGrant.State.REQUESTED)[:RECENT_DECISIONS])
-    return {"requested": requested, "decided": decided, "tab": "uplifts"}
+    return {"requested": requested, "decided": decided, "tab": "uplifts", "previews_on_load": PREVIEWS_ON_LOAD}
 
 
 @admin_required("The admin console")
 def uplifts(request):
     return page_or_fragment(request, "scheduler/manage_uplifts.html", "uplifts", uplift_context())
+
+
+# The first requests on the page load their preview at once; the rest when asked (each one is a
+# decision on the tick's basis, tens of milliseconds at 100,000 pending tasks).
+PREVIEWS_ON_LOAD = 10
+
+
+@admin_required("Previewing uplift requests")
+def preview_uplift(request, pk: str):
+    """What approving request ``pk`` would do at the next tick (``budgets.preview``): the
+    fragment for the request's card, or a page of its own. Writes nothing."""
+    try:
+        context = {"preview": preview_grant(request.user, pk), "error": None, "pk": int(pk)}
+    except ServiceError as exc:
+        context = {"preview": None, "error": exc.message, "pk": int(pk)}
+    return page_or_fragment(request, "scheduler/manage_uplift_preview.html", "preview", context)
 
 
 @admin_required("Deciding uplift requests")

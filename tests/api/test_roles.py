@@ -65,6 +65,8 @@ MATRIX = [
     ("get", "uplifts/?user=alice", None, only(OK, "alice", "olivia", "ada")),
     ("post", "uplifts/{grant}:approve", {"note": "ok"}, only(OK, "ada")),
     ("post", "uplifts/{grant}:deny", {"note": "no"}, only(OK, "ada")),
+    # No tick has run in this world: admins get the stable "preview after the first tick".
+    ("post", "uplifts/{grant}:preview", {}, only(409, "ada")),
     ("get", "audit/", None, only(OK, "ada")),
     ("get", "workers/", None, everyone(OK)),
     ("post", "workers/", {"name": "w2", "cpu": 8, "memory": "32Gi"}, only(CREATED, "olivia", "ada")),

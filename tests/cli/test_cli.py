@@ -840,3 +840,39 @@ def test_job_list_pages_by_cursor_and_all_follows_every_page(iris, monkeypatch):
     second = iris("job", "list", "--filter", "page_size=3", "--sort", "name", "--cursor", cursor)
     assert second.code == 0, second.err
     assert [line.split()[0] for line in second.out.splitlines()[1:4]] == ["/alice/j3", "/alice/j4", "/alice/j5"]
+
+
+def test_admin_sees_an_uplifts_effect_before_approving_it(iris):
+    """`iris admin uplift preview` shows which of bob's tasks change band and where they would
+    stand; `approve` shows the same preview before its own answer."""
+    from scheduler.models import UserBudget
+    from scheduler.store import clock
+    from scheduler.tick.run import run_tick
+    from tests.personas import make_job, make_worker, run_tasks
+
+    UserBudget.objects.update_or_create(user_id="bob", defaults={"budget_limit": 1, "max_band": int(Band.INTERACTIVE)})
+    worker = make_worker("w-preview", cpu=4, memory_gib=16)
+    run_tasks(make_job("/bob/run", cpu=3, memory_gib=1), worker)
+    make_job("/bob/train", replicas=2, cpu=2, memory_gib=1)
+    run_tick(clock.now_ms())
+    iris.use_token("bob")
+    grant_id = str(
+        iris("--json", "uplift", "request", "--budget-limit", "0", "--reason", "r", "--duration", "1h").json()["id"]
+    )
+
+    iris.use_token("ada")
+    preview = iris("admin", "uplift", "preview", grant_id)
+    assert preview.code == 0, preview.err
+    assert "tasks moving   2" in preview.out
+    rows = [line.split() for line in preview.out.splitlines() if line.startswith("/bob/train/")]
+    assert rows == [
+        ["/bob/train/0", "BATCH", "1/2", "INTERACTIVE", "1/2"],
+        ["/bob/train/1", "BATCH", "2/2", "INTERACTIVE", "2/2"],
+    ]
+    as_json = iris("--json", "admin", "uplift", "preview", grant_id).json()
+    assert [m["position_after"] for m in as_json["tasks"]] == [1, 2]
+
+    approved = iris("admin", "uplift", "approve", grant_id)
+    assert approved.code == 0, approved.err
+    assert approved.out.startswith("Before approving, the preview said:")
+    assert "/bob/train/1" in approved.out and "Approved." in approved.out

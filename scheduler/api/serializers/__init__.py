@@ -39,8 +39,11 @@ from scheduler.api.serializers.budgets import (
     MeSerializer,
     UpliftDecisionSerializer,
     UpliftFilterSerializer,
+    UpliftPreviewSerializer,
     UpliftRequestSerializer,
     UpliftSerializer,
+    UpliftTaskMoveSerializer,
+    uplift_preview_json,
 )
 from scheduler.api.serializers.jobs import (
     AttemptSerializer,
@@ -173,6 +176,9 @@ __all__ = [
     "TokenSerializer",
     "UpliftDecisionSerializer",
     "UpliftFilterSerializer",
+    "UpliftPreviewSerializer",
+    "UpliftTaskMoveSerializer",
+    "uplift_preview_json",
     "UpliftRequestSerializer",
     "UpliftSerializer",
     "WhatIfBasisSerializer",

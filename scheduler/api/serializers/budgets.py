@@ -41,6 +41,76 @@ class UpliftSerializer(serializers.Serializer):
         return grant.decided_by.username if grant.decided_by else None
 
 
+class UpliftTaskMoveSerializer(serializers.Serializer):
+    task = serializers.CharField()
+    job = serializers.CharField()
+    requested_band = BandField(source="requested")
+    band_before = BandField()
+    position_before = serializers.IntegerField(help_text="1-based place in band_before at the newest tick")
+    band_pending_before = serializers.IntegerField()
+    band_after = BandField()
+    position_after = serializers.IntegerField(
+        allow_null=True, help_text="1-based place in band_after at the next tick; null when it would start"
+    )
+    band_pending_after = serializers.IntegerField()
+    starts_on = serializers.CharField(allow_null=True, help_text="the worker it would be placed on at once")
+
+
+class UpliftPreviewSerializer(serializers.Serializer):
+    uplift = serializers.IntegerField(source="grant.pk")
+    user = serializers.CharField(source="preview.user")
+    spend = serializers.IntegerField(source="preview.spend", help_text="points, as the tick decided with")
+    limit_before = serializers.IntegerField(source="preview.limit_before", help_text="points; 0 = unlimited")
+    limit_after = serializers.IntegerField(source="preview.limit_after", help_text="points; 0 = unlimited")
+    tasks = UpliftTaskMoveSerializer(source="preview.tasks", many=True)
+    unchanged = serializers.IntegerField(
+        source="preview.unchanged", help_text="the user's queued tasks that keep their band"
+    )
+    starting = serializers.IntegerField(source="preview.starting")
+    preemptible = serializers.SerializerMethodField()
+    at_rest = serializers.BooleanField(source="preview.at_rest")
+    tick = serializers.IntegerField()
+    tick_at = serializers.DateTimeField()
+
+    @extend_schema_field({"type": "object", "additionalProperties": {"type": "integer"}, "example": {"batch": 12}})
+    def get_preemptible(self, obj) -> dict:
+        return {band.wire: n for band, n in obj.preview.preemptible.items()}
+
+
+def uplift_preview_json(gp) -> dict:
+    """:class:`UpliftPreviewSerializer`'s rendering, written out: hundreds of moved tasks made
+    DRF's per-field machinery a fifth of a preview's CPU (a test holds the two equal)."""
+    p = gp.preview
+    return {
+        "uplift": gp.grant.pk,
+        "user": p.user,
+        "spend": p.spend,
+        "limit_before": p.limit_before,
+        "limit_after": p.limit_after,
+        "tasks": [
+            {
+                "task": m.task,
+                "job": m.job,
+                "requested_band": m.requested.wire,
+                "band_before": m.band_before.wire,
+                "position_before": m.position_before,
+                "band_pending_before": m.band_pending_before,
+                "band_after": m.band_after.wire,
+                "position_after": m.position_after,
+                "band_pending_after": m.band_pending_after,
+                "starts_on": m.starts_on,
+            }
+            for m in p.tasks
+        ],
+        "unchanged": p.unchanged,
+        "starting": p.starting,
+        "preemptible": {band.wire: n for band, n in p.preemptible.items()},
+        "at_rest": p.at_rest,
+        "tick": gp.tick,
+        "tick_at": serializers.DateTimeField().to_representation(gp.tick_at),
+    }
+
+
 class UpliftRequestSerializer(serializers.Serializer):
     user = serializers.CharField(required=False, help_text="defaults to you; researchers ask only for themselves")
     max_band = serializers.ChoiceField(choices=BAND_WIRE, required=False)

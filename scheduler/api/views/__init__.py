@@ -31,6 +31,7 @@ from scheduler.api.views.budgets import (
     UpliftApproveView,
     UpliftDecisionView,
     UpliftDenyView,
+    UpliftPreviewView,
     UpliftsView,
 )
 from scheduler.api.views.workers import (
@@ -67,6 +68,7 @@ __all__ = [
     "UpliftApproveView",
     "UpliftDecisionView",
     "UpliftDenyView",
+    "UpliftPreviewView",
     "UpliftsView",
     "WhatIfView",
     "WorkerCredentialView",

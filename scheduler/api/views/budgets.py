@@ -10,6 +10,7 @@ from scheduler.foundation import roles
 from scheduler.api import serializers as s
 from scheduler.api.permissions import IsAdmin, ReadAnyWriteAdmin
 from scheduler.budgets.queries import audit_entries, budget_view, budget_views, uplift_grants, user_is_known
+from scheduler.budgets.preview import preview_grant
 from scheduler.budgets.writes import approve_uplift, deny_uplift, request_uplift, set_budget
 from scheduler.foundation.errors import InvalidArgument, NotFound, PermissionDenied
 
@@ -161,6 +162,25 @@ class UpliftApproveView(UpliftDecisionView):
     )
     def post(self, request, id: str):
         return super().post(request, id)
+
+
+class UpliftPreviewView(IrisView):
+    permission_classes = [IsAdmin]
+    error_statuses = ("400", "401", "403", "404", "409")
+
+    @extend_schema(
+        operation_id="uplifts_preview",
+        summary="What approving a requested grant would do at the next tick (admins); writes nothing",
+        parameters=[GRANT_ID],
+        request=None,
+        responses={200: s.UpliftPreviewSerializer},
+        tags=["uplifts"],
+    )
+    def post(self, request, id: str):
+        data = self.body()
+        if data:
+            raise InvalidArgument("expected an empty body: a preview takes no fields", field=sorted(data)[0])
+        return Response(s.uplift_preview_json(preview_grant(request.user, id)))
 
 
 class UpliftDenyView(UpliftDecisionView):
