@@ -836,3 +836,19 @@ def test_job_list_pages_by_cursor_and_all_follows_every_page(iris, monkeypatch):
     second = iris("job", "list", "--filter", "page_size=3", "--sort", "name", "--cursor", cursor)
     assert second.code == 0, second.err
     assert [line.split()[0] for line in second.out.splitlines()[1:4]] == ["/alice/j3", "/alice/j4", "/alice/j5"]
+
+
+def test_job_list_says_more_than_when_the_server_stopped_counting(iris, monkeypatch):
+    from django.contrib.auth import get_user_model
+
+    from scheduler.jobs import listing
+    from tests.personas import submit as submit_job_as
+
+    alice = get_user_model().objects.get(username="alice")
+    for i in range(7):
+        submit_job_as(alice, f"j{i}")
+    iris.use_token("alice")
+    monkeypatch.setattr(listing, "COUNT_LIMIT", 5)
+    first = iris("job", "list", "--filter", "page_size=3", "--sort", "name")
+    assert first.code == 0, first.err
+    assert re.search(r"3 of more than 5 shown; next: --cursor \S+", first.out), first.out
