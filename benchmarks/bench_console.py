@@ -322,6 +322,7 @@ def main() -> None:
         if (args.history_jobs or args.reuse) and not args.only:
             deep_pages(connection, api, args.deep_pages, args.requests)
         print(f"\npeak RSS {_rss_mib():.0f} MiB (before the requests: {rss_before:.0f} MiB)", flush=True)
+        print(f"# reference loop: {reference_seconds():.3f} s; load average: {os.getloadavg()[0]:.2f} (at the end)")
 
 
 if __name__ == "__main__":
