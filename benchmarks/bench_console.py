@@ -26,6 +26,7 @@ import resource
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -35,10 +36,131 @@ TARGET_WARM_MS = 150
 TARGET_BYTES = 300_000
 TARGET_WHATIF_WARM_MS = 50
 TARGET_WHATIF_COLD_MS = 250
+# benchmarks/history.py gives the first of the cluster's users by name the most history.
+HEAVY_USER = "user0000"
 
 
 def _rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+@dataclass(frozen=True)
+class Measured:
+    status: int
+    size: int
+    cold_ms: float
+    warm_ms: float
+    p90_ms: float
+    cpu_ms: float
+    statements: int
+    content: bytes
+
+
+def measure(connection, client, method: str, path: str, body, requests: int) -> Measured:
+    """One request (cold: the first), then ``requests`` more: wall and CPU time, SQL statements."""
+    times, cpus = [], []
+    statements = 0
+    for _ in range(requests + 1):
+        count = 0
+
+        def counting(execute, sql, params, many, context):
+            nonlocal count
+            count += 1
+            return execute(sql, params, many, context)
+
+        with connection.execute_wrapper(counting):
+            started, cpu = time.perf_counter(), time.process_time()
+            if method == "GET":
+                response = client.get(path)
+            else:
+                response = client.post(path, data=json.dumps(body), content_type="application/json")
+            times.append((time.perf_counter() - started) * 1000)
+            cpus.append((time.process_time() - cpu) * 1000)
+        statements = count
+    warm = sorted(times[1:]) or times
+    return Measured(
+        status=response.status_code,
+        size=len(response.content),
+        cold_ms=times[0],
+        warm_ms=statistics.median(warm),
+        p90_ms=warm[int(len(warm) * 0.9)],
+        cpu_ms=statistics.median(cpus[1:] or cpus),
+        statements=statements,
+        content=response.content,
+    )
+
+
+def _history_endpoints(console, api, Job) -> list:
+    """The pages a long history weighs on: a finished job's (its attempts and preemptions), the
+    jobs of the user with the most history, the finished jobs, the fairness page."""
+    finished = Job.objects.filter(state="succeeded").order_by("-submitted_at_ms").values_list("name", flat=True)
+    half_a_year_ago = int(time.time() * 1000) - 182 * 86_400_000
+    recent, old = finished.first(), finished.filter(submitted_at_ms__lt=half_a_year_ago).first()
+    preempted = Job.objects.filter(state="preempted").order_by("-submitted_at_ms").values_list("name", flat=True)
+    gone = preempted.first()
+    return [
+        (console, "GET", "/fairness/", None),
+        (console, "GET", f"/jobs{recent}/", None),
+        (console, "GET", f"/jobs{old}/", None),
+        (console, "GET", f"/jobs{gone}/", None),
+        (console, "GET", f"/jobs/?user={HEAVY_USER}", None),
+        (console, "GET", "/jobs/?state=succeeded", None),
+        (console, "GET", "/jobs/?sort=user", None),
+        (console, "GET", f"/budgets/{HEAVY_USER}/", None),
+        (api, "GET", "/api/v1/fairness/", None),
+        (api, "GET", f"/api/v1/jobs{old}", None),
+        (api, "GET", f"/api/v1/jobs{gone}", None),
+        (api, "GET", f"/api/v1/jobs/?user={HEAVY_USER}", None),
+        (api, "GET", "/api/v1/jobs/?state=failed", None),
+        (api, "GET", f"/api/v1/budgets/{HEAVY_USER}", None),
+        (api, "GET", "/api/v1/preemptions/?page=2", None),
+    ]
+
+
+def deep_pages(connection, api, follow: int, requests: int) -> None:
+    """``GET /api/v1/jobs/`` by its next links from the first page, ``follow`` of them, each
+    timed once; then shareable URLs of pages deep down (a cursor made for the row at each
+    depth, as a next link there would be), each timed cold and warm as the pages above."""
+    from urllib.parse import urlencode, urlsplit
+
+    from scheduler.jobs import listing
+    from scheduler.models import Job
+
+    print("\n## Deep pages of `GET /api/v1/jobs/`\n")
+    print("| page | via | status | KB | ms (first request) | warm median ms | warm cpu ms | SQL |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    path = "/api/v1/jobs/"
+    walked = []
+    for number in range(1, follow + 1):
+        m = measure(connection, api, "GET", path, None, 0)
+        walked.append(m.cold_ms)
+        if number in (1, 2, follow):
+            print(
+                f"| {number} | next links | {m.status} | {m.size / 1000:.1f} | {m.cold_ms:.1f} | | | {m.statements} |"
+            )
+        link = json.loads(m.content).get("next")
+        if not link:
+            break
+        parts = urlsplit(link)
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+    print(f"| 1-{len(walked)} | next links | | | median {statistics.median(walked):.1f} | | | |")
+    total = Job.objects.count()
+    for sort in ("-submitted", "user", "state"):
+        view = listing.JobView(sort=sort)
+        for depth in (0, total // 2, total - 100):
+            if depth == 0:
+                url = f"/api/v1/jobs/?{urlencode({'sort': sort})}"
+            else:
+                row = listing.ordered(Job.objects.all(), view)[depth]
+                cursor = listing._cursor(view, row, listing.NEXT)
+                url = f"/api/v1/jobs/?{urlencode({'sort': sort, 'cursor': cursor})}"
+            m = measure(connection, api, "GET", url, None, requests)
+            print(
+                f"| row {depth:,} of {total:,}, sort {sort} | {'first page' if not depth else 'shared URL'} | "
+                f"{m.status} | {m.size / 1000:.1f} | {m.cold_ms:.1f} | {m.warm_ms:.1f} | {m.cpu_ms:.1f} | "
+                f"{m.statements} |",
+                flush=True,
+            )
 
 
 def main() -> None:
@@ -47,6 +169,16 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=10, help="warm requests per endpoint after the first")
     parser.add_argument("--reuse", action="store_true", help="keep the database a previous run restored")
     parser.add_argument("--only", help="only the endpoints whose path contains this text")
+    parser.add_argument(
+        "--history-jobs",
+        type=int,
+        default=0,
+        help="also write this many finished jobs over the past year (benchmarks/history.py), then time the pages",
+    )
+    parser.add_argument("--history-tasks-per-job", type=int, default=5, help="finished tasks per history job (mean)")
+    parser.add_argument(
+        "--deep-pages", type=int, default=20, help="with history: next links of GET jobs/ followed from the first page"
+    )
     args = parser.parse_args()
     sizes = [tuple(int(x) for x in s.lower().split("x")) for s in args.sizes] if args.sizes else SIZES
 
@@ -74,6 +206,7 @@ def main() -> None:
     from django.db import connection
     from django.test import Client
 
+    from benchmarks.history import add_history
     from benchmarks.restore import restore_snapshot
     from benchmarks.synthetic import generate
     from scheduler.core.wire import snapshot_from_json
@@ -110,6 +243,16 @@ def main() -> None:
                 cursor.execute("ANALYZE")
             now_ms = snapshot.now_ms
             del snapshot
+            if args.history_jobs:
+                # A first tick, so the history's tick records carry a real tick's samples; the
+                # tick below is then the newest, after the history.
+                forget_cluster_rows()
+                run_tick(now_ms)
+                started = time.perf_counter()
+                add_history(args.history_jobs, args.history_tasks_per_job, clock.now_ms())
+                with connection.cursor() as cursor:
+                    cursor.execute("ANALYZE")
+                print(f"# history written and analysed in {time.perf_counter() - started:.0f} s", flush=True)
         else:
             now_ms = clock.now_ms()
         forget_cluster_rows()
@@ -156,46 +299,30 @@ def main() -> None:
             (api, "POST", "/api/v1/what-if/", whatif),
         ]
         del worker
+        if args.history_jobs or args.reuse:
+            endpoints += _history_endpoints(console, api, Job)
         rss_before = _rss_mib()
         for client, method, path, body in endpoints:
             if args.only and args.only not in path:
                 continue
-            times, cpus = [], []
-            statements = 0
             # Cold: this process has parsed nothing of the newest tick (queue index, what-if basis).
             forget_board()
-            for _ in range(args.requests + 1):
-                count = 0
-
-                def counting(execute, sql, params, many, context):
-                    nonlocal count
-                    count += 1
-                    return execute(sql, params, many, context)
-
-                with connection.execute_wrapper(counting):
-                    started, cpu = time.perf_counter(), time.process_time()
-                    if method == "GET":
-                        response = client.get(path)
-                    else:
-                        response = client.post(path, data=json.dumps(body), content_type="application/json")
-                    times.append((time.perf_counter() - started) * 1000)
-                    cpus.append((time.process_time() - cpu) * 1000)
-                statements = count
-            warm = sorted(times[1:])
-            size = len(response.content)
+            m = measure(connection, client, method, path, body, args.requests)
             is_whatif = "what-if" in path and method == "POST"
-            warm_ms = statistics.median(warm)
             if is_whatif:
-                ok = warm_ms <= TARGET_WHATIF_WARM_MS and times[0] <= TARGET_WHATIF_COLD_MS
+                ok = m.warm_ms <= TARGET_WHATIF_WARM_MS and m.cold_ms <= TARGET_WHATIF_COLD_MS
             else:
-                ok = warm_ms <= TARGET_WARM_MS and size <= TARGET_BYTES
+                ok = m.warm_ms <= TARGET_WARM_MS and m.size <= TARGET_BYTES
             print(
-                f"| {pending:,} | {workers:,} | `{method} {path}` | {response.status_code} | {size / 1000:.1f} | "
-                f"{times[0]:.1f} | {warm_ms:.1f} | {warm[int(len(warm) * 0.9)]:.1f} | "
-                f"{statistics.median(cpus[1:]):.1f} | {statements} | {'yes' if ok else 'NO'} |",
+                f"| {pending:,} | {workers:,} | `{method} {path}` | {m.status} | {m.size / 1000:.1f} | "
+                f"{m.cold_ms:.1f} | {m.warm_ms:.1f} | {m.p90_ms:.1f} | {m.cpu_ms:.1f} | {m.statements} | "
+                f"{'yes' if ok else 'NO'} |",
                 flush=True,
             )
+        if (args.history_jobs or args.reuse) and not args.only:
+            deep_pages(connection, api, args.deep_pages, args.requests)
         print(f"\npeak RSS {_rss_mib():.0f} MiB (before the requests: {rss_before:.0f} MiB)", flush=True)
+        print(f"# reference loop: {reference_seconds():.3f} s; load average: {os.getloadavg()[0]:.2f} (at the end)")
 
 
 if __name__ == "__main__":

@@ -227,6 +227,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and not env_bool("IRIS_DB_JIT", False):
+    # No JIT compilation of queries (PostgreSQL's jit=on compiles any plan costed over
+    # jit_above_cost): beside a year of history the pages' plans cross that cost, and compiling
+    # one took 200 ms, longer than the query it served (docs/benchmarks.md, "A year of history").
+    options = DATABASES["default"].setdefault("OPTIONS", {})
+    options["options"] = f"{options.get('options', '')} -c jit=off".strip()
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -194,6 +194,8 @@ def page_footer(page: Any, shown: int) -> str:
     if not isinstance(page, dict) or "count" not in page:
         return ""
     total = page.get("count")
+    if page.get("count_exact") is False:  # the server stopped counting (jobs: past 10,000)
+        total = f"more than {total}"
     if not page.get("next") and not page.get("previous"):
         return f"{total} in all" if total != shown else ""
     cursor = query_value(page.get("next") or "", "cursor")

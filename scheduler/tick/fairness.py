@@ -145,8 +145,10 @@ def newest_fairness_tick() -> int | None:
     return TickRecord.objects.order_by("-pk").values_list("pk", flat=True).first()
 
 
-def fairness_report(now: datetime) -> FairnessReport:
-    """Everything the fairness page shows, as of the newest tick and the 24 hours before ``now``."""
+def fairness_report(now: datetime, *, shares: bool = True) -> FairnessReport:
+    """Everything the fairness page shows, as of the newest tick and the 24 hours before ``now``;
+    without ``shares`` (``GET fairness/``, which has no chart) the share series is not read:
+    a day of the ticks' samples."""
     since = now - WINDOW
     threshold = STARVATION_PREEMPTIONS
     newest = TickRecord.objects.order_by("-pk").values_list("pk", "started_at", "fairness").first()
@@ -157,5 +159,6 @@ def fairness_report(now: datetime) -> FairnessReport:
             report.bands = [band_view(b, data) for b, data in sample.get("bands", {}).items()]
     report.lost_work = lost_work(since)
     report.starving = starving_tasks(since, threshold)
-    report.shares = share_series(since)
+    if shares:
+        report.shares = share_series(since)
     return report

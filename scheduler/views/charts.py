@@ -166,16 +166,33 @@ class ShareChart(Plot):
 
 # Distinct line colours of the share chart (CSS classes share-0 .. share-7); users beyond reuse them.
 SHARE_COLOURS = 8
+# Users drawn as lines of their own: those with the largest shares over the window, one per
+# colour less one; the rest are one line, "N other users" (their shares summed). A line per user
+# was 2.6 MB of SVG for a band of 400 users over a day's 120 samples (docs/benchmarks.md, "A year
+# of history"), and its colours repeated every eighth user.
+SHARE_LINES = SHARE_COLOURS - 1
 
 
 def share_chart(series: list[tuple[datetime, dict[str, float]]], *, width: int = 640, height: int = 160) -> ShareChart:
     """A chart of each user's share of one band's running value over ``series`` (oldest first);
-    a user missing from a sample had no demand then and counts as 0."""
+    a user missing from a sample had no demand then and counts as 0. Past ``SHARE_LINES + 1``
+    users, the ``SHARE_LINES`` with the largest shares over the window have lines and the rest
+    share one, their shares summed."""
     chart = ShareChart(width, height, 40, 12, 10, 24)
     if not series:
         return chart
     chart.samples = len(series)
-    users = sorted({u for _, shares in series for u in shares})
+    totals: dict[str, float] = {}
+    for _, shares in series:
+        for u, share in shares.items():
+            totals[u] = totals.get(u, 0.0) + share
+    users = sorted(totals)
+    if len(users) > SHARE_LINES + 1:  # one line for the rest only where it stands for two or more
+        drawn = set(sorted(users, key=lambda u: (-totals[u], u))[:SHARE_LINES])
+        others = [u for u in users if u not in drawn]
+        users = [u for u in users if u in drawn]
+    else:
+        others = []
     x0, x1 = chart.left, width - chart.right
     y0, y1 = chart.top, height - chart.bottom
     x, chart.x_ticks = time_axis([at for at, _ in series], x0, x1)
@@ -183,10 +200,19 @@ def share_chart(series: list[tuple[datetime, dict[str, float]]], *, width: int =
     def y(share: float) -> float:
         return round(y1 - (y1 - y0) * share, 1)
 
-    for n, user in enumerate(users):
-        points = [f"{x(i)},{y(shares.get(user, 0.0))}" for i, (_, shares) in enumerate(series)]
+    def line(label: str, share_at, colour: int) -> None:
+        points = [f"{x(i)},{y(share_at(shares))}" for i, (_, shares) in enumerate(series)]
         if len(points) == 1:
             points.insert(0, f"{x0},{points[0].split(',')[1]}")
-        chart.lines.append((user, " ".join(points), n % SHARE_COLOURS))
+        chart.lines.append((label, " ".join(points), colour))
+
+    for n, user in enumerate(users):
+        line(user, lambda shares, user=user: shares.get(user, 0.0), n % SHARE_COLOURS)
+    if others:
+        line(
+            f"{len(others)} other users",
+            lambda shares: min(1.0, sum(shares.get(u, 0.0) for u in others)),
+            SHARE_COLOURS - 1,
+        )
     chart.y_ticks = [(y(k / 4), f"{k * 25}%") for k in range(5)]
     return chart

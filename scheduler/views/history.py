@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from scheduler.core.bands import Band
 from scheduler.tick import queries as tick_queries
-from scheduler.tick.queries import REPEATED_PREEMPTIONS, newest_preemption, preemption_counts
+from scheduler.tick.queries import COUNTED_EVENTS, REPEATED_PREEMPTIONS, newest_preemption, preemption_counts
 from scheduler.views.common import PAGE_SIZE, POLL_SECONDS, no_change, page_or_fragment, unchanged, window
 from scheduler.views.forms import SINCE_SECONDS, PreemptionFilterForm
 
@@ -31,7 +31,8 @@ def preemptions(request):
         since=since,
         job="/" + job.strip("/") if job else None,
     )
-    win = window(request, events.count(), PAGE_SIZE)
+    total = events.count()
+    win = window(request, total, PAGE_SIZE)
     page = list(events[win.offset : win.offset + win.size])
     counts = preemption_counts(events)
     repeated = {c["job"] for c in counts if c["repeated"]}
@@ -40,6 +41,8 @@ def preemptions(request):
         "events": page,
         "window": win,
         "counts": counts,
+        # Counted among the newest COUNTED_EVENTS of the view only (said so when there are more).
+        "counted_among": COUNTED_EVENTS if total > COUNTED_EVENTS else None,
         "repeated": repeated,
         "threshold": REPEATED_PREEMPTIONS,
         "newest": newest,

@@ -34,7 +34,7 @@ from scheduler.jobs.explain import NOT_YET_TICKED, explain_job
 from scheduler.jobs.queries import job_tasks_window, task_counts, task_placement
 from scheduler.execution.logs import may_read_log, read_tail
 from scheduler.models import Attempt
-from scheduler.store.states import TERMINAL_JOB_VALUES
+from scheduler.store.states import LIVE_JOB_VALUES, TERMINAL_JOB_VALUES
 from scheduler.board.queue import RoundRobinPlace, round_robin_place
 from scheduler.board.read import newest_board_tick, queue_index
 from scheduler.jobs.feasibility import never_runs
@@ -91,8 +91,8 @@ class Group:
 def listing_context(request, newest=None) -> dict:
     """The table's filter, sort, grouping and one page of rows, or the error a bad value got.
 
-    A fixed number of queries: over-budget users (3), count (and, filtered, the unfinished
-    count), page, task counts, group counts,
+    A fixed number of queries: over-budget users (3), count (exact up to ``listing.COUNT_LIMIT``;
+    and, filtered, the unfinished count), page, task counts, group counts,
     and (once per tick per process) the workers the NEVER marker's analysis reads. ``newest``:
     the newest board tick (``board.read.newest_board_tick``), whose key the analysis is cached by.
     """
@@ -103,7 +103,8 @@ def listing_context(request, newest=None) -> dict:
         return {"error": exc.message, "jobs": [], "filter": request.GET, "view": listing.JobView(), "groups": []}
     over = listing.over_budget_users()
     qs = listing.filtered_jobs(job_filter, over)
-    total = qs.count()
+    counted = listing.count_of(qs)
+    total = counted.n
     # Keyset pages (listing.page_of): a cursor from the pager's links, or an old ?page=N link,
     # kept within the last page and the offset limit.
     win = window(request, min(total, listing.MAX_OFFSET + listing.PAGE_SIZE), listing.PAGE_SIZE)
@@ -128,11 +129,14 @@ def listing_context(request, newest=None) -> dict:
         job.group_head = groups.get(key) if view.group and key != previous else None
         previous = key
     # What "Cancel all N matching" would cancel: the unfinished ones (shown only with a filter).
-    unfinished = qs.exclude(state__in=TERMINAL_JOB_VALUES).count() if job_filter.given else 0
+    # Named as the live states rather than "not terminal" (the same rows): the (state, user) and
+    # state indexes then read only the live jobs, not a user's or a state's whole history.
+    unfinished = qs.filter(state__in=LIVE_JOB_VALUES).count() if job_filter.given else 0
     return {
         "jobs": page,
         "page": keyset,
         "total": total,
+        "total_exact": counted.exact,
         "unfinished": unfinished,
         "filter": job_filter.given,
         "view": view,

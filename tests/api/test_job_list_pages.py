@@ -21,7 +21,11 @@ def test_a_deep_page_is_read_from_its_row_without_offset(as_alice, many_jobs):
     with CaptureQueriesContext(connection) as queries:
         deep = as_alice.get(page["next"])
     assert deep.status_code == 200
-    selects = [q["sql"] for q in queries.captured_queries if 'FROM "scheduler_job"' in q["sql"] and "LIMIT" in q["sql"]]
+    selects = [
+        q["sql"]
+        for q in queries.captured_queries
+        if 'FROM "scheduler_job"' in q["sql"] and "LIMIT" in q["sql"] and not q["sql"].startswith("SELECT COUNT(*)")
+    ]
     assert len(selects) == 1, selects
     assert not re.search(r"\bOFFSET\b", selects[0]), selects[0]
     # Read from the page's row on: the column's bound, and on PostgreSQL one row-value comparison
@@ -70,3 +74,20 @@ def test_a_cursor_of_another_sort_is_refused(as_alice, many_jobs):
     response = as_alice.get(f"/api/v1/jobs/?sort=user&cursor={cursor}")
     assert response.status_code == 400
     assert error_of(response)["details"]["field"] == "cursor"
+
+
+def test_the_count_is_exact_up_to_the_limit_then_says_more(as_alice, many_jobs, monkeypatch):
+    total = Job.objects.count()
+    exact = as_alice.get("/api/v1/jobs/?page_size=5").json()
+    assert (exact["count"], exact["count_exact"]) == (total, True)
+    monkeypatch.setattr(listing, "COUNT_LIMIT", total)  # exactly the limit: still exact
+    assert as_alice.get("/api/v1/jobs/?page_size=5").json()["count_exact"] is True
+    monkeypatch.setattr(listing, "COUNT_LIMIT", total - 1)
+    capped = as_alice.get("/api/v1/jobs/?page_size=5").json()
+    assert (capped["count"], capped["count_exact"]) == (total - 1, False)
+    # A narrower filter under the limit is counted exactly again.
+    user = Job.objects.values_list("user", flat=True).first()
+    mine = Job.objects.filter(user=user).count()
+    assert mine < total - 1
+    narrow = as_alice.get(f"/api/v1/jobs/?page_size=5&user={user}").json()
+    assert (narrow["count"], narrow["count_exact"]) == (mine, True)

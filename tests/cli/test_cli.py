@@ -876,3 +876,19 @@ def test_admin_sees_an_uplifts_effect_before_approving_it(iris):
     assert approved.code == 0, approved.err
     assert approved.out.startswith("Before approving, the preview said:")
     assert "/bob/train/1" in approved.out and "Approved." in approved.out
+
+
+def test_job_list_says_more_than_when_the_server_stopped_counting(iris, monkeypatch):
+    from django.contrib.auth import get_user_model
+
+    from scheduler.jobs import listing
+    from tests.personas import submit as submit_job_as
+
+    alice = get_user_model().objects.get(username="alice")
+    for i in range(7):
+        submit_job_as(alice, f"j{i}")
+    iris.use_token("alice")
+    monkeypatch.setattr(listing, "COUNT_LIMIT", 5)
+    first = iris("job", "list", "--filter", "page_size=3", "--sort", "name")
+    assert first.code == 0, first.err
+    assert re.search(r"3 of more than 5 shown; next: --cursor \S+", first.out), first.out

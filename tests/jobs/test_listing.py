@@ -160,3 +160,14 @@ def test_with_nobody_over_budget_the_effective_band_is_the_requested_band():
         make_job(f"/alice/j{i}", band=band)
     for band in Band:
         assert listed({"effective": band.wire}) == listed({"band": band.wire}) != []
+
+
+def test_a_count_stops_at_its_limit_and_says_it_did(table):
+    qs = listing.filtered_jobs(listing.parse_filter({}), frozenset())
+    total = qs.count()
+    assert listing.count_of(qs, limit=total) == listing.JobCount(total, True)
+    assert listing.count_of(qs, limit=total + 50) == listing.JobCount(total, True)
+    assert listing.count_of(qs, limit=total - 1) == listing.JobCount(total - 1, False)
+    assert listing.count_of(qs, limit=1) == listing.JobCount(1, False)
+    alice = listing.filtered_jobs(listing.parse_filter({"user": "alice"}), frozenset())
+    assert listing.count_of(alice, limit=total - 1) == listing.JobCount(alice.count(), True)

@@ -74,6 +74,28 @@ def test_share_chart_draws_a_line_per_user_and_a_missing_user_at_zero():
     assert share_chart([]).empty
 
 
+def test_share_chart_of_many_users_draws_the_largest_and_one_line_for_the_rest():
+    from scheduler.views.charts import SHARE_LINES
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    # u00 has the largest share, u01 the next, ...; 40 users, shares summing to 1 at each sample.
+    weights = {f"u{i:02d}": 40 - i for i in range(40)}
+    total = sum(weights.values())
+    shares = {u: w / total for u, w in weights.items()}
+    series = [(t0, shares), (t0 + timedelta(minutes=5), {**shares, "u39": 0.0})]
+    chart = share_chart(series, width=200, height=100)
+    labels = [label for label, _, _ in chart.lines]
+    assert labels == [f"u{i:02d}" for i in range(SHARE_LINES)] + [f"{40 - SHARE_LINES} other users"]
+    assert len({colour for _, _, colour in chart.lines}) == SHARE_LINES + 1
+    rest = sum(shares[f"u{i:02d}"] for i in range(SHARE_LINES, 40))
+    bottom, top = chart.height - chart.bottom, chart.top
+    first_y = float(chart.lines[-1][1].split()[0].split(",")[1])
+    assert first_y == round(bottom - (bottom - top) * rest, 1)
+    # Up to one more user than there are lines, every user has their own line.
+    few = share_chart([(t0, {f"u{i}": 0.1 for i in range(SHARE_LINES + 1)})])
+    assert [label for label, _, _ in few.lines] == [f"u{i}" for i in range(SHARE_LINES + 1)]
+
+
 def test_chart_of_a_user_missing_from_samples_uses_the_default_limit():
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     chart = spend_chart([SpendSample(t0, {}, {})], "carol", 1000, axes=False)

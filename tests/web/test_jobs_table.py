@@ -88,6 +88,17 @@ def test_the_pager_follows_cursors_through_every_job_and_old_page_links_still_an
     assert "cursor" not in re.search(r'<th aria-sort[^>]*><a href="([^"]+)"', sorted_again.content.decode()).group(1)
 
 
+def test_past_the_count_limit_the_pager_says_more_than(clients, monkeypatch):
+    from scheduler.jobs import listing
+
+    many_jobs(120)
+    assert "1–50 of 120" in clients["ada"].get("/jobs/?page=1").content.decode()
+    monkeypatch.setattr(listing, "COUNT_LIMIT", 100)
+    page = clients["ada"].get("/jobs/?page=2").content.decode()
+    assert "51–100 of more than 100" in page
+    assert "of more than" not in clients["ada"].get("/jobs/?user=u0").content.decode()
+
+
 def test_a_forged_cursor_gets_a_clear_message_not_a_500(clients):
     many_jobs(3)
     response = clients["alice"].get("/jobs/?cursor=forged")

@@ -228,6 +228,41 @@ def test_budget_page_explains_over_and_under(clients, over_budget):
 # --- preemptions ----------------------------------------------------------------------------------
 
 
+def test_most_preempted_jobs_are_counted_among_the_newest_events_of_the_view(clients, alice, bob, monkeypatch):
+    from scheduler.tick import queries as tick_queries
+    from scheduler.views import history
+
+    w = make_worker("w1")
+    crunch = submit(bob, "crunch", priority="batch")
+    other = submit(bob, "other", priority="batch")
+    run_tasks(crunch, w)
+    run_tasks(other, w)
+    urgent = submit(alice, "urgent")
+    for _ in range(3):
+        preempt(crunch.tasks.get(), urgent.tasks.get(), w)
+    for _ in range(2):  # the newest two
+        preempt(other.tasks.get(), urgent.tasks.get(), w)
+    everything = tick_queries.preemptions()
+    assert [(c["job"], c["count"]) for c in tick_queries.preemption_counts(everything)] == [
+        ("/bob/crunch", 3),
+        ("/bob/other", 2),
+    ]
+    assert [(c["job"], c["count"]) for c in tick_queries.preemption_counts(everything, among=3)] == [
+        ("/bob/other", 2),
+        ("/bob/crunch", 1),
+    ]
+    assert "Counted among the newest" not in clients["alice"].get("/preemptions/").content.decode()
+    monkeypatch.setattr(history, "COUNTED_EVENTS", 4)
+    monkeypatch.setattr(tick_queries, "COUNTED_EVENTS", 4)
+    html = clients["alice"].get("/preemptions/").content.decode()
+    assert "Counted among the newest 4 preemptions of this view." in html
+    counts = re.findall(
+        r'<a href="/jobs/bob/(\w+)/">/bob/\w+</a>(?: <span class="badge badge-repeat">repeated</span>)?</td><td class="num">(\d+)',
+        html,
+    )
+    assert counts == [("crunch", "2"), ("other", "2")]
+
+
 def test_repeatedly_preempted_jobs_are_flagged_and_counted(clients, alice, bob):
     w = make_worker("w1")
     crunch = submit(bob, "crunch", priority="batch")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from drf_spectacular.utils import extend_schema
-from rest_framework import status
+from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.utils.urls import remove_query_param, replace_query_param
 
@@ -40,11 +40,19 @@ class JobsView(IrisView):
         description=(
             "Keyset pages: follow `next` and `previous`, whose opaque `cursor` starts the page after (or "
             "before) a row, so a deep page costs what the first does. `?page=N` (old links) still answers "
-            f"within the first {listing.MAX_OFFSET:,} jobs; its links are cursors too."
+            f"within the first {listing.MAX_OFFSET:,} jobs; its links are cursors too. `count` is exact up to "
+            f"{listing.COUNT_LIMIT:,}; past that it is {listing.COUNT_LIMIT:,} and `count_exact` is false."
         ),
         parameters=[s.JobListParametersSerializer, CURSOR_PARAMETER, *PAGE_PARAMETERS],
         responses={
-            200: paginated(s.JobSummarySerializer, "PaginatedJobList", columns=s.JobColumnSerializer(many=True))
+            200: paginated(
+                s.JobSummarySerializer,
+                "PaginatedJobList",
+                columns=s.JobColumnSerializer(many=True),
+                count_exact=serializers.BooleanField(
+                    help_text=f"false: more than `count` jobs match (counts stop at {listing.COUNT_LIMIT:,})"
+                ),
+            )
         },
         tags=["jobs"],
     )
@@ -62,10 +70,12 @@ class JobsView(IrisView):
         counts = task_counts([job.pk for job in page.jobs])
         for job in page.jobs:
             job.task_counts = counts[job.pk]
+        counted = listing.count_of(qs)
         url = remove_query_param(request.build_absolute_uri(), "page")
         return Response(
             {
-                "count": qs.count(),
+                "count": counted.n,
+                "count_exact": counted.exact,
                 "next": replace_query_param(url, "cursor", page.next) if page.next else None,
                 "previous": replace_query_param(url, "cursor", page.previous) if page.previous else None,
                 "columns": columns_wire(),

@@ -75,7 +75,7 @@ class FairnessView(IrisView):
         tags=["ticks"],
     )
     def get(self, request):
-        report = fairness_report(timezone.now())
+        report = fairness_report(timezone.now(), shares=False)
         return Response(
             s.FairnessSerializer(
                 {
