@@ -25,6 +25,7 @@ from scheduler.core.bands import ADMIN_BANDS, Band
 from scheduler.core.explain import format_cores, format_memory
 from scheduler.core.kueue import pinned_backend_in, settled_route
 from scheduler.core.types import ANY_VARIANT, DeviceType, JobState, TaskState
+from scheduler.events.record import record, submitted
 from scheduler.foundation.enqueue import PROMPT_TICK, request_once
 from scheduler.foundation.errors import (
     FailedPrecondition,
@@ -446,6 +447,7 @@ def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
                 [Task(job=job, index=i, state=TaskState.PENDING.value) for i in range(request.replicas)],
                 batch_size=1000,
             )
+            record([submitted(plan, timezone.now())])
             transaction.on_commit(request_prompt_tick, robust=True)
     except IntegrityError:
         # Two submissions of the same id raced past the existence check.
@@ -560,6 +562,7 @@ def submit_jobs(actor, bodies: Any) -> list[SubmittedJob]:
                     for i in range(plan.request.replicas)
                 ],
             )
+            record(submitted(plan, now) for plan in plans)
             transaction.on_commit(request_prompt_tick, robust=True)
     except IntegrityError:
         # A submission of one of these ids raced past the existence check.
