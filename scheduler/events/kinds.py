@@ -46,6 +46,7 @@ END_KINDS = (FINISHED, CANCELLED)
 
 # Job outcomes of FINISHED (and CANCELLED's implied "cancelled"), for `iris job wait`.
 OUTCOME_LOST = "lost"  # failed because its worker was lost, not by its own exit
+OUTCOME_KILLED = "killed"  # failed because a signal ended its process (or the scheduler killed it)
 
 
 def position_class(position: int) -> int:

@@ -255,7 +255,8 @@ def _end_task_attempt(
         else:
             _release_gang(job_pk, task_pk, now, requeue=False, reason=f"Gang member {task_name} ended: {message}")
     if new_state is not TaskState.PENDING:
-        finish_jobs([job_pk], now)
+        failing = (task_pk, number, exit_code) if new_state is TaskState.FAILED else None
+        finish_jobs([job_pk], now, ending=failing)
     return True
 
 
@@ -288,11 +289,13 @@ def _release_gang(job_pk: int, except_task: int, now: datetime, *, requeue: bool
     write_stop_intents([(t, n, w) for _, t, n, w in siblings], reason, now)
 
 
-def finish_jobs(job_pks: Iterable[int], now: datetime) -> None:
+def finish_jobs(job_pks: Iterable[int], now: datetime, ending: tuple[int, int, int | None] | None = None) -> None:
     """Finish each job whose tasks have all finished (one grouped read per job).
 
     The job rows are locked first (in id order), so the tasks read are every committed change:
     another report ending a sibling task has either committed or waits for this one.
+    ``ending`` is the failed attempt whose end is being applied (task pk, number, exit code):
+    its row is written after this check, so its exit code is taken from here.
     """
     job_pks = sorted(set(job_pks))
     lock_jobs(job_pks)
@@ -311,7 +314,7 @@ def finish_jobs(job_pks: Iterable[int], now: datetime) -> None:
             .update(state=outcome.value, finished_at=now)
         )
         if ended:
-            record([_job_end_event(job_pk, outcome, counts, now)])
+            record([_job_end_event(job_pk, outcome, counts, now, ending)])
 
 
 # How a task's end reads as an event's ``outcome``.
@@ -337,7 +340,10 @@ def _attempt_end_event(
     if new_state is TaskState.PENDING:
         data = {"attempt": number, "reason": message or status.value.replace("_", " ")}
         return Draft(kinds.REQUEUED, now, user, job, index, number, data=data)
-    data = {"attempt": number, "outcome": EVENT_OUTCOME[new_state], "exit_code": exit_code, "reason": message}
+    outcome = EVENT_OUTCOME[new_state]
+    if new_state is TaskState.FAILED and exit_code is not None and exit_code < 0:
+        outcome = kinds.OUTCOME_KILLED  # ended by a signal (the memory limit, an operator's kill)
+    data = {"attempt": number, "outcome": outcome, "exit_code": exit_code, "reason": message}
     return Draft(kinds.TASK_FINISHED, now, user, job, index, number, data=data)
 
 
@@ -355,10 +361,24 @@ def _gang_events(job_pk: int, moving, requeue: bool, reason: str, now: datetime)
     return drafts
 
 
-def _job_end_event(job_pk: int, outcome: JobState, counts: dict[str, int], now: datetime) -> Draft:
-    """``finished``: a job failed only by lost workers (no task failed by its own exit) is ``lost``."""
+def _job_end_event(
+    job_pk: int, outcome: JobState, counts: dict[str, int], now: datetime, ending: tuple[int, int, int | None] | None
+) -> Draft:
+    """``finished``. A failed job is ``failed`` if a task of it failed by its own exit,
+    ``killed`` if its failed tasks were all ended by a signal, ``lost`` if none failed but
+    workers were lost under them."""
     name, user = Job.objects.filter(pk=job_pk).values_list("name", "user").get()
     value = outcome.value
-    if outcome is JobState.FAILED and not counts.get(TaskState.FAILED.value):
-        value = kinds.OUTCOME_LOST
+    if outcome is JobState.FAILED:
+        if not counts.get(TaskState.FAILED.value):
+            value = kinds.OUTCOME_LOST
+        else:
+            failed = Attempt.objects.filter(
+                task__job_id=job_pk, task__state=TaskState.FAILED.value, state=TaskState.FAILED.value
+            )
+            exits = list(failed.values_list("exit_code", flat=True))
+            if ending is not None:
+                exits.append(ending[2])
+            if all(code is not None and code < 0 for code in exits):
+                value = kinds.OUTCOME_KILLED
     return Draft(kinds.FINISHED, now, user, name, data={"outcome": value})

@@ -70,7 +70,9 @@ def test_since_now_starts_after_the_newest_event(as_alice, alice, history, setti
 
     submit(alice, "later")
 
-    assert [e["job"] for e in as_alice.get(f"/api/v1/events/?since={page['next']}").json()["events"]] == ["/alice/later"]
+    assert [e["job"] for e in as_alice.get(f"/api/v1/events/?since={page['next']}").json()["events"]] == [
+        "/alice/later"
+    ]
 
 
 def test_another_researchers_budget_events_are_not_shown_but_their_job_events_are(as_bob, as_olivia, history):

@@ -23,7 +23,7 @@ from scheduler.events.sequence import sequence_events
 from scheduler.events.stream import EventQuery, read_events
 from scheduler.models import Attempt, DispatchIntent, Event, StagedEvent, Task
 from scheduler.tick.run import run_tick
-from tests.personas import make_job, make_worker, submit
+from tests.personas import make_worker, submit
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
