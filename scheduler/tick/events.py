@@ -165,8 +165,9 @@ def record_tick_events(
                 drafts.append(
                     Draft(kinds.FINISHED, wall, user_of(job), job, tick=tick.pk, data={"outcome": state.value})
                 )
-    drafts.extend(_limit_events(tick, wall))
-    memory = _queue_memory(tick.pk)
+    previous = TickRecord.objects.filter(pk__lt=tick.pk).order_by("-pk").values_list("pk", "spend", "limits").first()
+    drafts.extend(_limit_events(tick, previous[1:] if previous else ({}, {}), wall))
+    memory = _queue_memory(previous[0] if previous else None)
     if queue is not None:
         drafts.extend(_queue_events(queue, memory, jobs, tick.pk, wall))
     transaction.on_commit(partial(_remember, QueueMemory(tick.pk, memory)))
@@ -191,13 +192,9 @@ def _end_reason(state: TaskState, preemption: Preemption | None) -> str:
     }.get(state, state.value)
 
 
-def _limit_events(tick: TickRecord, wall: datetime) -> list[Draft]:
+def _limit_events(tick: TickRecord, previous: tuple[dict, dict], wall: datetime) -> list[Draft]:
     """``limit_crossed`` for each user over their limit now and not at the previous tick, or
     the other way round (by the two records' spend and limit samples)."""
-    previous = TickRecord.objects.filter(pk__lt=tick.pk).order_by("-pk").values_list("spend", "limits").first() or (
-        {},
-        {},
-    )
     before_spend, before_limits = previous
     drafts = []
     for user in sorted(set(tick.spend) | set(tick.limits) | set(before_spend)):
@@ -216,10 +213,9 @@ def _limit_events(tick: TickRecord, wall: datetime) -> list[Draft]:
     return drafts
 
 
-def _queue_memory(tick_pk: int) -> QueueState:
+def _queue_memory(previous: int | None) -> QueueState:
     """A copy of what was last recorded per queued job, read back from the stream unless this
-    process wrote the previous tick record."""
-    previous = TickRecord.objects.filter(pk__lt=tick_pk).order_by("-pk").values_list("pk", flat=True).first()
+    process wrote the previous tick record (``previous``)."""
     if _memory is not None and _memory.tick_pk == previous:
         return dict(_memory.jobs)
     return read_queue_state()
