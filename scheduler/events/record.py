@@ -10,9 +10,9 @@ in one statement whatever their number (``COPY`` on PostgreSQL, :func:`scheduler
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -20,9 +20,9 @@ from scheduler.models import Job, StagedEvent
 from scheduler.store import bulk
 
 
-@dataclass(frozen=True, slots=True)
-class Draft:
-    """One event as a writer describes it; ``created_at`` is the writer's clock."""
+class Draft(NamedTuple):
+    """One event as a writer describes it; ``created_at`` is the writer's clock. (A named
+    tuple: a burst tick builds tens of thousands, at a third of a frozen dataclass's cost.)"""
 
     kind: str
     created_at: datetime
@@ -31,7 +31,7 @@ class Draft:
     task_index: int | None = None
     attempt: int | None = None
     tick: int | None = None
-    data: Mapping[str, Any] = field(default_factory=dict)
+    data: Mapping[str, Any] = MappingProxyType({})
 
 
 COLUMNS = [

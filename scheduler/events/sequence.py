@@ -13,7 +13,9 @@ events became readable, and the stream has no holes a later commit could fill. W
 rows keep their staging order (one transaction's events stay in the order it wrote them, and
 an event caused by an earlier commit, e.g. a task's end after its start, was staged later).
 
-Who runs it: the tick, after each commit; every read of the stream (``GET events/``, each short
+Who runs it: the Celery task ``scheduler.sequence_events``, which the tick asks for after each
+commit (:func:`request_sequencing`; off the tick's path: a burst tick's tens of thousands of
+events take the mover a moment); every read of the stream (``GET events/``, each short
 sleep of a long poll), so an event is readable at most one reader's poll after its commit. A run
 that finds the lock taken does nothing: the holder moves the rows. SQLite's writers serialise
 at BEGIN, so there the same statements need no lock.
@@ -21,9 +23,14 @@ at BEGIN, so there the same statements need no lock.
 
 from __future__ import annotations
 
+import logging
+
 from django.db import connection, transaction
 
+from scheduler.foundation.enqueue import enqueue
 from scheduler.models import Event, StagedEvent
+
+log = logging.getLogger(__name__)
 
 # Rows moved per statement; a larger backlog (a burst tick's starts) takes several.
 BATCH = 20_000
@@ -85,3 +92,14 @@ def _move_sqlite(batch: int) -> int:
         )
         cursor.execute(f"DELETE FROM {staged} WHERE id <= %s", [ids[-1]])
         return len(ids)
+
+
+def request_sequencing() -> None:
+    """Ask Celery to move the committed events now (after commit; never raises: readers move
+    them anyway, and so does the next tick's request)."""
+    enqueue(
+        "scheduler.sequence_events",
+        expires=60.0,
+        logger=log,
+        failure="could not enqueue the event mover; the next read of the stream moves the events",
+    )

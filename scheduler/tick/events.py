@@ -32,7 +32,7 @@ from scheduler.core.budget import is_over_budget
 from scheduler.core.types import Assignment, Decision, Preemption, TaskState
 from scheduler.events import kinds
 from scheduler.events.record import Draft, record
-from scheduler.events.sequence import sequence_events
+from scheduler.events.sequence import request_sequencing
 from scheduler.models import Event, Job, StagedEvent, TickRecord
 from scheduler.store.states import LIVE_JOB_VALUES, TERMINAL_JOB_VALUES
 from scheduler.tick.load import LoadedSnapshot
@@ -171,8 +171,8 @@ def record_tick_events(
     if queue is not None:
         drafts.extend(_queue_events(queue, memory, jobs, tick.pk, wall))
     transaction.on_commit(partial(_remember, QueueMemory(tick.pk, memory)))
-    # Readable at once, not at the next reader's poll.
-    transaction.on_commit(sequence_events, robust=True)
+    # Readable at once, not at the next reader's poll; moved by Celery, off the tick's path.
+    transaction.on_commit(request_sequencing)
     return record(drafts)
 
 
