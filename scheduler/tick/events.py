@@ -74,10 +74,11 @@ def record_tick_events(
     """Stage this tick's events (one statement); inside the tick's transaction. ``queue`` is the
     publication's ``pending_queue(decision)``, or ``None`` when the decision was reused."""
     jobs = loaded.snapshot.jobs
+    kueue_jobs = loaded.kueue.jobs  # jobs routed to Kubernetes are not in the core's snapshot
     rows = loaded.tasks
 
     def user_of(job: str) -> str:
-        spec = jobs.get(job)
+        spec = jobs.get(job) or kueue_jobs.get(job)
         return spec.user if spec is not None else ""
 
     drafts: list[Draft] = []
@@ -222,11 +223,14 @@ def _queue_memory(previous: int | None) -> QueueState:
 
 
 def read_queue_state() -> QueueState:
-    """Per live job, its last ``queued`` event's band and class, unless a ``requeued`` or
-    ``started`` event came after it (the job left the queue since), from the stream and the
-    staged rows."""
+    """Per live job, its last ``queued`` event's band and class, unless a ``requeued`` event
+    came after it, from the stream and the staged rows. (A job leaves the queue when its tasks
+    start and comes back only through a requeue: tasks are created pending at submission only.
+    A job that left and came back is therefore queued again after a restart, as it would be
+    without one.) One read per process start: the live jobs' queue and requeue events within
+    retention."""
     live = Subquery(Job.objects.filter(state__in=LIVE_JOB_VALUES).values("name"))
-    relevant = (kinds.QUEUED, kinds.STARTED, kinds.REQUEUED)
+    relevant = (kinds.QUEUED, kinds.REQUEUED)
     state: QueueState = {}
     for model in (Event, StagedEvent):
         for job, kind, data in (
