@@ -606,7 +606,11 @@ class EventFields(models.Model):
 class StagedEvent(EventFields):
     """An event as its change's transaction wrote it, before it is given its place in the
     stream. ``scheduler.events.sequence`` moves committed rows to :class:`Event` in order, under
-    one lock, so an :class:`Event` id is never handed out below one a reader has already seen."""
+    one lock, so an :class:`Event` id is never handed out below one a reader has already seen.
+    ``data`` is JSON text here, parsed into ``jsonb`` only when the row moves (off the tick's
+    path: a burst tick stages tens of thousands)."""
+
+    data = models.TextField(default="{}", blank=True)
 
 
 class Event(EventFields):

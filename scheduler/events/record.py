@@ -42,7 +42,7 @@ COLUMNS = [
     ("task_index", "integer"),
     ("attempt", "integer"),
     ("tick", "bigint"),
-    ("data", "jsonb"),
+    ("data", "text"),
 ]
 
 
@@ -50,11 +50,15 @@ def record(drafts: Iterable[Draft]) -> int:
     """Stage ``drafts`` in order, in one statement; inside the caller's transaction. Returns how
     many."""
     rows = [
-        (d.kind, d.created_at, d.user, d.job, d.task_index, d.attempt, d.tick, orjson.dumps(d.data).decode())
+        (d.kind, d.created_at, d.user, d.job, d.task_index, d.attempt, d.tick, orjson.dumps(_plain(d.data)).decode())
         for d in drafts
     ]
     bulk.insert_rows(StagedEvent._meta.db_table, COLUMNS, rows)
     return len(rows)
+
+
+def _plain(data: Mapping[str, Any]) -> dict:
+    return data if type(data) is dict else dict(data)
 
 
 def task_id(job: str, index: int) -> str:

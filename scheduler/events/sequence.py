@@ -39,6 +39,8 @@ BATCH = 20_000
 LOCK_KEY = 7_310_527_001
 
 _FIELDS = 'kind, created_at, "user", job, task_index, attempt, tick, data'
+# The staged ``data`` is JSON text; the stream's is ``jsonb`` (PostgreSQL).
+_MOVED = 'kind, created_at, "user", job, task_index, attempt, tick, data::jsonb'
 
 
 def sequence_events(*, wait: bool = False, batch: int = BATCH) -> int:
@@ -73,7 +75,7 @@ def _move_postgresql(wait: bool, batch: int) -> int | None:
         cursor.execute(
             f"WITH moved AS (DELETE FROM {staged} WHERE id IN "
             f"(SELECT id FROM {staged} ORDER BY id LIMIT %s) RETURNING id, {_FIELDS}) "
-            f"INSERT INTO {events} ({_FIELDS}) SELECT {_FIELDS} FROM moved ORDER BY id",
+            f"INSERT INTO {events} ({_FIELDS}) SELECT {_MOVED} FROM moved ORDER BY id",
             [batch],
         )
         return cursor.rowcount

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 
+import orjson
 from django.db import transaction
 from django.db.models import Subquery
 
@@ -237,6 +238,7 @@ def read_queue_state() -> QueueState:
             model.objects.filter(kind__in=relevant, job__in=live).order_by("id").values_list("job", "kind", "data")
         ):
             if kind == kinds.QUEUED:
+                data = orjson.loads(data) if isinstance(data, str) else data  # staged: JSON text
                 state[job] = (Band.parse(data["band"]).value, data["position_class"])
             else:
                 state.pop(job, None)
