@@ -61,11 +61,6 @@ def _plain(data: Mapping[str, Any]) -> dict:
     return data if type(data) is dict else dict(data)
 
 
-def task_id(job: str, index: int) -> str:
-    """A task's id as the core and the pages write it: ``/alice/train/3``."""
-    return f"{job}/{index}"
-
-
 def submitted(plan, now: datetime) -> Draft:
     """A job's first event, from the ``scheduler.jobs.submit.SubmissionPlan`` it is written by."""
     parent = plan.parent.name if plan.parent is not None else None
