@@ -594,3 +594,48 @@ class EstimateWaits(models.Model):
 
     def __str__(self) -> str:
         return f"estimate waits as of {self.as_of_ms}"
+
+
+class EventFields(models.Model):
+    """What a job or budget event says (``scheduler.events``; its kinds and fields are in
+    docs/api.md, "Events"). ``user`` is whose it is (a job's budget identity, a budget's user);
+    job events name their job by id (no foreign key: an event outlives a deleted job until
+    retention), task events their task's ``task_index`` and ``attempt``."""
+
+    kind = models.CharField(max_length=32)
+    created_at = models.DateTimeField()
+    user = models.CharField(max_length=150, blank=True, default="")
+    job = models.CharField(max_length=MAX_ID_LENGTH, blank=True, default="")
+    task_index = models.IntegerField(null=True, blank=True)
+    attempt = models.IntegerField(null=True, blank=True)
+    tick = models.BigIntegerField(null=True, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        abstract = True
+
+
+class StagedEvent(EventFields):
+    """An event as its change's transaction wrote it, before it is given its place in the
+    stream. ``scheduler.events.sequence`` moves committed rows to :class:`Event` in order, under
+    one lock, so an :class:`Event` id is never handed out below one a reader has already seen.
+    ``data`` is JSON text here, parsed into ``jsonb`` only when the row moves (off the tick's
+    path: a burst tick stages tens of thousands)."""
+
+    data = models.TextField(default="{}", blank=True)
+
+
+class Event(EventFields):
+    """A job or budget event in the stream: ``id`` is its place (increasing in the order events
+    became visible; resumable with ``since=``)."""
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["job", "id"], name="scheduler_event_job_id"),
+            models.Index(fields=["user", "id"], name="scheduler_event_user_id"),
+            models.Index(fields=["kind", "id"], name="scheduler_event_kind_id"),
+            models.Index(fields=["created_at"], name="scheduler_event_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"event {self.pk} {self.kind} {self.job or self.user}"

@@ -13,6 +13,7 @@ from scheduler.foundation.access import delete_expired_tokens as delete_expired_
 from scheduler.budgets.writes import expire_uplifts as expire_due_uplifts
 
 from scheduler.foundation.enqueue import PROMPT_TICK, task_started
+from scheduler.events.sequence import sequence_events as move_committed_events
 from scheduler.execution.dispatcher import drain
 from scheduler.execution.workers import check_workers as declare_lost_workers
 from scheduler.provisioning.kubernetes import sync_kubernetes as sync_kubernetes_backend
@@ -40,6 +41,11 @@ def expire_uplifts() -> None:
 @shared_task(name="scheduler.delete_expired_tokens", ignore_result=True)
 def delete_expired_tokens() -> None:
     delete_expired_api_tokens(timezone.now())
+
+
+@shared_task(name="scheduler.sequence_events", ignore_result=True)
+def sequence_events() -> None:
+    move_committed_events()
 
 
 @shared_task(name="scheduler.dispatch", ignore_result=True)

@@ -26,6 +26,7 @@ from iris_cli.arguments import (
     positive_int,
 )
 from iris_cli import status
+from iris_cli.events import STREAMED, cmd_job_wait, cmd_job_watch
 from iris_cli.client import (
     CliError,
     Session,
@@ -223,6 +224,25 @@ def build_parser() -> argparse.ArgumentParser:
         ("explain", cmd_job_explain, "why a job runs where it runs, or why it waits"),
     ]:
         command(jobs, name, handler, help).add_argument("job", metavar="JOB", help="job id, e.g. /alice/train")
+    p = command(
+        jobs,
+        "watch",
+        cmd_job_watch,
+        "print a job's events (or a user's) as they happen, one line each; a job's watch ends with it",
+    )
+    p.add_argument("job", nargs="?", metavar="JOB", help="job id, e.g. /alice/train (from its first event)")
+    p.add_argument("--user", metavar="U", help="every event of U's jobs and budget instead (from now)")
+    p.add_argument("--kind", action="append", metavar="KIND", help="only events of this kind (repeatable)")
+    p.add_argument("--since", type=non_negative_int, metavar="ID", help="start after event ID")
+    p = command(
+        jobs,
+        "wait",
+        cmd_job_wait,
+        "wait until a job ends; exit 0 succeeded, 3 failed, 4 killed, 5 lost, 6 cancelled, 7 preempted, "
+        "8 unschedulable, 124 timed out",
+    )
+    p.add_argument("job", metavar="JOB", help="job id, e.g. /alice/train")
+    p.add_argument("--timeout", type=duration, metavar="DURATION", help="give up after this long (e.g. 30m)")
     p = command(jobs, "cancel", cmd_job_cancel, "cancel jobs and their children: ids, or every job a filter matches")
     p.add_argument("jobs", nargs="*", metavar="JOB", help="job id(s), e.g. /alice/train")
     p.add_argument(
@@ -391,12 +411,18 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `iris job watch | head`: the reader left
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
+    if answer is STREAMED:
+        return EXIT_OK
     try:
         print(fmt.as_json(answer) if getattr(args, "json", False) else render(answer))
         sys.stdout.flush()
     except BrokenPipeError:  # `iris ... | head`: the reader left; not an error worth a traceback
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    return EXIT_OK
+    # `iris job wait` says how the job ended by its exit status.
+    return getattr(args, "exit_code", EXIT_OK)
 
 
 def report(exc: CliError, login_hint: bool) -> None:

@@ -41,6 +41,7 @@ urlpatterns = [
     path("ticks/", views.TicksView.as_view(), name="ticks"),
     path("fairness/", views.FairnessView.as_view(), name="fairness"),
     path("what-if/", views.WhatIfView.as_view(), name="what-if"),
+    path("events/", views.EventsView.as_view(), name="events"),
     path("scheduler/status", status.SchedulerStatusView.as_view(), name="scheduler-status"),
     re_path(r"^.*$", views.NotFoundView.as_view(), name="not-found"),
 ]

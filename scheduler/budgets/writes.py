@@ -29,6 +29,8 @@ from scheduler.foundation.inputs import (
     parse_text,
     parse_user_id,
 )
+from scheduler.events import kinds
+from scheduler.events.record import Draft, record
 from scheduler.models import AuditEntry, UpliftGrant, UserBudget
 from scheduler.store.locks import hold_until_commit
 
@@ -205,6 +207,7 @@ def request_uplift(
             duration_seconds=duration,
         )
         audit(actor, "uplift.request", f"uplift {grant.pk} for {target}", None, grant_state(grant), why)
+        record([uplift_event(kinds.UPLIFT_REQUESTED, grant, requested_by=actor.username)])
     return grant
 
 
@@ -253,6 +256,12 @@ def _decide_uplift(actor, grant_id: Any, *, approve: bool, duration_seconds: Any
             grant_state(grant),
             text or grant.reason,
         )
+        if approve:
+            record(
+                [uplift_event(kinds.UPLIFT_APPROVED, grant, by=actor.username, expires_at=grant.expires_at.isoformat())]
+            )
+        else:
+            record([uplift_event(kinds.UPLIFT_DENIED, grant, by=actor.username, note=text)])
     return grant
 
 
@@ -297,4 +306,21 @@ def expire_uplifts(now: datetime | None = None) -> int:
             )
             for g in due
         )
+        record(
+            Draft(
+                kinds.UPLIFT_EXPIRED,
+                now,
+                g["user_id"],
+                data={"uplift": g["pk"], **grant_values(g["max_band"], g["budget_limit"])},
+            )
+            for g in due
+        )
     return len(due)
+
+
+def uplift_event(kind: str, grant: UpliftGrant, **fields: Any) -> Draft:
+    """An uplift's event: its user's, naming the grant and what it raises."""
+    data = {"uplift": grant.pk, **grant_values(grant.max_band, grant.budget_limit), **fields}
+    if kind == kinds.UPLIFT_REQUESTED:
+        data["duration_seconds"] = grant.duration_seconds
+    return Draft(kind, timezone.now(), grant.user_id, data=data)

@@ -26,6 +26,8 @@ from django.utils import timezone
 
 from scheduler.backends import AttemptReport, AttemptStatus
 from scheduler.core.types import JobState, TaskState
+from scheduler.events import kinds
+from scheduler.events.record import Draft, record
 from scheduler.execution.outbox import close_intents, write_stop_intents
 from scheduler.models import Attempt, DispatchIntent, Job, Task
 from scheduler.store.states import ACTIVE_VALUES, NON_TERMINAL_VALUES, TERMINAL_JOB_VALUES
@@ -75,7 +77,16 @@ def apply_report(report: AttemptReport, now: datetime) -> bool:
     with transaction.atomic():
         attempt = (
             Attempt.objects.filter(task_id=report.ref.task_pk, number=report.ref.attempt)
-            .values("pk", "state", "finished_at", "worker_id", "worker__name")
+            .values(
+                "pk",
+                "state",
+                "finished_at",
+                "worker_id",
+                "worker__name",
+                "task__index",
+                "task__job__name",
+                "task__job__user",
+            )
             .first()
         )
         if attempt is None:
@@ -104,6 +115,10 @@ def _progress(report: AttemptReport, attempt: dict[str, Any], now: datetime) -> 
             Task.objects.filter(pk=key[0], attempt_count=key[1], state__in=BEFORE_RUNNING).update(
                 state=TaskState.RUNNING.value, updated_at=now
             )
+            job = attempt["task__job__name"]
+            data = {"worker": attempt["worker__name"], "attempt": key[1]}
+            user = attempt["task__job__user"]
+            record([Draft(kinds.RUNNING, now, user, job, attempt["task__index"], key[1], data=data)])
     else:
         moved = Attempt.objects.filter(pk=attempt["pk"], state=TaskState.ASSIGNED.value).update(
             state=TaskState.BUILDING.value
@@ -125,7 +140,7 @@ def _finish(report: AttemptReport, attempt: dict[str, Any], now: datetime) -> bo
     message = report_message(report)
     changed_task = False
     if attempt["state"] in ACTIVE_VALUES:
-        changed_task = _end_task_attempt(task_pk, number, report.status, now, message)
+        changed_task = _end_task_attempt(task_pk, number, report.status, now, message, report.exit_code)
         Attempt.objects.filter(pk=attempt["pk"], state__in=ACTIVE_VALUES).update(
             state=ATTEMPT_STATE_FOR[report.status].value, error=message
         )
@@ -181,7 +196,9 @@ def lock_job_of(task_pk: int) -> None:
     list(Job.objects.select_for_update().filter(pk=Subquery(job)).values_list("pk", flat=True))
 
 
-def _end_task_attempt(task_pk: int, number: int, status: AttemptStatus, now: datetime, message: str) -> bool:
+def _end_task_attempt(
+    task_pk: int, number: int, status: AttemptStatus, now: datetime, message: str, exit_code: int | None = None
+) -> bool:
     """Move the task off its current attempt ``number`` (compare-and-set). True if it moved."""
     lock_job_of(task_pk)
     task = (
@@ -194,6 +211,7 @@ def _end_task_attempt(task_pk: int, number: int, status: AttemptStatus, now: dat
             "index",
             "job_id",
             "job__name",
+            "job__user",
             "job__group_by",
             "job__max_retries_failure",
             "job__max_retries_preemption",
@@ -230,13 +248,15 @@ def _end_task_attempt(task_pk: int, number: int, status: AttemptStatus, now: dat
         return False
     job_pk = task["job_id"]
     task_name = f"{task['job__name']}/{task['index']}"
+    record([_attempt_end_event(task, number, new_state, status, now, message, exit_code)])
     if task["job__group_by"] and new_state is not TaskState.SUCCEEDED:
         if new_state is TaskState.PENDING:
             _release_gang(job_pk, task_pk, now, requeue=True, reason=f"Requeued: gang member {task_name} {message}")
         else:
             _release_gang(job_pk, task_pk, now, requeue=False, reason=f"Gang member {task_name} ended: {message}")
     if new_state is not TaskState.PENDING:
-        finish_jobs([job_pk], now)
+        failing = (task_pk, number, exit_code) if new_state is TaskState.FAILED else None
+        finish_jobs([job_pk], now, ending=failing)
     return True
 
 
@@ -251,6 +271,8 @@ def _release_gang(job_pk: int, except_task: int, now: datetime, *, requeue: bool
         .values_list("pk", "task_id", "number", "worker_id")
     )
     tasks = Task.objects.filter(job_id=job_pk).exclude(pk=except_task)
+    moving = tasks.filter(state__in=ACTIVE_VALUES if requeue else NON_TERMINAL_VALUES)
+    record(_gang_events(job_pk, moving, requeue, reason, now))
     if requeue:
         tasks.filter(state__in=ACTIVE_VALUES).update(
             state=TaskState.PENDING.value, worker=None, band=None, updated_at=now
@@ -267,11 +289,13 @@ def _release_gang(job_pk: int, except_task: int, now: datetime, *, requeue: bool
     write_stop_intents([(t, n, w) for _, t, n, w in siblings], reason, now)
 
 
-def finish_jobs(job_pks: Iterable[int], now: datetime) -> None:
+def finish_jobs(job_pks: Iterable[int], now: datetime, ending: tuple[int, int, int | None] | None = None) -> None:
     """Finish each job whose tasks have all finished (one grouped read per job).
 
     The job rows are locked first (in id order), so the tasks read are every committed change:
     another report ending a sibling task has either committed or waits for this one.
+    ``ending`` is the failed attempt whose end is being applied (task pk, number, exit code):
+    its row is written after this check, so its exit code is taken from here.
     """
     job_pks = sorted(set(job_pks))
     lock_jobs(job_pks)
@@ -284,6 +308,77 @@ def finish_jobs(job_pks: Iterable[int], now: datetime) -> None:
             if counts.get(task_state.value):
                 outcome = job_state
                 break
-        Job.objects.filter(pk=job_pk).exclude(state__in=TERMINAL_JOB_VALUES).update(
-            state=outcome.value, finished_at=now
+        ended = (
+            Job.objects.filter(pk=job_pk)
+            .exclude(state__in=TERMINAL_JOB_VALUES)
+            .update(state=outcome.value, finished_at=now)
         )
+        if ended:
+            record([_job_end_event(job_pk, outcome, counts, now, ending)])
+
+
+# How a task's end reads as an event's ``outcome``.
+EVENT_OUTCOME = {
+    TaskState.SUCCEEDED: "succeeded",
+    TaskState.FAILED: "failed",
+    TaskState.WORKER_FAILED: kinds.OUTCOME_LOST,
+    TaskState.PREEMPTED: "preempted",
+}
+
+
+def _attempt_end_event(
+    task: dict[str, Any],
+    number: int,
+    new_state: TaskState,
+    status: AttemptStatus,
+    now: datetime,
+    message: str,
+    exit_code: int | None,
+) -> Draft:
+    """``requeued`` (retries left) or ``task_finished`` for a task whose attempt just ended."""
+    job, index, user = task["job__name"], task["index"], task["job__user"]
+    if new_state is TaskState.PENDING:
+        data = {"attempt": number, "reason": message or status.value.replace("_", " ")}
+        return Draft(kinds.REQUEUED, now, user, job, index, number, data=data)
+    outcome = EVENT_OUTCOME[new_state]
+    if new_state is TaskState.FAILED and exit_code is not None and exit_code < 0:
+        outcome = kinds.OUTCOME_KILLED  # ended by a signal (the memory limit, an operator's kill)
+    data = {"attempt": number, "outcome": outcome, "exit_code": exit_code, "reason": message}
+    return Draft(kinds.TASK_FINISHED, now, user, job, index, number, data=data)
+
+
+def _gang_events(job_pk: int, moving, requeue: bool, reason: str, now: datetime) -> list[Draft]:
+    """The events of a gang's other members requeued or ended with it (one query)."""
+    drafts = []
+    for index, attempt, job, user in moving.values_list("index", "attempt_count", "job__name", "job__user"):
+        attempt = attempt or None
+        if requeue:
+            data = {"attempt": attempt, "reason": reason[:2000]}
+            drafts.append(Draft(kinds.REQUEUED, now, user, job, index, attempt, data=data))
+        else:
+            data = {"attempt": attempt, "outcome": TaskState.COSCHED_FAILED.value, "exit_code": None, "reason": reason}
+            drafts.append(Draft(kinds.TASK_FINISHED, now, user, job, index, attempt, data=data))
+    return drafts
+
+
+def _job_end_event(
+    job_pk: int, outcome: JobState, counts: dict[str, int], now: datetime, ending: tuple[int, int, int | None] | None
+) -> Draft:
+    """``finished``. A failed job is ``failed`` if a task of it failed by its own exit,
+    ``killed`` if its failed tasks were all ended by a signal, ``lost`` if none failed but
+    workers were lost under them."""
+    name, user = Job.objects.filter(pk=job_pk).values_list("name", "user").get()
+    value = outcome.value
+    if outcome is JobState.FAILED:
+        if not counts.get(TaskState.FAILED.value):
+            value = kinds.OUTCOME_LOST
+        else:
+            failed = Attempt.objects.filter(
+                task__job_id=job_pk, task__state=TaskState.FAILED.value, state=TaskState.FAILED.value
+            )
+            exits = list(failed.values_list("exit_code", flat=True))
+            if ending is not None:
+                exits.append(ending[2])
+            if all(code is not None and code < 0 for code in exits):
+                value = kinds.OUTCOME_KILLED
+    return Draft(kinds.FINISHED, now, user, name, data={"outcome": value})

@@ -21,6 +21,7 @@ from scheduler.foundation import roles
 from scheduler.foundation.access import owns_job, require_authenticated
 from scheduler.core.types import JobState, TaskState
 from scheduler.foundation.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from scheduler.events.record import record_cancelled
 from scheduler.execution.outbox import write_stop_intents
 from scheduler.jobs.listing import JobFilter, filtered_jobs, over_budget_users
 from scheduler.jobs.request import normalize_job_id
@@ -204,6 +205,7 @@ def _kill(actor, roots: list[tuple[int, str]], now: datetime) -> tuple[dict[int,
     Job.objects.filter(pk__in=list(jobs)).exclude(state__in=TERMINAL_JOB_VALUES).update(
         state=JobState.KILLED.value, finished_at=now
     )
+    record_cancelled(actor.username, roots, jobs, now)
     for _, name in roots:
         log.info(
             "job %s cancelled by %s",

@@ -26,6 +26,7 @@ from scheduler.core.bands import ADMIN_BANDS, Band
 from scheduler.core.explain import format_cores, format_memory
 from scheduler.core.kueue import pinned_backend_in, settled_route
 from scheduler.core.types import ANY_VARIANT, DeviceType, JobState, TaskState
+from scheduler.events.record import record, submitted
 from scheduler.foundation.enqueue import PROMPT_TICK, request_once
 from scheduler.foundation.errors import (
     FailedPrecondition,
@@ -471,6 +472,7 @@ def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
         with transaction.atomic():
             plan = plan_submission(actor, request, serialise_user=True)
             job = _write_job(actor, plan)
+            record([submitted(plan, timezone.now())])
             transaction.on_commit(request_prompt_tick, robust=True)
     except IntegrityError:
         # Two submissions of the same id raced past the existence check.
@@ -624,6 +626,7 @@ def submit_jobs(actor, bodies: Any) -> list[SubmittedJob]:
                     for i in range(plan.request.replicas)
                 ],
             )
+            record(submitted(plan, now) for plan in plans)
             transaction.on_commit(request_prompt_tick, robust=True)
     except IntegrityError:
         # A submission of one of these ids raced past the existence check.

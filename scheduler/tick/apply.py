@@ -30,6 +30,7 @@ from scheduler.core.types import ACTIVE_STATES, Decision, JobState, TaskState
 from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord, Worker
 from scheduler.store import bulk
 from scheduler.store.states import ACTIVE_VALUES, TERMINAL_JOB_VALUES
+from scheduler.tick.events import record_tick_events
 from scheduler.tick.load import LoadedSnapshot
 
 
@@ -323,6 +324,8 @@ def apply_decision(
         # The publication is built while the last writes run.
         publication.build(kept, tick.pk, tick.fairness)
     published = publication.finish(tick.pk)
+    # The events of these changes, in this transaction (scheduler/tick/events.py).
+    record_tick_events(loaded, decision, kept, assignments, preemptions, tick, publication.queue, wall)
 
     duration_ms = (time.perf_counter() - started) * 1000
     TickRecord.objects.filter(pk=tick.pk).update(

@@ -7,7 +7,8 @@ and so is any record holding a stored queue and what-if basis (the newest tick's
 tick's it names because it reused that tick's decision: ``TickRecord.explanation_tick``).
 Preemption events outlive their tick (their ``tick`` link becomes empty) and are kept
 ``IRIS_PREEMPTION_HISTORY_DAYS``; shipped logs not written to for ``IRIS_SHIPPED_LOG_DAYS`` go too
-(``scheduler.execution.logs``).
+(``scheduler.execution.logs``), and job and budget events older than ``IRIS_EVENT_HISTORY_DAYS``
+(``scheduler.events.retention``).
 
 Rows go in batches of ``IRIS_PRUNE_BATCH_ROWS`` (one short transaction and one ``DELETE`` each,
 ``scheduler.store.pruning``), and one run stops after ``IRIS_PRUNE_BUDGET_SECONDS``: a backlog
@@ -22,6 +23,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
+from scheduler.events.retention import prune_events
 from scheduler.execution.logs import prune_shipped_logs
 from scheduler.models import PreemptionEvent, TickRecord
 from scheduler.store.pruning import Pruned, delete_in_batches
@@ -76,14 +78,16 @@ class HistoryPruned:
     shipped_logs: int
     shipped_log_bytes: int
     finished: bool  # false: the time budget ran out; the next run goes on
+    events: int = 0
 
 
 def prune_history(now: datetime) -> HistoryPruned:
-    """One retention run by the settings, within ``IRIS_PRUNE_BUDGET_SECONDS`` for all three."""
+    """One retention run by the settings, within ``IRIS_PRUNE_BUDGET_SECONDS`` for all four."""
     deadline = time.monotonic() + settings.PRUNE_BUDGET_SECONDS
     batch = settings.PRUNE_BATCH_ROWS
     ticks = _prune_tick_records(now, settings.TICK_HISTORY_DAYS, batch, deadline)
     events = prune_preemption_events(now, settings.PREEMPTION_HISTORY_DAYS, batch, deadline)
     files, freed = prune_shipped_logs(now.timestamp(), settings.SHIPPED_LOG_DAYS, deadline=deadline)
-    finished = ticks.finished and events.finished and time.monotonic() < deadline
-    return HistoryPruned(ticks.deleted, events.deleted, files, freed, finished)
+    stream = prune_events(now, settings.EVENT_HISTORY_DAYS, batch=batch, deadline=deadline)
+    finished = ticks.finished and events.finished and stream.finished and time.monotonic() < deadline
+    return HistoryPruned(ticks.deleted, events.deleted, files, freed, finished, events=stream.deleted)

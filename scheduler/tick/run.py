@@ -35,6 +35,7 @@ from scheduler.store import lease
 from scheduler.store.cluster_rows import forget_cluster_rows
 from scheduler.store.clock import now_ms
 from scheduler.board import publish
+from scheduler.tick import events as tick_events
 from scheduler.tick.apply import TickOutcome, apply_decision
 from scheduler.tick.kueue import plan_kueue, save_kueue_state
 from scheduler.tick.load import load_snapshot
@@ -54,6 +55,7 @@ def forget_decision() -> None:
     global _newest_decision
     _newest_decision = None
     publish.forget()
+    tick_events.forget()
 
 
 class LeaseLost(RuntimeError):

@@ -39,6 +39,13 @@ def _keep_the_test_connection():
         signal.connect(close_old_connections)
 
 
+@pytest.fixture(autouse=True)
+def _no_long_polls(settings):
+    """``GET events/?wait=`` would wait up to 25 s an example for events nobody writes."""
+    settings.EVENTS_MAX_WAIT_SECONDS = 1
+    settings.EVENTS_POLL_SECONDS = 0.05
+
+
 @pytest.fixture
 def admin_headers(ada, alice):
     """Something to find: a job, a worker and a grant, so not every request is a 404."""

@@ -77,6 +77,8 @@ MATRIX = [
     ("get", "preemptions/", None, everyone(OK)),
     ("get", "ticks/", None, everyone(OK)),
     ("get", "fairness/", None, everyone(OK)),
+    ("get", "events/", None, everyone(OK)),
+    ("get", "events/?job=alice/train&since=0", None, everyone(OK)),
     ("post", "ticks/", None, only(OK, "olivia", "ada")),
     ("post", "what-if/", {"name": "probe"}, everyone(OK)),
     ("post", "what-if/", {"name": "probe", "user": "alice"}, only(OK, "alice", "olivia", "ada")),

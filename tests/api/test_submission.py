@@ -419,8 +419,8 @@ def test_a_submissions_statements_do_not_grow_with_the_users_or_the_clusters_job
     assert Job.objects.filter(user="alice").count() == 203 and Job.objects.filter(user="bob").count() == 200
     assert many == few
     assert (
-        few <= 12
-    )  # token (1), budget (2), cap, id free, clock, job, tasks, savepoint (2), capacity; +1 user lock on PostgreSQL
+        few <= 13
+    )  # token (1), budget (2), cap, id free, clock, job, tasks, its event, savepoint (2), capacity; +1 user lock on PostgreSQL
 
 
 @pytest.mark.postgres

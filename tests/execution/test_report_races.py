@@ -48,8 +48,8 @@ def race_final_reports(
     else:
         real_finish_jobs = attempts.finish_jobs
 
-        def finish_jobs_then_meet(job_pks, now):
-            real_finish_jobs(job_pks, now)
+        def finish_jobs_then_meet(job_pks, now, **kwargs):
+            real_finish_jobs(job_pks, now, **kwargs)
             rendezvous.wait(names[threading.get_ident()])
 
         monkeypatch.setattr(attempts, "finish_jobs", finish_jobs_then_meet)

@@ -42,12 +42,14 @@ from scheduler.api.views.workers import (
     WorkersView,
 )
 from scheduler.api.views.ticks import FairnessView, PreemptionsView, TicksView, WhatIfView
+from scheduler.api.views.events import EventsView
 
 __all__ = [
     "AuditView",
     "BudgetView",
     "BudgetsView",
     "CurrentTokenView",
+    "EventsView",
     "FairnessView",
     "IrisView",
     "JobCancelView",

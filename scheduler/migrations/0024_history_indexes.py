@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduler', '0022_audit_entries_plural'),
+        ('scheduler', '0023_events'),
     ]
 
     operations = [

@@ -1,0 +1,49 @@
+"""The event stream (``GET events/``): one event, the page of events, the query string."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from scheduler.events.kinds import ALL_KINDS
+
+
+class EventSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    kind = serializers.ChoiceField(choices=ALL_KINDS)
+    at = serializers.DateTimeField(source="created_at")
+    user = serializers.CharField()
+    job = serializers.SerializerMethodField()
+    task = serializers.SerializerMethodField()
+    attempt = serializers.IntegerField(allow_null=True)
+    tick = serializers.IntegerField(allow_null=True)
+    data = serializers.DictField()
+
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_job(self, event) -> str | None:
+        return event.job or None
+
+    @extend_schema_field({"type": "string", "nullable": True})
+    def get_task(self, event) -> str | None:
+        return f"{event.job}/{event.task_index}" if event.task_index is not None else None
+
+
+class EventPageSerializer(serializers.Serializer):
+    events = EventSerializer(many=True)
+    next = serializers.IntegerField(help_text="resume with since=this (or Last-Event-ID: this)")
+    more = serializers.BooleanField(help_text="more events matched than limit: read again at once")
+
+
+class EventFilterSerializer(serializers.Serializer):
+    """The query string, for the schema (``scheduler.events.stream.parse_event_query`` checks it)."""
+
+    since = serializers.CharField(
+        required=False, help_text="an event id: events after it (default 0, the oldest kept); 'now': only new ones"
+    )
+    job = serializers.CharField(required=False, help_text="a job id: its events and its tasks'")
+    user = serializers.CharField(required=False, help_text="whose events (a job's owner, a budget's user)")
+    kind = serializers.CharField(required=False, help_text="one kind or several, comma-separated")
+    wait = serializers.IntegerField(
+        required=False, help_text="seconds to wait for an event when none is there yet (long poll; bounded)"
+    )
+    limit = serializers.IntegerField(required=False, help_text="at most this many events (default 100, at most 1,000)")

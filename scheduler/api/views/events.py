@@ -1,0 +1,29 @@
+"""``GET events/``: the job and budget event stream, resumable, with a bounded long poll."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.response import Response
+
+from scheduler.api.serializers.events import EventFilterSerializer, EventPageSerializer
+from scheduler.api.views.base import IrisView
+from scheduler.events.stream import parse_event_query, wait_for_events
+
+
+class EventsView(IrisView):
+    error_statuses = ("400", "401")
+
+    @extend_schema(
+        operation_id="events_list",
+        summary="Job and budget events after an id, oldest first; waits up to `wait` seconds for one",
+        parameters=[
+            EventFilterSerializer,
+            OpenApiParameter("Last-Event-ID", str, OpenApiParameter.HEADER, description="as since="),
+        ],
+        responses={200: EventPageSerializer},
+        tags=["events"],
+    )
+    def get(self, request):
+        query = parse_event_query(request.query_params, request.headers.get("Last-Event-ID"))
+        page = wait_for_events(request.user, query)
+        return Response(EventPageSerializer(page).data)

@@ -1,0 +1,141 @@
+"""Reading the event stream: ``GET /api/v1/events/`` and ``iris job watch|wait``.
+
+A read returns the events after ``since`` (an event id: the request's ``since``, else its
+``Last-Event-ID`` header) in id order, filtered by job, user and kind, at most ``limit`` of
+them. With ``wait`` seconds, a read that finds none sleeps in short steps
+(``IRIS_EVENTS_POLL_SECONDS``) and looks again until one arrives or ``wait`` runs out: a long
+poll. Each look is its own short statement in autocommit (no transaction is open while it
+sleeps, so the connection is idle, never "idle in transaction"), and first moves what has
+committed into the stream (:func:`scheduler.events.sequence.sequence_events`).
+
+Who sees what (the job pages' rule, ``scheduler.foundation.access``): every signed-in user sees
+every job's events, as every job page shows every job; budget events (uplifts, a limit
+crossed) are their user's own, as ``GET uplifts/`` lists them: researchers see their own,
+operators and admins everyone's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db.models import Max, Q, QuerySet
+
+from scheduler.events.kinds import ALL_KINDS
+from scheduler.events.sequence import sequence_events
+from scheduler.foundation import roles
+from scheduler.foundation.access import require_authenticated
+from scheduler.foundation.errors import InvalidArgument
+from scheduler.foundation.inputs import MAX_INT64, parse_int, parse_segment, parse_text, parse_user_id
+from scheduler.models import MAX_ID_LENGTH, Event
+
+# Events one read returns at most (and by default); ``next`` resumes after the last one.
+MAX_LIMIT = 1000
+DEFAULT_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class EventQuery:
+    """A parsed read: ``since`` is the id after which events are wanted (``None``: from now)."""
+
+    since: int | None = 0
+    job: str = ""
+    user: str = ""
+    kinds: tuple[str, ...] = ()
+    wait: float = 0.0
+    limit: int = DEFAULT_LIMIT
+
+
+@dataclass(frozen=True)
+class EventPage:
+    events: list[Event]
+    next: int  # the id to resume after: the last event's, or ``since`` when there was none
+    more: bool  # more events matched than ``limit``: read again at once
+
+
+def parse_event_query(params, last_event_id: str | None = None) -> EventQuery:
+    """The query string (and the ``Last-Event-ID`` header) as an :class:`EventQuery`; every bad
+    value is ``INVALID_ARGUMENT`` naming its field."""
+    raw_since = params.get("since")
+    if raw_since in (None, "") and last_event_id not in (None, ""):
+        raw_since, since_field = last_event_id, "Last-Event-ID"
+    else:
+        since_field = "since"
+    if isinstance(raw_since, str) and raw_since.strip() == "now":
+        since = None
+    else:
+        since = parse_int(raw_since, since_field, minimum=0, maximum=MAX_INT64, default=0)
+    job = ""
+    if params.get("job") not in (None, ""):
+        text = parse_text(params.get("job"), "job", max_length=MAX_ID_LENGTH)
+        segments = text.strip("/").split("/")
+        for segment in segments:
+            parse_segment(segment, "job")
+        if len(segments) < 2:
+            raise InvalidArgument("a job id has the form /<user>/<name>[/<child>...]", field="job")
+        job = "/" + "/".join(segments)
+    user = parse_user_id(params.get("user"), "user") if params.get("user") not in (None, "") else ""
+    kinds: tuple[str, ...] = ()
+    if params.get("kind") not in (None, ""):
+        kinds = tuple(k.strip() for k in parse_text(params.get("kind"), "kind").split(",") if k.strip())
+        unknown = [k for k in kinds if k not in ALL_KINDS]
+        if unknown:
+            raise InvalidArgument(
+                f"unknown event kind {unknown[0]!r}; the kinds are {', '.join(ALL_KINDS)}", field="kind"
+            )
+    max_wait = settings.EVENTS_MAX_WAIT_SECONDS
+    wait = parse_int(params.get("wait"), "wait", minimum=0, maximum=int(max_wait), default=0, unit="seconds")
+    limit = parse_int(params.get("limit"), "limit", minimum=1, maximum=MAX_LIMIT, default=DEFAULT_LIMIT)
+    return EventQuery(since=since, job=job, user=user, kinds=kinds, wait=float(wait), limit=limit)
+
+
+def visible_events(actor) -> QuerySet[Event]:
+    """The events ``actor`` may read."""
+    require_authenticated(actor)
+    events = Event.objects.all()
+    if not roles.is_operator(actor):
+        events = events.filter(~Q(job="") | Q(user=actor.username))
+    return events
+
+
+def newest_event_id() -> int:
+    """The id of the newest event in the stream (0 if none): where a read "from now" starts."""
+    return Event.objects.aggregate(newest=Max("id"))["newest"] or 0
+
+
+def read_events(actor, query: EventQuery) -> EventPage:
+    """One look: move what committed into the stream, then the events after ``query.since``."""
+    sequence_events()
+    since = newest_event_id() if query.since is None else query.since
+    events = visible_events(actor).filter(id__gt=since)
+    if query.job:
+        events = events.filter(job=query.job)
+    if query.user:
+        events = events.filter(user=query.user)
+    if query.kinds:
+        events = events.filter(kind__in=query.kinds)
+    rows = list(events.order_by("id")[: query.limit + 1])
+    more = len(rows) > query.limit
+    rows = rows[: query.limit]
+    return EventPage(events=rows, next=rows[-1].id if rows else since, more=more)
+
+
+def wait_for_events(
+    actor,
+    query: EventQuery,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> EventPage:
+    """:func:`read_events`, and while it finds nothing and ``query.wait`` has not passed, sleep
+    ``IRIS_EVENTS_POLL_SECONDS`` and look again. A read "from now" fixes "now" at the first look."""
+    deadline = clock() + query.wait
+    page = read_events(actor, query)
+    step = settings.EVENTS_POLL_SECONDS
+    query = EventQuery(**{**query.__dict__, "since": page.next})
+    while not page.events and clock() < deadline:
+        sleep(min(step, max(deadline - clock(), 0.0)))
+        page = read_events(actor, query)
+    return page

@@ -1,0 +1,286 @@
+"""The events a tick records, from the changes it writes, in its transaction.
+
+From the kept changes (``tick.apply``): ``started`` for each assignment, ``preempted`` for each
+victim, ``requeued`` for a task put back in the queue, ``task_finished`` for a task the tick
+ended (killed with its job, a gang member lost for good, a scheduling deadline passed),
+``finished`` for a job the tick ended. From the queue the tick leaves (the publication's
+``pending_queue``): ``queued`` for a job whose band or position class
+(:func:`scheduler.events.kinds.position_class`) differs from the last one recorded for it, and
+``downgraded`` / ``repromoted`` when its pending tasks' effective band moves down or up (a job
+first queued below its requested band is downgraded at once). From the spend and limit samples
+of this tick's and the previous tick's records: ``limit_crossed`` for each user whose spend
+went over or back within their limit.
+
+What was last recorded per queued job is kept in the tick process (``QueueMemory``), replaced
+only when the tick commits; a process that did not write the previous tick record (its first
+tick, or another tick process ran in between) reads it back from the stream first. A tick that
+reuses its decision leaves the same queue, so it records no queue events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from functools import partial
+
+import orjson
+from django.db import transaction
+from django.db.models import Subquery
+
+from scheduler.core.bands import Band
+from scheduler.core.budget import is_over_budget
+from scheduler.core.types import Assignment, Decision, Preemption, TaskState
+from scheduler.events import kinds
+from scheduler.events.record import Draft, record
+from scheduler.events.sequence import request_sequencing
+from scheduler.models import Event, Job, StagedEvent, TickRecord
+from scheduler.store.states import LIVE_JOB_VALUES, TERMINAL_JOB_VALUES
+from scheduler.tick.load import LoadedSnapshot
+
+# Per queued job: (effective band rank, position class) as last recorded.
+QueueState = dict[str, tuple[int, int]]
+
+
+@dataclass(frozen=True)
+class QueueMemory:
+    tick_pk: int
+    jobs: QueueState
+
+
+_memory: QueueMemory | None = None
+
+
+def forget() -> None:
+    """Read the last queue events back from the stream at the next tick."""
+    global _memory
+    _memory = None
+
+
+def _remember(memory: QueueMemory) -> None:
+    global _memory
+    _memory = memory
+
+
+def record_tick_events(
+    loaded: LoadedSnapshot,
+    decision: Decision,
+    kept: Collection[str],
+    assignments: Iterable[Assignment],
+    preemptions: Iterable[Preemption],
+    tick: TickRecord,
+    queue: Mapping[Band, list[str]] | None,
+    wall: datetime,
+) -> int:
+    """Stage this tick's events (one statement); inside the tick's transaction. ``queue`` is the
+    publication's ``pending_queue(decision)``, or ``None`` when the decision was reused."""
+    jobs = loaded.snapshot.jobs
+    kueue_jobs = loaded.kueue.jobs  # jobs routed to Kubernetes are not in the core's snapshot
+    rows = loaded.tasks
+
+    def user_of(job: str) -> str:
+        spec = jobs.get(job) or kueue_jobs.get(job)
+        return spec.user if spec is not None else ""
+
+    drafts: list[Draft] = []
+    assigned = {}
+    for a in assignments:
+        job, index = a.task.rsplit("/", 1)
+        attempt = rows[a.task].attempt_count + 1
+        assigned[a.task] = a
+        drafts.append(
+            Draft(
+                kinds.STARTED,
+                wall,
+                user_of(job),
+                job,
+                int(index),
+                attempt,
+                tick.pk,
+                {"worker": a.worker, "attempt": attempt, "band": a.band.wire},
+            )
+        )
+    preempted = {p.victim: p for p in preemptions}
+    for task_id in sorted(set(kept) - assigned.keys()):
+        row = rows[task_id]
+        after = decision.after[task_id]
+        job, index = task_id.rsplit("/", 1)
+        user, attempt = user_of(job), row.attempt_count or None
+        p = preempted.get(task_id)
+        if p is not None:
+            drafts.append(
+                Draft(
+                    kinds.PREEMPTED,
+                    wall,
+                    user,
+                    job,
+                    int(index),
+                    attempt,
+                    tick.pk,
+                    {
+                        "worker": p.worker,
+                        "attempt": attempt,
+                        "band": p.victim_band.wire,
+                        "by": p.preemptor,
+                        "by_user": user_of(p.preemptor.rsplit("/", 1)[0]),
+                        "by_band": p.preemptor_band.wire,
+                    },
+                )
+            )
+        if after.state is TaskState.PENDING:
+            if row.state != TaskState.PENDING.value:
+                reason = f"preempted by {p.preemptor}" if p is not None else "a gang member was preempted"
+                drafts.append(
+                    Draft(
+                        kinds.REQUEUED,
+                        wall,
+                        user,
+                        job,
+                        int(index),
+                        attempt,
+                        tick.pk,
+                        {"attempt": attempt, "reason": reason},
+                    )
+                )
+        elif after.state.value in _TASK_ENDS:
+            drafts.append(
+                Draft(
+                    kinds.TASK_FINISHED,
+                    wall,
+                    user,
+                    job,
+                    int(index),
+                    attempt,
+                    tick.pk,
+                    {
+                        "attempt": attempt,
+                        "outcome": after.state.value,
+                        "exit_code": None,
+                        "reason": _end_reason(after.state, p),
+                    },
+                )
+            )
+    kept_jobs = {t.rsplit("/", 1)[0] for t in kept}
+    for job, state in sorted(decision.jobs_after.items()):
+        if job in kept_jobs and job in loaded.job_pks and loaded.job_states.get(job) not in TERMINAL_JOB_VALUES:
+            if state.value in TERMINAL_JOB_VALUES:
+                drafts.append(
+                    Draft(kinds.FINISHED, wall, user_of(job), job, tick=tick.pk, data={"outcome": state.value})
+                )
+    previous = TickRecord.objects.filter(pk__lt=tick.pk).order_by("-pk").values_list("pk", "spend", "limits").first()
+    drafts.extend(_limit_events(tick, previous[1:] if previous else ({}, {}), wall))
+    memory = _queue_memory(previous[0] if previous else None)
+    if queue is not None:
+        drafts.extend(_queue_events(queue, memory, jobs, tick.pk, wall))
+    transaction.on_commit(partial(_remember, QueueMemory(tick.pk, memory)))
+    # Readable at once, not at the next reader's poll; moved by Celery, off the tick's path.
+    transaction.on_commit(request_sequencing)
+    return record(drafts)
+
+
+# Task states the tick ends a task in (terminal, and not a success: the tick never succeeds one).
+_TASK_ENDS = frozenset(
+    s.value for s in (TaskState.KILLED, TaskState.COSCHED_FAILED, TaskState.PREEMPTED, TaskState.UNSCHEDULABLE)
+)
+
+
+def _end_reason(state: TaskState, preemption: Preemption | None) -> str:
+    if state is TaskState.PREEMPTED and preemption is not None:
+        return f"preempted by {preemption.preemptor}, no preemption retries left"
+    return {
+        TaskState.KILLED: "killed: its job ended",
+        TaskState.COSCHED_FAILED: "a gang member was preempted for good",
+        TaskState.UNSCHEDULABLE: "not scheduled before its scheduling deadline",
+    }.get(state, state.value)
+
+
+def _limit_events(tick: TickRecord, previous: tuple[dict, dict], wall: datetime) -> list[Draft]:
+    """``limit_crossed`` for each user over their limit now and not at the previous tick, or
+    the other way round (by the two records' spend and limit samples)."""
+    before_spend, before_limits = previous
+    drafts = []
+    for user in sorted(set(tick.spend) | set(tick.limits) | set(before_spend)):
+        now_over = is_over_budget(tick.spend.get(user, 0), tick.limits.get(user, 0))
+        was_over = is_over_budget(before_spend.get(user, 0), before_limits.get(user, 0))
+        if now_over != was_over:
+            drafts.append(
+                Draft(
+                    kinds.LIMIT_CROSSED,
+                    wall,
+                    user,
+                    tick=tick.pk,
+                    data={"over": now_over, "spend": tick.spend.get(user, 0), "limit": tick.limits.get(user, 0)},
+                )
+            )
+    return drafts
+
+
+def _queue_memory(previous: int | None) -> QueueState:
+    """A copy of what was last recorded per queued job, read back from the stream unless this
+    process wrote the previous tick record (``previous``)."""
+    if _memory is not None and _memory.tick_pk == previous:
+        return dict(_memory.jobs)
+    return read_queue_state()
+
+
+def read_queue_state() -> QueueState:
+    """Per live job, its last ``queued`` event's band and class, unless a ``requeued`` event
+    came after it, from the stream and the staged rows. (A job leaves the queue when its tasks
+    start and comes back only through a requeue: tasks are created pending at submission only.
+    A job that left and came back is therefore queued again after a restart, as it would be
+    without one.) One read per process start: the live jobs' queue and requeue events within
+    retention."""
+    live = Subquery(Job.objects.filter(state__in=LIVE_JOB_VALUES).values("name"))
+    relevant = (kinds.QUEUED, kinds.REQUEUED)
+    state: QueueState = {}
+    for model in (Event, StagedEvent):
+        for job, kind, data in (
+            model.objects.filter(kind__in=relevant, job__in=live).order_by("id").values_list("job", "kind", "data")
+        ):
+            if kind == kinds.QUEUED:
+                data = orjson.loads(data) if isinstance(data, str) else data  # staged: JSON text
+                state[job] = (Band.parse(data["band"]).value, data["position_class"])
+            else:
+                state.pop(job, None)
+    return state
+
+
+def _queue_events(
+    queue: Mapping[Band, list[str]], memory: QueueState, jobs: Mapping, tick_pk: int, wall: datetime
+) -> list[Draft]:
+    """Queue events for the jobs whose band or class changed; ``memory`` becomes this tick's."""
+    firsts: dict[str, tuple[Band, int, int]] = {}
+    for band, task_ids in queue.items():  # in band order: a job's best band first
+        length = len(task_ids)
+        for position, task_id in enumerate(task_ids, 1):
+            job = task_id.rsplit("/", 1)[0]
+            if job not in firsts:
+                firsts[job] = (band, position, length)
+    drafts: list[Draft] = []
+    for job in [j for j in memory if j not in firsts]:
+        del memory[job]  # left the queue: queued again when it comes back
+    for job, (band, position, length) in firsts.items():
+        cls = kinds.position_class(position)
+        before = memory.get(job)
+        if before == (band.value, cls):
+            continue
+        spec = jobs.get(job)
+        user = spec.user if spec is not None else ""
+        from_band = Band(before[0]) if before is not None else (spec.band if spec is not None else band)
+        if from_band != band:
+            kind = kinds.DOWNGRADED if band.value > from_band.value else kinds.REPROMOTED
+            drafts.append(
+                Draft(kind, wall, user, job, tick=tick_pk, data={"from_band": from_band.wire, "to_band": band.wire})
+            )
+        drafts.append(
+            Draft(
+                kinds.QUEUED,
+                wall,
+                user,
+                job,
+                tick=tick_pk,
+                data={"band": band.wire, "position": position, "of": length, "position_class": cls},
+            )
+        )
+        memory[job] = (band.value, cls)
+    return drafts

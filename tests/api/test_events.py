@@ -1,0 +1,121 @@
+"""``GET /api/v1/events/``: filters, resuming (``since`` and ``Last-Event-ID``), the long poll's
+bound, who sees which events, and stable errors for bad query strings."""
+
+from __future__ import annotations
+
+import pytest
+
+from scheduler.budgets.writes import request_uplift
+from scheduler.tick.run import run_tick
+from tests.api.conftest import error_of
+from tests.personas import make_worker, submit
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def history(alice, bob):
+    make_worker("w1")
+    submit(alice, "train")
+    submit(bob, "eval")
+    run_tick()
+    request_uplift(alice, budget_limit=500, reason="deadline", duration_seconds=3600)
+
+
+def test_events_are_listed_oldest_first_with_their_fields(as_alice, history):
+    page = as_alice.get("/api/v1/events/").json()
+
+    assert [(e["kind"], e["job"], e["task"]) for e in page["events"]] == [
+        ("submitted", "/alice/train", None),
+        ("submitted", "/bob/eval", None),
+        ("started", "/alice/train", "/alice/train/0"),
+        ("started", "/bob/eval", "/bob/eval/0"),
+        ("uplift_requested", None, None),
+    ]
+    started = page["events"][2]
+    assert set(started) == {"id", "kind", "at", "user", "job", "task", "attempt", "tick", "data"}
+    assert (started["user"], started["attempt"], started["data"]["worker"]) == ("alice", 1, "w1")
+    assert page["next"] == page["events"][-1]["id"] and page["more"] is False
+
+
+def test_filters_by_job_user_and_kind(as_alice, history):
+    def jobs_of(query):
+        return [(e["kind"], e["job"]) for e in as_alice.get(f"/api/v1/events/?{query}").json()["events"]]
+
+    assert jobs_of("job=bob/eval") == [("submitted", "/bob/eval"), ("started", "/bob/eval")]
+    assert jobs_of("user=bob") == [("submitted", "/bob/eval"), ("started", "/bob/eval")]
+    assert jobs_of("kind=started,uplift_requested") == [
+        ("started", "/alice/train"),
+        ("started", "/bob/eval"),
+        ("uplift_requested", None),
+    ]
+
+
+def test_a_read_resumes_after_since_or_the_last_event_id_header(as_alice, history):
+    first = as_alice.get("/api/v1/events/?limit=2").json()
+    assert first["more"] is True and len(first["events"]) == 2
+
+    by_param = as_alice.get(f"/api/v1/events/?since={first['next']}").json()
+    by_header = as_alice.get("/api/v1/events/", HTTP_LAST_EVENT_ID=str(first["next"])).json()
+
+    assert [e["id"] for e in by_param["events"]] == [e["id"] for e in by_header["events"]]
+    assert [e["kind"] for e in by_param["events"]] == ["started", "started", "uplift_requested"]
+    # since= wins over the header
+    assert as_alice.get("/api/v1/events/?since=0", HTTP_LAST_EVENT_ID="999").json()["events"][0]["kind"] == "submitted"
+
+
+def test_since_now_starts_after_the_newest_event(as_alice, alice, history, settings):
+    page = as_alice.get("/api/v1/events/?since=now").json()
+    assert page["events"] == [] and page["next"] > 0
+
+    submit(alice, "later")
+
+    assert [e["job"] for e in as_alice.get(f"/api/v1/events/?since={page['next']}").json()["events"]] == [
+        "/alice/later"
+    ]
+
+
+def test_another_researchers_budget_events_are_not_shown_but_their_job_events_are(as_bob, as_olivia, history):
+    bobs_view = [e["kind"] for e in as_bob.get("/api/v1/events/?user=alice").json()["events"]]
+    operators_view = [e["kind"] for e in as_olivia.get("/api/v1/events/?user=alice").json()["events"]]
+
+    assert bobs_view == ["submitted", "started"]
+    assert operators_view == ["submitted", "started", "uplift_requested"]
+
+
+def test_a_wait_with_nothing_new_returns_empty_after_the_wait(as_alice, history, settings):
+    settings.EVENTS_POLL_SECONDS = 0.05
+    newest = as_alice.get("/api/v1/events/?since=now").json()["next"]
+
+    page = as_alice.get(f"/api/v1/events/?since={newest}&wait=1").json()
+
+    assert page == {"events": [], "next": newest, "more": False}
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ("since=-1", "since"),
+        ("since=abc", "since"),
+        ("limit=0", "limit"),
+        ("limit=1001", "limit"),
+        ("wait=26", "wait"),
+        ("wait=x", "wait"),
+        ("kind=nonsense", "kind"),
+        ("job=nojob", "job"),
+        ("job=/alice/a b", "job"),
+        ("user=a:b", "user"),
+    ],
+)
+def test_bad_query_values_are_invalid_argument_naming_the_field(as_alice, query, field):
+    response = as_alice.get(f"/api/v1/events/?{query}")
+
+    assert response.status_code == 400
+    error = error_of(response)
+    assert error["code"] == "INVALID_ARGUMENT" and error["details"]["field"] == field
+
+
+def test_a_bad_last_event_id_names_the_header(as_alice):
+    response = as_alice.get("/api/v1/events/", HTTP_LAST_EVENT_ID="soon")
+
+    assert response.status_code == 400 and error_of(response)["details"]["field"] == "Last-Event-ID"

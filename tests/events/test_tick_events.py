@@ -1,0 +1,119 @@
+"""The tick's queue events (one per job, only when its band or position class changes), what a
+new tick process reads back, the tick's share of the statements, and retention."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from scheduler.events import kinds
+from scheduler.events.kinds import position_class
+from scheduler.events.retention import prune_events
+from scheduler.events.sequence import sequence_events
+from scheduler.models import Event
+from scheduler.tick import events as tick_events
+from scheduler.tick import history
+from scheduler.tick.run import run_tick
+from tests.personas import make_job, make_worker
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize(
+    ("position", "cls"), [(1, 0), (2, 1), (10, 1), (11, 2), (100, 2), (101, 3), (1000, 3), (1001, 4)]
+)
+def test_position_classes_are_the_head_then_powers_of_ten(position, cls):
+    assert position_class(position) == cls
+
+
+def queued(job: str) -> list[dict]:
+    sequence_events()
+    return [e.data for e in Event.objects.filter(kind=kinds.QUEUED, job=job).order_by("id")]
+
+
+def test_a_job_is_queued_again_only_when_its_position_class_changes():
+    # 12 one-task jobs and no worker: /alice/j11 is 12th (class 2).
+    for i in range(12):
+        make_job(f"/alice/j{i:02d}", cpu=2)
+    run_tick()
+    run_tick()  # nothing moved: no new queue events (the decision is even reused)
+    assert [d["position"] for d in queued("/alice/j11")] == [12]
+    # one worker for two tasks: j00 and j01 start; j11 moves to 10th (class 2 -> 1), j02 to the
+    # head (1 -> 0); j03's 4th -> 2nd stays in class 1, so it is not queued again
+    make_worker("w1", cpu=4, memory_gib=64)
+    run_tick()
+
+    assert [(d["position"], d["position_class"]) for d in queued("/alice/j11")] == [(12, 2), (10, 1)]
+    assert [d["position"] for d in queued("/alice/j02")] == [3, 1]
+    assert [d["position"] for d in queued("/alice/j03")] == [4]
+    assert [d["position"] for d in queued("/alice/j01")] == [2]  # started since: no queue event
+    assert Event.objects.filter(kind=kinds.STARTED).count() == 2
+
+
+def test_a_new_tick_process_reads_the_last_queue_events_back_and_repeats_none():
+    for i in range(3):
+        make_job(f"/alice/j{i}", cpu=2)
+    run_tick()
+    sequence_events()
+    before = Event.objects.count()
+
+    tick_events.forget()  # as a new process: nothing in memory
+    make_job("/bob/new", cpu=2)
+    run_tick()
+    sequence_events()
+
+    assert list(Event.objects.filter(id__gt=0).values_list("kind", "job").order_by("id"))[before:] == [
+        ("queued", "/bob/new")
+    ]
+
+
+def test_the_tick_writes_its_events_in_one_statement_whatever_their_number(django_capture_on_commit_callbacks):
+    make_worker("w1", cpu=64, memory_gib=512)
+    for i in range(40):
+        make_job(f"/alice/j{i}", cpu=1)
+    # The first tick of a process reads the last queue events back; what it recorded is kept on commit.
+    with django_capture_on_commit_callbacks(execute=True):
+        run_tick()
+    for i in range(40, 80):
+        make_job(f"/alice/j{i}", cpu=1)
+
+    with CaptureQueriesContext(connection) as queries:
+        outcome = run_tick()
+
+    staged = [q["sql"] for q in queries if "scheduler_stagedevent" in q["sql"]]
+    assert len(staged) == 1 and ("COPY" in staged[0] or "INSERT" in staged[0])
+    sequence_events()
+    started = Event.objects.filter(kind=kinds.STARTED, tick=outcome.tick_id).count()
+    queued_now = Event.objects.filter(kind=kinds.QUEUED, tick=outcome.tick_id).count()
+    assert started == outcome.assigned > 1 and queued_now > 10
+
+
+def test_events_past_their_retention_are_pruned_oldest_first_and_the_newest_kept(settings):
+    now = timezone.now()
+    make_job("/alice/a")
+    Event.objects.bulk_create(
+        Event(kind="submitted", created_at=now - timedelta(days=d), user="alice", job=f"/alice/{d}")
+        for d in (40, 35, 31, 2)
+    )
+    assert prune_events(now, 30, batch=2, deadline=time.monotonic() + 60).deleted == 3
+    assert list(Event.objects.values_list("job", flat=True)) == ["/alice/2"]
+
+    Event.objects.all().update(created_at=now - timedelta(days=90))
+    assert prune_events(now, 30, batch=2, deadline=time.monotonic() + 60).deleted == 0  # the newest stays
+
+
+def test_prune_history_prunes_events_by_their_own_setting(settings):
+    settings.EVENT_HISTORY_DAYS = 1
+    now = timezone.now()
+    Event.objects.bulk_create(
+        Event(kind="submitted", created_at=now - timedelta(days=d), user="alice", job=f"/alice/{d}") for d in (3, 0)
+    )
+
+    done = history.prune_history(now)
+
+    assert done.events == 1 and done.finished
