@@ -49,12 +49,22 @@ COLUMNS = [
 def record(drafts: Iterable[Draft]) -> int:
     """Stage ``drafts`` in order, in one statement; inside the caller's transaction. Returns how
     many."""
-    rows = [
-        (d.kind, d.created_at, d.user, d.job, d.task_index, d.attempt, d.tick, orjson.dumps(_plain(d.data)).decode())
-        for d in drafts
-    ]
+    rows = [_row(d) for d in drafts]
     bulk.insert_rows(StagedEvent._meta.db_table, COLUMNS, rows)
     return len(rows)
+
+
+def staged_fields(draft: Draft) -> dict[str, Any]:
+    """One draft as the :class:`~scheduler.models.StagedEvent` row's values by attribute name,
+    for a writer that stages it inside a statement of its own (a submission's one write)."""
+    return dict(zip(STAGED_ATTRIBUTES, _row(draft), strict=True))
+
+
+STAGED_ATTRIBUTES = ("kind", "created_at", "user", "job", "task_index", "attempt", "tick", "data")
+
+
+def _row(d: Draft) -> tuple:
+    return (d.kind, d.created_at, d.user, d.job, d.task_index, d.attempt, d.tick, orjson.dumps(_plain(d.data)).decode())
 
 
 def _plain(data: Mapping[str, Any]) -> dict:

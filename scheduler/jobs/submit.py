@@ -26,7 +26,7 @@ from scheduler.core.bands import ADMIN_BANDS, Band
 from scheduler.core.explain import format_cores, format_memory
 from scheduler.core.kueue import pinned_backend_in, settled_route
 from scheduler.core.types import ANY_VARIANT, DeviceType, JobState, TaskState
-from scheduler.events.record import record, submitted
+from scheduler.events.record import record, staged_fields, submitted
 from scheduler.foundation.enqueue import PROMPT_TICK, request_once
 from scheduler.foundation.errors import (
     FailedPrecondition,
@@ -472,7 +472,6 @@ def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
         with transaction.atomic():
             plan = plan_submission(actor, request, serialise_user=True)
             job = _write_job(actor, plan)
-            record([submitted(plan, timezone.now())])
             transaction.on_commit(request_prompt_tick, robust=True)
     except IntegrityError:
         # Two submissions of the same id raced past the existence check.
@@ -484,15 +483,16 @@ def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
 
 def _write_job(actor, plan: SubmissionPlan) -> Job:
     """The write step of one submission: a submission time from the submission clock, the Job
-    row and one Task per replica. On PostgreSQL that is one prepared statement
-    (``store.submission_rows``); elsewhere the model instances are saved. Either way the rows
+    row, one Task per replica and the job's ``submitted`` event (staged in the same transaction).
+    On PostgreSQL that is one prepared statement (``store.submission_rows``); elsewhere the model
+    instances are saved and the event recorded. Either way the rows
     come back as model instances (``job.new_tasks`` its tasks, the parent and the submitter in
     hand), for the answer, rendered without reading them back."""
     request = plan.request
     fields = _untimed_fields(actor.pk, plan)
     if connection.vendor == "postgresql":
         now = timezone.now()
-        pk, submitted, task_ids = submission_rows.insert_job_with_tasks(
+        pk, submitted_ms, task_ids = submission_rows.insert_job_with_tasks(
             fields,
             now_ms=clock.now_ms(),
             root_submitted_at_ms=plan.parent.root_submitted_at_ms if plan.parent else None,
@@ -500,8 +500,9 @@ def _write_job(actor, plan: SubmissionPlan) -> Job:
             replicas=request.replicas,
             task_state=_PENDING_TASK,
             created_at=now,
+            event=staged_fields(submitted(plan, now)),
         )
-        job = Job(pk=pk, created_at=now, **fields, **_timed_fields(plan, submitted))
+        job = Job(pk=pk, created_at=now, **fields, **_timed_fields(plan, submitted_ms))
         job._state.adding, job._state.db = False, connection.alias
         job.parent, job.submitted_by = plan.parent, actor
         tasks = []
@@ -517,6 +518,7 @@ def _write_job(actor, plan: SubmissionPlan) -> Job:
     job.new_tasks = Task.objects.bulk_create(
         [Task(job=job, index=i, state=_PENDING_TASK) for i in range(request.replicas)], batch_size=1000
     )
+    record([submitted(plan, timezone.now())])
     return job
 
 

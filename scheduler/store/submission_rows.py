@@ -21,7 +21,7 @@ from functools import lru_cache
 
 from django.db import connection
 
-from scheduler.models import Job, Task, UpliftGrant, Worker
+from scheduler.models import Job, StagedEvent, Task, UpliftGrant, Worker
 from scheduler.store import bulk, prepared
 from scheduler.store.states import NON_TERMINAL_VALUES
 
@@ -74,11 +74,14 @@ _TIMED = ("submitted_at_ms", "root_submitted_at_ms", "scheduling_deadline_ms")
 
 
 @lru_cache(maxsize=1)
-def _insert_sql() -> tuple[str, tuple[tuple[str, str, str], ...]]:
+def _insert_sql() -> tuple[str, tuple[tuple[str, str, str], ...], list[tuple[str, str, str]]]:
     columns = tuple(c for c in bulk.model_columns(Job) if c[2] not in _TIMED)
     names = ", ".join(f'"{column}"' for column, _, _ in columns)
     values = ", ".join(f"%s::{pg_type}" for _, pg_type, _ in columns)
     task = Task._meta.db_table
+    staged = _staged_columns()
+    staged_names = ", ".join(f'"{column}"' for column, _, _ in staged)
+    staged_values = ", ".join(f"%s::{pg_type}" for _, pg_type, _ in staged)
     sql = (
         "WITH stamp AS (SELECT scheduler_next_submission_ms(%s::bigint) AS ms), "
         f"job AS (INSERT INTO {Job._meta.db_table} ({names}, submitted_at_ms, root_submitted_at_ms, "
@@ -87,10 +90,16 @@ def _insert_sql() -> tuple[str, tuple[tuple[str, str, str], ...]]:
         "RETURNING id, submitted_at_ms), "
         f'tasks AS (INSERT INTO {task} (job_id, "index", state, preemption_count, failure_count, attempt_count, '
         "updated_at) SELECT job.id, i, %s::text, 0, 0, 0, %s::timestamptz FROM job, "
-        'generate_series(0, %s::integer - 1) AS i RETURNING id, "index") '
+        'generate_series(0, %s::integer - 1) AS i RETURNING id, "index"), '
+        # The job's first event, staged by the same statement (a data-modifying CTE always runs).
+        f"staged AS (INSERT INTO {StagedEvent._meta.db_table} ({staged_names}) VALUES ({staged_values})) "
         'SELECT job.id, job.submitted_at_ms, (SELECT array_agg(id ORDER BY "index") FROM tasks) FROM job'
     )
-    return sql, columns
+    return sql, columns, staged
+
+
+def _staged_columns() -> list[tuple[str, str, str]]:
+    return bulk.model_columns(StagedEvent)
 
 
 def insert_job_with_tasks(
@@ -102,13 +111,15 @@ def insert_job_with_tasks(
     replicas: int,
     task_state: str,
     created_at: datetime,
+    event: Mapping[str, object],
 ) -> tuple[int, int, list[int]]:
     """Write one job (its columns by attribute name in ``fields``, but the three times) and
     ``replicas`` tasks in ``task_state``, stamped by the submission clock at ``now_ms`` or later,
     in one statement. Returns the job's id, its submission time and its tasks' ids by index.
     ``root_submitted_at_ms`` None: the job is a root (its own time); ``deadline_after_ms`` None:
-    no scheduling deadline. A taken name raises ``django.db.IntegrityError``."""
-    sql, columns = _insert_sql()
+    no scheduling deadline. ``event``: the job's first event as a ``StagedEvent`` row's values by
+    attribute name, staged by the same statement. A taken name raises ``django.db.IntegrityError``."""
+    sql, columns, staged = _insert_sql()
     values = []
     for _, pg_type, attname in columns:
         value = created_at if attname == "created_at" else fields.get(attname)
@@ -116,7 +127,17 @@ def insert_job_with_tasks(
             value = json.dumps(value)
         values.append(value)
     row = prepared.fetch_one(
-        sql, [now_ms, *values, root_submitted_at_ms, deadline_after_ms, task_state, created_at, replicas]
+        sql,
+        [
+            now_ms,
+            *values,
+            root_submitted_at_ms,
+            deadline_after_ms,
+            task_state,
+            created_at,
+            replicas,
+            *(event[attname] for _, _, attname in staged),
+        ],
     )
     return row[0], row[1], list(row[2])
 
