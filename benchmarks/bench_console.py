@@ -182,16 +182,9 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [tuple(int(x) for x in s.lower().split("x")) for s in args.sizes] if args.sizes else SIZES
 
-    from benchmarks.bench_tick import DEFAULT_URL, recreate_database
+    from benchmarks.bench_tick import open_bench_database
 
-    url = os.environ.get("IRIS_BENCH_DATABASE_URL", DEFAULT_URL)
-    if not args.reuse:
-        recreate_database(url)
-    os.environ["IRIS_DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "iris_web.settings")
-    import django
-
-    django.setup()
+    open_bench_database(recreate=not args.reuse)
     from django.test.utils import override_settings
 
     # The pages link static files; the manifest needs `collectstatic`, which a benchmark skips.
@@ -202,7 +195,6 @@ def main() -> None:
         }
     ).enable()
     from django.contrib.auth import get_user_model
-    from django.core.management import call_command
     from django.db import connection
     from django.test import Client
 
@@ -217,7 +209,6 @@ def main() -> None:
     from scheduler.board.read import forget as forget_board
     from scheduler.tick.run import forget_decision, run_tick
 
-    call_command("migrate", verbosity=0)
     admins, _ = ensure_groups()
     ops, _ = get_user_model().objects.get_or_create(username="bench-admin")
     ops.groups.add(admins)

@@ -34,17 +34,10 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [tuple(int(x) for x in s.lower().split("x")) for s in args.sizes] if args.sizes else SIZES
 
-    from benchmarks.bench_tick import DEFAULT_URL, recreate_database
+    from benchmarks.bench_tick import open_bench_database
 
-    url = os.environ.get("IRIS_BENCH_DATABASE_URL", DEFAULT_URL)
-    recreate_database(url)
-    os.environ["IRIS_DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "iris_web.settings")
-    import django
-
-    django.setup()
+    open_bench_database()
     from django.contrib.auth import get_user_model
-    from django.core.management import call_command
     from django.db import connection
     from django.test import Client
 
@@ -56,7 +49,6 @@ def main() -> None:
     from scheduler.foundation.roles import ensure_groups
     from scheduler.tick.run import run_tick
 
-    call_command("migrate", verbosity=0)
     _, operators = ensure_groups()
     ops, _ = get_user_model().objects.get_or_create(username="bench-ops")
     ops.groups.add(operators)

@@ -59,6 +59,23 @@ def recreate_database(url: str) -> None:
         conn.execute(f'CREATE DATABASE "{name}"')
 
 
+def open_bench_database(*, recreate: bool = True) -> str:
+    """Point Django at the benchmark database (``IRIS_BENCH_DATABASE_URL``; dropped and created
+    again unless ``recreate`` is false), set Django up and migrate. Returns the database URL."""
+    url = os.environ.get("IRIS_BENCH_DATABASE_URL", DEFAULT_URL)
+    if recreate:
+        recreate_database(url)
+    os.environ["IRIS_DATABASE_URL"] = url
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "iris_web.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    return url
+
+
 class WriteProfile:
     """Times every statement of one tick (and the commit). Statements that write through
     ``scheduler.store.bulk`` or stamp routes run under ``EXPLAIN (ANALYZE, BUFFERS)`` so the
@@ -164,14 +181,7 @@ def main() -> None:
         ticks += ["unchanged"] * (args.unchanged_runs - 1)
     sizes = [tuple(int(x) for x in s.lower().split("x")) for s in args.sizes] if args.sizes else SIZES
 
-    url = os.environ.get("IRIS_BENCH_DATABASE_URL", DEFAULT_URL)
-    recreate_database(url)
-    os.environ["IRIS_DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "iris_web.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
+    open_bench_database()
     from django.db import connection
 
     from benchmarks.bench_decision import reference_seconds
@@ -181,7 +191,6 @@ def main() -> None:
     from scheduler.store.cluster_rows import forget_cluster_rows
     from scheduler.tick.run import run_tick
 
-    call_command("migrate", verbosity=0)
     print(
         f"# full tick on PostgreSQL — {platform.python_implementation()} {platform.python_version()}, "
         f"{os.cpu_count()} cores, {platform.machine()}"

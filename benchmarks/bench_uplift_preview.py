@@ -24,7 +24,6 @@ import argparse
 import gc
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -44,21 +43,14 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [tuple(int(x) for x in s.lower().split("x")) for s in args.sizes] if args.sizes else SIZES
 
-    from benchmarks.bench_tick import DEFAULT_URL, recreate_database
+    from benchmarks.bench_tick import open_bench_database
 
-    url = os.environ.get("IRIS_BENCH_DATABASE_URL", DEFAULT_URL)
-    if not args.reuse:
-        recreate_database(url)
-    os.environ["IRIS_DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "iris_web.settings")
-    import django
-
-    django.setup()
+    open_bench_database(recreate=not args.reuse)
     from django.contrib.auth import get_user_model
-    from django.core.management import call_command
     from django.db import connection
     from django.test import Client
 
+    from benchmarks.bench_console import measure
     from benchmarks.bench_decision import reference_seconds
     from benchmarks.restore import restore_snapshot
     from benchmarks.synthetic import generate
@@ -73,7 +65,6 @@ def main() -> None:
     from scheduler.store.cluster_rows import forget_cluster_rows
     from scheduler.tick.run import forget_decision, run_tick
 
-    call_command("migrate", verbosity=0)
     admins, _ = ensure_groups()
     admin, _ = get_user_model().objects.get_or_create(username="bench-admin")
     admin.groups.add(admins)
@@ -116,32 +107,15 @@ def main() -> None:
             subject, _ = get_user_model().objects.get_or_create(username=user)
             grant = request_uplift(admin, user=user, budget_limit=0, reason="bench", duration_seconds=3600)
             path = f"/api/v1/uplifts/{grant.pk}:preview"
-            times, cpus = [], []
-            statements = 0
             forget_board()
-            for _ in range(args.requests + 1):
-                count = 0
-
-                def counting(execute, sql, params, many, context):
-                    nonlocal count
-                    count += 1
-                    return execute(sql, params, many, context)
-
-                with connection.execute_wrapper(counting):
-                    t0, c0 = time.perf_counter(), time.process_time()
-                    response = api.post(path, data=json.dumps({}), content_type="application/json")
-                    times.append((time.perf_counter() - t0) * 1000)
-                    cpus.append((time.process_time() - c0) * 1000)
-                statements = count
-            body = response.json()
-            warm = sorted(times[1:])
-            warm_ms = statistics.median(warm)
+            measured = measure(connection, api, "POST", path, {}, args.requests)
+            body = json.loads(measured.content)
             moved = len(body.get("tasks", []))
             print(
                 f"| {pending:,} | {workers:,} | {user} | {moved + body.get('unchanged', 0)} | {moved} | "
-                f"{body.get('starting')} | {body.get('preemptible')} | {response.status_code} | {times[0]:.1f} | "
-                f"{warm_ms:.1f} | {warm[int(len(warm) * 0.9)]:.1f} | {statistics.median(cpus[1:]):.1f} | "
-                f"{statements} | {'yes' if warm_ms <= TARGET_WARM_MS else 'NO'} |",
+                f"{body.get('starting')} | {body.get('preemptible')} | {measured.status} | {measured.cold_ms:.1f} | "
+                f"{measured.warm_ms:.1f} | {measured.p90_ms:.1f} | {measured.cpu_ms:.1f} | "
+                f"{measured.statements} | {'yes' if measured.warm_ms <= TARGET_WARM_MS else 'NO'} |",
                 flush=True,
             )
             grant.delete()

@@ -68,18 +68,9 @@ def main() -> None:
     from scheduler.core.wire.write import decision_to_json, snapshot_to_json
 
     if args.through_rows:
-        from benchmarks.bench_tick import DEFAULT_URL, recreate_database
+        from benchmarks.bench_tick import open_bench_database
 
-        url = os.environ.get("IRIS_BENCH_DATABASE_URL", DEFAULT_URL)
-        recreate_database(url)
-        os.environ["IRIS_DATABASE_URL"] = url
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "iris_web.settings")
-        import django
-
-        django.setup()
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0)
+        open_bench_database()
 
     for name, document in _documents():
         snapshot = snapshot_from_json(document)

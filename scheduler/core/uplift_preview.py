@@ -51,14 +51,18 @@ from scheduler.core.budget import effective_band
 from scheduler.core.decision import placements
 from scheduler.core.feasibility import HeldWork
 from scheduler.core.ordering import job_sort_key
-from scheduler.core.placement import constraint_matches, hard_constraints, soft_constraints, worker_attributes
+from scheduler.core.placement import (
+    constraint_matches,
+    hard_constraints,
+    request_tuple,
+    soft_constraints,
+    worker_attributes,
+)
 from scheduler.core.preemption import may_evict
 from scheduler.core.types import (
     BudgetSpec,
     ClusterSnapshot,
-    DeviceType,
     JobSpec,
-    Resources,
     SchedulerConfig,
     TaskSnapshot,
     TaskState,
@@ -356,7 +360,7 @@ def _placements(basis: PreviewBasis, moved_jobs: Mapping[str, JobSpec], moved: S
     shape_of: dict[str, tuple] = {}
     candidates: dict[tuple, list[int]] = {}
     for job_id, job in moved_jobs.items():
-        key = (_request(job.resources), hard_constraints(job), soft_constraints(job))
+        key = (request_tuple(job.resources), hard_constraints(job), soft_constraints(job))
         shape_of[job_id] = key
         if key not in candidates:
             found = memo.get(("candidates", key))
@@ -421,7 +425,7 @@ def _viable_groups(
 def _candidates(
     free: Sequence[WorkerSpec],
     attributes: Sequence[Mapping[str, str]],
-    request: tuple[int, int, int],
+    request: tuple[int, int, int, int],
     hard: tuple,
     soft: tuple,
 ) -> list[int]:
@@ -429,7 +433,8 @@ def _candidates(
     any accelerator: more, never fewer, than the pool's test) matching ``hard``, in the core's
     candidate order: more soft constraints met first, then by id
     (``placement.ShapeBook.candidates``)."""
-    cpu, mem, chips = request
+    cpu, mem, gpus, tpus = request  # placement.request_tuple
+    chips = gpus + tpus
     out = []
     for i, w in enumerate(free):
         if not (w.healthy and w.cpu_millicores >= cpu and w.memory_bytes >= mem and w.device.count >= chips):
@@ -452,15 +457,6 @@ def _candidates(
 
         out.sort(key=score, reverse=True)
     return out
-
-
-def _worker_id(worker: WorkerSpec) -> str:
-    return worker.id
-
-
-def _request(resources: Resources) -> tuple[int, int, int]:
-    chips = resources.device.count if resources.device.type is not DeviceType.CPU else 0
-    return resources.cpu_millicores, resources.memory_bytes, chips
 
 
 def _trial(
