@@ -209,6 +209,26 @@ class JobRequest:
         body.update({key: value for key, value in optional.items() if value is not None})
         return body
 
+    def job_columns(self) -> dict[str, Any]:
+        """The ``Job`` columns this request fills as it was asked, by attribute name. The
+        submission adds what follows from who asked and when (id, user, band, parent, route,
+        times, the audit argv); a new field the job row keeps is one more line here."""
+        return {
+            "replicas": self.replicas,
+            "cpu_millicores": self.cpu_millicores,
+            "memory_bytes": self.memory_bytes,
+            "device_type": self.device.type.value,
+            "device_variant": self.device.variant,
+            "device_count": self.device.count,
+            "group_by": self.group_by,
+            "constraints": list(self.constraints),
+            "max_retries_preemption": self.max_retries_preemption,
+            "max_retries_failure": self.max_retries_failure,
+            "command": list(self.command),
+            "request": self.as_json(),
+            "system_reason": self.system_reason,
+        }
+
 
 JOB_REQUEST_FIELDS = frozenset(
     {

@@ -67,3 +67,38 @@ def test_a_commands_first_bad_item_is_named_as_before(command, field, message):
     with pytest.raises(InvalidArgument) as raised:
         parse_job_request({"name": "x", "command": command})
     assert raised.value.details["field"] == field and message in raised.value.message
+
+
+# The fields the submission turns into columns of its own making (the job id, its parent's
+# key, the band after the rules, the deadline from the submission time, the audit argv).
+SUBMISSION_DERIVED = {"name", "parent", "priority", "scheduling_timeout_seconds", "argv"}
+
+
+def test_every_request_field_reaches_the_job_row():
+    """A field added to :class:`JobRequest` lands in the row through ``job_columns`` (or the
+    submission derives a column from it): changing any one field changes the columns."""
+    import dataclasses
+
+    from scheduler.models import Job
+
+    base = parse_job_request({"name": "x", "command": ["true"]})
+    changed = {
+        "system_reason": "hero",
+        "replicas": 3,
+        "cpu_millicores": 2500,
+        "memory_bytes": 3 << 30,
+        "device": parse_job_request(
+            {"name": "x", "command": ["t"], "device": {"type": "tpu", "variant": "v5p-8", "count": 4}}
+        ).device,
+        "group_by": "tpu-name",
+        "constraints": ({"key": "zone", "op": "eq", "value": "a", "soft": False},),
+        "max_retries_preemption": 7,
+        "max_retries_failure": 2,
+        "command": ("python", "train.py"),
+    }
+    fields = {f.name for f in dataclasses.fields(base)}
+    assert set(changed) == fields - SUBMISSION_DERIVED, "a new JobRequest field: say here how it reaches the row"
+    columns = base.job_columns()
+    assert set(columns) <= {f.attname for f in Job._meta.concrete_fields}
+    for name, value in changed.items():
+        assert dataclasses.replace(base, **{name: value}).job_columns() != columns, name
