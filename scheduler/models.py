@@ -277,6 +277,10 @@ class TickRecord(models.Model):
     expired = models.PositiveIntegerField(default=0)
     # {user: spend points} at the start of the tick, for spend-over-time charts.
     spend = models.JSONField(default=dict)
+    # {user: points} the tick's own changes add to ``spend`` (the tasks it started minus those it
+    # stopped; users it did not move are left out): ``spend`` plus this is the spend once the
+    # tick committed, the spend every page shows (scheduler.budgets.rules.spend_now).
+    spend_change = models.JSONField(default=dict)
     # {user: effective budget limit} at the start of the tick (0 = unlimited).
     limits = models.JSONField(default=dict)
     # What the tick saw of fairness, per band per user (scheduler.core.fairness.fairness_sample):

@@ -239,7 +239,7 @@ def explanation(data: dict) -> str:
             ("tasks by band", pick(data, "bands_text") or None),
             (
                 "spend / limit",
-                f"{points(spend)} / {'unlimited' if budget == 0 else points(budget)} (live)"
+                f"{points(spend)} / {'unlimited' if budget == 0 else points(budget)} (now)"
                 if spend is not None or budget is not None
                 else None,
             ),
@@ -406,12 +406,23 @@ BUDGET_COLUMNS: list[Column] = [
 ]
 
 
+def spend_as_of(data: dict) -> str | None:
+    """A budget's spend with what it is as of: the tick, or summed live (an older server: bare)."""
+    spend = pick(data, "spend")
+    if spend is None or "spend_tick" not in data:
+        return spend
+    tick = data.get("spend_tick")
+    return (
+        f"{points(spend)} (as of tick {tick})" if tick is not None else f"{points(spend)} (summed live: no recent tick)"
+    )
+
+
 def budget(data: dict) -> str:
     configured = f"{limit(pick(data, 'budget_limit'))}, max {band(pick(data, 'max_band'))} ({configured_source(data)})"
     body = fields(
         [
             ("user", pick(data, "user", "user_id")),
-            ("spend", pick(data, "spend")),
+            ("spend", spend_as_of(data)),
             ("budget limit", effective_limit(data)),
             ("max band", band(pick(data, "effective_max_band", "max_band"))),
             ("configured", configured if "uplift" in budget_source(data) else None),

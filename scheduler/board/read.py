@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import TypeVar
 
 from django.db.models import Q
@@ -21,6 +22,7 @@ from django.db.models import Q
 from scheduler.board.formats import WHATIF_BASIS_VERSION
 from scheduler.board.queue import EMPTY_QUEUE, QueueIndex, parse_queue_index
 from scheduler.board.whatif import WhatIfBasis, parse_basis
+from scheduler.core.budget import spend_with
 from scheduler.core.decision import collector_paused
 from scheduler.models import TickRecord
 
@@ -163,3 +165,23 @@ def _retick_basis(basis: WhatIfBasis, newest: BoardTick) -> WhatIfBasis | None:
     if row is None:
         return None
     return replace(basis, tick=pk, tick_at=row[0], spend={str(u): int(v) for u, v in (row[1] or {}).items()})
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedSpend:
+    """Each user's spend once the newest tick committed, in points (users at zero left out)."""
+
+    tick: int
+    at: datetime  # when that tick started
+    spend: dict[str, int]
+
+
+def published_spend() -> PublishedSpend | None:
+    """The newest tick's spend with its own changes applied (``spend`` + ``spend_change``), or
+    None before the first tick. One query of two small JSON columns: pages read this instead of
+    summing every active task per request."""
+    row = TickRecord.objects.order_by("-pk").values_list("pk", "started_at", "spend", "spend_change").first()
+    if row is None:
+        return None
+    pk, started_at, spend, change = row
+    return PublishedSpend(pk, started_at, spend_with(spend or {}, change or {}))

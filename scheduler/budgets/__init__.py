@@ -1,3 +1,3 @@
-"""Budgets: the rules on rows (``rules``: defaults, effective budgets, live spend), the writes
+"""Budgets: the rules on rows (``rules``: defaults, effective budgets, spend now), the writes
 with their one audit shape (``writes``), the cluster config's tiers (``tiers``) and the read side
 (``queries``). The pure budget policy (bands, downgrades) is :mod:`scheduler.core.budget`."""

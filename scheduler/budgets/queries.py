@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from scheduler.board.counts import NO_WORK, UserCounts
-from scheduler.budgets.rules import budget_defaults, budget_rows_of, live_spend, raised_by_grants
+from scheduler.budgets.rules import budget_defaults, budget_rows_of, raised_by_grants, spend_now
 from scheduler.core.bands import Band
 from scheduler.core.budget import effective_band, is_over_budget
 from scheduler.core.explain import Downgrade
@@ -35,6 +35,9 @@ class BudgetView:
     # The band INTERACTIVE work of this user is scheduled in right now.
     effective_band: Band
     grants: list[UpliftGrant] = field(default_factory=list)
+    # What ``spend`` is as of: the newest tick (its pk and start), or summed live (both None).
+    spend_tick: int | None = None
+    spend_at: datetime | None = None
 
     @property
     def over_budget(self) -> bool:
@@ -64,7 +67,8 @@ def budget_views(users: list[str] | None = None, *, with_work: Iterable[str] = (
         if grant.state == UpliftGrant.State.APPROVED and grant.expires_at and grant.expires_at <= at:
             continue  # expired, not yet marked so by the beat task
         open_grants.setdefault(grant.user_id, []).append(grant)
-    spend = live_spend(users)
+    now = spend_now(users)
+    spend = now.spend
     names = set(users) if users is not None else set(rows) | set(open_grants) | set(spend) | set(with_work)
     result = []
     for user in sorted(names):
@@ -86,6 +90,8 @@ def budget_views(users: list[str] | None = None, *, with_work: Iterable[str] = (
                 spend=spend.get(user, 0),
                 effective_band=effective_band(Band.INTERACTIVE, user, spend, {user: spec}, defaults),
                 grants=open_grants.get(user, []),
+                spend_tick=now.tick,
+                spend_at=now.at,
             )
         )
     return result

@@ -76,6 +76,30 @@ def spend_from_counts(jobs: Mapping[str, JobSpec], active_counts: Mapping[str, i
     return dict(sorted(spend.items()))
 
 
+def spend_change(jobs: Mapping[str, JobSpec], started_minus_stopped: Mapping[str, int]) -> dict[str, int]:
+    """What a tick's changes add to its users' spend: for each job id, the tasks that became
+    active minus those that stopped being active (as :func:`spend_from_counts` prices them).
+    Users whose spend does not move are left out; ``spend + change`` is the spend once the
+    tick committed."""
+    change: dict[str, int] = {}
+    for job_id, delta in started_minus_stopped.items():
+        job = jobs[job_id]
+        if not delta or job.band is Band.BATCH:
+            continue
+        value = resource_value(job.resources) * delta
+        if value:
+            change[job.user] = change.get(job.user, 0) + value
+    return {user: value for user, value in sorted(change.items()) if value}
+
+
+def spend_with(spend: Mapping[str, int], change: Mapping[str, int]) -> dict[str, int]:
+    """``spend`` with a tick's ``change`` added (users left at zero dropped)."""
+    total = dict(spend)
+    for user, value in change.items():
+        total[user] = total.get(user, 0) + value
+    return {user: value for user, value in sorted(total.items()) if value}
+
+
 def budget_limit(user: str, budgets: Mapping[str, BudgetSpec], defaults: BudgetDefaults) -> int:
     """The user's limit in points: their budget row, else the cluster default. 0 means unlimited."""
     spec = budgets.get(user)

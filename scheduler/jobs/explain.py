@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import OuterRef, Subquery
 
-from scheduler.budgets.rules import budget_defaults, effective_budget_for, live_spend
+from scheduler.budgets.rules import budget_defaults, effective_budget_for, spend_now
 from scheduler.core.bands import Band
 from scheduler.core.budget import effective_band
 from scheduler.core.explain import (
@@ -209,16 +209,17 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
 
     Queue facts (positions, band counts, reasons, spend at the tick) come from ``index``
     (default: ``queue_index()``, the newest tick's explanation, parsed once per tick per
-    process) and are labelled with its tick; ``spend`` and ``limit`` are live. A task the tick
+    process) and are labelled with its tick; ``spend`` is as the newest tick committed it
+    (``budgets.rules.spend_now``) and ``limit`` is live. A task the tick
     queued whose state has changed since keeps its place as of that tick and is marked
     ``changed_since_tick``.
     """
     requested = Band(job.band)
     finished = job.state in TERMINAL_JOB_VALUES
-    spend_now = live_spend([job.user]).get(job.user, 0)
+    user_spend = spend_now([job.user]).spend.get(job.user, 0)
     budget = effective_budget_for(job.user)
     defaults = budget_defaults()
-    effective = effective_band(requested, job.user, {job.user: spend_now}, {job.user: budget}, defaults)
+    effective = effective_band(requested, job.user, {job.user: user_spend}, {job.user: budget}, defaults)
 
     if index is None:
         index = queue_index()
@@ -272,7 +273,7 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
     if finished:
         effective = ran if ran is not None else requested
     downgrade = None
-    current = Downgrade.of(requested, spend_now, budget.budget_limit) if not finished else None
+    current = Downgrade.of(requested, user_spend, budget.budget_limit) if not finished else None
     if current is not None:
         # "why": the typed record, for the console's sentences (core.explain.Downgrade renders them all).
         downgrade = {
@@ -324,7 +325,7 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         "effective_band": effective,
         "ran_as": ran,
         "downgrade": downgrade,
-        "spend": spend_now,
+        "spend": user_spend,
         "limit": budget.budget_limit,
         "spend_at_tick": spend_at_tick,
         "limit_at_tick": limit_at_tick,
@@ -348,7 +349,7 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
             job,
             requested,
             effective,
-            spend_now,
+            user_spend,
             budget,
             pending,
             first.position if first else None,

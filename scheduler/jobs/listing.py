@@ -33,7 +33,7 @@ from django.db.models import Case, Count, F, IntegerField, Q, QuerySet, Value, W
 from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan, TupleLessThan
 from django.utils import timezone
 
-from scheduler.budgets.rules import budget_defaults, effective_budgets, live_spend
+from scheduler.budgets.rules import budget_defaults, effective_budgets, spend_now
 from scheduler.core.bands import BAND_NAMES, Band
 from scheduler.core.budget import DOWNGRADABLE_BANDS, DOWNGRADED_BAND, budget_limit, is_over_budget
 from scheduler.backends import admitting_names
@@ -222,8 +222,8 @@ def _instant(given: dict[str, str], key: str, *, end_of_day: bool) -> int | None
 
 
 def over_budget_users() -> frozenset[str]:
-    """Users strictly over a positive limit right now (live spend): three queries."""
-    spend = live_spend()
+    """Users strictly over a positive limit now (spend as the newest tick left it): three queries."""
+    spend = spend_now().spend
     if not spend:
         return frozenset()
     budgets = effective_budgets(int(timezone.now().timestamp() * 1000))

@@ -27,7 +27,7 @@ from django.db.models import Sum
 
 from scheduler.foundation import roles
 from scheduler.foundation.access import require_authenticated
-from scheduler.budgets.rules import budget_defaults, effective_budget_for, live_spend
+from scheduler.budgets.rules import budget_defaults, effective_budget_for, spend_now
 from scheduler.foundation.cluster_config import cluster_config, group_specs
 from scheduler.core.bands import Band
 from scheduler.core.budget import effective_band
@@ -168,7 +168,7 @@ def simulate_plan(plan: SubmissionPlan) -> WhatIf:
     job, tasks = planned_job(plan, now_ms)
     defaults = budget_defaults()
     budget = effective_budget_for(plan.user)
-    spend = live_spend([plan.user]).get(plan.user, 0)
+    spend = spend_now([plan.user]).spend.get(plan.user, 0)
     band = effective_band(plan.band, plan.user, {plan.user: spend}, {plan.user: budget}, defaults)
     analysis, offered = shape_on_basis(job, basis)
     config = scheduler_config()

@@ -18,6 +18,7 @@ statements and the updates after them are pipelined.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
 from datetime import datetime
@@ -26,11 +27,13 @@ from django.db import connection, transaction
 
 from scheduler.foundation import instruments
 from scheduler.board import publish
+from scheduler.core.budget import spend_change
 from scheduler.core.types import ACTIVE_STATES, Decision, JobState, TaskState
 from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord, Worker
 from scheduler.store import bulk
 from scheduler.store.states import ACTIVE_VALUES, TERMINAL_JOB_VALUES
 from scheduler.tick.events import record_tick_events
+from scheduler.store.cluster_rows import TaskRow
 from scheduler.tick.load import LoadedSnapshot
 
 
@@ -132,6 +135,7 @@ def apply_decision(
         duration_ms=0,
         decide_ms=decide_ms,
         spend=dict(decision.spend),
+        spend_change=spend_change(loaded.snapshot.jobs, _started_minus_stopped(rows, decision, kept)),
         limits=limits_sample(loaded, decision),
         **publication.record_fields(),
     )
@@ -362,6 +366,19 @@ def live_job_states(loaded: LoadedSnapshot, decision: Decision, kept: set[str]) 
         if loaded.job_states.get(job) != state:
             changes.append((loaded.job_pks[job], state))
     return changes
+
+
+def _started_minus_stopped(rows: Mapping[str, TaskRow], decision: Decision, kept: set[str]) -> dict[str, int]:
+    """Per job id, the written tasks this tick makes active minus those it stops (for the
+    tick's ``spend_change``)."""
+    delta: dict[str, int] = {}
+    for task_id in kept:
+        was = rows[task_id].state in ACTIVE_VALUES
+        now = decision.after[task_id].state in ACTIVE_STATES
+        if was != now:
+            job_id = task_id.rsplit("/", 1)[0]
+            delta[job_id] = delta.get(job_id, 0) + (1 if now else -1)
+    return delta
 
 
 def limits_sample(loaded: LoadedSnapshot, decision: Decision) -> dict[str, int]:

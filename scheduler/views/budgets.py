@@ -1,6 +1,6 @@
 """Budgets: spend versus limit per user, charts of spend over time, and uplift requests.
 
-The numbers are the API's (``queries.budget_views``: live spend, effective limit and band with
+The numbers are the API's (``queries.budget_views``: spend as the newest tick left it, effective limit and band with
 grants); each user's jobs and running and pending tasks are the newest tick's counts (the same
 tick the scheduler page shows); the charts come from the spend and limit each tick sampled.
 """

@@ -10,6 +10,7 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
+from scheduler.budgets.rules import live_spend
 from scheduler.core.bands import Band
 from scheduler.models import Job, TickRecord
 from scheduler.store.clock import now_ms
@@ -82,7 +83,8 @@ def make_tick(
     tasks: dict[str, tuple[Band, int, dict]], spend: dict | None = None, limits: dict | None = None
 ) -> TickRecord:
     """A tick whose explanation queues ``tasks``: {task id: (effective band, position, reason record)};
-    the requested band is the job's (or the effective band for a job with no row)."""
+    the requested band is the job's (or the effective band for a job with no row). Its spend is
+    what a real tick would have sampled (the active tasks), unless ``spend`` says otherwise."""
     reasons: list[dict] = []
     explained = {}
     counts: dict[str, int] = {}
@@ -100,7 +102,7 @@ def make_tick(
         duration_ms=1.0,
         pending=len(tasks),
         left_pending=len(tasks),
-        spend=spend or {},
+        spend=live_spend() if spend is None else spend,  # what a tick samples: the active tasks
         limits=limits or {},
         explanation={"version": 2, "tasks": explained, "reasons": reasons, "band_counts": counts},
     )

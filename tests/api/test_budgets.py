@@ -80,6 +80,8 @@ def test_budgets_list_everyone_with_a_row_an_open_grant_or_spend(as_bob, alice, 
         "over_budget": False,
         "downgrade": None,
         "grants": [],
+        "spend_tick": None,  # no tick yet: summed live
+        "spend_at": None,
     }
     assert (rows["alice"]["has_row"], rows["alice"]["budget_limit"], rows["alice"]["spend"]) == (False, 1000, 36)
     assert [g["state"] for g in rows["bob"]["grants"]] == ["requested"]

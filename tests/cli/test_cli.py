@@ -363,7 +363,7 @@ def test_job_explain_gives_bands_budget_and_reason(some_jobs):
     assert text.code == 0, text.err
     assert "requested band  INTERACTIVE" in text.out
     assert "effective band  INTERACTIVE" in text.out
-    assert "spend / limit   0 / 1,000 (live)" in text.out  # points as the console shows them
+    assert "spend / limit   0 / 1,000 (now)" in text.out  # points as the console shows them
     assert "What would change it:" in text.out
     assert data["requested_band"] == "interactive"
     assert {t["task"] for t in data["tasks"]} == {"/alice/train/0", "/alice/train/1"}
@@ -386,6 +386,8 @@ def test_an_over_budget_job_explains_its_downgrade(iris):
     # The budget page says it in the server's words (core.explain.Downgrade), not the CLI's.
     shown = iris("budget", "show", "alice")
     assert "downgrade     INTERACTIVE runs as BATCH: spend " in shown.out and "> limit 1" in shown.out
+    tick = iris("--json", "budget", "show", "alice").json()["spend_tick"]
+    assert re.search(rf"^spend +[\d,]+ \(as of tick {tick}\)$", shown.out, re.M), shown.out
 
 
 def test_job_cancel_kills_the_job(some_jobs):

@@ -177,6 +177,19 @@ def test_budgets_list_spend_limit_bands_grants_and_counts(clients, over_budget, 
     assert "What spend means" in page and "1,000 points per accelerator chip" in page
 
 
+def test_spend_is_the_newest_ticks_on_the_list_the_detail_and_the_api_and_says_so(clients, alice, bob):
+    make_worker("w1")
+    submit(alice, "train", replicas=2, cpu=2, memory="8Gi")  # 18 points a task
+    assert "summed live (no recent tick)" in text(clients["bob"].get("/budgets/alice/"))
+    tick = run_tick().tick_id
+    listed = text(clients["bob"].get("/budgets/"))
+    detail = text(clients["bob"].get("/budgets/alice/"))
+    api = clients["bob"].get("/api/v1/budgets/alice").json()
+    assert f"Spend as of tick {tick}." in listed and "36 / 1,000" in listed
+    assert re.search(rf"36 of 1,000 points (\(\S+\) )?as of tick {tick}\b", detail), detail
+    assert (api["spend"], api["spend_tick"]) == (36, tick)
+
+
 def test_budgets_are_listed_a_page_at_a_time(clients):
     UserBudget.objects.bulk_create([UserBudget(user_id=f"u{i:02}", budget_limit=100, max_band=2) for i in range(53)])
     first = clients["bob"].get("/budgets/").content.decode()

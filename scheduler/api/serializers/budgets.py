@@ -140,7 +140,7 @@ class UpliftFilterSerializer(serializers.Serializer):
 
 
 class BudgetSerializer(serializers.Serializer):
-    """A user's budget: configured (row or defaults), effective now (with grants), live spend."""
+    """A user's budget: configured (row or defaults), effective now (with grants), spend now."""
 
     user = serializers.CharField()
     has_row = serializers.BooleanField(help_text="false: the cluster defaults apply")
@@ -148,7 +148,13 @@ class BudgetSerializer(serializers.Serializer):
     max_band = BandField()
     effective_budget_limit = serializers.IntegerField(help_text="after active uplift grants; 0 = unlimited")
     effective_max_band = BandField()
-    spend = serializers.IntegerField(help_text="points held by active tasks requested above BATCH, right now")
+    spend = serializers.IntegerField(
+        help_text="points held by active tasks requested above BATCH, as the newest tick (spend_tick) left them"
+    )
+    spend_tick = serializers.IntegerField(
+        allow_null=True, help_text="the tick spend is as of; null: summed live (no tick in the last 30 s or 3 beats)"
+    )
+    spend_at = serializers.DateTimeField(allow_null=True, help_text="when that tick started")
     effective_band = BandField(help_text="the band INTERACTIVE work of this user runs as now")
     over_budget = serializers.BooleanField()
     downgrade = NullableDowngradeTextField(

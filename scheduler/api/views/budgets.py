@@ -25,7 +25,7 @@ class BudgetsView(IrisView):
 
     @extend_schema(
         operation_id="budgets_list",
-        summary="Every user with a budget row, an open grant or spend, with live spend",
+        summary="Every user with a budget row, an open grant or spend, with spend as the newest tick left it",
         responses={200: s.BudgetSerializer(many=True)},
         tags=["budgets"],
     )
