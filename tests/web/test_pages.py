@@ -185,7 +185,7 @@ def test_spend_is_the_newest_ticks_on_the_list_the_detail_and_the_api_and_says_s
     listed = text(clients["bob"].get("/budgets/"))
     detail = text(clients["bob"].get("/budgets/alice/"))
     api = clients["bob"].get("/api/v1/budgets/alice").json()
-    assert f"Spend as of tick {tick}." in listed and "36 / 1,000" in listed
+    assert f"Spend as of tick {tick} (" in listed and "36 / 1,000" in listed
     assert re.search(rf"36 of 1,000 points (\(\S+\) )?as of tick {tick}\b", detail), detail
     assert (api["spend"], api["spend_tick"]) == (36, tick)
 
