@@ -24,7 +24,7 @@ from scheduler.core.fairness import FAIRNESS_VERSION, band_rows
 from scheduler.models import Attempt, PreemptionEvent, Task, TickRecord
 from scheduler.store.job_rows import resource_fields, resources_from_columns
 from scheduler.store.states import TERMINAL_JOB_VALUES
-from scheduler.store.tick_samples import thinned_tick_rows
+from scheduler.store.tick_samples import thinned_ticks
 from scheduler.tick.queries import REPEATED_PREEMPTIONS
 
 # The window of the preemption figures and the share chart.
@@ -49,7 +49,7 @@ class FairnessReport:
     lost_work: list[dict] = field(default_factory=list)
     starving: list[dict] = field(default_factory=list)
     starvation_threshold: int = 0
-    shares: dict[Band, list[tuple[datetime, dict[str, float]]]] = field(default_factory=dict)
+    shares: dict[Band, list[tuple[datetime, SharePoint]]] = field(default_factory=dict)
     since: datetime | None = None
 
 
@@ -125,17 +125,58 @@ def starving_tasks(since: datetime, threshold: int) -> list[dict]:
     ]
 
 
-def share_series(since: datetime) -> dict[Band, list[tuple[datetime, dict[str, float]]]]:
-    """Per band, (tick time, {user: share of the band's running value}) over the window, oldest
-    first, from the ticks' own samples. Two queries."""
-    series: dict[Band, list[tuple[datetime, dict[str, float]]]] = {}
-    for at, sample in thinned_tick_rows(since, CHART_POINTS, "started_at", "fairness"):
-        if not sample or sample.get("version") != FAIRNESS_VERSION:
-            continue
-        for band_wire, band in sample.get("bands", {}).items():
-            total = band.get("running_value", 0)
-            shares = {u: (r[0] / total if total else 0.0) for u, r in band.get("users", {}).items()}
-            series.setdefault(Band.parse(band_wire), []).append((at, shares))
+# Users kept per band in each point of the share chart (the largest shares at that tick); the
+# rest are summed into one figure. The chart draws the largest over the window (SHARE_LINES,
+# fewer than this), so a drawn user is missing from a point only where 16 others outranked it.
+SHARE_USERS_PER_POINT = 16
+
+
+@dataclass(frozen=True)
+class SharePoint:
+    """One tick's shares of one band: the largest users' (fractions of 1) and the rest summed."""
+
+    shares: dict[str, float]
+    rest: float = 0.0
+
+
+def sample_shares(sample: dict | None) -> dict[Band, SharePoint]:
+    """A tick's fairness sample as share-chart points, one per band with running value."""
+    if not sample or sample.get("version") != FAIRNESS_VERSION:
+        return {}
+    points: dict[Band, SharePoint] = {}
+    for band_wire, band in sample.get("bands", {}).items():
+        total = band.get("running_value", 0)
+        values = {u: r[0] for u, r in band.get("users", {}).items()}
+        top = sorted(values, key=lambda u: (-values[u], u))[:SHARE_USERS_PER_POINT]
+        shares = {u: values[u] / total if total else 0.0 for u in top}
+        rest = max(0.0, 1.0 - sum(shares.values())) if total and len(values) > len(top) else 0.0
+        points[Band.parse(band_wire)] = SharePoint(shares, rest)
+    return points
+
+
+# {(tick pk, started at): its points}: a tick's sample never changes, and the chart's ticks are
+# fixed slots (store.tick_samples.thinned_ticks), so a poll parses only the ticks new to this
+# process (the newest, and a new slot every few minutes) instead of a day of samples, each
+# tens of kilobytes per thousand users. Trimmed to the ticks of the newest read.
+_share_points: dict[tuple[int, datetime], dict[Band, SharePoint]] = {}
+
+
+def share_series(since: datetime) -> dict[Band, list[tuple[datetime, SharePoint]]]:
+    """Per band, (tick time, its share point) over the window, oldest first, from the ticks'
+    own samples. Two queries, and a third for the samples of ticks this process has not read."""
+    ticks = list(thinned_ticks(since, CHART_POINTS).order_by("-pk").values_list("pk", "started_at")[: CHART_POINTS + 1])
+    ticks.reverse()
+    missing = [pk for pk, at in ticks if (pk, at) not in _share_points]
+    if missing:
+        for pk, at, sample in TickRecord.objects.filter(pk__in=missing).values_list("pk", "started_at", "fairness"):
+            _share_points[(pk, at)] = sample_shares(sample)
+    kept = set(ticks)
+    for key in [key for key in _share_points if key not in kept]:
+        del _share_points[key]
+    series: dict[Band, list[tuple[datetime, SharePoint]]] = {}
+    for key in ticks:
+        for band, point in _share_points.get(key, {}).items():
+            series.setdefault(band, []).append((key[1], point))
     return dict(sorted(series.items()))
 
 

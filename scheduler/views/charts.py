@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from scheduler.budgets.queries import SpendSample
+from scheduler.tick.fairness import SharePoint
 
 
 @dataclass
@@ -173,21 +174,22 @@ SHARE_COLOURS = 8
 SHARE_LINES = SHARE_COLOURS - 1
 
 
-def share_chart(series: list[tuple[datetime, dict[str, float]]], *, width: int = 640, height: int = 160) -> ShareChart:
+def share_chart(series: list[tuple[datetime, SharePoint]], *, width: int = 640, height: int = 160) -> ShareChart:
     """A chart of each user's share of one band's running value over ``series`` (oldest first);
-    a user missing from a sample had no demand then and counts as 0. Past ``SHARE_LINES + 1``
-    users, the ``SHARE_LINES`` with the largest shares over the window have lines and the rest
-    share one, their shares summed."""
+    a user missing from a point counts as 0 there (no demand, or outranked: each point keeps the
+    largest users and sums the rest). Past ``SHARE_LINES + 1`` users, the ``SHARE_LINES`` with
+    the largest shares over the window have lines and the rest share one, their shares summed."""
     chart = ShareChart(width, height, 40, 12, 10, 24)
     if not series:
         return chart
     chart.samples = len(series)
     totals: dict[str, float] = {}
-    for _, shares in series:
-        for u, share in shares.items():
+    for _, point in series:
+        for u, share in point.shares.items():
             totals[u] = totals.get(u, 0.0) + share
     users = sorted(totals)
-    if len(users) > SHARE_LINES + 1:  # one line for the rest only where it stands for two or more
+    rests = any(point.rest for _, point in series)
+    if len(users) > SHARE_LINES + 1 or rests:  # one line for the rest only where it stands for two or more
         drawn = set(sorted(users, key=lambda u: (-totals[u], u))[:SHARE_LINES])
         others = [u for u in users if u not in drawn]
         users = [u for u in users if u in drawn]
@@ -201,17 +203,17 @@ def share_chart(series: list[tuple[datetime, dict[str, float]]], *, width: int =
         return round(y1 - (y1 - y0) * share, 1)
 
     def line(label: str, share_at, colour: int) -> None:
-        points = [f"{x(i)},{y(share_at(shares))}" for i, (_, shares) in enumerate(series)]
+        points = [f"{x(i)},{y(share_at(point))}" for i, (_, point) in enumerate(series)]
         if len(points) == 1:
             points.insert(0, f"{x0},{points[0].split(',')[1]}")
         chart.lines.append((label, " ".join(points), colour))
 
     for n, user in enumerate(users):
-        line(user, lambda shares, user=user: shares.get(user, 0.0), n % SHARE_COLOURS)
-    if others:
+        line(user, lambda point, user=user: point.shares.get(user, 0.0), n % SHARE_COLOURS)
+    if others or rests:
         line(
-            f"{len(others)} other users",
-            lambda shares: min(1.0, sum(shares.get(u, 0.0) for u in others)),
+            "other users" if rests else f"{len(others)} other users",
+            lambda point: min(1.0, point.rest + sum(point.shares.get(u, 0.0) for u in others)),
             SHARE_COLOURS - 1,
         )
     chart.y_ticks = [(y(k / 4), f"{k * 25}%") for k in range(5)]

@@ -12,6 +12,26 @@ from scheduler.tick.fairness import fairness_report, newest_fairness_tick
 from scheduler.views.common import POLL_SECONDS, no_change, page_or_fragment, unchanged
 from scheduler.views.charts import share_chart
 
+# Users listed per band unless the band is opened whole (``?band=<band>``): past this, the rows
+# are the users furthest below an equal share while they wait, then the largest shares.
+BAND_ROWS = 25
+
+
+def shown_rows(band: dict, whole: bool) -> tuple[list[dict], int]:
+    """The band's rows the page lists, and how many it leaves out."""
+    rows = band["users"]
+    if whole or len(rows) <= BAND_ROWS:
+        return rows, 0
+    ranked = sorted(
+        rows,
+        key=lambda r: (
+            not (r["pending"] and r["share"] < r["equal_share"]),
+            r["share"] - r["equal_share"] if r["pending"] else -r["share"],
+            r["user"],
+        ),
+    )
+    return ranked[:BAND_ROWS], len(rows) - BAND_ROWS
+
 
 @login_required
 def fairness(request):
@@ -20,6 +40,9 @@ def fairness(request):
     if unchanged(request, newest_fairness_tick()):
         return no_change()
     report = fairness_report(timezone.now())
+    opened = request.GET.get("band", "")
+    for band in report.bands:
+        band["shown"], band["left_out"] = shown_rows(band, band["band"].wire == opened)
     charts = [(band, share_chart(series)) for band, series in report.shares.items()]
     return page_or_fragment(
         request, "scheduler/fairness.html", "report", {"report": report, "charts": charts, "poll": POLL_SECONDS}

@@ -180,3 +180,57 @@ def test_the_page_and_the_api_run_a_fixed_number_of_queries(clients, alice):
         run_tick(NOW_MS + 1000 * (t + 1))
     many = (fairness_queries(clients["alice"], "/fairness/"), fairness_queries(api, "/api/v1/fairness/"))
     assert few == many
+
+
+def test_a_band_of_many_users_lists_the_most_under_served_first_and_opens_whole(clients):
+    from scheduler.core.fairness import FAIRNESS_VERSION
+    from scheduler.views.fairness import BAND_ROWS
+
+    # 40 users: u00..u29 hold the band (u00 the most), u30..u39 hold nothing and wait.
+    users = {f"u{i:02d}": [100 - i if i < 30 else 0, 0 if i < 30 else 2, 0, 0] for i in range(40)}
+    sample = {
+        "version": FAIRNESS_VERSION,
+        "bands": {"batch": {"running_value": sum(r[0] for r in users.values()), "users": users}},
+    }
+    TickRecord.objects.create(started_at=timezone.now(), now_ms=NOW_MS, duration_ms=1, fairness=sample)
+    html = clients["bob"].get("/fairness/").content.decode()
+    listed = re.findall(r'<tr data-user="(u\d+)">', html)
+    assert len(listed) == BAND_ROWS
+    assert listed[:10] == [f"u{i}" for i in range(30, 40)]  # waiting with no share: first
+    assert listed[10:] == [f"u{i:02d}" for i in range(BAND_ROWS - 10)]  # then the largest shares
+    assert f"{BAND_ROWS} of 40 users" in html and 'href="/fairness/?band=batch#band-batch">Show all 40' in html
+    whole = clients["bob"].get("/fairness/?band=batch").content.decode()
+    assert len(re.findall(r'<tr data-user="(u\d+)">', whole)) == 40 and "Show all" not in whole
+
+
+def test_the_share_chart_reads_each_ticks_sample_once_per_process():
+    from scheduler.core.fairness import FAIRNESS_VERSION
+    from scheduler.tick import fairness
+
+    fairness._share_points.clear()
+    now = timezone.now()
+
+    def tick(minutes_ago: float, share_of_alice: int) -> TickRecord:
+        users = {"alice": [share_of_alice, 0, 0, 0], "bob": [100 - share_of_alice, 0, 0, 0]}
+        sample = {"version": FAIRNESS_VERSION, "bands": {"batch": {"running_value": 100, "users": users}}}
+        at = now - timedelta(minutes=minutes_ago)
+        return TickRecord.objects.create(started_at=at, now_ms=NOW_MS, duration_ms=1, fairness=sample)
+
+    for i in range(400):
+        tick(24 * 60 - 3 * i - 1, i % 100)
+    since = now - fairness.WINDOW
+    with CaptureQueriesContext(connection) as first:
+        series = fairness.share_series(since)
+    with CaptureQueriesContext(connection) as again:
+        assert fairness.share_series(since) == series
+    assert (len(first), len(again)) == (3, 2)  # the samples are read once
+    points = series[Band.BATCH]
+    assert fairness.CHART_POINTS // 2 <= len(points) <= fairness.CHART_POINTS + 1
+    newest = tick(0, 7)
+    with CaptureQueriesContext(connection) as after_a_tick:
+        latest = fairness.share_series(since)[Band.BATCH]
+    assert len(after_a_tick) == 3 and "IN (%d)" % newest.pk in after_a_tick[-1]["sql"].replace("'", "")
+    assert latest[-1][1].shares == {"alice": 0.07, "bob": 0.93}
+    # The same slots as before the tick (the previous newest, unless it is a slot, gives way).
+    before = {at for at, _ in points}
+    assert {at for at, _ in latest[:-1]} <= before and len(before - {at for at, _ in latest}) <= 1

@@ -12,6 +12,7 @@ from scheduler.budgets.queries import SpendSample
 from scheduler.core.bands import Band
 from scheduler.board.queue import QueueIndex, job_matches, queue_window, round_robin_place
 from scheduler.board.read import forget as forget_board, queue_index
+from scheduler.tick.fairness import SharePoint
 from scheduler.views.charts import nice_ceiling, round_step, share_chart, spend_chart
 
 
@@ -64,7 +65,7 @@ def test_chart_geometry_follows_the_samples():
 
 def test_share_chart_draws_a_line_per_user_and_a_missing_user_at_zero():
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
-    series = [(t0, {"alice": 0.5, "bob": 0.5}), (t0 + timedelta(minutes=5), {"alice": 1.0})]
+    series = [(t0, SharePoint({"alice": 0.5, "bob": 0.5})), (t0 + timedelta(minutes=5), SharePoint({"alice": 1.0}))]
     chart = share_chart(series, width=200, height=100)
     lines = {user: [tuple(map(float, p.split(","))) for p in points.split()] for user, points, _ in chart.lines}
     bottom, top = chart.height - chart.bottom, chart.top
@@ -82,7 +83,7 @@ def test_share_chart_of_many_users_draws_the_largest_and_one_line_for_the_rest()
     weights = {f"u{i:02d}": 40 - i for i in range(40)}
     total = sum(weights.values())
     shares = {u: w / total for u, w in weights.items()}
-    series = [(t0, shares), (t0 + timedelta(minutes=5), {**shares, "u39": 0.0})]
+    series = [(t0, SharePoint(shares)), (t0 + timedelta(minutes=5), SharePoint({**shares, "u39": 0.0}))]
     chart = share_chart(series, width=200, height=100)
     labels = [label for label, _, _ in chart.lines]
     assert labels == [f"u{i:02d}" for i in range(SHARE_LINES)] + [f"{40 - SHARE_LINES} other users"]
@@ -92,8 +93,30 @@ def test_share_chart_of_many_users_draws_the_largest_and_one_line_for_the_rest()
     first_y = float(chart.lines[-1][1].split()[0].split(",")[1])
     assert first_y == round(bottom - (bottom - top) * rest, 1)
     # Up to one more user than there are lines, every user has their own line.
-    few = share_chart([(t0, {f"u{i}": 0.1 for i in range(SHARE_LINES + 1)})])
+    few = share_chart([(t0, SharePoint({f"u{i}": 0.1 for i in range(SHARE_LINES + 1)}))])
     assert [label for label, _, _ in few.lines] == [f"u{i}" for i in range(SHARE_LINES + 1)]
+
+
+def test_a_ticks_sample_keeps_its_largest_users_and_the_chart_sums_the_rest_exactly():
+    from scheduler.core.fairness import FAIRNESS_VERSION
+    from scheduler.tick.fairness import SHARE_USERS_PER_POINT, sample_shares
+    from scheduler.views.charts import SHARE_LINES
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    values = {f"u{i:03d}": 1000 - i for i in range(200)}  # u000 the largest
+    total = sum(values.values())
+    sample = {
+        "version": FAIRNESS_VERSION,
+        "bands": {"batch": {"running_value": total, "users": {u: [v, 0, 0, 0] for u, v in values.items()}}},
+    }
+    point = sample_shares(sample)[Band.BATCH]
+    assert sorted(point.shares) == [f"u{i:03d}" for i in range(SHARE_USERS_PER_POINT)]
+    assert point.rest == pytest.approx(sum(values[f"u{i:03d}"] for i in range(SHARE_USERS_PER_POINT, 200)) / total)
+    chart = share_chart([(t0, point), (t0 + timedelta(minutes=5), point)], width=200, height=100)
+    assert [label for label, _, _ in chart.lines] == [f"u{i:03d}" for i in range(SHARE_LINES)] + ["other users"]
+    others = sum(values[f"u{i:03d}"] for i in range(SHARE_LINES, 200)) / total
+    bottom, top = chart.height - chart.bottom, chart.top
+    assert float(chart.lines[-1][1].split()[0].split(",")[1]) == round(bottom - (bottom - top) * others, 1)
 
 
 def test_chart_of_a_user_missing_from_samples_uses_the_default_limit():
