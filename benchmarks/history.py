@@ -162,12 +162,13 @@ def add_history(jobs: int, tasks_per_job: int, now_ms: int, *, seed: float = 0.2
             f"""
             WITH newest AS (SELECT spend, limits, fairness FROM {tick_t} ORDER BY id DESC LIMIT 1)
             INSERT INTO {tick_t} (started_at, now_ms, duration_ms, decide_ms, pending, left_pending, assigned,
-                preempted, expired, spend, limits, fairness, explanation, whatif_basis, explanation_tick_id)
+                preempted, expired, spend, spend_change, limits, fairness, explanation, whatif_basis,
+                explanation_tick_id)
             SELECT to_timestamp((%(now)s - (%(ticks)s - k + 1)::bigint * %(tick)s) / 1000.0),
                 %(now)s - (%(ticks)s - k + 1)::bigint * %(tick)s,
                 200 + random() * 800, 100 + random() * 300, 100000, 99000 + floor(random() * 1000)::int,
                 floor(random() * 500)::int, floor(random() * 20)::int, 0,
-                COALESCE(newest.spend, '{{}}'::jsonb), COALESCE(newest.limits, '{{}}'::jsonb),
+                COALESCE(newest.spend, '{{}}'::jsonb), '{{}}'::jsonb, COALESCE(newest.limits, '{{}}'::jsonb),
                 COALESCE(newest.fairness, '{{}}'::jsonb), NULL, NULL, NULL
             FROM generate_series(1, %(ticks)s) AS k LEFT JOIN newest ON true ORDER BY k
             """,
