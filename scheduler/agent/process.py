@@ -20,6 +20,7 @@ Identities (``IRIS_AGENT_TASK_IDENTITY``, see docs/operations.md, "Agent modes")
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import errno
 import fcntl
 import json
@@ -140,9 +141,20 @@ def work_path(root: Path | str, task_pk: int, attempt: int) -> Path:
 
 
 def attempt_key(task_pk: int, attempt: int) -> str:
-    """The attempt's name on its host: its working directory's, and the value of the marker
-    ``IRIS_ATTEMPT_KEY`` every process of it carries."""
+    """The attempt's name among its agent's: its working directory's, and the end of its marker."""
     return f"{int(task_pk)}-{int(attempt)}"
+
+
+def agent_tag(state_dir: Path | str) -> str:
+    """An agent's name on its host, from its state directory (one per agent): two agents on one
+    host, of one cluster or of two (a demo beside a test run), never share a marker."""
+    return hashlib.sha256(os.fsencode(Path(state_dir).resolve())).hexdigest()[:12]
+
+
+def attempt_marker(tag: str, task_pk: int, attempt: int) -> str:
+    """The value of ``IRIS_ATTEMPT_KEY`` every process of an attempt carries (``<agent tag>:<task
+    pk>-<attempt>``): what the agent ends an attempt by, so it names the agent as well."""
+    return f"{tag}:{attempt_key(task_pk, attempt)}"
 
 
 def log_path(root: Path | str, task_pk: int, attempt: int) -> Path:

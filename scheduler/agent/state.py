@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from scheduler.agent.process import attempt_key, end_attempt_processes
+from scheduler.agent.process import agent_tag, attempt_marker, end_attempt_processes
 from scheduler.agent.supervise import group_members, proc_stat
 
 log = logging.getLogger("iris.agent")
@@ -50,8 +50,13 @@ class AttemptState:
     def __init__(self, state_dir: Path | str):
         self.dir = Path(state_dir)
         self.path = self.dir / STATE_FILE
+        self.tag = agent_tag(self.dir)
         # key -> (pgid, supervisor start ticks, the attempt's own uid or None)
         self.groups: dict[tuple[int, int], tuple[int, int, int | None]] = {}
+
+    def marker(self, task: int, attempt: int) -> str:
+        """The marker this agent's processes of the attempt carry (``process.attempt_marker``)."""
+        return attempt_marker(self.tag, task, attempt)
 
     def add(self, key: tuple[int, int], pid: int, own_uid: int | None = None) -> None:
         stat = proc_stat(pid)
@@ -99,7 +104,7 @@ class AttemptState:
             killed = 0
             if same_boot:
                 group = pgid if self._ours(pgid, start) else None
-                killed = end_attempt_processes(group, attempt_key(task, attempt), uid if isinstance(uid, int) else None)
+                killed = end_attempt_processes(group, self.marker(task, attempt), uid if isinstance(uid, int) else None)
             leftovers.append(Leftover(task, attempt, killed))
         self.groups.clear()
         self.write()

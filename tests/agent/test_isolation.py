@@ -167,8 +167,8 @@ def escaping(folder: Path) -> list[str]:
     return ["sh", "-c", script]
 
 
-def attempt_key_of(job, number: int = 1) -> str:
-    return f"{attempt(job, number).task_id}-{number}"
+def attempt_key_of(cluster, job, number: int = 1) -> str:
+    return cluster.marker(job, number)
 
 
 def marked(key: str) -> list[int]:
@@ -213,7 +213,7 @@ def test_no_process_of_an_attempt_outlives_its_agent_killed_with_sigkill(cluster
     settings.WORKER_GRACE_SECONDS = 300  # attempt 2 follows the restart's report, on the same worker
     agent = cluster.agent("w1", extra=MODES[mode])
     job = run_escaping(cluster, people, tmp_path)
-    key = attempt_key_of(job)
+    key = attempt_key_of(cluster, job)
 
     os.kill(agent.pid, signal.SIGKILL)
 
@@ -234,7 +234,7 @@ def test_a_restarted_agent_ends_what_its_previous_life_left_running_before_it_re
     settings.WORKER_GRACE_SECONDS = 300  # the restart, not the missed-heartbeat check, ends attempt 1
     agent = cluster.agent("w1", extra=MODES[mode])
     job = run_escaping(cluster, people, tmp_path)
-    key = attempt_key_of(job)
+    key = attempt_key_of(cluster, job)
     # The worst case: the agent and the attempt's supervisor die together (the supervisor cannot
     # end the attempt any more).
     os.kill(agent.pid, signal.SIGSTOP)
@@ -273,7 +273,7 @@ def test_an_attempt_whose_agent_stays_down_past_the_grace_ends_before_attempt_2_
 ):
     agents = {"w1": cluster.agent("w1", cpu=1), "w2": cluster.agent("w2", cpu=1)}
     job = run_escaping(cluster, people, tmp_path)
-    key = attempt_key_of(job)
+    key = attempt_key_of(cluster, job)
     lost = attempt(job).worker.name
     os.kill(agents[lost].pid, signal.SIGSTOP)
     os.kill(supervisor_of(key), signal.SIGKILL)
@@ -289,7 +289,7 @@ def test_an_attempt_whose_agent_stays_down_past_the_grace_ends_before_attempt_2_
 def test_cancel_ends_every_process_of_the_attempt_before_it_is_reported_finished(cluster, people, tmp_path, mode):  # noqa: F811
     cluster.agent("w1", extra=MODES[mode])
     job = run_escaping(cluster, people, tmp_path)
-    key = attempt_key_of(job)
+    key = attempt_key_of(cluster, job)
 
     cancel_job(people["alice"], job.name)
 
@@ -308,7 +308,7 @@ def test_what_a_task_leaves_running_when_it_exits_is_killed(cluster, people, tmp
 
     assert cluster.pump(lambda: attempt_state(job) == "succeeded"), cluster.logs()
 
-    assert wait_for(lambda: not marked(attempt_key_of(job)), timeout=5)
+    assert wait_for(lambda: not marked(attempt_key_of(cluster, job)), timeout=5)
 
 
 def test_an_agent_refuses_to_start_when_its_task_user_does_not_exist(tmp_path):
@@ -378,7 +378,7 @@ def test_alices_task_cannot_read_bobs_logs_working_files_or_environment_nor_sign
     bob_work = work / f"{task}-1"
     bob_log, bob_shipped = settings.TASK_LOG_DIR / str(task) / "1.log", settings.SHIPPED_LOG_DIR / str(task) / "1.log"
     assert wait_for(lambda: bob_shipped.exists(), timeout=10), cluster.logs()
-    bob_pid = host_pid(read_pid(bob_work / "pid"), victim)
+    bob_pid = host_pid(cluster, read_pid(bob_work / "pid"), victim)
     assert "bob-log-secret" in bob_log.read_text() and "bob-log-secret" in bob_shipped.read_text()
 
     attacks = {

@@ -21,6 +21,7 @@ import pytest
 import redis
 from django.utils import timezone
 
+from scheduler.agent.process import agent_tag, attempt_marker
 from scheduler.agent.supervise import carries_marker
 from scheduler.execution.dispatcher import LEASE_NAME, drain
 from scheduler.execution.enrolment import issue_worker_credential
@@ -100,6 +101,12 @@ class Cluster:
         assert wait_for(lambda: Worker.objects.filter(name=name, healthy=True).exists(), timeout=20), self.logs()
         return process
 
+    def marker(self, job: Job, number: int = 1) -> str:
+        """``IRIS_ATTEMPT_KEY`` of the job's attempt ``number``: its agent (named by its state
+        directory in this test's data dir) and the attempt."""
+        found = attempt(job, number)
+        return attempt_marker(agent_tag(self.tmp_path / "data" / "agents" / found.worker.name), found.task_id, number)
+
     def pump(self, predicate, timeout: float = 20) -> bool:
         """Tick, drain and check workers until ``predicate()`` holds."""
         deadline = time.monotonic() + timeout
@@ -153,10 +160,10 @@ def process_gone(pid: int) -> bool:
     return "State:\tZ" in status
 
 
-def host_pid(pid_in_task: int, job: Job, number: int = 1) -> int:
+def host_pid(cluster: Cluster, pid_in_task: int, job: Job, number: int = 1) -> int:
     """The host's pid of a process of ``job``'s attempt ``number`` that knows itself as
     ``pid_in_task`` (its ``$$``, which counts in the attempt's PID namespace when it has one)."""
-    key = f"{attempt(job, number).task_id}-{number}"
+    key = cluster.marker(job, number)
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or not carries_marker(int(entry.name), key):
             continue
@@ -212,7 +219,7 @@ def test_an_agent_killed_with_sigkill_loses_its_worker_and_the_task_retries_else
     lost, other = first.worker.name, ({"w1", "w2"} - {first.worker.name}).pop()
     pid_file = tmp_path / "pid-1"
     assert wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout=5)  # written, not only created
-    pid = host_pid(int(pid_file.read_text()), job)
+    pid = host_pid(cluster, int(pid_file.read_text()), job)
     assert not process_gone(pid)
 
     os.kill(agents[lost].pid, signal.SIGKILL)
