@@ -23,7 +23,7 @@ from scheduler.core.budget import resource_value
 from scheduler.core.types import BudgetDefaults, BudgetSpec
 from scheduler.models import Task, UpliftGrant, UserBudget
 from scheduler.store.job_rows import resource_fields, resources_from_columns
-from scheduler.store.states import ACTIVE_VALUES, LIVE_JOB_VALUES
+from scheduler.store.states import ACTIVE_VALUES
 
 
 @dataclass(frozen=True)
@@ -64,9 +64,9 @@ def live_spend(users: list[str] | None = None) -> dict[str, int]:
     """
     # The job's state as well (an active task's job is never finished: a cancel or a job's end
     # finishes its tasks in the same transaction, and the tick reads only unfinished jobs): the
-    # (state, user) index then finds the live jobs instead of the planner hashing every job of
-    # a year's history to join them (docs/benchmarks.md, "A year of history").
-    rows = Task.objects.filter(state__in=ACTIVE_VALUES, job__band__lt=int(Band.BATCH), job__state__in=LIVE_JOB_VALUES)
+    # (finished_state, user) index then finds the live jobs instead of the planner hashing every
+    # job of a year's history to join them (docs/benchmarks.md, "A year of history").
+    rows = Task.objects.filter(state__in=ACTIVE_VALUES, job__band__lt=int(Band.BATCH), job__finished_state__isnull=True)
     if users is not None:
         rows = rows.filter(job__user__in=users)
     groups = (

@@ -233,7 +233,7 @@ def over_budget_users() -> frozenset[str]:
 
 def downgraded(over_budget: frozenset[str]) -> Q:
     """Jobs whose pending work runs as BATCH now, though they asked for a higher band."""
-    return Q(band__in=[int(b) for b in DOWNGRADABLE_BANDS], user__in=sorted(over_budget), state__in=LIVE_JOB_VALUES)
+    return Q(band__in=[int(b) for b in DOWNGRADABLE_BANDS], user__in=sorted(over_budget), finished_state__isnull=True)
 
 
 def effective_rank(over_budget: frozenset[str]) -> Case:
@@ -264,7 +264,11 @@ def filtered_jobs(f: JobFilter, over_budget: frozenset[str]) -> QuerySet[Job]:
     if f.effective is not None:
         qs = qs.filter(effective_is(f.effective, over_budget))
     if f.state:
-        qs = qs.filter(state=f.state)
+        # Through finished_state, which the state's indexes hold (scheduler.models.Job).
+        if f.state in LIVE_JOB_VALUES:
+            qs = qs.filter(finished_state__isnull=True, state=f.state)
+        else:
+            qs = qs.filter(finished_state=f.state)
     if f.route is not None:
         qs = qs.filter(route=routes()[f.route])
     if f.name:

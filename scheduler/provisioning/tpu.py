@@ -26,7 +26,6 @@ from scheduler.core.types import TaskState
 from scheduler.execution.workers import declare_worker_lost
 from scheduler.models import Attempt, Job, TpuSlice, Worker
 from scheduler.provisioning.health import KUBERNETES, TPU, record_error, record_ok
-from scheduler.store.states import TERMINAL_JOB_VALUES
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +223,7 @@ def pending_tpu_jobs(now_ms: int) -> list[PendingTpuJob]:
     """Jobs our scheduler places with TPU tasks pending and not expired (one grouped query)."""
     rows = (
         Job.objects.filter(device_type="tpu", tasks__state=TaskState.PENDING.value)
-        .exclude(state__in=TERMINAL_JOB_VALUES)
+        .filter(finished_state__isnull=True)
         .exclude(route=KUBERNETES)
         .filter(Q(scheduling_deadline_ms__isnull=True) | Q(scheduling_deadline_ms__gt=now_ms))
         .values("name", "device_variant", "device_count", "group_by", "constraints")

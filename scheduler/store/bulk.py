@@ -109,12 +109,15 @@ def update_rows(
     rows: Sequence[tuple],
     *,
     condition: str = "",
+    changed_only: bool = False,
 ) -> None:
     """``UPDATE table SET columns WHERE keys match`` for each row, in one statement.
 
     Each row is ``(*key values, *column values)``. ``condition`` is extra SQL over the target
     row, with columns qualified by the table name (``"scheduler_job.state = 'pending'"``); it
-    must contain no parameters.
+    must contain no parameters. ``changed_only`` leaves alone the rows whose columns already
+    hold the given values (no new row version, no trigger), so a caller may send rows it does
+    not know to differ.
     """
     if not rows:
         return
@@ -123,6 +126,10 @@ def update_rows(
         if connection.vendor == "postgresql":
             assignments = ", ".join(f"{name} = v.{name}" for name, _ in columns)
             matches = " AND ".join(f"{table}.{name} = v.{name}" for name, _ in keys)
+            if changed_only:
+                extra += (
+                    " AND (" + " OR ".join(f"{table}.{name} IS DISTINCT FROM v.{name}" for name, _ in columns) + ")"
+                )
             cursor.execute(
                 f"UPDATE {table} SET {assignments} FROM ({_rows_relation([*keys, *columns])}) AS v "
                 f"WHERE {matches}{extra}",
@@ -132,19 +139,22 @@ def update_rows(
             assignments = ", ".join(f"{name} = %s" for name, _ in columns)
             matches = " AND ".join(f"{name} = %s" for name, _ in keys)
             n_keys = len(keys)
+            if changed_only:
+                extra += " AND (" + " OR ".join(f"{name} IS NOT %s" for name, _ in columns) + ")"
             cursor.executemany(
                 f"UPDATE {table} SET {assignments} WHERE {matches}{extra}",
-                [(*row[n_keys:], *row[:n_keys]) for row in rows],
+                [(*row[n_keys:], *row[:n_keys], *(row[n_keys:] if changed_only else ())) for row in rows],
             )
 
 
 def model_columns(model) -> list[tuple[str, str, str]]:
     """``(column, PostgreSQL type, attribute name)`` of every concrete column of ``model`` but its
-    auto primary key, for :func:`insert_returning`; JSON fields are ``jsonb``."""
+    auto primary key and its generated columns (which the database computes), for
+    :func:`insert_returning`; JSON fields are ``jsonb``."""
     return [
         (f.column, "jsonb" if f.get_internal_type() == "JSONField" else f.db_type(connection), f.attname)
         for f in model._meta.concrete_fields
-        if not f.primary_key
+        if not f.primary_key and not f.generated
     ]
 
 

@@ -3,7 +3,9 @@
 Reading a 100,000-task cluster whole costs over a second, most of it building Python objects
 for rows that did not change since the previous tick. On PostgreSQL a :class:`ClusterRows` kept
 in the tick process therefore reads only what changed: a trigger stamps every inserted or
-updated job, task and attempt row with its transaction id (``change_xid``, migration 0004), and
+updated job, task and attempt row with its transaction id (``change_xid``, migration 0004; all
+but a live job's flip between pending and running, migration 0025, which keeps that write off
+every index: so a job is kept as live or as how it finished, never as pending or running), and
 each read takes the rows stamped at or after the oldest transaction still running at the
 previous read (``pg_snapshot_xmin``). Every transaction that committed since then has such an
 id, so nothing is missed whatever order transactions commit in; a row read twice is harmless.
@@ -115,7 +117,7 @@ class ClusterRows:
         self.ended_jobs: set[int] = set()
         self.job_specs: dict[str, JobSpec] = {}
         self.job_pks: dict[str, int] = {}
-        self.job_states: dict[str, str] = {}
+        self.job_states: dict[str, str] = {}  # how each finished, "" while live
         # Tasks of kept jobs: live ones, and finished ones an unconfirmed attempt holds.
         self.task_snapshots: dict[int, TaskSnapshot] = {}
         self.task_rows: dict[str, TaskRow] = {}
@@ -234,10 +236,10 @@ class ClusterRows:
         cursor.execute(f"{ATTEMPT_SELECT} WHERE {HELD}")
         self._take_attempts(cursor.fetchall())
         held_tasks = f"SELECT a.task_id FROM {ATTEMPT} a WHERE {HELD}"
-        cursor.execute(f"{JOB_SELECT} WHERE j.state IN {in_list(LIVE_JOB_VALUES)} ORDER BY j.id")
+        cursor.execute(f"{JOB_SELECT} WHERE j.finished_state IS NULL ORDER BY j.id")
         self._take_jobs(cursor.fetchall())
         cursor.execute(
-            f"{JOB_SELECT} WHERE j.state NOT IN {in_list(LIVE_JOB_VALUES)} "
+            f"{JOB_SELECT} WHERE j.finished_state IS NOT NULL "
             f"AND j.id IN (SELECT t.job_id FROM {TASK} t WHERE t.id IN ({held_tasks})) ORDER BY j.id"
         )
         self._take_jobs(cursor.fetchall(), force=True)
@@ -319,9 +321,13 @@ class ClusterRows:
                 self.job_names[pk] = name
                 self.job_specs[name] = job_spec_from_row(row[2:], self._resources)
                 self.job_pks[name] = pk
-            if self.job_states.get(name) != state:  # all else about a job is fixed at submission
+            # Live or how it finished: all else about a job is fixed at submission, and a live
+            # job's flips between pending and running are not stamped (migration 0025), so a
+            # changes read would not follow them.
+            finished = "" if live else state
+            if self.job_states.get(name) != finished:
                 self._own()
-                self.job_states[name] = state
+                self.job_states[name] = finished
             if live:
                 self.ended_jobs.discard(pk)
             else:

@@ -317,13 +317,15 @@ def apply_decision(
             condition=f"{job_table}.state NOT IN ({terminal})",
         )
         # A live job is RUNNING while any of its tasks is active, PENDING otherwise (a job whose only
-        # task was preempted back to the queue is pending again).
+        # task was preempted back to the queue is pending again). Written only where the row's
+        # state differs: the rows the tick keeps do not follow these flips (migration 0025).
         bulk.update_rows(
             job_table,
             [("id", "bigint")],
             [("state", "text")],
             live_job_states(loaded, decision, kept),
             condition=f"{job_table}.state IN ('{JobState.PENDING.value}', '{JobState.RUNNING.value}')",
+            changed_only=True,
         )
         # The publication is built while the last writes run.
         publication.build(kept, tick.pk, tick.fairness)
@@ -352,7 +354,9 @@ def apply_decision(
 
 
 def live_job_states(loaded: LoadedSnapshot, decision: Decision, kept: set[str]) -> list[tuple[int, str]]:
-    """(job pk, pending|running) for each job with a written task change whose state changes."""
+    """(job pk, pending|running) for each live job with a written task change: what its state is
+    after them. Whether that differs from the row's is for the statement to tell
+    (``changed_only``): the kept rows know a job is live, not which of the two it is."""
     if not kept:
         return []
     active: dict[str, bool] = {t.rsplit("/", 1)[0]: False for t in kept}
@@ -360,12 +364,12 @@ def live_job_states(loaded: LoadedSnapshot, decision: Decision, kept: set[str]) 
         if task.job_id in active and not active[task.job_id]:
             state = decision.after[task.id].state if task.id in kept else task.state
             active[task.job_id] = state in ACTIVE_STATES
-    changes = []
-    for job, is_active in sorted(active.items()):
-        state = (JobState.RUNNING if is_active else JobState.PENDING).value
-        if loaded.job_states.get(job) != state:
-            changes.append((loaded.job_pks[job], state))
-    return changes
+    running, pending = JobState.RUNNING.value, JobState.PENDING.value
+    return [
+        (loaded.job_pks[job], running if is_active else pending)
+        for job, is_active in sorted(active.items())
+        if not loaded.job_states.get(job)
+    ]
 
 
 def _started_minus_stopped(rows: Mapping[str, TaskRow], decision: Decision, kept: set[str]) -> dict[str, int]:

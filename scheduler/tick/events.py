@@ -35,7 +35,7 @@ from scheduler.events import kinds
 from scheduler.events.record import Draft, record
 from scheduler.events.sequence import request_sequencing
 from scheduler.models import Event, Job, StagedEvent, TickRecord
-from scheduler.store.states import LIVE_JOB_VALUES, TERMINAL_JOB_VALUES
+from scheduler.store.states import TERMINAL_JOB_VALUES
 from scheduler.tick.load import LoadedSnapshot
 
 # Per queued job: (effective band rank, position class) as last recorded.
@@ -230,7 +230,7 @@ def read_queue_state() -> QueueState:
     A job that left and came back is therefore queued again after a restart, as it would be
     without one.) One read per process start: the live jobs' queue and requeue events within
     retention."""
-    live = Subquery(Job.objects.filter(state__in=LIVE_JOB_VALUES).values("name"))
+    live = Subquery(Job.objects.filter(finished_state__isnull=True).values("name"))
     relevant = (kinds.QUEUED, kinds.REQUEUED)
     state: QueueState = {}
     for model in (Event, StagedEvent):

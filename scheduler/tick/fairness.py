@@ -23,7 +23,6 @@ from scheduler.core.explain import pending_text
 from scheduler.core.fairness import FAIRNESS_VERSION, band_rows
 from scheduler.models import Attempt, PreemptionEvent, Task, TickRecord
 from scheduler.store.job_rows import resource_fields, resources_from_columns
-from scheduler.store.states import TERMINAL_JOB_VALUES
 from scheduler.store.tick_samples import thinned_ticks
 from scheduler.tick.queries import REPEATED_PREEMPTIONS
 
@@ -106,7 +105,7 @@ def starving_tasks(since: datetime, threshold: int) -> list[dict]:
     most preempted first. One query."""
     rows = (
         Task.objects.filter(preemption_count__gt=threshold, preempted_by_events__created_at__gte=since)
-        .exclude(job__state__in=TERMINAL_JOB_VALUES)
+        .filter(job__finished_state__isnull=True)
         .values_list("job__name", "index", "job__user", "band", "state", "preemption_count")
         .distinct()
         .order_by("-preemption_count", "job__name", "index")[:STARVING_LIMIT]

@@ -34,7 +34,6 @@ from scheduler.core.types import (
     TaskState,
 )
 from scheduler.models import BackendState, Job, Worker
-from scheduler.store.states import TERMINAL_JOB_VALUES
 
 
 def split_kueue(snapshot: ClusterSnapshot) -> tuple[ClusterSnapshot, KueueInput, dict[int, str]]:
@@ -55,7 +54,7 @@ def split_kueue(snapshot: ClusterSnapshot) -> tuple[ClusterSnapshot, KueueInput,
             "name", "healthy", "draining"
         )
     }
-    live_jobs = Job.objects.exclude(state__in=TERMINAL_JOB_VALUES)
+    live_jobs = Job.objects.filter(finished_state__isnull=True)
     kube_jobs = set(live_jobs.filter(route=route_name).values_list("name", flat=True))
     unrouted = [
         (pk, name, raw)

@@ -29,7 +29,9 @@ class LoadedSnapshot:
     left out, see :func:`split_kueue`); ``kueue`` the Kubernetes promotion drain's input;
     ``routes`` the jobs routed for the first time this tick (job pk -> backend), to stamp;
     ``refresh`` whether the rows were read whole (``all``) or as changes (``changes``);
-    ``job_states`` each job's state as read (job name -> state value)."""
+    ``job_states`` how each job finished, as read, or "" while it is live (job name -> state
+    value or ""; which of pending and running a live job is, the rows kept between ticks do not
+    follow, see ``scheduler.store.cluster_rows``)."""
 
     snapshot: ClusterSnapshot
     tasks: dict[str, TaskRow]

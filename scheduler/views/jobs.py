@@ -34,7 +34,7 @@ from scheduler.jobs.explain import NOT_YET_TICKED, explain_job
 from scheduler.jobs.queries import job_tasks_window, task_counts, task_placement
 from scheduler.execution.logs import may_read_log, read_tail
 from scheduler.models import Attempt
-from scheduler.store.states import LIVE_JOB_VALUES, TERMINAL_JOB_VALUES
+from scheduler.store.states import TERMINAL_JOB_VALUES
 from scheduler.board.queue import RoundRobinPlace, round_robin_place
 from scheduler.board.read import newest_board_tick, queue_index
 from scheduler.jobs.feasibility import never_runs
@@ -129,9 +129,10 @@ def listing_context(request, newest=None) -> dict:
         job.group_head = groups.get(key) if view.group and key != previous else None
         previous = key
     # What "Cancel all N matching" would cancel: the unfinished ones (shown only with a filter).
-    # Named as the live states rather than "not terminal" (the same rows): the (state, user) and
-    # state indexes then read only the live jobs, not a user's or a state's whole history.
-    unfinished = qs.filter(state__in=LIVE_JOB_VALUES).count() if job_filter.given else 0
+    # Named as a null finished_state rather than "not terminal" (the same rows): the state's
+    # indexes, which lead with it, then read only the live jobs, not a user's or a state's whole
+    # history.
+    unfinished = qs.filter(finished_state__isnull=True).count() if job_filter.given else 0
     return {
         "jobs": page,
         "page": keyset,

@@ -253,8 +253,11 @@ def test_an_update_of_any_column_the_tick_reads_marks_the_row_changed(table, sel
 
     for column in columns:
         before = stamp()
+        # A job's state set to the live state it has is a live flip, which is not stamped
+        # (test_a_live_jobs_flip_keeps_its_stamp_and_its_end_is_stamped): set a finished one.
+        value = "'killed'" if (alias, column) == ("j", "state") else f'"{column}"'
         with connection.cursor() as cursor:
-            cursor.execute(f'UPDATE {table} SET "{column}" = "{column}" WHERE id = %s', [pk])
+            cursor.execute(f'UPDATE {table} SET "{column}" = {value} WHERE id = %s', [pk])
         assert stamp() > before, f"an update of {table}.{column} went unnoticed"
     # A column the tick does not read is no change (a job's route stamp, a task's updated_at).
     other = {"j": "route", "t": "updated_at", "a": "error"}[alias]
@@ -262,6 +265,30 @@ def test_an_update_of_any_column_the_tick_reads_marks_the_row_changed(table, sel
     with connection.cursor() as cursor:
         cursor.execute(f'UPDATE {table} SET "{other}" = "{other}" WHERE id = %s', [pk])
     assert stamp() == before
+
+
+def test_a_live_jobs_flip_keeps_its_stamp_and_its_end_is_stamped():
+    """The tick flips a live job between pending and running without a new change stamp, so the
+    update writes no index (migration 0025); everything else about the job is stamped as before:
+    its end, and a flip that changes any other column the tick reads."""
+    cluster(1)
+    job = make_job("/alice/train")
+
+    def stamp() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT change_xid FROM {Job._meta.db_table} WHERE id = %s", [job.pk])
+            return cursor.fetchone()[0]
+
+    first = stamp()
+    Job.objects.filter(pk=job.pk).update(state="running")
+    Job.objects.filter(pk=job.pk).update(state="pending")
+    assert stamp() == first
+    Job.objects.filter(pk=job.pk).update(state="running", max_retries_failure=3)
+    assert stamp() > first
+    second = stamp()
+    Job.objects.filter(pk=job.pk).update(state="succeeded")
+    assert stamp() > second
+    assert Job.objects.get(pk=job.pk).finished_state == "succeeded"
 
 
 def test_views_share_the_kept_maps_until_a_change_which_the_earlier_views_never_see():
@@ -284,7 +311,8 @@ def test_views_share_the_kept_maps_until_a_change_which_the_earlier_views_never_
     changed = read_cluster()
     assert changed.refresh == "changes"
     assert "/bob/eval" in changed.jobs and "/bob/eval/0" in changed.task_rows
-    assert "/alice/train/0" not in changed.task_rows and changed.job_states["/alice/train"] == "running"
+    # A live job is kept as live (""), whichever of pending and running it is (migration 0025).
+    assert "/alice/train/0" not in changed.task_rows and changed.job_states["/alice/train"] == ""
     assert (dict(first.jobs), dict(first.job_pks), dict(first.job_states), dict(first.task_rows), first.tasks) == seen
     assert_same(changed, read_whole())
     # And the next view after the change shares the new maps again.
