@@ -7,12 +7,19 @@ makes it keep each request's answer until set, so a test can kill the sender mid
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from scheduler.notifications.webhook import verify
+
+def verify(secret: str, timestamp: str, body: bytes, header: str) -> bool:
+    """The receiver's check, written from docs/api.md rather than imported from the server:
+    HMAC-SHA256 keyed by the secret over the timestamp, ".", and the body."""
+    expected = "sha256=" + hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return bool(timestamp.isdigit()) and hmac.compare_digest(expected, header)
 
 
 @dataclass
