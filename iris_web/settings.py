@@ -425,6 +425,8 @@ EMAIL_HOST_USER = os.environ.get("IRIS_EMAIL_USER", "")
 EMAIL_HOST_PASSWORD = os.environ.get("IRIS_EMAIL_PASSWORD", "")
 EMAIL_USE_TLS = env_bool("IRIS_EMAIL_USE_TLS", False)
 EMAIL_USE_SSL = env_bool("IRIS_EMAIL_USE_SSL", False)
+if EMAIL_USE_TLS and EMAIL_USE_SSL:
+    raise ImproperlyConfigured("set IRIS_EMAIL_USE_TLS or IRIS_EMAIL_USE_SSL, not both")
 EMAIL_TIMEOUT = NOTIFY_WEBHOOK_TIMEOUT_SECONDS * 2
 DEFAULT_FROM_EMAIL = os.environ.get("IRIS_EMAIL_FROM", "") or "iris@localhost"
 # Retention deletes at most this many rows per statement (each batch its own short transaction),
