@@ -406,6 +406,8 @@ NOTIFY_MAX_TRIES = max(1, env_int("IRIS_NOTIFY_MAX_TRIES", 8))
 NOTIFY_RETRY_SECONDS = max(0.0, env_float("IRIS_NOTIFY_RETRY_SECONDS", 10))
 # Seconds a webhook receiver has to answer (connect and read) before the try counts as failed.
 NOTIFY_WEBHOOK_TIMEOUT_SECONDS = max(0.1, env_float("IRIS_NOTIFY_WEBHOOK_TIMEOUT_SECONDS", 5))
+# Notifications one run sends side by side (threads doing the network part only).
+NOTIFY_CONCURRENCY = max(1, env_int("IRIS_NOTIFY_CONCURRENCY", 8))
 CELERY_BEAT_SCHEDULE["notify"] = every("scheduler.notify", NOTIFY_SECONDS)
 # Email: "file" (the default: one file per message under IRIS_DATA_DIR/mail, for the demo), "smtp"
 # (IRIS_EMAIL_HOST and the rest below), or "console" (to standard output).
@@ -427,7 +429,7 @@ EMAIL_USE_TLS = env_bool("IRIS_EMAIL_USE_TLS", False)
 EMAIL_USE_SSL = env_bool("IRIS_EMAIL_USE_SSL", False)
 if EMAIL_USE_TLS and EMAIL_USE_SSL:
     raise ImproperlyConfigured("set IRIS_EMAIL_USE_TLS or IRIS_EMAIL_USE_SSL, not both")
-EMAIL_TIMEOUT = NOTIFY_WEBHOOK_TIMEOUT_SECONDS * 2
+EMAIL_TIMEOUT = NOTIFY_WEBHOOK_TIMEOUT_SECONDS
 DEFAULT_FROM_EMAIL = os.environ.get("IRIS_EMAIL_FROM", "") or "iris@localhost"
 # Retention deletes at most this many rows per statement (each batch its own short transaction),
 # and one hourly run stops after this many seconds; a backlog is worked off run by run.

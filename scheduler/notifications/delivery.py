@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -41,8 +42,8 @@ log = logging.getLogger(__name__)
 State = NotificationDelivery.State
 # The states a row can be claimed in (``sending``: its claim ran out, its deliverer died).
 OPEN = (State.PENDING, State.RETRYING, State.SENDING)
-# Rows one claim takes; one run claims again until nothing is due.
-CLAIM_BATCH = 50
+# Rows one claim takes, per send thread: a claim's rows are sent in about this many rounds.
+ROUNDS_PER_CLAIM = 4
 # The longest wait between tries, whatever the doubling says (seconds).
 MAX_BACKOFF_SECONDS = 3600
 # At most this much of an error is kept on the row (shown on the settings page).
@@ -56,10 +57,16 @@ class Delivered:
     failed: int = 0
 
 
+def claim_batch() -> int:
+    """Rows one claim takes: ``ROUNDS_PER_CLAIM`` per send thread."""
+    return ROUNDS_PER_CLAIM * settings.NOTIFY_CONCURRENCY
+
+
 def claim_seconds() -> float:
-    """How long a claim holds a row: a send's timeout with room to mark it. A deliverer that
-    is still sending past this (it cannot be: the timeout is shorter) may see its row sent again."""
-    return max(30.0, 3 * settings.NOTIFY_WEBHOOK_TIMEOUT_SECONDS)
+    """How long a claim holds its rows: every round of the claim timing out, and room to mark
+    them. A row still unsent past this (an SMTP exchange slower than its per-step timeout) may
+    be claimed and sent again by another deliverer: a repeat with the same key, never a loss."""
+    return max(30.0, (ROUNDS_PER_CLAIM + 2) * settings.NOTIFY_WEBHOOK_TIMEOUT_SECONDS)
 
 
 def backoff_seconds(tries: int) -> float:
@@ -67,9 +74,10 @@ def backoff_seconds(tries: int) -> float:
     return min(MAX_BACKOFF_SECONDS, settings.NOTIFY_RETRY_SECONDS * 2 ** max(0, tries - 1))
 
 
-def claim_due(now: datetime, *, limit: int = CLAIM_BATCH) -> list[NotificationDelivery]:
+def claim_due(now: datetime, *, limit: int | None = None) -> list[NotificationDelivery]:
     """Claim up to ``limit`` due rows for this caller (three statements, one short transaction)."""
     token = secrets.token_hex(16)
+    limit = limit or claim_batch()
     with transaction.atomic():
         due = NotificationDelivery.objects.filter(state__in=OPEN, next_try_at__lte=now).order_by("next_try_at", "id")
         if connection.features.has_select_for_update_skip_locked:
@@ -88,57 +96,72 @@ def claim_due(now: datetime, *, limit: int = CLAIM_BATCH) -> list[NotificationDe
     return list(NotificationDelivery.objects.filter(claim=token).order_by("id"))
 
 
-def deliver_due(*, clock=timezone.now, limit: int = CLAIM_BATCH) -> Delivered:
-    """Send every due delivery, claim by claim, until none is due. Returns what became of them."""
+def deliver_due(*, clock=timezone.now, limit: int | None = None) -> Delivered:
+    """Send every due delivery, claim by claim, until none is due. Returns what became of them.
+
+    The rows of one claim are sent side by side (``IRIS_NOTIFY_CONCURRENCY`` threads, which do
+    the network part only: every database statement is this thread's), then marked: the sent
+    ones in one statement, each failed one in its own."""
+    limit = limit or claim_batch()
     sent = retrying = failed = 0
-    while True:
-        rows = claim_due(clock(), limit=limit)
-        if not rows:
-            return Delivered(sent, retrying, failed)
-        users = {
-            u.username: u
-            for u in get_user_model()
-            .objects.filter(username__in={r.user for r in rows})
-            .select_related("notification_settings")
-        }
-        for row in rows:
-            outcome = _deliver(row, users.get(row.user), clock)
-            sent += outcome == State.SENT
-            retrying += outcome == State.RETRYING
-            failed += outcome == State.FAILED
-        if len(rows) < limit:
-            return Delivered(sent, retrying, failed)
+    with ThreadPoolExecutor(max_workers=settings.NOTIFY_CONCURRENCY, thread_name_prefix="notify") as pool:
+        while True:
+            rows = claim_due(clock(), limit=limit)
+            if not rows:
+                break
+            users = {
+                u.username: u
+                for u in get_user_model()
+                .objects.filter(username__in={r.user for r in rows})
+                .select_related("notification_settings")
+            }
+            errors = list(pool.map(_attempt, [_sender(row, users.get(row.user)) for row in rows]))
+            done = [row.pk for row, error in zip(rows, errors, strict=True) if error is None]
+            if done:
+                NotificationDelivery.objects.filter(pk__in=done, claim=rows[0].claim).update(
+                    state=State.SENT, sent_at=clock(), last_error="", claim=""
+                )
+            sent += len(done)
+            for row, error in zip(rows, errors, strict=True):
+                if error is not None:
+                    outcome = _mark_failed(row, clock(), error)
+                    retrying += outcome == State.RETRYING
+                    failed += outcome == State.FAILED
+            if len(rows) < limit:
+                break
+    return Delivered(sent, retrying, failed)
 
 
-def _deliver(row: NotificationDelivery, user, clock) -> str:
+def _attempt(send) -> str | None:
+    """Run one send; its error as text, or None when it succeeded."""
     try:
-        _send(row, user)
+        send()
     except Exception as exc:  # noqa: BLE001 (any failure of a send is the row's error, retried)
-        return _mark_failed(row, clock(), _error_text(exc))
-    NotificationDelivery.objects.filter(pk=row.pk, claim=row.claim).update(
-        state=State.SENT, sent_at=clock(), last_error="", claim=""
-    )
-    return State.SENT
+        return _error_text(exc)
+    return None
 
 
 class Undeliverable(Exception):
     """The channel is gone (no address, no webhook): retried like any failure, in case it returns."""
 
 
-def _send(row: NotificationDelivery, user) -> None:
+def _sender(row: NotificationDelivery, user):
+    """What sending ``row`` takes, read here (the database is this thread's), done by the
+    returned callable (network only)."""
     if user is None or not user.is_active:
-        raise Undeliverable(f"no active user {row.user!r}")
+        return _raise(Undeliverable(f"no active user {row.user!r}"))
     if row.channel == t.EMAIL:
         if not user.email:
-            raise Undeliverable("the account has no email address")
-        send_email(address=user.email, user=row.user, event_id=row.event_id, topic=row.topic, body=row.body)
-        return
+            return _raise(Undeliverable("the account has no email address"))
+        address = user.email
+        return lambda: send_email(address=address, user=row.user, event_id=row.event_id, topic=row.topic, body=row.body)
     prefs = getattr(user, "notification_settings", None)
     if prefs is None or not prefs.webhook_url or not prefs.webhook_secret:
-        raise Undeliverable("no webhook URL is set any more")
-    post_event(
-        prefs.webhook_url,
-        prefs.webhook_secret,
+        return _raise(Undeliverable("no webhook URL is set any more"))
+    url, secret = prefs.webhook_url, prefs.webhook_secret
+    return lambda: post_event(
+        url,
+        secret,
         row.body,
         event_id=row.event_id,
         user=row.user,
@@ -147,6 +170,13 @@ def _send(row: NotificationDelivery, user) -> None:
         timestamp=int(time.time()),
         timeout=settings.NOTIFY_WEBHOOK_TIMEOUT_SECONDS,
     )
+
+
+def _raise(exc: Exception):
+    def fail():
+        raise exc
+
+    return fail
 
 
 def _error_text(exc: Exception) -> str:

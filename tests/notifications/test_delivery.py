@@ -166,6 +166,21 @@ def test_a_deliverer_that_outlived_its_claim_cannot_mark_the_row(alice, receiver
     assert row().state == State.SENDING and row().claim == fresh.claim
 
 
+def test_a_claims_rows_are_sent_side_by_side_and_marked_together(alice, receiver, settings):
+    settings.NOTIFY_CONCURRENCY = 4
+    hook(alice, receiver.url, "failed")
+    for i in range(10):
+        record([Draft("finished", timezone.now(), "alice", f"/alice/j{i}", data={"outcome": "failed"})])
+    sequence_events()
+    fan_out()
+
+    done = deliver_due()
+
+    assert done.sent == 10
+    assert sorted(r.event["job"] for r in receiver.received) == sorted(f"/alice/j{i}" for i in range(10))
+    assert set(NotificationDelivery.objects.values_list("state", "claim")) == {(State.SENT, "")}
+
+
 def test_email_goes_through_djangos_mail_framework_once_per_delivery(alice):
     alice.email = "alice@example.org"
     alice.save()
@@ -197,7 +212,8 @@ def test_an_address_removed_before_delivery_is_a_failed_try_shown_with_its_reaso
     assert row().state == State.RETRYING and row().last_error == "the account has no email address"
 
 
-def test_the_api_shows_each_deliverys_state(alice, receiver):
+def test_the_api_shows_each_deliverys_state(alice, receiver, settings):
+    settings.NOTIFY_CONCURRENCY = 1  # one after the other: the first request is the one answered 500
     receiver.answers = [500]
     hook(alice, receiver.url, "failed", "started")
     failed_job()
