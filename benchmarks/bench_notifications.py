@@ -27,6 +27,12 @@ from benchmarks.bench_tick import open_bench_database  # noqa: E402
 SECRET = "bench-secret-0123456789"
 
 
+class Server(ThreadingHTTPServer):
+    # A listen backlog for every send thread (http.server's default of 5 drops connections
+    # beyond it, and the client's SYN is retried a second later).
+    request_queue_size = 128
+
+
 def serve(port_queue) -> None:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -40,7 +46,7 @@ def serve(port_queue) -> None:
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = Server(("127.0.0.1", 0), Handler)
     port_queue.put(server.server_address[1])
     server.serve_forever()
 

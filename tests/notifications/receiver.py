@@ -22,6 +22,11 @@ def verify(secret: str, timestamp: str, body: bytes, header: str) -> bool:
     return bool(timestamp.isdigit()) and hmac.compare_digest(expected, header)
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 64  # http.server's 5 drops parallel connects (the SYN is retried 1 s later)
+    daemon_threads = True
+
+
 @dataclass
 class Received:
     key: str
@@ -80,8 +85,7 @@ class Receiver:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
 
