@@ -56,7 +56,7 @@ def timed(label: str, fn, *, per: str = "", count_of=None):
     result = fn()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     n = count_of(result) if count_of else None
-    extra = f", {cpu / n * 1e6:.0f} us cpu per {per} ({n:,} {per}s)" if n else ""
+    extra = f", {cpu / n * 1e6:.0f} us cpu per {per} ({n:,} of them)" if n else ""
     print(f"{label}: {wall:.2f} s wall, {cpu:.2f} s cpu{extra}", flush=True)
     return result
 
