@@ -32,9 +32,14 @@ def subject_and_text(topic: str, event: dict[str, Any]) -> tuple[str, str]:
     elif topic in (t.FINISHED, t.FAILED):
         line = f"{job} finished: {data.get('outcome')}"
     elif topic == t.UPLIFT_REQUESTED:
-        wants = data.get("budget_limit") or data.get("max_band")
+        wants = []
+        if data.get("budget_limit") is not None:
+            wants.append(f"limit {data['budget_limit']:,}")
+        if data.get("max_band"):
+            wants.append(f"max band {str(data['max_band']).upper()}")
+        hours = (data.get("duration_seconds") or 0) / 3600
         line = (
-            f"{event.get('user')} requests uplift {data.get('uplift')} ({wants}) for {data.get('duration_seconds')} s"
+            f"{event.get('user')} requests uplift {data.get('uplift')}: {', '.join(wants) or 'a grant'} for {hours:g} h"
         )
     else:
         line = f"{event.get('kind')} {job or event.get('user')}"
