@@ -409,6 +409,8 @@ NOTIFY_WEBHOOK_TIMEOUT_SECONDS = max(0.1, env_float("IRIS_NOTIFY_WEBHOOK_TIMEOUT
 # Notifications one run sends side by side (threads doing the network part only).
 NOTIFY_CONCURRENCY = max(1, env_int("IRIS_NOTIFY_CONCURRENCY", 8))
 CELERY_BEAT_SCHEDULE["notify"] = every("scheduler.notify", NOTIFY_SECONDS)
+# Sent and failed deliveries are kept as long as events (IRIS_EVENT_HISTORY_DAYS), pruned hourly.
+CELERY_BEAT_SCHEDULE["prune-notifications"] = every("scheduler.prune_notifications", 3600)
 # Email: "file" (the default: one file per message under IRIS_DATA_DIR/mail, for the demo), "smtp"
 # (IRIS_EMAIL_HOST and the rest below), or "console" (to standard output).
 EMAIL_BACKENDS = {

@@ -16,11 +16,12 @@ from scheduler.events.record import Draft, record
 from scheduler.events.sequence import sequence_events
 from scheduler.models import Event
 from scheduler.notification_models import NotificationDelivery
-from scheduler.notifications.delivery import backoff_seconds, claim_due, deliver_due, run_notifications
+from scheduler.notifications.delivery import _mark_failed, backoff_seconds, claim_due, deliver_due, run_notifications
 from scheduler.notifications.email import message_id
 from scheduler.notifications.fanout import fan_out
 from scheduler.notifications.payload import event_json
 from scheduler.notifications.preferences import update_preferences
+from scheduler.notifications.retention import prune_deliveries
 from scheduler.notifications.webhook import signature, verify
 from tests.notifications.receiver import Receiver
 from tests.personas import token_client
@@ -154,8 +155,6 @@ def test_a_claimed_row_is_not_claimed_again_until_its_claim_runs_out(alice):
 def test_a_deliverer_that_outlived_its_claim_cannot_mark_the_row(alice, receiver):
     """The first claimer's claim ran out and another claimed the row: the first one's outcome
     (here a failure) is not written over the second's."""
-    from scheduler.notifications.delivery import _mark_failed
-
     hook(alice, receiver.url, "failed")
     failed_job()
     (stale,) = claim_due(timezone.now())
@@ -228,3 +227,25 @@ def test_the_api_shows_each_deliverys_state(alice, receiver, settings):
     ]
     assert listed[1]["last_error"] == "HTTP 500" and listed[1]["next_try_at"]
     assert listed[0]["next_try_at"] is None and listed[0]["channel"] == "webhook"
+
+
+def test_finished_deliveries_are_pruned_with_the_events_retention_and_open_ones_kept(alice):
+    now = timezone.now()
+    for event_id, state, age in [(1, "sent", 40), (2, "failed", 40), (3, "retrying", 40), (4, "sent", 5)]:
+        NotificationDelivery.objects.create(
+            event_id=event_id,
+            channel="webhook",
+            user="alice",
+            topic="failed",
+            kind="finished",
+            body="{}",
+            state=state,
+            next_try_at=now,
+            created_at=now - timedelta(days=age),
+        )
+
+    pruned = prune_deliveries(now, 30)
+
+    assert pruned.deleted == 2
+    assert sorted(NotificationDelivery.objects.values_list("event_id", flat=True)) == [3, 4]
+    assert prune_deliveries(now, 0).deleted == 0
