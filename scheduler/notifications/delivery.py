@@ -99,9 +99,10 @@ def claim_due(now: datetime, *, limit: int | None = None) -> list[NotificationDe
 def deliver_due(*, clock=timezone.now, limit: int | None = None) -> Delivered:
     """Send every due delivery, claim by claim, until none is due. Returns what became of them.
 
-    The rows of one claim are sent side by side (``IRIS_NOTIFY_CONCURRENCY`` threads, which do
-    the network part only: every database statement is this thread's), then marked: the sent
-    ones in one statement, each failed one in its own."""
+    The rows of one claim are sent side by side, one receiver's (a user's channel) one after
+    another in event order (``IRIS_NOTIFY_CONCURRENCY`` threads, which do the network part
+    only: every database statement is this thread's), then marked: the sent ones in one
+    statement, each failed one in its own."""
     limit = limit or claim_batch()
     sent = retrying = failed = 0
     with ThreadPoolExecutor(max_workers=settings.NOTIFY_CONCURRENCY, thread_name_prefix="notify") as pool:
@@ -115,7 +116,20 @@ def deliver_due(*, clock=timezone.now, limit: int | None = None) -> Delivered:
                 .objects.filter(username__in={r.user for r in rows})
                 .select_related("notification_settings")
             }
-            errors = list(pool.map(_attempt, [_sender(row, users.get(row.user)) for row in rows]))
+            # One receiver's rows go one after another, in event order (a user's webhook hears of
+            # their events in order when each is sent at the first try); receivers side by side.
+            groups: dict[tuple[str, str], list[int]] = {}
+            for i, row in enumerate(rows):
+                groups.setdefault((row.user, row.channel), []).append(i)
+            sends = [_sender(row, users.get(row.user)) for row in rows]
+            errors: list[str | None] = [None] * len(rows)
+            for indexes, results in zip(
+                groups.values(),
+                pool.map(_attempt_in_order, [[sends[i] for i in g] for g in groups.values()]),
+                strict=True,
+            ):
+                for i, error in zip(indexes, results, strict=True):
+                    errors[i] = error
             done = [row.pk for row, error in zip(rows, errors, strict=True) if error is None]
             if done:
                 NotificationDelivery.objects.filter(pk__in=done, claim=rows[0].claim).update(
@@ -130,6 +144,10 @@ def deliver_due(*, clock=timezone.now, limit: int | None = None) -> Delivered:
             if len(rows) < limit:
                 break
     return Delivered(sent, retrying, failed)
+
+
+def _attempt_in_order(sends) -> list[str | None]:
+    return [_attempt(send) for send in sends]
 
 
 def _attempt(send) -> str | None:

@@ -165,18 +165,22 @@ def test_a_deliverer_that_outlived_its_claim_cannot_mark_the_row(alice, receiver
     assert row().state == State.SENDING and row().claim == fresh.claim
 
 
-def test_a_claims_rows_are_sent_side_by_side_and_marked_together(alice, receiver, settings):
+def test_receivers_are_sent_to_side_by_side_each_in_event_order(alice, bob, receiver, settings):
     settings.NOTIFY_CONCURRENCY = 4
-    hook(alice, receiver.url, "failed")
-    for i in range(10):
-        record([Draft("finished", timezone.now(), "alice", f"/alice/j{i}", data={"outcome": "failed"})])
+    for user in (alice, bob):
+        hook(user, receiver.url, "failed")
+    for i in range(12):
+        user = ("alice", "bob")[i % 2]
+        record([Draft("finished", timezone.now(), user, f"/{user}/j{i}", data={"outcome": "failed"})])
     sequence_events()
     fan_out()
 
     done = deliver_due()
 
-    assert done.sent == 10
-    assert sorted(r.event["job"] for r in receiver.received) == sorted(f"/alice/j{i}" for i in range(10))
+    assert done.sent == 12
+    for user in ("alice", "bob"):
+        ids = [r.event["id"] for r in receiver.received if r.user == user]
+        assert len(ids) == 6 and ids == sorted(ids)
     assert set(NotificationDelivery.objects.values_list("state", "claim")) == {(State.SENT, "")}
 
 
