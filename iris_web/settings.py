@@ -538,6 +538,7 @@ SPECTACULAR_SETTINGS = {
         "TaskStateEnum": "scheduler.api.serializers.TASK_STATES",
         "JobStateEnum": "scheduler.api.serializers.JOB_STATES",
         "GrantStateEnum": "scheduler.api.serializers.GRANT_STATES",
+        "NotificationTopicEnum": "scheduler.notifications.topics.ALL_TOPICS",
     },
 }
 
