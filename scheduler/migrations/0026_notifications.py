@@ -15,7 +15,7 @@ def start_at_the_newest_event(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduler', '0024_history_indexes'),
+        ('scheduler', '0025_tick_spend_change'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
