@@ -397,6 +397,42 @@ EVENTS_MAX_WAIT_SECONDS = max(0.0, env_float("IRIS_EVENTS_MAX_WAIT_SECONDS", 25)
 # How often a long poll looks again (seconds): the delay it adds to an event, and its cost (one
 # short query, and an attempt at moving staged events, per waiting request per step).
 EVENTS_POLL_SECONDS = max(0.05, env_float("IRIS_EVENTS_POLL_SECONDS", 0.5))
+# --- Notifications (scheduler/notifications/; docs/operations.md, "Notifications") ---------------
+# Seconds between notification runs on beat: move committed events, make their deliveries, send.
+NOTIFY_SECONDS = max(1.0, env_float("IRIS_NOTIFY_SECONDS", 5))
+# Tries of one delivery before it is failed for good.
+NOTIFY_MAX_TRIES = max(1, env_int("IRIS_NOTIFY_MAX_TRIES", 8))
+# Seconds before the first retry of a failed delivery; doubles per try, capped at an hour.
+NOTIFY_RETRY_SECONDS = max(0.0, env_float("IRIS_NOTIFY_RETRY_SECONDS", 10))
+# Seconds a webhook receiver has to answer (connect and read) before the try counts as failed.
+NOTIFY_WEBHOOK_TIMEOUT_SECONDS = max(0.1, env_float("IRIS_NOTIFY_WEBHOOK_TIMEOUT_SECONDS", 5))
+# Notifications one run sends side by side (threads doing the network part only).
+NOTIFY_CONCURRENCY = max(1, env_int("IRIS_NOTIFY_CONCURRENCY", 8))
+CELERY_BEAT_SCHEDULE["notify"] = every("scheduler.notify", NOTIFY_SECONDS)
+# Sent and failed deliveries are kept as long as events (IRIS_EVENT_HISTORY_DAYS), pruned hourly.
+CELERY_BEAT_SCHEDULE["prune-notifications"] = every("scheduler.prune_notifications", 3600)
+# Email: "file" (the default: one file per message under IRIS_DATA_DIR/mail, for the demo), "smtp"
+# (IRIS_EMAIL_HOST and the rest below), or "console" (to standard output).
+EMAIL_BACKENDS = {
+    "file": "django.core.mail.backends.filebased.EmailBackend",
+    "smtp": "django.core.mail.backends.smtp.EmailBackend",
+    "console": "django.core.mail.backends.console.EmailBackend",
+}
+_email_backend = os.environ.get("IRIS_EMAIL_BACKEND", "").strip() or "file"
+if _email_backend not in EMAIL_BACKENDS:
+    raise ImproperlyConfigured(f"IRIS_EMAIL_BACKEND must be one of {', '.join(EMAIL_BACKENDS)}, not {_email_backend!r}")
+EMAIL_BACKEND = EMAIL_BACKENDS[_email_backend]
+EMAIL_FILE_PATH = str(DATA_DIR / "mail")
+EMAIL_HOST = os.environ.get("IRIS_EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("IRIS_EMAIL_PORT", 25)
+EMAIL_HOST_USER = os.environ.get("IRIS_EMAIL_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("IRIS_EMAIL_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("IRIS_EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env_bool("IRIS_EMAIL_USE_SSL", False)
+if EMAIL_USE_TLS and EMAIL_USE_SSL:
+    raise ImproperlyConfigured("set IRIS_EMAIL_USE_TLS or IRIS_EMAIL_USE_SSL, not both")
+EMAIL_TIMEOUT = NOTIFY_WEBHOOK_TIMEOUT_SECONDS
+DEFAULT_FROM_EMAIL = os.environ.get("IRIS_EMAIL_FROM", "") or "iris@localhost"
 # Retention deletes at most this many rows per statement (each batch its own short transaction),
 # and one hourly run stops after this many seconds; a backlog is worked off run by run.
 PRUNE_BATCH_ROWS = max(1, env_int("IRIS_PRUNE_BATCH_ROWS", 2000))
@@ -502,6 +538,7 @@ SPECTACULAR_SETTINGS = {
         "TaskStateEnum": "scheduler.api.serializers.TASK_STATES",
         "JobStateEnum": "scheduler.api.serializers.JOB_STATES",
         "GrantStateEnum": "scheduler.api.serializers.GRANT_STATES",
+        "NotificationTopicEnum": "scheduler.notifications.topics.ALL_TOPICS",
     },
 }
 

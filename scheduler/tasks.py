@@ -16,6 +16,8 @@ from scheduler.foundation.enqueue import PROMPT_TICK, task_started
 from scheduler.events.sequence import sequence_events as move_committed_events
 from scheduler.execution.dispatcher import drain
 from scheduler.execution.workers import check_workers as declare_lost_workers
+from scheduler.notifications.delivery import run_notifications
+from scheduler.notifications.retention import prune_deliveries
 from scheduler.provisioning.kubernetes import sync_kubernetes as sync_kubernetes_backend
 from scheduler.provisioning.sync import sync_backends
 from scheduler.provisioning.tpu import provision_tpu as provision_tpu_slices
@@ -46,6 +48,16 @@ def delete_expired_tokens() -> None:
 @shared_task(name="scheduler.sequence_events", ignore_result=True)
 def sequence_events() -> None:
     move_committed_events()
+
+
+@shared_task(name="scheduler.notify", ignore_result=True)
+def notify() -> None:
+    run_notifications()
+
+
+@shared_task(name="scheduler.prune_notifications", ignore_result=True)
+def prune_notifications() -> None:
+    prune_deliveries(timezone.now())
 
 
 @shared_task(name="scheduler.dispatch", ignore_result=True)

@@ -7,7 +7,7 @@ follow a colon (``jobs/alice/train:cancel``), which job names may not contain, a
 from django.urls import path, re_path
 from django.views.generic import RedirectView
 
-from scheduler.views import budgets, fairness, history, jobs, manage, operations, queue, workers
+from scheduler.views import budgets, fairness, history, jobs, manage, notifications, operations, queue, workers
 
 app_name = "console"
 
@@ -40,4 +40,5 @@ urlpatterns = [
     re_path(r"^manage/uplifts/(?P<pk>[0-9]+):(?P<verb>approve|deny)$", manage.decide_uplift, name="decide-uplift"),
     re_path(r"^manage/uplifts/(?P<pk>[0-9]+):preview$", manage.preview_uplift, name="preview-uplift"),
     path("manage/audit/", manage.audit, name="manage-audit"),
+    path("settings/notifications/", notifications.notification_settings, name="notification-settings"),
 ]

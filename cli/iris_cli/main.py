@@ -27,6 +27,7 @@ from iris_cli.arguments import (
 )
 from iris_cli import status
 from iris_cli.events import STREAMED, cmd_job_wait, cmd_job_watch
+from iris_cli import notifications
 from iris_cli.client import (
     CliError,
     Session,
@@ -111,6 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(tokens, "revoke", cmd_token_revoke, "revoke one of your API tokens by its id")
     p.add_argument("id", help="the token's id, as `iris token list` shows it")
     command(sub, "whoami", cmd_whoami, "who the server thinks you are, and your role")
+    me = group("me", "your own settings")
+    p = command(
+        me,
+        "notifications",
+        notifications.cmd_me_notifications,
+        "what you are told of by email and webhook, and your newest notifications; options change it",
+    )
+    notifications.add_arguments(p)
 
     jobs = group("job", "submit, list, inspect and cancel jobs")
     p = command(

@@ -18,6 +18,7 @@ urlpatterns = [
     path("tokens/current", views.CurrentTokenView.as_view(), name="token-current"),
     re_path(r"^tokens/(?P<token_id>[0-9a-f]{1,32})$", views.TokenDetailView.as_view(), name="token"),
     path("me/", views.MeView.as_view(), name="me"),
+    path("me/notifications/", views.NotificationSettingsView.as_view(), name="me-notifications"),
     path("jobs/", views.JobsView.as_view(), name="jobs"),
     path("jobs:cancel", views.JobsCancelView.as_view(), name="jobs-cancel"),
     path("jobs:batch", views.JobsBatchView.as_view(), name="jobs-batch"),

@@ -24,11 +24,21 @@ def only(status: int, *allowed: str) -> dict[str, int]:
     return {p: (401 if p == "anonymous" else status if p in allowed else 403) for p in PERSONAS}
 
 
-CODES = {401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 409: "FAILED_PRECONDITION"}
+CODES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "FAILED_PRECONDITION",
+}
 
 # (method, path, body, expected status per persona)
 MATRIX = [
     ("get", "me/", None, everyone(OK)),
+    ("get", "me/notifications/", None, everyone(OK)),
+    ("put", "me/notifications/", {"email_events": ["finished", "failed"]}, everyone(OK)),
+    # Uplift requests are an admin's topic: a researcher or operator choosing it is told so.
+    ("put", "me/notifications/", {"email_events": ["uplift_requested"]}, {**everyone(400), "ada": OK}),
     ("get", "tokens/", None, everyone(OK)),
     ("get", "tokens/?user=alice", None, only(OK, "alice", "ada")),
     ("get", "tokens/?user=*", None, only(OK, "ada")),

@@ -12,8 +12,12 @@ from scheduler.backends.base import AttemptRef, AttemptReport, AttemptStatus
 from scheduler.execution.attempts import apply_reports
 from scheduler.jobs.cancel import cancel_job
 from scheduler.models import Job
+from scheduler.notifications.delivery import run_notifications
+from scheduler.notifications.preferences import update_preferences
+from scheduler.notifications.topics import JOB_TOPICS, topic_of
 from scheduler.tick.run import run_tick
 from tests.events.test_job_events import drive_alice_train
+from tests.notifications.receiver import Receiver
 from tests.personas import make_job, make_worker, submit, token_client
 
 
@@ -105,11 +109,31 @@ def test_wait_for_a_job_that_does_not_exist_is_an_error(iris, alice):
     assert result.code == 1 and "NOT_FOUND" in result.err
 
 
-def test_watch_json_prints_the_same_events_as_the_api_each_once(iris, alice, personas):
-    drive_alice_train(alice, personas["ada"])
+def test_watch_json_and_a_webhook_get_the_same_events_as_the_api_each_once(iris, alice, personas):
+    receiver = Receiver(secret="s3cret-of-alice-0123")
+    update_preferences(
+        alice, {"webhook_url": receiver.url, "webhook_secret": receiver.secret, "webhook_events": list(JOB_TOPICS)}
+    )
+    try:
+        drive_alice_train(alice, personas["ada"])
+        run_notifications()
+    finally:
+        receiver.close()
 
     watched = iris("job", "watch", "/alice/train", "--json")
     api = token_client(alice).get("/api/v1/events/?job=alice/train&limit=1000").json()["events"]
+
+    # The webhook: the API's events of the topics alice chose, in order, each once, each signed.
+    train = [r for r in receiver.received if r.event["job"] == "/alice/train"]
+    hooked = [r.event for r in train]
+    assert hooked == [e for e in api if topic_of(e["kind"], e["data"]) is not None]
+    assert [e["kind"] for e in hooked] == ["downgraded", "started", "preempted", "downgraded", "started"]
+    assert [r.key for r in train] == [str(e["id"]) for e in hooked]
+    assert all(r.valid for r in receiver.received)
+    assert len({r.key for r in receiver.received}) == len(receiver.received)
+    # Her other job's end is hers too (and ada's job is not): nothing else was sent.
+    others = [(r.event["job"], r.topic) for r in receiver.received if r not in train]
+    assert others == [("/alice/big", "finished")]
 
     assert watched.code == 0, watched.err
     lines = [json.loads(line) for line in watched.out.splitlines()]

@@ -77,6 +77,7 @@ def test_every_post_form_carries_a_csrf_token(clients, world, alice):
         "/scheduler/",
         "/manage/",
         "/manage/uplifts/",
+        "/settings/notifications/",
     ]:
         html = clients["ada"].get(url).content.decode()
         forms = re.findall(r'<form[^>]*method="post"[^>]*>(.*?)</form>', html, re.S)

@@ -24,6 +24,7 @@ PAGES = {
     "/budgets/alice/": EVERYONE,
     "/preemptions/": EVERYONE,
     "/workers/": EVERYONE,
+    "/settings/notifications/": EVERYONE,
     "/scheduler/": OPERATORS,
     "/manage/": ADMINS,
     "/manage/tiers/": ADMINS,

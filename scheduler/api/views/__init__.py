@@ -43,6 +43,7 @@ from scheduler.api.views.workers import (
 )
 from scheduler.api.views.ticks import FairnessView, PreemptionsView, TicksView, WhatIfView
 from scheduler.api.views.events import EventsView
+from scheduler.api.views.notifications import NotificationSettingsView
 
 __all__ = [
     "AuditView",
@@ -60,6 +61,7 @@ __all__ = [
     "JobsView",
     "MeView",
     "NotFoundView",
+    "NotificationSettingsView",
     "PreemptionsView",
     "QueueView",
     "TicksView",

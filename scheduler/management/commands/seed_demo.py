@@ -15,6 +15,8 @@ from scheduler.budgets.rules import budget_defaults, effective_budget_for
 from scheduler.execution.enrolment import issue_worker_credential, worker_for_credential
 from scheduler.management.commands.worker_credential import write_secret
 from scheduler.foundation.roles import ensure_groups
+from scheduler.notification_models import NotificationSettings
+from scheduler.notifications.preferences import update_preferences
 
 DEMO_PASSWORD = "iris-demo"
 # (username, role) — alice and bob are researchers, carol is unlisted in any tier.
@@ -28,6 +30,11 @@ DEMO_USERS = [
 # The worker agents the Procfile starts (a test ties the two), and where their credentials go.
 DEMO_WORKERS = ("cpu-1", "cpu-2", "slice-a-0", "slice-a-1", "slice-a-2", "slice-a-3")
 CREDENTIALS_DIR = "worker-credentials"
+# Demo addresses (the demo's mail goes to files under IRIS_DATA_DIR/mail, never out).
+DEMO_MAIL_DOMAIN = "iris.example"
+# What the researchers are told of by email until they choose (admin has the admins' default:
+# uplift requests), so the demo's settings pages show notifications being sent.
+DEMO_EMAIL_EVENTS = ["finished", "failed", "preempted"]
 
 
 class Command(BaseCommand):
@@ -42,11 +49,14 @@ class Command(BaseCommand):
                 user.set_password(DEMO_PASSWORD)
             # Admins and operators may open the Django admin; their groups say what they see there.
             user.is_staff = role in ("admin", "operator")
+            user.email = user.email or f"{username}@{DEMO_MAIL_DOMAIN}"
             user.save()
             if role == "admin":
                 user.groups.add(admins)
             elif role == "operator":
                 user.groups.add(operators)
+            if role == "researcher" and not NotificationSettings.objects.filter(user=user).exists():
+                update_preferences(user, {"email_events": DEMO_EMAIL_EVENTS})
 
         directory = settings.DATA_DIR / CREDENTIALS_DIR
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -71,3 +81,7 @@ class Command(BaseCommand):
             f"  (users no tier lists get {defaults.budget_limit:,} points; admin submits PRODUCTION and SYSTEM)"
         )
         self.stdout.write(f"Worker agents {', '.join(DEMO_WORKERS)} use their own credentials in {directory}/.")
+        self.stdout.write(
+            f"Notification emails ({', '.join(DEMO_EMAIL_EVENTS)} for the researchers, uplift requests for admin) "
+            f"are written to {settings.EMAIL_FILE_PATH}/; each user's Notifications page shows their state."
+        )
