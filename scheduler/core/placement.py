@@ -292,11 +292,49 @@ class Shape:
     cands: list[int]
     pos: int = 0
     cand_set: frozenset[int] | None = None
+    # The placement pass's shared floor of ``cands`` (set by :func:`place`).
+    lane: Lane | None = None
 
     def candidate_set(self) -> frozenset[int]:
         if self.cand_set is None:
             self.cand_set = frozenset(self.cands)
         return self.cand_set
+
+
+@dataclass(slots=True, eq=False)
+class Lane:
+    """What the shapes sharing one candidate list share during one placement pass.
+
+    ``cpu``/``mem``/``gpu``/``tpu`` are the smallest request among those shapes. A candidate
+    at its assignment or build cap, or short of one of those smallest amounts, can take no task
+    of any of them for the rest of the pass (capacity only shrinks, counts only grow). First-fit
+    fills the front of a list first, so such workers gather before ``floor``: every candidate
+    before it is such a worker, and every cursor of the list starts at the floor at the latest.
+    Without it each shape walked the same full workers again: at 100k pending x 10k workers
+    four in five of the cursors' steps were over workers no shape could use.
+    """
+
+    cpu: int
+    mem: int
+    gpu: int
+    tpu: int
+    floor: int = 0
+
+
+def lanes_of(shapes: Iterable[Shape]) -> None:
+    """Give every shape the lane of its candidate list (shapes with equal constraints share
+    the list object), fresh for one placement pass."""
+    lanes: dict[int, Lane] = {}
+    for shape in shapes:
+        lane = lanes.get(id(shape.cands))
+        if lane is None:
+            lane = lanes[id(shape.cands)] = Lane(shape.cpu, shape.mem, shape.gpu, shape.tpu)
+        else:
+            lane.cpu = min(lane.cpu, shape.cpu)
+            lane.mem = min(lane.mem, shape.mem)
+            lane.gpu = min(lane.gpu, shape.gpu)
+            lane.tpu = min(lane.tpu, shape.tpu)
+        shape.lane = lane
 
 
 @dataclass(frozen=True, slots=True)
@@ -467,6 +505,9 @@ def place(
     max_assign, max_building = pool.max_assign, pool.max_building
     get_queue = queues.__getitem__
     gang_jobs = {job_id for job_id, queue in queues.items() if queue.gang and queue.passed}
+    # Every shape a queue walks with is in the book; shapes only gangs use lower their lane's
+    # smallest request, which only keeps the floor lower.
+    lanes_of(book.shapes)
     for tasks in bands.values():
         if gang_jobs:
             gangs = {}
@@ -481,10 +522,32 @@ def place(
                 continue
             shape = queue.shape
             cands = shape.cands
+            n = len(cands)
+            start = shape.pos
+            lane = shape.lane
+            if start <= lane.floor:
+                # At or behind the lane's floor: start there, and first move the floor past
+                # the workers no shape of the lane can use any more (see Lane).
+                start = lane.floor
+                lc, lm, lg, lu = lane.cpu, lane.mem, lane.gpu, lane.tpu
+                while start < n:
+                    w = cands[start]
+                    if (
+                        assigned[w] >= max_assign
+                        or building[w] >= max_building
+                        or cpu[w] < lc
+                        or mem[w] < lm
+                        or gpu[w] < lg
+                        or tpu[w] < lu
+                    ):
+                        start += 1
+                    else:
+                        break
+                lane.floor = start
             c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
             # The cursors walk hundreds of thousands of candidates per pass: a ``for`` over
             # the positions, and free CPU (what most often rules a worker out) tested first.
-            for p in range(shape.pos, len(cands)):
+            for p in range(start, n):
                 w = cands[p]
                 if (
                     cpu[w] >= c
@@ -496,7 +559,7 @@ def place(
                 ):
                     break
             else:
-                shape.pos = len(cands)
+                shape.pos = n
                 queue.failed_task = task.id
                 continue
             shape.pos = p
