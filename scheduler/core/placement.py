@@ -322,8 +322,9 @@ class Lane:
 
 
 def lanes_of(shapes: Iterable[Shape]) -> None:
-    """Give every shape the lane of its candidate list (shapes with equal constraints share
-    the list object), fresh for one placement pass."""
+    """Give every shape the lane of its candidate list (shapes whose constraints allow the
+    same workers share the list object, :meth:`ShapeBook.candidates`), fresh for one
+    placement pass."""
     lanes: dict[int, Lane] = {}
     for shape in shapes:
         lane = lanes.get(id(shape.cands))
@@ -354,9 +355,11 @@ class ShapeBook:
         self._by_identity: dict[tuple[int, int], Shape] = {}
         self._candidates: dict[tuple, list[int]] = {}
         self._groups: dict[tuple, list[Group]] = {}
-        self._postings: dict[str, dict[str, list[int]]] = {}
+        self._postings: dict[str, dict[str, frozenset[int]]] = {}
         # Constraint -> ranks of the healthy workers it allows.
         self._matching_sets: dict[Constraint, frozenset[int]] = {}
+        # (matching ranks or None for all, soft constraints) -> the candidate list.
+        self._by_matching: dict[tuple[frozenset[int] | None, tuple[Constraint, ...]], list[int]] = {}
         self.shapes: list[Shape] = []
         self.gang_cursor: dict[tuple, int] = {}
         self._host_keys: dict[int, tuple[int, int, str, int]] = {}
@@ -382,32 +385,39 @@ class ShapeBook:
         return shape
 
     def candidates(self, hard: tuple[Constraint, ...], soft: tuple[Constraint, ...]) -> list[int]:
-        """Healthy workers matching every hard constraint, best soft score first, then by id."""
+        """Healthy workers matching every hard constraint, best soft score first, then by id.
+
+        Different constraints often allow the same workers (a zone and the region holding only
+        it): such signatures share one list object, built once, and so share the placement
+        pass's lane (:class:`Lane`) and the explanation's counts."""
         key = (hard, soft)
         cands = self._candidates.get(key)
         if cands is not None:
             return cands
         by_id = self.pool.by_id
-        # The matching sets hold ranks (positions in id order), so putting the workers in id
-        # order is a plain sort of small ints, five times cheaper than sorting by a rank key.
+        # Each constraint's matching workers are one set built once per tick; a signature
+        # intersects them (in C, from the smallest) instead of filtering a list per constraint.
+        # None: no hard constraint, every healthy worker.
+        matching = None
         if hard:
-            # Each constraint's matching workers are one set built once per tick; a signature
-            # intersects them (in C, from the smallest) instead of filtering a list per
-            # constraint.
             sets = sorted((self._matching(c) for c in hard), key=len)
-            ranks = sorted(sets[0].intersection(*sets[1:]))
-        else:
-            ranks = range(len(by_id))
-        if soft:
-            score = [0] * len(by_id)
-            for c in soft:
-                matching = self._matching(c)
-                for r in ranks:
-                    if r in matching:
-                        score[r] += 1
-            # Stable, and ``reverse`` keeps equal scores in id order.
-            ranks = sorted(ranks, key=score.__getitem__, reverse=True)
-        cands = self._candidates[key] = [by_id[r] for r in ranks]
+            matching = sets[0].intersection(*sets[1:])
+        cands = self._by_matching.get((matching, soft))
+        if cands is None:
+            # The matching sets hold ranks (positions in id order), so putting the workers in id
+            # order is a plain sort of small ints, five times cheaper than sorting by a rank key.
+            ranks = range(len(by_id)) if matching is None else sorted(matching)
+            if soft:
+                score = [0] * len(by_id)
+                for c in soft:
+                    allowed = self._matching(c)
+                    for r in ranks:
+                        if r in allowed:
+                            score[r] += 1
+                # Stable, and ``reverse`` keeps equal scores in id order.
+                ranks = sorted(ranks, key=score.__getitem__, reverse=True)
+            cands = self._by_matching[(matching, soft)] = list(map(by_id.__getitem__, ranks))
+        self._candidates[key] = cands
         return cands
 
     def _matching(self, c: Constraint) -> frozenset[int]:
@@ -425,23 +435,25 @@ class ShapeBook:
             else:
                 posting = self._posting(key)
                 values = value if op is ConstraintOp.IN else (value,)
-                matching = frozenset().union(*(posting.get(v, ()) for v in values))
+                # One value (``eq``, ``ne``, a one-value ``in``) is its posting set itself.
+                found = [posting[v] for v in values if v in posting]
+                matching = found[0] if len(found) == 1 else frozenset().union(*found)
                 if op is ConstraintOp.NE:
                     matching = frozenset(range(len(self.pool.by_id))) - matching
             self._matching_sets[c] = matching
         return matching
 
-    def _posting(self, key: str) -> dict[str, list[int]]:
+    def _posting(self, key: str) -> dict[str, frozenset[int]]:
         """Attribute ``key``'s value -> the ranks of the healthy workers with that value."""
         posting = self._postings.get(key)
         if posting is None:
-            posting = {}
+            lists: dict[str, list[int]] = {}
             attrs = self.pool.attrs
             for r, w in enumerate(self.pool.by_id):
                 value = attrs[w].get(key)
                 if value is not None:
-                    posting.setdefault(value, []).append(r)
-            self._postings[key] = posting
+                    lists.setdefault(value, []).append(r)
+            posting = self._postings[key] = {value: frozenset(ranks) for value, ranks in lists.items()}
         return posting
 
     def groups(self, shape: Shape, group_by: str) -> list[Group]:
