@@ -9,7 +9,10 @@ per-worker counts only grow. So a worker that cannot fit a request now never fit
 the pass. Every distinct request (*shape*: resources plus constraints) keeps one first-fit cursor
 into its sorted candidate list, shared by all jobs with that shape, and a gang shape keeps one
 cursor into its group list. The whole pass costs O(shapes × workers + tasks) instead of
-O(tasks × workers). The preemption pass frees capacity and therefore does not use the cursors.
+O(tasks × workers). Shapes whose constraints allow the same workers share one candidate list,
+and the cursors of a list start at its shared floor (:class:`Lane`): the workers before it can
+take no task of any of those shapes. The preemption pass frees capacity and therefore does not
+use the cursors.
 
 Worker indices (positions in ``ClusterSnapshot.workers``) are used in place of ids throughout.
 """
