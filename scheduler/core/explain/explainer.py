@@ -129,7 +129,8 @@ class Explainer:
             pool = self.pool
             ma, mb, assigned, building = pool.max_assign, pool.max_building, pool.assigned, pool.building
             uncapped = [w for w in cands if assigned[w] < ma]
-            open_workers = sorted((w for w in uncapped if building[w] < mb), key=pool.cpu.__getitem__)
+            open_workers = [w for w in uncapped if building[w] < mb]
+            open_workers.sort(key=pool.cpu.__getitem__)
             open_cpu = list(map(pool.cpu.__getitem__, open_workers))
             found = (len(cands) - len(uncapped), len(uncapped) - len(open_workers), open_workers, open_cpu)
             self._open[id(cands)] = found
