@@ -6,11 +6,15 @@ Usage (from the repository root)::
     python benchmarks/bench_decision.py --quick    # small sizes only, for a smoke run
     python benchmarks/bench_decision.py --sizes 100000x10000 --runs 7
     python benchmarks/bench_decision.py --mix squatters --sizes 100000x10000 --squat-share 0.2 0.5 0.8
+    python benchmarks/bench_decision.py --snapshot indep.json --runs 3     # a snapshot file
 
 ``--mix`` picks the cluster generator: ``synthetic`` (``benchmarks/synthetic.py``, the default)
 or ``squatters`` (``benchmarks/squatters.py``: an accelerator-heavy cluster with CPU work
 squatting on GPU and TPU hosts and heavy preemption, built independently so a target cannot be
 met by tuning to one generator); ``--squat-share`` runs the squatters mix at each share given.
+``--snapshot FILE`` decides a snapshot document instead (for the third, independently generated
+mix: ``/work/shared/perf/gen_snapshot.py --pending 100000 --workers 10000 --users 1000 --running
+30000 --seed 1 --out indep.json``); its sizes are the file's.
 
 Only ``decide`` is timed (the snapshot is built from the generator's JSON beforehand), as the
 median of ``--runs`` runs, with the garbage collector enabled as in production (``decide``
@@ -22,6 +26,7 @@ database is measured separately by the shell's benchmark.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import statistics
@@ -36,8 +41,9 @@ from scheduler.core.wire import snapshot_from_json  # noqa: E402
 
 FULL_SIZES = [(p, w) for p in (1_000, 10_000, 100_000) for w in (100, 1_000, 10_000)]
 QUICK_SIZES = [(1_000, 100), (10_000, 1_000)]
-# The target: the decision at 100k pending x 10k workers within this many seconds.
-TARGET_SECONDS = 0.5
+# The target: the decision at 100k pending x 10k workers within this many seconds (issue 26:
+# 0.4 s on every mix, in a fast host period: reference loop <= 0.10 s).
+TARGET_SECONDS = 0.4
 
 
 # Iterations of the reference loop: a fixed amount of pure-Python work with a tiny working set,
@@ -60,8 +66,22 @@ def parse_size(text: str) -> tuple[int, int]:
     return int(pending), int(workers)
 
 
-def measure(pending: int, workers: int, runs: int, seed: int, mix: str = "synthetic", squat_share: float = 0.5) -> dict:
-    if mix == "squatters":
+def measure(
+    pending: int,
+    workers: int,
+    runs: int,
+    seed: int,
+    mix: str = "synthetic",
+    squat_share: float = 0.5,
+    snapshot_file: str | None = None,
+) -> dict:
+    if snapshot_file is not None:
+        with open(snapshot_file) as f:
+            document = json.load(f)
+        pending = sum(1 for t in document.get("tasks", ()) if t.get("state", "pending") == "pending")
+        pending += sum(j.get("replicas", 1) for j in document["jobs"]) - len(document.get("tasks", ()))
+        workers = len(document["workers"])
+    elif mix == "squatters":
         document = squatters.generate(pending=pending, workers=workers, seed=seed, squat_share=squat_share)
     else:
         document = synthetic.generate(pending=pending, workers=workers, seed=seed)
@@ -74,8 +94,9 @@ def measure(pending: int, workers: int, runs: int, seed: int, mix: str = "synthe
         decision = decide(snapshot)
         timings.append(time.perf_counter() - started)
         cpu.append(time.process_time() - started_cpu)
+    label = mix if mix == "synthetic" else f"squat {squat_share:g}"
     return {
-        "mix": mix if mix == "synthetic" else f"squat {squat_share:g}",
+        "mix": label if snapshot_file is None else os.path.basename(snapshot_file)[:9],
         "pending": pending,
         "workers": workers,
         "running": sum(1 for t in snapshot.tasks if t.state.value == "running"),
@@ -97,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5, help="runs per size (median reported)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--mix", choices=("synthetic", "squatters"), default="synthetic", help="cluster generator")
+    parser.add_argument("--snapshot", help="decide this snapshot JSON file instead of a generated mix")
     parser.add_argument(
         "--squat-share",
         nargs="*",
@@ -109,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
 
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     print(
-        f"# decide() on {args.mix} clusters; Python {platform.python_version()}, {os.cpu_count()} CPUs, {args.runs} runs; load average {load}"
+        f"# decide() on {args.snapshot or args.mix + ' clusters'}; Python {platform.python_version()}, {os.cpu_count()} CPUs, {args.runs} runs; load average {load}"
     )
     print(f"# reference loop before: {reference_seconds():.3f} s")
     header = f"| {'mix':>9} | {'pending':>8} | {'workers':>7} | {'running':>7} | {'median s':>8} | {'min s':>6} | {'max s':>6} | {'cpu s':>6} | {'order':>6} | {'assigned':>8} | {'preempted':>9} | {'expired':>7} |"
@@ -117,8 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     print("|" + "|".join("-" * (len(cell)) for cell in header.split("|")[1:-1]) + "|")
     slow = False
     shares = args.squat_share if args.mix == "squatters" else [0.0]
-    for pending, workers, share in [(p, w, share) for p, w in sizes for share in shares]:
-        r = measure(pending, workers, args.runs, args.seed, args.mix, share)
+    runs = [(p, w, share) for p, w in sizes for share in shares] if not args.snapshot else [(0, 0, 0.0)]
+    for pending, workers, share in runs:
+        r = measure(pending, workers, args.runs, args.seed, args.mix, share, args.snapshot)
+        pending, workers = r["pending"], r["workers"]
         print(
             f"| {r['mix']:>9} | {r['pending']:>8,} | {r['workers']:>7,} | {r['running']:>7,} | {r['median_s']:>8.3f} | {r['min_s']:>6.3f} | "
             f"{r['max_s']:>6.3f} | {r['cpu_s']:>6.3f} | {r['order']:>6,} | {r['assigned']:>8,} | {r['preempted']:>9,} | "

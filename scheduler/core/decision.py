@@ -157,7 +157,11 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
         spend=spend,
         effective_bands=effective_bands,
         order=order,
-        assignments=tuple(a for a in outcome.assignments if a.task not in outcome.withdrawn),
+        assignments=tuple(
+            [a for a in outcome.assignments if a.task not in outcome.withdrawn]
+            if outcome.withdrawn
+            else outcome.assignments
+        ),
         preemptions=tuple(outcome.preemptions),
         unschedulable=tuple(unschedulable),
         pending_reasons=reasons,

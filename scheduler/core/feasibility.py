@@ -21,7 +21,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from scheduler.core.bands import Band
-from scheduler.core.demand import PendingTpuJob, group_for
 from scheduler.core.preemption import may_evict
 from scheduler.core.placement import constraint_matches, hard_constraints, request_tuple, worker_attributes
 from scheduler.core.types import Constraint, ConstraintOp, Device, DeviceType, GroupSpec, JobSpec, WorkerSpec
@@ -197,6 +196,10 @@ def slice_group(job: JobSpec, groups: Sequence[GroupSpec]) -> str | None:
             zones.add(c.value)
         elif c.key == ZONE_KEY and c.op is ConstraintOp.IN:
             zones.update(c.value)
+    # Imported here: only a TPU job that fits nowhere asks the provisioner's rule, and every
+    # process that decides (``manage.py simulate`` among them) loads this module.
+    from scheduler.core.demand import PendingTpuJob, group_for
+
     chips = request_tuple(job.resources)[3]
     group = group_for(
         PendingTpuJob(

@@ -9,7 +9,10 @@ per-worker counts only grow. So a worker that cannot fit a request now never fit
 the pass. Every distinct request (*shape*: resources plus constraints) keeps one first-fit cursor
 into its sorted candidate list, shared by all jobs with that shape, and a gang shape keeps one
 cursor into its group list. The whole pass costs O(shapes × workers + tasks) instead of
-O(tasks × workers). The preemption pass frees capacity and therefore does not use the cursors.
+O(tasks × workers). Shapes whose constraints allow the same workers share one candidate list,
+and the cursors of a list start at its shared floor (:class:`Lane`): the workers before it can
+take no task of any of those shapes. The preemption pass frees capacity and therefore does not
+use the cursors.
 
 Worker indices (positions in ``ClusterSnapshot.workers``) are used in place of ids throughout.
 """
@@ -292,11 +295,50 @@ class Shape:
     cands: list[int]
     pos: int = 0
     cand_set: frozenset[int] | None = None
+    # The placement pass's shared floor of ``cands`` (set by :func:`place`).
+    lane: Lane | None = None
 
     def candidate_set(self) -> frozenset[int]:
         if self.cand_set is None:
             self.cand_set = frozenset(self.cands)
         return self.cand_set
+
+
+@dataclass(slots=True, eq=False)
+class Lane:
+    """What the shapes sharing one candidate list share during one placement pass.
+
+    ``cpu``/``mem``/``gpu``/``tpu`` are the smallest request among those shapes. A candidate
+    at its assignment or build cap, or short of one of those smallest amounts, can take no task
+    of any of them for the rest of the pass (capacity only shrinks, counts only grow). First-fit
+    fills the front of a list first, so such workers gather before ``floor``: every candidate
+    before it is such a worker, and every cursor of the list starts at the floor at the latest.
+    Without it each shape walked the same full workers again: at 100k pending x 10k workers
+    four in five of the cursors' steps were over workers no shape could use.
+    """
+
+    cpu: int
+    mem: int
+    gpu: int
+    tpu: int
+    floor: int = 0
+
+
+def lanes_of(shapes: Iterable[Shape]) -> None:
+    """Give every shape the lane of its candidate list (shapes whose constraints allow the
+    same workers share the list object, :meth:`ShapeBook.candidates`), fresh for one
+    placement pass."""
+    lanes: dict[int, Lane] = {}
+    for shape in shapes:
+        lane = lanes.get(id(shape.cands))
+        if lane is None:
+            lane = lanes[id(shape.cands)] = Lane(shape.cpu, shape.mem, shape.gpu, shape.tpu)
+        else:
+            lane.cpu = min(lane.cpu, shape.cpu)
+            lane.mem = min(lane.mem, shape.mem)
+            lane.gpu = min(lane.gpu, shape.gpu)
+            lane.tpu = min(lane.tpu, shape.tpu)
+        shape.lane = lane
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,9 +358,11 @@ class ShapeBook:
         self._by_identity: dict[tuple[int, int], Shape] = {}
         self._candidates: dict[tuple, list[int]] = {}
         self._groups: dict[tuple, list[Group]] = {}
-        self._postings: dict[str, dict[str, list[int]]] = {}
+        self._postings: dict[str, dict[str, frozenset[int]]] = {}
         # Constraint -> ranks of the healthy workers it allows.
         self._matching_sets: dict[Constraint, frozenset[int]] = {}
+        # (matching ranks or None for all, soft constraints) -> the candidate list.
+        self._by_matching: dict[tuple[frozenset[int] | None, tuple[Constraint, ...]], list[int]] = {}
         self.shapes: list[Shape] = []
         self.gang_cursor: dict[tuple, int] = {}
         self._host_keys: dict[int, tuple[int, int, str, int]] = {}
@@ -344,32 +388,39 @@ class ShapeBook:
         return shape
 
     def candidates(self, hard: tuple[Constraint, ...], soft: tuple[Constraint, ...]) -> list[int]:
-        """Healthy workers matching every hard constraint, best soft score first, then by id."""
+        """Healthy workers matching every hard constraint, best soft score first, then by id.
+
+        Different constraints often allow the same workers (a zone and the region holding only
+        it): such signatures share one list object, built once, and so share the placement
+        pass's lane (:class:`Lane`) and the explanation's counts."""
         key = (hard, soft)
         cands = self._candidates.get(key)
         if cands is not None:
             return cands
         by_id = self.pool.by_id
-        # The matching sets hold ranks (positions in id order), so putting the workers in id
-        # order is a plain sort of small ints, five times cheaper than sorting by a rank key.
+        # Each constraint's matching workers are one set built once per tick; a signature
+        # intersects them (in C, from the smallest) instead of filtering a list per constraint.
+        # None: no hard constraint, every healthy worker.
+        matching = None
         if hard:
-            # Each constraint's matching workers are one set built once per tick; a signature
-            # intersects them (in C, from the smallest) instead of filtering a list per
-            # constraint.
             sets = sorted((self._matching(c) for c in hard), key=len)
-            ranks = sorted(sets[0].intersection(*sets[1:]))
-        else:
-            ranks = range(len(by_id))
-        if soft:
-            score = [0] * len(by_id)
-            for c in soft:
-                matching = self._matching(c)
-                for r in ranks:
-                    if r in matching:
-                        score[r] += 1
-            # Stable, and ``reverse`` keeps equal scores in id order.
-            ranks = sorted(ranks, key=score.__getitem__, reverse=True)
-        cands = self._candidates[key] = [by_id[r] for r in ranks]
+            matching = sets[0].intersection(*sets[1:])
+        cands = self._by_matching.get((matching, soft))
+        if cands is None:
+            # The matching sets hold ranks (positions in id order), so putting the workers in id
+            # order is a plain sort of small ints, five times cheaper than sorting by a rank key.
+            ranks = range(len(by_id)) if matching is None else sorted(matching)
+            if soft:
+                score = [0] * len(by_id)
+                for c in soft:
+                    allowed = self._matching(c)
+                    for r in ranks:
+                        if r in allowed:
+                            score[r] += 1
+                # Stable, and ``reverse`` keeps equal scores in id order.
+                ranks = sorted(ranks, key=score.__getitem__, reverse=True)
+            cands = self._by_matching[(matching, soft)] = list(map(by_id.__getitem__, ranks))
+        self._candidates[key] = cands
         return cands
 
     def _matching(self, c: Constraint) -> frozenset[int]:
@@ -387,23 +438,25 @@ class ShapeBook:
             else:
                 posting = self._posting(key)
                 values = value if op is ConstraintOp.IN else (value,)
-                matching = frozenset().union(*(posting.get(v, ()) for v in values))
+                # One value (``eq``, ``ne``, a one-value ``in``) is its posting set itself.
+                found = [posting[v] for v in values if v in posting]
+                matching = found[0] if len(found) == 1 else frozenset().union(*found)
                 if op is ConstraintOp.NE:
                     matching = frozenset(range(len(self.pool.by_id))) - matching
             self._matching_sets[c] = matching
         return matching
 
-    def _posting(self, key: str) -> dict[str, list[int]]:
+    def _posting(self, key: str) -> dict[str, frozenset[int]]:
         """Attribute ``key``'s value -> the ranks of the healthy workers with that value."""
         posting = self._postings.get(key)
         if posting is None:
-            posting = {}
+            lists: dict[str, list[int]] = {}
             attrs = self.pool.attrs
             for r, w in enumerate(self.pool.by_id):
                 value = attrs[w].get(key)
                 if value is not None:
-                    posting.setdefault(value, []).append(r)
-            self._postings[key] = posting
+                    lists.setdefault(value, []).append(r)
+            posting = self._postings[key] = {value: frozenset(ranks) for value, ranks in lists.items()}
         return posting
 
     def groups(self, shape: Shape, group_by: str) -> list[Group]:
@@ -467,6 +520,9 @@ def place(
     max_assign, max_building = pool.max_assign, pool.max_building
     get_queue = queues.__getitem__
     gang_jobs = {job_id for job_id, queue in queues.items() if queue.gang and queue.passed}
+    # Every shape a queue walks with is in the book; shapes only gangs use lower their lane's
+    # smallest request, which only keeps the floor lower.
+    lanes_of(book.shapes)
     for tasks in bands.values():
         if gang_jobs:
             gangs = {}
@@ -481,10 +537,32 @@ def place(
                 continue
             shape = queue.shape
             cands = shape.cands
+            n = len(cands)
+            start = shape.pos
+            lane = shape.lane
+            if start <= lane.floor:
+                # At or behind the lane's floor: start there, and first move the floor past
+                # the workers no shape of the lane can use any more (see Lane).
+                start = lane.floor
+                lc, lm, lg, lu = lane.cpu, lane.mem, lane.gpu, lane.tpu
+                while start < n:
+                    w = cands[start]
+                    if (
+                        assigned[w] >= max_assign
+                        or building[w] >= max_building
+                        or cpu[w] < lc
+                        or mem[w] < lm
+                        or gpu[w] < lg
+                        or tpu[w] < lu
+                    ):
+                        start += 1
+                    else:
+                        break
+                lane.floor = start
             c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
             # The cursors walk hundreds of thousands of candidates per pass: a ``for`` over
             # the positions, and free CPU (what most often rules a worker out) tested first.
-            for p in range(shape.pos, len(cands)):
+            for p in range(start, n):
                 w = cands[p]
                 if (
                     cpu[w] >= c
@@ -496,7 +574,7 @@ def place(
                 ):
                     break
             else:
-                shape.pos = len(cands)
+                shape.pos = n
                 queue.failed_task = task.id
                 continue
             shape.pos = p

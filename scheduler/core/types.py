@@ -235,6 +235,47 @@ def task_snapshot(id, job_id, index, state, worker, band, preemption_count, unfi
     return snapshot
 
 
+_JOB_SPEC_SETTERS = tuple(JobSpec.__dict__[f.name].__set__ for f in fields(JobSpec))
+
+
+def job_spec(
+    id,
+    user,
+    band,
+    parent,
+    submitted_at_ms,
+    root_submitted_at_ms,
+    replicas,
+    resources,
+    group_by,
+    constraints,
+    scheduling_deadline_ms,
+    max_retries_preemption,
+    max_retries_failure,
+) -> JobSpec:
+    """``JobSpec(...)`` with every field given, in half the time, as :func:`task_snapshot`
+    (a read of 100,000 tasks builds tens of thousands); ``tests/core/test_task_snapshot_factory.py``
+    checks it against the constructor and the fields' order."""
+    (s_id, s_user, s_band, s_parent, s_sub, s_root, s_rep, s_res, s_group, s_cons, s_dead, s_pre, s_fail) = (
+        _JOB_SPEC_SETTERS
+    )
+    job = _new(JobSpec)
+    s_id(job, id)
+    s_user(job, user)
+    s_band(job, band)
+    s_parent(job, parent)
+    s_sub(job, submitted_at_ms)
+    s_root(job, root_submitted_at_ms)
+    s_rep(job, replicas)
+    s_res(job, resources)
+    s_group(job, group_by)
+    s_cons(job, constraints)
+    s_dead(job, scheduling_deadline_ms)
+    s_pre(job, max_retries_preemption)
+    s_fail(job, max_retries_failure)
+    return job
+
+
 @dataclass(frozen=True, slots=True)
 class GroupSpec:
     """A TPU scale group as the core needs it (``scheduler.foundation.cluster_config.ScaleGroup``): what

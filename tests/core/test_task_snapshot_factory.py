@@ -1,4 +1,4 @@
-"""``types.task_snapshot`` builds the same ``TaskSnapshot`` as the constructor."""
+"""``types.task_snapshot`` and ``types.job_spec`` build the same objects as the constructors."""
 
 from __future__ import annotations
 
@@ -8,7 +8,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.core.bands import Band
-from scheduler.core.types import TaskSnapshot, TaskState, task_snapshot
+from scheduler.core.types import (
+    Constraint,
+    ConstraintOp,
+    Device,
+    DeviceType,
+    JobSpec,
+    Resources,
+    TaskSnapshot,
+    TaskState,
+    job_spec,
+    task_snapshot,
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -36,4 +47,69 @@ def test_the_fast_task_snapshot_is_the_constructors_task_snapshot(
         "unfinished_attempt_worker",
     ]
     assert type(made) is TaskSnapshot
+    assert made == constructed and hash(made) == hash(constructed) and repr(made) == repr(constructed)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    band=st.sampled_from(list(Band)),
+    parent=st.none() | st.just("/a"),
+    submitted=st.integers(0, 10**12),
+    root_submitted=st.integers(0, 10**12),
+    replicas=st.integers(1, 1000),
+    cpu=st.integers(0, 10**6),
+    gpus=st.integers(0, 8),
+    group_by=st.none() | st.text(min_size=1, max_size=8),
+    constraints=st.lists(st.text(min_size=1, max_size=4), max_size=2),
+    deadline=st.none() | st.integers(0, 10**12),
+    retries_preemption=st.integers(0, 1000),
+    retries_failure=st.integers(0, 1000),
+)
+def test_the_fast_job_spec_is_the_constructors_job_spec(
+    band,
+    parent,
+    submitted,
+    root_submitted,
+    replicas,
+    cpu,
+    gpus,
+    group_by,
+    constraints,
+    deadline,
+    retries_preemption,
+    retries_failure,
+):
+    device = Device(DeviceType.GPU, "h100", gpus) if gpus else Device()
+    values = (
+        "/a/j",
+        "a",
+        band,
+        parent,
+        submitted,
+        root_submitted,
+        replicas,
+        Resources(cpu, 2**30, device),
+        group_by,
+        tuple(Constraint(key, ConstraintOp.EQ, "x") for key in constraints),
+        deadline,
+        retries_preemption,
+        retries_failure,
+    )
+    made, constructed = job_spec(*values), JobSpec(*values)
+    assert [f.name for f in fields(JobSpec)] == [
+        "id",
+        "user",
+        "band",
+        "parent",
+        "submitted_at_ms",
+        "root_submitted_at_ms",
+        "replicas",
+        "resources",
+        "group_by",
+        "constraints",
+        "scheduling_deadline_ms",
+        "max_retries_preemption",
+        "max_retries_failure",
+    ]
+    assert type(made) is JobSpec
     assert made == constructed and hash(made) == hash(constructed) and repr(made) == repr(constructed)

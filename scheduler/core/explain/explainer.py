@@ -3,7 +3,9 @@ job; and ``pending_queue``, the one definition of queue positions."""
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
+from itertools import islice
 
 from scheduler.core.bands import Band
 from scheduler.core.feasibility import analyse_job, any_fits_when_idle, constraint_text, slice_group
@@ -51,6 +53,10 @@ class Explainer:
         self._solo: dict[tuple, tuple[Cause, bool]] = {}
         self._by_shape: dict[int, tuple[Cause, bool]] = {}
         self._gang: dict[tuple, tuple[Cause, bool]] = {}
+        # id(candidate list) -> (how many are at the assignment cap, how many of the others
+        # have no build slot, the rest by free CPU, their free CPU): the same for every shape
+        # sharing the list.
+        self._open: dict[int, tuple[int, int, list[int], list[int]]] = {}
 
     def solo_cause(self, shape: Shape) -> tuple[Cause, bool]:
         """(why one more task of ``shape`` does not fit now, whether it would have at tick start)."""
@@ -77,26 +83,23 @@ class Explainer:
             return cause, False
         pool = self.pool
         ma, mb = pool.max_assign, pool.max_building
-        cpu, mem, gpu, tpu = pool.cpu, pool.mem, pool.gpu, pool.tpu
+        mem, gpu, tpu = pool.mem, pool.gpu, pool.tpu
         c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
         # Per check, in check order (assignment cap, build slots, cpu, memory, gpu, tpu): how many
-        # workers it is the first to fail, and the most free among those workers.
-        capped = full = 0
-        # The free amount of each worker first short of cpu, memory, gpu, tpu (appended, not
+        # workers it is the first to fail, and the most free among those workers. The two caps
+        # do not depend on the shape: they are counted once per candidate list (shapes with
+        # the same constraints share it), and only the other workers are checked per shape.
+        # Those are kept by free CPU, so the ones short of CPU are a prefix, counted by bisection.
+        capped, full, open_workers, open_cpu = self._open_candidates(shape.cands)
+        short_of_cpu = bisect_left(open_cpu, c)
+        # The free amount of each other worker first short of memory, gpu, tpu (appended, not
         # counted through a helper: a call per worker cost a third of the explanations).
-        short: tuple[list[int], ...] = ([], [], [], [])
-        short_cpu, short_mem, short_gpu, short_tpu = (free.append for free in short)
-        assigned, building = pool.assigned, pool.building
-        for w in shape.cands:
-            if assigned[w] >= ma:
-                capped += 1
-            elif building[w] >= mb:
-                full += 1
-            # The four resource checks, unrolled (a tuple of checks per worker cost half the
-            # explanation's time): the first one short counts.
-            elif (free := cpu[w]) < c:
-                short_cpu(free)
-            elif (free := mem[w]) < m:
+        short: tuple[list[int], ...] = (open_cpu[:short_of_cpu], [], [], [])
+        short_mem, short_gpu, short_tpu = (free.append for free in short[1:])
+        for w in islice(open_workers, short_of_cpu, None):
+            # The remaining resource checks, unrolled (a tuple of checks per worker cost half
+            # the explanation's time): the first one short counts.
+            if (free := mem[w]) < m:
                 short_mem(free)
             elif (free := gpu[w]) < g:
                 short_gpu(free)
@@ -116,6 +119,22 @@ class Explainer:
             return BuildSlotsFull(blocked[1], matching, mb), fit_at_start
         resource, need = (("cpu", c), ("memory", m), ("gpu", g), ("tpu", u))[worst - 2]
         return InsufficientResource(resource, need, best[worst], blocked[worst], matching), fit_at_start
+
+    def _open_candidates(self, cands: list[int]) -> tuple[int, int, list[int], list[int]]:
+        """(how many of ``cands`` are at the assignment cap, how many others have no build slot,
+        the rest by free CPU ascending, their free CPU), from the final counts; once per
+        candidate list."""
+        found = self._open.get(id(cands))
+        if found is None:
+            pool = self.pool
+            ma, mb, assigned, building = pool.max_assign, pool.max_building, pool.assigned, pool.building
+            uncapped = [w for w in cands if assigned[w] < ma]
+            open_workers = [w for w in uncapped if building[w] < mb]
+            open_workers.sort(key=pool.cpu.__getitem__)
+            open_cpu = list(map(pool.cpu.__getitem__, open_workers))
+            found = (len(cands) - len(uncapped), len(uncapped) - len(open_workers), open_workers, open_cpu)
+            self._open[id(cands)] = found
+        return found
 
     def _count_fit_at_start(self, workers: Sequence[int], shape: Shape) -> int:
         """How many of ``workers`` had a build slot and room for one task of ``shape`` at tick start."""

@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from dataclasses import fields
 
 from scheduler.core.bands import Band
-from scheduler.core.kueue import KUEUE_TEXT
 from scheduler.core.explain.text import RESOURCE_FORMAT, number
 from scheduler.core.explain.reasons import Downgrade, InsufficientResource, NeverFits, PendingReason, _CAUSE_TYPES
 
@@ -93,6 +92,11 @@ def cause_text(record: Mapping) -> str:
     code = record.get("code", "unknown")
     if code in SHELL_TEXT:
         return SHELL_TEXT[code]
+    # Imported here: only a stored Kueue reason needs it, and ``manage.py simulate``, which
+    # loads this module, would otherwise load (and, without cached bytecode, compile) the
+    # whole Kubernetes plan for nothing.
+    from scheduler.core.kueue import KUEUE_TEXT
+
     if code in KUEUE_TEXT:
         return KUEUE_TEXT[code].format(detail=record.get("detail", ""))
     return record.get("text") or SHELL_TEXT["unknown"]

@@ -26,6 +26,7 @@ from scheduler.core.types import (
     TaskSnapshot,
     TaskState,
     WorkerSpec,
+    job_spec,
     task_snapshot,
 )
 from scheduler.core.wire.fields import (
@@ -423,7 +424,7 @@ def _job_fast(
             return None
         constraints = shared.setdefault(constraints, constraints)
     bands.setdefault(job_id, band)
-    return JobSpec(
+    return job_spec(
         job_id,
         job_id[1 : job_id.index("/", 1)] if user is None else user,
         band,

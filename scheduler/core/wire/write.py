@@ -195,14 +195,20 @@ def decision_to_json(decision: Decision, jobs: Mapping[str, JobSpec] | None = No
     states = TASK_STATE_VALUES
     band_or_none = BAND_WIRE_OR_NONE
     after_json = {}
+    # ``decide`` shares one TaskAfter between tasks with the same outcome (thousands land on
+    # one worker alike), so each is rendered once and the tasks share its (read-only) dict.
+    rendered: dict[int, dict] = {}
     for t in _by_task(after, order):
         task = after[t]
-        after_json[t] = {
-            "state": states[task.state],
-            "worker": task.worker,
-            "band": band_or_none[task.band],
-            "preemption_count": task.preemption_count,
-        }
+        entry = rendered.get(id(task))
+        if entry is None:
+            entry = rendered[id(task)] = {
+                "state": states[task.state],
+                "worker": task.worker,
+                "band": band_or_none[task.band],
+                "preemption_count": task.preemption_count,
+            }
+        after_json[t] = entry
     return {
         "spend": {user: decision.spend[user] for user in sorted(decision.spend)},
         "effective_bands": dict(zip(band_keys, map(band_wire.__getitem__, map(bands.__getitem__, band_keys)))),
