@@ -2,11 +2,15 @@
 
 A read returns the events after ``since`` (an event id: the request's ``since``, else its
 ``Last-Event-ID`` header) in id order, filtered by job, user and kind, at most ``limit`` of
-them. With ``wait`` seconds, a read that finds none sleeps in short steps
-(``IRIS_EVENTS_POLL_SECONDS``) and looks again until one arrives or ``wait`` runs out: a long
-poll. Each look is its own short statement in autocommit (no transaction is open while it
-sleeps, so the connection is idle, never "idle in transaction"), and first moves what has
-committed into the stream (:func:`scheduler.events.sequence.sequence_events`).
+them. Each read is its own short statements in autocommit, and first moves what has committed
+into the stream (:func:`scheduler.events.sequence.sequence_events`).
+
+With ``wait`` seconds, a read that finds none is a long poll: it gives back its database
+connection and sleeps until the process's waker (:mod:`scheduler.events.wake`: one look per
+process, woken on PostgreSQL by the sequencer's ``NOTIFY``) sees an event its filters match,
+then reads again; or until ``wait`` runs out. A read inside a transaction (a caller's; a
+test's) cannot give its connection back, and the waker's connection would not see what it
+sees: it looks again itself every ``IRIS_EVENTS_POLL_SECONDS`` instead.
 
 Who sees what (the job pages' rule, ``scheduler.foundation.access``): every signed-in user sees
 every job's events, as every job page shows every job; budget events (uplifts, a limit
@@ -21,10 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Max, Q, QuerySet
 
 from scheduler.events.kinds import ALL_KINDS
 from scheduler.events.sequence import sequence_events
+from scheduler.events.wake import Waiter, database_slots, waker
 from scheduler.foundation import roles
 from scheduler.foundation.access import require_authenticated
 from scheduler.foundation.errors import InvalidArgument
@@ -53,6 +59,9 @@ class EventPage:
     events: list[Event]
     next: int  # the id to resume after: the last event's, or ``since`` when there was none
     more: bool  # more events matched than ``limit``: read again at once
+    # Every event up to this id that this read could return is in ``events`` (the newest event
+    # when the read began; the last returned when there were more): where a wait starts.
+    seen: int = 0
 
 
 def parse_event_query(params, last_event_id: str | None = None) -> EventQuery:
@@ -108,8 +117,9 @@ def newest_event_id() -> int:
 def read_events(actor, query: EventQuery) -> EventPage:
     """One look: move what committed into the stream, then the events after ``query.since``."""
     sequence_events()
-    since = newest_event_id() if query.since is None else query.since
-    events = visible_events(actor).filter(id__gt=since)
+    newest = newest_event_id()
+    since = newest if query.since is None else query.since
+    events = visible_events(actor).filter(id__gt=since, id__lte=newest)
     if query.job:
         events = events.filter(job=query.job)
     if query.user:
@@ -119,7 +129,8 @@ def read_events(actor, query: EventQuery) -> EventPage:
     rows = list(events.order_by("id")[: query.limit + 1])
     more = len(rows) > query.limit
     rows = rows[: query.limit]
-    return EventPage(events=rows, next=rows[-1].id if rows else since, more=more)
+    seen = rows[-1].id if more else max(newest, since)
+    return EventPage(events=rows, next=rows[-1].id if rows else since, more=more, seen=seen)
 
 
 def wait_for_events(
@@ -129,13 +140,28 @@ def wait_for_events(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> EventPage:
-    """:func:`read_events`, and while it finds nothing and ``query.wait`` has not passed, sleep
-    ``IRIS_EVENTS_POLL_SECONDS`` and look again. A read "from now" fixes "now" at the first look."""
+    """:func:`read_events`, and while it finds nothing and ``query.wait`` has not passed, wait
+    for the waker (or, inside a transaction, ``sleep`` a step) and read again. A read "from
+    now" fixes "now" at the first read. Holds one of the process's database slots while it
+    reads, none while it waits (:class:`~scheduler.events.wake.DatabaseSlots`)."""
     deadline = clock() + query.wait
-    page = read_events(actor, query)
-    step = settings.EVENTS_POLL_SECONDS
-    query = EventQuery(**{**query.__dict__, "since": page.next})
-    while not page.events and clock() < deadline:
-        sleep(min(step, max(deadline - clock(), 0.0)))
+    slots = database_slots()
+    slots.acquire()
+    try:
         page = read_events(actor, query)
-    return page
+        query = EventQuery(**{**query.__dict__, "since": page.next})
+        seen = page.seen
+        while not page.events and clock() < deadline:
+            if connection.in_atomic_block:
+                sleep(min(settings.EVENTS_POLL_SECONDS, max(deadline - clock(), 0.0)))
+            else:
+                slots.release()
+                waiter = Waiter(seen, job=query.job, user=query.user, kinds=query.kinds)
+                if not waker().wait(waiter, deadline - clock()):
+                    break
+                slots.acquire()
+            page = read_events(actor, query)
+            seen = max(seen, page.seen)
+        return page
+    finally:
+        slots.release()

@@ -8,10 +8,23 @@ from rest_framework.response import Response
 from scheduler.api.serializers.events import EventFilterSerializer, EventPageSerializer
 from scheduler.api.views.base import IrisView
 from scheduler.events.stream import parse_event_query, wait_for_events
+from scheduler.events.wake import database_slots
 
 
 class EventsView(IrisView):
+    """A long poll waits holding a web thread but no database connection: the request holds
+    one of its process's database slots from authentication on, and gives it back (closing the
+    connection) while it waits and when it ends (``scheduler/events/wake.py``)."""
+
     error_statuses = ("400", "401")
+
+    def initial(self, request, *args, **kwargs):
+        database_slots().acquire()
+        super().initial(request, *args, **kwargs)
+
+    def finalize_response(self, request, response, *args, **kwargs):
+        database_slots().release()
+        return super().finalize_response(request, response, *args, **kwargs)
 
     @extend_schema(
         operation_id="events_list",

@@ -1,0 +1,301 @@
+"""Waking long polls: one look at the stream per web process, not one per waiting request.
+
+A long poll (``GET events/?wait=N``) that finds nothing registers here and sleeps on an event
+of its own; it holds no database connection while it sleeps (:func:`release_connection`). One
+thread per process (the :class:`Waker`, started by the first waiter) looks for new events
+for all of them:
+
+- on PostgreSQL it ``LISTEN``s on :data:`CHANNEL`. The sequencer sends one ``NOTIFY`` in each
+  transaction that moved events into the stream, so the notification arrives when those events
+  have committed, never before; one per move, not one per event;
+- on every engine, and between notifications, it looks every ``IRIS_EVENTS_POLL_SECONDS``
+  (the fallback: SQLite has no notifications, and a notification lost with a dropped
+  connection costs at most one step). Each look first moves what has committed into the
+  stream (:func:`~scheduler.events.sequence.sequence_events`), so a submission's event reaches
+  a waiting watcher within a step even when nothing else reads.
+
+A look reads the new events' ``(id, job, user, kind)`` only, and wakes the waiters whose
+filters one of them matches (:meth:`Waiter.may_match`: job, user and kinds; not visibility, so
+it may wake a waiter whose read then finds nothing it may see, never the reverse). A woken
+waiter reads the stream itself, through the same query as any read. A watcher of one job
+therefore costs nothing while other jobs' events go by.
+
+With nobody waiting the thread waits on a condition and queries nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable
+
+from django.conf import settings
+from django.db import DatabaseError, connection
+from django.db.models import Max
+
+from scheduler.events.sequence import CHANNEL, sequence_events
+from scheduler.models import Event
+
+log = logging.getLogger(__name__)
+
+# Rows one look reads at most. A backlog larger than this (a burst tick's starts) wakes every
+# waiter instead: each reads its own page.
+LOOK_LIMIT = 2000
+# Recent rows kept to check a waiter that registers after they were read.
+RECENT = 4000
+# Seconds with nobody waiting after which the waker closes its connections until someone waits.
+IDLE_SECONDS = 60.0
+
+Row = tuple[int, str, str, str]  # (id, job, user, kind)
+
+
+class Waiter:
+    """One waiting read: the id after which it wants events, its filters, and its wake-up."""
+
+    __slots__ = ("cursor", "job", "user", "kinds", "woken")
+
+    def __init__(self, cursor: int, job: str = "", user: str = "", kinds: Iterable[str] = ()):
+        self.cursor, self.job, self.user, self.kinds = cursor, job, user, frozenset(kinds)
+        self.woken = threading.Event()
+
+    def may_match(self, row: Row) -> bool:
+        """Whether the event ``row`` passes this read's filters (the stream's filters on ``job``,
+        ``user`` and ``kind``; visibility is left to the read itself)."""
+        event_id, job, user, kind = row
+        return (
+            event_id > self.cursor
+            and (not self.job or job == self.job)
+            and (not self.user or user == self.user)
+            and (not self.kinds or kind in self.kinds)
+        )
+
+
+class Waker:
+    """The process's one looker (see the module's docstring). ``looks`` counts its looks at the
+    stream, for tests and the benchmark."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self._waiters: set[Waiter] = set()
+        self._thread: threading.Thread | None = None
+        # Every event up to ``_last`` has been seen by a look (None: no look yet), and every one
+        # in ``(_floor, _last]`` is in ``_recent``.
+        self._last: int | None = None
+        self._floor = 0
+        self._recent: deque[Row] = deque(maxlen=RECENT)
+        self._listener = None
+        self._stopping = False
+        self.looks = 0
+
+    # --- the waiters' side ------------------------------------------------------------------
+
+    def wait(self, waiter: Waiter, timeout: float) -> bool:
+        """Sleep until an event may match ``waiter`` (True) or ``timeout`` seconds pass (False)."""
+        self.add(waiter)
+        try:
+            return waiter.woken.wait(max(timeout, 0.0))
+        finally:
+            self.remove(waiter)
+
+    def add(self, waiter: Waiter) -> None:
+        with self._lock:
+            self._start()
+            # Events already looked at after the waiter's cursor: check them now.
+            if (
+                self._last is not None
+                and waiter.cursor < self._last
+                and (waiter.cursor < self._floor or any(waiter.may_match(row) for row in self._recent))
+            ):
+                waiter.woken.set()
+                return
+            self._waiters.add(waiter)
+            self._lock.notify_all()
+
+    def remove(self, waiter: Waiter) -> None:
+        with self._lock:
+            self._waiters.discard(waiter)
+
+    # --- the looker -------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._thread = threading.Thread(target=self._run, name="iris-events-waker", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while self._await_waiters():
+                try:
+                    self._look()
+                except DatabaseError:
+                    log.warning("the event waker's look failed; trying again in a step", exc_info=True)
+                    connection.close()
+                    time.sleep(settings.EVENTS_POLL_SECONDS)
+                    continue
+                self._sleep(settings.EVENTS_POLL_SECONDS)
+        finally:
+            self._close_listener()
+            connection.close()
+
+    def _await_waiters(self) -> bool:
+        """Return once someone waits (True), or when stopped (False). After ``IDLE_SECONDS``
+        with nobody waiting, close the connections and forget the cursor until someone does."""
+        with self._lock:
+            if self._waiters or self._stopping:
+                return not self._stopping
+            self._lock.wait_for(lambda: self._waiters or self._stopping, IDLE_SECONDS)
+            if not self._waiters and not self._stopping:
+                self._close_listener()
+                connection.close()
+                self._last = None
+                self._recent.clear()
+                self._lock.wait_for(lambda: self._waiters or self._stopping)
+            return not self._stopping
+
+    def stop(self) -> None:
+        """End the thread (its connections closed); the next waiter starts another. For tests,
+        whose database is dropped at the end."""
+        with self._lock:
+            thread = self._thread
+            self._stopping = True
+            self._lock.notify_all()
+        if thread is not None:
+            thread.join(timeout=10)
+        with self._lock:
+            self._stopping = False
+            self._thread = None
+            self._last = None
+            self._recent.clear()
+
+    def _look(self) -> None:
+        self.looks += 1
+        sequence_events()
+        with self._lock:
+            if self._last is None:
+                # The first look starts from the oldest cursor waiting; a later waiter with an
+                # older one is below the floor and is woken to read for itself.
+                self._last = self._floor = min((w.cursor for w in self._waiters), default=0)
+        rows: list[Row] = list(
+            Event.objects.filter(id__gt=self._last).order_by("id").values_list("id", "job", "user", "kind")[:LOOK_LIMIT]
+        )
+        if not rows:
+            return
+        with self._lock:
+            if len(rows) == LOOK_LIMIT:
+                # A backlog: wake everyone (each reads its own page) and skip to the newest.
+                self._last = self._floor = _newest_id()
+                self._recent.clear()
+                woken = set(self._waiters)
+            else:
+                self._last = rows[-1][0]
+                self._recent.extend(rows)
+                if len(self._recent) == RECENT:
+                    # Older rows may have been dropped: only those from the oldest kept are here.
+                    self._floor = max(self._floor, self._recent[0][0] - 1)
+                woken = {w for w in self._waiters if any(w.may_match(row) for row in rows)}
+            for waiter in woken:
+                waiter.woken.set()
+            self._waiters -= woken
+
+    def _sleep(self, seconds: float) -> None:
+        """Wait ``seconds``, or less when PostgreSQL notifies that events were moved."""
+        if connection.vendor != "postgresql":
+            time.sleep(seconds)
+            return
+        try:
+            listener = self._listen()
+            deadline = time.monotonic() + seconds
+            # In slices of at most a second, so that stop() is not kept waiting a whole step.
+            while not self._stopping and (left := deadline - time.monotonic()) > 0:
+                if list(listener.notifies(timeout=min(left, 1.0), stop_after=1)):
+                    return
+        except Exception:  # noqa: BLE001 - any failure of the listener falls back to the step
+            log.warning("the event waker lost its LISTEN connection; polling until it is back", exc_info=True)
+            self._close_listener()
+            time.sleep(seconds)
+
+    def _listen(self):
+        if self._listener is None or self._listener.closed:
+            import psycopg
+
+            params = connection.get_connection_params()
+            params.pop("cursor_factory", None)
+            params.pop("context", None)
+            self._listener = psycopg.connect(**params, autocommit=True)
+            self._listener.execute(f"LISTEN {CHANNEL}")
+        return self._listener
+
+    def _close_listener(self) -> None:
+        if self._listener is not None:
+            try:
+                self._listener.close()
+            except Exception:  # noqa: BLE001
+                pass
+        self._listener = None
+
+
+def _newest_id() -> int:
+    return Event.objects.aggregate(newest=Max("id"))["newest"] or 0
+
+
+class DatabaseSlots:
+    """At most ``IRIS_EVENTS_DB_CONNECTIONS`` threads of this process touch the database for
+    the event stream at once; a thread gives its slot back (and closes its connection) before
+    it sleeps. Without this, 200 watchers woken by one tick would open 200 connections at once
+    (PostgreSQL's default ``max_connections`` is 100). Re-entrant per thread: acquiring a slot
+    already held does nothing, as does releasing one not held."""
+
+    def __init__(self, count: int):
+        self._semaphore = threading.BoundedSemaphore(max(1, count))
+        self._held = threading.local()
+
+    def acquire(self) -> None:
+        if not getattr(self._held, "slot", False):
+            self._semaphore.acquire()
+            self._held.slot = True
+
+    def release(self) -> None:
+        if getattr(self._held, "slot", False):
+            release_connection()
+            self._held.slot = False
+            self._semaphore.release()
+
+
+def release_connection() -> None:
+    """Close this thread's database connection before a long sleep, so a waiting request holds
+    no PostgreSQL backend (200 watchers would otherwise hold 200). Not inside a transaction
+    (a test's, or a caller's): there the connection stays."""
+    if not connection.in_atomic_block:
+        connection.close()
+
+
+_WAKER: Waker | None = None
+_SLOTS: DatabaseSlots | None = None
+_LOCK = threading.Lock()
+
+
+def waker() -> Waker:
+    """This process's waker (created on first use)."""
+    global _WAKER
+    with _LOCK:
+        if _WAKER is None:
+            _WAKER = Waker()
+        return _WAKER
+
+
+def stop_waker() -> None:
+    """Stop this process's waker thread, if it runs (tests: before their database is dropped)."""
+    if _WAKER is not None:
+        _WAKER.stop()
+
+
+def database_slots() -> DatabaseSlots:
+    """This process's :class:`DatabaseSlots` (``IRIS_EVENTS_DB_CONNECTIONS`` of them)."""
+    global _SLOTS
+    with _LOCK:
+        if _SLOTS is None:
+            _SLOTS = DatabaseSlots(settings.EVENTS_DB_CONNECTIONS)
+        return _SLOTS
