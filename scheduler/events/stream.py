@@ -114,9 +114,11 @@ def newest_event_id() -> int:
     return Event.objects.aggregate(newest=Max("id"))["newest"] or 0
 
 
-def read_events(actor, query: EventQuery) -> EventPage:
-    """One look: move what committed into the stream, then the events after ``query.since``."""
-    sequence_events()
+def read_events(actor, query: EventQuery, *, sequence: bool = True) -> EventPage:
+    """One look: move what committed into the stream (unless ``sequence`` is false), then the
+    events after ``query.since``."""
+    if sequence:
+        sequence_events()
     newest = newest_event_id()
     since = newest if query.since is None else query.since
     events = visible_events(actor).filter(id__gt=since, id__lte=newest)
@@ -147,8 +149,12 @@ def wait_for_events(
     deadline = clock() + query.wait
     slots = database_slots()
     slots.acquire()
+    # A long poll outside a transaction leaves the moving to the waker, whose look moves what
+    # has committed every step (and is woken by any other move): it wakes this read if one of
+    # the moved events matches. A read that does not wait moves them itself.
+    sequence = query.wait == 0 or connection.in_atomic_block
     try:
-        page = read_events(actor, query)
+        page = read_events(actor, query, sequence=sequence)
         query = EventQuery(**{**query.__dict__, "since": page.next})
         seen = page.seen
         while not page.events and clock() < deadline:
@@ -160,7 +166,7 @@ def wait_for_events(
                 if not waker().wait(waiter, deadline - clock()):
                     break
                 slots.acquire()
-            page = read_events(actor, query)
+            page = read_events(actor, query, sequence=sequence)
             seen = max(seen, page.seen)
         return page
     finally:

@@ -1,7 +1,7 @@
 """Waking long polls: one look at the stream per web process, not one per waiting request.
 
 A long poll (``GET events/?wait=N``) that finds nothing registers here and sleeps on an event
-of its own; it holds no database connection while it sleeps (:func:`release_connection`). One
+of its own; it holds no database connection while it sleeps (:class:`DatabaseSlots`). One
 thread per process (the :class:`Waker`, started by the first waiter) looks for new events
 for all of them:
 
@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from django.conf import settings
-from django.db import DatabaseError, connection
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connection, connections
 from django.db.models import Max
 
 from scheduler.events.sequence import CHANNEL, sequence_events
@@ -242,34 +242,66 @@ def _newest_id() -> int:
 
 
 class DatabaseSlots:
-    """At most ``IRIS_EVENTS_DB_CONNECTIONS`` threads of this process touch the database for
-    the event stream at once; a thread gives its slot back (and closes its connection) before
-    it sleeps. Without this, 200 watchers woken by one tick would open 200 connections at once
-    (PostgreSQL's default ``max_connections`` is 100). Re-entrant per thread: acquiring a slot
-    already held does nothing, as does releasing one not held."""
+    """At most ``IRIS_EVENTS_DB_CONNECTIONS`` threads of this process read the event stream at
+    once, each on one of as many database connections the process keeps open: acquiring a slot
+    lends the thread a connection from the pool (installed as its ``default`` connection until
+    it releases it), and the thread gives it back before it sleeps. So a waiting request holds
+    no connection, 200 watchers woken by one tick open no more than this many (PostgreSQL's
+    default ``max_connections`` is 100), and a request does not pay for a new connection (a
+    PostgreSQL backend started and set up) each time.
+
+    A thread inside a transaction (a caller's; a test's) keeps its own connection: the pool's
+    would not see what it sees. Re-entrant per thread: acquiring a slot already held does
+    nothing, as does releasing one not held. One thread at a time uses a lent connection (the
+    slots guarantee it), so Django's check against sharing it between threads is lifted."""
 
     def __init__(self, count: int):
         self._semaphore = threading.BoundedSemaphore(max(1, count))
+        self._free: list = []
+        self._all: list = []
+        self._pool_lock = threading.Lock()
         self._held = threading.local()
 
     def acquire(self) -> None:
-        if not getattr(self._held, "slot", False):
-            self._semaphore.acquire()
-            self._held.slot = True
+        if getattr(self._held, "slot", False):
+            return
+        self._semaphore.acquire()
+        self._held.slot = True
+        self._held.own = None
+        if connection.in_atomic_block:
+            return
+        with self._pool_lock:
+            if self._free:
+                lent = self._free.pop()
+            else:
+                lent = connections.create_connection(DEFAULT_DB_ALIAS)
+                lent.inc_thread_sharing()
+                self._all.append(lent)
+        self._held.own = connections[DEFAULT_DB_ALIAS]
+        connections[DEFAULT_DB_ALIAS] = lent
+        lent.close_if_unusable_or_obsolete()  # CONN_MAX_AGE, and a connection left broken
 
     def release(self) -> None:
-        if getattr(self._held, "slot", False):
-            release_connection()
-            self._held.slot = False
-            self._semaphore.release()
+        if not getattr(self._held, "slot", False):
+            return
+        own = self._held.own
+        if own is not None:
+            lent = connections[DEFAULT_DB_ALIAS]
+            connections[DEFAULT_DB_ALIAS] = own
+            if lent.in_atomic_block:  # never left so by the stream's reads; do not lend it on
+                lent.close()
+            with self._pool_lock:
+                self._free.append(lent)
+        self._held.slot = False
+        self._held.own = None
+        self._semaphore.release()
 
-
-def release_connection() -> None:
-    """Close this thread's database connection before a long sleep, so a waiting request holds
-    no PostgreSQL backend (200 watchers would otherwise hold 200). Not inside a transaction
-    (a test's, or a caller's): there the connection stays."""
-    if not connection.in_atomic_block:
-        connection.close()
+    def close(self) -> None:
+        """Close the pool's connections (tests: before their database is dropped)."""
+        with self._pool_lock:
+            for lent in self._all:
+                if lent in self._free:
+                    lent.close()
 
 
 _WAKER: Waker | None = None
@@ -287,9 +319,12 @@ def waker() -> Waker:
 
 
 def stop_waker() -> None:
-    """Stop this process's waker thread, if it runs (tests: before their database is dropped)."""
+    """Stop this process's waker thread, if it runs, and close the slots' connections (tests:
+    before their database is dropped)."""
     if _WAKER is not None:
         _WAKER.stop()
+    if _SLOTS is not None:
+        _SLOTS.close()
 
 
 def database_slots() -> DatabaseSlots:

@@ -90,7 +90,9 @@ def test_a_watcher_of_one_user_is_not_woken_by_anothers_events_and_reads_only_wh
     settings.EVENTS_POLL_SECONDS = 0.05
     reads = []
     real_read = stream_module.read_events
-    monkeypatch.setattr(stream_module, "read_events", lambda actor, query: reads.append(1) or real_read(actor, query))
+    monkeypatch.setattr(
+        stream_module, "read_events", lambda actor, query, **kw: reads.append(1) or real_read(actor, query, **kw)
+    )
     since = newest_event_id()
     watchers = [in_thread(alice, EventQuery(since=since, user="bob", wait=20)) for _ in range(10)]
     until(lambda: waiting() == 10, "the ten watchers wait")
