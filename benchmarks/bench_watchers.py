@@ -132,10 +132,15 @@ class Watchers:
     """The watcher process, started and stopped by the parent."""
 
     def __init__(self, port: int, tokens: list[str], users: list[str]):
-        self.out = tempfile.mktemp(prefix="iris-watchers-", suffix=".json")
-        config = {"port": port, "tokens": tokens, "users": users, "watchers": len(tokens), "out": self.out}
+        directory = tempfile.mkdtemp(prefix="iris-watchers-")
+        self.out = os.path.join(directory, "received.json")
+        config = os.path.join(directory, "config.json")  # tokens: a file, not the command line
+        with open(config, "w") as handle:
+            json.dump(
+                {"port": port, "tokens": tokens, "users": users, "watchers": len(tokens), "out": self.out}, handle
+            )
         self.process = subprocess.Popen(
-            [sys.executable, os.path.abspath(__file__), "--as-watchers", json.dumps(config)],
+            [sys.executable, os.path.abspath(__file__), "--as-watchers", config],
             stdin=subprocess.PIPE,
             cwd=ROOT,
         )
@@ -192,7 +197,8 @@ def wait_for_ticks(count: int, seconds: float) -> None:
 
 def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "--as-watchers":
-        watch(json.loads(sys.argv[2]))
+        with open(sys.argv[2]) as handle:
+            watch(json.load(handle))
         return
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_server_arguments(parser)
