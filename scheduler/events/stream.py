@@ -101,12 +101,38 @@ def parse_event_query(params, last_event_id: str | None = None) -> EventQuery:
 
 
 def visible_events(actor) -> QuerySet[Event]:
-    """The events ``actor`` may read."""
+    """The events ``actor`` may read (:func:`matches` says the same of one event)."""
     require_authenticated(actor)
     events = Event.objects.all()
     if not roles.is_operator(actor):
         events = events.filter(~Q(job="") | Q(user=actor.username))
     return events
+
+
+def matches(actor, query: EventQuery, event: Event) -> bool:
+    """Whether :func:`read_events` would return ``event`` to ``actor`` for ``query`` (its
+    visibility and filters, in Python: for pages built from the waker's events; a test holds
+    the two equal)."""
+    return (
+        (event.job != "" or event.user == actor.username or roles.is_operator(actor))
+        and (not query.job or event.job == query.job)
+        and (not query.user or event.user == query.user)
+        and (not query.kinds or event.kind in query.kinds)
+    )
+
+
+def page_from(actor, query: EventQuery, since: int, events: list[Event], seen: int) -> EventPage:
+    """The page :func:`read_events` would read after ``since``, from ``events``: every event
+    after ``since`` up to ``seen``, oldest first."""
+    rows = [event for event in events if event.id > since and matches(actor, query, event)]
+    more = len(rows) > query.limit
+    rows = rows[: query.limit]
+    return EventPage(
+        events=rows,
+        next=rows[-1].id if rows else since,
+        more=more,
+        seen=rows[-1].id if more else max(seen, since),
+    )
 
 
 def newest_event_id() -> int:
@@ -145,29 +171,47 @@ def wait_for_events(
     """:func:`read_events`, and while it finds nothing and ``query.wait`` has not passed, wait
     for the waker (or, inside a transaction, ``sleep`` a step) and read again. A read "from
     now" fixes "now" at the first read. Holds one of the process's database slots while it
-    reads, none while it waits (:class:`~scheduler.events.wake.DatabaseSlots`)."""
+    reads, none while it waits (:class:`~scheduler.events.wake.DatabaseSlots`).
+
+    A long poll outside a transaction leaves the moving of staged events to the waker, whose
+    look moves what has committed every step (and is woken by any other move), and reads its
+    pages from the events the waker has seen when they reach back to its ``since``
+    (:func:`page_from`): a watcher resuming from its last page, woken by a tick, queries
+    nothing but its token. A read that does not wait moves and reads for itself."""
     deadline = clock() + query.wait
     slots = database_slots()
     slots.acquire()
-    # A long poll outside a transaction leaves the moving to the waker, whose look moves what
-    # has committed every step (and is woken by any other move): it wakes this read if one of
-    # the moved events matches. A read that does not wait moves them itself.
-    sequence = query.wait == 0 or connection.in_atomic_block
+    waiting = query.wait > 0 and not connection.in_atomic_block
     try:
-        page = read_events(actor, query, sequence=sequence)
+        page = _page_seen(actor, query) if waiting and query.since is not None else None
+        if page is None:
+            page = read_events(actor, query, sequence=not waiting)
         query = EventQuery(**{**query.__dict__, "since": page.next})
         seen = page.seen
         while not page.events and clock() < deadline:
-            if connection.in_atomic_block:
+            if not waiting:
                 sleep(min(settings.EVENTS_POLL_SECONDS, max(deadline - clock(), 0.0)))
+                page = read_events(actor, query)
             else:
                 slots.release()
-                waiter = Waiter(seen, job=query.job, user=query.user, kinds=query.kinds)
-                if not waker().wait(waiter, deadline - clock()):
-                    break
+                woken = waker().wait(
+                    Waiter(seen, job=query.job, user=query.user, kinds=query.kinds), deadline - clock()
+                )
                 slots.acquire()
-            page = read_events(actor, query, sequence=sequence)
+                if not woken:
+                    break
+                page = _page_seen(actor, query) or read_events(actor, query, sequence=False)
             seen = max(seen, page.seen)
         return page
     finally:
         slots.release()
+
+
+def _page_seen(actor, query: EventQuery) -> EventPage | None:
+    """The page after ``query.since`` from the events the waker has seen, or ``None`` when they
+    do not reach back that far."""
+    seen = waker().events_after(query.since)
+    if seen is None:
+        return None
+    events, last = seen
+    return page_from(actor, query, query.since, events, last)

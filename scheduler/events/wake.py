@@ -14,11 +14,14 @@ for all of them:
   stream (:func:`~scheduler.events.sequence.sequence_events`), so a submission's event reaches
   a waiting watcher within a step even when nothing else reads.
 
-A look reads the new events' ``(id, job, user, kind)`` only, and wakes the waiters whose
+A look reads the new events, keeps the newest ``RECENT`` of them, and wakes the waiters whose
 filters one of them matches (:meth:`Waiter.may_match`: job, user and kinds; not visibility, so
-it may wake a waiter whose read then finds nothing it may see, never the reverse). A woken
-waiter reads the stream itself, through the same query as any read. A watcher of one job
-therefore costs nothing while other jobs' events go by.
+it may wake a waiter whose page then holds nothing it may see, never the reverse). A woken
+waiter builds its page from the events kept (:meth:`Waker.events_after`), filtered exactly as
+the stream's query filters (:func:`scheduler.events.stream.page_from`), with no query of its
+own; it reads the stream itself only when they do not reach back to its cursor. A watcher of
+one job therefore costs nothing while other jobs' events go by, and one read per process
+serves every watcher a tick wakes.
 
 With nobody waiting the thread waits on a condition and queries nothing.
 """
@@ -28,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
+from bisect import bisect_right
 from collections.abc import Iterable
 
 from django.conf import settings
@@ -40,15 +43,14 @@ from scheduler.models import Event
 
 log = logging.getLogger(__name__)
 
-# Rows one look reads at most. A backlog larger than this (a burst tick's starts) wakes every
+# Events one look reads at most. A backlog larger than this (a burst tick's starts) wakes every
 # waiter instead: each reads its own page.
-LOOK_LIMIT = 2000
-# Recent rows kept to check a waiter that registers after they were read.
-RECENT = 4000
+LOOK_LIMIT = 5000
+# Recent events kept, to build woken waiters' pages and to check a waiter that registers after
+# they were read.
+RECENT = 10000
 # Seconds with nobody waiting after which the waker closes its connections until someone waits.
 IDLE_SECONDS = 60.0
-
-Row = tuple[int, str, str, str]  # (id, job, user, kind)
 
 
 class Waiter:
@@ -60,15 +62,14 @@ class Waiter:
         self.cursor, self.job, self.user, self.kinds = cursor, job, user, frozenset(kinds)
         self.woken = threading.Event()
 
-    def may_match(self, row: Row) -> bool:
-        """Whether the event ``row`` passes this read's filters (the stream's filters on ``job``,
-        ``user`` and ``kind``; visibility is left to the read itself)."""
-        event_id, job, user, kind = row
+    def may_match(self, event: Event) -> bool:
+        """Whether ``event`` passes this read's filters (the stream's filters on ``job``,
+        ``user`` and ``kind``; visibility is left to the page)."""
         return (
-            event_id > self.cursor
-            and (not self.job or job == self.job)
-            and (not self.user or user == self.user)
-            and (not self.kinds or kind in self.kinds)
+            event.id > self.cursor
+            and (not self.job or event.job == self.job)
+            and (not self.user or event.user == self.user)
+            and (not self.kinds or event.kind in self.kinds)
         )
 
 
@@ -84,7 +85,7 @@ class Waker:
         # in ``(_floor, _last]`` is in ``_recent``.
         self._last: int | None = None
         self._floor = 0
-        self._recent: deque[Row] = deque(maxlen=RECENT)
+        self._recent: list[Event] = []  # in id order
         self._listener = None
         self._stopping = False
         self.looks = 0
@@ -106,7 +107,13 @@ class Waker:
             if (
                 self._last is not None
                 and waiter.cursor < self._last
-                and (waiter.cursor < self._floor or any(waiter.may_match(row) for row in self._recent))
+                and (
+                    waiter.cursor < self._floor
+                    or any(
+                        waiter.may_match(event)
+                        for event in self._recent[bisect_right(self._recent, waiter.cursor, key=_event_id) :]
+                    )
+                )
             ):
                 waiter.woken.set()
                 return
@@ -116,6 +123,17 @@ class Waker:
     def remove(self, waiter: Waiter) -> None:
         with self._lock:
             self._waiters.discard(waiter)
+
+    def events_after(self, cursor: int) -> tuple[list[Event], int] | None:
+        """Every event after ``cursor`` that a look has seen, oldest first, and the id up to
+        which looks have seen every event; ``None`` when the events kept do not reach back to
+        ``cursor`` (or no look has run): then read the stream."""
+        with self._lock:
+            if self._last is None or cursor < self._floor:
+                return None
+            if cursor >= self._last:
+                return [], self._last
+            return self._recent[bisect_right(self._recent, cursor, key=_event_id) :], self._last
 
     # --- the looker -------------------------------------------------------------------------
 
@@ -178,9 +196,7 @@ class Waker:
                 # The first look starts from the oldest cursor waiting; a later waiter with an
                 # older one is below the floor and is woken to read for itself.
                 self._last = self._floor = min((w.cursor for w in self._waiters), default=0)
-        rows: list[Row] = list(
-            Event.objects.filter(id__gt=self._last).order_by("id").values_list("id", "job", "user", "kind")[:LOOK_LIMIT]
-        )
+        rows: list[Event] = list(Event.objects.filter(id__gt=self._last).order_by("id")[:LOOK_LIMIT])
         if not rows:
             return
         with self._lock:
@@ -190,12 +206,13 @@ class Waker:
                 self._recent.clear()
                 woken = set(self._waiters)
             else:
-                self._last = rows[-1][0]
+                self._last = rows[-1].id
                 self._recent.extend(rows)
-                if len(self._recent) == RECENT:
-                    # Older rows may have been dropped: only those from the oldest kept are here.
-                    self._floor = max(self._floor, self._recent[0][0] - 1)
-                woken = {w for w in self._waiters if any(w.may_match(row) for row in rows)}
+                if len(self._recent) > 2 * RECENT:
+                    # Drop the oldest (now and then, not on every look): the floor rises to them.
+                    self._floor = self._recent[-RECENT - 1].id
+                    del self._recent[:-RECENT]
+                woken = {w for w in self._waiters if any(w.may_match(event) for event in rows)}
             for waiter in woken:
                 waiter.woken.set()
             self._waiters -= woken
@@ -235,6 +252,10 @@ class Waker:
             except Exception:  # noqa: BLE001
                 pass
         self._listener = None
+
+
+def _event_id(event: Event) -> int:
+    return event.id
 
 
 def _newest_id() -> int:

@@ -84,7 +84,7 @@ def test_on_postgresql_the_sequencers_notify_wakes_a_watcher_long_before_the_wak
     assert [e.job for e in out["page"].events] == ["/alice/a"]
 
 
-def test_a_watcher_of_one_user_is_not_woken_by_anothers_events_and_reads_only_when_woken(
+def test_a_watcher_of_one_user_is_not_woken_by_anothers_events_and_woken_reads_no_page_of_its_own(
     alice, bob, settings, monkeypatch
 ):
     settings.EVENTS_POLL_SECONDS = 0.05
@@ -96,19 +96,20 @@ def test_a_watcher_of_one_user_is_not_woken_by_anothers_events_and_reads_only_wh
     since = newest_event_id()
     watchers = [in_thread(alice, EventQuery(since=since, user="bob", wait=20)) for _ in range(10)]
     until(lambda: waiting() == 10, "the ten watchers wait")
-    looks_before = waker().looks
+    looks_before, reads_before = waker().looks, len(reads)
+    assert 1 <= reads_before <= 10  # a first read each, until the waker has looked
 
     for n in range(5):
         stage("alice", f"/alice/a{n}")
     until(lambda: (waker()._last or 0) >= since + 5 and waker().looks >= looks_before + 3, "the waker saw them")
-    assert len(reads) == 10  # each watcher's first read; alice's events woke none of them
+    assert len(reads) == reads_before and waiting() == 10  # alice's events woke none of them
 
     stage("bob", "/bob/b")
     for thread, _ in watchers:
         thread.join(30)
 
     assert [[e.job for e in out["page"].events] for _, out in watchers] == [["/bob/b"]] * 10
-    assert len(reads) == 20  # one read each when woken
+    assert len(reads) == reads_before  # woken, each built its page from the waker's events
 
 
 @pytest.mark.postgres
@@ -131,7 +132,9 @@ def test_a_waiting_request_holds_no_database_connection(alice, settings, monkeyp
 
 
 def test_the_wakers_match_is_the_streams_filters():
-    row = (7, "/alice/a", "alice", "started")
+    from scheduler.models import Event
+
+    row = Event(id=7, job="/alice/a", user="alice", kind="started")
 
     assert Waiter(6).may_match(row)
     assert not Waiter(7).may_match(row)
@@ -165,3 +168,42 @@ def test_database_slots_bound_the_threads_reading_at_once_and_are_reentrant():
         thread.join(10)
 
     assert most[0] == 2
+
+
+def test_a_page_built_from_the_wakers_events_is_the_page_the_stream_reads(alice, bob, olivia):
+    """``page_from`` (the waker's events, filtered in Python) against ``read_events`` (the
+    query), for a researcher and an operator, job and budget events, every filter."""
+    from scheduler.events.stream import page_from, read_events
+    from scheduler.models import Event
+
+    with transaction.atomic():
+        record(
+            [
+                Draft("submitted", timezone.now(), "alice", "/alice/a"),
+                Draft("started", timezone.now(), "alice", "/alice/a", task_index=0, attempt=1, tick=3),
+                Draft("uplift_requested", timezone.now(), "alice"),
+                Draft("submitted", timezone.now(), "bob", "/bob/b"),
+                Draft("limit_crossed", timezone.now(), "bob"),
+                Draft("finished", timezone.now(), "bob", "/bob/b", data={"outcome": "succeeded"}),
+            ]
+        )
+    sequence_events()
+    events = list(Event.objects.order_by("id"))
+    newest, first = events[-1].id, events[0].id
+    queries = [
+        EventQuery(),
+        EventQuery(user="alice"),
+        EventQuery(user="bob"),
+        EventQuery(job="/bob/b"),
+        EventQuery(kinds=("submitted", "limit_crossed")),
+        EventQuery(user="bob", kinds=("limit_crossed",)),
+        EventQuery(limit=2),
+    ]
+    for actor in (alice, bob, olivia):
+        for query in queries:
+            for since in (0, first, first + 2):
+                query_since = EventQuery(**{**query.__dict__, "since": since})
+                read = read_events(actor, query_since, sequence=False)
+                built = page_from(actor, query_since, since, events, newest)
+                assert [e.id for e in built.events] == [e.id for e in read.events], (actor, query_since)
+                assert (built.next, built.more, built.seen) == (read.next, read.more, read.seen)
