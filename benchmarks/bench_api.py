@@ -47,16 +47,27 @@ WARMUP_PER_CLIENT = 5
 
 def _cpu_seconds(pids) -> float:
     """User + system CPU seconds of the given live processes (dead ones count 0)."""
+    return sum(_cpu_by_pid(pids).values())
+
+
+def _cpu_by_pid(pids) -> dict[int, float]:
+    """User + system CPU seconds of each of the given processes still alive."""
     import psutil
 
-    total = 0.0
+    seconds = {}
     for pid in pids:
         try:
             times = psutil.Process(pid).cpu_times()
         except psutil.Error:
             continue
-        total += times.user + times.system
-    return total
+        seconds[pid] = times.user + times.system
+    return seconds
+
+
+def _cpu_spent(before: dict[int, float], pids) -> float:
+    """CPU seconds spent since ``before`` by the processes alive now (one that exited in
+    between counts nothing, rather than minus what it had spent before)."""
+    return sum(now - before.get(pid, 0.0) for pid, now in _cpu_by_pid(pids).items())
 
 
 def _tree(pid: int) -> list[int]:
@@ -265,7 +276,7 @@ def measure_window(port: int, tokens: list[str], submissions: int, seconds: floa
 
     database = servers.pop("_database")
     reference_before = reference_seconds()
-    cpu_before = {name: _cpu_seconds(pids) for name, pids in servers.items()}
+    cpu_before = {name: _cpu_by_pid(pids) for name, pids in servers.items()}
     client_before = time.process_time()
     load_before = os.getloadavg()
     clients = Clients(port, tokens, submissions, seconds, tag)
@@ -275,7 +286,7 @@ def measure_window(port: int, tokens: list[str], submissions: int, seconds: floa
     client_cpu = time.process_time() - client_before
     if "postgres" in servers:
         servers["postgres"] = sorted(set(servers["postgres"]) | set(_backends(database)))
-    cpu = {name: _cpu_seconds(pids) - cpu_before.get(name, 0.0) for name, pids in servers.items()}
+    cpu = {name: _cpu_spent(cpu_before.get(name, {}), pids) for name, pids in servers.items()}
     servers["_database"] = database
     ok = [r for r in clients.results if r[2] == 201]
     latencies = sorted(r[1] * 1000 for r in clients.results)

@@ -10,9 +10,10 @@ for all of them:
   have committed, never before; one per move, not one per event;
 - on every engine, and between notifications, it looks every ``IRIS_EVENTS_POLL_SECONDS``
   (the fallback: SQLite has no notifications, and a notification lost with a dropped
-  connection costs at most one step). Each look first moves what has committed into the
-  stream (:func:`~scheduler.events.sequence.sequence_events`), so a submission's event reaches
-  a waiting watcher within a step even when nothing else reads.
+  connection costs at most one step). A look first moves what has committed into the stream
+  (:func:`~scheduler.events.sequence.sequence_events`) unless a move was notified within the
+  last step, so a submission's event reaches a waiting watcher within a step or two even when
+  nothing else reads, and the processes' wakers do not each move on every step.
 
 A look reads the new events, keeps the newest ``RECENT`` of them, and wakes the waiters whose
 filters one of them matches (:meth:`Waiter.may_match`: job, user and kinds; not visibility, so
@@ -88,6 +89,7 @@ class Waker:
         self._recent: list[Event] = []  # in id order
         self._listener = None
         self._stopping = False
+        self._notified_at = 0.0  # time.monotonic() of the last NOTIFY received
         self.looks = 0
 
     # --- the waiters' side ------------------------------------------------------------------
@@ -190,7 +192,11 @@ class Waker:
 
     def _look(self) -> None:
         self.looks += 1
-        sequence_events()
+        if time.monotonic() - self._notified_at >= settings.EVENTS_POLL_SECONDS:
+            # Nobody moved events within a step (a move notifies): move them. Otherwise the
+            # mover that just notified did, and every process's waker moving on each of its
+            # steps would only wake the watchers of busy users more often.
+            sequence_events()
         with self._lock:
             if self._last is None:
                 # The first look starts from the oldest cursor waiting; a later waiter with an
@@ -228,6 +234,7 @@ class Waker:
             # In slices of at most a second, so that stop() is not kept waiting a whole step.
             while not self._stopping and (left := deadline - time.monotonic()) > 0:
                 if list(listener.notifies(timeout=min(left, 1.0), stop_after=1)):
+                    self._notified_at = time.monotonic()
                     return
         except Exception:  # noqa: BLE001 - any failure of the listener falls back to the step
             log.warning("the event waker lost its LISTEN connection; polling until it is back", exc_info=True)
