@@ -119,3 +119,19 @@ def test_a_bad_last_event_id_names_the_header(as_alice):
     response = as_alice.get("/api/v1/events/", HTTP_LAST_EVENT_ID="soon")
 
     assert response.status_code == 400 and error_of(response)["details"]["field"] == "Last-Event-ID"
+
+
+def test_the_plain_page_is_the_serializers_page_byte_for_byte(alice, olivia, history):
+    """``event_page_json`` (what ``GET events/`` answers) against ``EventPageSerializer`` (its
+    schema), over job, task and budget events, and again from the dicts kept on the events."""
+    import json
+
+    from scheduler.api.serializers.events import EventPageSerializer, event_page_json
+    from scheduler.events.stream import EventQuery, read_events
+
+    page = read_events(olivia, EventQuery(limit=1000))
+    assert {e.kind for e in page.events} >= {"submitted", "started", "uplift_requested"}
+
+    expected = json.dumps(EventPageSerializer(page).data)
+    assert json.dumps(event_page_json(page)) == expected
+    assert json.dumps(event_page_json(page)) == expected  # the kept dicts

@@ -5,7 +5,7 @@ from __future__ import annotations
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.response import Response
 
-from scheduler.api.serializers.events import EventFilterSerializer, EventPageSerializer
+from scheduler.api.serializers.events import EventFilterSerializer, EventPageSerializer, event_page_json
 from scheduler.api.views.base import IrisView
 from scheduler.events.stream import parse_event_query, wait_for_events
 from scheduler.events.wake import database_slots
@@ -39,4 +39,4 @@ class EventsView(IrisView):
     def get(self, request):
         query = parse_event_query(request.query_params, request.headers.get("Last-Event-ID"))
         page = wait_for_events(request.user, query)
-        return Response(EventPageSerializer(page).data)
+        return Response(event_page_json(page))
