@@ -44,11 +44,12 @@ from scheduler.models import Event
 
 log = logging.getLogger(__name__)
 
-# Events one look reads at most. A backlog larger than this (a burst tick's starts) wakes every
-# waiter instead: each reads its own page.
+# Events one look reads per statement, and statements at most: a backlog larger than that (a
+# burst tick's starts) wakes every waiter instead, each to read its own page.
 LOOK_LIMIT = 5000
-# Recent events kept, to build woken waiters' pages and to check a waiter that registers after
-# they were read.
+LOOK_CHUNKS = 4
+# Recent events kept (between this and twice this), to build woken waiters' pages and to check
+# a waiter that registers after they were read.
 RECENT = 10000
 # Seconds with nobody waiting after which the waker closes its connections until someone waits.
 IDLE_SECONDS = 60.0
@@ -202,26 +203,34 @@ class Waker:
                 # The first look starts from the oldest cursor waiting; a later waiter with an
                 # older one is below the floor and is woken to read for itself.
                 self._last = self._floor = min((w.cursor for w in self._waiters), default=0)
-        rows: list[Event] = list(Event.objects.filter(id__gt=self._last).order_by("id")[:LOOK_LIMIT])
-        if not rows:
-            return
-        with self._lock:
-            if len(rows) == LOOK_LIMIT:
-                # A backlog: wake everyone (each reads its own page) and skip to the newest.
-                self._last = self._floor = _newest_id()
-                self._recent.clear()
-                woken = set(self._waiters)
-            else:
+        # A tick's thousands of events in chunks, each dispatched as it is read; a backlog
+        # larger than the events kept wakes everyone instead (each reads its own page).
+        for _ in range(LOOK_CHUNKS):
+            rows: list[Event] = list(Event.objects.filter(id__gt=self._last).order_by("id")[:LOOK_LIMIT])
+            if not rows:
+                return
+            with self._lock:
                 self._last = rows[-1].id
                 self._recent.extend(rows)
                 if len(self._recent) > 2 * RECENT:
                     # Drop the oldest (now and then, not on every look): the floor rises to them.
                     self._floor = self._recent[-RECENT - 1].id
                     del self._recent[:-RECENT]
-                woken = {w for w in self._waiters if any(w.may_match(event) for event in rows)}
-            for waiter in woken:
-                waiter.woken.set()
-            self._waiters -= woken
+                self._wake({w for w in self._waiters if any(w.may_match(event) for event in rows)})
+            if len(rows) < LOOK_LIMIT:
+                return
+        newest = _newest_id()
+        if newest <= self._last:
+            return  # the last chunk was full, but the last too
+        with self._lock:
+            self._last = self._floor = newest
+            self._recent.clear()
+            self._wake(set(self._waiters))
+
+    def _wake(self, woken: set[Waiter]) -> None:
+        for waiter in woken:
+            waiter.woken.set()
+        self._waiters -= woken
 
     def _sleep(self, seconds: float) -> None:
         """Wait ``seconds``, or less when PostgreSQL notifies that events were moved."""

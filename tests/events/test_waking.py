@@ -207,3 +207,34 @@ def test_a_page_built_from_the_wakers_events_is_the_page_the_stream_reads(alice,
                 built = page_from(actor, query_since, since, events, newest)
                 assert [e.id for e in built.events] == [e.id for e in read.events], (actor, query_since)
                 assert (built.next, built.more, built.seen) == (read.next, read.more, read.seen)
+
+
+@pytest.mark.parametrize(("chunks", "own_reads"), [(3, 0), (1, 1)])
+def test_a_tick_sized_backlog_is_read_in_chunks_and_a_larger_one_wakes_everyone_to_read(
+    alice, bob, settings, monkeypatch, chunks, own_reads
+):
+    """Six events at two a statement: three chunks read them all, the last full (the watcher's page comes from
+    the waker's events); with one chunk allowed the rest is a backlog, and the woken watcher
+    reads its page itself."""
+    from scheduler.events import wake
+
+    settings.EVENTS_POLL_SECONDS = 0.05
+    monkeypatch.setattr(wake, "LOOK_LIMIT", 2)
+    monkeypatch.setattr(wake, "LOOK_CHUNKS", chunks)
+    reads = []
+    real_read = stream_module.read_events
+    monkeypatch.setattr(
+        stream_module, "read_events", lambda actor, query, **kw: reads.append(1) or real_read(actor, query, **kw)
+    )
+    since = newest_event_id()
+    thread, out = in_thread(alice, EventQuery(since=since, user="bob", wait=20))
+    until(lambda: waiting() == 1 and waker().looks >= 1, "the watcher waits, after the waker's first look")
+    reads_before = len(reads)
+
+    with transaction.atomic():
+        record([Draft("submitted", timezone.now(), "alice", f"/alice/a{n}") for n in range(5)])
+        record([Draft("submitted", timezone.now(), "bob", "/bob/b")])
+    thread.join(30)
+
+    assert [e.job for e in out["page"].events] == ["/bob/b"]
+    assert len(reads) - reads_before == own_reads
