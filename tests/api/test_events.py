@@ -135,3 +135,23 @@ def test_the_plain_page_is_the_serializers_page_byte_for_byte(alice, olivia, his
     expected = json.dumps(EventPageSerializer(page).data)
     assert json.dumps(event_page_json(page)) == expected
     assert json.dumps(event_page_json(page)) == expected  # the kept dicts
+
+
+def test_every_answer_gives_its_database_slot_back(as_alice, client, monkeypatch):
+    """A refused token (401), a bad query (400) and a page (200) each hold one of the process's
+    stream slots while they run and give it back."""
+    from scheduler.events import wake
+
+    slots = wake.DatabaseSlots(1)
+    monkeypatch.setattr(wake, "_SLOTS", slots)
+
+    free = []
+    for answer in (
+        lambda: client.get("/api/v1/events/", HTTP_AUTHORIZATION="Token nonsense"),
+        lambda: as_alice.get("/api/v1/events/?since=abc"),
+        lambda: as_alice.get("/api/v1/events/"),
+    ):
+        status = answer().status_code
+        free.append((status, slots._semaphore._value))  # checked before the next could block
+
+    assert free == [(401, 1), (400, 1), (200, 1)]

@@ -13,18 +13,21 @@ from scheduler.events.wake import database_slots
 
 class EventsView(IrisView):
     """A long poll waits holding a web thread but no database connection: the request holds
-    one of its process's database slots from authentication on, and gives it back (closing the
-    connection) while it waits and when it ends (``scheduler/events/wake.py``)."""
+    one of its process's database slots from authentication on, and gives it back (with its
+    pooled connection) while it waits and when it ends (``scheduler/events/wake.py``)."""
 
     error_statuses = ("400", "401")
+
+    def dispatch(self, request, *args, **kwargs):
+        # Given back however the request ends (an answer, an error, an exception raised on).
+        try:
+            return super().dispatch(request, *args, **kwargs)
+        finally:
+            database_slots().release()
 
     def initial(self, request, *args, **kwargs):
         database_slots().acquire()
         super().initial(request, *args, **kwargs)
-
-    def finalize_response(self, request, response, *args, **kwargs):
-        database_slots().release()
-        return super().finalize_response(request, response, *args, **kwargs)
 
     @extend_schema(
         operation_id="events_list",
