@@ -47,16 +47,27 @@ WARMUP_PER_CLIENT = 5
 
 def _cpu_seconds(pids) -> float:
     """User + system CPU seconds of the given live processes (dead ones count 0)."""
+    return sum(_cpu_by_pid(pids).values())
+
+
+def _cpu_by_pid(pids) -> dict[int, float]:
+    """User + system CPU seconds of each of the given processes still alive."""
     import psutil
 
-    total = 0.0
+    seconds = {}
     for pid in pids:
         try:
             times = psutil.Process(pid).cpu_times()
         except psutil.Error:
             continue
-        total += times.user + times.system
-    return total
+        seconds[pid] = times.user + times.system
+    return seconds
+
+
+def _cpu_spent(before: dict[int, float], pids) -> float:
+    """CPU seconds spent since ``before`` by the processes alive now (one that exited in
+    between counts nothing, rather than minus what it had spent before)."""
+    return sum(now - before.get(pid, 0.0) for pid, now in _cpu_by_pid(pids).items())
 
 
 def _tree(pid: int) -> list[int]:
@@ -142,8 +153,8 @@ class Clients:
             thread.join()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every benchmark built on this one shares (``bench_watchers.py``)."""
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--submissions", type=int, default=4000, help="at most this many in the window")
     parser.add_argument("--seconds", type=float, default=60.0, help="at most this long")
@@ -151,9 +162,12 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=int(os.environ.get("IRIS_BENCH_PORT", "8120")))
     parser.add_argument("--cluster", help="PENDINGxWORKERS: pre-fill a synthetic cluster (benchmarks/restore.py)")
     parser.add_argument("--no-tick", action="store_true", help="no Celery worker (the web path alone)")
-    args = parser.parse_args()
 
-    from benchmarks.bench_decision import reference_seconds
+
+def prepare(args, users: list[str] = ()) -> tuple[dict, str, list[str], list[str]]:
+    """A fresh benchmark database (migrated, the cluster restored), Django set up on it, and an
+    API token for each client (``bench-<n>``) and for each of ``users``. Returns the servers'
+    environment, the database's name, the clients' tokens and the users' tokens."""
     from benchmarks.bench_tick import recreate_database
 
     url = os.environ.get("IRIS_BENCH_DATABASE_URL", DEFAULT_URL)
@@ -177,7 +191,7 @@ def main() -> None:
     from django.core.management import call_command
     from django.db import connection
 
-    from scheduler.models import ApiToken, Job
+    from scheduler.models import ApiToken
 
     redis.Redis.from_url(env["IRIS_REDIS_URL"]).flushdb()
     call_command("migrate", verbosity=0)
@@ -188,111 +202,173 @@ def main() -> None:
 
         pending, workers = (int(x) for x in args.cluster.lower().split("x"))
         restore_snapshot(snapshot_from_json(generate(pending=pending, workers=workers, seed=0)))
-    tokens = []
-    for c in range(args.clients):
-        user = get_user_model().objects.create_user(username=f"bench-{c}")
-        tokens.append(ApiToken.objects.create(user=user, name="bench")[1])
+
+    def token(username: str) -> str:
+        user = get_user_model().objects.create_user(username=username)
+        return ApiToken.objects.create(user=user, name="bench")[1]
+
+    tokens = [token(f"bench-{c}") for c in range(args.clients)]
+    user_tokens = [token(name) for name in users]
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
-    jobs_before = Job.objects.count()
+    return env, database, tokens, user_tokens
 
-    bin_dir = os.path.dirname(sys.executable)
-    processes = []
-    try:
-        web = subprocess.Popen(
-            [
-                os.path.join(bin_dir, "gunicorn"),
-                "-b",
-                f"127.0.0.1:{args.port}",
-                "-w",
-                str(args.web_workers),
-                "--log-level",
-                "warning",
-                "iris_web.wsgi",
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        processes.append(web)
-        if not args.no_tick:
-            ticker = subprocess.Popen(
-                [
-                    os.path.join(bin_dir, "celery"),
-                    "-A",
-                    "iris_web",
-                    "worker",
-                    "--beat",
-                    "--concurrency",
-                    "1",
-                    "--loglevel",
-                    "WARNING",
-                ],
-                cwd=ROOT,
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-            processes.append(ticker)
-        _wait_for(args.port, 60)
-        Clients(args.port, tokens, WARMUP_PER_CLIENT * args.clients, 60, "warm").run()
-        backends = _backends(database)
-        servers = {"web": _tree(web.pid), "postgres": backends}
-        if not args.no_tick:
-            servers["celery"] = _tree(ticker.pid)
-        reference_before = reference_seconds()
-        cpu_before = {name: _cpu_seconds(pids) for name, pids in servers.items()}
-        client_before = time.process_time()
-        load_before = os.getloadavg()
-        clients = Clients(args.port, tokens, args.submissions, args.seconds, "j")
-        wall_start = time.monotonic()
-        clients.run()
-        wall = time.monotonic() - wall_start
-        client_cpu = time.process_time() - client_before
-        servers["postgres"] = sorted(set(backends) | set(_backends(database)))
-        cpu = {name: _cpu_seconds(pids) - cpu_before.get(name, 0.0) for name, pids in servers.items()}
-        load_after = os.getloadavg()
-        reference_after = reference_seconds()
-    finally:
-        for process in processes:
-            try:
-                os.killpg(process.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for process in processes:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
 
+def gunicorn(port: int, env: dict, *options: str) -> subprocess.Popen:
+    """``gunicorn iris_web.wsgi`` on ``127.0.0.1:port`` with ``options`` (workers, class)."""
+    return subprocess.Popen(
+        [
+            os.path.join(os.path.dirname(sys.executable), "gunicorn"),
+            "-b",
+            f"127.0.0.1:{port}",
+            *options,
+            "--log-level",
+            "warning",
+            "iris_web.wsgi",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def celery_ticking(env: dict) -> subprocess.Popen:
+    """A Celery worker with beat (one process): ticks, event moves, deliveries."""
+    return subprocess.Popen(
+        [
+            os.path.join(os.path.dirname(sys.executable), "celery"),
+            "-A",
+            "iris_web",
+            "worker",
+            "--beat",
+            "--concurrency",
+            "1",
+            "--loglevel",
+            "WARNING",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def stop(processes: list[subprocess.Popen]) -> None:
+    for process in processes:
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for process in processes:
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def measure_window(port: int, tokens: list[str], submissions: int, seconds: float, tag: str, servers: dict) -> dict:
+    """One measured window of submissions: rate, latencies, errors, and CPU seconds of each
+    server (``{name: [pid, ...]}``; "postgres" re-read after the window, as backends come and
+    go), of the clients (this process), with the load average and the reference loop around it."""
+    from benchmarks.bench_decision import reference_seconds
+
+    database = servers.pop("_database")
+    reference_before = reference_seconds()
+    cpu_before = {name: _cpu_by_pid(pids) for name, pids in servers.items()}
+    client_before = time.process_time()
+    load_before = os.getloadavg()
+    clients = Clients(port, tokens, submissions, seconds, tag)
+    wall_start = time.monotonic()
+    clients.run()
+    wall = time.monotonic() - wall_start
+    client_cpu = time.process_time() - client_before
+    if "postgres" in servers:
+        servers["postgres"] = sorted(set(servers["postgres"]) | set(_backends(database)))
+    cpu = {name: _cpu_spent(cpu_before.get(name, {}), pids) for name, pids in servers.items()}
+    servers["_database"] = database
     ok = [r for r in clients.results if r[2] == 201]
     latencies = sorted(r[1] * 1000 for r in clients.results)
-    errors = {status: sum(1 for r in clients.results if r[2] == status) for status in clients.errors}
-    jobs_after = Job.objects.count()
-    ticks = _ticks_in_window()
-    n = max(len(ok), 1)
-    print(
-        f"clients {args.clients}, gunicorn workers {args.web_workers}, cluster {args.cluster or 'empty'}, "
-        f"tick worker {'no' if args.no_tick else 'yes'}"
-    )
-    print(
-        f"load average before {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}, "
-        f"after {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}"
-    )
-    print(f"reference loop before {reference_before:.3f} s, after {reference_after:.3f} s")
-    print(f"submissions {len(ok)} in {wall:.2f} s: {len(ok) / wall:.1f}/s; errors {errors or 'none'}")
+    return {
+        "ok": len(ok),
+        "wall": wall,
+        "rate": len(ok) / wall,
+        "latencies": latencies,
+        "errors": {status: sum(1 for r in clients.results if r[2] == status) for status in clients.errors},
+        "first_errors": dict(clients.errors),
+        "cpu": cpu,
+        "client_cpu": client_cpu,
+        "load_before": load_before,
+        "load_after": os.getloadavg(),
+        "reference_before": reference_before,
+        "reference_after": reference_seconds(),
+    }
+
+
+def window_lines(window: dict) -> list[str]:
+    """A window's figures as printed lines (load, reference loop, rate, latency, CPU)."""
+    lb, la = window["load_before"], window["load_after"]
+    lines = [
+        f"load average before {lb[0]:.2f} {lb[1]:.2f} {lb[2]:.2f}, after {la[0]:.2f} {la[1]:.2f} {la[2]:.2f}",
+        f"reference loop before {window['reference_before']:.3f} s, after {window['reference_after']:.3f} s",
+        f"submissions {window['ok']} in {window['wall']:.2f} s: {window['rate']:.1f}/s; "
+        f"errors {window['errors'] or 'none'}",
+    ]
+    latencies = window["latencies"]
     if latencies:
-        p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
-        print(f"latency ms: p50 {statistics.median(latencies):.1f}, p99 {p99:.1f}, max {latencies[-1]:.1f}")
-    print(
+        lines.append(
+            f"latency ms: p50 {statistics.median(latencies):.1f}, p99 {percentile(latencies, 0.99):.1f}, "
+            f"max {latencies[-1]:.1f}"
+        )
+    n = max(window["ok"], 1)
+    cpu, client_cpu = window["cpu"], window["client_cpu"]
+    lines.append(
         "CPU ms per submission: "
         + ", ".join(f"{name} {seconds * 1000 / n:.2f}" for name, seconds in cpu.items())
         + f", clients {client_cpu * 1000 / n:.2f}, total {(sum(cpu.values()) + client_cpu) * 1000 / n:.2f}"
     )
-    print(f"jobs written {jobs_after - jobs_before} (warm-up included); ticks recorded {ticks}")
-    for status, text in clients.errors.items():
+    return lines
+
+
+def percentile(ordered: list[float], share: float) -> float:
+    return ordered[min(len(ordered) - 1, int(len(ordered) * share))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_server_arguments(parser)
+    args = parser.parse_args()
+
+    env, database, tokens, _ = prepare(args)
+    from scheduler.models import Job
+
+    jobs_before = Job.objects.count()
+    processes = []
+    try:
+        web = gunicorn(args.port, env, "-w", str(args.web_workers))
+        processes.append(web)
+        if not args.no_tick:
+            ticker = celery_ticking(env)
+            processes.append(ticker)
+        _wait_for(args.port, 60)
+        Clients(args.port, tokens, WARMUP_PER_CLIENT * args.clients, 60, "warm").run()
+        servers = {"web": _tree(web.pid), "postgres": _backends(database), "_database": database}
+        if not args.no_tick:
+            servers["celery"] = _tree(ticker.pid)
+        window = measure_window(args.port, tokens, args.submissions, args.seconds, "j", servers)
+    finally:
+        stop(processes)
+
+    jobs_after = Job.objects.count()
+    print(
+        f"clients {args.clients}, gunicorn workers {args.web_workers}, cluster {args.cluster or 'empty'}, "
+        f"tick worker {'no' if args.no_tick else 'yes'}"
+    )
+    for line in window_lines(window):
+        print(line)
+    print(f"jobs written {jobs_after - jobs_before} (warm-up included); ticks recorded {_ticks_in_window()}")
+    for status, text in window["first_errors"].items():
         print(f"first {status} answer: {text}")
 
 

@@ -392,10 +392,11 @@ PREEMPTION_HISTORY_DAYS = env_float("IRIS_PREEMPTION_HISTORY_DAYS", 90)
 # Job and budget events (GET /api/v1/events/, iris job watch|wait) are kept this many days (0: for ever).
 EVENT_HISTORY_DAYS = env_float("IRIS_EVENT_HISTORY_DAYS", 30)
 # The longest long poll of GET events/?wait= (seconds). Each waiting request holds a web worker
-# (gunicorn's sync workers serve one request at a time) but no database transaction.
+# thread (serve the stream with threads: README, "Production") but no database connection.
 EVENTS_MAX_WAIT_SECONDS = max(0.0, env_float("IRIS_EVENTS_MAX_WAIT_SECONDS", 25))
-# How often a long poll looks again (seconds): the delay it adds to an event, and its cost (one
-# short query, and an attempt at moving staged events, per waiting request per step).
+# How often a web process's event waker looks at the stream while requests wait (seconds; one
+# look per process, not per request): on SQLite the delay it adds to an event; on PostgreSQL
+# a NOTIFY wakes it sooner (scheduler/events/wake.py).
 EVENTS_POLL_SECONDS = max(0.05, env_float("IRIS_EVENTS_POLL_SECONDS", 0.5))
 # --- Notifications (scheduler/notifications/; docs/operations.md, "Notifications") ---------------
 # Seconds between notification runs on beat: move committed events, make their deliveries, send.
@@ -433,6 +434,9 @@ if EMAIL_USE_TLS and EMAIL_USE_SSL:
     raise ImproperlyConfigured("set IRIS_EMAIL_USE_TLS or IRIS_EMAIL_USE_SSL, not both")
 EMAIL_TIMEOUT = NOTIFY_WEBHOOK_TIMEOUT_SECONDS
 DEFAULT_FROM_EMAIL = os.environ.get("IRIS_EMAIL_FROM", "") or "iris@localhost"
+# Threads of one web process that read the event stream at once (each with its database
+# connection); the others wait for a slot. Bounds the connections 200 woken watchers open.
+EVENTS_DB_CONNECTIONS = max(1, env_int("IRIS_EVENTS_DB_CONNECTIONS", 8))
 # Retention deletes at most this many rows per statement (each batch its own short transaction),
 # and one hourly run stops after this many seconds; a backlog is worked off run by run.
 PRUNE_BATCH_ROWS = max(1, env_int("IRIS_PRUNE_BATCH_ROWS", 2000))

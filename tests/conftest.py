@@ -221,6 +221,17 @@ def fresh_cluster_rows():
 
 
 @pytest.fixture(autouse=True)
+def no_event_waker_left():
+    """A test's long polls may start the process's event waker (a thread with its own
+    connections, ``scheduler.events.wake``): stop it after the test, so it neither reads the
+    next test's rows with this one's cursor nor keeps the test database from being dropped."""
+    yield
+    from scheduler.events.wake import stop_waker
+
+    stop_waker()
+
+
+@pytest.fixture(autouse=True)
 def fresh_per_tick_caches():
     """The web side's per-tick caches (the parsed queue index, the what-if basis, the explain
     endpoint's worker read and holder counts) are keyed by the tick's pk (and now_ms); SQLite

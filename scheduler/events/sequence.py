@@ -19,6 +19,11 @@ events take the mover a moment); every read of the stream (``GET events/``, each
 sleep of a long poll), so an event is readable at most one reader's poll after its commit. A run
 that finds the lock taken does nothing: the holder moves the rows. SQLite's writers serialise
 at BEGIN, so there the same statements need no lock.
+
+Who is told: on PostgreSQL a run that moved events sends one ``NOTIFY`` on :data:`CHANNEL` in
+its own transaction (delivered at its commit, so never before the events are readable; one per
+move, not one per event). Each web process's waker (:mod:`scheduler.events.wake`) listens and
+wakes its long polls.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ BATCH = 20_000
 # The advisory lock's key (a 64-bit constant: ``hashtextextended('iris:events:sequence', 0)``
 # would do as well; a literal keeps it visible in pg_locks).
 LOCK_KEY = 7_310_527_001
+# The notification channel of a move (PostgreSQL scopes channels to the database).
+CHANNEL = "iris_events"
 
 _FIELDS = 'kind, created_at, "user", job, task_index, attempt, tick, data'
 # The staged ``data`` is JSON text; the stream's is ``jsonb`` (PostgreSQL).
@@ -78,7 +85,10 @@ def _move_postgresql(wait: bool, batch: int) -> int | None:
             f"INSERT INTO {events} ({_FIELDS}) SELECT {_MOVED} FROM moved ORDER BY id",
             [batch],
         )
-        return cursor.rowcount
+        moved = cursor.rowcount
+        if moved:
+            cursor.execute(f"NOTIFY {CHANNEL}")
+        return moved
 
 
 def _move_sqlite(batch: int) -> int:

@@ -2,11 +2,15 @@
 
 A read returns the events after ``since`` (an event id: the request's ``since``, else its
 ``Last-Event-ID`` header) in id order, filtered by job, user and kind, at most ``limit`` of
-them. With ``wait`` seconds, a read that finds none sleeps in short steps
-(``IRIS_EVENTS_POLL_SECONDS``) and looks again until one arrives or ``wait`` runs out: a long
-poll. Each look is its own short statement in autocommit (no transaction is open while it
-sleeps, so the connection is idle, never "idle in transaction"), and first moves what has
-committed into the stream (:func:`scheduler.events.sequence.sequence_events`).
+them. Each read is its own short statements in autocommit, and first moves what has committed
+into the stream (:func:`scheduler.events.sequence.sequence_events`).
+
+With ``wait`` seconds, a read that finds none is a long poll: it gives back its database
+connection and sleeps until the process's waker (:mod:`scheduler.events.wake`: one look per
+process, woken on PostgreSQL by the sequencer's ``NOTIFY``) sees an event its filters match,
+then reads again; or until ``wait`` runs out. A read inside a transaction (a caller's; a
+test's) cannot give its connection back, and the waker's connection would not see what it
+sees: it looks again itself every ``IRIS_EVENTS_POLL_SECONDS`` instead.
 
 Who sees what (the job pages' rule, ``scheduler.foundation.access``): every signed-in user sees
 every job's events, as every job page shows every job; budget events (uplifts, a limit
@@ -21,10 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Max, Q, QuerySet
 
 from scheduler.events.kinds import ALL_KINDS
 from scheduler.events.sequence import sequence_events
+from scheduler.events.wake import Waiter, database_slots, waker
 from scheduler.foundation import roles
 from scheduler.foundation.access import require_authenticated
 from scheduler.foundation.errors import InvalidArgument
@@ -53,6 +59,9 @@ class EventPage:
     events: list[Event]
     next: int  # the id to resume after: the last event's, or ``since`` when there was none
     more: bool  # more events matched than ``limit``: read again at once
+    # Every event up to this id that this read could return is in ``events`` (the newest event
+    # when the read began; the last returned when there were more): where a wait starts.
+    seen: int = 0
 
 
 def parse_event_query(params, last_event_id: str | None = None) -> EventQuery:
@@ -92,7 +101,7 @@ def parse_event_query(params, last_event_id: str | None = None) -> EventQuery:
 
 
 def visible_events(actor) -> QuerySet[Event]:
-    """The events ``actor`` may read."""
+    """The events ``actor`` may read (:func:`matches` says the same of one event)."""
     require_authenticated(actor)
     events = Event.objects.all()
     if not roles.is_operator(actor):
@@ -100,16 +109,45 @@ def visible_events(actor) -> QuerySet[Event]:
     return events
 
 
+def matches(actor, query: EventQuery, event: Event) -> bool:
+    """Whether :func:`read_events` would return ``event`` to ``actor`` for ``query`` (its
+    visibility and filters, in Python: for pages built from the waker's events; a test holds
+    the two equal)."""
+    return (
+        (event.job != "" or event.user == actor.username or roles.is_operator(actor))
+        and (not query.job or event.job == query.job)
+        and (not query.user or event.user == query.user)
+        and (not query.kinds or event.kind in query.kinds)
+    )
+
+
+def page_from(actor, query: EventQuery, since: int, events: list[Event], seen: int) -> EventPage:
+    """The page :func:`read_events` would read after ``since``, from ``events``: every event
+    after ``since`` up to ``seen``, oldest first."""
+    rows = [event for event in events if event.id > since and matches(actor, query, event)]
+    more = len(rows) > query.limit
+    rows = rows[: query.limit]
+    return EventPage(
+        events=rows,
+        next=rows[-1].id if rows else since,
+        more=more,
+        seen=rows[-1].id if more else max(seen, since),
+    )
+
+
 def newest_event_id() -> int:
     """The id of the newest event in the stream (0 if none): where a read "from now" starts."""
     return Event.objects.aggregate(newest=Max("id"))["newest"] or 0
 
 
-def read_events(actor, query: EventQuery) -> EventPage:
-    """One look: move what committed into the stream, then the events after ``query.since``."""
-    sequence_events()
-    since = newest_event_id() if query.since is None else query.since
-    events = visible_events(actor).filter(id__gt=since)
+def read_events(actor, query: EventQuery, *, sequence: bool = True) -> EventPage:
+    """One look: move what committed into the stream (unless ``sequence`` is false), then the
+    events after ``query.since``."""
+    if sequence:
+        sequence_events()
+    newest = newest_event_id()
+    since = newest if query.since is None else query.since
+    events = visible_events(actor).filter(id__gt=since, id__lte=newest)
     if query.job:
         events = events.filter(job=query.job)
     if query.user:
@@ -119,7 +157,8 @@ def read_events(actor, query: EventQuery) -> EventPage:
     rows = list(events.order_by("id")[: query.limit + 1])
     more = len(rows) > query.limit
     rows = rows[: query.limit]
-    return EventPage(events=rows, next=rows[-1].id if rows else since, more=more)
+    seen = rows[-1].id if more else max(newest, since)
+    return EventPage(events=rows, next=rows[-1].id if rows else since, more=more, seen=seen)
 
 
 def wait_for_events(
@@ -129,13 +168,50 @@ def wait_for_events(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> EventPage:
-    """:func:`read_events`, and while it finds nothing and ``query.wait`` has not passed, sleep
-    ``IRIS_EVENTS_POLL_SECONDS`` and look again. A read "from now" fixes "now" at the first look."""
+    """:func:`read_events`, and while it finds nothing and ``query.wait`` has not passed, wait
+    for the waker (or, inside a transaction, ``sleep`` a step) and read again. A read "from
+    now" fixes "now" at the first read. Holds one of the process's database slots while it
+    reads, none while it waits (:class:`~scheduler.events.wake.DatabaseSlots`).
+
+    A long poll outside a transaction leaves the moving of staged events to the waker, whose
+    look moves what has committed every step (and is woken by any other move), and reads its
+    pages from the events the waker has seen when they reach back to its ``since``
+    (:func:`page_from`): a watcher resuming from its last page, woken by a tick, queries
+    nothing but its token. A read that does not wait moves and reads for itself."""
     deadline = clock() + query.wait
-    page = read_events(actor, query)
-    step = settings.EVENTS_POLL_SECONDS
-    query = EventQuery(**{**query.__dict__, "since": page.next})
-    while not page.events and clock() < deadline:
-        sleep(min(step, max(deadline - clock(), 0.0)))
-        page = read_events(actor, query)
-    return page
+    slots = database_slots()
+    slots.acquire()
+    waiting = query.wait > 0 and not connection.in_atomic_block
+    try:
+        page = _page_seen(actor, query) if waiting and query.since is not None else None
+        if page is None:
+            page = read_events(actor, query, sequence=not waiting)
+        query = EventQuery(**{**query.__dict__, "since": page.next})
+        seen = page.seen
+        while not page.events and clock() < deadline:
+            if not waiting:
+                sleep(min(settings.EVENTS_POLL_SECONDS, max(deadline - clock(), 0.0)))
+                page = read_events(actor, query)
+            else:
+                slots.release()
+                woken = waker().wait(
+                    Waiter(seen, job=query.job, user=query.user, kinds=query.kinds), deadline - clock()
+                )
+                slots.acquire()
+                if not woken:
+                    break
+                page = _page_seen(actor, query) or read_events(actor, query, sequence=False)
+            seen = max(seen, page.seen)
+        return page
+    finally:
+        slots.release()
+
+
+def _page_seen(actor, query: EventQuery) -> EventPage | None:
+    """The page after ``query.since`` from the events the waker has seen, or ``None`` when they
+    do not reach back that far."""
+    seen = waker().events_after(query.since)
+    if seen is None:
+        return None
+    events, last = seen
+    return page_from(actor, query, query.since, events, last)

@@ -119,3 +119,39 @@ def test_a_bad_last_event_id_names_the_header(as_alice):
     response = as_alice.get("/api/v1/events/", HTTP_LAST_EVENT_ID="soon")
 
     assert response.status_code == 400 and error_of(response)["details"]["field"] == "Last-Event-ID"
+
+
+def test_the_plain_page_is_the_serializers_page_byte_for_byte(alice, olivia, history):
+    """``event_page_json`` (what ``GET events/`` answers) against ``EventPageSerializer`` (its
+    schema), over job, task and budget events, and again from the dicts kept on the events."""
+    import json
+
+    from scheduler.api.serializers.events import EventPageSerializer, event_page_json
+    from scheduler.events.stream import EventQuery, read_events
+
+    page = read_events(olivia, EventQuery(limit=1000))
+    assert {e.kind for e in page.events} >= {"submitted", "started", "uplift_requested"}
+
+    expected = json.dumps(EventPageSerializer(page).data)
+    assert json.dumps(event_page_json(page)) == expected
+    assert json.dumps(event_page_json(page)) == expected  # the kept dicts
+
+
+def test_every_answer_gives_its_database_slot_back(as_alice, client, monkeypatch):
+    """A refused token (401), a bad query (400) and a page (200) each hold one of the process's
+    stream slots while they run and give it back."""
+    from scheduler.events import wake
+
+    slots = wake.DatabaseSlots(1)
+    monkeypatch.setattr(wake, "_SLOTS", slots)
+
+    free = []
+    for answer in (
+        lambda: client.get("/api/v1/events/", HTTP_AUTHORIZATION="Token nonsense"),
+        lambda: as_alice.get("/api/v1/events/?since=abc"),
+        lambda: as_alice.get("/api/v1/events/"),
+    ):
+        status = answer().status_code
+        free.append((status, slots._semaphore._value))  # checked before the next could block
+
+    assert free == [(401, 1), (400, 1), (200, 1)]

@@ -13,7 +13,6 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-import psycopg
 import pytest
 from django.db import connection, connections, transaction
 from django.utils import timezone
@@ -135,20 +134,3 @@ def test_an_event_committed_after_a_later_staged_one_is_not_skipped_by_a_reader(
     assert [e.job for e in first.events] == ["/alice/b"]
     assert [e.job for e in resumed.events] == ["/alice/a"]
     assert resumed.events[0].id > first.events[0].id
-
-
-def test_a_reader_waiting_holds_no_transaction_open(alice, settings):
-    """A long poll sleeps between looks with its connection idle, never idle in transaction."""
-    settings.EVENTS_POLL_SECONDS = 0.05
-    from scheduler.events.stream import wait_for_events
-
-    states = []
-
-    def sleep(seconds):
-        states.append(connection.connection.info.transaction_status)
-        time.sleep(seconds)
-
-    page = wait_for_events(alice, EventQuery(wait=1), sleep=sleep)
-
-    assert page.events == [] and len(states) > 3
-    assert set(states) == {psycopg.pq.TransactionStatus.IDLE}

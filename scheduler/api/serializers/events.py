@@ -29,9 +29,42 @@ class EventSerializer(serializers.Serializer):
 
 
 class EventPageSerializer(serializers.Serializer):
+    """The page's schema. Answers are written by :func:`event_page_json`, held equal to this by
+    a test."""
+
     events = EventSerializer(many=True)
     next = serializers.IntegerField(help_text="resume with since=this (or Last-Event-ID: this)")
     more = serializers.BooleanField(help_text="more events matched than limit: read again at once")
+
+
+_AT = serializers.DateTimeField()
+
+
+def event_json(event) -> dict:
+    """:class:`EventSerializer`'s answer for ``event`` as a plain dict, built once per event
+    object and kept on it: the events a web process's waker read are shared by every watcher
+    it wakes, so 200 watchers woken by one tick cost one dict per event, not 200 (DRF's
+    serializer was about two fifths of a long poll's CPU)."""
+    cached = getattr(event, "_iris_json", None)
+    if cached is None:
+        cached = {
+            "id": event.id,
+            "kind": event.kind,
+            "at": _AT.to_representation(event.created_at),
+            "user": event.user,
+            "job": event.job or None,
+            "task": f"{event.job}/{event.task_index}" if event.task_index is not None else None,
+            "attempt": event.attempt,
+            "tick": event.tick,
+            "data": dict(event.data),
+        }
+        event._iris_json = cached
+    return cached
+
+
+def event_page_json(page) -> dict:
+    """:class:`EventPageSerializer`'s answer for ``page`` (an ``EventPage``)."""
+    return {"events": [event_json(event) for event in page.events], "next": page.next, "more": page.more}
 
 
 class EventFilterSerializer(serializers.Serializer):
