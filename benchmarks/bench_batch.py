@@ -40,7 +40,7 @@ from urllib.parse import urlparse
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.bench_api import _backends, _cpu_seconds, _tree, _wait_for  # noqa: E402
+from benchmarks.bench_api import _backends, _cpu_seconds, _tree, _wait_for, gunicorn  # noqa: E402
 from benchmarks.bench_decision import reference_seconds  # noqa: E402
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/iris_bench_batch"
@@ -156,24 +156,7 @@ def run_one(kind: str, args) -> None:
     warm_n = args.web_workers * WARMUP_BATCHES_PER_WORKER
     bodies = [(tokens[b], sweep_body(f"sweep{b}", args.batch_size, args.replicas)) for b in range(len(tokens))]
     port = args.port
-    web = subprocess.Popen(
-        [
-            os.path.join(os.path.dirname(sys.executable), "gunicorn"),
-            "-b",
-            f"127.0.0.1:{port}",
-            "-w",
-            str(args.web_workers),
-            "--timeout",
-            "300",
-            "--log-level",
-            "warning",
-            "iris_web.wsgi",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    web = gunicorn(port, env, "-w", str(args.web_workers), "--timeout", "300")
     try:
         _wait_for(port, 60)
         Clients(port, bodies[:warm_n], args.clients).run()
