@@ -168,15 +168,16 @@ def _retick_basis(basis: WhatIfBasis, newest: BoardTick) -> WhatIfBasis | None:
 
 
 @dataclass(frozen=True, slots=True)
-class PublishedSpend:
-    """Each user's spend once the newest tick committed, in points (users at zero left out)."""
+class Spend:
+    """Spend per user in points (users at zero left out) and what it is as of: a tick (``tick``,
+    started ``at``), or summed live from the active tasks (both None)."""
 
-    tick: int
-    at: datetime  # when that tick started
     spend: dict[str, int]
+    tick: int | None = None
+    at: datetime | None = None
 
 
-def published_spend() -> PublishedSpend | None:
+def published_spend() -> Spend | None:
     """The newest tick's spend with its own changes applied (``spend`` + ``spend_change``), or
     None before the first tick. One query of two small JSON columns: pages read this instead of
     summing every active task per request."""
@@ -184,4 +185,4 @@ def published_spend() -> PublishedSpend | None:
     if row is None:
         return None
     pk, started_at, spend, change = row
-    return PublishedSpend(pk, started_at, spend_with(spend or {}, change or {}))
+    return Spend(spend_with(spend or {}, change or {}), pk, started_at)

@@ -9,14 +9,13 @@ uplift grant: the highest ``max_band`` (lowest rank) and the largest ``budget_li
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db.models import Count
 from django.utils import timezone
 
-from scheduler.board.read import published_spend
+from scheduler.board.read import Spend, published_spend
 from scheduler.foundation.cluster_config import cluster_config
 from scheduler.core.bands import Band
 from scheduler.core.budget import resource_value
@@ -26,33 +25,23 @@ from scheduler.store.job_rows import resource_fields, resources_from_columns
 from scheduler.store.states import ACTIVE_VALUES
 
 
-@dataclass(frozen=True)
-class SpendNow:
-    """Spend per user (points; users at zero left out) and what it is as of: the newest tick
-    (``tick``, started ``at``), or computed live from the active tasks (both None)."""
-
-    spend: dict[str, int]
-    tick: int | None = None
-    at: datetime | None = None
-
-
 def spend_fresh_for() -> timedelta:
     """How old the newest tick may be for its spend to stand for now: three beats (30 s at
     least). Older (the scheduler is stopped or stuck), spend is summed live instead."""
     return timedelta(seconds=max(30, 3 * settings.TICK_SECONDS))
 
 
-def spend_now(users: list[str] | None = None) -> SpendNow:
+def spend_now(users: list[str] | None = None) -> Spend:
     """Every page's spend: as the newest tick committed it (one small query; the tick that
     starts or stops a task writes its spend change with it, so only attempts that ended since
     are not in it yet), or :func:`live_spend` when no tick is that recent."""
     published = published_spend()
     if published is None or timezone.now() - published.at > spend_fresh_for():
-        return SpendNow(live_spend(users))
+        return Spend(live_spend(users))
     spend = published.spend
     if users is not None:
         spend = {user: spend[user] for user in sorted(set(users)) if user in spend}
-    return SpendNow(spend, published.tick, published.at)
+    return Spend(spend, published.tick, published.at)
 
 
 def live_spend(users: list[str] | None = None) -> dict[str, int]:
