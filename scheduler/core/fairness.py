@@ -28,6 +28,7 @@ The stored form is small: per band, per user, four integers (not per task).
 from __future__ import annotations
 
 from collections import Counter
+from itertools import chain
 from collections.abc import Mapping
 
 from scheduler.core.bands import Band
@@ -80,42 +81,41 @@ def fairness_sample(
         for job_id, n in Counter(job_ids).items():
             waiting[(rank, job_id)] = n
 
-    value_of_job: dict[str, int] = {}
-
-    def value(job_id: str) -> int:
-        v = value_of_job.get(job_id)
-        if v is None:
-            job = jobs.get(job_id)
-            v = value_of_job[job_id] = resource_value(job.resources) if job is not None else 0
-        return v
-
-    def user_of(job_id: str) -> str:
+    # Each job's owner and per-task value, once per job.
+    facts: dict[str, tuple[str, int]] = {}
+    for job_id in {job_id for _, job_id in chain(running, placed, waiting)}:
         job = jobs.get(job_id)
-        return job.user if job is not None else job_id.split("/", 2)[1]
+        facts[job_id] = (job.user, resource_value(job.resources)) if job is not None else (job_id.split("/", 2)[1], 0)
 
-    # band rank -> user -> [running value, pending, over, turn]
-    bands: dict[int, dict[str, list[int]]] = {}
-
-    def row(band: int, job_id: str) -> list[int]:
-        users = bands.setdefault(band, {})
-        user = user_of(job_id)
-        r = users.get(user)
-        if r is None:
-            r = users[user] = [0, 0, 0, 0]
-        return r
-
+    # (band rank, user) -> [running value, pending, over, turn]
+    rows: dict[tuple[int, str], list[int]] = {}
     for (band, job_id), n in running.items():
-        row(band, job_id)[0] += n * value(job_id)
+        user, value = facts[job_id]
+        r = rows.get((band, user))
+        if r is None:
+            r = rows[(band, user)] = [0, 0, 0, 0]
+        r[0] += n * value
     for (band, job_id), n in placed.items():
-        r = row(band, job_id)
-        r[0] += n * value(job_id)
+        user, value = facts[job_id]
+        r = rows.get((band, user))
+        if r is None:
+            r = rows[(band, user)] = [0, 0, 0, 0]
+        r[0] += n * value
         r[3] = 1
     smallest: dict[int, tuple] = {}
     for (band, job_id), n in waiting.items():
-        row(band, job_id)[1] += n
-        candidate = (value(job_id), n, job_id)
-        if band not in smallest or candidate < smallest[band]:
+        user, value = facts[job_id]
+        r = rows.get((band, user))
+        if r is None:
+            r = rows[(band, user)] = [0, 0, 0, 0]
+        r[1] += n
+        candidate = (value, n, job_id)
+        least = smallest.get(band)
+        if least is None or candidate < least:
             smallest[band] = candidate
+    bands: dict[int, dict[str, list[int]]] = {}
+    for (band, user), r in rows.items():
+        bands.setdefault(band, {})[user] = r
 
     defaults = snapshot.config.budget_defaults
     spend = decision.spend
@@ -131,7 +131,7 @@ def fairness_sample(
             task_id = queue[Band(band)][jobs_in_queue[Band(band)].index(job_id)]
             first_waiting = {
                 "job": job_id,
-                "user": user_of(job_id),
+                "user": facts[job_id][0],
                 "task": task_id,
                 "value": v,
                 "pending": n,
