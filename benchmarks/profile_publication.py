@@ -7,10 +7,13 @@ Usage (from the repository root; needs a PostgreSQL server; the database is recr
 
 Runs ``benchmarks/bench_tick.py`` (same flags) with the publication's parts wrapped: after each
 timed tick's row it prints one line of CPU milliseconds (``time.process_time``) per part of that
-tick: the queue (``pending_queue``), the explanation's build, the counts of live work, the
-what-if basis's build, the fairness sample, the encoding and compression of the stored blobs,
-the events' use of the queue, and the statement writing the blobs to the tick record (wall ms:
-the server's share is not this process's CPU). Then, outside the tick, what a reader pays for
+tick: the publication's steps (``Publication.__init__`` (begin), ``record_fields``, ``build``,
+``finish``; their sum is printed as the total) and, inside them, the queue (``pending_queue``),
+the explanation's build, the counts of live work, the what-if basis's build, the fairness
+sample, the encoding and compression of the stored blobs; beside them the events' pass
+(``record_tick_events``, not part of the publication) and the statement writing the blobs to
+the tick record (wall ms: the server's share is not this process's CPU). Parts a tree does not
+have are left out, so the same script profiles an older tree (copy it there). Then, outside the tick, what a reader pays for
 the new publication: decompressing and parsing the queue and the basis.
 """
 
@@ -49,13 +52,23 @@ def install() -> None:
     from scheduler.tick import apply, run
 
     for module, names in (
-        (publish, ("pending_queue", "fairness_sample", "compress_json", "explanation_to_json", "whatif_basis_to_json")),
+        (
+            publish,
+            (
+                "pending_queue",
+                "queued_jobs",
+                "fairness_sample",
+                "compress_json",
+                "explanation_to_json",
+                "whatif_basis_to_json",
+            ),
+        ),
         (apply, ("record_tick_events",)),
     ):
         for name in names:
             if hasattr(module, name):
                 setattr(module, name, timed(name, getattr(module, name)))
-    for name in ("live_counts", "build", "finish", "record_fields"):
+    for name in ("__init__", "start_counts", "live_counts", "build", "finish", "record_fields"):
         if hasattr(publish.Publication, name):
             setattr(publish.Publication, name, timed(f"Publication.{name}", getattr(publish.Publication, name)))
     original_run_tick = run.run_tick
@@ -74,7 +87,12 @@ def install() -> None:
         with connection.execute_wrapper(blob_writes):
             outcome = run_tick_inner(now_ms)
         parts = dict(cpu_ms)
-        print("# publication cpu ms: " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(parts.items())), flush=True)
+        total = sum(parts.get(f"Publication.{step}", 0.0) for step in ("__init__", "record_fields", "build", "finish"))
+        print(
+            f"# publication cpu ms: total {total:.1f} (begin + record_fields + build + finish); "
+            + ", ".join(f"{k} {v:.1f}" for k, v in sorted(parts.items())),
+            flush=True,
+        )
         read.forget()
         started = time.process_time()
         index = read.queue_index()

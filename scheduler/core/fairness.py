@@ -81,11 +81,19 @@ def fairness_sample(
         for job_id, n in Counter(job_ids).items():
             waiting[(rank, job_id)] = n
 
-    # Each job's owner and per-task value, once per job.
+    # Each job's owner and per-task value, once per job; values once per request object (the
+    # tick's job rows share one per shape: ``store.job_rows``).
     facts: dict[str, tuple[str, int]] = {}
+    value_of_request: dict[int, int] = {}
     for job_id in {job_id for _, job_id in chain(running, placed, waiting)}:
         job = jobs.get(job_id)
-        facts[job_id] = (job.user, resource_value(job.resources)) if job is not None else (job_id.split("/", 2)[1], 0)
+        if job is None:
+            facts[job_id] = (job_id.split("/", 2)[1], 0)
+            continue
+        value = value_of_request.get(id(job.resources))
+        if value is None:
+            value = value_of_request[id(job.resources)] = resource_value(job.resources)
+        facts[job_id] = (job.user, value)
 
     # (band rank, user) -> [running value, pending, over, turn]
     rows: dict[tuple[int, str], list[int]] = {}
