@@ -132,6 +132,13 @@ class Publication:
             pending=self.core_pending,
         )
 
+    def counts_kept(self) -> bool:
+        """Whether the counts of live work are kept between ticks: on PostgreSQL with no work
+        routed to Kubernetes (see ``start_counts``)."""
+        kueue = self.kueue
+        routed = bool(kueue.jobs or kueue.pending or kueue.active or kueue.worker is not None)
+        return not routed and connection.vendor == "postgresql"
+
     def start_counts(self) -> LiveCounts | None:
         """The previous tick's counts of live work updated with the tasks that changed since
         (the rows' change log): the counts over the snapshot, when this process's previous
@@ -140,11 +147,10 @@ class Publication:
         and with work routed to Kubernetes (its tasks' workers are the core's, not the rows')
         nothing is kept: None."""
         global _live
-        kept, kueue = _live, self.kueue
+        kept = _live
         # Whatever happens next, the kept counts hold again only once a tick commits.
         _live = None
-        routed = bool(kueue.jobs or kueue.pending or kueue.active or kueue.worker is not None)
-        if routed or connection.vendor != "postgresql" or kept is None or not kept.confirmed:
+        if not self.counts_kept() or kept is None or not kept.confirmed:
             return None
         changed = task_changes(kept.mark, self.rows.changes)
         if changed is None:
@@ -165,8 +171,7 @@ class Publication:
         global _live
         snapshot, kueue, after = self.snapshot, self.kueue, self.decision.after
         jobs = snapshot.jobs
-        routed = bool(kueue.jobs or kueue.pending or kueue.active or kueue.worker is not None)
-        if routed or connection.vendor != "postgresql":
+        if not self.counts_kept():
             holders: dict[str, dict[tuple, int]] = {}
             return active_counts(snapshot, self.decision, kept_changes, kueue, per_worker=holders), holders
         counts = self.counts

@@ -28,8 +28,8 @@ The stored form is small: per band, per user, four integers (not per task).
 from __future__ import annotations
 
 from collections import Counter
-from itertools import chain
 from collections.abc import Mapping
+from itertools import chain
 
 from scheduler.core.bands import Band
 from scheduler.core.budget import budget_limit, is_over_budget, resource_value

@@ -27,10 +27,12 @@ from scheduler.board.queue import parse_queue_index
 from scheduler.board.whatif import parse_basis
 from scheduler.core.explain import pending_queue, queued_jobs, reason_record
 from scheduler.core.fairness import fairness_sample, left_running
+from scheduler.core.types import TaskState
 from scheduler.models import compress_json, decompress_json
 from tests.board.test_live_counts import set_changes, set_kept, simulated_ticks, tick
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
+PENDING = TaskState.PENDING
 
 
 def holders_of(data: dict) -> tuple[dict, dict]:
@@ -57,6 +59,8 @@ def test_the_publication_kept_from_tick_to_tick_equals_a_full_rebuild_after_ever
         snapshot, decision, kept = simulated.snapshot, simulated.decision, simulated.kept
         # The counts at the tick's start: the previous tick's, with the change log set.
         set_changes(counts, simulated)
+        # The core's pending count, which the tick takes from them.
+        assert sum(c[0] for c in counts.by_user.values()) == sum(1 for t in snapshot.tasks if t.state is PENDING)
         queue = pending_queue(decision)
         jobs_in_queue = queued_jobs(queue)
 
