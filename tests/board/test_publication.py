@@ -15,6 +15,7 @@ queue task by task from the decision.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from hypothesis import given, settings
@@ -25,6 +26,7 @@ from scheduler.board.counts import LiveCounts, active_counts
 from scheduler.board.formats import explanation_to_json, whatif_basis_to_json
 from scheduler.board.queue import parse_queue_index
 from scheduler.board.whatif import parse_basis
+from scheduler.core.bands import Band
 from scheduler.core.explain import pending_queue, queued_jobs, reason_record
 from scheduler.core.fairness import fairness_sample, left_running
 from scheduler.core.types import TaskState
@@ -104,3 +106,22 @@ def test_the_publication_kept_from_tick_to_tick_equals_a_full_rebuild_after_ever
             int(band): {job_id: jobs.count(job_id) for job_id in dict.fromkeys(jobs)}
             for band, jobs in jobs_in_queue.items()
         }
+
+
+def test_the_basis_reads_each_worker_s_free_capacity_by_name_whatever_the_decision_s_worker_order():
+    ticks = [([("arrive", "alice", Band.BATCH, 3, 1, 1), ("arrive", "bob", Band.BATCH, 2, 0, 1)], 0xFFFF, False)]
+    simulated = next(simulated_ticks(ticks))
+    snapshot, decision = simulated.snapshot, simulated.decision
+    left = decision.capacity_left
+    # The decision's workers listed in reverse order, the first left out: matched by name.
+    order = range(len(left.workers) - 1, 0, -1)
+    columns = ("workers", "cpu", "mem", "gpu", "tpu", "building")
+    shuffled = replace(left, **{name: tuple(getattr(left, name)[i] for i in order) for name in columns})
+    basis = whatif_basis_to_json(snapshot, decision, {}, {})
+    moved = whatif_basis_to_json(snapshot, replace(decision, capacity_left=shuffled), {}, {})
+    for row, shuffled_row in zip(basis["workers"], moved["workers"], strict=True):
+        if row[0] == left.workers[0]:
+            assert shuffled_row == [*row[:8], 0, 0, 0, 0]  # not in the decision: nothing free
+        else:
+            assert shuffled_row == row
+    assert any(row[8:] != [0, 0, 0, 0] for row in basis["workers"])
