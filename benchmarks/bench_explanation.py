@@ -48,7 +48,8 @@ def main() -> None:
             gc.enable()
         print(
             f"{pending:>9,} pending x {workers:>6,} workers: median {statistics.median(times):.3f} s, "
-            f"min {min(times):.3f} s; {len(doc['tasks']):,} tasks, {len(doc['reasons']):,} reasons"
+            f"min {min(times):.3f} s; {sum(len(band['ids']) for band in doc['bands'].values()):,} tasks, "
+            f"{len(doc['reasons']):,} reasons"
         )
 
 

@@ -222,7 +222,13 @@ def main() -> None:
                     churn(snapshot.now_ms, burst, burst, label=f"run{run}-burst", spread=True)
                 elif label == "unchanged":
                     for settle in range(1, SETTLE_TICKS + 1):
+                        cpu_started = time.process_time()
                         settled = run_tick(snapshot.now_ms)
+                        print(
+                            f"# untimed tick {settle}: {settled.assigned} assigned, {settled.preempted} preempted, "
+                            f"tick cpu {time.process_time() - cpu_started:.2f} s, decide {settled.decide_ms / 1000:.2f} s",
+                            flush=True,
+                        )
                         if not (settled.assigned or settled.preempted or settled.expired):
                             print(f"# {settle} untimed ticks before the unchanged one", flush=True)
                             break

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from scheduler.core.bands import Band
 from scheduler.core.kueue import KueueInput
-from scheduler.core.types import ClusterSnapshot, Decision, JobSpec, TaskAfter, TaskSnapshot, TaskState
+from scheduler.core.types import ACTIVE_STATES, ClusterSnapshot, Decision, JobSpec, TaskAfter, TaskSnapshot, TaskState
 
 PENDING, ASSIGNED, BUILDING, RUNNING = TaskState.PENDING, TaskState.ASSIGNED, TaskState.BUILDING, TaskState.RUNNING
 
@@ -153,6 +153,9 @@ class LiveCounts:
         self.by_user: dict[str, list[int]] = {}  # [pending, active, jobs with either]
         self.live_of_job: dict[str, int] = {}  # pending + active tasks
         self.per_worker: dict[str, dict[tuple[str, int, str, str, bool], int]] = {}
+        # Active tasks with a stamped band per (band rank, job): what the fairness sample's
+        # running values start from (``core.fairness.left_running``).
+        self.running: dict[tuple[int, str], int] = {}
 
     @classmethod
     def of(cls, tasks: Iterable[tuple[str, TaskKey | None]]) -> LiveCounts:
@@ -197,6 +200,7 @@ class LiveCounts:
             counts[1] += n
             _bump(self.by_state, state, n)
             if band is not None:
+                _bump(self.running, (band, job), n)
                 users = self.by_band_user.setdefault(band, {})
                 _bump(users, user, n)
                 if not users:
@@ -208,6 +212,18 @@ class LiveCounts:
                         del self.per_worker[worker]
         if counts == [0, 0, 0]:
             del self.by_user[user]
+
+    def left_running(self, decision: Decision) -> dict[tuple[int, str], int]:
+        """``core.fairness.left_running`` of the tasks counted here (the snapshot's, before
+        this tick's changes are set): the running tasks less those the decision stops."""
+        running = dict(self.running)
+        of_task = self.of_task
+        for task_id, moved in decision.after.items():
+            if moved.state not in ACTIVE_STATES:
+                key = of_task.get(task_id)
+                if key is not None and key[2] is not None:
+                    _bump(running, (key[2], key[0]), -1)
+        return running
 
     def published(self) -> tuple[dict, dict[str, dict[tuple[str, int, str, str, bool], int]]]:
         """``(active_counts(...), per_worker)``: copies, the caller's to keep."""

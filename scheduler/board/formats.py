@@ -9,81 +9,90 @@ downstream parses text back.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import orjson
 
 from scheduler.core.bands import Band
-from scheduler.core.explain import pending_queue, reason_record
-from scheduler.core.types import ANY_VARIANT, ClusterSnapshot, Decision, DeviceType
+from scheduler.core.explain import pending_queue, queued_jobs, reason_record
+from scheduler.core.types import ANY_VARIANT, ClusterSnapshot, Decision, DeviceType, WorkerSpec
 from scheduler.core.whatif import queue_counts
 
 # The what-if basis's shape (``whatif_basis_to_json``).
 WHATIF_BASIS_VERSION = 3
 
-# The stored shape's version: 2 = reasons as records. Version 1 (no "version" key)
-# stored reasons as text and positions counted differently; readers treat it as unexplained.
-EXPLANATION_VERSION = 2
+# The stored shape's version: 3 = columnar (per band, the task ids in order and parallel lists
+# of reason indices and requested bands; positions and band counts implied). 2 stored a record
+# per task ({task: [band, requested, position, reason]}), 1 reasons as text; readers treat
+# either as unexplained (the next tick stores the queue again).
+EXPLANATION_VERSION = 3
 
 
 def explanation_to_json(
     snapshot: ClusterSnapshot,
     decision: Decision,
     queue: Mapping[Band, list[str]] | None = None,
+    jobs_in_queue: Mapping[Band, list[str]] | None = None,
     job_counts: dict[int, dict[str, int]] | None = None,
 ) -> dict:
     """The queue as the newest tick left it.
 
-    Shape: ``{"version": 2, "tasks": {task_id: [effective band rank, requested band rank,
-    position in band (1-based), reason index]}, "reasons": [record, ...], "band_counts":
-    {rank: n}}``, tasks listed band by band in position order. A record is
-    ``{"code", <parameters>, "downgrade"?}`` (docs/api.md lists the codes). Records are
-    interned: thousands of tasks share a handful of reasons, so one record is stored per
-    distinct reason (equal records from different reason objects are stored once).
-    ``queue`` is ``pending_queue(decision)`` when the caller has it already; ``job_counts``,
-    when given, is filled with ``{rank: {job id: queued tasks}}`` on the way (the what-if
-    basis counts users from it, without a second pass over every task).
+    Shape: ``{"version": 3, "bands": {rank: {"ids": [task id, ...], "reasons": [reason index,
+    ...], "requested": [requested band rank, ...]}}, "reasons": [record, ...]}``: each band's
+    pending tasks in position order (position = index + 1, the band's count the list's
+    length), with each task's reason (an index into ``reasons``) and the band its job asked for
+    at the same index. A record is ``{"code", <parameters>, "downgrade"?}`` (docs/api.md lists
+    the codes). Records are interned: thousands of tasks share a handful of reasons, so one
+    record is stored per distinct reason (equal records from different reason objects are
+    stored once).
+
+    ``queue`` is ``pending_queue(decision)`` and ``jobs_in_queue`` its ``queued_jobs`` when the
+    caller has them already; ``job_counts``, when given, is filled with ``{rank: {job id:
+    queued tasks}}`` (jobs in their order of first appearance) on the way (the what-if basis
+    counts users from it). No Python code runs per task: the per-task lists are built with
+    ``map`` over C functions, so 100,000 pending tasks cost milliseconds, and the stored lists
+    of strings and small integers encode at orjson's speed.
     """
+    if queue is None:
+        queue = pending_queue(decision)
+    if jobs_in_queue is None:
+        jobs_in_queue = queued_jobs(queue)
     reasons: list[dict] = []
     index_of_key: dict[bytes, int] = {}
     # Reasons are shared objects (one per job or request shape): turn each into a record once.
     index_of_reason: dict[int, int] = {}
-    pending_reasons = decision.pending_reasons
+    reason_of_task = decision.pending_reasons.__getitem__
     jobs = snapshot.jobs
-    requested_of_job: dict[str, int] = {}
-    tasks: dict[str, list] = {}
-    band_counts: dict[str, int] = {}
-    # Method lookups bound once: this loop runs once per pending task (100,000 in a large tick).
-    index_get = index_of_reason.get
-    requested_get = requested_of_job.get
-    for band, task_ids in (pending_queue(decision) if queue is None else queue).items():
+    bands: dict[str, dict] = {}
+    for band, task_ids in queue.items():
         rank = int(band)
-        band_counts[str(rank)] = len(task_ids)
-        per_job: dict[str, int] = {}
-        per_job_get = per_job.get
+        job_ids = jobs_in_queue[band]
+        per_job = Counter(job_ids)
         if job_counts is not None:
-            job_counts[rank] = per_job
-        position = 0
-        for task_id in task_ids:
-            position += 1
-            reason = pending_reasons[task_id]
-            index = index_get(id(reason))
+            job_counts[rank] = dict(per_job)
+        band_reasons = list(map(reason_of_task, task_ids))
+        # The band's distinct reason objects, by identity (kept alive by ``band_reasons``).
+        for reason_id, reason in dict(zip(map(id, band_reasons), band_reasons)).items():
+            if reason_id in index_of_reason:
+                continue
+            record = reason_record(reason)
+            key = orjson.dumps(record, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+            index = index_of_key.get(key)
             if index is None:
-                record = reason_record(reason)
-                key = orjson.dumps(record, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
-                index = index_of_key.get(key)
-                if index is None:
-                    index = index_of_key[key] = len(reasons)
-                    reasons.append(record)
-                index_of_reason[id(reason)] = index
-            job_id = task_id[: task_id.rfind("/")]
-            per_job[job_id] = per_job_get(job_id, 0) + 1
-            requested = requested_get(job_id)
-            if requested is None:
-                job = jobs.get(job_id)
-                requested = requested_of_job[job_id] = int(job.band) if job is not None else rank
-            tasks[task_id] = [rank, requested, position, index]
-    return {"version": EXPLANATION_VERSION, "tasks": tasks, "reasons": reasons, "band_counts": band_counts}
+                index = index_of_key[key] = len(reasons)
+                reasons.append(record)
+            index_of_reason[reason_id] = index
+        requested_of_job = {
+            job_id: int(job.band) if job is not None else rank for job_id in per_job for job in (jobs.get(job_id),)
+        }
+        bands[str(rank)] = {
+            "ids": task_ids if type(task_ids) is list else list(task_ids),
+            "reasons": list(map(index_of_reason.__getitem__, map(id, band_reasons))),
+            "requested": list(map(requested_of_job.__getitem__, job_ids)),
+        }
+    return {"version": EXPLANATION_VERSION, "bands": bands, "reasons": reasons}
 
 
 def whatif_basis_to_json(
@@ -110,41 +119,26 @@ def whatif_basis_to_json(
     totals and what it has free once this decision's placements and evictions are counted
     (``Decision.capacity_left``). Attribute maps are interned (hosts of a pool share them).
     """
+    statics = worker_statics(snapshot.workers)
     left = decision.capacity_left
-    where = {name: i for i, name in enumerate(left.workers)}
-    gpu = DeviceType.GPU
-    attributes: list[dict] = []
-    attribute_index: dict[tuple, int] = {}
-    rows = []
-    where_row: dict[str, int] = {}
-    for w in snapshot.workers:
-        where_row[w.id] = len(rows)
-        key = tuple(sorted(w.attributes.items()))
-        a = attribute_index.get(key)
-        if a is None:
-            a = attribute_index[key] = len(attributes)
-            attributes.append(dict(w.attributes))
-        i = where.get(w.id)
-        device = w.device
-        dtype = device.type
-        if i is None:
-            free = [0, 0, 0, 0]
-        else:
-            chips = left.gpu[i] if dtype is gpu else left.tpu[i]
-            free = [left.cpu[i], left.mem[i], chips, left.building[i]]
-        rows.append(
-            [
-                w.id,
-                w.cpu_millicores,
-                w.memory_bytes,
-                dtype.value,
-                device.variant or "",
-                device.count,
-                a,
-                w.healthy,
-                *free,
-            ]
-        )
+    if left.workers == statics.names:
+        # What each worker has free, in the snapshot's worker order (the usual case).
+        chips = [g if on_gpu else t for g, t, on_gpu in zip(left.gpu, left.tpu, statics.on_gpu)]
+        rows = [
+            [*row, *free] for row, *free in zip(statics.rows, left.cpu, left.mem, chips, left.building, strict=True)
+        ]
+    else:
+        where = {name: i for i, name in enumerate(left.workers)}
+        rows = []
+        for row, name, on_gpu in zip(statics.rows, statics.names, statics.on_gpu, strict=True):
+            i = where.get(name)
+            if i is None:
+                rows.append([*row, 0, 0, 0, 0])
+            else:
+                chips_left = left.gpu[i] if on_gpu else left.tpu[i]
+                rows.append([*row, left.cpu[i], left.mem[i], chips_left, left.building[i]])
+    attributes = statics.attributes
+    where_row = statics.where
     # Who holds each worker, flat (a list of small lists costs the reader an object each), and
     # summed over the healthy workers (what a shape matching every healthy worker reads).
     users: list[str] = []
@@ -186,3 +180,65 @@ def whatif_basis_to_json(
         "holders": held_rows,
         "holders_healthy": [[u, band, k, n] for (u, band, k), n in on_healthy.items()],
     }
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStatics:
+    """The what-if basis's worker columns that depend on the workers alone (not on the
+    decision): ``[name, cpu, memory, device type, variant, count, attributes index, healthy]``
+    per worker, the interned attribute maps, the names in order, where each name is, and
+    whether its chips are GPUs."""
+
+    workers: tuple[WorkerSpec, ...]
+    rows: list[list]
+    attributes: list[dict]
+    names: tuple[str, ...]
+    where: dict[str, int]
+    on_gpu: list[bool]
+
+
+# The newest workers' statics. The snapshot keeps its workers tuple while no worker row changed
+# (``store.cluster_rows``), so a tick reuses them; held here, the tuple cannot be freed and its
+# identity reused by another.
+_statics: WorkerStatics | None = None
+
+
+def worker_statics(workers: tuple[WorkerSpec, ...]) -> WorkerStatics:
+    """The :class:`WorkerStatics` of ``workers``: kept from the last call for the same tuple."""
+    global _statics
+    kept = _statics
+    if kept is not None and kept.workers is workers:
+        return kept
+    gpu = DeviceType.GPU
+    attributes: list[dict] = []
+    attribute_index: dict[tuple, int] = {}
+    rows = []
+    for w in workers:
+        key = tuple(sorted(w.attributes.items()))
+        a = attribute_index.get(key)
+        if a is None:
+            a = attribute_index[key] = len(attributes)
+            attributes.append(dict(w.attributes))
+        device = w.device
+        rows.append(
+            [
+                w.id,
+                w.cpu_millicores,
+                w.memory_bytes,
+                device.type.value,
+                device.variant or "",
+                device.count,
+                a,
+                w.healthy,
+            ]
+        )
+    names = tuple(w.id for w in workers)
+    kept = _statics = WorkerStatics(
+        workers=workers,
+        rows=rows,
+        attributes=attributes,
+        names=names,
+        where={name: i for i, name in enumerate(names)},
+        on_gpu=[w.device.type is gpu for w in workers],
+    )
+    return kept

@@ -26,7 +26,7 @@ from django.db import connection, transaction
 
 from scheduler.board.counts import LiveCounts, active_counts, after_key, snapshot_key
 from scheduler.board.formats import explanation_to_json, whatif_basis_to_json
-from scheduler.core.explain import pending_queue
+from scheduler.core.explain import pending_queue, queued_jobs
 from scheduler.core.fairness import fairness_sample
 from scheduler.core.kueue import KueueInput
 from scheduler.core.types import ClusterSnapshot, Decision, TaskSnapshot, TaskState
@@ -53,6 +53,8 @@ class Published:
 # Read and replaced whole, never mutated; per process, like the decision it belongs to.
 _published: Published | None = None
 
+PENDING = TaskState.PENDING
+
 
 def forget() -> None:
     """Build the publication and count the live work afresh at the next tick (with
@@ -77,24 +79,35 @@ class Publication:
             holders = list(TickRecord.objects.filter(explanation__isnull=False).values_list("pk", flat=True)[:2])
             if holders == [self.kept.tick_pk]:
                 self.holder = self.kept.tick_pk
+        # The counts of live work at the tick's start (None: counted over every task in
+        # ``build``), from the previous tick's counts and the rows' change log.
+        self.counts = self.start_counts() if self.kept is None else None
         # A reused decision was made over the same tasks: the same count (no pass over them).
-        self.core_pending = (
-            self.kept.pending
-            if self.kept is not None
-            else sum(1 for t in snapshot.tasks if t.state is TaskState.PENDING)
-        )
-        # The queue the tick leaves, computed once for the fairness sample and the explanation.
+        if self.kept is not None:
+            self.core_pending = self.kept.pending
+        elif self.counts is not None:
+            self.core_pending = sum(counts[0] for counts in self.counts.by_user.values())
+        else:
+            self.core_pending = sum(1 for t in snapshot.tasks if t.state is PENDING)
+        # The queue the tick leaves and each queued task's job, computed once for the fairness
+        # sample, the explanation and the what-if basis.
         self.queue = pending_queue(decision) if self.kept is None else None
+        self.jobs_in_queue = queued_jobs(self.queue) if self.queue is not None else None
         self.built: Published | None = self.kept
 
     def record_fields(self) -> dict:
         """The tick record's fields known before the tick writes anything."""
+        if self.kept is not None:
+            fairness = self.kept.fairness
+        else:
+            running = self.counts.left_running(self.decision) if self.counts is not None else None
+            fairness = fairness_sample(
+                self.snapshot, self.decision, self.queue, jobs_in_queue=self.jobs_in_queue, running=running
+            )
         return {
             "explanation_tick_id": self.holder,
             "pending": self.core_pending + len(self.kueue.pending),
-            "fairness": self.kept.fairness
-            if self.kept is not None
-            else fairness_sample(self.snapshot, self.decision, self.queue),
+            "fairness": fairness,
         }
 
     def build(self, kept_changes: Collection[str], tick_pk: int, fairness: dict) -> None:
@@ -102,7 +115,9 @@ class Publication:
         if self.built is not None:
             return
         job_counts: dict[int, dict[str, int]] = {}
-        explanation = explanation_to_json(self.snapshot, self.decision, queue=self.queue, job_counts=job_counts)
+        explanation = explanation_to_json(
+            self.snapshot, self.decision, self.queue, jobs_in_queue=self.jobs_in_queue, job_counts=job_counts
+        )
         # The counts of live work, stored with the queue they are shown beside, and who holds
         # each worker, for the what-if basis.
         explanation["active"], holders = self.live_counts(kept_changes)
@@ -112,33 +127,55 @@ class Publication:
             fairness=fairness,
             explanation=compress_json(explanation),
             whatif_basis=compress_json(basis),
-            left_pending=len(explanation["tasks"]),
+            left_pending=sum(map(len, self.queue.values())),
             tick_pk=tick_pk,
             pending=self.core_pending,
         )
 
+    def counts_kept(self) -> bool:
+        """Whether the counts of live work are kept between ticks: on PostgreSQL with no work
+        routed to Kubernetes (see ``start_counts``)."""
+        kueue = self.kueue
+        routed = bool(kueue.jobs or kueue.pending or kueue.active or kueue.worker is not None)
+        return not routed and connection.vendor == "postgresql"
+
+    def start_counts(self) -> LiveCounts | None:
+        """The previous tick's counts of live work updated with the tasks that changed since
+        (the rows' change log): the counts over the snapshot, when this process's previous
+        tick left counts that still hold; else None (``live_counts`` counts every task). On
+        SQLite (which reads the cluster whole every tick, so there is nothing to update from)
+        and with work routed to Kubernetes (its tasks' workers are the core's, not the rows')
+        nothing is kept: None."""
+        global _live
+        kept = _live
+        # Whatever happens next, the kept counts hold again only once a tick commits.
+        _live = None
+        if not self.counts_kept() or kept is None or not kept.confirmed:
+            return None
+        changed = task_changes(kept.mark, self.rows.changes)
+        if changed is None:
+            return None
+        counts, jobs = kept.counts, self.snapshot.jobs
+        task_rows, task_snapshots = self.rows.task_rows, self.rows.task_snapshots
+        for task_id in dict.fromkeys(changed):
+            row = task_rows.get(task_id)
+            task = task_snapshots.get(row.pk) if row is not None else None
+            counts.set(task_id, None if task is None else snapshot_key(task, jobs[task.job_id]))
+        return counts
+
     def live_counts(self, kept_changes: Collection[str]) -> tuple[dict, dict[str, dict[tuple, int]]]:
         """The counts of live work after this tick's writes, and who holds each worker: the
-        previous tick's counts updated with the tasks that changed since (the rows' change log)
-        and those this tick changes, when this process's previous tick left counts that still
-        hold; else counted over every task and kept for the next tick. On SQLite (which reads
-        the cluster whole every tick, so there is nothing to update from) and with work routed
-        to Kubernetes (its tasks' workers are the core's, not the rows') ``active_counts``
-        counts every tick and nothing is kept."""
+        counts at the tick's start (``start_counts``) with this tick's kept changes set, or,
+        without them, counted over every task (and kept for the next tick on PostgreSQL when
+        no work is routed to Kubernetes; see ``start_counts``)."""
         global _live
         snapshot, kueue, after = self.snapshot, self.kueue, self.decision.after
         jobs = snapshot.jobs
-        changed = None
-        routed = bool(kueue.jobs or kueue.pending or kueue.active or kueue.worker is not None)
-        if routed or connection.vendor != "postgresql":
-            # Nothing to update from at the next tick (SQLite reads the cluster whole every
-            # tick), or tasks the core sees without their workers: count, keep nothing.
-            _live = None
+        if not self.counts_kept():
             holders: dict[str, dict[tuple, int]] = {}
             return active_counts(snapshot, self.decision, kept_changes, kueue, per_worker=holders), holders
-        if _live is not None and _live.confirmed:
-            changed = task_changes(_live.mark, self.rows.changes)
-        if changed is None:
+        counts = self.counts
+        if counts is None:
             kept = set(kept_changes)
             counts = LiveCounts.of(
                 (t.id, after_key(job, after[t.id]) if t.id in kept else snapshot_key(t, job))
@@ -146,17 +183,13 @@ class Publication:
                 for job in (jobs.get(t.job_id) or kueue.jobs[t.job_id],)
             )
         else:
-            counts = _live.counts
-            task_rows, task_snapshots = self.rows.task_rows, self.rows.task_snapshots
-            for task_id in dict.fromkeys(changed):
-                row = task_rows.get(task_id)
-                task = task_snapshots.get(row.pk) if row is not None else None
-                counts.set(task_id, None if task is None else snapshot_key(task, jobs[task.job_id]))
             for task_id in kept_changes:
                 job_id = task_id[: task_id.rfind("/")]
                 counts.set(task_id, after_key(jobs[job_id], after[task_id]))
         # Confirmed once the tick commits; a tick that rolls back leaves counts nobody trusts.
-        _live = KeptCounts(counts, self.rows.changes, confirmed=False, counted="all" if changed is None else "changes")
+        _live = KeptCounts(
+            counts, self.rows.changes, confirmed=False, counted="all" if self.counts is None else "changes"
+        )
         transaction.on_commit(partial(_confirm, _live))
         return counts.published()
 

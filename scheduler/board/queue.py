@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import itemgetter, methodcaller
 
 from django.db.models import Q
 
@@ -163,44 +164,31 @@ class QueueIndex:
 EMPTY_QUEUE = QueueIndex(None, None, {}, {}, [], {}, {}, {}, {})
 
 
+_split_user = methodcaller("split", "/", 2)
+_user_part = itemgetter(1)
+
+
 def parse_queue_index(
     pk: int, now_ms: int, started_at: datetime, spend: dict | None, limits: dict | None, explanation: dict
 ) -> QueueIndex:
     """The stored explanation (:func:`scheduler.board.formats.explanation_to_json`) of tick
     ``pk`` (decided at ``now_ms``), indexed."""
     if explanation.get("version") != EXPLANATION_VERSION:
-        # Stored by an older release (reasons as text): the next tick stores it again.
+        # Stored by an older release (a record per task, or reasons as text): the next tick
+        # stores it again.
         explanation = {}
     ids: dict[int, list[str]] = {}
     reason_of: dict[int, list[int]] = {}
     owner: dict[int, list[str]] = {}
     requested: dict[int, list[int]] = {}
-    user_of_job: dict[str, str] = {}
-    in_order = True
-    # The explanation lists each band's tasks by position (1, 2, ...); checked, sorted if not.
-    for task_id, (rank, requested_rank, position, reason) in explanation.get("tasks", {}).items():
-        job_id = task_id[: task_id.rfind("/")]
-        user = user_of_job.get(job_id)
-        if user is None:
-            user = user_of_job[job_id] = job_id.split("/", 2)[1]
-        band_ids = ids.get(rank)
-        if band_ids is None:
-            band_ids = ids[rank] = []
-            reason_of[rank], owner[rank], requested[rank] = [], [], []
-        band_ids.append(task_id)
-        reason_of[rank].append(reason)
-        owner[rank].append(user)
-        requested[rank].append(requested_rank)
-        if position != len(band_ids):
-            in_order = False
-    if not in_order:
-        tasks = explanation["tasks"]
-        for rank in ids:
-            order = sorted(range(len(ids[rank])), key=lambda i, r=rank: tasks[ids[r][i]][2])
-            ids[rank] = [ids[rank][i] for i in order]
-            reason_of[rank] = [reason_of[rank][i] for i in order]
-            owner[rank] = [owner[rank][i] for i in order]
-            requested[rank] = [requested[rank][i] for i in order]
+    # Each band's columns as stored (position = index + 1); the owners split from the ids at C
+    # speed ("/alice/train/0" -> "alice").
+    for stored_rank, band in explanation.get("bands", {}).items():
+        rank = int(stored_rank)
+        ids[rank] = band["ids"]
+        reason_of[rank] = band["reasons"]
+        requested[rank] = band["requested"]
+        owner[rank] = list(map(_user_part, map(_split_user, band["ids"])))
     # Each user's first appearance in a band is their turn in its round robin.
     users = {rank: list(dict.fromkeys(owners)) for rank, owners in owner.items()}
     index = QueueIndex(

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
+from itertools import chain
 
 from scheduler.core.bands import Band
 from scheduler.core.budget import budget_limit, is_over_budget, resource_value
-from scheduler.core.explain import pending_queue, reason_record
+from scheduler.core.explain import pending_queue, queued_jobs, reason_record
 from scheduler.core.types import ACTIVE_STATES, ClusterSnapshot, Decision
 
 # The version of the stored sample's shape.
@@ -40,7 +41,12 @@ FAIRNESS_VERSION = 1
 
 
 def fairness_sample(
-    snapshot: ClusterSnapshot, decision: Decision, queue: Mapping[Band, list[str]] | None = None
+    snapshot: ClusterSnapshot,
+    decision: Decision,
+    queue: Mapping[Band, list[str]] | None = None,
+    *,
+    jobs_in_queue: Mapping[Band, list[str]] | None = None,
+    running: Mapping[tuple[int, str], int] | None = None,
 ) -> dict:
     """The tick's fairness sample::
 
@@ -51,68 +57,73 @@ def fairness_sample(
                                  "value": 6, "pending": 1, "reason": {record}} or None}}}
 
     Bands are listed highest first, users by name; a band appears when any user has demand in it.
-    ``queue`` is ``pending_queue(decision)`` when the caller has it already.
+    ``queue`` is ``pending_queue(decision)`` when the caller has it already, ``jobs_in_queue``
+    its ``queued_jobs``. ``running``, when given, is :func:`left_running` as the caller keeps
+    it from tick to tick (``scheduler.board.publish``, from the counts of live work): then no
+    pass over the snapshot's tasks is made.
     """
     jobs = snapshot.jobs
-    # Counted per (band, job) first, then folded into users: one dict update per task, and the
-    # per-job work (resource value, owner) once per job. At 100,000 pending tasks x 10,000
-    # workers this is about 0.2 s of CPU (docs/benchmarks.md).
-    running: dict[tuple[Band, str], int] = {}
-    active = ACTIVE_STATES
-    # Tasks that stop holding a worker this tick (evicted, requeued with their gang, ended).
-    gone = {task_id for task_id, moved in decision.after.items() if moved.state not in active}
-    get = running.get
-    for task in snapshot.tasks:
-        if task.band is not None and task.state in active and task.id not in gone:
-            key = (task.band, task.job_id)
-            running[key] = get(key, 0) + 1
-    placed: dict[tuple[Band, str], int] = {}
+    # Counted per (band, job) first, then folded into users: the per-job work (resource value,
+    # owner) once per job. The per-task passes (the queue's jobs, counted) run at C speed.
+    if running is None:
+        running = left_running(snapshot, decision)
+    placed: dict[tuple[int, str], int] = {}
     for a in decision.assignments:
-        key = (a.band, a.task[: a.task.rfind("/")])
+        key = (int(a.band), a.task[: a.task.rfind("/")])
         placed[key] = placed.get(key, 0) + 1
     if queue is None:
         queue = pending_queue(decision)
-    waiting: dict[tuple[Band, str], int] = {}
-    for band, task_ids in queue.items():
-        for job_id in Counter(t[: t.rfind("/")] for t in task_ids).items():
-            waiting[(band, job_id[0])] = job_id[1]
+    if jobs_in_queue is None:
+        jobs_in_queue = queued_jobs(queue)
+    waiting: dict[tuple[int, str], int] = {}
+    for band, job_ids in jobs_in_queue.items():
+        rank = int(band)
+        for job_id, n in Counter(job_ids).items():
+            waiting[(rank, job_id)] = n
 
-    value_of_job: dict[str, int] = {}
-
-    def value(job_id: str) -> int:
-        v = value_of_job.get(job_id)
-        if v is None:
-            job = jobs.get(job_id)
-            v = value_of_job[job_id] = resource_value(job.resources) if job is not None else 0
-        return v
-
-    def user_of(job_id: str) -> str:
+    # Each job's owner and per-task value, once per job; values once per request object (the
+    # tick's job rows share one per shape: ``store.job_rows``).
+    facts: dict[str, tuple[str, int]] = {}
+    value_of_request: dict[int, int] = {}
+    for job_id in {job_id for _, job_id in chain(running, placed, waiting)}:
         job = jobs.get(job_id)
-        return job.user if job is not None else job_id.split("/", 2)[1]
+        if job is None:
+            facts[job_id] = (job_id.split("/", 2)[1], 0)
+            continue
+        value = value_of_request.get(id(job.resources))
+        if value is None:
+            value = value_of_request[id(job.resources)] = resource_value(job.resources)
+        facts[job_id] = (job.user, value)
 
-    # band -> user -> [running value, pending, over, turn]
-    bands: dict[Band, dict[str, list[int]]] = {}
-
-    def row(band: Band, job_id: str) -> list[int]:
-        users = bands.setdefault(band, {})
-        user = user_of(job_id)
-        r = users.get(user)
-        if r is None:
-            r = users[user] = [0, 0, 0, 0]
-        return r
-
+    # (band rank, user) -> [running value, pending, over, turn]
+    rows: dict[tuple[int, str], list[int]] = {}
     for (band, job_id), n in running.items():
-        row(band, job_id)[0] += n * value(job_id)
+        user, value = facts[job_id]
+        r = rows.get((band, user))
+        if r is None:
+            r = rows[(band, user)] = [0, 0, 0, 0]
+        r[0] += n * value
     for (band, job_id), n in placed.items():
-        r = row(band, job_id)
-        r[0] += n * value(job_id)
+        user, value = facts[job_id]
+        r = rows.get((band, user))
+        if r is None:
+            r = rows[(band, user)] = [0, 0, 0, 0]
+        r[0] += n * value
         r[3] = 1
-    smallest: dict[Band, tuple] = {}
+    smallest: dict[int, tuple] = {}
     for (band, job_id), n in waiting.items():
-        row(band, job_id)[1] += n
-        candidate = (value(job_id), n, job_id)
-        if band not in smallest or candidate < smallest[band]:
+        user, value = facts[job_id]
+        r = rows.get((band, user))
+        if r is None:
+            r = rows[(band, user)] = [0, 0, 0, 0]
+        r[1] += n
+        candidate = (value, n, job_id)
+        least = smallest.get(band)
+        if least is None or candidate < least:
             smallest[band] = candidate
+    bands: dict[int, dict[str, list[int]]] = {}
+    for (band, user), r in rows.items():
+        bands.setdefault(band, {})[user] = r
 
     defaults = snapshot.config.budget_defaults
     spend = decision.spend
@@ -124,22 +135,36 @@ def fairness_sample(
         first_waiting = None
         if band in smallest:
             v, n, job_id = smallest[band]
-            prefix = job_id + "/"
-            task_id = next(t for t in queue[band] if t.startswith(prefix) and "/" not in t[len(prefix) :])
+            # The job's first queued task (a C-speed scan of the band's job ids).
+            task_id = queue[Band(band)][jobs_in_queue[Band(band)].index(job_id)]
             first_waiting = {
                 "job": job_id,
-                "user": user_of(job_id),
+                "user": facts[job_id][0],
                 "task": task_id,
                 "value": v,
                 "pending": n,
                 "reason": reason_record(decision.pending_reasons[task_id]),
             }
-        out[band.wire] = {
+        out[Band(band).wire] = {
             "running_value": sum(r[0] for r in users.values()),
             "users": {user: users[user] for user in sorted(users)},
             "smallest_waiting": first_waiting,
         }
     return {"version": FAIRNESS_VERSION, "bands": out}
+
+
+def left_running(snapshot: ClusterSnapshot, decision: Decision) -> dict[tuple[int, str], int]:
+    """``{(stamped band rank, job id): tasks}`` of the tasks active at tick start that the
+    decision leaves active (not evicted, requeued with their gang or ended this tick)."""
+    active = ACTIVE_STATES
+    gone = {task_id for task_id, moved in decision.after.items() if moved.state not in active}
+    running: dict[tuple[int, str], int] = {}
+    get = running.get
+    for task in snapshot.tasks:
+        if task.band is not None and task.state in active and task.id not in gone:
+            key = (int(task.band), task.job_id)
+            running[key] = get(key, 0) + 1
+    return running
 
 
 def band_rows(band: Mapping) -> list[dict]:

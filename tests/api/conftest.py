@@ -86,15 +86,16 @@ def make_tick(
     the requested band is the job's (or the effective band for a job with no row). Its spend is
     what a real tick would have sampled (the active tasks), unless ``spend`` says otherwise."""
     reasons: list[dict] = []
-    explained = {}
-    counts: dict[str, int] = {}
+    explained: dict[str, dict[str, list]] = {}
     bands = dict(Job.objects.values_list("name", "band"))
-    for task_id, (band, position, reason) in tasks.items():
+    for task_id, (band, _, reason) in sorted(tasks.items(), key=lambda item: (int(item[1][0]), item[1][1])):
         if reason not in reasons:
             reasons.append(reason)
         requested = bands.get(task_id.rpartition("/")[0], int(band))
-        explained[task_id] = [int(band), requested, position, reasons.index(reason)]
-        counts[str(int(band))] = counts.get(str(int(band)), 0) + 1
+        columns = explained.setdefault(str(int(band)), {"ids": [], "reasons": [], "requested": []})
+        columns["ids"].append(task_id)
+        columns["reasons"].append(reasons.index(reason))
+        columns["requested"].append(requested)
     TickRecord.objects.filter(explanation__isnull=False).update(explanation=None)
     return TickRecord.objects.create(
         started_at=timezone.now(),
@@ -104,7 +105,7 @@ def make_tick(
         left_pending=len(tasks),
         spend=live_spend() if spend is None else spend,  # what a tick samples: the active tasks
         limits=limits or {},
-        explanation={"version": 2, "tasks": explained, "reasons": reasons, "band_counts": counts},
+        explanation={"version": 3, "bands": explained, "reasons": reasons},
     )
 
 

@@ -36,7 +36,19 @@ def full_count() -> dict:
     return active_counts(snapshot, decide(snapshot), ())
 
 
-def test_counts_updated_from_the_change_log_equal_a_full_count_after_every_write():
+def test_counts_updated_from_the_change_log_equal_a_full_count_after_every_write(monkeypatch):
+    # The fairness sample the tick stores, from the counts it keeps, equals one counted over
+    # every task of the same snapshot and decision.
+    real_fairness = publish.fairness_sample
+    samples = []
+
+    def checked_fairness(snapshot, decision, queue, **kept):
+        sample = real_fairness(snapshot, decision, queue, **kept)
+        assert sample == real_fairness(snapshot, decision)
+        samples.append(kept.get("running") is not None)
+        return sample
+
+    monkeypatch.setattr(publish, "fairness_sample", checked_fairness)
     cluster()
     ops = Operations()
     plan = random.Random(11)
@@ -62,3 +74,4 @@ def test_counts_updated_from_the_change_log_equal_a_full_count_after_every_write
         assert published_counts() == full_count(), f"after step {n}"
     # The run went through the incremental path, not only rebuilds.
     assert ways.count("changes") >= 10, ways
+    assert samples.count(True) >= 10, samples

@@ -2,14 +2,16 @@
 
 Random sequences of ticks over a small cluster: each tick the real core decides, a random part
 of its changes is kept (the rest "moved meanwhile"), and between ticks tasks end, fail, are
-cancelled, arrive with new jobs, and budgets flip. The counts kept from tick to tick, updated
+cancelled, arrive with new jobs, budgets flip and workers go unhealthy or heal
+(:func:`simulated_ticks`, which ``test_publication`` reuses). The counts kept from tick to tick, updated
 only with the tasks that changed (as the rows' change log lists them, duplicates and all) and
 the changes each tick keeps, must equal ``active_counts`` over the whole snapshot every time.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,45 +19,73 @@ from hypothesis import strategies as st
 from scheduler.board.counts import LiveCounts, active_counts, after_key, snapshot_key
 from scheduler.core.bands import Band
 from scheduler.core.decision import decide
-from scheduler.core.types import TaskSnapshot, TaskState
+from scheduler.core.types import ClusterSnapshot, Decision, TaskSnapshot, TaskState
 from tests.core.builders import budget, cluster, job, worker
 
 USERS = ("alice", "bob", "carol")
-WORKERS = [worker("w0", cpu=4, mem=8), worker("w1", cpu=2, mem=4), worker("g0", cpu=8, mem=32, gpu=2, variant="h100")]
+WORKERS = [worker("w0", cpu=2, mem=8), worker("w1", cpu=1, mem=4), worker("g0", cpu=2, mem=32, gpu=2, variant="h100")]
 ENDS = (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.KILLED, TaskState.WORKER_FAILED)
 
 event = st.one_of(
     st.tuples(
-        st.just("arrive"), st.sampled_from(USERS), st.sampled_from(list(Band)), st.integers(1, 3), st.integers(0, 2)
+        st.just("arrive"),
+        st.sampled_from(USERS),
+        st.sampled_from(list(Band)),
+        st.integers(1, 6),
+        st.integers(0, 2),
+        st.integers(1, 2),
     ),
     st.tuples(st.just("end"), st.integers(0, 1000), st.sampled_from(ENDS)),
     st.tuples(st.just("cancel"), st.integers(0, 1000)),
     st.tuples(st.just("budget"), st.sampled_from(USERS), st.sampled_from([0, 1, 5, 50])),
     st.tuples(st.just("reread"), st.integers(0, 1000)),
+    st.tuples(st.just("worker"), st.integers(0, 1000)),
 )
-tick = st.tuples(st.lists(event, max_size=6), st.integers(0, 2**16))
+# A tick: the events before it, which of its changes it keeps (bits), and whether the workers
+# reported every assigned task started first (running tasks are what preemption evicts).
+tick = st.tuples(st.lists(event, max_size=8), st.integers(0, 2**16), st.booleans())
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(tick, min_size=1, max_size=12))
-def test_counts_updated_from_changes_equal_a_full_count_after_every_tick(ticks):
+@dataclass(frozen=True)
+class SimulatedTick:
+    """One tick of :func:`simulated_ticks`: its snapshot and decision, the tasks the rows'
+    change log lists since the previous tick (duplicates and all) and the changes it keeps."""
+
+    snapshot: ClusterSnapshot
+    decision: Decision
+    changed: list[str]
+    kept: set[str]
+
+
+def simulated_ticks(ticks) -> Iterator[SimulatedTick]:
+    """Random ticks over a small cluster (the strategy ``tick``'s draws): before each, tasks end,
+    fail, are cancelled, arrive with new jobs, start running, budgets flip and workers go unhealthy
+    or heal; the
+    real core decides; a random part of its changes is kept (the rest "moved meanwhile") and
+    reaches the rows. The workers tuple stays the same object while no worker changed, as the
+    rows keep it (``store.cluster_rows``)."""
     jobs: dict = {}
     tasks: dict[str, TaskSnapshot] = {}
     limits = {user: 0 for user in USERS}
-    counts = LiveCounts()
+    workers = tuple(WORKERS)
     changed: list[str] = []
     serial = 0
-    for events, keep_seed in ticks:
+    for events, keep_seed, started in ticks:
+        if started:
+            for task_id, task in tasks.items():
+                if task.state in (TaskState.ASSIGNED, TaskState.BUILDING):
+                    tasks[task_id] = replace(task, state=TaskState.RUNNING)
+                    changed.append(task_id)
         for e in events:
             ids = sorted(tasks)
             if e[0] == "arrive":
-                _, user, band, replicas, gpu = e
+                _, user, band, replicas, gpu, cpu = e
                 serial += 1
                 spec = job(
                     f"/{user}/j{serial}",
                     band=band,
                     replicas=replicas,
-                    cpu=1,
+                    cpu=cpu,
                     mem=1,
                     gpu=gpu,
                     variant="h100" if gpu else None,
@@ -79,38 +109,23 @@ def test_counts_updated_from_changes_equal_a_full_count_after_every_tick(ticks):
                 limits[e[1]] = e[2]
             elif e[0] == "reread" and ids:
                 changed.append(ids[e[1] % len(ids)])  # read again unchanged: listed all the same
+            elif e[0] == "worker":
+                i = e[1] % len(workers)
+                flipped = replace(workers[i], healthy=not workers[i].healthy)
+                workers = (*workers[:i], flipped, *workers[i + 1 :])
         live_jobs = [spec for spec in jobs.values() if any(t.job_id == spec.id for t in tasks.values())]
-        base = cluster(WORKERS, budgets=[budget(u, limit, "production") for u, limit in limits.items()])
+        base = cluster((), budgets=[budget(u, limit, "production") for u, limit in limits.items()])
         # The tasks as the rows have them (a job's ended tasks are gone, not pending again).
         snapshot = replace(
-            base, jobs={spec.id: spec for spec in live_jobs}, tasks=tuple(tasks[t] for t in sorted(tasks))
+            base,
+            workers=workers,
+            jobs={spec.id: spec for spec in live_jobs},
+            tasks=tuple(tasks[t] for t in sorted(tasks)),
         )
         decision = decide(snapshot)
         moved = sorted(decision.after)
         kept = {t for i, t in enumerate(moved) if (keep_seed >> (i % 16)) & 1 or len(moved) < 3}
-
-        by_id = {t.id: t for t in snapshot.tasks}
-        for task_id in changed:
-            task = by_id.get(task_id)
-            counts.set(task_id, None if task is None else snapshot_key(task, snapshot.jobs[task.job_id]))
-        for task_id in kept:
-            job_id = by_id[task_id].job_id
-            counts.set(task_id, after_key(snapshot.jobs[job_id], decision.after[task_id]))
-
-        holders: dict = {}
-        assert counts.published() == (active_counts(snapshot, decision, kept, per_worker=holders), holders)
-        assert (
-            counts.published()
-            == LiveCounts.of(
-                (
-                    t.id,
-                    after_key(snapshot.jobs[t.job_id], decision.after[t.id])
-                    if t.id in kept
-                    else snapshot_key(t, snapshot.jobs[t.job_id]),
-                )
-                for t in snapshot.tasks
-            ).published()
-        )
+        yield SimulatedTick(snapshot, decision, changed, kept)
 
         # The tick's kept writes reach the rows (and the change log); the rest did not happen.
         changed = []
@@ -127,3 +142,43 @@ def test_counts_updated_from_changes_equal_a_full_count_after_every_tick(ticks):
                     preemption_count=after.preemption_count,
                 )
             changed.append(task_id)
+
+
+def set_changes(counts: LiveCounts, tick: SimulatedTick) -> None:
+    """Set the tasks the change log lists to their snapshot state (gone: no longer counted)."""
+    by_id = {t.id: t for t in tick.snapshot.tasks}
+    for task_id in tick.changed:
+        task = by_id.get(task_id)
+        counts.set(task_id, None if task is None else snapshot_key(task, tick.snapshot.jobs[task.job_id]))
+
+
+def set_kept(counts: LiveCounts, tick: SimulatedTick) -> None:
+    """Set the tasks the tick changed to their state after its kept changes."""
+    jobs = tick.snapshot.jobs
+    for task_id in tick.kept:
+        counts.set(task_id, after_key(jobs[task_id[: task_id.rfind("/")]], tick.decision.after[task_id]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(tick, min_size=1, max_size=12))
+def test_counts_updated_from_changes_equal_a_full_count_after_every_tick(ticks):
+    counts = LiveCounts()
+    for simulated in simulated_ticks(ticks):
+        snapshot, decision, kept = simulated.snapshot, simulated.decision, simulated.kept
+        set_changes(counts, simulated)
+        set_kept(counts, simulated)
+
+        holders: dict = {}
+        assert counts.published() == (active_counts(snapshot, decision, kept, per_worker=holders), holders)
+        assert (
+            counts.published()
+            == LiveCounts.of(
+                (
+                    t.id,
+                    after_key(snapshot.jobs[t.job_id], decision.after[t.id])
+                    if t.id in kept
+                    else snapshot_key(t, snapshot.jobs[t.job_id]),
+                )
+                for t in snapshot.tasks
+            ).published()
+        )

@@ -97,8 +97,10 @@ def test_a_job_whose_only_task_was_preempted_is_pending_again_and_queued_in_its_
     victim_job.refresh_from_db()
     assert victim_job.state == "pending"
     assert Job.objects.get(name="/alice/prod").state == "running"
-    band, requested, position, _ = TickRecord.objects.get().explanation["tasks"]["/bob/batch/0"]
-    assert (band, requested, position) == (Band.BATCH, Band.BATCH, 1)
+    bands = TickRecord.objects.get().explanation["bands"]
+    assert list(bands) == [str(int(Band.BATCH))]
+    queued = bands[str(int(Band.BATCH))]
+    assert (queued["ids"], queued["requested"]) == (["/bob/batch/0"], [Band.BATCH])
 
 
 def test_victim_unfinished_attempt_keeps_its_worker_full_on_the_next_tick():
@@ -351,7 +353,7 @@ def test_a_reused_tick_writes_no_queue_but_names_the_tick_holding_it_and_pages_s
     monkeypatch.setattr(
         publish, "explanation_to_json", lambda *a, **k: built.append("explanation") or real_explanation(*a, **k)
     )
-    monkeypatch.setattr(publish, "fairness_sample", lambda *a: built.append("fairness") or real_fairness(*a))
+    monkeypatch.setattr(publish, "fairness_sample", lambda *a, **k: built.append("fairness") or real_fairness(*a, **k))
 
     with django_capture_on_commit_callbacks(execute=True):
         run_tick(NOW_MS)

@@ -201,10 +201,9 @@ def test_queue_index_is_read_once_per_tick_and_sorted_if_needed(django_assert_nu
         spend={"bob": 7},
         limits={},
         explanation={
-            "version": 2,
-            "tasks": {"/bob/a/1": [2, 2, 2, 0], "/bob/a/0": [2, 2, 1, 0]},
+            "version": 3,
+            "bands": {"2": {"ids": ["/bob/a/0", "/bob/a/1"], "reasons": [0, 0], "requested": [2, 2]}},
             "reasons": [{"code": "no_healthy_workers"}],
-            "band_counts": {"2": 2},
         },
     )
     with django_assert_num_queries(2):

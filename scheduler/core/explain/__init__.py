@@ -52,7 +52,14 @@ from scheduler.core.explain.records import (
     place_text,
     reason_record,
 )
-from scheduler.core.explain.explainer import Explainer, HeldReasons, IMPOSSIBLE_AS_IS, explain_pending, pending_queue
+from scheduler.core.explain.explainer import (
+    Explainer,
+    HeldReasons,
+    IMPOSSIBLE_AS_IS,
+    explain_pending,
+    pending_queue,
+    queued_jobs,
+)
 
 __all__ = [
     "AssignmentCapReached",
@@ -94,6 +101,7 @@ __all__ = [
     "number",
     "ordinal",
     "pending_queue",
+    "queued_jobs",
     "pending_text",
     "place_text",
     "reason_record",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from itertools import islice
+from operator import itemgetter, methodcaller
 
 from scheduler.core.bands import Band
 from scheduler.core.feasibility import analyse_job, any_fits_when_idle, constraint_text, slice_group
@@ -309,3 +310,13 @@ def pending_queue(decision: Decision) -> dict[Band, list[str]]:
             tasks = queue[band] = []
         tasks.append(task_id)
     return dict(sorted(queue.items()))
+
+
+_split_job = methodcaller("rpartition", "/")
+_job_part = itemgetter(0)
+
+
+def queued_jobs(queue: Mapping[Band, Sequence[str]]) -> dict[Band, list[str]]:
+    """Per band of ``pending_queue``'s queue, the job id of each queued task, in the same order
+    (at C speed: no Python code runs per task, which matters at 100,000 pending tasks)."""
+    return {band: list(map(_job_part, map(_split_job, task_ids))) for band, task_ids in queue.items()}

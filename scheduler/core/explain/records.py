@@ -22,16 +22,25 @@ SHELL_TEXT = {
 }
 
 
+# A cause type's public field names, by type: ``dataclasses.fields`` rebuilds its tuple on every
+# call, most of a record's cost when a tick turns thousands of reasons into records.
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _public_fields(cls: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls) if not f.name.startswith("_"))
+    return names
+
+
 def cause_record(cause: object) -> dict:
     """The JSON form of a cause: its code and its fields (a nested cause as its own record)."""
     record = getattr(cause, "record", None)
     if callable(record):  # causes defined outside this module (Kubernetes waits)
         return record()
     out: dict = {"code": cause.code}
-    for f in fields(cause):
-        name = f.name
-        if name.startswith("_"):
-            continue
+    for name in _public_fields(type(cause)):
         value = getattr(cause, name)
         if name == "cause":
             value = cause_record(value)

@@ -1,0 +1,127 @@
+"""The tick's publication, built from what it keeps between ticks, equals a full rebuild after
+every tick.
+
+The same random ticks as the counts' test (``test_live_counts.simulated_ticks``: arrivals,
+ends, cancels, preemptions and requeues by the real core, budget flips that reorder a band's
+round robin, workers going unhealthy and healing, changes the tick drops). Each tick the
+publication is built as the tick process builds it: the fairness sample's running values from
+the counts of live work kept from tick to tick and updated from the change log
+(``LiveCounts.left_running``), the what-if basis's worker columns kept while the workers are
+the same (``board.formats.worker_statics``), the explanation in its columnar form. What readers
+get of it (``parse_queue_index``, ``parse_basis``, the fairness sample as stored) must equal
+a full rebuild: the sample computed over every task, the basis with nothing kept, and the
+queue task by task from the decision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.board import formats
+from scheduler.board.counts import LiveCounts, active_counts
+from scheduler.board.formats import explanation_to_json, whatif_basis_to_json
+from scheduler.board.queue import parse_queue_index
+from scheduler.board.whatif import parse_basis
+from scheduler.core.bands import Band
+from scheduler.core.explain import pending_queue, queued_jobs, reason_record
+from scheduler.core.fairness import fairness_sample, left_running
+from scheduler.core.types import TaskState
+from scheduler.models import compress_json, decompress_json
+from tests.board.test_live_counts import set_changes, set_kept, simulated_ticks, tick
+
+AT = datetime(2026, 1, 1, tzinfo=UTC)
+PENDING = TaskState.PENDING
+
+
+def holders_of(data: dict) -> tuple[dict, dict]:
+    """A stored basis's holders by name (the interning order is the builder's business)."""
+    rows, users, kinds = data["holders"], data["users"], data["kinds"]
+    by_worker = {}
+    for at in range(0, len(rows), 5):
+        i, u, band, k, n = rows[at : at + 5]
+        by_worker[(data["workers"][i][0], users[u], band, tuple(kinds[k]))] = n
+    healthy = {(users[u], band, tuple(kinds[k])): n for u, band, k, n in data["holders_healthy"]}
+    return by_worker, healthy
+
+
+def without_holders(data: dict) -> dict:
+    return {key: value for key, value in data.items() if key not in ("holders", "users", "kinds", "holders_healthy")}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(tick, min_size=1, max_size=12))
+def test_the_publication_kept_from_tick_to_tick_equals_a_full_rebuild_after_every_tick(ticks):
+    counts = LiveCounts()
+    formats._statics = None
+    for simulated in simulated_ticks(ticks):
+        snapshot, decision, kept = simulated.snapshot, simulated.decision, simulated.kept
+        # The counts at the tick's start: the previous tick's, with the change log set.
+        set_changes(counts, simulated)
+        # The core's pending count, which the tick takes from them.
+        assert sum(c[0] for c in counts.by_user.values()) == sum(1 for t in snapshot.tasks if t.state is PENDING)
+        queue = pending_queue(decision)
+        jobs_in_queue = queued_jobs(queue)
+
+        # Fairness: running values from the kept counts, the rest from the queue's columns.
+        running = counts.left_running(decision)
+        assert running == left_running(snapshot, decision)
+        sample = fairness_sample(snapshot, decision, queue, jobs_in_queue=jobs_in_queue, running=running)
+        assert sample == fairness_sample(snapshot, decision)
+
+        # The counts after the tick's kept changes, as the tick publishes them.
+        set_kept(counts, simulated)
+        job_counts: dict = {}
+        explanation = explanation_to_json(snapshot, decision, queue, jobs_in_queue=jobs_in_queue, job_counts=job_counts)
+        explanation["active"], holders = counts.published()
+        basis = decompress_json(compress_json(whatif_basis_to_json(snapshot, decision, job_counts, holders)))
+
+        # The basis rebuilt with nothing kept: the workers' columns afresh, the holders counted.
+        formats._statics = None
+        full_holders: dict = {}
+        full_active = active_counts(snapshot, decision, kept, per_worker=full_holders)
+        rebuilt = decompress_json(compress_json(whatif_basis_to_json(snapshot, decision, job_counts, full_holders)))
+        assert without_holders(basis) == without_holders(rebuilt)
+        assert holders_of(basis) == holders_of(rebuilt)
+        assert explanation["active"] == full_active
+        parsed = parse_basis(1, AT, decision.spend, basis)
+        assert [w.id for w in parsed.workers] == [w.id for w in snapshot.workers]
+        assert [w.healthy for w in parsed.workers] == [w.healthy for w in snapshot.workers]
+
+        # The queue as readers index it, task by task from the decision.
+        index = parse_queue_index(1, snapshot.now_ms, AT, {}, {}, decompress_json(compress_json(explanation)))
+        assert index.ids == {int(band): task_ids for band, task_ids in queue.items()}
+        for band, task_ids in queue.items():
+            rank = int(band)
+            for offset, task_id in enumerate(task_ids):
+                entry = index.entry(rank, offset)
+                job = snapshot.jobs[task_id[: task_id.rfind("/")]]
+                assert (entry.task, entry.position, entry.band_count) == (task_id, offset + 1, len(task_ids))
+                assert entry.reason == reason_record(decision.pending_reasons[task_id])
+                assert (entry.user, entry.requested) == (job.user, job.band)
+        assert job_counts == {
+            int(band): {job_id: jobs.count(job_id) for job_id in dict.fromkeys(jobs)}
+            for band, jobs in jobs_in_queue.items()
+        }
+
+
+def test_the_basis_reads_each_worker_s_free_capacity_by_name_whatever_the_decision_s_worker_order():
+    ticks = [([("arrive", "alice", Band.BATCH, 3, 1, 1), ("arrive", "bob", Band.BATCH, 2, 0, 1)], 0xFFFF, False)]
+    simulated = next(simulated_ticks(ticks))
+    snapshot, decision = simulated.snapshot, simulated.decision
+    left = decision.capacity_left
+    # The decision's workers listed in reverse order, the first left out: matched by name.
+    order = range(len(left.workers) - 1, 0, -1)
+    columns = ("workers", "cpu", "mem", "gpu", "tpu", "building")
+    shuffled = replace(left, **{name: tuple(getattr(left, name)[i] for i in order) for name in columns})
+    basis = whatif_basis_to_json(snapshot, decision, {}, {})
+    moved = whatif_basis_to_json(snapshot, replace(decision, capacity_left=shuffled), {}, {})
+    for row, shuffled_row in zip(basis["workers"], moved["workers"], strict=True):
+        if row[0] == left.workers[0]:
+            assert shuffled_row == [*row[:8], 0, 0, 0, 0]  # not in the decision: nothing free
+        else:
+            assert shuffled_row == row
+    assert any(row[8:] != [0, 0, 0, 0] for row in basis["workers"])
