@@ -361,6 +361,11 @@ class ShapeBook:
         self._postings: dict[str, dict[str, frozenset[int]]] = {}
         # Constraint -> ranks of the healthy workers it allows.
         self._matching_sets: dict[Constraint, frozenset[int]] = {}
+        # (key, values) of an ``in`` -> the union of the values' posting sets: constraints
+        # listing the same values in another order allow the same workers.
+        self._unions: dict[tuple[str, frozenset[str]], frozenset[int]] = {}
+        # The identities of a signature's matching sets -> their intersection.
+        self._intersections: dict[tuple[int, ...], frozenset[int]] = {}
         # (matching ranks or None for all, soft constraints) -> the candidate list.
         self._by_matching: dict[tuple[frozenset[int] | None, tuple[Constraint, ...]], list[int]] = {}
         self.shapes: list[Shape] = []
@@ -404,7 +409,12 @@ class ShapeBook:
         matching = None
         if hard:
             sets = sorted((self._matching(c) for c in hard), key=len)
-            matching = sets[0].intersection(*sets[1:])
+            # Signatures whose constraints allow the same sets (an ``in`` listing its zones in
+            # another order, a soft preference added) intersect them once.
+            same = tuple(sorted(map(id, sets)))
+            matching = self._intersections.get(same)
+            if matching is None:
+                matching = self._intersections[same] = sets[0].intersection(*sets[1:])
         cands = self._by_matching.get((matching, soft))
         if cands is None:
             # The matching sets hold ranks (positions in id order), so putting the workers in id
@@ -414,9 +424,9 @@ class ShapeBook:
                 score = [0] * len(by_id)
                 for c in soft:
                     allowed = self._matching(c)
-                    for r in ranks:
-                        if r in allowed:
-                            score[r] += 1
+                    # Only the candidates a soft constraint allows get its point.
+                    for r in allowed if matching is None else allowed.intersection(matching):
+                        score[r] += 1
                 # Stable, and ``reverse`` keeps equal scores in id order.
                 ranks = sorted(ranks, key=score.__getitem__, reverse=True)
             cands = self._by_matching[(matching, soft)] = list(map(by_id.__getitem__, ranks))
@@ -440,7 +450,13 @@ class ShapeBook:
                 values = value if op is ConstraintOp.IN else (value,)
                 # One value (``eq``, ``ne``, a one-value ``in``) is its posting set itself.
                 found = [posting[v] for v in values if v in posting]
-                matching = found[0] if len(found) == 1 else frozenset().union(*found)
+                if len(found) == 1:
+                    matching = found[0]
+                else:
+                    union_key = (key, frozenset(values))
+                    matching = self._unions.get(union_key)
+                    if matching is None:
+                        matching = self._unions[union_key] = frozenset().union(*found)
                 if op is ConstraintOp.NE:
                     matching = frozenset(range(len(self.pool.by_id))) - matching
             self._matching_sets[c] = matching

@@ -252,6 +252,9 @@ def explain_pending(
     # (tasks, reason) pairs, turned into one dict at the end (far cheaper than per-job updates).
     shared: list[tuple[Sequence[TaskSnapshot], PendingReason]] = []
     exhausted_reasons: dict[tuple[int, int], PendingReason] = {}
+    # Reasons are immutable, so jobs with equal ones share one object: (tasks ahead or 0, the
+    # cause's and the downgrade's identities) -> the reason of a job's first unplaced task.
+    head_reasons: dict[tuple[int, int, int], PendingReason] = {}
     for queue in queues:
         job_id = queue.spec.id
         before = first_unplaced.get(job_id)
@@ -268,9 +271,11 @@ def explain_pending(
                 if never is not None:
                     cause = never
             base = cause
-            if fit_at_start and before and not isinstance(cause, RoomFreedThisTick):
-                cause = WaitingBehind(before, cause)
-            head = PendingReason(cause, downgrade)
+            behind = before if fit_at_start and before and not isinstance(cause, RoomFreedThisTick) else 0
+            head = head_reasons.get((behind, id(base), id(downgrade)))
+            if head is None:
+                head = PendingReason(WaitingBehind(behind, base) if behind else base, downgrade)
+                head_reasons[(behind, id(base), id(downgrade))] = head
             if queue.gang or len(unplaced) == 1:
                 shared.append((unplaced, head))
             else:
