@@ -358,6 +358,9 @@ class ShapeBook:
         self._by_identity: dict[tuple[int, int], Shape] = {}
         self._candidates: dict[tuple, list[int]] = {}
         self._groups: dict[tuple, list[Group]] = {}
+        # (shape id, group_by) -> the same lists: hashing a shape's constraints on every
+        # gang's look-up cost more than building the groups.
+        self._groups_of_shape: dict[tuple[int, str], list[Group]] = {}
         self._postings: dict[str, dict[str, frozenset[int]]] = {}
         # Constraint -> ranks of the healthy workers it allows.
         self._matching_sets: dict[Constraint, frozenset[int]] = {}
@@ -481,9 +484,13 @@ class ShapeBook:
         Groups go by total soft-constraint score (descending), then group value; workers
         without the attribute belong to no group. Members are in ``tpu-worker-id`` order.
         """
+        groups = self._groups_of_shape.get((shape.id, group_by))
+        if groups is not None:
+            return groups
         key = (shape.hard, shape.soft, group_by)
         groups = self._groups.get(key)
         if groups is not None:
+            self._groups_of_shape[(shape.id, group_by)] = groups
             return groups
         attrs = self.pool.attrs
         by_value: dict[str, list[int]] = {}
@@ -497,7 +504,7 @@ class ShapeBook:
             score = sum(constraint_matches(attrs[w], c) for w in members for c in shape.soft) if shape.soft else 0
             scored.append((-score, value, Group(value, tuple(members))))
         scored.sort(key=lambda item: (item[0], item[1]))
-        groups = self._groups[key] = [group for _, _, group in scored]
+        groups = self._groups[key] = self._groups_of_shape[(shape.id, group_by)] = [group for _, _, group in scored]
         return groups
 
     def host_order(self, w: int) -> tuple[int, int, str, int]:
