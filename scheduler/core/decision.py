@@ -45,6 +45,7 @@ from scheduler.core.types import (
     TaskSnapshot,
     TaskState,
     Unschedulable,
+    task_after,
 )
 
 _by_index = attrgetter("index")
@@ -318,7 +319,7 @@ class _Outcome:
             key = task.preemption_count * stride + 4 * w + band
             state = shared.get(key)
             if state is None:
-                state = shared[key] = TaskAfter(assigned, worker, band, task.preemption_count)
+                state = shared[key] = task_after(assigned, worker, band, task.preemption_count)
             after[task.id] = state
 
     def expire(self, expired: Iterable[JobQueue]) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from scheduler.core.bands import Band
 from scheduler.core.ordering import JobQueue
@@ -361,6 +362,7 @@ class ShapeBook:
         # (shape id, group_by) -> the same lists: hashing a shape's constraints on every
         # gang's look-up cost more than building the groups.
         self._groups_of_shape: dict[tuple[int, str], list[Group]] = {}
+        self._shared_groups: dict[tuple[str, tuple[int, ...]], Group] = {}
         self._postings: dict[str, dict[str, frozenset[int]]] = {}
         # Constraint -> ranks of the healthy workers it allows.
         self._matching_sets: dict[Constraint, frozenset[int]] = {}
@@ -499,10 +501,16 @@ class ShapeBook:
             if value is not None:
                 by_value.setdefault(value, []).append(w)
         scored = []
+        shared = self._shared_groups
         for value, members in by_value.items():
             members.sort(key=self.host_order)
+            hosts = tuple(members)
+            # Most shapes see the same groups whole: one object each (thousands per tick).
+            group = shared.get((value, hosts))
+            if group is None:
+                group = shared[(value, hosts)] = Group(value, hosts)
             score = sum(constraint_matches(attrs[w], c) for w in members for c in shape.soft) if shape.soft else 0
-            scored.append((-score, value, Group(value, tuple(members))))
+            scored.append((-score, value, group))
         scored.sort(key=lambda item: (item[0], item[1]))
         groups = self._groups[key] = self._groups_of_shape[(shape.id, group_by)] = [group for _, _, group in scored]
         return groups
@@ -523,6 +531,9 @@ class ShapeBook:
                     key = (1, 0, raw, rank)
             self._host_keys[w] = key
         return key
+
+
+_job_of = attrgetter("job_id")
 
 
 def place(
@@ -548,12 +559,10 @@ def place(
     lanes_of(book.shapes)
     for tasks in bands.values():
         if gang_jobs:
-            gangs = {}
-            for task in tasks:
-                if task.job_id in gang_jobs and task.job_id not in gangs:
-                    gangs[task.job_id] = get_queue(task.job_id)
-            for queue in gangs.values():
-                place_gang(queue, pool, book, out)
+            # The band's gang jobs in order of their first task (``dict.fromkeys`` keeps the
+            # first), picked out in C: a loop statement per task cost as much as placing them.
+            for job_id in dict.fromkeys(filter(gang_jobs.__contains__, map(_job_of, tasks))):
+                place_gang(get_queue(job_id), pool, book, out)
         for task in tasks:
             queue = get_queue(task.job_id)
             if queue.gang or queue.failed_task is not None:
