@@ -295,14 +295,8 @@ class Shape:
     soft: tuple[Constraint, ...]
     cands: list[int]
     pos: int = 0
-    cand_set: frozenset[int] | None = None
     # The placement pass's shared floor of ``cands`` (set by :func:`place`).
     lane: Lane | None = None
-
-    def candidate_set(self) -> frozenset[int]:
-        if self.cand_set is None:
-            self.cand_set = frozenset(self.cands)
-        return self.cand_set
 
 
 @dataclass(slots=True, eq=False)
@@ -363,6 +357,8 @@ class ShapeBook:
         # gang's look-up cost more than building the groups.
         self._groups_of_shape: dict[tuple[int, str], list[Group]] = {}
         self._shared_groups: dict[tuple[str, tuple[int, ...]], Group] = {}
+        # id(candidate list) -> its workers as a set (shapes sharing a list share it).
+        self._candidate_sets: dict[int, frozenset[int]] = {}
         self._postings: dict[str, dict[str, frozenset[int]]] = {}
         # Constraint -> ranks of the healthy workers it allows.
         self._matching_sets: dict[Constraint, frozenset[int]] = {}
@@ -437,6 +433,13 @@ class ShapeBook:
             cands = self._by_matching[(matching, soft)] = list(map(by_id.__getitem__, ranks))
         self._candidates[key] = cands
         return cands
+
+    def candidate_set(self, shape: Shape) -> frozenset[int]:
+        """``shape.cands`` as a set, built once per candidate list."""
+        found = self._candidate_sets.get(id(shape.cands))
+        if found is None:
+            found = self._candidate_sets[id(shape.cands)] = frozenset(shape.cands)
+        return found
 
     def _matching(self, c: Constraint) -> frozenset[int]:
         """The ranks of the healthy workers satisfying ``c`` (memoised): from the posting lists

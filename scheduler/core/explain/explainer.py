@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from itertools import compress, islice
+from itertools import compress, filterfalse, groupby, islice
 
 from scheduler.core.bands import Band
 from scheduler.core.feasibility import analyse_job, any_fits_when_idle, constraint_text, slice_group
@@ -301,18 +301,14 @@ def pending_queue(decision: Decision) -> dict[Band, list[str]]:
     """
     assigned = {a.task for a in decision.assignments}
     reasons = decision.pending_reasons
-    bands = decision.effective_bands
-    requeued = decision.requeue_bands
-    queue: dict[Band, list[str]] = {}
-    seen = set(decision.order)
-    ordered = [t for t in decision.order if t in reasons and t not in assigned]
-    ordered.extend(t for t in reasons if t not in seen and t not in assigned)
-    for task_id in ordered:
-        band = bands.get(task_id)
-        if band is None:
-            band = requeued[task_id]
-        tasks = queue.get(band)
-        if tasks is None:
-            tasks = queue[band] = []
-        tasks.append(task_id)
-    return dict(sorted(queue.items()))
+    # A task's band: its effective band at tick start, else (put back in the queue this tick)
+    # the band it goes back in.
+    band_of = {**decision.requeue_bands, **decision.effective_bands}
+    # The filters run in C: this is once per pending task (100,000 in a large tick).
+    ordered = list(filter(reasons.__contains__, decision.order))
+    ordered.extend(filterfalse(set(decision.order).__contains__, reasons))
+    if not assigned.isdisjoint(reasons):
+        ordered = [t for t in ordered if t not in assigned]
+    # Each band's tasks keep their order: a stable sort by band, then one list per band.
+    ordered.sort(key=band_of.__getitem__)
+    return {band: list(tasks) for band, tasks in groupby(ordered, key=band_of.__getitem__)}

@@ -298,7 +298,7 @@ class PreemptionPass:
                     feasible = _Feasible(feasible.entries, feasible.since)
                 search = self._searches[key] = _Search(feasible, 0, [], feasible.since)
             self._search_of[(shape.id, rank, exclude_job)] = search
-        members = shape.candidate_set()
+        members = self.book.candidate_set(shape)
         heap = search.heap
         if search.seen < len(self.log):
             # A worker that changed gets its original lower bound back on the heap (still a
@@ -487,7 +487,7 @@ class PreemptionPass:
         compatible = self._compatible.get(key)
         if compatible is None:
             # Slices the gang could ever take: big enough, on healthy hosts it may use.
-            allowed = shape.candidate_set()
+            allowed = self.book.candidate_set(shape)
             compatible = self._compatible[key] = [
                 piece
                 for piece in self._slices_for(variant)
