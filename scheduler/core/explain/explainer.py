@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from itertools import compress, filterfalse, groupby, islice
+from itertools import filterfalse, groupby, islice
 
 from scheduler.core.bands import Band
 from scheduler.core.feasibility import analyse_job, any_fits_when_idle, constraint_text, slice_group
@@ -128,10 +128,8 @@ class Explainer:
         if found is None:
             pool = self.pool
             ma, mb, assigned, building = pool.max_assign, pool.max_building, pool.assigned, pool.building
-            # The same filters as ``[w for w in cands if assigned[w] < ma]``, then on
-            # ``building[w] < mb``, run in C (the lists hold up to every worker, once per list).
-            uncapped = list(compress(cands, map(ma.__gt__, map(assigned.__getitem__, cands))))
-            open_workers = list(compress(uncapped, map(mb.__gt__, map(building.__getitem__, uncapped))))
+            uncapped = [w for w in cands if assigned[w] < ma]
+            open_workers = [w for w in uncapped if building[w] < mb]
             open_workers.sort(key=pool.cpu.__getitem__)
             open_cpu = list(map(pool.cpu.__getitem__, open_workers))
             found = (len(cands) - len(uncapped), len(uncapped) - len(open_workers), open_workers, open_cpu)
