@@ -121,6 +121,7 @@ class PreemptionPass:
         self._gang_failed: dict[tuple, int] = {}
         self._slices_by_variant: dict[VariantKey, list[Slice]] = {}
         self._squat_groups: dict[tuple, list] = {}
+        self._variants_of: dict[VariantKey, frozenset[VariantKey]] = {}
         # (request, gang size, rank, excluded job) -> {a group's hosts: the sum of their versions
         # when they could not take the gang}: until one of them changes, they still cannot.
         # Whether hosts can take a gang depends only on them and the request, so gangs of other
@@ -191,6 +192,17 @@ class PreemptionPass:
         self._touch(w)
         self.epoch += 1
         return True
+
+    def _victim_variants(self, variant: VariantKey) -> frozenset[VariantKey]:
+        """The victims' variants a candidate of ``variant`` may evict (:func:`variant_matches`),
+        among those of the indexed groups (every group's variant is a key of
+        ``workers_by_variant``); once per variant instead of a call per group."""
+        found = self._variants_of.get(variant)
+        if found is None:
+            found = self._variants_of[variant] = frozenset(
+                [v for v in self.workers_by_variant if variant_matches(variant, v)]
+            )
+        return found
 
     def _lower_bounds(self, rank: int, variant: VariantKey) -> list:
         """Per worker with victims a candidate of ``rank`` and ``variant`` may evict: the key of
@@ -394,10 +406,11 @@ class PreemptionPass:
         """
         eligible = []
         neg_rank = -rank
+        variants = None if any_variant else self._victim_variants(variant)
         for group in self.solo.get(w, ()):
             if group.neg_band >= neg_rank:  # band <= rank, without the property call
                 break
-            if (any_variant or variant_matches(variant, group.variant)) and group.job_id != exclude_job:
+            if (variants is None or group.variant in variants) and group.job_id != exclude_job:
                 eligible.append(group)
         if not eligible:
             return None
