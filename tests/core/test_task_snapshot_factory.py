@@ -125,7 +125,10 @@ def test_the_fast_job_spec_is_the_constructors_job_spec(
     preemption_count=st.integers(0, 1000),
 )
 def test_the_fast_task_after_is_the_constructors_task_after(state, worker, band, preemption_count):
-    made, constructed = task_after(state, worker, band, preemption_count), TaskAfter(state, worker, band, preemption_count)
+    made, constructed = (
+        task_after(state, worker, band, preemption_count),
+        TaskAfter(state, worker, band, preemption_count),
+    )
     assert [f.name for f in fields(TaskAfter)] == ["state", "worker", "band", "preemption_count"]
     assert type(made) is TaskAfter
     assert made == constructed and hash(made) == hash(constructed) and repr(made) == repr(constructed)
