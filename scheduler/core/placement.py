@@ -365,7 +365,8 @@ class ShapeBook:
         # (key, values) of an ``in`` -> the union of the values' posting sets: constraints
         # listing the same values in another order allow the same workers.
         self._unions: dict[tuple[str, frozenset[str]], frozenset[int]] = {}
-        # The identities of a signature's matching sets -> their intersection.
+        # The identities of a signature's matching sets (each kept alive by the memos above)
+        # -> their intersection.
         self._intersections: dict[tuple[int, ...], frozenset[int]] = {}
         # (matching ranks or None for all, soft constraints) -> the candidate list.
         self._by_matching: dict[tuple[frozenset[int] | None, tuple[Constraint, ...]], list[int]] = {}
@@ -563,7 +564,7 @@ def place(
     for tasks in bands.values():
         if gang_jobs:
             # The band's gang jobs in order of their first task (``dict.fromkeys`` keeps the
-            # first), picked out in C: a loop statement per task cost as much as placing them.
+            # first), picked out in C rather than by a Python statement per task of the band.
             for job_id in dict.fromkeys(filter(gang_jobs.__contains__, map(_job_of, tasks))):
                 place_gang(get_queue(job_id), pool, book, out)
         for task in tasks:
