@@ -45,6 +45,7 @@ from scheduler.core.types import (
     TaskSnapshot,
     TaskState,
     Unschedulable,
+    task_after,
 )
 
 _by_index = attrgetter("index")
@@ -85,9 +86,9 @@ def collector_paused():
 def _decide(snapshot: ClusterSnapshot) -> Decision:
     jobs = snapshot.jobs
     config = snapshot.config
-    pending_by_job, active_by_job, unfinished = _group_tasks(snapshot.tasks)
+    pending_by_job, active_by_job, unfinished, out_of_order = _group_tasks(snapshot.tasks)
     spend = spend_from_counts(jobs, {job_id: len(tasks) for job_id, tasks in active_by_job.items()})
-    queues = _job_queues(snapshot, pending_by_job, spend)
+    queues = _job_queues(snapshot, pending_by_job, out_of_order, spend)
     by_job = {q.spec.id: q for q in queues}
     expired = apply_gates(queues, snapshot.now_ms, config.max_tasks_per_job_per_cycle)
     downgrades = _downgrades(snapshot, queues, spend)
@@ -181,10 +182,10 @@ def placements(snapshot: ClusterSnapshot) -> list[tuple[str, str]]:
     (``tests/core/test_uplift_preview.py`` holds them equal)."""
     with collector_paused():
         config = snapshot.config
-        pending_by_job, active_by_job, unfinished = _group_tasks(snapshot.tasks)
+        pending_by_job, active_by_job, unfinished, out_of_order = _group_tasks(snapshot.tasks)
         counts = {job_id: len(tasks) for job_id, tasks in active_by_job.items()}
         spend = spend_from_counts(snapshot.jobs, counts)
-        queues = _job_queues(snapshot, pending_by_job, spend)
+        queues = _job_queues(snapshot, pending_by_job, out_of_order, spend)
         by_job = {q.spec.id: q for q in queues}
         apply_gates(queues, snapshot.now_ms, config.max_tasks_per_job_per_cycle)
         bands = scheduling_order(queues, spend)
@@ -199,13 +200,15 @@ def placements(snapshot: ClusterSnapshot) -> list[tuple[str, str]]:
 
 def _group_tasks(
     tasks: Iterable[TaskSnapshot],
-) -> tuple[dict[str, list[TaskSnapshot]], dict[str, list[TaskSnapshot]], list[TaskSnapshot]]:
-    """PENDING tasks per job, ASSIGNED/BUILDING/RUNNING tasks per job, and the tasks (any state)
-    with an unfinished earlier attempt. One pass: this is the only loop over every task."""
+) -> tuple[dict[str, list[TaskSnapshot]], dict[str, list[TaskSnapshot]], list[TaskSnapshot], set[str]]:
+    """PENDING tasks per job, ASSIGNED/BUILDING/RUNNING tasks per job, the tasks (any state)
+    with an unfinished earlier attempt, and the jobs whose PENDING tasks came out of index
+    order. One pass: this is the only loop over every task."""
     pending = TaskState.PENDING
     pending_by_job: dict[str, list[TaskSnapshot]] = {}
     active_by_job: dict[str, list[TaskSnapshot]] = {}
     unfinished: list[TaskSnapshot] = []
+    out_of_order: set[str] = set()
     for task in tasks:
         state = task.state
         if state is pending:
@@ -213,6 +216,8 @@ def _group_tasks(
             if bucket is None:
                 pending_by_job[task.job_id] = [task]
             else:
+                if task.index < bucket[-1].index:
+                    out_of_order.add(task.job_id)
                 bucket.append(task)
         elif state in ACTIVE_STATES:
             bucket = active_by_job.get(task.job_id)
@@ -222,13 +227,18 @@ def _group_tasks(
                 bucket.append(task)
         if task.unfinished_attempt_worker is not None:
             unfinished.append(task)
-    return pending_by_job, active_by_job, unfinished
+    return pending_by_job, active_by_job, unfinished, out_of_order
 
 
 def _job_queues(
-    snapshot: ClusterSnapshot, pending_by_job: Mapping[str, list[TaskSnapshot]], spend: Mapping[str, int]
+    snapshot: ClusterSnapshot,
+    pending_by_job: Mapping[str, list[TaskSnapshot]],
+    out_of_order: set[str],
+    spend: Mapping[str, int],
 ) -> list[JobQueue]:
-    """One queue per job with pending work, in job priority order, each with its effective band."""
+    """One queue per job with pending work, in job priority order, each with its effective band.
+    Only the jobs in ``out_of_order`` need their tasks sorted by index (snapshots list a job's
+    tasks in index order, and sorting twelve thousand sorted lists cost a third of this)."""
     jobs = snapshot.jobs
     defaults = snapshot.config.budget_defaults
     band_of: dict[tuple[str, Band], Band] = {}
@@ -241,7 +251,7 @@ def _job_queues(
         band = band_of.get(key)
         if band is None:
             band = band_of[key] = effective_band(job.band, job.user, spend, snapshot.budgets, defaults)
-        if len(tasks) > 1:
+        if job.id in out_of_order:
             tasks.sort(key=_by_index)
         queues.append(JobQueue(job, band, job.group_by is not None, tasks))
     return queues
@@ -309,7 +319,7 @@ class _Outcome:
             key = task.preemption_count * stride + 4 * w + band
             state = shared.get(key)
             if state is None:
-                state = shared[key] = TaskAfter(assigned, worker, band, task.preemption_count)
+                state = shared[key] = task_after(assigned, worker, band, task.preemption_count)
             after[task.id] = state
 
     def expire(self, expired: Iterable[JobQueue]) -> None:

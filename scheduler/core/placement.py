@@ -22,6 +22,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from scheduler.core.bands import Band
 from scheduler.core.ordering import JobQueue
@@ -294,14 +295,8 @@ class Shape:
     soft: tuple[Constraint, ...]
     cands: list[int]
     pos: int = 0
-    cand_set: frozenset[int] | None = None
     # The placement pass's shared floor of ``cands`` (set by :func:`place`).
     lane: Lane | None = None
-
-    def candidate_set(self) -> frozenset[int]:
-        if self.cand_set is None:
-            self.cand_set = frozenset(self.cands)
-        return self.cand_set
 
 
 @dataclass(slots=True, eq=False)
@@ -358,9 +353,21 @@ class ShapeBook:
         self._by_identity: dict[tuple[int, int], Shape] = {}
         self._candidates: dict[tuple, list[int]] = {}
         self._groups: dict[tuple, list[Group]] = {}
+        # (shape id, group_by) -> the same lists: hashing a shape's constraints on every
+        # gang's look-up cost more than building the groups.
+        self._groups_of_shape: dict[tuple[int, str], list[Group]] = {}
+        self._shared_groups: dict[tuple[str, tuple[int, ...]], Group] = {}
+        # id(candidate list) -> its workers as a set (shapes sharing a list share it).
+        self._candidate_sets: dict[int, frozenset[int]] = {}
         self._postings: dict[str, dict[str, frozenset[int]]] = {}
         # Constraint -> ranks of the healthy workers it allows.
         self._matching_sets: dict[Constraint, frozenset[int]] = {}
+        # (key, values) of an ``in`` -> the union of the values' posting sets: constraints
+        # listing the same values in another order allow the same workers.
+        self._unions: dict[tuple[str, frozenset[str]], frozenset[int]] = {}
+        # The identities of a signature's matching sets (each kept alive by the memos above)
+        # -> their intersection.
+        self._intersections: dict[tuple[int, ...], frozenset[int]] = {}
         # (matching ranks or None for all, soft constraints) -> the candidate list.
         self._by_matching: dict[tuple[frozenset[int] | None, tuple[Constraint, ...]], list[int]] = {}
         self.shapes: list[Shape] = []
@@ -404,7 +411,12 @@ class ShapeBook:
         matching = None
         if hard:
             sets = sorted((self._matching(c) for c in hard), key=len)
-            matching = sets[0].intersection(*sets[1:])
+            # Signatures whose constraints allow the same sets (an ``in`` listing its zones in
+            # another order, a soft preference added) intersect them once.
+            same = tuple(sorted(map(id, sets)))
+            matching = self._intersections.get(same)
+            if matching is None:
+                matching = self._intersections[same] = sets[0].intersection(*sets[1:])
         cands = self._by_matching.get((matching, soft))
         if cands is None:
             # The matching sets hold ranks (positions in id order), so putting the workers in id
@@ -414,14 +426,21 @@ class ShapeBook:
                 score = [0] * len(by_id)
                 for c in soft:
                     allowed = self._matching(c)
-                    for r in ranks:
-                        if r in allowed:
-                            score[r] += 1
+                    # Only the candidates a soft constraint allows get its point.
+                    for r in allowed if matching is None else allowed.intersection(matching):
+                        score[r] += 1
                 # Stable, and ``reverse`` keeps equal scores in id order.
                 ranks = sorted(ranks, key=score.__getitem__, reverse=True)
             cands = self._by_matching[(matching, soft)] = list(map(by_id.__getitem__, ranks))
         self._candidates[key] = cands
         return cands
+
+    def candidate_set(self, shape: Shape) -> frozenset[int]:
+        """``shape.cands`` as a set, built once per candidate list."""
+        found = self._candidate_sets.get(id(shape.cands))
+        if found is None:
+            found = self._candidate_sets[id(shape.cands)] = frozenset(shape.cands)
+        return found
 
     def _matching(self, c: Constraint) -> frozenset[int]:
         """The ranks of the healthy workers satisfying ``c`` (memoised): from the posting lists
@@ -440,7 +459,13 @@ class ShapeBook:
                 values = value if op is ConstraintOp.IN else (value,)
                 # One value (``eq``, ``ne``, a one-value ``in``) is its posting set itself.
                 found = [posting[v] for v in values if v in posting]
-                matching = found[0] if len(found) == 1 else frozenset().union(*found)
+                if len(found) == 1:
+                    matching = found[0]
+                else:
+                    union_key = (key, frozenset(values))
+                    matching = self._unions.get(union_key)
+                    if matching is None:
+                        matching = self._unions[union_key] = frozenset().union(*found)
                 if op is ConstraintOp.NE:
                     matching = frozenset(range(len(self.pool.by_id))) - matching
             self._matching_sets[c] = matching
@@ -465,9 +490,13 @@ class ShapeBook:
         Groups go by total soft-constraint score (descending), then group value; workers
         without the attribute belong to no group. Members are in ``tpu-worker-id`` order.
         """
+        groups = self._groups_of_shape.get((shape.id, group_by))
+        if groups is not None:
+            return groups
         key = (shape.hard, shape.soft, group_by)
         groups = self._groups.get(key)
         if groups is not None:
+            self._groups_of_shape[(shape.id, group_by)] = groups
             return groups
         attrs = self.pool.attrs
         by_value: dict[str, list[int]] = {}
@@ -476,12 +505,18 @@ class ShapeBook:
             if value is not None:
                 by_value.setdefault(value, []).append(w)
         scored = []
+        shared = self._shared_groups
         for value, members in by_value.items():
             members.sort(key=self.host_order)
+            hosts = tuple(members)
+            # Most shapes see the same groups whole: one object each (thousands per tick).
+            group = shared.get((value, hosts))
+            if group is None:
+                group = shared[(value, hosts)] = Group(value, hosts)
             score = sum(constraint_matches(attrs[w], c) for w in members for c in shape.soft) if shape.soft else 0
-            scored.append((-score, value, Group(value, tuple(members))))
+            scored.append((-score, value, group))
         scored.sort(key=lambda item: (item[0], item[1]))
-        groups = self._groups[key] = [group for _, _, group in scored]
+        groups = self._groups[key] = self._groups_of_shape[(shape.id, group_by)] = [group for _, _, group in scored]
         return groups
 
     def host_order(self, w: int) -> tuple[int, int, str, int]:
@@ -500,6 +535,9 @@ class ShapeBook:
                     key = (1, 0, raw, rank)
             self._host_keys[w] = key
         return key
+
+
+_job_of = attrgetter("job_id")
 
 
 def place(
@@ -525,12 +563,10 @@ def place(
     lanes_of(book.shapes)
     for tasks in bands.values():
         if gang_jobs:
-            gangs = {}
-            for task in tasks:
-                if task.job_id in gang_jobs and task.job_id not in gangs:
-                    gangs[task.job_id] = get_queue(task.job_id)
-            for queue in gangs.values():
-                place_gang(queue, pool, book, out)
+            # The band's gang jobs in order of their first task (``dict.fromkeys`` keeps the
+            # first), picked out in C rather than by a Python statement per task of the band.
+            for job_id in dict.fromkeys(filter(gang_jobs.__contains__, map(_job_of, tasks))):
+                place_gang(get_queue(job_id), pool, book, out)
         for task in tasks:
             queue = get_queue(task.job_id)
             if queue.gang or queue.failed_task is not None:

@@ -345,6 +345,23 @@ class TaskAfter:
     preemption_count: int
 
 
+_TASK_AFTER_SETTERS = tuple(TaskAfter.__dict__[f.name].__set__ for f in fields(TaskAfter))
+
+
+def task_after(state, worker, band, preemption_count) -> TaskAfter:
+    """``TaskAfter(...)`` in half the time, as :func:`task_snapshot` (a large decision builds
+    over ten thousand: one per worker, band and count its assignments land on);
+    ``tests/core/test_task_snapshot_factory.py`` checks it against the constructor and the
+    fields' order."""
+    set_state, set_worker, set_band, set_count = _TASK_AFTER_SETTERS
+    after = _new(TaskAfter)
+    set_state(after, state)
+    set_worker(after, worker)
+    set_band(after, band)
+    set_count(after, preemption_count)
+    return after
+
+
 @dataclass(frozen=True, slots=True)
 class CapacityLeft:
     """What each worker has free once a decision's placements and evictions are counted: what

@@ -15,9 +15,11 @@ from scheduler.core.types import (
     DeviceType,
     JobSpec,
     Resources,
+    TaskAfter,
     TaskSnapshot,
     TaskState,
     job_spec,
+    task_after,
     task_snapshot,
 )
 
@@ -112,4 +114,21 @@ def test_the_fast_job_spec_is_the_constructors_job_spec(
         "max_retries_failure",
     ]
     assert type(made) is JobSpec
+    assert made == constructed and hash(made) == hash(constructed) and repr(made) == repr(constructed)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    state=st.sampled_from(list(TaskState)),
+    worker=st.none() | st.text(max_size=8),
+    band=st.none() | st.sampled_from(list(Band)),
+    preemption_count=st.integers(0, 1000),
+)
+def test_the_fast_task_after_is_the_constructors_task_after(state, worker, band, preemption_count):
+    made, constructed = (
+        task_after(state, worker, band, preemption_count),
+        TaskAfter(state, worker, band, preemption_count),
+    )
+    assert [f.name for f in fields(TaskAfter)] == ["state", "worker", "band", "preemption_count"]
+    assert type(made) is TaskAfter
     assert made == constructed and hash(made) == hash(constructed) and repr(made) == repr(constructed)

@@ -121,9 +121,12 @@ class PreemptionPass:
         self._gang_failed: dict[tuple, int] = {}
         self._slices_by_variant: dict[VariantKey, list[Slice]] = {}
         self._squat_groups: dict[tuple, list] = {}
-        # (shape, group_by, gang size, rank, excluded job) -> {group index: the sum of its hosts'
-        # versions when it could not take the gang}: until one of its hosts changes, it still cannot.
-        self._squat_failed: dict[tuple, dict[int, int]] = {}
+        self._variants_of: dict[VariantKey, frozenset[VariantKey]] = {}
+        # (request, gang size, rank, excluded job) -> {a group's hosts: the sum of their versions
+        # when they could not take the gang}: until one of them changes, they still cannot.
+        # Whether hosts can take a gang depends only on them and the request, so gangs of other
+        # shapes (constraints, group_by) with the same request share what was found.
+        self._squat_failed: dict[tuple, dict[tuple[int, ...], int]] = {}
         batch = Band.BATCH
         self.candidates = [t for t in candidates if queues[t.job_id].band is not batch]
         victims = index_victims(pool, queues, jobs, active_by_job, self.candidates)
@@ -189,6 +192,17 @@ class PreemptionPass:
         self._touch(w)
         self.epoch += 1
         return True
+
+    def _victim_variants(self, variant: VariantKey) -> frozenset[VariantKey]:
+        """The victims' variants a candidate of ``variant`` may evict (:func:`variant_matches`),
+        among those of the indexed groups (every group's variant is a key of
+        ``workers_by_variant``); once per variant instead of a call per group."""
+        found = self._variants_of.get(variant)
+        if found is None:
+            found = self._variants_of[variant] = frozenset(
+                [v for v in self.workers_by_variant if variant_matches(variant, v)]
+            )
+        return found
 
     def _lower_bounds(self, rank: int, variant: VariantKey) -> list:
         """Per worker with victims a candidate of ``rank`` and ``variant`` may evict: the key of
@@ -296,7 +310,7 @@ class PreemptionPass:
                     feasible = _Feasible(feasible.entries, feasible.since)
                 search = self._searches[key] = _Search(feasible, 0, [], feasible.since)
             self._search_of[(shape.id, rank, exclude_job)] = search
-        members = shape.candidate_set()
+        members = self.book.candidate_set(shape)
         heap = search.heap
         if search.seen < len(self.log):
             # A worker that changed gets its original lower bound back on the heap (still a
@@ -392,10 +406,11 @@ class PreemptionPass:
         """
         eligible = []
         neg_rank = -rank
+        variants = None if any_variant else self._victim_variants(variant)
         for group in self.solo.get(w, ()):
             if group.neg_band >= neg_rank:  # band <= rank, without the property call
                 break
-            if (any_variant or variant_matches(variant, group.variant)) and group.job_id != exclude_job:
+            if (variants is None or group.variant in variants) and group.job_id != exclude_job:
                 eligible.append(group)
         if not eligible:
             return None
@@ -480,11 +495,12 @@ class PreemptionPass:
         tasks = queue.passed
         n = len(tasks)
         pool = self.pool
-        key = (shape.hard, n, variant)
+        # By shape id: hashing the shape's constraints on every gang cost more than the list.
+        key = (shape.id, n, variant)
         compatible = self._compatible.get(key)
         if compatible is None:
             # Slices the gang could ever take: big enough, on healthy hosts it may use.
-            allowed = shape.candidate_set()
+            allowed = self.book.candidate_set(shape)
             compatible = self._compatible[key] = [
                 piece
                 for piece in self._slices_for(variant)
@@ -555,19 +571,20 @@ class PreemptionPass:
         pool = self.pool
         own = queue.spec.id
         failed = self._squat_failed.setdefault(
-            (shape.id, group_by, n, rank, own if own in self.victim_jobs else None), {}
+            (shape.cpu, shape.mem, shape.gpu, shape.tpu, n, rank, own if own in self.victim_jobs else None), {}
         )
         version = self.version
-        for position_of_group, group in enumerate(groups):
-            if len(group.members) < n:
+        for group in groups:
+            members = group.members
+            if len(members) < n:
                 continue
             # Versions only grow, so their sum changes exactly when one of the hosts changed.
-            stamp = sum(map(version.__getitem__, group.members))
-            if failed.get(position_of_group) == stamp:
+            stamp = sum(map(version.__getitem__, members))
+            if failed.get(members) == stamp:
                 continue
             fitting: list[tuple[int, int]] = []
             recoverable = []
-            for position, w in enumerate(group.members):
+            for position, w in enumerate(members):
                 if not pool.has_build_slot(w):
                     continue
                 if pool.has_room(w, shape):
@@ -582,7 +599,7 @@ class PreemptionPass:
             if needed <= 0:
                 return False
             if len(recoverable) < needed:
-                failed[position_of_group] = stamp
+                failed[members] = stamp
                 continue
             recoverable.sort(key=host_order)
             chosen = recoverable[:needed]
