@@ -144,6 +144,27 @@ def test_the_wakers_match_is_the_streams_filters():
     assert not Waiter(6, kinds=["finished"]).may_match(row)
 
 
+def test_the_wakers_index_finds_a_match_exactly_when_a_scan_of_every_event_does():
+    from itertools import product
+
+    from scheduler.events.wake import Recent, SeenEvent
+
+    shapes = [("submitted", "alice", "/alice/a"), ("started", "bob", "/bob/b"), ("limit_crossed", "bob", "")]
+    events = [
+        SeenEvent((i, kind, None, user, job, None, None, None, "{}"))
+        for i, (kind, user, job) in enumerate(shapes * 3, 1)
+    ]
+    recent = Recent(events)
+    for cursor, job, user, kinds in product(
+        (0, 4, 8, 9),
+        ("", "/alice/a", "/bob/b", "/carol/c"),
+        ("", "alice", "bob", "carol"),
+        ((), ("started",), ("limit_crossed", "submitted")),
+    ):
+        waiter = Waiter(cursor, job=job, user=user, kinds=kinds)
+        assert recent.any_match(waiter) == any(waiter.may_match(e) for e in events), (cursor, job, user, kinds)
+
+
 def test_database_slots_bound_the_threads_reading_at_once_and_are_reentrant():
     slots = DatabaseSlots(2)
     inside, most = [0], [0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import threading
-import time
+from time import monotonic
 
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -40,7 +40,7 @@ class RepeatTokenAuthentication(ApiTokenAuthentication):
             digest = hash_token(token.decode("utf-8"))
         except (TypeError, ValueError):  # not hex (binascii.Error), not UTF-8: knox's refusal
             return super().authenticate_credentials(token)
-        now = time.monotonic()
+        now = monotonic()
         with self._lock:
             checked = self._checked.get(digest)
         if checked is not None:
