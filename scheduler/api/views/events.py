@@ -7,6 +7,7 @@ import threading
 from time import monotonic
 
 from django.utils import timezone
+from drf_spectacular.drainage import set_override
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from knox.crypto import hash_token
 from rest_framework.authentication import SessionAuthentication
@@ -56,9 +57,13 @@ class RepeatTokenAuthentication(ApiTokenAuthentication):
 
 
 class RepeatTokenScheme(ApiTokenScheme):
-    """The schema's description of :class:`RepeatTokenAuthentication`: the API's token scheme."""
+    """The schema's description of :class:`RepeatTokenAuthentication`: the API's token scheme,
+    the same ``knoxApiToken`` component (the same header, the same tokens)."""
 
     target_class = "scheduler.api.views.events.RepeatTokenAuthentication"
+
+
+set_override(RepeatTokenAuthentication, "suppress_collision_warning", True)
 
 
 class EventsView(IrisView):
