@@ -11,9 +11,16 @@ and the event stream on its own pool of threads (``gunicorn -k gthread -w --even
 to; here the watchers call it directly. One Celery worker with beat ticks (every
 ``IRIS_TICK_SECONDS``, 5).
 
-One run measures three windows of ``--seconds`` each, on the same servers and cluster:
-submissions alone, submissions with the watchers, submissions alone again (the two "alone"
-windows bracket the other, so a drift, e.g. the queue growing with the submissions, shows).
+Every window starts from the same database. The benchmark database is prepared once (migrated,
+the cluster restored, the tokens written), the servers run it until two ticks have recorded (the
+first tick's burst is behind) and the warm-up's submissions are in, and it is then kept as a
+PostgreSQL template (``<database>_template``). Before each window the servers are stopped, the
+benchmark database is dropped and created again from the template (``CREATE DATABASE ...
+TEMPLATE ...``), the Redis database is flushed and the servers are started again; then the same
+steps: two ticks, the warm-up, 5 s (the watchers' first polls, or nothing), the window. So a
+window's submissions do not make the next window's cluster larger. The windows alternate, alone
+and with the watchers, ``--rounds`` times each (alone first), so a drift of the host shows as
+a drift between windows of one kind.
 
 The watchers run in a child process of their own (their client CPU is not the submitters'):
 watcher ``i`` is its own researcher (``watch-<i>``) following one user's events, as ``iris job
@@ -26,13 +33,19 @@ The delay of a tick's event: the moment the watcher process has read the answer 
 write but one). Both are the host's wall clock, read by two processes on one host. The commit
 comes after that moment (the tick's record update, its lease's release, COMMIT), so each delay
 printed is at least the delay from the commit: an upper bound. Counted for every event with a
-tick (queued, started, preempted, ...) received during the middle window.
+tick (queued, started, preempted, ...) of a tick that ended inside a watcher window and
+received inside it.
 
 Printed per window: bench_api's figures (rate, latency, CPU ms per submission of each server and
 the clients; "events" is the stream's gunicorn), PostgreSQL's own counters for the benchmark
 database (``pg_stat_database``: transactions committed, sessions opened, active time, which
-count backends that exited in the window, unlike the CPU of the pids), the watchers' requests
-and the watcher process's CPU; then the fall in submissions/s and the delays' p50/p99.
+count backends that exited in the window, unlike the CPU of the pids), and in the watcher
+windows the watchers' requests, the watcher process's CPU and the delays; then the
+submissions/s of each kind, the fall (1 - mean with watchers / mean alone), the mean CPU ms per
+submission of each part by kind, and the delays' p50/p99 over every watcher window.
+
+Bounded: ``--rounds`` x 2 windows of at most ``--seconds`` each, with a minute or two of
+restarts around each; every request goes to 127.0.0.1; the template is dropped at the end.
 """
 
 from __future__ import annotations
@@ -47,6 +60,7 @@ import sys
 import tempfile
 import threading
 import time
+from urllib.parse import urlparse
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -166,15 +180,6 @@ def database_counters(database: str) -> dict:
     return {"commits": commits, "sessions": sessions, "active_ms": active}
 
 
-def window(args, tokens, servers, database, tag) -> dict:
-    before = database_counters(database)
-    measured = measure_window(args.port, tokens, args.submissions, args.seconds, tag, servers)
-    time.sleep(1.2)  # PostgreSQL flushes a live backend's counters about once a second
-    after = database_counters(database)
-    measured["database"] = {key: after[key] - before[key] for key in before}
-    return measured
-
-
 def tick_ends() -> dict[int, float]:
     """Each tick's end of writing (``started_at + duration_ms``) as a Unix time."""
     from scheduler.models import TickRecord
@@ -185,14 +190,124 @@ def tick_ends() -> dict[int, float]:
     }
 
 
-def wait_for_ticks(count: int, seconds: float) -> None:
+def tick_count() -> int:
     from scheduler.models import TickRecord
 
+    return TickRecord.objects.count()
+
+
+def wait_for_ticks(count: int, seconds: float) -> None:
     deadline = time.monotonic() + seconds
-    while TickRecord.objects.count() < count:
+    while tick_count() < count:
         if time.monotonic() > deadline:
             raise SystemExit(f"fewer than {count} ticks within {seconds:.0f} s")
         time.sleep(0.5)
+
+
+class Servers:
+    """The API's gunicorn, the stream's gunicorn and the ticking Celery worker, on the benchmark
+    database; started and stopped around each window."""
+
+    def __init__(self, args, env: dict, database: str):
+        self.args, self.env, self.database = args, env, database
+        self.processes: list[subprocess.Popen] = []
+
+    def start(self) -> None:
+        args = self.args
+        self.web = gunicorn(args.port, self.env, "-w", str(args.web_workers))
+        self.events = gunicorn(
+            args.port + 1,
+            self.env,
+            "-k",
+            "gthread",
+            "-w",
+            str(args.events_workers),
+            "--threads",
+            str(args.events_threads),
+        )
+        self.ticker = celery_ticking(self.env)
+        self.processes = [self.web, self.events, self.ticker]
+        _wait_for(args.port, 60)
+        _wait_for(args.port + 1, 60)
+
+    def pids(self) -> dict:
+        return {
+            "web": _tree(self.web.pid),
+            "events": _tree(self.events.pid),
+            "celery": _tree(self.ticker.pid),
+            "postgres": _backends(self.database),
+            "_database": self.database,
+        }
+
+    def stop(self) -> None:
+        stop(self.processes)
+        self.processes = []
+
+
+def admin_execute(url: str, *statements: str) -> None:
+    """Statements on the server's ``postgres`` database (creating and dropping databases)."""
+    import psycopg
+
+    admin_url = urlparse(url)._replace(path="/postgres").geturl()
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def restore_from_template(url: str, database: str, template: str) -> None:
+    """The benchmark database dropped and created again from the template; Redis flushed."""
+    import redis
+    from django.db import connections
+
+    connections.close_all()  # this process's connection to the database being dropped
+    admin_execute(
+        url, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)', f'CREATE DATABASE "{database}" TEMPLATE "{template}"'
+    )
+    redis.Redis.from_url(os.environ["IRIS_REDIS_URL"]).flushdb()
+
+
+def settle(args, servers: Servers, tokens: list[str], ticks: int, tag: str) -> None:
+    """The servers up, ``ticks`` ticks recorded, and the warm-up's submissions in (their names
+    start with ``tag``: each window's are new to the template)."""
+    servers.start()
+    wait_for_ticks(ticks, 300)
+    Clients(args.port, tokens, WARMUP_PER_CLIENT * args.clients, 60, tag).run()
+
+
+def run_window(args, servers: Servers, tokens, watcher_tokens, followed, with_watchers: bool, tag: str) -> dict:
+    """One window on a database just restored from the template: settle, 5 s (the watchers'
+    first polls, or nothing), the submissions; with the watchers, their counts and delays."""
+    settle(args, servers, tokens, tick_count() + 2, f"warm-{tag}")
+    watchers = Watchers(args.port + 1, watcher_tokens, followed) if with_watchers else None
+    time.sleep(5)  # every watcher has made its first poll ("now") and waits
+    watcher_cpu_before = _cpu_seconds([watchers.process.pid]) if watchers else 0.0
+    before = database_counters(servers.database)
+    start = time.time()
+    measured = measure_window(args.port, tokens, args.submissions, args.seconds, tag, servers.pids())
+    end = time.time()
+    time.sleep(1.2)  # PostgreSQL flushes a live backend's counters about once a second
+    after = database_counters(servers.database)
+    measured["database"] = {key: after[key] - before[key] for key in before}
+    measured["with_watchers"] = with_watchers
+    if watchers:
+        measured["watcher_cpu"] = _cpu_seconds([watchers.process.pid]) - watcher_cpu_before
+        watched = watchers.stop()
+        ends = tick_ends()  # this database's ticks (the ids start again at each restore)
+        measured["delays"] = sorted(
+            at - ends[tick] for _, tick, at in watched["received"] if tick in ends and start <= ends[tick] and at <= end
+        )
+        measured["ticks_seen"] = len(
+            {tick for _, tick, _ in watched["received"] if tick in ends and start <= ends[tick]}
+        )
+        measured["watched"] = watched
+        measured["watch_wall"] = end - start
+    servers.stop()
+    return measured
+
+
+def mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else 0.0
 
 
 def main() -> None:
@@ -205,6 +320,7 @@ def main() -> None:
     parser.add_argument("--watchers", type=int, default=200)
     parser.add_argument("--events-workers", type=int, default=2, help="gunicorn gthread workers of the stream")
     parser.add_argument("--events-threads", type=int, default=256, help="threads per stream worker")
+    parser.add_argument("--rounds", type=int, default=2, help="windows of each kind (alone, with watchers), alternated")
     parser.set_defaults(seconds=30.0, submissions=100_000)
     args = parser.parse_args()
     if args.no_tick:
@@ -218,57 +334,38 @@ def main() -> None:
         UserBudget.objects.values_list("user_id", flat=True)
     )
     followed = sorted(followed | {f"bench-{c}" for c in range(args.clients)})
-    events_port = args.port + 1
-    processes = []
+    url = env["IRIS_DATABASE_URL"]
+    template = f"{database}_template"
+    servers = Servers(args, env, database)
+    windows = []
     try:
-        web = gunicorn(args.port, env, "-w", str(args.web_workers))
-        events = gunicorn(
-            events_port, env, "-k", "gthread", "-w", str(args.events_workers), "--threads", str(args.events_threads)
+        settle(args, servers, tokens, 2, "warm-")  # the first tick's burst of events is behind the template
+        servers.stop()
+        from django.db import connections
+
+        connections.close_all()
+        admin_execute(
+            url, f'DROP DATABASE IF EXISTS "{template}"', f'CREATE DATABASE "{template}" TEMPLATE "{database}"'
         )
-        ticker = celery_ticking(env)
-        processes += [web, events, ticker]
-        _wait_for(args.port, 60)
-        _wait_for(events_port, 60)
-        wait_for_ticks(2, 300)  # the first tick's burst of events is behind us
-        Clients(args.port, tokens, WARMUP_PER_CLIENT * args.clients, 60, "warm").run()
-
-        def servers() -> dict:
-            return {
-                "web": _tree(web.pid),
-                "events": _tree(events.pid),
-                "celery": _tree(ticker.pid),
-                "postgres": _backends(database),
-                "_database": database,
-            }
-
-        alone_1 = window(args, tokens, servers(), database, "a")
-        watchers = Watchers(events_port, watcher_tokens, followed)
-        time.sleep(5)  # every watcher has made its first poll ("now") and waits
-        watcher_cpu_before = _cpu_seconds([watchers.process.pid])
-        marks = {"start": time.time()}
-        with_watchers = window(args, tokens, servers(), database, "w")
-        marks["end"] = time.time()
-        watcher_cpu = _cpu_seconds([watchers.process.pid]) - watcher_cpu_before
-        watched = watchers.stop()
-        alone_2 = window(args, tokens, servers(), database, "b")
+        for n in range(args.rounds):
+            for with_watchers in (False, True):
+                restore_from_template(url, database, template)
+                tag = f"{'w' if with_watchers else 'a'}{n}-"
+                windows.append(run_window(args, servers, tokens, watcher_tokens, followed, with_watchers, tag))
     finally:
-        stop(processes)
+        servers.stop()
+        from django.db import connections
 
-    ends = tick_ends()
-    delays = sorted(
-        at - ends[tick]
-        for _, tick, at in watched["received"]
-        if tick in ends and marks["start"] <= ends[tick] and at <= marks["end"]
-    )
-    ticks_seen = {tick for _, tick, at in watched["received"] if tick in ends and marks["start"] <= ends[tick]}
+        connections.close_all()
+        admin_execute(url, f'DROP DATABASE IF EXISTS "{template}"')
 
     print(
         f"clients {args.clients}, gunicorn sync workers {args.web_workers}, stream: gunicorn gthread "
         f"{args.events_workers} x {args.events_threads} threads, cluster {args.cluster or 'empty'}, "
-        f"watchers {args.watchers} following {len(followed)} users"
+        f"watchers {args.watchers} following {len(followed)} users; every window from the template {template}"
     )
-    for name, measured in (("alone (1)", alone_1), ("with watchers", with_watchers), ("alone (2)", alone_2)):
-        print(f"== {name}")
+    for number, measured in enumerate(windows, 1):
+        print(f"== window {number}: {'with watchers' if measured['with_watchers'] else 'alone'}")
         for line in window_lines(measured):
             print("  " + line)
         db = measured["database"]
@@ -276,27 +373,52 @@ def main() -> None:
             f"  PostgreSQL (benchmark database): {db['commits']} transactions ({db['commits'] / measured['wall']:.0f}/s), "
             f"{db['sessions']} sessions opened, active {db['active_ms'] / 1000:.2f} s"
         )
-    counts = watched["counts"]
-    wall = marks["end"] - marks["start"]
+        if measured["with_watchers"]:
+            watched, delays = measured["watched"], measured["delays"]
+            counts = watched["counts"]
+            print(
+                f"  watchers: {counts['requests']} requests in all ({counts['errors']} failed "
+                f"{watched['statuses'] or ''}), {counts['events']} events received; watcher process CPU "
+                f"{measured['watcher_cpu']:.2f} s in the window ({measured['watch_wall']:.1f} s)"
+            )
+            if delays:
+                print(
+                    f"  delay over {len(delays)} tick events of {measured['ticks_seen']} ticks: p50 "
+                    f"{statistics.median(delays) * 1000:.0f} ms, p99 {percentile(delays, 0.99) * 1000:.0f} ms, "
+                    f"max {delays[-1] * 1000:.0f} ms"
+                )
+            else:
+                print("  no tick event reached a watcher in the window")
+
+    alone = [w for w in windows if not w["with_watchers"]]
+    watched = [w for w in windows if w["with_watchers"]]
+    alone_rate, watched_rate = mean(w["rate"] for w in alone), mean(w["rate"] for w in watched)
+    fall = (1 - watched_rate / alone_rate) * 100 if alone_rate else 0.0
     print(
-        f"watchers: {counts['requests']} requests in all ({counts['errors']} failed {watched['statuses'] or ''}), "
-        f"{counts['events']} events received; watcher process CPU {watcher_cpu:.2f} s in the window "
-        f"({wall:.1f} s)"
+        "submissions/s: alone "
+        + ", ".join(f"{w['rate']:.1f}" for w in alone)
+        + f" (mean {alone_rate:.1f}); with watchers "
+        + ", ".join(f"{w['rate']:.1f}" for w in watched)
+        + f" (mean {watched_rate:.1f}): a fall of {fall:.1f}% (target at most 10%)"
     )
-    alone = (alone_1["rate"] + alone_2["rate"]) / 2
-    fall = (alone - with_watchers["rate"]) / alone * 100 if alone else 0.0
-    print(
-        f"submissions/s: alone {alone_1['rate']:.1f} and {alone_2['rate']:.1f} (mean {alone:.1f}), with watchers "
-        f"{with_watchers['rate']:.1f}: a fall of {fall:.1f}% (target at most 10%)"
-    )
+    for name, group in (("alone", alone), ("with watchers", watched)):
+        parts = {part: mean(w["cpu"][part] * 1000 / max(w["ok"], 1) for w in group) for part in group[0]["cpu"]}
+        parts["clients"] = mean(w["client_cpu"] * 1000 / max(w["ok"], 1) for w in group)
+        print(
+            f"mean CPU ms per submission, {name}: "
+            + ", ".join(f"{part} {value:.2f}" for part, value in parts.items())
+            + f", total {sum(parts.values()):.2f}"
+        )
+    delays = sorted(d for w in watched for d in w["delays"])
     if delays:
         print(
-            f"tick end of writing -> watcher read, over {len(delays)} tick events of {len(ticks_seen)} ticks: "
+            f"tick end of writing -> watcher read, over {len(delays)} tick events of "
+            f"{sum(w['ticks_seen'] for w in watched)} ticks in {len(watched)} windows: "
             f"p50 {statistics.median(delays) * 1000:.0f} ms, p99 {percentile(delays, 0.99) * 1000:.0f} ms, "
             f"max {delays[-1] * 1000:.0f} ms (target p99 at most 2 s)"
         )
     else:
-        print("no tick event reached a watcher in the window")
+        print("no tick event reached a watcher in any window")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from django.db.models import Max, Q, QuerySet
 
 from scheduler.events.kinds import ALL_KINDS
 from scheduler.events.sequence import sequence_events
-from scheduler.events.wake import Waiter, database_slots, waker
+from scheduler.events.wake import SeenEvent, Waiter, database_slots, waker
 from scheduler.foundation import roles
 from scheduler.foundation.access import require_authenticated
 from scheduler.foundation.errors import InvalidArgument
@@ -56,7 +56,7 @@ class EventQuery:
 
 @dataclass(frozen=True)
 class EventPage:
-    events: list[Event]
+    events: list[Event | SeenEvent]  # read here, or by the waker (the same fields, same names)
     next: int  # the id to resume after: the last event's, or ``since`` when there was none
     more: bool  # more events matched than ``limit``: read again at once
     # Every event up to this id that this read could return is in ``events`` (the newest event
@@ -109,7 +109,7 @@ def visible_events(actor) -> QuerySet[Event]:
     return events
 
 
-def matches(actor, query: EventQuery, event: Event) -> bool:
+def matches(actor, query: EventQuery, event: Event | SeenEvent) -> bool:
     """Whether :func:`read_events` would return ``event`` to ``actor`` for ``query`` (its
     visibility and filters, in Python: for pages built from the waker's events; a test holds
     the two equal)."""
@@ -121,7 +121,7 @@ def matches(actor, query: EventQuery, event: Event) -> bool:
     )
 
 
-def page_from(actor, query: EventQuery, since: int, events: list[Event], seen: int) -> EventPage:
+def page_from(actor, query: EventQuery, since: int, events: list[Event | SeenEvent], seen: int) -> EventPage:
     """The page :func:`read_events` would read after ``since``, from ``events``: every event
     after ``since`` up to ``seen``, oldest first."""
     rows = [event for event in events if event.id > since and matches(actor, query, event)]
@@ -210,7 +210,7 @@ def wait_for_events(
 def _page_seen(actor, query: EventQuery) -> EventPage | None:
     """The page after ``query.since`` from the events the waker has seen, or ``None`` when they
     do not reach back that far."""
-    seen = waker().events_after(query.since)
+    seen = waker().events_after(query.since, job=query.job, user=query.user)
     if seen is None:
         return None
     events, last = seen

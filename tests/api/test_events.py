@@ -121,20 +121,26 @@ def test_a_bad_last_event_id_names_the_header(as_alice):
     assert response.status_code == 400 and error_of(response)["details"]["field"] == "Last-Event-ID"
 
 
-def test_the_plain_page_is_the_serializers_page_byte_for_byte(alice, olivia, history):
+@pytest.mark.parametrize("zone", ["UTC", "America/New_York"])
+def test_the_plain_page_is_the_serializers_page_byte_for_byte(alice, olivia, history, zone):
     """``event_page_json`` (what ``GET events/`` answers) against ``EventPageSerializer`` (its
-    schema), over job, task and budget events, and again from the dicts kept on the events."""
+    schema), over job, task and budget events, in UTC ("Z") and another current time zone, and
+    again from the dicts kept on the events."""
     import json
+
+    from django.utils import timezone
 
     from scheduler.api.serializers.events import EventPageSerializer, event_page_json
     from scheduler.events.stream import EventQuery, read_events
 
-    page = read_events(olivia, EventQuery(limit=1000))
-    assert {e.kind for e in page.events} >= {"submitted", "started", "uplift_requested"}
+    with timezone.override(zone):
+        page = read_events(olivia, EventQuery(limit=1000))
+        assert {e.kind for e in page.events} >= {"submitted", "started", "uplift_requested"}
 
-    expected = json.dumps(EventPageSerializer(page).data)
-    assert json.dumps(event_page_json(page)) == expected
-    assert json.dumps(event_page_json(page)) == expected  # the kept dicts
+        expected = json.dumps(EventPageSerializer(page).data)
+        assert json.dumps(event_page_json(page)) == expected
+        assert json.dumps(event_page_json(page)) == expected  # the kept dicts
+    assert ("Z" if zone == "UTC" else "-0") in event_page_json(page)["events"][0]["at"][-6:]
 
 
 def test_every_answer_gives_its_database_slot_back(as_alice, client, monkeypatch):
@@ -155,3 +161,47 @@ def test_every_answer_gives_its_database_slot_back(as_alice, client, monkeypatch
         free.append((status, slots._semaphore._value))  # checked before the next could block
 
     assert free == [(401, 1), (400, 1), (200, 1)]
+
+
+def test_the_stream_checks_a_repeat_token_once_in_its_window_and_again_after_it(alice, monkeypatch):
+    """A watcher's token is looked up once per ``TOKEN_CHECK_SECONDS`` in a process; a token
+    deleted meanwhile is refused once the window has passed; a refusal is never remembered."""
+    from scheduler.api import authentication
+    from scheduler.api.views import events as events_view
+    from scheduler.models import ApiToken
+    from tests.personas import token_client
+
+    monkeypatch.setattr(events_view.RepeatTokenAuthentication, "_checked", {})
+    clock = [1000.0]
+    monkeypatch.setattr(events_view, "monotonic", lambda: clock[0])
+    lookups = []
+    real_lookup = authentication.tokens_with_key
+    monkeypatch.setattr(authentication, "tokens_with_key", lambda key: lookups.append(key) or real_lookup(key))
+    client = token_client(alice)
+
+    assert [client.get("/api/v1/events/").status_code for _ in range(3)] == [200, 200, 200]
+    assert len(lookups) == 1
+
+    ApiToken.objects.filter(user=alice).delete()
+    clock[0] += events_view.TOKEN_CHECK_SECONDS - 1
+    assert client.get("/api/v1/events/").status_code == 200  # still inside the window
+    clock[0] += 1
+    assert [client.get("/api/v1/events/").status_code for _ in range(2)] == [401, 401]
+    assert len(lookups) == 3
+
+
+def test_the_stream_refuses_a_remembered_token_once_it_has_expired(alice, monkeypatch):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduler.api.views import events as events_view
+    from tests.personas import token_client
+
+    monkeypatch.setattr(events_view.RepeatTokenAuthentication, "_checked", {})
+    client = token_client(alice)
+    assert client.get("/api/v1/events/").status_code == 200
+
+    later = timezone.now() + timedelta(days=3650)
+    monkeypatch.setattr(timezone, "now", lambda: later)
+    assert client.get("/api/v1/events/").status_code == 401

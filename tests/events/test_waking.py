@@ -144,6 +144,27 @@ def test_the_wakers_match_is_the_streams_filters():
     assert not Waiter(6, kinds=["finished"]).may_match(row)
 
 
+def test_the_wakers_index_finds_a_match_exactly_when_a_scan_of_every_event_does():
+    from itertools import product
+
+    from scheduler.events.wake import Recent, SeenEvent
+
+    shapes = [("submitted", "alice", "/alice/a"), ("started", "bob", "/bob/b"), ("limit_crossed", "bob", "")]
+    events = [
+        SeenEvent((i, kind, None, user, job, None, None, None, "{}"))
+        for i, (kind, user, job) in enumerate(shapes * 3, 1)
+    ]
+    recent = Recent(events)
+    for cursor, job, user, kinds in product(
+        (0, 4, 8, 9),
+        ("", "/alice/a", "/bob/b", "/carol/c"),
+        ("", "alice", "bob", "carol"),
+        ((), ("started",), ("limit_crossed", "submitted")),
+    ):
+        waiter = Waiter(cursor, job=job, user=user, kinds=kinds)
+        assert recent.any_match(waiter) == any(waiter.may_match(e) for e in events), (cursor, job, user, kinds)
+
+
 def test_database_slots_bound_the_threads_reading_at_once_and_are_reentrant():
     slots = DatabaseSlots(2)
     inside, most = [0], [0]
@@ -171,9 +192,12 @@ def test_database_slots_bound_the_threads_reading_at_once_and_are_reentrant():
 
 
 def test_a_page_built_from_the_wakers_events_is_the_page_the_stream_reads(alice, bob, olivia):
-    """``page_from`` (the waker's events, filtered in Python) against ``read_events`` (the
-    query), for a researcher and an operator, job and budget events, every filter."""
+    """``page_from`` (the waker's events as its look reads them, filtered in Python, from the
+    candidates its index gives for the filters) against ``read_events`` (the query), for a
+    researcher and an operator, job and budget events, every filter; and the same answer."""
+    from scheduler.api.serializers.events import event_page_json
     from scheduler.events.stream import page_from, read_events
+    from scheduler.events.wake import Recent, read_seen
     from scheduler.models import Event
 
     with transaction.atomic():
@@ -190,6 +214,7 @@ def test_a_page_built_from_the_wakers_events_is_the_page_the_stream_reads(alice,
     sequence_events()
     events = list(Event.objects.order_by("id"))
     newest, first = events[-1].id, events[0].id
+    recent = Recent(read_seen(0, 100))
     queries = [
         EventQuery(),
         EventQuery(user="alice"),
@@ -204,9 +229,14 @@ def test_a_page_built_from_the_wakers_events_is_the_page_the_stream_reads(alice,
             for since in (0, first, first + 2):
                 query_since = EventQuery(**{**query.__dict__, "since": since})
                 read = read_events(actor, query_since, sequence=False)
-                built = page_from(actor, query_since, since, events, newest)
-                assert [e.id for e in built.events] == [e.id for e in read.events], (actor, query_since)
-                assert (built.next, built.more, built.seen) == (read.next, read.more, read.seen)
+                candidates = recent.after(since, query.job, query.user)
+                for built in (
+                    page_from(actor, query_since, since, events, newest),
+                    page_from(actor, query_since, since, candidates, newest),
+                ):
+                    assert [e.id for e in built.events] == [e.id for e in read.events], (actor, query_since)
+                    assert (built.next, built.more, built.seen) == (read.next, read.more, read.seen)
+                    assert event_page_json(built) == event_page_json(read)
 
 
 @pytest.mark.parametrize(("chunks", "own_reads"), [(3, 0), (1, 1)])
