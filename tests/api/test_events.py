@@ -167,13 +167,12 @@ def test_the_stream_checks_a_repeat_token_once_in_its_window_and_again_after_it(
     """A watcher's token is looked up once per ``TOKEN_CHECK_SECONDS`` in a process; a token
     deleted meanwhile is refused once the window has passed; a refusal is never remembered."""
     from scheduler.api import authentication
-    from scheduler.api.views import events as events_view
     from scheduler.models import ApiToken
     from tests.personas import token_client
 
-    monkeypatch.setattr(events_view.RepeatTokenAuthentication, "_checked", {})
+    monkeypatch.setattr(authentication.RepeatTokenAuthentication, "_checked", {})
     clock = [1000.0]
-    monkeypatch.setattr(events_view, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(authentication, "monotonic", lambda: clock[0])
     lookups = []
     real_lookup = authentication.tokens_with_key
     monkeypatch.setattr(authentication, "tokens_with_key", lambda key: lookups.append(key) or real_lookup(key))
@@ -183,7 +182,7 @@ def test_the_stream_checks_a_repeat_token_once_in_its_window_and_again_after_it(
     assert len(lookups) == 1
 
     ApiToken.objects.filter(user=alice).delete()
-    clock[0] += events_view.TOKEN_CHECK_SECONDS - 1
+    clock[0] += authentication.TOKEN_CHECK_SECONDS - 1
     assert client.get("/api/v1/events/").status_code == 200  # still inside the window
     clock[0] += 1
     assert [client.get("/api/v1/events/").status_code for _ in range(2)] == [401, 401]
@@ -195,10 +194,10 @@ def test_the_stream_refuses_a_remembered_token_once_it_has_expired(alice, monkey
 
     from django.utils import timezone
 
-    from scheduler.api.views import events as events_view
+    from scheduler.api import authentication
     from tests.personas import token_client
 
-    monkeypatch.setattr(events_view.RepeatTokenAuthentication, "_checked", {})
+    monkeypatch.setattr(authentication.RepeatTokenAuthentication, "_checked", {})
     client = token_client(alice)
     assert client.get("/api/v1/events/").status_code == 200
 
