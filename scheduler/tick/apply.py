@@ -124,7 +124,8 @@ def apply_decision(
         job_name = task_id.rsplit("/", 1)[0]
         return not (job_name in gang_jobs and row.job_pk in moved_jobs)
 
-    kept = {t for t in changed if keep(t)}
+    # Most ticks see no task moved: then every change is kept, with no per-task check again.
+    kept = {t for t in changed if keep(t)} if moved_jobs else set(changed)
     skipped = len(changed) - len(kept)
     publication = publish.begin(
         loaded.snapshot, decision, loaded.kueue, publish.TaskRows(loaded.tasks, loaded.task_snapshots, loaded.changes)
@@ -331,7 +332,7 @@ def apply_decision(
         publication.build(kept, tick.pk, tick.fairness)
     published = publication.finish(tick.pk)
     # The events of these changes, in this transaction (scheduler/tick/events.py).
-    record_tick_events(loaded, decision, kept, assignments, preemptions, tick, publication.queue, wall)
+    record_tick_events(loaded, decision, kept, assignments, preemptions, tick, publication.jobs_in_queue, wall)
 
     duration_ms = (time.perf_counter() - started) * 1000
     TickRecord.objects.filter(pk=tick.pk).update(
