@@ -124,7 +124,8 @@ def apply_decision(
         job_name = task_id.rsplit("/", 1)[0]
         return not (job_name in gang_jobs and row.job_pk in moved_jobs)
 
-    kept = {t for t in changed if keep(t)}
+    # Most ticks see no task moved: then every change is kept, with no per-task check again.
+    kept = {t for t in changed if keep(t)} if moved_jobs else set(changed)
     skipped = len(changed) - len(kept)
     publication = publish.begin(
         loaded.snapshot, decision, loaded.kueue, publish.TaskRows(loaded.tasks, loaded.task_snapshots, loaded.changes)
@@ -163,7 +164,7 @@ def apply_decision(
                 wall,
             )
         )
-        if row.state in ACTIVE_VALUES and after.state.value not in ACTIVE_VALUES and row.attempt_count:
+        if row.state in ACTIVE_VALUES and after.state not in ACTIVE_STATES and row.attempt_count:
             if task_id in preemptor_of:
                 attempt_state, error = TaskState.PREEMPTED.value, f"Preempted by {preemptor_of[task_id]}"
             elif after.state is TaskState.COSCHED_FAILED:
@@ -176,6 +177,10 @@ def apply_decision(
             else:
                 attempt_state, error = TaskState.PREEMPTED.value, "Requeued: a gang member was preempted"
             attempt_closes.append((row.pk, row.attempt_count, attempt_state, error, row.worker_pk))
+    # Values the same in every row, read once (an enum member's ``value`` is a descriptor call,
+    # and a burst writes tens of thousands of rows).
+    assigned_state, intent_pending = TaskState.ASSIGNED.value, DispatchIntent.State.PENDING.value
+    start, stop = DispatchIntent.Kind.START.value, DispatchIntent.Kind.STOP.value
     bulk.keep_payloads_in_memory()
     hold_workers(
         {loaded.worker_pks[a.worker] for a in assignments}
@@ -199,7 +204,7 @@ def apply_decision(
                 rows[a.task].pk,
                 rows[a.task].attempt_count + 1,
                 loaded.worker_pks[a.worker],
-                TaskState.ASSIGNED.value,
+                assigned_state,
                 int(a.band),
                 wall,
                 "",
@@ -252,9 +257,9 @@ def apply_decision(
             (
                 rows[a.task].pk,
                 rows[a.task].attempt_count + 1,
-                DispatchIntent.Kind.START.value,
+                start,
                 loaded.worker_pks[a.worker],
-                DispatchIntent.State.PENDING.value,
+                intent_pending,
                 "assigned",
                 0,
                 "",
@@ -266,9 +271,9 @@ def apply_decision(
             (
                 task_pk,
                 number,
-                DispatchIntent.Kind.STOP.value,
+                stop,
                 worker_pk,
-                DispatchIntent.State.PENDING.value,
+                intent_pending,
                 error,
                 0,
                 "",
@@ -331,7 +336,7 @@ def apply_decision(
         publication.build(kept, tick.pk, tick.fairness)
     published = publication.finish(tick.pk)
     # The events of these changes, in this transaction (scheduler/tick/events.py).
-    record_tick_events(loaded, decision, kept, assignments, preemptions, tick, publication.queue, wall)
+    record_tick_events(loaded, decision, kept, assignments, preemptions, tick, publication.jobs_in_queue, wall)
 
     duration_ms = (time.perf_counter() - started) * 1000
     TickRecord.objects.filter(pk=tick.pk).update(

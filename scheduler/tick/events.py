@@ -23,6 +23,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
+from operator import itemgetter
 
 import orjson
 from django.db import transaction
@@ -69,39 +70,47 @@ def record_tick_events(
     assignments: Iterable[Assignment],
     preemptions: Iterable[Preemption],
     tick: TickRecord,
-    queue: Mapping[Band, list[str]] | None,
+    queue_jobs: Mapping[Band, list[str]] | None,
     wall: datetime,
 ) -> int:
-    """Stage this tick's events (one statement); inside the tick's transaction. ``queue`` is the
-    publication's ``pending_queue(decision)``, or ``None`` when the decision was reused."""
+    """Stage this tick's events (one statement); inside the tick's transaction. ``queue_jobs``
+    is the publication's ``queued_jobs(pending_queue(decision))`` (per band, the job of each
+    queued task in queue order), or ``None`` when the decision was reused."""
     jobs = loaded.snapshot.jobs
     kueue_jobs = loaded.kueue.jobs  # jobs routed to Kubernetes are not in the core's snapshot
     rows = loaded.tasks
+    users: dict[str, str] = {}  # a job's tasks are many, its owner one
 
     def user_of(job: str) -> str:
-        spec = jobs.get(job) or kueue_jobs.get(job)
-        return spec.user if spec is not None else ""
+        user = users.get(job)
+        if user is None:
+            spec = jobs.get(job) or kueue_jobs.get(job)
+            user = users[job] = spec.user if spec is not None else ""
+        return user
 
     drafts: list[Draft] = []
-    assigned = {}
+    append = drafts.append
+    assigned = set()
+    started, tick_pk = kinds.STARTED, tick.pk
     for a in assignments:
-        job, index = a.task.rsplit("/", 1)
-        attempt = rows[a.task].attempt_count + 1
-        assigned[a.task] = a
-        drafts.append(
+        task = a.task
+        job, index = task.rsplit("/", 1)
+        attempt = rows[task].attempt_count + 1
+        assigned.add(task)
+        append(
             Draft(
-                kinds.STARTED,
+                started,
                 wall,
                 user_of(job),
                 job,
                 int(index),
                 attempt,
-                tick.pk,
-                {"worker": a.worker, "attempt": attempt, "band": a.band.wire},
+                tick_pk,
+                {"worker": a.worker, "attempt": attempt, "band": _WIRE[a.band]},
             )
         )
     preempted = {p.victim: p for p in preemptions}
-    for task_id in sorted(set(kept) - assigned.keys()):
+    for task_id in sorted(set(kept) - assigned):
         row = rows[task_id]
         after = decision.after[task_id]
         job, index = task_id.rsplit("/", 1)
@@ -120,10 +129,10 @@ def record_tick_events(
                     {
                         "worker": p.worker,
                         "attempt": attempt,
-                        "band": p.victim_band.wire,
+                        "band": _WIRE[p.victim_band],
                         "by": p.preemptor,
                         "by_user": user_of(p.preemptor.rsplit("/", 1)[0]),
-                        "by_band": p.preemptor_band.wire,
+                        "by_band": _WIRE[p.preemptor_band],
                     },
                 )
             )
@@ -170,13 +179,16 @@ def record_tick_events(
     previous = TickRecord.objects.filter(pk__lt=tick.pk).order_by("-pk").values_list("pk", "spend", "limits").first()
     drafts.extend(_limit_events(tick, previous[1:] if previous else ({}, {}), wall))
     memory = _queue_memory(previous[0] if previous else None)
-    if queue is not None:
-        drafts.extend(_queue_events(queue, memory, jobs, tick.pk, wall))
+    if queue_jobs is not None:
+        drafts.extend(_queue_events(queue_jobs, memory, jobs, tick.pk, wall))
     transaction.on_commit(partial(_remember, QueueMemory(tick.pk, memory)))
     # Readable at once, not at the next reader's poll; moved by Celery, off the tick's path.
     transaction.on_commit(request_sequencing)
     return record(drafts)
 
+
+# ``Band.wire`` without the enum's name lookup, for the tens of thousands of events of a burst.
+_WIRE = {band: band.wire for band in Band}
 
 # Task states the tick ends a task in (terminal, and not a success: the tick never succeeds one).
 _TASK_ENDS = frozenset(
@@ -246,14 +258,14 @@ def read_queue_state() -> QueueState:
 
 
 def _queue_events(
-    queue: Mapping[Band, list[str]], memory: QueueState, jobs: Mapping, tick_pk: int, wall: datetime
+    queue_jobs: Mapping[Band, list[str]], memory: QueueState, jobs: Mapping, tick_pk: int, wall: datetime
 ) -> list[Draft]:
-    """Queue events for the jobs whose band or class changed; ``memory`` becomes this tick's."""
+    """Queue events for the jobs whose band or class changed; ``memory`` becomes this tick's.
+    ``queue_jobs``: per band, in band order, the job of each queued task in queue order."""
     firsts: dict[str, tuple[Band, int, int]] = {}
-    for band, task_ids in queue.items():  # in band order: a job's best band first
-        length = len(task_ids)
-        for position, task_id in enumerate(task_ids, 1):
-            job = task_id.rsplit("/", 1)[0]
+    for band, band_jobs in queue_jobs.items():  # in band order: a job's best band first
+        length = len(band_jobs)
+        for job, position in _first_positions(band_jobs):
             if job not in firsts:
                 firsts[job] = (band, position, length)
     drafts: list[Draft] = []
@@ -284,3 +296,11 @@ def _queue_events(
         )
         memory[job] = (band.value, cls)
     return drafts
+
+
+def _first_positions(band_jobs: list[str]) -> list[tuple[str, int]]:
+    """Each job of one band's queue with its first position (from 1), in queue order. Per task
+    only C code runs (a dict built from the reversed column keeps each job's smallest position);
+    Python runs per job."""
+    firsts = dict(zip(reversed(band_jobs), range(len(band_jobs), 0, -1)))
+    return sorted(firsts.items(), key=itemgetter(1))

@@ -3,6 +3,7 @@ new tick process reads back, the tick's share of the statements, and retention."
 
 from __future__ import annotations
 
+import random
 import time
 from datetime import timedelta
 
@@ -11,6 +12,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from scheduler.core.bands import Band
+from scheduler.core.explain import queued_jobs
 from scheduler.events import kinds
 from scheduler.events.kinds import position_class
 from scheduler.events.retention import prune_events
@@ -117,3 +120,51 @@ def test_prune_history_prunes_events_by_their_own_setting(settings):
     done = history.prune_history(now)
 
     assert done.events == 1 and done.finished
+
+
+def queue_events_by_task(queue, memory, tick_pk, wall):
+    """The queue events as the tick found them before it used the queue's job column: one pass
+    over every queued task (the reference the column's shortcut must match)."""
+    firsts = {}
+    for band, task_ids in queue.items():
+        for position, task_id in enumerate(task_ids, 1):
+            firsts.setdefault(task_id.rsplit("/", 1)[0], (band, position, len(task_ids)))
+    for job in [j for j in memory if j not in firsts]:
+        del memory[job]
+    drafts = []
+    for job, (band, position, length) in firsts.items():
+        cls = position_class(position)
+        before = memory.get(job)
+        if before == (band.value, cls):
+            continue
+        from_band = Band(before[0]) if before is not None else band
+        if from_band != band:
+            kind = kinds.DOWNGRADED if band.value > from_band.value else kinds.REPROMOTED
+            drafts.append((kind, job, {"from_band": from_band.wire, "to_band": band.wire}))
+        data = {"band": band.wire, "position": position, "of": length, "position_class": cls}
+        drafts.append((kinds.QUEUED, job, data))
+        memory[job] = (band.value, cls)
+    return drafts
+
+
+def test_queue_events_from_the_job_column_match_a_pass_over_every_task():
+    # Jobs with many tasks, interleaved in each band's order, some in two bands; some jobs
+    # remembered in the same band and class, some in another, some gone from the queue.
+    rng = random.Random(23)
+    jobs = [f"/u{i % 7}/job{i}" for i in range(60)]
+    queue = {}
+    for band in (Band.PRODUCTION, Band.INTERACTIVE, Band.BATCH):
+        tasks = [f"{job}/{k}" for job in rng.sample(jobs, 25) for k in range(rng.randint(1, 30))]
+        rng.shuffle(tasks)
+        queue[band] = tasks
+    memory = {job: (rng.choice([1, 2, 3]), rng.randint(0, 3)) for job in rng.sample(jobs, 40)}
+    memory["/gone/job"] = (2, 1)
+    wall = timezone.now()
+
+    expected_memory = dict(memory)
+    expected = queue_events_by_task(queue, expected_memory, 7, wall)
+    drafts = tick_events._queue_events(queued_jobs(queue), memory, {}, 7, wall)
+
+    assert [(d.kind, d.job, dict(d.data)) for d in drafts] == expected
+    assert memory == expected_memory
+    assert len(expected) > 20

@@ -1,0 +1,91 @@
+"""Where a tick's write phase (``apply_decision``) spends this process's CPU, part by part.
+
+Usage (from the repository root; needs a PostgreSQL server; the database is recreated)::
+
+    IRIS_BENCH_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/iris_bench \\
+        .venv/bin/python benchmarks/profile_tick_writes.py --sizes 100000x10000 --ticks first burst
+
+Runs ``benchmarks/bench_tick.py`` (same flags) with the write phase's parts wrapped in
+``time.process_time``: after each timed tick's row it prints one line of CPU milliseconds per
+part: ``apply_decision`` (all of the write phase but the commit), the publication's steps
+(``Publication.*``), the events' pass (``record_tick_events``) and its staging insert
+(``record``), each bulk statement by table (``insert <table>`` is a COPY, ``update <table>`` a
+set-based UPDATE, whose server time runs pipelined and is not in these figures), the re-read and
+the locks. ``--profile-writes`` (bench_tick's) gives the server's side of the first tick.
+Parts a tree does not have are left out, so the same script profiles an older tree.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import defaultdict
+from functools import wraps
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from benchmarks import bench_tick  # noqa: E402
+
+cpu_ms: dict[str, float] = defaultdict(float)
+
+
+def timed(name, function):
+    @wraps(function)
+    def wrapper(*args, **kwargs):
+        started = time.process_time()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            key = name(args) if callable(name) else name
+            cpu_ms[key] += (time.process_time() - started) * 1000
+
+    return wrapper
+
+
+def install() -> None:
+    from scheduler.board import publish
+    from scheduler.events import record
+    from scheduler.store import bulk
+    from scheduler.tick import apply, events, run
+
+    for module, names in (
+        (run, ("apply_decision",)),
+        (apply, ("record_tick_events", "current_task_states", "lock_jobs", "hold_workers")),
+        (apply, ("live_job_states", "limits_sample")),
+        (events, ("record",)),
+        (record, ("record",)),
+    ):
+        for name in names:
+            if hasattr(module, name):
+                setattr(module, name, timed(name, getattr(module, name)))
+    bulk.insert_rows = timed(lambda args: f"insert {args[0]}", bulk.insert_rows)
+    bulk.update_rows = timed(lambda args: f"update {args[0]}", bulk.update_rows)
+    for name in ("__init__", "record_fields", "build", "finish"):
+        if hasattr(publish.Publication, name):
+            setattr(publish.Publication, name, timed(f"Publication.{name}", getattr(publish.Publication, name)))
+    run_tick_inner = run.run_tick
+
+    def run_tick(now_ms):
+        cpu_ms.clear()
+        outcome = run_tick_inner(now_ms)
+        print(
+            "# write-phase cpu ms: " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(cpu_ms.items())),
+            flush=True,
+        )
+        return outcome
+
+    run.run_tick = run_tick
+
+
+if __name__ == "__main__":
+    original_open = bench_tick.open_bench_database
+
+    def open_and_install(*args, **kwargs):
+        url = original_open(*args, **kwargs)
+        install()
+        return url
+
+    bench_tick.open_bench_database = open_and_install
+    bench_tick.main()
