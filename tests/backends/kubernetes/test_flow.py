@@ -12,6 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from scheduler.board.read import queue_index
 from scheduler.core.bands import Band
 from scheduler.core.explain import cause_text
 from scheduler.execution.dispatcher import drain
@@ -131,9 +132,7 @@ def test_waiting_tasks_are_explained_in_the_queue(kube, cluster_config):
 
     run_tick(NOW_MS)
 
-    explanation = TickRecord.objects.latest("pk").explanation
-    band, requested, position, reason = explanation["tasks"]["/alice/b/0"]
-    record = explanation["reasons"][reason]
+    record = queue_index().locate("/alice/b/0").reason
     assert record["code"] == "rate_cap"
     assert cause_text(record) == "Kubernetes promotion rate cap: 0 of 1 pods left this minute"
 
@@ -366,8 +365,7 @@ def test_a_failing_sync_marks_the_backend_unhealthy_and_holds_promotions(cluster
     job = make_job("/alice/train", device=H100)
     run_tick(NOW_MS)
     assert task_of(job).state == "pending"
-    explanation = TickRecord.objects.latest("pk").explanation
-    reason = cause_text(explanation["reasons"][explanation["tasks"]["/alice/train/0"][3]])
+    reason = cause_text(queue_index().locate("/alice/train/0").reason)
     assert reason.startswith("Kubernetes backend not ready: unhealthy: ")
 
     sync()  # the API answers again
