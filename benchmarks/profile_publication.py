@@ -22,27 +22,11 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections import defaultdict
-from functools import wraps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks import bench_tick  # noqa: E402
-
-cpu_ms: dict[str, float] = defaultdict(float)
-
-
-def timed(name: str, function):
-    @wraps(function)
-    def wrapper(*args, **kwargs):
-        started = time.process_time()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            cpu_ms[name] += (time.process_time() - started) * 1000
-
-    return wrapper
+from benchmarks.cpu_parts import cpu_ms, run_bench_tick, time_functions, time_methods  # noqa: E402
 
 
 def install() -> None:
@@ -51,7 +35,7 @@ def install() -> None:
     from scheduler.board import publish, read
     from scheduler.tick import apply, run
 
-    for module, names in (
+    time_functions(
         (
             publish,
             (
@@ -64,13 +48,8 @@ def install() -> None:
             ),
         ),
         (apply, ("record_tick_events",)),
-    ):
-        for name in names:
-            if hasattr(module, name):
-                setattr(module, name, timed(name, getattr(module, name)))
-    for name in ("__init__", "start_counts", "live_counts", "build", "finish", "record_fields"):
-        if hasattr(publish.Publication, name):
-            setattr(publish.Publication, name, timed(f"Publication.{name}", getattr(publish.Publication, name)))
+    )
+    time_methods(publish.Publication, ("__init__", "start_counts", "live_counts", "build", "finish", "record_fields"))
     original_run_tick = run.run_tick
 
     def blob_writes(execute, sql, params, many, context):
@@ -113,12 +92,4 @@ def install() -> None:
 
 
 if __name__ == "__main__":
-    original_open = bench_tick.open_bench_database
-
-    def open_and_install(*args, **kwargs):
-        url = original_open(*args, **kwargs)
-        install()
-        return url
-
-    bench_tick.open_bench_database = open_and_install
-    bench_tick.main()
+    run_bench_tick(install)

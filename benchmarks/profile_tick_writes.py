@@ -19,29 +19,11 @@ from __future__ import annotations
 
 import os
 import sys
-import time
-from collections import defaultdict
-from functools import wraps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks import bench_tick  # noqa: E402
-
-cpu_ms: dict[str, float] = defaultdict(float)
-
-
-def timed(name, function):
-    @wraps(function)
-    def wrapper(*args, **kwargs):
-        started = time.process_time()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            key = name(args) if callable(name) else name
-            cpu_ms[key] += (time.process_time() - started) * 1000
-
-    return wrapper
+from benchmarks.cpu_parts import cpu_ms, run_bench_tick, time_functions, time_methods, timed  # noqa: E402
 
 
 def install() -> None:
@@ -50,21 +32,16 @@ def install() -> None:
     from scheduler.store import bulk
     from scheduler.tick import apply, events, run
 
-    for module, names in (
+    time_functions(
         (run, ("apply_decision",)),
         (apply, ("record_tick_events", "current_task_states", "lock_jobs", "hold_workers")),
         (apply, ("live_job_states", "limits_sample")),
         (events, ("record",)),
         (record, ("record",)),
-    ):
-        for name in names:
-            if hasattr(module, name):
-                setattr(module, name, timed(name, getattr(module, name)))
+    )
     bulk.insert_rows = timed(lambda args: f"insert {args[0]}", bulk.insert_rows)
     bulk.update_rows = timed(lambda args: f"update {args[0]}", bulk.update_rows)
-    for name in ("__init__", "record_fields", "build", "finish"):
-        if hasattr(publish.Publication, name):
-            setattr(publish.Publication, name, timed(f"Publication.{name}", getattr(publish.Publication, name)))
+    time_methods(publish.Publication, ("__init__", "record_fields", "build", "finish"))
     run_tick_inner = run.run_tick
 
     def run_tick(now_ms):
@@ -80,12 +57,4 @@ def install() -> None:
 
 
 if __name__ == "__main__":
-    original_open = bench_tick.open_bench_database
-
-    def open_and_install(*args, **kwargs):
-        url = original_open(*args, **kwargs)
-        install()
-        return url
-
-    bench_tick.open_bench_database = open_and_install
-    bench_tick.main()
+    run_bench_tick(install)
