@@ -9,10 +9,16 @@ first and SIGKILLs every process of those attempts still alive: in their groups,
 double forks, ``nohup``; where attempts have PID namespaces the kernel has already ended them).
 It reports the attempts as worker-lost before it registers or accepts work: a task never runs
 twice because its agent was restarted.
+
+One agent at a time owns a state dir (:meth:`AttemptState.take`, an exclusive ``flock`` held for
+the agent's life): a second agent started with the same worker name and state dir while the
+first runs would take the first's live attempts for leftovers and kill them, so it refuses to
+start instead, naming the dir and the agent that holds it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -25,6 +31,11 @@ from scheduler.agent.supervise import group_members, proc_stat
 log = logging.getLogger("iris.agent")
 
 STATE_FILE = "attempts.json"
+LOCK_FILE = "agent.lock"
+
+
+class StateDirInUse(RuntimeError):
+    """Another live agent holds this state dir."""
 
 
 def boot_id() -> str:
@@ -53,6 +64,25 @@ class AttemptState:
         self.tag = agent_tag(self.dir)
         # key -> (pgid, supervisor start ticks, the attempt's own uid or None)
         self.groups: dict[tuple[int, int], tuple[int, int, int | None]] = {}
+        self._lock_fd: int | None = None
+
+    def take(self) -> None:
+        """Own the state dir for this process's life (the lock goes with the process, however it
+        ends), or raise :class:`StateDirInUse` naming the agent that owns it."""
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(self.dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise StateDirInUse(
+                f"another agent (pid {holder}) runs with the state dir {self.dir}: stop it first, "
+                "or give this agent another --name or --state-dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode("ascii"))
+        self._lock_fd = fd
 
     def marker(self, task: int, attempt: int) -> str:
         """The marker this agent's processes of the attempt carry (``process.attempt_marker``)."""

@@ -40,7 +40,7 @@ from scheduler.agent.process import (
     can_create_pid_namespace,
     closed_ancestor,
 )
-from scheduler.agent.state import AttemptState
+from scheduler.agent.state import AttemptState, StateDirInUse
 from scheduler.agent.worker import Agent
 
 log = logging.getLogger("iris.agent")
@@ -176,15 +176,20 @@ class Command(BaseCommand):
                 closed,
                 work_dir,
             )
+        state = AttemptState(
+            Path(options["state_dir"]) if options["state_dir"] else settings.DATA_DIR / "agents" / name
+        )
+        try:
+            state.take()
+        except StateDirInUse as exc:
+            raise CommandError(str(exc)) from None
         agent = Agent(
             AgentClient(options["server"], token),
             capacity,
             log_dir=Path(options["log_dir"]) if options["log_dir"] else settings.TASK_LOG_DIR,
             heartbeat_seconds=options["heartbeat_seconds"] or settings.AGENT_HEARTBEAT_SECONDS,
             work_dir=work_dir,
-            state=AttemptState(
-                Path(options["state_dir"]) if options["state_dir"] else settings.DATA_DIR / "agents" / name
-            ),
+            state=state,
             isolation=isolation,
         )
 
