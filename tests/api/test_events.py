@@ -140,7 +140,10 @@ def test_the_plain_page_is_the_serializers_page_byte_for_byte(alice, olivia, his
         expected = json.dumps(EventPageSerializer(page).data)
         assert json.dumps(event_page_json(page)) == expected
         assert json.dumps(event_page_json(page)) == expected  # the kept dicts
-    assert ("Z" if zone == "UTC" else "-0") in event_page_json(page)["events"][0]["at"][-6:]
+        assert ("Z" if zone == "UTC" else "-0") in event_page_json(page)["events"][0]["at"][-6:]
+    # Back in UTC, the kept dicts of another zone are not served: the answer is in UTC again.
+    assert event_page_json(page)["events"][0]["at"].endswith("Z")
+    assert json.dumps(event_page_json(page)) == json.dumps(EventPageSerializer(page).data)
 
 
 def test_every_answer_gives_its_database_slot_back(as_alice, client, monkeypatch):

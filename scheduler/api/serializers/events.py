@@ -64,12 +64,15 @@ def event_json(event, zone=_current_zone) -> dict:
     it wakes, so 200 watchers woken by one tick cost one dict per event, not 200 (DRF's
     serializer was about two fifths of a long poll's CPU). ``zone``: the current time zone, or
     the function that gives it."""
-    cached = getattr(event, "_iris_json", None)
-    if cached is None:
+    if callable(zone):
+        zone = zone()
+    # Kept with the zone it was written in: a request in another zone builds its own.
+    cached_zone, cached = getattr(event, "_iris_json", None) or (None, None)
+    if cached is None or cached_zone != zone:
         cached = {
             "id": event.id,
             "kind": event.kind,
-            "at": _at(event.created_at, zone() if callable(zone) else zone),
+            "at": _at(event.created_at, zone),
             "user": event.user,
             "job": event.job or None,
             "task": f"{event.job}/{event.task_index}" if event.task_index is not None else None,
@@ -77,7 +80,7 @@ def event_json(event, zone=_current_zone) -> dict:
             "tick": event.tick,
             "data": dict(event.data),
         }
-        event._iris_json = cached
+        event._iris_json = (zone, cached)
     return cached
 
 
