@@ -16,6 +16,12 @@ growing pile. No Celery worker runs: a prompt tick is requested per batch as in 
 waits in the broker (``IRIS_REDIS_URL``, default ``redis://127.0.0.1:6379/14``); the tick's cost is
 not part of this figure (``bench_tick.py`` measures ticks).
 
+With ``--tick-workers N`` (PostgreSQL), the database also holds N healthy CPU workers (32 cores,
+256 GiB each: 32 of these jobs apiece), and this process is the tick process: it ticks once after
+the warm-up batches (a warm tick process, as the scheduler's is between beats) and, after the
+window, runs the next tick and prints its time and how many of the window's tasks it placed: the
+second half of issue 26's batch target ("the next tick places them within the tick target").
+
 Printed per database: jobs/s (and tasks/s) over the measured window (warm-up batches excluded),
 p50/p99 batch latency, errors by status, and CPU milliseconds per 1,000 jobs of the web workers,
 of the PostgreSQL backends and of the clients (this process), from /proc before and after the
@@ -145,6 +151,8 @@ def run_one(kind: str, args) -> None:
             "--setup-only",
             "--batches",
             str(args.batches + args.web_workers * WARMUP_BATCHES_PER_WORKER),
+            "--tick-workers",
+            str(args.tick_workers if kind == "postgresql" else 0),
         ],
         cwd=ROOT,
         env=env,
@@ -161,12 +169,15 @@ def run_one(kind: str, args) -> None:
         _wait_for(port, 60)
         Clients(port, bodies[:warm_n], args.clients).run()
         servers = {"web": _tree(web.pid)}
+        ticking = kind == "postgresql" and args.tick_workers > 0
         if kind == "postgresql":
             os.environ.update({"IRIS_DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "iris_web.settings"})
             import django
 
             django.setup()
             database = urlparse(url).path.lstrip("/")
+            if ticking:
+                warm_tick = _timed_tick()
             servers["postgres"] = _backends(database)
         reference_before = reference_seconds()
         cpu_before = {name: _cpu_seconds(pids) for name, pids in servers.items()}
@@ -180,6 +191,8 @@ def run_one(kind: str, args) -> None:
         cpu = {name: _cpu_seconds(pids) - cpu_before.get(name, 0.0) for name, pids in servers.items()}
         load_after = os.getloadavg()
         reference_after = reference_seconds()
+        if ticking:
+            next_tick = _timed_tick()
     finally:
         try:
             os.killpg(web.pid, signal.SIGTERM)
@@ -217,20 +230,46 @@ def run_one(kind: str, args) -> None:
     )
     for status, text in clients.errors.items():
         print(f"  first {status} answer: {text}")
+    if ticking:
+        print(f"  warm-up tick (before the window): {warm_tick}")
+        print(f"  the next tick after the window: {next_tick}")
     sys.stdout.flush()
 
 
-def setup_only(batches: int) -> None:
-    """Migrate the database of the environment and print one API token per batch (JSON)."""
+def _timed_tick() -> str:
+    """One tick in this process (PostgreSQL, Django set up), as a line: wall and CPU seconds, its
+    phases, what it placed, and the tasks still pending after it."""
+    from scheduler.models import Task
+    from scheduler.tick.run import run_tick
+
+    started, cpu_started = time.perf_counter(), time.process_time()
+    outcome = run_tick()
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    if outcome is None:
+        return "skipped (another tick held the lease)"
+    pending = Task.objects.filter(state="pending").count()
+    return (
+        f"{wall:.2f} s wall, {cpu:.2f} s CPU (load {outcome.load_ms / 1000:.2f}, decide "
+        f"{outcome.decide_ms / 1000:.2f}, apply+commit {wall - (outcome.load_ms + outcome.decide_ms) / 1000:.2f}); "
+        f"{outcome.assigned:,} assigned, {pending:,} tasks still pending"
+    )
+
+
+def setup_only(batches: int, tick_workers: int) -> None:
+    """Migrate the database of the environment, add ``tick_workers`` CPU workers, and print one
+    API token per batch (JSON)."""
     import django
 
     django.setup()
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
 
-    from scheduler.models import ApiToken
+    from scheduler.models import ApiToken, Worker
 
     call_command("migrate", verbosity=0)
+    Worker.objects.bulk_create(
+        Worker(name=f"bench-cpu-{w}", cpu_millicores=32_000, memory_bytes=256 << 30) for w in range(tick_workers)
+    )
     users = get_user_model().objects.bulk_create(get_user_model()(username=f"bench-{b}") for b in range(batches))
     print(json.dumps([ApiToken.objects.create(user=user, name="bench")[1] for user in users]))
 
@@ -244,10 +283,16 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=2, help="concurrent clients")
     parser.add_argument("--web-workers", type=int, default=2, help="gunicorn sync workers")
     parser.add_argument("--port", type=int, default=int(os.environ.get("IRIS_BENCH_PORT", "8126")))
+    parser.add_argument(
+        "--tick-workers",
+        type=int,
+        default=0,
+        help="PostgreSQL: add this many 32-core workers and time the tick after the window (see above)",
+    )
     parser.add_argument("--setup-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.setup_only:
-        setup_only(args.batches)
+        setup_only(args.batches, args.tick_workers)
         return
     kinds = ["sqlite", "postgresql"] if args.database == "both" else [args.database]
     if "postgresql" in kinds and kinds[0] != "postgresql":
