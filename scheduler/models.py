@@ -185,7 +185,9 @@ class Job(models.Model):
             models.Index(fields=["route", "-submitted_at_ms"], name="job_route_newest"),
             # Keyset pages (listing.page_of) read from a row on by (sort column, id): one index
             # per sortable column, scanned either way (name is unique; submitted is above). The
-            # state column has none (it would hold ``state``): sorting by it sorts the filter's rows.
+            # state column's is (finished_state, id), the finished jobs' side of the state sort
+            # (listing._state_rows): an index holding ``state`` would defeat the HOT flips above.
+            models.Index(fields=["finished_state", "id"], name="job_finished_keyset"),
             models.Index(fields=["user", "id"], name="job_user_keyset"),
             models.Index(fields=["band", "id"], name="job_band_keyset"),
             models.Index(fields=["route", "id"], name="job_route_keyset"),

@@ -68,3 +68,17 @@ def test_page_number_past_the_last_page_is_not_found(many_jobs):
     qs = listing.filtered_jobs(listing.JobFilter(), frozenset())
     with pytest.raises(NotFound):
         listing.page_of(qs, listing.JobView(), number=6, size=5)
+
+
+@pytest.mark.parametrize("sort", ["state", "-state"])
+def test_numbered_pages_of_the_state_sort_are_the_tables_order_in_slices(many_jobs, sort):
+    # The ungrouped state sort reads finished and live jobs apart and merges them
+    # (listing._state_rows); numbered pages (offsets) are the same rows as one ORDER BY's.
+    view = listing.JobView(sort=sort)
+    qs = listing.filtered_jobs(listing.JobFilter(), frozenset())
+    names = [job.name for job in listing.ordered(qs, view)]
+    assert {"pending", "running", "succeeded"} <= set(qs.values_list("state", flat=True))
+    for number in range(1, 6):
+        page = listing.page_of(qs, view, number=number, size=5)
+        assert [job.name for job in page.jobs] == names[(number - 1) * 5 : number * 5]
+        assert (page.next is None) == (number == 5)
