@@ -117,10 +117,11 @@ def _history_endpoints(console, api, Job) -> list:
     ]
 
 
-def deep_pages(connection, api, follow: int, requests: int) -> None:
+def deep_pages(connection, api, follow: int, requests: int, keep_fresh) -> None:
     """``GET /api/v1/jobs/`` by its next links from the first page, ``follow`` of them, each
     timed once; then shareable URLs of pages deep down (a cursor made for the row at each
-    depth, as a next link there would be), each timed cold and warm as the pages above."""
+    depth, as a next link there would be), each timed cold and warm as the pages above.
+    ``keep_fresh`` ticks when a beat is due (between requests, untimed)."""
     from urllib.parse import urlencode, urlsplit
 
     from scheduler.jobs import listing
@@ -132,6 +133,7 @@ def deep_pages(connection, api, follow: int, requests: int) -> None:
     path = "/api/v1/jobs/"
     walked = []
     for number in range(1, follow + 1):
+        keep_fresh()
         m = measure(connection, api, "GET", path, None, 0)
         walked.append(m.cold_ms)
         if number in (1, 2, follow):
@@ -154,6 +156,7 @@ def deep_pages(connection, api, follow: int, requests: int) -> None:
                 row = listing.ordered(Job.objects.all(), view)[depth]
                 cursor = listing._cursor(view, row, listing.NEXT)
                 url = f"/api/v1/jobs/?{urlencode({'sort': sort, 'cursor': cursor})}"
+            keep_fresh()
             m = measure(connection, api, "GET", url, None, requests)
             print(
                 f"| row {depth:,} of {total:,}, sort {sort} | {'first page' if not depth else 'shared URL'} | "
@@ -185,6 +188,7 @@ def main() -> None:
     from benchmarks.bench_tick import open_bench_database
 
     open_bench_database(recreate=not args.reuse)
+    from django.conf import settings
     from django.test.utils import override_settings
 
     # The pages link static files; the manifest needs `collectstatic`, which a benchmark skips.
@@ -246,16 +250,31 @@ def main() -> None:
                 print(f"# history written and analysed in {time.perf_counter() - started:.0f} s", flush=True)
         else:
             now_ms = clock.now_ms()
-        forget_cluster_rows()
-        run_tick(now_ms)
-        # The web process holds no copy of the cluster, as in production: neither the rows nor
-        # the decision the tick keeps for the next one (they live in the Celery worker). Kept
-        # here, they tripled the objects every full collection of the requests below rescans
-        # (a 200 ms collection landed in whichever cold request tipped the collector's count).
-        # One collection after forgetting them sets the collector's count to this smaller heap.
-        forget_cluster_rows()
-        forget_decision()
-        gc.collect()
+
+        def beat() -> float:
+            """A tick, as the Celery beat runs one every ``IRIS_TICK_SECONDS``. The web process
+            holds no copy of the cluster, as in production: neither the rows nor the decision
+            the tick keeps for the next one (they live in the Celery worker). Kept here, they
+            tripled the objects every full collection of the requests below rescans (a 200 ms
+            collection landed in whichever cold request tipped the collector's count). One
+            collection after forgetting them sets the collector's count to this smaller heap."""
+            forget_cluster_rows()
+            run_tick(now_ms)
+            forget_cluster_rows()
+            forget_decision()
+            gc.collect()
+            return time.monotonic()
+
+        last_beat = beat()
+
+        def keep_fresh() -> None:
+            # The pages read the newest tick's spend while it is fresh (budgets.rules.spend_now),
+            # as they do while the beat runs; minutes of requests after one tick would measure
+            # the stopped scheduler's fallback (live spend summed per request) instead.
+            nonlocal last_beat
+            if time.monotonic() - last_beat > settings.TICK_SECONDS:
+                last_beat = beat()
+
         job = Job.objects.filter(state="pending").order_by("id").values_list("name", flat=True).first()
         user = Job.objects.filter(state="pending").order_by("id").values_list("user", flat=True).first()
         worker = Worker.objects.order_by("name").values_list("name", flat=True).first()
@@ -296,6 +315,7 @@ def main() -> None:
         for client, method, path, body in endpoints:
             if args.only and args.only not in path:
                 continue
+            keep_fresh()
             # Cold: this process has parsed nothing of the newest tick (queue index, what-if basis).
             forget_board()
             m = measure(connection, client, method, path, body, args.requests)
@@ -310,8 +330,9 @@ def main() -> None:
                 f"{'yes' if ok else 'NO'} |",
                 flush=True,
             )
+
         if (args.history_jobs or args.reuse) and not args.only:
-            deep_pages(connection, api, args.deep_pages, args.requests)
+            deep_pages(connection, api, args.deep_pages, args.requests, keep_fresh)
         print(f"\npeak RSS {_rss_mib():.0f} MiB (before the requests: {rss_before:.0f} MiB)", flush=True)
         print(f"# reference loop: {reference_seconds():.3f} s; load average: {os.getloadavg()[0]:.2f} (at the end)")
 
