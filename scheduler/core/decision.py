@@ -119,32 +119,24 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
             queue.shape = book.shape_of(queue.spec)
     placed = place(bands, by_job, pool, book)
 
-    assigned_ids = {t.id for t, _ in placed}
-    candidates = [
-        t for band, tasks in bands.items() if band is not Band.BATCH for t in tasks if t.id not in assigned_ids
-    ]
+    # What placement left waiting in the bands that may preempt, in scheduling order.
+    candidates = [t for band, tasks in placed.waiting.items() if band is not Band.BATCH for t in tasks]
     plan = PreemptionPass(pool, book, by_job, jobs, active_by_job, candidates).run() if candidates else PreemptionPlan()
-    assigned_ids.update(t.id for t, _ in plan.placements)
 
     outcome = _Outcome(snapshot, by_job, pool.ids)
-    outcome.assign(placed)
+    outcome.assign(placed.tasks)
     outcome.assign(plan.placements)
     outcome.expire(expired)
     outcome.evict(plan)
     outcome.finish_jobs(pending_by_job, active_by_job)
 
-    reasons.update(
-        explain_pending(
-            queues, bands, assigned_ids, Explainer(pool, book, snapshot.workers, snapshot.scale_groups), downgrades
-        )
-    )
+    explainer = Explainer(pool, book, snapshot.workers, snapshot.scale_groups)
+    reasons.update(explain_pending(queues, placed, {t.id for t, _ in plan.placements}, explainer, downgrades))
     reasons.update(outcome.requeued)
     # A task that ended in this decision (its gang failed for good, its job expired) is not
     # pending any more, whatever the placement pass said about it.
-    pending = TaskState.PENDING
-    for task_id, after in outcome.after.items():
-        if after.state is not pending:
-            reasons.pop(task_id, None)
+    for task_id in outcome.ended:
+        reasons.pop(task_id, None)
 
     defaults = config.budget_defaults
     requeue_bands = {
@@ -195,7 +187,7 @@ def placements(snapshot: ClusterSnapshot) -> list[tuple[str, str]]:
             if queue.passed:
                 queue.shape = book.shape_of(queue.spec)
         ids = pool.ids
-        return [(task.id, ids[w]) for task, w in place(bands, by_job, pool, book)]
+        return [(task.id, ids[w]) for task, w in place(bands, by_job, pool, book).tasks]
 
 
 def _group_tasks(
@@ -288,6 +280,9 @@ class _Outcome:
         self.jobs_after: dict[str, JobState] = {}
         self.requeued: dict[str, PendingReason] = {}
         self.withdrawn: set[str] = set()
+        # The tasks whose state after this decision is not PENDING and not ASSIGNED (expired,
+        # ended by preemption, killed, their gang failed): none of them is left waiting.
+        self.ended: set[str] = set()
         # Jobs touched by preemption: job id -> ids of its evicted tasks, and whether one ended.
         self.victims_by_job: dict[str, list[str]] = {}
         self.ended_by_preemption: set[str] = set()
@@ -328,6 +323,7 @@ class _Outcome:
         for queue in expired:
             for task in queue.pending:
                 self.after[task.id] = TaskAfter(unschedulable, None, None, task.preemption_count)
+                self.ended.add(task.id)
             self.jobs_after[queue.spec.id] = JobState.UNSCHEDULABLE
 
     def evict(self, plan: PreemptionPlan) -> None:
@@ -360,6 +356,7 @@ class _Outcome:
             else:
                 state, count = preempted, count + 1
                 self.ended_by_preemption.add(job.id)
+                self.ended.add(victim.id)
             after = after_of.get((state, count))
             if after is None:
                 after = after_of[(state, count)] = TaskAfter(state, None, None, count)
@@ -426,4 +423,5 @@ class _Outcome:
         if previous is not None and previous.state is TaskState.ASSIGNED:
             self.withdrawn.add(task.id)
         self.after[task.id] = TaskAfter(state, None, None, count)
+        self.ended.add(task.id)
         self.requeued.pop(task.id, None)
