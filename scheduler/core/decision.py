@@ -30,7 +30,7 @@ from scheduler.core.explain import (
     deadline_text,
     explain_pending,
 )
-from scheduler.core.ordering import JobQueue, apply_gates, scheduling_order, sort_jobs
+from scheduler.core.ordering import JobQueue, pass_gates, scheduling_order, sort_jobs
 from scheduler.core.placement import ShapeBook, WorkerPool, place
 from scheduler.core.preemption import PreemptionPass, PreemptionPlan
 from scheduler.core.types import (
@@ -88,10 +88,10 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
     config = snapshot.config
     pending_by_job, active_by_job, unfinished, out_of_order = _group_tasks(snapshot.tasks)
     spend = spend_from_counts(jobs, {job_id: len(tasks) for job_id, tasks in active_by_job.items()})
-    queues = _job_queues(snapshot, pending_by_job, out_of_order, spend)
-    by_job = {q.spec.id: q for q in queues}
-    expired = apply_gates(queues, snapshot.now_ms, config.max_tasks_per_job_per_cycle)
-    downgrades = _downgrades(snapshot, queues, spend)
+    pool = WorkerPool(snapshot, active_by_job, unfinished)
+    book = ShapeBook(pool)
+    by_job, expired, downgrades = _job_queues(snapshot, pending_by_job, out_of_order, spend, book)
+    queues = list(by_job.values())
     # One pass over every pending task: its effective band and, if the per-job cap held it
     # back, its reason (which does not depend on placement).
     # (A comprehension: a third cheaper than the same inserts in a loop statement.)
@@ -111,12 +111,6 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
         unschedulable.extend(Unschedulable(t.id, reason) for t in queue.pending)
     bands = scheduling_order(queues, spend)
     order = tuple([t.id for tasks in bands.values() for t in tasks])
-
-    pool = WorkerPool(snapshot, active_by_job, unfinished)
-    book = ShapeBook(pool)
-    for queue in queues:
-        if queue.passed:
-            queue.shape = book.shape_of(queue.spec)
     placed = place(bands, by_job, pool, book)
 
     # What placement left waiting in the bands that may preempt, in scheduling order.
@@ -173,19 +167,13 @@ def placements(snapshot: ClusterSnapshot) -> list[tuple[str, str]]:
     where nothing is preempted these are exactly the decision's assignments
     (``tests/core/test_uplift_preview.py`` holds them equal)."""
     with collector_paused():
-        config = snapshot.config
         pending_by_job, active_by_job, unfinished, out_of_order = _group_tasks(snapshot.tasks)
         counts = {job_id: len(tasks) for job_id, tasks in active_by_job.items()}
         spend = spend_from_counts(snapshot.jobs, counts)
-        queues = _job_queues(snapshot, pending_by_job, out_of_order, spend)
-        by_job = {q.spec.id: q for q in queues}
-        apply_gates(queues, snapshot.now_ms, config.max_tasks_per_job_per_cycle)
-        bands = scheduling_order(queues, spend)
         pool = WorkerPool(snapshot, active_by_job, unfinished)
         book = ShapeBook(pool)
-        for queue in queues:
-            if queue.passed:
-                queue.shape = book.shape_of(queue.spec)
+        by_job, _, _ = _job_queues(snapshot, pending_by_job, out_of_order, spend, book)
+        bands = scheduling_order(list(by_job.values()), spend)
         ids = pool.ids
         return [(task.id, ids[w]) for task, w in place(bands, by_job, pool, book).tasks]
 
@@ -227,44 +215,48 @@ def _job_queues(
     pending_by_job: Mapping[str, list[TaskSnapshot]],
     out_of_order: set[str],
     spend: Mapping[str, int],
-) -> list[JobQueue]:
-    """One queue per job with pending work, in job priority order, each with its effective band.
-    Only the jobs in ``out_of_order`` need their tasks sorted by index (snapshots list a job's
-    tasks in index order, and sorting twelve thousand sorted lists cost a third of this)."""
+    book: ShapeBook,
+) -> tuple[dict[str, JobQueue], list[JobQueue], dict[str, Downgrade]]:
+    """One queue per job with pending work, by job id in job priority order, each with its
+    effective band, through the gates (:func:`ordering.pass_gates`) and, unless it expired,
+    with its shape; the expired queues; and job id -> why its pending work runs in a lower
+    band than requested (one object per user and band), for the jobs that did not expire.
+
+    One pass over the jobs. Only the jobs in ``out_of_order`` need their tasks sorted by index
+    (snapshots list a job's tasks in index order, and sorting twelve thousand sorted lists
+    cost a third of this)."""
     jobs = snapshot.jobs
-    defaults = snapshot.config.budget_defaults
-    band_of: dict[tuple[str, Band], Band] = {}
-    queues: list[JobQueue] = []
+    budgets, defaults = snapshot.budgets, snapshot.config.budget_defaults
+    now_ms, max_tasks_per_job = snapshot.now_ms, snapshot.config.max_tasks_per_job_per_cycle
+    # (user, requested band) -> (effective band, its downgrade or None).
+    band_of: dict[tuple[str, Band], tuple[Band, Downgrade | None]] = {}
+    by_job: dict[str, JobQueue] = {}
+    expired: list[JobQueue] = []
+    downgrades: dict[str, Downgrade] = {}
     ordered = [jobs[job_id] for job_id in pending_by_job]
     sort_jobs(ordered)
     for job in ordered:
         tasks = pending_by_job[job.id]
         key = (job.user, job.band)
-        band = band_of.get(key)
-        if band is None:
-            band = band_of[key] = effective_band(job.band, job.user, spend, snapshot.budgets, defaults)
+        found = band_of.get(key)
+        if found is None:
+            band = effective_band(job.band, job.user, spend, budgets, defaults)
+            downgrade = None
+            if band is not job.band:
+                downgrade = Downgrade(job.band, band, spend.get(job.user, 0), budget_limit(job.user, budgets, defaults))
+            found = band_of[key] = (band, downgrade)
+        band, downgrade = found
         if job.id in out_of_order:
             tasks.sort(key=_by_index)
-        queues.append(JobQueue(job, band, job.group_by is not None, tasks))
-    return queues
-
-
-def _downgrades(
-    snapshot: ClusterSnapshot, queues: Iterable[JobQueue], spend: Mapping[str, int]
-) -> dict[str, Downgrade]:
-    """job id -> why its pending work runs in a lower band than requested (one object per user)."""
-    downgrades: dict[str, Downgrade] = {}
-    per_user: dict[tuple[str, Band], Downgrade] = {}
-    for queue in queues:
-        if queue.band is not queue.spec.band and not queue.expired:
-            spec = queue.spec
-            downgrade = per_user.get((spec.user, spec.band))
-            if downgrade is None:
-                limit = budget_limit(spec.user, snapshot.budgets, snapshot.config.budget_defaults)
-                downgrade = Downgrade(spec.band, queue.band, spend.get(spec.user, 0), limit)
-                per_user[(spec.user, spec.band)] = downgrade
-            downgrades[spec.id] = downgrade
-    return downgrades
+        queue = by_job[job.id] = JobQueue(job, band, job.group_by is not None, tasks)
+        pass_gates(queue, now_ms, max_tasks_per_job)
+        if queue.expired:
+            expired.append(queue)
+            continue
+        queue.shape = book.shape_of(job)
+        if downgrade is not None:
+            downgrades[job.id] = downgrade
+    return by_job, expired, downgrades
 
 
 class _Outcome:
