@@ -27,9 +27,10 @@ class JobQueue:
 
     ``pending`` holds the job's tasks that were PENDING at tick start, by index. The gates split
     them into ``passed`` (go on to placement) and ``held`` (over the per-job cap); an expired
-    job passes nothing. Placement fills in ``shape`` and, when a task of the job does not fit,
-    ``failed_task`` (the rest of the job then waits for the next tick). ``gang`` says whether
-    the job is coscheduled (``spec.group_by`` is set).
+    job passes nothing. A job that passed gets its ``shape`` (``placement.ShapeBook``);
+    placement sets ``failed_task`` when a task of the job does not fit (the rest of the job
+    then waits for the next tick; for a gang, its first task). ``gang`` says whether the job
+    is coscheduled (``spec.group_by`` is set).
     """
 
     spec: JobSpec
