@@ -30,7 +30,7 @@ from scheduler.core.explain import (
     deadline_text,
     explain_pending,
 )
-from scheduler.core.ordering import JobQueue, apply_gates, scheduling_order, sort_jobs
+from scheduler.core.ordering import JobQueue, pass_gates, scheduling_order, sort_jobs
 from scheduler.core.placement import ShapeBook, WorkerPool, place
 from scheduler.core.preemption import PreemptionPass, PreemptionPlan
 from scheduler.core.types import (
@@ -88,10 +88,10 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
     config = snapshot.config
     pending_by_job, active_by_job, unfinished, out_of_order = _group_tasks(snapshot.tasks)
     spend = spend_from_counts(jobs, {job_id: len(tasks) for job_id, tasks in active_by_job.items()})
-    queues = _job_queues(snapshot, pending_by_job, out_of_order, spend)
-    by_job = {q.spec.id: q for q in queues}
-    expired = apply_gates(queues, snapshot.now_ms, config.max_tasks_per_job_per_cycle)
-    downgrades = _downgrades(snapshot, queues, spend)
+    pool = WorkerPool(snapshot, active_by_job, unfinished)
+    book = ShapeBook(pool)
+    by_job, expired, downgrades = _job_queues(snapshot, pending_by_job, out_of_order, spend, book)
+    queues = list(by_job.values())
     # One pass over every pending task: its effective band and, if the per-job cap held it
     # back, its reason (which does not depend on placement).
     # (A comprehension: a third cheaper than the same inserts in a loop statement.)
@@ -111,40 +111,26 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
         unschedulable.extend(Unschedulable(t.id, reason) for t in queue.pending)
     bands = scheduling_order(queues, spend)
     order = tuple([t.id for tasks in bands.values() for t in tasks])
-
-    pool = WorkerPool(snapshot, active_by_job, unfinished)
-    book = ShapeBook(pool)
-    for queue in queues:
-        if queue.passed:
-            queue.shape = book.shape_of(queue.spec)
     placed = place(bands, by_job, pool, book)
 
-    assigned_ids = {t.id for t, _ in placed}
-    candidates = [
-        t for band, tasks in bands.items() if band is not Band.BATCH for t in tasks if t.id not in assigned_ids
-    ]
+    # What placement left waiting in the bands that may preempt, in scheduling order.
+    candidates = [t for band, tasks in placed.waiting.items() if band is not Band.BATCH for t in tasks]
     plan = PreemptionPass(pool, book, by_job, jobs, active_by_job, candidates).run() if candidates else PreemptionPlan()
-    assigned_ids.update(t.id for t, _ in plan.placements)
 
     outcome = _Outcome(snapshot, by_job, pool.ids)
-    outcome.assign(placed)
+    outcome.assign(placed.tasks)
     outcome.assign(plan.placements)
     outcome.expire(expired)
     outcome.evict(plan)
     outcome.finish_jobs(pending_by_job, active_by_job)
 
-    reasons.update(
-        explain_pending(
-            queues, bands, assigned_ids, Explainer(pool, book, snapshot.workers, snapshot.scale_groups), downgrades
-        )
-    )
+    explainer = Explainer(pool, book, snapshot.workers, snapshot.scale_groups)
+    reasons.update(explain_pending(queues, placed, {t.id for t, _ in plan.placements}, explainer, downgrades))
     reasons.update(outcome.requeued)
     # A task that ended in this decision (its gang failed for good, its job expired) is not
     # pending any more, whatever the placement pass said about it.
-    pending = TaskState.PENDING
-    for task_id, after in outcome.after.items():
-        if after.state is not pending:
-            reasons.pop(task_id, None)
+    for task_id in outcome.ended:
+        reasons.pop(task_id, None)
 
     defaults = config.budget_defaults
     requeue_bands = {
@@ -181,21 +167,15 @@ def placements(snapshot: ClusterSnapshot) -> list[tuple[str, str]]:
     where nothing is preempted these are exactly the decision's assignments
     (``tests/core/test_uplift_preview.py`` holds them equal)."""
     with collector_paused():
-        config = snapshot.config
         pending_by_job, active_by_job, unfinished, out_of_order = _group_tasks(snapshot.tasks)
         counts = {job_id: len(tasks) for job_id, tasks in active_by_job.items()}
         spend = spend_from_counts(snapshot.jobs, counts)
-        queues = _job_queues(snapshot, pending_by_job, out_of_order, spend)
-        by_job = {q.spec.id: q for q in queues}
-        apply_gates(queues, snapshot.now_ms, config.max_tasks_per_job_per_cycle)
-        bands = scheduling_order(queues, spend)
         pool = WorkerPool(snapshot, active_by_job, unfinished)
         book = ShapeBook(pool)
-        for queue in queues:
-            if queue.passed:
-                queue.shape = book.shape_of(queue.spec)
+        by_job, _, _ = _job_queues(snapshot, pending_by_job, out_of_order, spend, book)
+        bands = scheduling_order(list(by_job.values()), spend)
         ids = pool.ids
-        return [(task.id, ids[w]) for task, w in place(bands, by_job, pool, book)]
+        return [(task.id, ids[w]) for task, w in place(bands, by_job, pool, book).tasks]
 
 
 def _group_tasks(
@@ -235,44 +215,48 @@ def _job_queues(
     pending_by_job: Mapping[str, list[TaskSnapshot]],
     out_of_order: set[str],
     spend: Mapping[str, int],
-) -> list[JobQueue]:
-    """One queue per job with pending work, in job priority order, each with its effective band.
-    Only the jobs in ``out_of_order`` need their tasks sorted by index (snapshots list a job's
-    tasks in index order, and sorting twelve thousand sorted lists cost a third of this)."""
+    book: ShapeBook,
+) -> tuple[dict[str, JobQueue], list[JobQueue], dict[str, Downgrade]]:
+    """One queue per job with pending work, by job id in job priority order, each with its
+    effective band, through the gates (:func:`ordering.pass_gates`) and, unless it expired,
+    with its shape; the expired queues; and job id -> why its pending work runs in a lower
+    band than requested (one object per user and band), for the jobs that did not expire.
+
+    One pass over the jobs. Only the jobs in ``out_of_order`` need their tasks sorted by index
+    (snapshots list a job's tasks in index order, and sorting twelve thousand sorted lists
+    cost a third of this)."""
     jobs = snapshot.jobs
-    defaults = snapshot.config.budget_defaults
-    band_of: dict[tuple[str, Band], Band] = {}
-    queues: list[JobQueue] = []
+    budgets, defaults = snapshot.budgets, snapshot.config.budget_defaults
+    now_ms, max_tasks_per_job = snapshot.now_ms, snapshot.config.max_tasks_per_job_per_cycle
+    # (user, requested band) -> (effective band, its downgrade or None).
+    band_of: dict[tuple[str, Band], tuple[Band, Downgrade | None]] = {}
+    by_job: dict[str, JobQueue] = {}
+    expired: list[JobQueue] = []
+    downgrades: dict[str, Downgrade] = {}
     ordered = [jobs[job_id] for job_id in pending_by_job]
     sort_jobs(ordered)
     for job in ordered:
         tasks = pending_by_job[job.id]
         key = (job.user, job.band)
-        band = band_of.get(key)
-        if band is None:
-            band = band_of[key] = effective_band(job.band, job.user, spend, snapshot.budgets, defaults)
+        found = band_of.get(key)
+        if found is None:
+            band = effective_band(job.band, job.user, spend, budgets, defaults)
+            downgrade = None
+            if band is not job.band:
+                downgrade = Downgrade(job.band, band, spend.get(job.user, 0), budget_limit(job.user, budgets, defaults))
+            found = band_of[key] = (band, downgrade)
+        band, downgrade = found
         if job.id in out_of_order:
             tasks.sort(key=_by_index)
-        queues.append(JobQueue(job, band, job.group_by is not None, tasks))
-    return queues
-
-
-def _downgrades(
-    snapshot: ClusterSnapshot, queues: Iterable[JobQueue], spend: Mapping[str, int]
-) -> dict[str, Downgrade]:
-    """job id -> why its pending work runs in a lower band than requested (one object per user)."""
-    downgrades: dict[str, Downgrade] = {}
-    per_user: dict[tuple[str, Band], Downgrade] = {}
-    for queue in queues:
-        if queue.band is not queue.spec.band and not queue.expired:
-            spec = queue.spec
-            downgrade = per_user.get((spec.user, spec.band))
-            if downgrade is None:
-                limit = budget_limit(spec.user, snapshot.budgets, snapshot.config.budget_defaults)
-                downgrade = Downgrade(spec.band, queue.band, spend.get(spec.user, 0), limit)
-                per_user[(spec.user, spec.band)] = downgrade
-            downgrades[spec.id] = downgrade
-    return downgrades
+        queue = by_job[job.id] = JobQueue(job, band, job.group_by is not None, tasks)
+        pass_gates(queue, now_ms, max_tasks_per_job)
+        if queue.expired:
+            expired.append(queue)
+            continue
+        queue.shape = book.shape_of(job)
+        if downgrade is not None:
+            downgrades[job.id] = downgrade
+    return by_job, expired, downgrades
 
 
 class _Outcome:
@@ -288,6 +272,9 @@ class _Outcome:
         self.jobs_after: dict[str, JobState] = {}
         self.requeued: dict[str, PendingReason] = {}
         self.withdrawn: set[str] = set()
+        # The tasks whose state after this decision is not PENDING and not ASSIGNED (expired,
+        # ended by preemption, killed, their gang failed): none of them is left waiting.
+        self.ended: set[str] = set()
         # Jobs touched by preemption: job id -> ids of its evicted tasks, and whether one ended.
         self.victims_by_job: dict[str, list[str]] = {}
         self.ended_by_preemption: set[str] = set()
@@ -328,6 +315,7 @@ class _Outcome:
         for queue in expired:
             for task in queue.pending:
                 self.after[task.id] = TaskAfter(unschedulable, None, None, task.preemption_count)
+                self.ended.add(task.id)
             self.jobs_after[queue.spec.id] = JobState.UNSCHEDULABLE
 
     def evict(self, plan: PreemptionPlan) -> None:
@@ -360,6 +348,7 @@ class _Outcome:
             else:
                 state, count = preempted, count + 1
                 self.ended_by_preemption.add(job.id)
+                self.ended.add(victim.id)
             after = after_of.get((state, count))
             if after is None:
                 after = after_of[(state, count)] = TaskAfter(state, None, None, count)
@@ -426,4 +415,5 @@ class _Outcome:
         if previous is not None and previous.state is TaskState.ASSIGNED:
             self.withdrawn.add(task.id)
         self.after[task.id] = TaskAfter(state, None, None, count)
+        self.ended.add(task.id)
         self.requeued.pop(task.id, None)

@@ -3,7 +3,7 @@
 Pending tasks are grouped per job (:class:`JobQueue`) because every ordering key except the task
 index is a property of the job: sorting jobs and then tasks by index is the global sort
 ``(requested band, -depth, root submitted, submitted, job id, task index)`` at a fraction of the
-cost of sorting tasks. The gates then drop expired jobs and cap how many tasks of each non-gang
+cost of sorting tasks. The gates (:func:`pass_gates`) then drop expired jobs and cap how many tasks of each non-gang
 job go forward this tick; what passes is grouped by *effective* band and interleaved
 round-robin across users, lower spend first.
 """
@@ -27,9 +27,10 @@ class JobQueue:
 
     ``pending`` holds the job's tasks that were PENDING at tick start, by index. The gates split
     them into ``passed`` (go on to placement) and ``held`` (over the per-job cap); an expired
-    job passes nothing. Placement fills in ``shape`` and, when a task of the job does not fit,
-    ``failed_task`` (the rest of the job then waits for the next tick). ``gang`` says whether
-    the job is coscheduled (``spec.group_by`` is set).
+    job passes nothing. A job that passed gets its ``shape`` (``placement.ShapeBook``);
+    placement sets ``failed_task`` when a task of the job does not fit (the rest of the job
+    then waits for the next tick; for a gang, its first task). ``gang`` says whether the job
+    is coscheduled (``spec.group_by`` is set).
     """
 
     spec: JobSpec
@@ -75,24 +76,20 @@ def is_expired(job: JobSpec, now_ms: int) -> bool:
     return job.scheduling_deadline_ms is not None and now_ms >= job.scheduling_deadline_ms
 
 
-def apply_gates(queues: Iterable[JobQueue], now_ms: int, max_tasks_per_job: int) -> list[JobQueue]:
-    """Split each queue's pending tasks into passed and held; return the expired queues.
+def pass_gates(queue: JobQueue, now_ms: int, max_tasks_per_job: int) -> None:
+    """Split the queue's pending tasks into passed and held, or mark it expired.
 
     An expired job passes nothing (its pending tasks become UNSCHEDULABLE). A non-gang job
     passes at most ``max_tasks_per_job`` tasks, lowest index first; 0 means unlimited. Gangs
     are exempt because they place all-or-nothing.
     """
-    expired = []
-    for queue in queues:
-        if is_expired(queue.spec, now_ms):
-            queue.expired = True
-            expired.append(queue)
-        elif max_tasks_per_job and not queue.gang and len(queue.pending) > max_tasks_per_job:
-            queue.passed = queue.pending[:max_tasks_per_job]
-            queue.held = queue.pending[max_tasks_per_job:]
-        else:
-            queue.passed = queue.pending
-    return expired
+    if is_expired(queue.spec, now_ms):
+        queue.expired = True
+    elif max_tasks_per_job and not queue.gang and len(queue.pending) > max_tasks_per_job:
+        queue.passed = queue.pending[:max_tasks_per_job]
+        queue.held = queue.pending[max_tasks_per_job:]
+    else:
+        queue.passed = queue.pending
 
 
 def round_robin(buckets: Mapping[Hashable, Sequence[T]], spend: Mapping[str, int]) -> list[T]:

@@ -540,19 +540,38 @@ class ShapeBook:
 _job_of = attrgetter("job_id")
 
 
+@dataclass(slots=True, eq=False)
+class Placed:
+    """What the placement pass did.
+
+    ``tasks``: (task, worker index) of every task it placed, in placement order. ``waiting``:
+    per band, the tasks that passed the gates and were not placed, in scheduling order, and
+    ``positions``: each one's position in the whole scheduling order (all bands, 0-based). The
+    preemption pass takes its candidates from ``waiting`` and the explanations walk it, so
+    neither walks the whole order again.
+    """
+
+    tasks: list[tuple[TaskSnapshot, int]]
+    waiting: dict[Band, list[TaskSnapshot]]
+    positions: dict[Band, list[int]]
+
+
 def place(
     bands: Mapping[Band, Sequence[TaskSnapshot]],
     queues: Mapping[str, JobQueue],
     pool: WorkerPool,
     book: ShapeBook,
-) -> list[tuple[TaskSnapshot, int]]:
-    """Place the ordered tasks band by band; return (task, worker index) in placement order.
+) -> Placed:
+    """Place the ordered tasks band by band.
 
     Within a band: gangs in order of their first task, each all-or-nothing; then solo tasks
     first-fit. Once a task of a solo job finds no worker, the job's ``failed_task`` is set and
-    its later tasks wait (other jobs go on: no head-of-line blocking).
+    its later tasks wait (other jobs go on: no head-of-line blocking); a gang that finds no
+    group gets its first task as ``failed_task``.
     """
     out: list[tuple[TaskSnapshot, int]] = []
+    waiting: dict[Band, list[TaskSnapshot]] = {}
+    positions: dict[Band, list[int]] = {}
     cpu, mem, gpu, tpu = pool.cpu, pool.mem, pool.gpu, pool.tpu
     assigned, building = pool.assigned, pool.building
     max_assign, max_building = pool.max_assign, pool.max_building
@@ -561,15 +580,24 @@ def place(
     # Every shape a queue walks with is in the book; shapes only gangs use lower their lane's
     # smallest request, which only keeps the floor lower.
     lanes_of(book.shapes)
-    for tasks in bands.values():
+    first = 0  # the position of the band's first task in the whole order
+    for band, tasks in bands.items():
         if gang_jobs:
             # The band's gang jobs in order of their first task (``dict.fromkeys`` keeps the
             # first), picked out in C rather than by a Python statement per task of the band.
             for job_id in dict.fromkeys(filter(gang_jobs.__contains__, map(_job_of, tasks))):
-                place_gang(get_queue(job_id), pool, book, out)
-        for task in tasks:
+                queue = get_queue(job_id)
+                if not place_gang(queue, pool, book, out):
+                    queue.failed_task = queue.passed[0].id
+        waiting[band], positions[band] = [], []
+        wait, at = waiting[band].append, positions[band].append
+        for position, task in enumerate(tasks, first):
             queue = get_queue(task.job_id)
-            if queue.gang or queue.failed_task is not None:
+            if queue.failed_task is not None:
+                wait(task)
+                at(position)
+                continue
+            if queue.gang:
                 continue
             shape = queue.shape
             cands = shape.cands
@@ -612,6 +640,8 @@ def place(
             else:
                 shape.pos = n
                 queue.failed_task = task.id
+                wait(task)
+                at(position)
                 continue
             shape.pos = p
             cpu[w] -= c
@@ -621,7 +651,8 @@ def place(
             assigned[w] += 1
             building[w] += 1
             out.append((task, w))
-    return out
+        first += len(tasks)
+    return Placed(out, waiting, positions)
 
 
 def place_gang(queue: JobQueue, pool: WorkerPool, book: ShapeBook, out: list[tuple[TaskSnapshot, int]]) -> bool:

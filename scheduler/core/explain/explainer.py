@@ -11,7 +11,7 @@ from operator import itemgetter, methodcaller
 from scheduler.core.bands import Band
 from scheduler.core.feasibility import analyse_job, any_fits_when_idle, constraint_text, slice_group
 from scheduler.core.ordering import JobQueue
-from scheduler.core.placement import Shape, ShapeBook, WorkerPool
+from scheduler.core.placement import Placed, Shape, ShapeBook, WorkerPool
 from scheduler.core.types import Decision, GroupSpec, JobSpec, TaskSnapshot, WorkerSpec
 from scheduler.core.explain.reasons import (
     AssignmentCapReached,
@@ -228,27 +228,35 @@ class HeldReasons:
 
 def explain_pending(
     queues: Sequence[JobQueue],
-    bands: Mapping[Band, Sequence[TaskSnapshot]],
-    assigned: set[str],
+    placed: Placed,
+    placed_by_preemption: set[str],
     explainer: Explainer,
     downgrades: Mapping[str, Downgrade],
 ) -> dict[str, PendingReason]:
     """A reason for every task that passed the gates and was not assigned (tasks held back by
     the per-job cap get theirs from :class:`HeldReasons`).
 
-    ``queues`` are the jobs in priority order; ``downgrades`` maps a job id to its downgrade,
-    if any. A job's first unplaced task gets a reason of its own; the tasks after it (the job
-    was exhausted) share one reason across jobs.
+    ``queues`` are the jobs in priority order; ``placed`` is the placement pass, whose waiting
+    tasks are those not placed (``placed_by_preemption`` holds the ids of those the preemption
+    pass placed); ``downgrades`` maps a job id to its downgrade, if any. A job's first
+    unplaced task gets a reason of its own; the tasks after it (the job was exhausted) share
+    one reason across jobs.
     """
-    # job id -> how many tasks were placed ahead of the job's first unplaced task.
-    first_unplaced: dict[str, int] = {}
-    ahead = 0
-    for tasks in bands.values():
-        for task in tasks:
-            if task.id in assigned:
-                ahead += 1
-            elif task.job_id not in first_unplaced:
-                first_unplaced[task.job_id] = ahead
+    # job id -> (how many tasks were placed ahead of the job's first unplaced task, the job's
+    # unplaced tasks). Only the waiting tasks are walked: a task at position p with k unplaced
+    # tasks before it has p - k placed ones ahead.
+    unplaced_of: dict[str, tuple[int, list[TaskSnapshot]]] = {}
+    waited = 0
+    for band, waiting in placed.waiting.items():
+        for position, task in zip(placed.positions[band], waiting):
+            if task.id in placed_by_preemption:
+                continue
+            found = unplaced_of.get(task.job_id)
+            if found is None:
+                unplaced_of[task.job_id] = (position - waited, [task])
+            else:
+                found[1].append(task)
+            waited += 1
 
     # (tasks, reason) pairs, turned into one dict at the end (far cheaper than per-job updates).
     shared: list[tuple[Sequence[TaskSnapshot], PendingReason]] = []
@@ -258,11 +266,11 @@ def explain_pending(
     head_reasons: dict[tuple[int, int, int], PendingReason] = {}
     for queue in queues:
         job_id = queue.spec.id
-        before = first_unplaced.get(job_id)
-        if before is not None:
+        found = unplaced_of.get(job_id)
+        if found is not None:
+            before, unplaced = found
             downgrade = downgrades.get(job_id)
             passed = queue.passed
-            unplaced = [t for t in passed if t.id not in assigned]
             if queue.gang:
                 cause, fit_at_start = explainer.gang_cause(queue.shape, queue.spec.group_by, len(passed))
             else:

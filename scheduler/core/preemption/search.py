@@ -103,7 +103,8 @@ class PreemptionPass:
         active_by_job: Mapping[str, Sequence[TaskSnapshot]],
         candidates: Sequence[TaskSnapshot],
     ) -> None:
-        """``candidates`` are the unplaced tasks in scheduling order (so bands ascend)."""
+        """``candidates`` are the unplaced tasks of the bands above BATCH (BATCH work never
+        preempts), in scheduling order (so bands ascend)."""
         self.pool = pool
         self.book = book
         self.queues = queues
@@ -127,9 +128,8 @@ class PreemptionPass:
         # Whether hosts can take a gang depends only on them and the request, so gangs of other
         # shapes (constraints, group_by) with the same request share what was found.
         self._squat_failed: dict[tuple, dict[tuple[int, ...], int]] = {}
-        batch = Band.BATCH
-        self.candidates = [t for t in candidates if queues[t.job_id].band is not batch]
-        victims = index_victims(pool, queues, jobs, active_by_job, self.candidates)
+        self.candidates = candidates
+        victims = index_victims(pool, queues, jobs, active_by_job, candidates)
         # Per worker, its solo victim groups in eviction order; gang slices; the jobs with victims;
         # the workers with solo victims of each variant (candidates.VictimIndex).
         self.solo = victims.solo
