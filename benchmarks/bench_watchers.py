@@ -1,9 +1,10 @@
 """Event watchers beside the submission benchmark (issue 27): ``bench_api.py``'s servers, clients
-and cluster, plus ``--watchers`` concurrent long polls of ``GET /api/v1/events/``.
+and cluster, plus ``--watchers`` concurrent watchers of ``GET /api/v1/events/`` (long polls or
+server-sent event streams).
 
 Usage (from the repository root; PostgreSQL and Redis, gunicorn: ``pip install -e '.[bench]'``)::
 
-    .venv/bin/python benchmarks/bench_watchers.py --cluster 30000x3000 --watchers 200 --seconds 30
+    .venv/bin/python benchmarks/bench_watchers.py --cluster 30000x3000 --watchers 200 --seconds 30 --modes poll,sse
 
 Served as README's "Production" ships it: the API on gunicorn's sync workers (``--web-workers``)
 and the event stream on its own pool of threads (``gunicorn -k gthread -w --events-workers
@@ -23,9 +24,12 @@ and with the watchers, ``--rounds`` times each (alone first), so a drift of the 
 a drift between windows of one kind.
 
 The watchers run in a child process of their own (their client CPU is not the submitters'):
-watcher ``i`` is its own researcher (``watch-<i>``) following one user's events, as ``iris job
-watch --user U`` does (``user=U&wait=25&limit=1000``, resuming from ``next``); the users are the
-cluster's and the submitters', round robin.
+watcher ``i`` is its own researcher (``watch-<i>``) following one user's events; the users are
+the cluster's and the submitters', round robin. ``--modes`` says how they follow them (one kind
+of window each per round, after the window alone): ``poll``, long polls as ``iris job watch
+--user U`` makes them (``user=U&wait=25&limit=1000``, resuming from ``next``); ``sse``, one
+server-sent event stream each (``Accept: text/event-stream``, ``user=U&limit=1000``,
+reconnecting with ``Last-Event-ID`` when the stream ends after ``IRIS_EVENTS_STREAM_SECONDS``).
 
 The delay of a tick's event: the moment the watcher process has read the answer holding it
 (``time.time()``), minus the tick's end of writing, ``TickRecord.started_at + duration_ms``
@@ -95,8 +99,57 @@ def watch(config: dict) -> None:
     received: list[tuple[int, int, float]] = []  # (watcher, tick, time.time() when read)
     counts = {"requests": 0, "events": 0, "errors": 0}
     statuses: dict[str, int] = {}
+    answers: list[float] = []  # time.time() of each answer (poll) or stream opened (sse)
     lock = threading.Lock()
     started = time.process_time()
+
+    def count(status: int, at: float) -> None:
+        with lock:
+            counts["requests"] += 1
+            answers.append(at)
+            if status != 200:
+                counts["errors"] += 1
+                statuses[str(status)] = statuses.get(str(status), 0) + 1
+
+    def follow(i: int) -> None:
+        """Watcher ``i`` on server-sent events: one stream at a time, each frame's event
+        received when its blank line is read."""
+        token, user = config["tokens"][i], config["users"][i % len(config["users"])]
+        headers = {"Authorization": f"Token {token}", "Accept": "text/event-stream"}
+        path = f"/api/v1/events/?user={user}&limit=1000"
+        last_id = None
+        while True:
+            if last_id is not None:
+                headers["Last-Event-ID"] = last_id
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", config["port"], timeout=WAIT_SECONDS + 30)
+                conn.request("GET", path if last_id is not None else path + "&since=now", headers=headers)
+                response = conn.getresponse()
+                count(response.status, time.time())
+                if response.status != 200:
+                    response.read()
+                    conn.close()
+                    time.sleep(1)
+                    continue
+                data = None
+                while line := response.readline():
+                    line = line.rstrip(b"\r\n")
+                    if line.startswith(b"id:"):
+                        last_id = line[3:].strip().decode()
+                    elif line.startswith(b"data:"):
+                        data = line[5:].strip()
+                    elif not line and data is not None:
+                        event = json.loads(data)
+                        at = time.time()
+                        with lock:
+                            counts["events"] += 1
+                            if event.get("tick") is not None:
+                                received.append((i, event["tick"], at))
+                        data = None
+                conn.close()
+            except OSError:
+                count(0, time.time())
+                time.sleep(1)
 
     def run(i: int) -> None:
         token, user = config["tokens"][i], config["users"][i % len(config["users"])]
@@ -114,11 +167,7 @@ def watch(config: dict) -> None:
                 status = response.status
             except OSError:
                 status, body, at = 0, b"", time.time()
-            with lock:
-                counts["requests"] += 1
-                if status != 200:
-                    counts["errors"] += 1
-                    statuses[str(status)] = statuses.get(str(status), 0) + 1
+            count(status, at)
             if status != 200:
                 time.sleep(1)
                 continue
@@ -129,13 +178,14 @@ def watch(config: dict) -> None:
             since = page["next"]
 
     for i in range(config["watchers"]):
-        threading.Thread(target=run, args=(i,), daemon=True).start()
+        threading.Thread(target=follow if config["mode"] == "sse" else run, args=(i,), daemon=True).start()
     sys.stdin.read()  # the parent closes it: stop
     with lock:
         result = {
             "received": list(received),
             "counts": dict(counts),
             "statuses": dict(statuses),
+            "answers": list(answers),
             "cpu": time.process_time() - started,
         }
     with open(config["out"], "w") as handle:
@@ -145,13 +195,21 @@ def watch(config: dict) -> None:
 class Watchers:
     """The watcher process, started and stopped by the parent."""
 
-    def __init__(self, port: int, tokens: list[str], users: list[str]):
+    def __init__(self, port: int, tokens: list[str], users: list[str], mode: str):
         directory = tempfile.mkdtemp(prefix="iris-watchers-")
         self.out = os.path.join(directory, "received.json")
         config = os.path.join(directory, "config.json")  # tokens: a file, not the command line
         with open(config, "w") as handle:
             json.dump(
-                {"port": port, "tokens": tokens, "users": users, "watchers": len(tokens), "out": self.out}, handle
+                {
+                    "port": port,
+                    "tokens": tokens,
+                    "users": users,
+                    "watchers": len(tokens),
+                    "mode": mode,
+                    "out": self.out,
+                },
+                handle,
             )
         self.process = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "--as-watchers", config],
@@ -274,11 +332,13 @@ def settle(args, servers: Servers, tokens: list[str], ticks: int, tag: str) -> N
     Clients(args.port, tokens, WARMUP_PER_CLIENT * args.clients, 60, tag).run()
 
 
-def run_window(args, servers: Servers, tokens, watcher_tokens, followed, with_watchers: bool, tag: str) -> dict:
+def run_window(args, servers: Servers, tokens, watcher_tokens, followed, mode: str, tag: str) -> dict:
     """One window on a database just restored from the template: settle, 5 s (the watchers'
-    first polls, or nothing), the submissions; with the watchers, their counts and delays."""
+    first polls or streams, or nothing), the submissions; with the watchers (``mode`` "poll" or
+    "sse"; "alone": none), their counts and delays."""
+    with_watchers = mode != "alone"
     settle(args, servers, tokens, tick_count() + 2, f"warm-{tag}")
-    watchers = Watchers(args.port + 1, watcher_tokens, followed) if with_watchers else None
+    watchers = Watchers(args.port + 1, watcher_tokens, followed, mode) if with_watchers else None
     time.sleep(5)  # every watcher has made its first poll ("now") and waits
     watcher_cpu_before = _cpu_seconds([watchers.process.pid]) if watchers else 0.0
     before = database_counters(servers.database)
@@ -289,6 +349,7 @@ def run_window(args, servers: Servers, tokens, watcher_tokens, followed, with_wa
     after = database_counters(servers.database)
     measured["database"] = {key: after[key] - before[key] for key in before}
     measured["with_watchers"] = with_watchers
+    measured["mode"] = mode
     if watchers:
         measured["watcher_cpu"] = _cpu_seconds([watchers.process.pid]) - watcher_cpu_before
         watched = watchers.stop()
@@ -301,6 +362,7 @@ def run_window(args, servers: Servers, tokens, watcher_tokens, followed, with_wa
         )
         measured["watched"] = watched
         measured["watch_wall"] = end - start
+        measured["answers_in_window"] = sum(1 for at in watched["answers"] if start <= at <= end)
     servers.stop()
     return measured
 
@@ -321,10 +383,18 @@ def main() -> None:
     parser.add_argument("--events-workers", type=int, default=2, help="gunicorn gthread workers of the stream")
     parser.add_argument("--events-threads", type=int, default=256, help="threads per stream worker")
     parser.add_argument("--rounds", type=int, default=2, help="windows of each kind (alone, with watchers), alternated")
+    parser.add_argument(
+        "--modes",
+        default="poll",
+        help="how the watchers follow, comma-separated, a window of each per round: poll (long polls), sse",
+    )
     parser.set_defaults(seconds=30.0, submissions=100_000)
     args = parser.parse_args()
     if args.no_tick:
         parser.error("the watchers measure ticks' events: a tick worker is needed")
+    modes = [mode.strip() for mode in args.modes.split(",") if mode.strip()]
+    if not modes or set(modes) - {"poll", "sse"}:
+        parser.error("--modes: poll, sse or both (comma-separated)")
 
     watcher_names = [f"watch-{i}" for i in range(args.watchers)]
     env, database, tokens, watcher_tokens = prepare(args, users=watcher_names)
@@ -348,10 +418,9 @@ def main() -> None:
             url, f'DROP DATABASE IF EXISTS "{template}"', f'CREATE DATABASE "{template}" TEMPLATE "{database}"'
         )
         for n in range(args.rounds):
-            for with_watchers in (False, True):
+            for mode in ("alone", *modes):
                 restore_from_template(url, database, template)
-                tag = f"{'w' if with_watchers else 'a'}{n}-"
-                windows.append(run_window(args, servers, tokens, watcher_tokens, followed, with_watchers, tag))
+                windows.append(run_window(args, servers, tokens, watcher_tokens, followed, mode, f"{mode[0]}{n}-"))
     finally:
         servers.stop()
         from django.db import connections
@@ -365,7 +434,7 @@ def main() -> None:
         f"watchers {args.watchers} following {len(followed)} users; every window from the template {template}"
     )
     for number, measured in enumerate(windows, 1):
-        print(f"== window {number}: {'with watchers' if measured['with_watchers'] else 'alone'}")
+        print(f"== window {number}: {KIND_NAMES[measured['mode']]}")
         for line in window_lines(measured):
             print("  " + line)
         db = measured["database"]
@@ -376,10 +445,16 @@ def main() -> None:
         if measured["with_watchers"]:
             watched, delays = measured["watched"], measured["delays"]
             counts = watched["counts"]
+            requests = measured["answers_in_window"]
+            stream_cpu = measured["cpu"]["events"]
             print(
                 f"  watchers: {counts['requests']} requests in all ({counts['errors']} failed "
-                f"{watched['statuses'] or ''}), {counts['events']} events received; watcher process CPU "
-                f"{measured['watcher_cpu']:.2f} s in the window ({measured['watch_wall']:.1f} s)"
+                f"{watched['statuses'] or ''}), {requests} of them "
+                f"{'answered' if measured['mode'] == 'poll' else 'opened'} in the window, "
+                f"{counts['events']} events received; watcher process CPU "
+                f"{measured['watcher_cpu']:.2f} s in the window ({measured['watch_wall']:.1f} s); stream CPU "
+                f"{stream_cpu:.2f} s in the window"
+                + (f", {stream_cpu * 1000 / requests:.2f} ms per request answered" if requests else "")
             )
             if delays:
                 print(
@@ -390,35 +465,42 @@ def main() -> None:
             else:
                 print("  no tick event reached a watcher in the window")
 
-    alone = [w for w in windows if not w["with_watchers"]]
-    watched = [w for w in windows if w["with_watchers"]]
-    alone_rate, watched_rate = mean(w["rate"] for w in alone), mean(w["rate"] for w in watched)
-    fall = (1 - watched_rate / alone_rate) * 100 if alone_rate else 0.0
-    print(
-        "submissions/s: alone "
-        + ", ".join(f"{w['rate']:.1f}" for w in alone)
-        + f" (mean {alone_rate:.1f}); with watchers "
-        + ", ".join(f"{w['rate']:.1f}" for w in watched)
-        + f" (mean {watched_rate:.1f}): a fall of {fall:.1f}% (target at most 10%)"
-    )
-    for name, group in (("alone", alone), ("with watchers", watched)):
+    alone = [w for w in windows if w["mode"] == "alone"]
+    alone_rate = mean(w["rate"] for w in alone)
+    print("submissions/s: alone " + ", ".join(f"{w['rate']:.1f}" for w in alone) + f" (mean {alone_rate:.1f})")
+    for mode in modes:
+        group = [w for w in windows if w["mode"] == mode]
+        rate = mean(w["rate"] for w in group)
+        fall = (1 - rate / alone_rate) * 100 if alone_rate else 0.0
+        print(
+            f"submissions/s, {KIND_NAMES[mode]}: "
+            + ", ".join(f"{w['rate']:.1f}" for w in group)
+            + f" (mean {rate:.1f}): a fall of {fall:.1f}% (target at most 10%)"
+        )
+    for mode in ("alone", *modes):
+        group = [w for w in windows if w["mode"] == mode]
         parts = {part: mean(w["cpu"][part] * 1000 / max(w["ok"], 1) for w in group) for part in group[0]["cpu"]}
         parts["clients"] = mean(w["client_cpu"] * 1000 / max(w["ok"], 1) for w in group)
         print(
-            f"mean CPU ms per submission, {name}: "
+            f"mean CPU ms per submission, {KIND_NAMES[mode]}: "
             + ", ".join(f"{part} {value:.2f}" for part, value in parts.items())
             + f", total {sum(parts.values()):.2f}"
         )
-    delays = sorted(d for w in watched for d in w["delays"])
-    if delays:
-        print(
-            f"tick end of writing -> watcher read, over {len(delays)} tick events of "
-            f"{sum(w['ticks_seen'] for w in watched)} ticks in {len(watched)} windows: "
-            f"p50 {statistics.median(delays) * 1000:.0f} ms, p99 {percentile(delays, 0.99) * 1000:.0f} ms, "
-            f"max {delays[-1] * 1000:.0f} ms (target p99 at most 2 s)"
-        )
-    else:
-        print("no tick event reached a watcher in any window")
+    for mode in modes:
+        group = [w for w in windows if w["mode"] == mode]
+        delays = sorted(d for w in group for d in w["delays"])
+        if delays:
+            print(
+                f"{KIND_NAMES[mode]}: tick end of writing -> watcher read, over {len(delays)} tick events of "
+                f"{sum(w['ticks_seen'] for w in group)} ticks in {len(group)} windows: "
+                f"p50 {statistics.median(delays) * 1000:.0f} ms, p99 {percentile(delays, 0.99) * 1000:.0f} ms, "
+                f"max {delays[-1] * 1000:.0f} ms (target p99 at most 2 s)"
+            )
+        else:
+            print(f"{KIND_NAMES[mode]}: no tick event reached a watcher in any window")
+
+
+KIND_NAMES = {"alone": "alone", "poll": "with watchers (long polls)", "sse": "with watchers (server-sent events)"}
 
 
 if __name__ == "__main__":

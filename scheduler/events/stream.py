@@ -12,6 +12,10 @@ then reads again; or until ``wait`` runs out. A read inside a transaction (a cal
 test's) cannot give its connection back, and the waker's connection would not see what it
 sees: it looks again itself every ``IRIS_EVENTS_POLL_SECONDS`` instead.
 
+A server-sent event stream (``Accept: text/event-stream``) is :func:`follow_events`: one
+request that long-polls again and again, for ``IRIS_EVENTS_STREAM_SECONDS``, each wait between
+pages holding no database connection, as a long poll's does.
+
 Who sees what (the job pages' rule, ``scheduler.foundation.access``): every signed-in user sees
 every job's events, as every job page shows every job; budget events (uplifts, a limit
 crossed) are their user's own, as ``GET uplifts/`` lists them: researchers see their own,
@@ -21,8 +25,8 @@ operators and admins everyone's.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 
 from django.conf import settings
 from django.db import connection
@@ -205,6 +209,29 @@ def wait_for_events(
         return page
     finally:
         slots.release()
+
+
+def follow_events(
+    actor,
+    query: EventQuery,
+    *,
+    seconds: float,
+    heartbeat: float,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[EventPage | None]:
+    """The pages of events after ``query.since`` (an id: the caller fixes "now") as they arrive,
+    each with at least one event, oldest first, each resuming after the last; ``None`` after
+    ``heartbeat`` seconds without one; for ``seconds``, then the end. Each page is
+    :func:`wait_for_events` (``query.wait`` is not used): the same filters, visibility and
+    order, a database slot held while it reads, none while it waits or while the caller
+    writes the page out."""
+    end = clock() + seconds
+    since = query.since
+    while (left := end - clock()) > 0:
+        page = wait_for_events(actor, replace(query, since=since, wait=min(heartbeat, left)), sleep=sleep, clock=clock)
+        since = page.next
+        yield page if page.events else None
 
 
 def _page_seen(actor, query: EventQuery) -> EventPage | None:

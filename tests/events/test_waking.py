@@ -268,3 +268,53 @@ def test_a_tick_sized_backlog_is_read_in_chunks_and_a_larger_one_wakes_everyone_
 
     assert [e.job for e in out["page"].events] == ["/bob/b"]
     assert len(reads) - reads_before == own_reads
+
+
+def test_a_server_sent_event_stream_waits_on_the_waker_between_pages_holding_no_connection(
+    alice, settings, monkeypatch
+):
+    """A stream (``Accept: text/event-stream``) outside a transaction: between its pages it waits
+    on the waker as a long poll does, with no database connection, and a page after the waker's
+    first look is built from the waker's events, with no read of its own."""
+    from tests.personas import token_client
+
+    settings.EVENTS_POLL_SECONDS = 0.05
+    settings.EVENTS_HEARTBEAT_SECONDS = 20
+    reads, held = [], []
+    real_read, real_wait = stream_module.read_events, Waker.wait
+    monkeypatch.setattr(
+        stream_module, "read_events", lambda actor, query, **kw: reads.append(1) or real_read(actor, query, **kw)
+    )
+
+    def wait(self, waiter, timeout):
+        held.append(connection.connection is not None)  # this thread's connection, as it waits
+        return real_wait(self, waiter, timeout)
+
+    monkeypatch.setattr(Waker, "wait", wait)
+    client = token_client(alice)
+    response = client.get("/api/v1/events/?since=now&user=alice", HTTP_ACCEPT="text/event-stream")
+    chunks = iter(response.streaming_content)
+    next(chunks)  # the start frame
+
+    def stage_when_waiting(job):
+        try:
+            until(lambda: waiting() == 1 and waker().looks >= 1, "the stream waits")
+            stage("alice", job)
+        finally:
+            connections.close_all()
+
+    pages = []
+    for job in ("/alice/a", "/alice/b"):
+        writer = threading.Thread(target=stage_when_waiting, args=(job,), daemon=True)
+        writer.start()
+        reads_before = len(reads)
+        pages.append(next(chunks).decode())
+        writer.join(30)
+    response.close()
+    first, second = pages
+
+    assert "/alice/a" in first and "/alice/b" not in first
+    assert second.startswith("id: ") and "/alice/b" in second
+    assert len(reads) == reads_before  # the second page: the waker's events
+    if connection.vendor == "postgresql":
+        assert held and not any(held)

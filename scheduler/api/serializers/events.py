@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
@@ -53,12 +55,12 @@ def _at(value, zone) -> str:
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
-def _current_zone():
+def current_zone():
     """The time zone DRF's ``DateTimeField`` writes in (None without ``USE_TZ``)."""
     return timezone.get_current_timezone() if settings.USE_TZ else None
 
 
-def event_json(event, zone=_current_zone) -> dict:
+def event_json(event, zone=current_zone) -> dict:
     """:class:`EventSerializer`'s answer for ``event`` as a plain dict, built once per event
     object and kept on it: the events a web process's waker read are shared by every watcher
     it wakes, so 200 watchers woken by one tick cost one dict per event, not 200 (DRF's
@@ -86,8 +88,32 @@ def event_json(event, zone=_current_zone) -> dict:
 
 def event_page_json(page) -> dict:
     """:class:`EventPageSerializer`'s answer for ``page`` (an ``EventPage``)."""
-    zone = _current_zone()
+    zone = current_zone()
     return {"events": [event_json(event, zone) for event in page.events], "next": page.next, "more": page.more}
+
+
+# A server-sent event stream's frames (``Accept: text/event-stream``; the WHATWG HTML standard's
+# "Server-sent events"). Each event is one frame, ``id: <id>`` and ``data: <the event's JSON, as
+# in a page>``, so an ``EventSource`` resumes after the last one it got (``Last-Event-ID``). The
+# default event type ("message") for every kind: the kind is in the data.
+HEARTBEAT_FRAME = ": keep-alive\n\n"
+
+
+def stream_start_frame(since: int, retry_seconds: float) -> str:
+    """The first frame: how long a client waits before it reconnects, and the id the stream
+    starts after (a frame with an id and no data sets ``Last-Event-ID`` and is no event, so a
+    stream "from now" that ends before an event resumes from where it began)."""
+    return f"retry: {int(retry_seconds * 1000)}\nid: {since}\n\n"
+
+
+def event_frames(page, zone) -> str:
+    """A page's events as frames, in one string (written out in one piece); ``zone``: the
+    request's current time zone (:func:`current_zone`, looked up while the request is served:
+    a stream is written after its view has returned)."""
+    return "".join(
+        f"id: {event.id}\ndata: {json.dumps(event_json(event, zone), ensure_ascii=False, separators=(',', ':'))}\n\n"
+        for event in page.events
+    )
 
 
 class EventFilterSerializer(serializers.Serializer):
