@@ -400,9 +400,10 @@ EVENTS_MAX_WAIT_SECONDS = max(0.0, env_float("IRIS_EVENTS_MAX_WAIT_SECONDS", 25)
 EVENTS_POLL_SECONDS = max(0.05, env_float("IRIS_EVENTS_POLL_SECONDS", 0.5))
 # The longest server-sent event stream of GET events/ (Accept: text/event-stream; seconds): then
 # it ends and the client reconnects with Last-Event-ID. It holds a web thread throughout (no
-# database connection while it waits); bounded so that a proxy's or a client's idle limits, and
-# a stream process's restart, cost one reconnect, never a connection held for ever.
-EVENTS_STREAM_SECONDS = max(1.0, env_float("IRIS_EVENTS_STREAM_SECONDS", 300))
+# database connection while it waits). Its token is checked when it connects, so this is also
+# how long a revoked token's open stream goes on; a reconnect a minute costs ~1/100 of a long poll's
+# requests.
+EVENTS_STREAM_SECONDS = max(1.0, env_float("IRIS_EVENTS_STREAM_SECONDS", 60))
 # Seconds without an event after which a stream writes a comment line, so that proxies and
 # clients see it alive (and the server learns of a client gone).
 EVENTS_HEARTBEAT_SECONDS = max(0.05, env_float("IRIS_EVENTS_HEARTBEAT_SECONDS", 15))

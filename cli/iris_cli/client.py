@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,9 +137,38 @@ class Session:
             headers["Authorization"] = f"Token {self.token}"
         url = self.url(path, query)
         request = Request(url, data=data, method=method, headers=headers)
-        try:
+        with self._answering(url):
             with urlopen(request, timeout=TIMEOUT_SECONDS) as response:
                 return decode(response.read())
+
+    def stream(self, path: str, last_event_id: str | None = None, **query: Any) -> Iterator[dict[str, str]]:
+        """``GET path`` as server-sent events: each frame's fields (``id``, ``data``, ...; comments
+        left out) as it arrives, until the server ends the stream. ``last_event_id``: the
+        ``Last-Event-ID`` header, to resume."""
+        self.require_login()
+        headers = {"Accept": "text/event-stream", "User-Agent": USER_AGENT, **self.headers}
+        headers["Authorization"] = f"Token {self.token}"
+        if last_event_id is not None:
+            headers["Last-Event-ID"] = last_event_id
+        url = self.url(path, query)
+        with self._answering(url):
+            with urlopen(Request(url, headers=headers), timeout=TIMEOUT_SECONDS) as response:
+                frame: dict[str, str] = {}
+                for raw in response:
+                    line = raw.decode().rstrip("\r\n")
+                    if not line:
+                        if frame:
+                            yield frame
+                        frame = {}
+                    elif not line.startswith(":"):
+                        name, _, value = line.partition(":")
+                        frame[name] = value.removeprefix(" ")
+
+    @contextmanager
+    def _answering(self, url: str) -> Iterator[None]:
+        """Every failure to get an answer from ``url`` as a :class:`CliError`."""
+        try:
+            yield
         except HTTPError as exc:
             raise error_from_response(exc.code, exc.reason, exc.read(), url) from None
         except URLError as exc:

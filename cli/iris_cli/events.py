@@ -1,8 +1,9 @@
-"""``iris job watch`` and ``iris job wait``: the event stream (``GET /api/v1/events/``) followed
-by long polls, one line per event, and a job's end as an exit status.
+"""``iris job watch`` and ``iris job wait``: the event stream (``GET /api/v1/events/``), one line
+per event, and a job's end as an exit status. ``watch`` follows it as server-sent events (one
+connection, renewed when the server ends it), ``wait`` by long polls.
 
-Both resume from the last event id they saw, so a dropped connection or a long poll that
-timed out loses nothing and repeats nothing.
+Both resume from the last event id they saw, so a stream that ended or a long poll that timed
+out loses nothing and repeats nothing.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from iris_cli.client import CliError, Session
@@ -52,13 +54,22 @@ def cmd_job_watch(session: Session, args: argparse.Namespace):
     if args.kind:
         filters["kind"] = ",".join(args.kind)
     since: int | str = args.since if args.since is not None else (0 if args.job else "now")
+    for event in follow(session, since, **filters):
+        print(json.dumps(event, sort_keys=True) if as_json else event_line(event), flush=True)
+        if args.job and event["kind"] in END_KINDS and event["job"] == "/" + args.job.strip().strip("/"):
+            return STREAMED, None
+
+
+def follow(session: Session, since: int | str, **filters: Any) -> Iterator[dict]:
+    """Every event after ``since`` (an id, or "now") as it arrives, over server-sent event
+    streams: when one ends (the server's bound) the next resumes after the last id it gave."""
+    last_id = None
     while True:
-        page = poll(session, since, POLL_SECONDS, **filters)
-        for event in page["events"]:
-            print(json.dumps(event, sort_keys=True) if as_json else event_line(event), flush=True)
-            if args.job and event["kind"] in END_KINDS and event["job"] == "/" + args.job.strip().strip("/"):
-                return STREAMED, None
-        since = page["next"]
+        query = {"limit": 1000, **filters} if last_id is not None else {"since": since, "limit": 1000, **filters}
+        for frame in session.stream("events/", last_event_id=last_id, **query):
+            last_id = frame.get("id", last_id)
+            if "data" in frame:
+                yield json.loads(frame["data"])
 
 
 def cmd_job_wait(session: Session, args: argparse.Namespace):

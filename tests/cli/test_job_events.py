@@ -24,6 +24,7 @@ from tests.personas import make_job, make_worker, submit, token_client
 @pytest.fixture(autouse=True)
 def quick_polls(settings):
     settings.EVENTS_POLL_SECONDS = 0.05
+    settings.EVENTS_HEARTBEAT_SECONDS = 0.2  # a stream the CLI has left ends at its next heartbeat
 
 
 def started_job(alice, name: str, **spec) -> Job:
@@ -160,3 +161,32 @@ def test_watch_needs_a_job_or_a_user(iris, alice):
     result = iris("job", "watch")
 
     assert result.code == 1 and "give a job id or --user U" in result.err
+
+
+def test_watch_follows_across_streams_the_server_ends_each_event_once(iris, alice, settings, monkeypatch):
+    """Streams of one second: the job ends after three, so the watch reconnects (``Last-Event-ID``)
+    at least twice; its lines are the API's events of the job, each once, in order."""
+    from iris_cli.client import Session
+
+    settings.EVENTS_STREAM_SECONDS = 1
+    resumed_from = []
+    real_stream = Session.stream
+
+    def stream(self, path, last_event_id=None, **query):
+        resumed_from.append(last_event_id)
+        return real_stream(self, path, last_event_id, **query)
+
+    monkeypatch.setattr(Session, "stream", stream)
+    job = started_job(alice, "j")
+    timer = threading.Timer(3, end, (job, AttemptStatus.SUCCEEDED), {"exit_code": 0})
+    timer.start()
+    try:
+        watched = iris("job", "watch", "/alice/j", "--json")
+    finally:
+        timer.join()
+
+    api = token_client(alice).get("/api/v1/events/?job=alice/j&limit=1000").json()["events"]
+    assert watched.code == 0, watched.err
+    assert [json.loads(line) for line in watched.out.splitlines()] == api
+    assert [e["kind"] for e in api][-2:] == ["task_finished", "finished"]
+    assert len(resumed_from) >= 3 and resumed_from[0] is None and all(resumed_from[1:])

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import connection
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.response import Response
 
@@ -76,12 +76,12 @@ class EventsView(IrisView):
         ],
         responses={
             (200, "application/json"): EventPageSerializer,
-            (200, EVENT_STREAM): OpenApiResponse(
-                OpenApiTypes.STR,
-                description="with Accept: text/event-stream: one frame per event (`id:` its id, `data:` "
-                "its JSON as in a page), comment lines as heartbeats; ends after IRIS_EVENTS_STREAM_SECONDS",
-            ),
+            (200, EVENT_STREAM): OpenApiTypes.STR,
         },
+        description="A page of events (application/json), or with `Accept: text/event-stream` a stream of "
+        "server-sent events: a first frame with the id it starts after, then one frame per event as it "
+        "arrives (`id:` its id, `data:` its JSON as in a page), a comment line as a heartbeat; it ends "
+        "after IRIS_EVENTS_STREAM_SECONDS (resume with Last-Event-ID). Errors are JSON either way.",
         tags=["events"],
     )
     def get(self, request):
