@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 
 import pytest
 
@@ -24,7 +25,14 @@ from tests.personas import make_job, make_worker, submit, token_client
 @pytest.fixture(autouse=True)
 def quick_polls(settings):
     settings.EVENTS_POLL_SECONDS = 0.05
-    settings.EVENTS_HEARTBEAT_SECONDS = 0.2  # a stream the CLI has left ends at its next heartbeat
+    settings.EVENTS_HEARTBEAT_SECONDS = 0.2  # a stream the CLI has left ends at a heartbeat or two
+    yield
+    # The live server's streams the CLI left end once a heartbeat finds them closed: wait for
+    # them, so that none starts the event waker again after the test's has been stopped (its
+    # connection would keep the test database from being dropped).
+    deadline = time.monotonic() + 10
+    while any("process_request_thread" in t.name for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def started_job(alice, name: str, **spec) -> Job:
