@@ -10,6 +10,7 @@ from scheduler.core.bands import Band
 from scheduler.core.decision import decide
 from scheduler.core.types import ClusterSnapshot, ConstraintOp, DeviceType, GroupSpec, TaskState
 from scheduler.core.wire import SnapshotError, decision_to_json, snapshot_from_json, snapshot_to_json, task_sort_key
+from scheduler.core.wire.write import _task_order
 from tests.core.builders import NOW, cluster, job, running, worker
 
 MINIMAL = {
@@ -253,15 +254,33 @@ def test_decision_json_from_the_jobs_task_ids_is_the_sorted_one():
         job("/a/j/child", replicas=3),
         job("/b/k", replicas=12),
     ]
-    snapshot = cluster([worker("w", cpu=4)], jobs, max_tasks_per_job_per_cycle=0)
+    snapshot = snapshot_from_json(snapshot_to_json(cluster([worker("w", cpu=4)], jobs, max_tasks_per_job_per_cycle=0)))
     decision = decide(snapshot)
-    doc = decision_to_json(decision, snapshot.jobs)
+    doc = decision_to_json(decision, snapshot)
     assert doc == decision_to_json(decision)
     keys = list(doc["effective_bands"])
     assert keys == sorted(keys, key=task_sort_key) and keys.index("/a/j/10") < keys.index("/a/j-x/0")
     assert list(doc["after"]) == sorted(doc["after"], key=task_sort_key)
+    # Tasks not listed job by job in index order: their ids are formatted in order instead.
+    shuffled = replace(snapshot, tasks=snapshot.tasks[::-1])
+    assert _task_order(shuffled) == _task_order(snapshot)
+    assert decision_to_json(decision, shuffled) == doc
     # Jobs that do not hold every task of the decision: the maps are sorted instead.
-    assert decision_to_json(decision, {"/b/k": snapshot.jobs["/b/k"]}) == doc
+    assert decision_to_json(decision, replace(snapshot, jobs={"/b/k": snapshot.jobs["/b/k"]})) == doc
+
+
+def test_the_task_order_is_the_snapshots_own_ids_in_sorted_order():
+    snapshot = snapshot_from_json(
+        {
+            "now_ms": NOW,
+            "jobs": [{"id": "/b/k", "replicas": 2}, {"id": "/a/j", "replicas": 11}, {"id": "/a/j-x"}],
+            "tasks": [{"id": "/a/j/3", "state": "killed"}],
+        }
+    )
+    order = _task_order(snapshot)
+    assert order == [*(f"/a/j/{i}" for i in range(11)), "/a/j-x/0", "/b/k/0", "/b/k/1"]
+    own = {id(task.id) for task in snapshot.tasks}
+    assert all(id(task_id) in own for task_id in order)
 
 
 def test_snapshots_off_the_common_shape_read_as_in_order_checks_give():
