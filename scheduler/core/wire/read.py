@@ -8,6 +8,8 @@ from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
+import orjson
+
 from scheduler.core.bands import Band
 from scheduler.core.types import (
     ACTIVE_STATES,
@@ -44,7 +46,7 @@ from scheduler.core.wire.fields import (
 )
 
 # A job id: "/" then at least two non-empty segments (user, name, then any children).
-JOB_ID = re.compile(r"^(/[^/\s]+){2,}$")
+JOB_ID = re.compile(r"^(?:/[^/\s]+){2,}$")
 # A task index: a decimal number without sign or leading zeros, so each task has one id.
 TASK_INDEX = re.compile(r"^(0|[1-9][0-9]*)$")
 # For error messages: the accepted task states.
@@ -56,7 +58,8 @@ EXTRA_TOP_LEVEL = {"description"}
 
 
 def snapshot_from_json(obj: Any) -> ClusterSnapshot:
-    """Validate and convert a snapshot document; raise :class:`SnapshotError` naming the path."""
+    """Validate and convert a snapshot document (as a JSON parser returns it: dicts, lists,
+    strings, numbers, booleans and None); raise :class:`SnapshotError` naming the path."""
     top = json_object(
         obj, "", {"now_ms", "config", "budgets", "workers", "jobs", "tasks", "scale_groups"} | EXTRA_TOP_LEVEL
     )
@@ -281,6 +284,8 @@ def _constraint(raw: Any, path: str) -> Constraint:
 
 
 RESOURCE_KEYS = frozenset({"cpu_millicores", "memory_bytes", "device"})
+# A job's request when it gives none.
+DEFAULT_REQUEST = Resources()
 JOB_KEYS = frozenset(
     {
         "id",
@@ -342,12 +347,12 @@ def _jobs(raw: Any, path: str) -> dict[str, JobSpec]:
     # Equal requests and constraint lists share one object, as in snapshots built from rows; the
     # core memoises per object identity first.
     shared: dict[object, object] = {}
-    # The shared request by its validated JSON values, so a repeated request is built once.
-    requests: dict[tuple, Resources] = {}
+    # Requests and constraint lists by their JSON text (see _once).
+    validated: dict[tuple[str, bytes], Any] = {}
     for job_id, (i, item) in parsed.items():
         # The common shape is checked inline; anything else (and every error) takes _job, which
         # checks the fields in order.
-        job = _job_fast(job_id, item, parsed, bands, shared, requests)
+        job = _job_fast(job_id, item, parsed, bands, shared, validated)
         if job is None:
             job = _job(job_id, i, item, path, parsed, band_of, shared)
         jobs[job_id] = job
@@ -360,14 +365,12 @@ def _job_fast(
     parsed: Mapping[str, tuple[int, dict]],
     bands: dict[str, Band],
     shared: dict[object, object],
-    requests: dict[tuple, Resources],
+    validated: dict[tuple[str, bytes], Any],
 ) -> JobSpec | None:
-    """The job of a well-formed ``item`` in its usual shape (a band given; ``parent`` left
-    out or equal to the one its id names), or None: then :func:`_job` decides, and raises any
-    error."""
+    """The job of a well-formed ``item`` in its usual shape (a band given, or inherited from
+    a parent already read; ``parent`` left out or equal to the one its id names), or None:
+    then :func:`_job` decides, and raises any error."""
     get = item.get
-    band = get("band")
-    band = BANDS_BY_WIRE.get(band) if band.__class__ is str else None
     submitted = get("submitted_at_ms", 0)
     replicas = get("replicas", 1)
     user = get("user")
@@ -375,8 +378,7 @@ def _job_fast(
     retries_preemption = get("max_retries_preemption", 100)
     retries_failure = get("max_retries_failure", 0)
     if not (
-        band is not None
-        and get("root_submitted_at_ms") is None
+        get("root_submitted_at_ms") is None
         and submitted.__class__ is int
         and submitted >= 0
         and replicas.__class__ is int
@@ -401,7 +403,16 @@ def _job_fast(
         root_submitted = submitted
     if "parent" in item and item["parent"] != parent:
         return None
-    resources = _request(get("resources"), shared, requests)
+    band = get("band")
+    if band is None:
+        band = Band.INTERACTIVE if parent is None else bands.get(parent)
+    elif band.__class__ is str:
+        band = BANDS_BY_WIRE.get(band)
+    else:
+        return None
+    if band is None:
+        return None
+    resources = _once(validated, "resources", get("resources"), _request, shared)
     if resources is None:
         return None
     group_by = None
@@ -416,13 +427,9 @@ def _job_fast(
     if not constraints:
         constraints = ()
     else:
-        if constraints.__class__ is not list:
+        constraints = _once(validated, "constraints", constraints, _constraints, shared)
+        if constraints is None:
             return None
-        try:
-            constraints = tuple(_constraint(c, "") for c in constraints)
-        except SnapshotError:
-            return None
-        constraints = shared.setdefault(constraints, constraints)
     bands.setdefault(job_id, band)
     return job_spec(
         job_id,
@@ -441,43 +448,72 @@ def _job_fast(
     )
 
 
-def _request(raw: Any, shared: dict[object, object], requests: dict[tuple, Resources]) -> Resources | None:
+# What ``orjson.dumps`` may not write as JSON (it raises instead): a document holding anything
+# but JSON's own types is not spelled by its text.
+JSON_TEXT_ONLY = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
+
+
+def _once(
+    validated: dict[tuple[str, bytes], Any],
+    kind: str,
+    raw: Any,
+    build: Callable[[Any, dict[object, object]], Any],
+    shared: dict[object, object],
+) -> Any:
+    """``build(raw, shared)`` (a validated value, or None), built once per JSON text of ``raw``:
+    thousands of jobs repeat a few requests and constraint lists, and the text of a value
+    (``orjson.dumps``, in C) costs less than checking it field by field again. None also where
+    ``raw`` has no JSON text (it holds something a JSON parser does not return)."""
+    try:
+        key = (kind, orjson.dumps(raw, option=JSON_TEXT_ONLY))
+    except orjson.JSONEncodeError:
+        return None
+    value = validated.get(key)
+    if value is None:
+        value = build(raw, shared)
+        if value is not None:
+            validated[key] = value
+    return value
+
+
+def _constraints(raw: Any, shared: dict[object, object]) -> tuple[Constraint, ...] | None:
+    """A job's non-empty ``constraints`` as the shared tuple, else None."""
+    if raw.__class__ is not list:
+        return None
+    try:
+        constraints = tuple(_constraint(c, "") for c in raw)
+    except SnapshotError:
+        return None
+    return shared.setdefault(constraints, constraints)
+
+
+def _request(raw: Any, shared: dict[object, object]) -> Resources | None:
     """A job's ``resources`` in the usual shape as the shared :class:`Resources`, else None."""
     if raw is None:
-        key: tuple = ()
-    elif raw.__class__ is dict and raw.keys() <= RESOURCE_KEYS:
-        cpu = raw.get("cpu_millicores", 0)
-        memory = raw.get("memory_bytes", 0)
-        device = raw.get("device")
-        if cpu.__class__ is not int or cpu < 0 or memory.__class__ is not int or memory < 0:
+        return shared.setdefault(DEFAULT_REQUEST, DEFAULT_REQUEST)
+    if raw.__class__ is not dict or not raw.keys() <= RESOURCE_KEYS:
+        return None
+    cpu = raw.get("cpu_millicores", 0)
+    memory = raw.get("memory_bytes", 0)
+    device = raw.get("device")
+    if cpu.__class__ is not int or cpu < 0 or memory.__class__ is not int or memory < 0:
+        return None
+    if device is None or _is_cpu_device(device):
+        resources = Resources(cpu, memory, CPU_DEVICE)
+    elif device.__class__ is dict and device.keys() <= DEVICE_KEYS:
+        kind, variant, count = device.get("type"), device.get("variant"), device.get("count")
+        if (
+            kind.__class__ is not str
+            or kind not in ("gpu", "tpu")
+            or (variant is not None and (variant.__class__ is not str or not variant))
+            or count.__class__ is not int
+            or count < 0
+        ):
             return None
-        if device is None or _is_cpu_device(device):
-            key = (cpu, memory)
-        elif device.__class__ is dict and device.keys() <= DEVICE_KEYS:
-            kind, variant, count = device.get("type"), device.get("variant"), device.get("count")
-            if (
-                kind.__class__ is not str
-                or kind not in ("gpu", "tpu")
-                or (variant is not None and (variant.__class__ is not str or not variant))
-                or count.__class__ is not int
-                or count < 0
-            ):
-                return None
-            key = (cpu, memory, kind, variant, count)
-        else:
-            return None
+        resources = Resources(cpu, memory, Device(DEVICE_TYPES_BY_VALUE[kind], variant, count))
     else:
         return None
-    resources = requests.get(key)
-    if resources is None:
-        if not key:
-            resources = Resources()
-        elif len(key) == 2:
-            resources = Resources(key[0], key[1], CPU_DEVICE)
-        else:
-            resources = Resources(key[0], key[1], Device(DEVICE_TYPES_BY_VALUE[key[2]], key[3], key[4]))
-        resources = requests[key] = shared.setdefault(resources, resources)
-    return resources
+    return shared.setdefault(resources, resources)
 
 
 def _job(
