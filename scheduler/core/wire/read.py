@@ -191,6 +191,9 @@ WORKER_KEYS = frozenset({"id", "healthy", "cpu_millicores", "memory_bytes", "dev
 def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
     workers = []
     seen: set[str] = set()
+    # Devices by their JSON text (see _once): workers repeat a few.
+    validated: dict[tuple[str, bytes], Any] = {}
+    shared: dict[object, object] = {}
     for i, item in enumerate(json_list(raw, path)):
         # The common shape is checked inline; anything else (and every error) takes _worker.
         worker = None
@@ -213,7 +216,7 @@ def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
                 and set(map(type, attributes.values())) <= {str}
                 and (healthy is True or healthy is False)
             ):
-                device = CPU_DEVICE if device is None or _is_cpu_device(device) else _device_or_none(device)
+                device = CPU_DEVICE if device is None else _once(validated, "device", device, _worker_device, shared)
                 if device is not None:
                     worker = WorkerSpec(worker_id, cpu, memory, device, dict(attributes), healthy)
         if worker is None:
@@ -254,6 +257,14 @@ def _is_cpu_device(raw: Any) -> bool:
         return False
     count = raw.get("count", 0)
     return raw["type"].__class__ is str and raw.get("variant") is None and count.__class__ is int and count == 0
+
+
+def _worker_device(raw: Any, shared: dict[object, object]) -> Device | None:
+    """A worker's ``device`` as the shared :class:`Device`, or None where ``_device`` raises."""
+    if _is_cpu_device(raw):
+        return CPU_DEVICE
+    device = _device_or_none(raw)
+    return None if device is None else shared.setdefault(device, device)
 
 
 def _device_or_none(raw: Any) -> Device | None:
@@ -427,6 +438,8 @@ def _job_fast(
     if not constraints:
         constraints = ()
     else:
+        if constraints.__class__ is not list:
+            return None
         constraints = _once(validated, "constraints", constraints, _constraints, shared)
         if constraints is None:
             return None
@@ -478,8 +491,6 @@ def _once(
 
 def _constraints(raw: Any, shared: dict[object, object]) -> tuple[Constraint, ...] | None:
     """A job's non-empty ``constraints`` as the shared tuple, else None."""
-    if raw.__class__ is not list:
-        return None
     try:
         constraints = tuple(_constraint(c, "") for c in raw)
     except SnapshotError:
@@ -634,14 +645,16 @@ def _tasks(raw: Any, path: str, jobs: Mapping[str, JobSpec], worker_ids: set[str
     append = tasks.append
     pending = TaskState.PENDING
     listed_jobs = {task.job_id for task in listed.values()}
+    # "/0", "/1", ...: a task id is its job id and one of these (cheaper than formatting each).
+    suffixes = [f"/{index}" for index in range(max((job.replicas for job in jobs.values()), default=0))]
     for job in jobs.values():
         job_id = job.id
         if job_id not in listed_jobs:
             for index in range(job.replicas):
-                append(task_snapshot(f"{job_id}/{index}", job_id, index, pending, None, None, 0, None))
+                append(task_snapshot(job_id + suffixes[index], job_id, index, pending, None, None, 0, None))
             continue
         for index in range(job.replicas):
-            task_id = f"{job_id}/{index}"
+            task_id = job_id + suffixes[index]
             task = listed.get(task_id)
             append(task if task is not None else task_snapshot(task_id, job_id, index, pending, None, None, 0, None))
     return tuple(tasks)
