@@ -8,7 +8,6 @@ from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-import orjson
 
 from scheduler.core.bands import Band
 from scheduler.core.types import (
@@ -43,6 +42,7 @@ from scheduler.core.wire.fields import (
     json_list,
     json_object,
     json_str,
+    once_per_json_text,
 )
 
 # A job id: "/" then at least two non-empty segments (user, name, then any children).
@@ -191,7 +191,7 @@ WORKER_KEYS = frozenset({"id", "healthy", "cpu_millicores", "memory_bytes", "dev
 def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
     workers = []
     seen: set[str] = set()
-    # Devices by their JSON text (see _once): workers repeat a few.
+    # Devices by their JSON text (see once_per_json_text): workers repeat a few.
     validated: dict[tuple[str, bytes], Any] = {}
     shared: dict[object, object] = {}
     for i, item in enumerate(json_list(raw, path)):
@@ -216,7 +216,11 @@ def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
                 and set(map(type, attributes.values())) <= {str}
                 and (healthy is True or healthy is False)
             ):
-                device = CPU_DEVICE if device is None else _once(validated, "device", device, _worker_device, shared)
+                device = (
+                    CPU_DEVICE
+                    if device is None
+                    else once_per_json_text(validated, "device", device, _worker_device, shared)
+                )
                 if device is not None:
                     worker = WorkerSpec(worker_id, cpu, memory, device, dict(attributes), healthy)
         if worker is None:
@@ -358,7 +362,7 @@ def _jobs(raw: Any, path: str) -> dict[str, JobSpec]:
     # Equal requests and constraint lists share one object, as in snapshots built from rows; the
     # core memoises per object identity first.
     shared: dict[object, object] = {}
-    # Requests and constraint lists by their JSON text (see _once).
+    # Requests and constraint lists by their JSON text (see once_per_json_text).
     validated: dict[tuple[str, bytes], Any] = {}
     for job_id, (i, item) in parsed.items():
         # The common shape is checked inline; anything else (and every error) takes _job, which
@@ -423,7 +427,7 @@ def _job_fast(
         return None
     if band is None:
         return None
-    resources = _once(validated, "resources", get("resources"), _request, shared)
+    resources = once_per_json_text(validated, "resources", get("resources"), _request, shared)
     if resources is None:
         return None
     group_by = None
@@ -440,7 +444,7 @@ def _job_fast(
     else:
         if constraints.__class__ is not list:
             return None
-        constraints = _once(validated, "constraints", constraints, _constraints, shared)
+        constraints = once_per_json_text(validated, "constraints", constraints, _constraints, shared)
         if constraints is None:
             return None
     bands.setdefault(job_id, band)
@@ -459,34 +463,6 @@ def _job_fast(
         retries_preemption,
         retries_failure,
     )
-
-
-# What ``orjson.dumps`` may not write as JSON (it raises instead): a document holding anything
-# but JSON's own types is not spelled by its text.
-JSON_TEXT_ONLY = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
-
-
-def _once(
-    validated: dict[tuple[str, bytes], Any],
-    kind: str,
-    raw: Any,
-    build: Callable[[Any, dict[object, object]], Any],
-    shared: dict[object, object],
-) -> Any:
-    """``build(raw, shared)`` (a validated value, or None), built once per JSON text of ``raw``:
-    thousands of jobs repeat a few requests and constraint lists, and the text of a value
-    (``orjson.dumps``, in C) costs less than checking it field by field again. None also where
-    ``raw`` has no JSON text (it holds something a JSON parser does not return)."""
-    try:
-        key = (kind, orjson.dumps(raw, option=JSON_TEXT_ONLY))
-    except orjson.JSONEncodeError:
-        return None
-    value = validated.get(key)
-    if value is None:
-        value = build(raw, shared)
-        if value is not None:
-            validated[key] = value
-    return value
 
 
 def _constraints(raw: Any, shared: dict[object, object]) -> tuple[Constraint, ...] | None:
