@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from itertools import accumulate, chain, repeat
-from operator import attrgetter
 from typing import Any
 
 from scheduler.core.bands import Band
@@ -162,30 +161,24 @@ def _by_task(mapping: Mapping[str, Any], order: list[str] | None = None) -> list
     return sorted(mapping, key=task_sort_key)
 
 
-_task_id = attrgetter("id")
-_task_job_id = attrgetter("job_id")
-_task_index = attrgetter("index")
-_job_replicas = attrgetter("replicas")
-
-
 def _task_order(snapshot: ClusterSnapshot) -> list[str]:
     """The ids of every task of the snapshot's jobs (indices 0 to replicas - 1), sorted by
     :func:`task_sort_key`: jobs by id, then each job's tasks by index.
 
     When the snapshot lists every task of its jobs, job by job in index order (as
-    ``snapshot_from_json`` builds it; checked here, in C), these are the tasks' own id strings,
+    ``snapshot_from_json`` builds it; checked here, column by column), these are the tasks' own id strings,
     cut from ``snapshot.tasks`` a job at a time: no id is formatted, and the decision's maps,
     keyed by the same strings, find them by identity. Otherwise the ids are formatted."""
     jobs, tasks = snapshot.jobs, snapshot.tasks
     job_ids = list(jobs)
-    replicas = list(map(_job_replicas, jobs.values()))
+    replicas = [job.replicas for job in jobs.values()]
     if not (
         len(tasks) == sum(replicas)
-        and list(map(_task_job_id, tasks)) == list(chain.from_iterable(map(repeat, job_ids, replicas)))
-        and list(map(_task_index, tasks)) == list(chain.from_iterable(map(range, replicas)))
+        and [task.job_id for task in tasks] == list(chain.from_iterable(map(repeat, job_ids, replicas)))
+        and [task.index for task in tasks] == list(chain.from_iterable(map(range, replicas)))
     ):
         return [f"{job_id}/{index}" for job_id in sorted(jobs) for index in range(jobs[job_id].replicas)]
-    ids = list(map(_task_id, tasks))
+    ids = [task.id for task in tasks]
     starts = list(accumulate(replicas, initial=0))
     by_id = sorted(range(len(job_ids)), key=job_ids.__getitem__)
     spans = map(slice, map(starts.__getitem__, by_id), map(starts.__getitem__, map((1).__add__, by_id)))
