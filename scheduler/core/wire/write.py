@@ -166,9 +166,10 @@ def _task_order(snapshot: ClusterSnapshot) -> list[str]:
     :func:`task_sort_key`: jobs by id, then each job's tasks by index.
 
     When the snapshot lists every task of its jobs, job by job in index order (as
-    ``snapshot_from_json`` builds it; checked here, column by column), these are the tasks' own id strings,
-    cut from ``snapshot.tasks`` a job at a time: no id is formatted, and the decision's maps,
-    keyed by the same strings, find them by identity. Otherwise the ids are formatted."""
+    ``snapshot_from_json`` builds it; checked here, column by column), these are the tasks' own
+    id strings, cut from ``snapshot.tasks`` a job at a time: no id is formatted, and the
+    decision's maps, keyed by the same strings, find them by identity. Otherwise the ids are
+    formatted."""
     jobs, tasks = snapshot.jobs, snapshot.tasks
     job_ids = list(jobs)
     replicas = [job.replicas for job in jobs.values()]
