@@ -8,7 +8,6 @@ from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
-
 from scheduler.core.bands import Band
 from scheduler.core.types import (
     ACTIVE_STATES,
