@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test lint cli-alone clean
+.PHONY: setup run test lint cli-alone clean bytecode
 
 $(STAMP): pyproject.toml cli/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -12,7 +12,13 @@ $(STAMP): pyproject.toml cli/pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	@# Then the CLI: reinstalling the server would take an older install's bin/iris with it.
 	$(BIN)/python -m pip install --quiet -e ./cli
+	@# The server's bytecode, written once: where PYTHONDONTWRITEBYTECODE is set, every process
+	@# would otherwise compile it again (a third of `manage.py simulate`'s imports).
+	$(BIN)/python -m compileall -q scheduler iris_web
 	touch $(STAMP)
+
+bytecode: $(STAMP)
+	$(BIN)/python -m compileall -q scheduler iris_web
 
 setup: $(STAMP)
 	$(BIN)/python manage.py migrate --noinput

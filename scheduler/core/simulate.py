@@ -12,6 +12,7 @@ from __future__ import annotations
 import orjson
 
 from scheduler.core.decision import collector_paused, decide
+from scheduler.core.types import ClusterSnapshot
 from scheduler.core.wire import SnapshotError, decision_to_json, snapshot_from_json
 
 # The indents the command offers: 2 (the default, one field a line) or 0 (one line).
@@ -23,17 +24,24 @@ class SimulateError(ValueError):
 
 
 def simulate(data: bytes, source: str, indent: int = 2) -> bytes:
-    """The decision on the snapshot ``data`` (read from ``source``, named in errors) as JSON."""
+    """The decision on the snapshot ``data`` (read from ``source``, named in errors) as JSON,
+    ending in a newline as the command prints it."""
     # The snapshot's objects are all live until the decision is written: collections on the
     # way would only rescan them (see collector_paused).
     with collector_paused():
-        try:
-            raw = orjson.loads(data)
-        except orjson.JSONDecodeError as exc:
-            raise SimulateError(f"{source}: not valid JSON: {exc}") from None
-        try:
-            snapshot = snapshot_from_json(raw)
-        except SnapshotError as exc:
-            raise SimulateError(f"{source}: {exc}") from None
-        decision = decision_to_json(decide(snapshot), snapshot.jobs)
-        return orjson.dumps(decision, option=orjson.OPT_INDENT_2 if indent else 0)
+        snapshot = _read(data, source)
+        decision = decision_to_json(decide(snapshot), snapshot)
+        return orjson.dumps(decision, option=(orjson.OPT_INDENT_2 if indent else 0) | orjson.OPT_APPEND_NEWLINE)
+
+
+def _read(data: bytes, source: str) -> ClusterSnapshot:
+    """The snapshot in ``data``. The parsed document is dropped on return, before ``decide``,
+    which then reuses its memory instead of faulting in as much again."""
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise SimulateError(f"{source}: not valid JSON: {exc}") from None
+    try:
+        return snapshot_from_json(raw)
+    except SnapshotError as exc:
+        raise SimulateError(f"{source}: {exc}") from None

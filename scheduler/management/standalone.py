@@ -25,8 +25,8 @@ COMMAND = "simulate"
 
 
 def simulate_file(path: str, indent: int) -> bytes:
-    """The decision on the snapshot at ``path`` (``-``: standard input) as JSON; raise
-    ``SimulateError`` with the command's message."""
+    """The decision on the snapshot at ``path`` (``-``: standard input) as JSON and a newline;
+    raise ``SimulateError`` with the command's message."""
     from scheduler.core.simulate import SimulateError, simulate
 
     try:
@@ -90,7 +90,7 @@ def main(argv: list[str]) -> int | None:
         sys.stderr.write(f"CommandError: {exc}\n")
         return 1
     out = sys.stdout.buffer
-    out.write(text if text.endswith(b"\n") else text + b"\n")
+    out.write(text)
     out.flush()
     return 0
 

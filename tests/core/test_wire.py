@@ -10,6 +10,7 @@ from scheduler.core.bands import Band
 from scheduler.core.decision import decide
 from scheduler.core.types import ClusterSnapshot, ConstraintOp, DeviceType, GroupSpec, TaskState
 from scheduler.core.wire import SnapshotError, decision_to_json, snapshot_from_json, snapshot_to_json, task_sort_key
+from scheduler.core.wire.write import _task_order
 from tests.core.builders import NOW, cluster, job, running, worker
 
 MINIMAL = {
@@ -253,15 +254,33 @@ def test_decision_json_from_the_jobs_task_ids_is_the_sorted_one():
         job("/a/j/child", replicas=3),
         job("/b/k", replicas=12),
     ]
-    snapshot = cluster([worker("w", cpu=4)], jobs, max_tasks_per_job_per_cycle=0)
+    snapshot = snapshot_from_json(snapshot_to_json(cluster([worker("w", cpu=4)], jobs, max_tasks_per_job_per_cycle=0)))
     decision = decide(snapshot)
-    doc = decision_to_json(decision, snapshot.jobs)
+    doc = decision_to_json(decision, snapshot)
     assert doc == decision_to_json(decision)
     keys = list(doc["effective_bands"])
     assert keys == sorted(keys, key=task_sort_key) and keys.index("/a/j/10") < keys.index("/a/j-x/0")
     assert list(doc["after"]) == sorted(doc["after"], key=task_sort_key)
+    # Tasks not listed job by job in index order: their ids are formatted in order instead.
+    shuffled = replace(snapshot, tasks=snapshot.tasks[::-1])
+    assert _task_order(shuffled) == _task_order(snapshot)
+    assert decision_to_json(decision, shuffled) == doc
     # Jobs that do not hold every task of the decision: the maps are sorted instead.
-    assert decision_to_json(decision, {"/b/k": snapshot.jobs["/b/k"]}) == doc
+    assert decision_to_json(decision, replace(snapshot, jobs={"/b/k": snapshot.jobs["/b/k"]})) == doc
+
+
+def test_the_task_order_is_the_snapshots_own_ids_in_sorted_order():
+    snapshot = snapshot_from_json(
+        {
+            "now_ms": NOW,
+            "jobs": [{"id": "/b/k", "replicas": 2}, {"id": "/a/j", "replicas": 11}, {"id": "/a/j-x"}],
+            "tasks": [{"id": "/a/j/3", "state": "killed"}],
+        }
+    )
+    order = _task_order(snapshot)
+    assert order == [*(f"/a/j/{i}" for i in range(11)), "/a/j-x/0", "/b/k/0", "/b/k/1"]
+    own = {id(task.id) for task in snapshot.tasks}
+    assert all(id(task_id) in own for task_id in order)
 
 
 def test_snapshots_off_the_common_shape_read_as_in_order_checks_give():
@@ -311,3 +330,60 @@ def test_a_job_that_states_its_parent_takes_the_fast_path_and_a_wrong_parent_is_
     assert _job_fast("/alice/train/eval", wrong, parsed, {}, {}, {}) is None  # the slow path says why
     with pytest.raises(SnapshotError, match=r"jobs\[1\]\.parent: expected '/alice/train'"):
         snapshot_from_json({"now_ms": 0, "jobs": [item, wrong]})
+
+
+def test_repeated_requests_devices_and_constraint_lists_are_read_once_and_shared():
+    request = {
+        "cpu_millicores": 2000,
+        "memory_bytes": 1 << 30,
+        "device": {"type": "gpu", "variant": "h100", "count": 1},
+    }
+    constraints = [{"key": "zone", "op": "in", "value": ["a", "b"]}]
+    gpu = {"type": "gpu", "variant": "h100", "count": 8}
+    doc = {
+        "now_ms": NOW,
+        "workers": [
+            {"id": f"g{i}", "cpu_millicores": 8000, "memory_bytes": 8 << 30, "device": dict(gpu)} for i in range(3)
+        ],
+        "jobs": [
+            {"id": f"/a/j{i}", "band": "batch", "resources": dict(request), "constraints": copy.deepcopy(constraints)}
+            for i in range(3)
+        ],
+    }
+    snapshot = snapshot_from_json(doc)
+    jobs = list(snapshot.jobs.values())
+    assert len({id(j.resources) for j in jobs}) == 1 and len({id(j.constraints) for j in jobs}) == 1
+    assert jobs[0].resources.device.count == 1 and jobs[0].constraints[0].value == ("a", "b")
+    assert len({id(w.device) for w in snapshot.workers}) == 1 and snapshot.workers[0].device.count == 8
+    # A later job or worker whose value differs is checked on its own, and its error names it.
+    doc["jobs"][2]["resources"]["device"] = {"type": "gpu", "variant": "h100", "count": -1}
+    with pytest.raises(SnapshotError, match=r"^jobs\[2\]\.resources\.device\.count: expected a non-negative integer"):
+        snapshot_from_json(doc)
+    doc["jobs"][2]["resources"] = dict(request)
+    doc["jobs"][1]["constraints"] = [{"key": "zone", "op": "in", "value": "a"}]
+    with pytest.raises(SnapshotError, match=r"^jobs\[1\]\.constraints\[0\]\.value: expected a list"):
+        snapshot_from_json(doc)
+    doc["jobs"][1]["constraints"] = constraints
+    doc["workers"][1]["device"] = {"type": "gpu", "variant": "h100"}
+    with pytest.raises(SnapshotError, match=r"^workers\[1\]\.device\.count: required"):
+        snapshot_from_json(doc)
+
+
+def test_a_value_json_cannot_spell_takes_the_in_order_checks():
+    # orjson cannot write a set: the fast path gives up and the field's own check names it.
+    with pytest.raises(SnapshotError, match=r"^jobs\[0\]\.resources\.cpu_millicores: expected a non-negative"):
+        snapshot_from_json(with_("jobs.0.resources", {"cpu_millicores": {1}}))
+
+
+def test_a_child_read_after_its_parent_inherits_its_band_on_the_fast_path():
+    from scheduler.core.wire.read import _job_fast
+
+    parent = {"id": "/alice/train", "band": "batch"}
+    child = {"id": "/alice/train/eval"}
+    parsed = {"/alice/train": (0, parent), "/alice/train/eval": (1, child)}
+    bands = {}
+    assert _job_fast("/alice/train", parent, parsed, bands, {}, {}).band is Band.BATCH
+    assert _job_fast("/alice/train/eval", child, parsed, bands, {}, {}).band is Band.BATCH
+    # Before its parent is read, the child is left to the in-order checks (which resolve it).
+    assert _job_fast("/alice/train/eval", child, parsed, {}, {}, {}) is None
+    assert snapshot_from_json({"now_ms": 0, "jobs": [child, parent]}).jobs["/alice/train/eval"].band is Band.BATCH

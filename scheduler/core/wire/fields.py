@@ -1,10 +1,14 @@
 """The snapshot reader's field checks: each returns the value or raises :class:`SnapshotError`
-with the JSON path of the field in its message."""
+with the JSON path of the field in its message; and :func:`once_per_json_text`, which checks a
+value repeated across a snapshot once."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from typing import Any
+
+import orjson
 
 from scheduler.core.bands import BAND_NAMES, Band
 
@@ -80,6 +84,34 @@ def json_band(value: Any, path: str, key: str | None = None) -> Band:
 
 def join_path(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
+
+
+# What ``orjson.dumps`` may not write as JSON (it raises instead): a document holding anything
+# but JSON's own types is not spelled by its text.
+JSON_TEXT_ONLY = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
+
+
+def once_per_json_text(
+    validated: dict[tuple[str, bytes], Any],
+    kind: str,
+    raw: Any,
+    build: Callable[[Any, dict[object, object]], Any],
+    shared: dict[object, object],
+) -> Any:
+    """``build(raw, shared)`` (a validated value, or None), built once per JSON text of ``raw``:
+    thousands of jobs repeat a few requests and constraint lists, and the text of a value
+    (``orjson.dumps``, in C) costs less than checking it field by field again. None also where
+    ``raw`` has no JSON text (it holds something a JSON parser does not return)."""
+    try:
+        key = (kind, orjson.dumps(raw, option=JSON_TEXT_ONLY))
+    except orjson.JSONEncodeError:
+        return None
+    value = validated.get(key)
+    if value is None:
+        value = build(raw, shared)
+        if value is not None:
+            validated[key] = value
+    return value
 
 
 # -- snapshot from JSON -------------------------------------------------------------------------

@@ -41,10 +41,11 @@ from scheduler.core.wire.fields import (
     json_list,
     json_object,
     json_str,
+    once_per_json_text,
 )
 
 # A job id: "/" then at least two non-empty segments (user, name, then any children).
-JOB_ID = re.compile(r"^(/[^/\s]+){2,}$")
+JOB_ID = re.compile(r"^(?:/[^/\s]+){2,}$")
 # A task index: a decimal number without sign or leading zeros, so each task has one id.
 TASK_INDEX = re.compile(r"^(0|[1-9][0-9]*)$")
 # For error messages: the accepted task states.
@@ -56,7 +57,8 @@ EXTRA_TOP_LEVEL = {"description"}
 
 
 def snapshot_from_json(obj: Any) -> ClusterSnapshot:
-    """Validate and convert a snapshot document; raise :class:`SnapshotError` naming the path."""
+    """Validate and convert a snapshot document (as a JSON parser returns it: dicts, lists,
+    strings, numbers, booleans and None); raise :class:`SnapshotError` naming the path."""
     top = json_object(
         obj, "", {"now_ms", "config", "budgets", "workers", "jobs", "tasks", "scale_groups"} | EXTRA_TOP_LEVEL
     )
@@ -188,6 +190,9 @@ WORKER_KEYS = frozenset({"id", "healthy", "cpu_millicores", "memory_bytes", "dev
 def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
     workers = []
     seen: set[str] = set()
+    # Devices by their JSON text (see once_per_json_text): workers repeat a few.
+    validated: dict[tuple[str, bytes], Any] = {}
+    shared: dict[object, object] = {}
     for i, item in enumerate(json_list(raw, path)):
         # The common shape is checked inline; anything else (and every error) takes _worker.
         worker = None
@@ -210,7 +215,11 @@ def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
                 and set(map(type, attributes.values())) <= {str}
                 and (healthy is True or healthy is False)
             ):
-                device = CPU_DEVICE if device is None or _is_cpu_device(device) else _device_or_none(device)
+                device = (
+                    CPU_DEVICE
+                    if device is None
+                    else once_per_json_text(validated, "device", device, _worker_device, shared)
+                )
                 if device is not None:
                     worker = WorkerSpec(worker_id, cpu, memory, device, dict(attributes), healthy)
         if worker is None:
@@ -253,6 +262,14 @@ def _is_cpu_device(raw: Any) -> bool:
     return raw["type"].__class__ is str and raw.get("variant") is None and count.__class__ is int and count == 0
 
 
+def _worker_device(raw: Any, shared: dict[object, object]) -> Device | None:
+    """A worker's ``device`` as the shared :class:`Device`, or None where ``_device`` raises."""
+    if _is_cpu_device(raw):
+        return CPU_DEVICE
+    device = _device_or_none(raw)
+    return None if device is None else shared.setdefault(device, device)
+
+
 def _device_or_none(raw: Any) -> Device | None:
     """``_device(raw)``, or None where that raises (the caller then checks the item in order)."""
     try:
@@ -281,6 +298,8 @@ def _constraint(raw: Any, path: str) -> Constraint:
 
 
 RESOURCE_KEYS = frozenset({"cpu_millicores", "memory_bytes", "device"})
+# A job's request when it gives none.
+DEFAULT_REQUEST = Resources()
 JOB_KEYS = frozenset(
     {
         "id",
@@ -342,12 +361,12 @@ def _jobs(raw: Any, path: str) -> dict[str, JobSpec]:
     # Equal requests and constraint lists share one object, as in snapshots built from rows; the
     # core memoises per object identity first.
     shared: dict[object, object] = {}
-    # The shared request by its validated JSON values, so a repeated request is built once.
-    requests: dict[tuple, Resources] = {}
+    # Requests and constraint lists by their JSON text (see once_per_json_text).
+    validated: dict[tuple[str, bytes], Any] = {}
     for job_id, (i, item) in parsed.items():
         # The common shape is checked inline; anything else (and every error) takes _job, which
         # checks the fields in order.
-        job = _job_fast(job_id, item, parsed, bands, shared, requests)
+        job = _job_fast(job_id, item, parsed, bands, shared, validated)
         if job is None:
             job = _job(job_id, i, item, path, parsed, band_of, shared)
         jobs[job_id] = job
@@ -360,14 +379,12 @@ def _job_fast(
     parsed: Mapping[str, tuple[int, dict]],
     bands: dict[str, Band],
     shared: dict[object, object],
-    requests: dict[tuple, Resources],
+    validated: dict[tuple[str, bytes], Any],
 ) -> JobSpec | None:
-    """The job of a well-formed ``item`` in its usual shape (a band given; ``parent`` left
-    out or equal to the one its id names), or None: then :func:`_job` decides, and raises any
-    error."""
+    """The job of a well-formed ``item`` in its usual shape (a band given, or inherited from
+    a parent already read; ``parent`` left out or equal to the one its id names), or None:
+    then :func:`_job` decides, and raises any error."""
     get = item.get
-    band = get("band")
-    band = BANDS_BY_WIRE.get(band) if band.__class__ is str else None
     submitted = get("submitted_at_ms", 0)
     replicas = get("replicas", 1)
     user = get("user")
@@ -375,8 +392,7 @@ def _job_fast(
     retries_preemption = get("max_retries_preemption", 100)
     retries_failure = get("max_retries_failure", 0)
     if not (
-        band is not None
-        and get("root_submitted_at_ms") is None
+        get("root_submitted_at_ms") is None
         and submitted.__class__ is int
         and submitted >= 0
         and replicas.__class__ is int
@@ -401,7 +417,16 @@ def _job_fast(
         root_submitted = submitted
     if "parent" in item and item["parent"] != parent:
         return None
-    resources = _request(get("resources"), shared, requests)
+    band = get("band")
+    if band is None:
+        band = Band.INTERACTIVE if parent is None else bands.get(parent)
+    elif band.__class__ is str:
+        band = BANDS_BY_WIRE.get(band)
+    else:
+        return None
+    if band is None:
+        return None
+    resources = once_per_json_text(validated, "resources", get("resources"), _request, shared)
     if resources is None:
         return None
     group_by = None
@@ -418,11 +443,9 @@ def _job_fast(
     else:
         if constraints.__class__ is not list:
             return None
-        try:
-            constraints = tuple(_constraint(c, "") for c in constraints)
-        except SnapshotError:
+        constraints = once_per_json_text(validated, "constraints", constraints, _constraints, shared)
+        if constraints is None:
             return None
-        constraints = shared.setdefault(constraints, constraints)
     bands.setdefault(job_id, band)
     return job_spec(
         job_id,
@@ -441,43 +464,42 @@ def _job_fast(
     )
 
 
-def _request(raw: Any, shared: dict[object, object], requests: dict[tuple, Resources]) -> Resources | None:
+def _constraints(raw: Any, shared: dict[object, object]) -> tuple[Constraint, ...] | None:
+    """A job's non-empty ``constraints`` as the shared tuple, else None."""
+    try:
+        constraints = tuple(_constraint(c, "") for c in raw)
+    except SnapshotError:
+        return None
+    return shared.setdefault(constraints, constraints)
+
+
+def _request(raw: Any, shared: dict[object, object]) -> Resources | None:
     """A job's ``resources`` in the usual shape as the shared :class:`Resources`, else None."""
     if raw is None:
-        key: tuple = ()
-    elif raw.__class__ is dict and raw.keys() <= RESOURCE_KEYS:
-        cpu = raw.get("cpu_millicores", 0)
-        memory = raw.get("memory_bytes", 0)
-        device = raw.get("device")
-        if cpu.__class__ is not int or cpu < 0 or memory.__class__ is not int or memory < 0:
+        return shared.setdefault(DEFAULT_REQUEST, DEFAULT_REQUEST)
+    if raw.__class__ is not dict or not raw.keys() <= RESOURCE_KEYS:
+        return None
+    cpu = raw.get("cpu_millicores", 0)
+    memory = raw.get("memory_bytes", 0)
+    device = raw.get("device")
+    if cpu.__class__ is not int or cpu < 0 or memory.__class__ is not int or memory < 0:
+        return None
+    if device is None or _is_cpu_device(device):
+        resources = Resources(cpu, memory, CPU_DEVICE)
+    elif device.__class__ is dict and device.keys() <= DEVICE_KEYS:
+        kind, variant, count = device.get("type"), device.get("variant"), device.get("count")
+        if (
+            kind.__class__ is not str
+            or kind not in ("gpu", "tpu")
+            or (variant is not None and (variant.__class__ is not str or not variant))
+            or count.__class__ is not int
+            or count < 0
+        ):
             return None
-        if device is None or _is_cpu_device(device):
-            key = (cpu, memory)
-        elif device.__class__ is dict and device.keys() <= DEVICE_KEYS:
-            kind, variant, count = device.get("type"), device.get("variant"), device.get("count")
-            if (
-                kind.__class__ is not str
-                or kind not in ("gpu", "tpu")
-                or (variant is not None and (variant.__class__ is not str or not variant))
-                or count.__class__ is not int
-                or count < 0
-            ):
-                return None
-            key = (cpu, memory, kind, variant, count)
-        else:
-            return None
+        resources = Resources(cpu, memory, Device(DEVICE_TYPES_BY_VALUE[kind], variant, count))
     else:
         return None
-    resources = requests.get(key)
-    if resources is None:
-        if not key:
-            resources = Resources()
-        elif len(key) == 2:
-            resources = Resources(key[0], key[1], CPU_DEVICE)
-        else:
-            resources = Resources(key[0], key[1], Device(DEVICE_TYPES_BY_VALUE[key[2]], key[3], key[4]))
-        resources = requests[key] = shared.setdefault(resources, resources)
-    return resources
+    return shared.setdefault(resources, resources)
 
 
 def _job(
@@ -598,14 +620,16 @@ def _tasks(raw: Any, path: str, jobs: Mapping[str, JobSpec], worker_ids: set[str
     append = tasks.append
     pending = TaskState.PENDING
     listed_jobs = {task.job_id for task in listed.values()}
+    # "/0", "/1", ...: a task id is its job id and one of these (cheaper than formatting each).
+    suffixes = [f"/{index}" for index in range(max((job.replicas for job in jobs.values()), default=0))]
     for job in jobs.values():
         job_id = job.id
         if job_id not in listed_jobs:
             for index in range(job.replicas):
-                append(task_snapshot(f"{job_id}/{index}", job_id, index, pending, None, None, 0, None))
+                append(task_snapshot(job_id + suffixes[index], job_id, index, pending, None, None, 0, None))
             continue
         for index in range(job.replicas):
-            task_id = f"{job_id}/{index}"
+            task_id = job_id + suffixes[index]
             task = listed.get(task_id)
             append(task if task is not None else task_snapshot(task_id, job_id, index, pending, None, None, 0, None))
     return tuple(tasks)

@@ -4,6 +4,7 @@ prints it (see the package for key order)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from itertools import accumulate, chain, repeat
 from typing import Any
 
 from scheduler.core.bands import Band
@@ -160,10 +161,29 @@ def _by_task(mapping: Mapping[str, Any], order: list[str] | None = None) -> list
     return sorted(mapping, key=task_sort_key)
 
 
-def _task_order(jobs: Mapping[str, JobSpec]) -> list[str]:
-    """The ids of every task of ``jobs`` (indices 0 to replicas - 1), sorted by
-    :func:`task_sort_key`: jobs by id, then each job's tasks by index."""
-    return [f"{job_id}/{index}" for job_id in sorted(jobs) for index in range(jobs[job_id].replicas)]
+def _task_order(snapshot: ClusterSnapshot) -> list[str]:
+    """The ids of every task of the snapshot's jobs (indices 0 to replicas - 1), sorted by
+    :func:`task_sort_key`: jobs by id, then each job's tasks by index.
+
+    When the snapshot lists every task of its jobs, job by job in index order (as
+    ``snapshot_from_json`` builds it; checked here, column by column), these are the tasks' own
+    id strings, cut from ``snapshot.tasks`` a job at a time: no id is formatted, and the
+    decision's maps, keyed by the same strings, find them by identity. Otherwise the ids are
+    formatted."""
+    jobs, tasks = snapshot.jobs, snapshot.tasks
+    job_ids = list(jobs)
+    replicas = [job.replicas for job in jobs.values()]
+    if not (
+        len(tasks) == sum(replicas)
+        and [task.job_id for task in tasks] == list(chain.from_iterable(map(repeat, job_ids, replicas)))
+        and [task.index for task in tasks] == list(chain.from_iterable(map(range, replicas)))
+    ):
+        return [f"{job_id}/{index}" for job_id in sorted(jobs) for index in range(jobs[job_id].replicas)]
+    ids = [task.id for task in tasks]
+    starts = list(accumulate(replicas, initial=0))
+    by_id = sorted(range(len(job_ids)), key=job_ids.__getitem__)
+    spans = map(slice, map(starts.__getitem__, by_id), map(starts.__getitem__, map((1).__add__, by_id)))
+    return list(chain.from_iterable(map(ids.__getitem__, spans)))
 
 
 # Wire names by dict look-up: ``Band.wire`` and ``Enum.value`` are Python-level properties.
@@ -172,13 +192,13 @@ BAND_WIRE_OR_NONE = {None: None, **BAND_WIRE}
 TASK_STATE_VALUES = {state: state.value for state in TaskState}
 
 
-def decision_to_json(decision: Decision, jobs: Mapping[str, JobSpec] | None = None) -> dict:
+def decision_to_json(decision: Decision, snapshot: ClusterSnapshot | None = None) -> dict:
     """The decision in the format of docs/snapshot-format.md; pending reasons rendered as text
     (cause and downgrade; a task's place is in ``queue``, the one definition of positions).
 
-    ``jobs``, the decided snapshot's jobs, only makes it faster: the maps keyed by task are put
-    in order from the jobs' task ids instead of sorting each (the output is the same)."""
-    order = None if jobs is None else _task_order(jobs)
+    ``snapshot``, the decided snapshot, only makes it faster: the maps keyed by task are put in
+    order from its jobs' task ids instead of sorting each (the output is the same)."""
+    order = None if snapshot is None else _task_order(snapshot)
     band_wire = BAND_WIRE
     bands = decision.effective_bands
     reasons = decision.pending_reasons
