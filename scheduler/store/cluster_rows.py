@@ -3,9 +3,10 @@
 Reading a 100,000-task cluster whole costs over a second, most of it building Python objects
 for rows that did not change since the previous tick. On PostgreSQL a :class:`ClusterRows` kept
 in the tick process therefore reads only what changed: a trigger stamps every inserted or
-updated job, task and attempt row with its transaction id (``change_xid``, migration 0004; all
-but a live job's flip between pending and running, migration 0025, which keeps that write off
-every index: so a job is kept as live or as how it finished, never as pending or running), and
+updated job, task, attempt and worker row with its transaction id (``change_xid``, migrations
+0004 and 0028; all but a live job's flip between pending and running, migration 0025, which
+keeps that write off every index: so a job is kept as live or as how it finished, never as
+pending or running; and a worker's heartbeat that changes nothing the tick reads), and
 each read takes the rows stamped at or after the oldest transaction still running at the
 previous read (``pg_snapshot_xmin``). Every transaction that committed since then has such an
 id, so nothing is missed whatever order transactions commit in; a row read twice is harmless.
@@ -85,10 +86,26 @@ ATTEMPT_SELECT = f"SELECT a.id, a.task_id, a.worker_id, a.state, a.finished_at I
 # Attempts that ended (preempted, lost, killed) but whose process the worker has not yet
 # confirmed finished: their tasks' resources stay committed on that worker.
 HELD = f"a.finished_at IS NULL AND a.worker_id IS NOT NULL AND a.state NOT IN {in_list(ACTIVE_VALUES)}"
-WORKER_SELECT = (
-    "SELECT id, name, healthy, draining, cpu_millicores, memory_bytes, device_type, device_variant, "
-    f"device_count, CAST(attributes AS text) FROM {WORKER} ORDER BY name"
+WORKER_COLUMNS = (
+    "id, name, healthy, draining, cpu_millicores, memory_bytes, device_type, device_variant, "
+    "device_count, CAST(attributes AS text)"
 )
+WORKER_SELECT = f"SELECT {WORKER_COLUMNS} FROM {WORKER} ORDER BY name"
+# Workers stamped since a read (migration 0028: a heartbeat that changes nothing read is not).
+WORKER_CHANGES = f"SELECT {WORKER_COLUMNS} FROM {WORKER} WHERE change_xid >= %s"
+
+
+def worker_spec(row: tuple) -> WorkerSpec:
+    """A worker row (``WORKER_COLUMNS``) as the core's spec."""
+    _, name, healthy, draining, cpu, mem, dtype, variant, count, attributes = row
+    return WorkerSpec(
+        id=name,
+        cpu_millicores=cpu,
+        memory_bytes=mem,
+        device=device_from_columns(dtype, variant, count),
+        attributes={str(k): str(v) for k, v in (json_value(attributes) or {}).items()},
+        healthy=bool(healthy) and not draining,
+    )
 
 
 class ClusterRows:
@@ -126,8 +143,8 @@ class ClusterRows:
         self.workers: tuple[WorkerSpec, ...] = ()
         self.worker_names: dict[int, str] = {}
         self.worker_pks: dict[str, int] = {}
-        self._worker_cache: dict[int, tuple[tuple, WorkerSpec]] = {}
-        self._worker_rows: list[tuple] | None = None  # as last read, to tell nothing changed
+        self._worker_cache: dict[int, tuple[tuple, WorkerSpec]] = {}  # pk -> (row as read, spec)
+        self._worker_positions: dict[int, int] = {}  # pk -> its place in ``workers``
         self._resources = ResourceCache()
         # Copy on write: whether a view holds the maps below, and the tasks as the last view
         # had them (None once anything changed since).
@@ -179,10 +196,11 @@ class ClusterRows:
                 )
                 if not incremental:
                     self.reset()
-                self._read_workers(cursor)
                 if incremental:
+                    self._read_changed_workers(cursor, self.watermark)
                     self._read_changes(cursor, self.watermark)
                 else:
+                    self._read_workers(cursor)
                     self._read_all(cursor)
         except BaseException:
             self.reset()  # half-applied changes: start over next time
@@ -193,38 +211,51 @@ class ClusterRows:
         self.last_refresh_kind = "changes" if incremental else "all"
 
     def _read_workers(self, cursor) -> None:
-        """Every worker, every time (thousands of small rows); unchanged ones keep their spec."""
+        """Every worker, in name order; those read unchanged before keep their spec."""
         cursor.execute(WORKER_SELECT)
-        rows = cursor.fetchall()
-        if rows == self._worker_rows:
-            return  # none changed: the same specs, tuple and maps as before (one comparison)
-        self._worker_rows = rows
         workers: list[WorkerSpec] = []
         names: dict[int, str] = {}
         cache: dict[int, tuple[tuple, WorkerSpec]] = {}
         old = self._worker_cache
-        for row in rows:
+        for row in cursor.fetchall():
             pk, name = row[0], row[1]
             names[pk] = name
             previous = old.get(pk)
-            if previous is not None and previous[0] == row:
-                spec = previous[1]
-            else:
-                _, _, healthy, draining, cpu, mem, dtype, variant, count, attributes = row
-                spec = WorkerSpec(
-                    id=name,
-                    cpu_millicores=cpu,
-                    memory_bytes=mem,
-                    device=device_from_columns(dtype, variant, count),
-                    attributes={str(k): str(v) for k, v in (json_value(attributes) or {}).items()},
-                    healthy=bool(healthy) and not draining,
-                )
+            spec = previous[1] if previous is not None and previous[0] == row else worker_spec(row)
             cache[pk] = (row, spec)
             workers.append(spec)
         self._worker_cache = cache
+        self._worker_positions = {pk: position for position, pk in enumerate(cache)}
         self.workers = tuple(workers)
         self.worker_names = names
         self.worker_pks = {name: pk for pk, name in names.items()}
+
+    def _read_changed_workers(self, cursor, since: int) -> None:
+        """The workers stamped since the previous read (usually none: a heartbeat that changes
+        nothing the tick reads is not stamped). A changed worker takes its place in ``workers``;
+        a new or renamed one means reading them all again (their order is the database's
+        collation of their names, which only it knows)."""
+        cursor.execute(WORKER_CHANGES, [since])
+        rows = cursor.fetchall()
+        if not rows:
+            return
+        cache, positions = self._worker_cache, self._worker_positions
+        changed = []
+        for row in rows:
+            previous = cache.get(row[0])
+            if previous is None or previous[0][1] != row[1]:
+                self._read_workers(cursor)
+                return
+            if previous[0] != row:
+                changed.append(row)
+        if not changed:
+            return  # read again unchanged (a watermark held back by a long transaction)
+        workers = list(self.workers)
+        for row in changed:
+            spec = worker_spec(row)
+            cache[row[0]] = (row, spec)
+            workers[positions[row[0]]] = spec
+        self.workers = tuple(workers)
 
     def _read_all(self, cursor) -> None:
         """The live jobs and tasks, and the finished ones an unconfirmed attempt still holds.

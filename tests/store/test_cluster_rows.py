@@ -24,7 +24,7 @@ from scheduler.backends.base import AttemptRef, AttemptReport, AttemptStatus
 from scheduler.core.bands import Band
 from scheduler.core.types import ACTIVE_STATES
 from scheduler.execution.attempts import apply_report
-from scheduler.execution.workers import declare_worker_lost
+from scheduler.execution.workers import declare_worker_lost, heartbeat
 from scheduler.jobs.cancel import cancel_job
 from scheduler.models import Attempt, Job, Task, Worker
 from scheduler.store import cluster_rows
@@ -107,6 +107,28 @@ class Operations:
     def heal_workers(self, n: int) -> None:
         Worker.objects.filter(healthy=False).update(healthy=True)
 
+    def heartbeat(self, n: int) -> None:
+        workers = list(Worker.objects.order_by("pk").values_list("name", "healthy"))
+        if workers:
+            name, healthy = workers[n % len(workers)]
+            heartbeat(name, healthy=healthy if n % 3 else not healthy, now=NOW)
+
+    def drain(self, n: int) -> None:
+        workers = list(Worker.objects.order_by("pk"))
+        if workers:
+            worker = workers[n % len(workers)]
+            Worker.objects.filter(pk=worker.pk).update(draining=not worker.draining)
+
+    def resize_worker(self, n: int) -> None:
+        workers = list(Worker.objects.order_by("pk"))
+        if workers:
+            worker = workers[n % len(workers)]
+            Worker.objects.filter(pk=worker.pk).update(cpu_millicores=1000 * (1 + n % 8), attributes={"rack": f"r{n % 3}"})
+
+    def add_worker(self, n: int) -> None:
+        # Names that sort before, between and after the others: the order is the database's.
+        make_worker(f"{'a' if n % 2 else 'w'}{n}-{Worker.objects.count()}", cpu=2, memory_gib=8, rack=f"r{n % 2}")
+
     def delete_job(self, n: int) -> None:
         ended = list(Job.objects.exclude(state__in=["pending", "running"]).order_by("pk"))
         if ended:
@@ -129,6 +151,10 @@ def test_a_long_run_of_writes_is_read_as_changes_exactly_as_a_whole_read_would()
         "cancel": 1,
         "lose_worker": 1,
         "heal_workers": 1,
+        "heartbeat": 2,
+        "drain": 1,
+        "resize_worker": 1,
+        "add_worker": 1,
         "delete_job": 1,
     }
     kinds = []
@@ -265,6 +291,64 @@ def test_an_update_of_any_column_the_tick_reads_marks_the_row_changed(table, sel
     with connection.cursor() as cursor:
         cursor.execute(f'UPDATE {table} SET "{other}" = "{other}" WHERE id = %s', [pk])
     assert stamp() == before
+
+
+def test_an_update_of_any_worker_column_the_tick_reads_marks_the_worker_changed_and_a_heartbeat_does_not():
+    worker = make_worker("w0", cpu=4, memory_gib=16, rack="r0")
+    columns = [c.strip() for c in cluster_rows.WORKER_COLUMNS.replace("CAST(attributes AS text)", "attributes").split(",")]
+    columns.remove("id")
+    assert len(columns) == 9
+
+    def stamp() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT change_xid FROM {Worker._meta.db_table} WHERE id = %s", [worker.pk])
+            return cursor.fetchone()[0]
+
+    new_values = {
+        "name": "'w9'",
+        "healthy": "NOT healthy",
+        "draining": "NOT draining",
+        "cpu_millicores": "cpu_millicores + 1",
+        "memory_bytes": "memory_bytes + 1",
+        "device_type": "'gpu'",
+        "device_variant": "'h100'",
+        "device_count": "device_count + 1",
+        "attributes": """'{"rack": "r1"}'::jsonb""",
+    }
+    assert sorted(new_values) == sorted(columns)
+    for column in columns:
+        before = stamp()
+        with connection.cursor() as cursor:
+            cursor.execute(f'UPDATE {Worker._meta.db_table} SET "{column}" = {new_values[column]} WHERE id = %s', [worker.pk])
+        assert stamp() > before, f"an update of worker.{column} went unnoticed"
+    # A heartbeat sets healthy (to what it is) and last_heartbeat: no change the tick reads.
+    before = stamp()
+    healthy = Worker.objects.get(pk=worker.pk).healthy
+    heartbeat("w9", healthy=healthy, now=NOW)
+    assert stamp() == before
+    heartbeat("w9", healthy=not healthy, now=NOW)
+    assert stamp() > before
+
+
+def test_a_refresh_reads_only_the_workers_that_changed():
+    cluster(3)
+    read_cluster()
+    unchanged = read_cluster()
+    assert unchanged.refresh == "changes"
+    w1 = Worker.objects.get(name="w1")
+    heartbeat("w1", healthy=True, now=NOW)
+    assert read_cluster().workers is unchanged.workers  # nothing read changed: the same tuple
+    Worker.objects.filter(pk=w1.pk).update(draining=True)
+    drained = read_cluster()
+    assert [w.id for w in drained.workers] == ["w0", "w1", "w2"]
+    assert [w.healthy for w in drained.workers] == [True, False, True]
+    assert drained.workers[0] is unchanged.workers[0] and drained.workers[2] is unchanged.workers[2]
+    make_worker("v9")
+    added = read_cluster()
+    assert added.refresh == "changes"
+    assert_same(added, read_whole())
+    Worker.objects.filter(name="v9").delete()
+    assert read_cluster().refresh == "all"
 
 
 def test_a_live_jobs_flip_keeps_its_stamp_and_its_end_is_stamped():
