@@ -19,17 +19,20 @@ from scheduler.models import SchedulerLease
 
 def acquire(name: str, holder: str, now: datetime, seconds: float, *, reentrant: bool = False) -> bool:
     """Take the lease ``name`` until ``now + seconds`` if it is free or expired (or already this
-    holder's, when ``reentrant``). True when this holder now owns it."""
-    SchedulerLease.objects.get_or_create(name=name)
+    holder's, when ``reentrant``). True when this holder now owns it. One statement when the
+    lease's row exists (a tick takes its lease every few seconds); the first take makes it."""
     free = Q(expires_at__isnull=True) | Q(expires_at__lte=now)
     if reentrant:
         free |= Q(holder=holder)
-    taken = (
-        SchedulerLease.objects.filter(name=name)
-        .filter(free)
-        .update(holder=holder, expires_at=now + timedelta(seconds=seconds))
-    )
-    return taken == 1
+
+    def take() -> bool:
+        lease = SchedulerLease.objects.filter(name=name).filter(free)
+        return lease.update(holder=holder, expires_at=now + timedelta(seconds=seconds)) == 1
+
+    if take():
+        return True
+    SchedulerLease.objects.get_or_create(name=name)
+    return take()
 
 
 def renew(name: str, holder: str, now: datetime, seconds: float) -> bool:

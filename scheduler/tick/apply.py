@@ -360,21 +360,28 @@ def apply_decision(
 
 def live_job_states(loaded: LoadedSnapshot, decision: Decision, kept: set[str]) -> list[tuple[int, str]]:
     """(job pk, pending|running) for each live job with a written task change: what its state is
-    after them. Whether that differs from the row's is for the statement to tell
-    (``changed_only``): the kept rows know a job is live, not which of the two it is."""
-    if not kept:
-        return []
-    active: dict[str, bool] = {t.rsplit("/", 1)[0]: False for t in kept}
-    for task in loaded.snapshot.tasks:
-        if task.job_id in active and not active[task.job_id]:
-            state = decision.after[task.id].state if task.id in kept else task.state
-            active[task.job_id] = state in ACTIVE_STATES
+    after them (running while any of its tasks is active). Whether that differs from the row's
+    is for the statement to tell (``changed_only``): the kept rows know a job is live, not which
+    of the two it is. Looks at those jobs' tasks only (a job's tasks are ``job/0`` to
+    ``job/replicas-1``; those not in the rows have finished), never at every task."""
+    after, rows, jobs, job_states = decision.after, loaded.tasks, loaded.snapshot.jobs, loaded.job_states
     running, pending = JobState.RUNNING.value, JobState.PENDING.value
-    return [
-        (loaded.job_pks[job], running if is_active else pending)
-        for job, is_active in sorted(active.items())
-        if not loaded.job_states.get(job)
-    ]
+    states = []
+    for job in sorted({t[: t.rfind("/")] for t in kept}):
+        if job_states.get(job):
+            continue  # finished
+        active = False
+        for index in range(jobs[job].replicas):
+            task_id = f"{job}/{index}"
+            if task_id in kept:
+                active = after[task_id].state in ACTIVE_STATES
+            else:
+                row = rows.get(task_id)
+                active = row is not None and row.state in ACTIVE_VALUES
+            if active:
+                break
+        states.append((loaded.job_pks[job], running if active else pending))
+    return states
 
 
 def _started_minus_stopped(rows: Mapping[str, TaskRow], decision: Decision, kept: set[str]) -> dict[str, int]:

@@ -37,7 +37,8 @@ from scheduler.models import BackendState, Job, Worker
 
 
 def split_kueue(snapshot: ClusterSnapshot) -> tuple[ClusterSnapshot, KueueInput, dict[int, str]]:
-    """Take the work routed to Kubernetes out of the core's snapshot (four small queries).
+    """Take the work routed to Kubernetes out of the core's snapshot (four small queries; one
+    when no backend admits).
 
     Kueue admits those tasks, so the core never sees them pending, and never sees the worker
     row standing for the cluster: their active tasks stay in (they count towards spend) with no
@@ -48,20 +49,24 @@ def split_kueue(snapshot: ClusterSnapshot) -> tuple[ClusterSnapshot, KueueInput,
     admitting = admissions(config)
     kube: Admission | None = admitting[0] if admitting else None  # the one the promotion plan serves
     route_name = kube.route if kube is not None else None
-    kube_rows = {
-        name: (healthy, draining)
-        for name, healthy, draining in Worker.objects.filter(backend=route_name).values_list(
-            "name", "healthy", "draining"
-        )
-    }
     live_jobs = Job.objects.filter(finished_state__isnull=True)
-    kube_jobs = set(live_jobs.filter(route=route_name).values_list("name", flat=True))
+    # Without an admitting backend no worker row stands for one and no job is routed to one.
+    kube_rows = {}
+    kube_jobs = set()
+    if kube is not None:
+        kube_rows = {
+            name: (healthy, draining)
+            for name, healthy, draining in Worker.objects.filter(backend=route_name).values_list(
+                "name", "healthy", "draining"
+            )
+        }
+        kube_jobs = set(live_jobs.filter(route=route_name).values_list("name", flat=True))
     unrouted = [
         (pk, name, raw)
         for pk, name, raw in live_jobs.filter(route="").values_list("pk", "name", "constraints")
         if name in snapshot.jobs
     ]
-    core_workers = tuple(w for w in snapshot.workers if w.id not in kube_rows)
+    core_workers = tuple(w for w in snapshot.workers if w.id not in kube_rows) if kube_rows else snapshot.workers
     routes: dict[int, str] = {}
     if unrouted:
         table = RoutingTable(

@@ -5,10 +5,10 @@ still holds it inside its write transaction (a fencing check), so a tick that st
 lease cannot commit over a newer one. A tick that dies half-way rolls back entirely.
 
 The lease is short (``IRIS_TICK_LEASE_SECONDS``, 10 s) and renewed at every phase boundary
-(after the load, after the decision, and inside the write transaction), so a tick that dies is
-replaced within one lease, while a long tick whose phases each take less keeps it; a tick that
-finds it lost the lease stops there. The lease is given back inside the write transaction, so
-a tick killed after its commit leaves nothing held at all.
+(after the load, and after the decision as the write transaction's first statement), so a tick
+that dies is replaced within one lease, while a long tick whose phases each take less keeps it;
+a tick that finds it lost the lease stops there. The lease is given back inside the write
+transaction, so a tick killed after its commit leaves nothing held at all.
 """
 
 from __future__ import annotations
@@ -127,8 +127,8 @@ def _run_tick(now: int | None, clock: Callable[[], datetime]) -> TickOutcome | N
         kueue = plan_kueue(loaded.snapshot, loaded.kueue, decision)
         decision = merge_into(decision, kueue)
         decide_ms = (time.perf_counter() - decide_started) * 1000
-        keep_lease(holder, clock(), "while deciding")
         with transaction.atomic():
+            # Renewed after the decision, and fenced: the row stays locked until commit.
             confirm_lease(holder, clock())
             outcome = apply_decision(loaded, decision, wall, started, decide_ms)
             save_kueue_state(loaded.routes, loaded.kueue, kueue)
@@ -138,9 +138,10 @@ def _run_tick(now: int | None, clock: Callable[[], datetime]) -> TickOutcome | N
                 # Deliver the new START/STOP intents right after commit; a broker outage is
                 # logged, never raised (beat drains the outbox every IRIS_DISPATCH_SECONDS).
                 transaction.on_commit(request_dispatch, robust=True)
-    finally:
+    except BaseException:
         # After a failure (the transaction rolled back, the lease with it): give it back now.
         release_lease(holder)
+        raise
     outcome = replace(outcome, load_ms=load_ms, decide_ms=decide_ms, refresh=loaded.refresh)
     apply_ms = max(outcome.duration_ms - load_ms - decide_ms, 0.0)
     log.info(
