@@ -232,3 +232,27 @@ def test_the_allow_list_is_a_setting(client, settings):
         assert client.get("/metrics", REMOTE_ADDR="127.0.0.1").status_code == 403
     finally:
         allowed_networks.cache_clear()
+
+
+def test_observing_many_waits_at_once_equals_observing_them_one_by_one():
+    from prometheus_client import CollectorRegistry, Histogram
+
+    registry = CollectorRegistry()
+    one_by_one = Histogram("one", "", ["band"], buckets=instruments.WAIT_BUCKETS, registry=registry)
+    together = Histogram("together", "", ["band"], buckets=instruments.WAIT_BUCKETS, registry=registry)
+    # On and around every bound, below the first, above the last, and repeated.
+    waits = [0.0, 0.001] + [b + d for b in instruments.WAIT_BUCKETS for d in (-0.5, 0.0, 0.5)] + [1e9, 7.0, 7.0]
+    for wait in waits:
+        one_by_one.labels(band="batch").observe(wait)
+    instruments.observe_all(together.labels(band="batch"), waits)
+
+    def samples(name):
+        (family,) = [family for family in registry.collect() if family.name == name]
+        return [
+            (s.name.removeprefix(name), s.labels, s.value) for s in family.samples if not s.name.endswith("_created")
+        ]
+
+    one, many = samples("one"), samples("together")
+    assert [(n, labels) for n, labels, _ in one] == [(n, labels) for n, labels, _ in many]
+    assert [v for *_, v in one] == pytest.approx([v for *_, v in many])
+    assert len(one) == len(instruments.WAIT_BUCKETS) + 3  # the buckets, +Inf, count and sum

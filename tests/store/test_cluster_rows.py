@@ -123,7 +123,9 @@ class Operations:
         workers = list(Worker.objects.order_by("pk"))
         if workers:
             worker = workers[n % len(workers)]
-            Worker.objects.filter(pk=worker.pk).update(cpu_millicores=1000 * (1 + n % 8), attributes={"rack": f"r{n % 3}"})
+            Worker.objects.filter(pk=worker.pk).update(
+                cpu_millicores=1000 * (1 + n % 8), attributes={"rack": f"r{n % 3}"}
+            )
 
     def add_worker(self, n: int) -> None:
         # Names that sort before, between and after the others: the order is the database's.
@@ -295,7 +297,9 @@ def test_an_update_of_any_column_the_tick_reads_marks_the_row_changed(table, sel
 
 def test_an_update_of_any_worker_column_the_tick_reads_marks_the_worker_changed_and_a_heartbeat_does_not():
     worker = make_worker("w0", cpu=4, memory_gib=16, rack="r0")
-    columns = [c.strip() for c in cluster_rows.WORKER_COLUMNS.replace("CAST(attributes AS text)", "attributes").split(",")]
+    columns = [
+        c.strip() for c in cluster_rows.WORKER_COLUMNS.replace("CAST(attributes AS text)", "attributes").split(",")
+    ]
     columns.remove("id")
     assert len(columns) == 9
 
@@ -319,7 +323,9 @@ def test_an_update_of_any_worker_column_the_tick_reads_marks_the_worker_changed_
     for column in columns:
         before = stamp()
         with connection.cursor() as cursor:
-            cursor.execute(f'UPDATE {Worker._meta.db_table} SET "{column}" = {new_values[column]} WHERE id = %s', [worker.pk])
+            cursor.execute(
+                f'UPDATE {Worker._meta.db_table} SET "{column}" = {new_values[column]} WHERE id = %s', [worker.pk]
+            )
         assert stamp() > before, f"an update of worker.{column} went unnoticed"
     # A heartbeat sets healthy (to what it is) and last_heartbeat: no change the tick reads.
     before = stamp()
