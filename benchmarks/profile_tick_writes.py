@@ -8,8 +8,9 @@ Usage (from the repository root; needs a PostgreSQL server; the database is recr
 Runs ``benchmarks/bench_tick.py`` (same flags) with the write phase's parts wrapped in
 ``time.process_time``: after each timed tick's row it prints one line of CPU milliseconds per
 part: ``apply_decision`` (all of the write phase but the commit), the publication's steps
-(``Publication.*``), the events' pass (``record_tick_events``) and its staging insert
-(``record``), each bulk statement by table (``insert <table>`` is a COPY, ``update <table>`` a
+(``Publication.*``; ``start_counts`` is the change log's part of ``__init__``), the metrics of
+the placements (``record_placements``, run at commit), the events' pass
+(``record_tick_events``) and its staging insert (``record``), each bulk statement by table (``insert <table>`` is a COPY, ``update <table>`` a
 set-based UPDATE, whose server time runs pipelined and is not in these figures), the re-read and
 the locks. ``--profile-writes`` (bench_tick's) gives the server's side of the first tick.
 Parts a tree does not have are left out, so the same script profiles an older tree.
@@ -29,6 +30,7 @@ from benchmarks.cpu_parts import cpu_ms, run_bench_tick, time_functions, time_me
 def install() -> None:
     from scheduler.board import publish
     from scheduler.events import record
+    from scheduler.foundation import instruments
     from scheduler.store import bulk
     from scheduler.tick import apply, events, run
 
@@ -38,10 +40,11 @@ def install() -> None:
         (apply, ("live_job_states", "limits_sample")),
         (events, ("record",)),
         (record, ("record",)),
+        (instruments, ("record_placements",)),
     )
     bulk.insert_rows = timed(lambda args: f"insert {args[0]}", bulk.insert_rows)
     bulk.update_rows = timed(lambda args: f"update {args[0]}", bulk.update_rows)
-    time_methods(publish.Publication, ("__init__", "record_fields", "build", "finish"))
+    time_methods(publish.Publication, ("__init__", "record_fields", "build", "finish", "start_counts"))
     run_tick_inner = run.run_tick
 
     def run_tick(now_ms):

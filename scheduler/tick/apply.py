@@ -181,7 +181,8 @@ def apply_decision(
     # and a burst writes tens of thousands of rows).
     assigned_state, intent_pending = TaskState.ASSIGNED.value, DispatchIntent.State.PENDING.value
     start, stop = DispatchIntent.Kind.START.value, DispatchIntent.Kind.STOP.value
-    bulk.keep_payloads_in_memory()
+    if kept:  # a tick that writes no task change sends no payload
+        bulk.keep_payloads_in_memory()
     hold_workers(
         {loaded.worker_pks[a.worker] for a in assignments}
         | {close[4] for close in attempt_closes if close[4] is not None}
