@@ -9,8 +9,11 @@ import random
 import pytest
 
 from scheduler.core.types import ACTIVE_STATES, JobState
-from scheduler.models import Job
+from scheduler.core.bands import Band
+from scheduler.models import Attempt, Job, Task
 from scheduler.tick import apply
+from scheduler.tick.run import run_tick
+from tests.personas import NOW_MS, make_job
 from tests.store.test_cluster_rows import Operations, cluster
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -30,17 +33,23 @@ def states_by_a_pass_over_every_task(loaded, decision, kept) -> list[tuple[int, 
     ]
 
 
-def test_each_changed_jobs_live_state_equals_a_pass_over_every_task(monkeypatch):
+@pytest.fixture
+def compared(monkeypatch) -> list[int]:
+    """Every tick's ``live_job_states`` checked against the pass; the number of states each gave."""
     real = apply.live_job_states
-    compared = []
+    sizes: list[int] = []
 
     def checked(loaded, decision, kept):
         states = real(loaded, decision, kept)
         assert states == states_by_a_pass_over_every_task(loaded, decision, kept)
-        compared.append(len(states))
+        sizes.append(len(states))
         return states
 
     monkeypatch.setattr(apply, "live_job_states", checked)
+    return sizes
+
+
+def test_each_changed_jobs_live_state_equals_a_pass_over_every_task(compared):
     cluster()
     ops = Operations()
     plan = random.Random(11)
@@ -51,3 +60,37 @@ def test_each_changed_jobs_live_state_equals_a_pass_over_every_task(monkeypatch)
     # The run wrote both states, for jobs of several tasks too.
     assert sum(compared) > 20
     assert Job.objects.filter(state="running", replicas__gt=1).exists()
+
+
+def test_jobs_whose_running_tasks_are_preempted_are_written_as_the_pass_finds_them(compared):
+    """Batch work of one- and many-task jobs (gangs too) fills the cluster and runs; production
+    work arrives and preempts it, round after round."""
+    cluster()
+    plan = random.Random(5)
+    now = NOW_MS
+    for round_ in range(10):
+        for n in range(plan.randrange(2, 5)):
+            gang = plan.random() < 0.25
+            make_job(
+                f"/bob/batch-{round_}-{n}",
+                band=Band.BATCH,
+                replicas=2 if gang else plan.choice([1, 1, 2, 3]),
+                cpu=plan.choice([1, 2]),
+                group_by="rack" if gang else None,
+            )
+        now += 1000
+        run_tick(now)
+        Task.objects.filter(state="assigned").update(state="running")  # as their agents report
+        for n in range(plan.randrange(1, 3)):
+            make_job(
+                f"/alice/prod-{round_}-{n}",
+                band=Band.PRODUCTION,
+                replicas=plan.choice([1, 2]),
+                cpu=plan.choice([1, 2, 4]),
+            )
+        now += 1000
+        run_tick(now)
+        Task.objects.filter(state="assigned").update(state="running")
+    assert Attempt.objects.filter(state="preempted").count() > 5
+    assert Job.objects.filter(state="pending", tasks__attempt_count__gt=0).exists()  # preempted back
+    assert sum(compared) > 10
