@@ -267,7 +267,7 @@ def main() -> None:
                 totals.setdefault(label, []).append((total, load, decide, apply))
                 flag = "" if total <= TARGET_TICK_SECONDS else " (over target)"
                 print(
-                    f"| {pending:,} | {workers:,} | {run} | {label} | {outcome.refresh} | {total:.3f}{flag} | {cpu:.2f} | "
+                    f"| {pending:,} | {workers:,} | {run} | {label} | {outcome.refresh} | {total:.3f}{flag} | {cpu:.3f} | "
                     f"{load:.2f} | {decide:.2f} | {apply:.2f} | {outcome.assigned:,} | {outcome.preempted:,} | "
                     f"{statements} |",
                     flush=True,
