@@ -4,7 +4,7 @@ Reading a 100,000-task cluster whole costs over a second, most of it building Py
 for rows that did not change since the previous tick. On PostgreSQL a :class:`ClusterRows` kept
 in the tick process therefore reads only what changed: a trigger stamps every inserted or
 updated job, task, attempt and worker row with its transaction id (``change_xid``, migrations
-0004 and 0028; all but a live job's flip between pending and running, migration 0025, which
+0004 and 0029; all but a live job's flip between pending and running, migration 0025, which
 keeps that write off every index: so a job is kept as live or as how it finished, never as
 pending or running; and a worker's heartbeat that changes nothing the tick reads), and
 each read takes the rows stamped at or after the oldest transaction still running at the
@@ -91,7 +91,7 @@ WORKER_COLUMNS = (
     "device_count, CAST(attributes AS text)"
 )
 WORKER_SELECT = f"SELECT {WORKER_COLUMNS} FROM {WORKER} ORDER BY name"
-# Workers stamped since a read (migration 0028: a heartbeat that changes nothing read is not).
+# Workers stamped since a read (migration 0029: a heartbeat that changes nothing read is not).
 WORKER_CHANGES = f"SELECT {WORKER_COLUMNS} FROM {WORKER} WHERE change_xid >= %s"
 
 

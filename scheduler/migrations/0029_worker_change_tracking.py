@@ -51,6 +51,6 @@ def run(statements):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("scheduler", "0027_notifications")]
+    dependencies = [("scheduler", "0028_job_finished_keyset")]
 
     operations = [migrations.RunPython(run(FORWARD), run(BACKWARD))]
