@@ -151,12 +151,9 @@ def observe_all(histogram, amounts: list[float]) -> None:
     result equals observing one by one."""
     bounds = histogram._upper_bounds
     in_bucket = Tally(bisect_left(bounds, amount) for amount in amounts)
-    total = 0.0
-    for amount in amounts:
-        total += amount
     for index, n in sorted(in_bucket.items()):
         histogram._buckets[index].inc(n)
-    histogram._sum.inc(total)
+    histogram._sum.inc(sum(amounts))
 
 
 def intent_backend(intent) -> str:
