@@ -11,10 +11,12 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from scheduler.budgets.rules import live_spend
+from scheduler.budgets.writes import request_uplift
 from scheduler.core.bands import Band
 from scheduler.models import Job, TickRecord
 from scheduler.store.clock import now_ms
-from tests.personas import token_client
+from scheduler.tick.run import run_tick
+from tests.personas import make_worker, submit, token_client
 
 PERSONAS = ("anonymous", "alice", "bob", "olivia", "ada")
 
@@ -124,3 +126,14 @@ def as_agent(db):
     from tests.personas import agent_client
 
     return agent_client("w1")
+
+
+@pytest.fixture
+def event_history(alice, bob):
+    """Job and budget events of two users: a worker, a job each, a tick that places them, and
+    alice's uplift request (the event stream's tests, pages and streams alike)."""
+    make_worker("w1")
+    submit(alice, "train")
+    submit(bob, "eval")
+    run_tick()
+    request_uplift(alice, budget_limit=500, reason="deadline", duration_seconds=3600)

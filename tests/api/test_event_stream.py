@@ -10,10 +10,8 @@ import json
 
 import pytest
 
-from scheduler.budgets.writes import request_uplift
-from scheduler.tick.run import run_tick
 from tests.api.conftest import error_of
-from tests.personas import make_worker, submit
+from tests.personas import submit
 
 pytestmark = pytest.mark.django_db
 
@@ -25,15 +23,6 @@ def _short_streams(settings):
     settings.EVENTS_STREAM_SECONDS = 1
     settings.EVENTS_HEARTBEAT_SECONDS = 0.2
     settings.EVENTS_POLL_SECONDS = 0.05
-
-
-@pytest.fixture
-def history(alice, bob):
-    make_worker("w1")
-    submit(alice, "train")
-    submit(bob, "eval")
-    run_tick()
-    request_uplift(alice, budget_limit=500, reason="deadline", duration_seconds=3600)
 
 
 def frames(chunks) -> list[dict]:
@@ -57,7 +46,7 @@ def events_of(parsed: list[dict]) -> list[dict]:
     return [frame["data"] for frame in parsed if "data" in frame]
 
 
-def test_a_stream_sends_every_event_once_in_order_as_the_page_lists_them_then_ends(as_alice, history):
+def test_a_stream_sends_every_event_once_in_order_as_the_page_lists_them_then_ends(as_alice, event_history):
     page = as_alice.get("/api/v1/events/?limit=1000").json()
 
     response = as_alice.get("/api/v1/events/?limit=2", **STREAM)  # read two at a time
@@ -70,7 +59,7 @@ def test_a_stream_sends_every_event_once_in_order_as_the_page_lists_them_then_en
     assert parsed[-1] == {"comment": "keep-alive"}  # nothing more came: heartbeats until the end
 
 
-def test_an_event_written_while_the_stream_runs_arrives_on_it(as_alice, alice, history):
+def test_an_event_written_while_the_stream_runs_arrives_on_it(as_alice, alice, event_history):
     response = as_alice.get("/api/v1/events/?since=now&user=alice", **STREAM)
     chunks = iter(response.streaming_content)
     start = frames([next(chunks)])[0]
@@ -83,7 +72,7 @@ def test_an_event_written_while_the_stream_runs_arrives_on_it(as_alice, alice, h
     assert [(e["kind"], e["job"]) for e in events_of(rest)] == [("submitted", "/alice/later")]
 
 
-def test_a_stream_resumes_after_its_last_event_id_without_a_gap_or_a_repeat(as_alice, history):
+def test_a_stream_resumes_after_its_last_event_id_without_a_gap_or_a_repeat(as_alice, event_history):
     whole = events_of(frames(as_alice.get("/api/v1/events/", **STREAM).streaming_content))
     cut = whole[1]["id"]
 
@@ -94,7 +83,7 @@ def test_a_stream_resumes_after_its_last_event_id_without_a_gap_or_a_repeat(as_a
     assert whole[:2] + events_of(parsed) == whole
 
 
-def test_a_stream_shows_what_the_long_poll_shows_to_each_role(as_bob, as_olivia, history):
+def test_a_stream_shows_what_the_long_poll_shows_to_each_role(as_bob, as_olivia, event_history):
     def kinds(client):
         return [
             e["kind"] for e in events_of(frames(client.get("/api/v1/events/?user=alice", **STREAM).streaming_content))
@@ -121,7 +110,7 @@ def test_a_stream_without_a_valid_token_is_the_json_401(client):
     assert response["Content-Type"] == "application/json"
 
 
-def test_a_stream_holds_no_database_slot_between_its_pages(as_alice, history, monkeypatch):
+def test_a_stream_holds_no_database_slot_between_its_pages(as_alice, event_history, monkeypatch):
     from scheduler.events import wake
 
     slots = wake.DatabaseSlots(1)

@@ -5,24 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from scheduler.budgets.writes import request_uplift
-from scheduler.tick.run import run_tick
 from tests.api.conftest import error_of
-from tests.personas import make_worker, submit
+from tests.personas import submit
 
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def history(alice, bob):
-    make_worker("w1")
-    submit(alice, "train")
-    submit(bob, "eval")
-    run_tick()
-    request_uplift(alice, budget_limit=500, reason="deadline", duration_seconds=3600)
-
-
-def test_events_are_listed_oldest_first_with_their_fields(as_alice, history):
+def test_events_are_listed_oldest_first_with_their_fields(as_alice, event_history):
     page = as_alice.get("/api/v1/events/").json()
 
     assert [(e["kind"], e["job"], e["task"]) for e in page["events"]] == [
@@ -38,7 +27,7 @@ def test_events_are_listed_oldest_first_with_their_fields(as_alice, history):
     assert page["next"] == page["events"][-1]["id"] and page["more"] is False
 
 
-def test_filters_by_job_user_and_kind(as_alice, history):
+def test_filters_by_job_user_and_kind(as_alice, event_history):
     def jobs_of(query):
         return [(e["kind"], e["job"]) for e in as_alice.get(f"/api/v1/events/?{query}").json()["events"]]
 
@@ -51,7 +40,7 @@ def test_filters_by_job_user_and_kind(as_alice, history):
     ]
 
 
-def test_a_read_resumes_after_since_or_the_last_event_id_header(as_alice, history):
+def test_a_read_resumes_after_since_or_the_last_event_id_header(as_alice, event_history):
     first = as_alice.get("/api/v1/events/?limit=2").json()
     assert first["more"] is True and len(first["events"]) == 2
 
@@ -64,7 +53,7 @@ def test_a_read_resumes_after_since_or_the_last_event_id_header(as_alice, histor
     assert as_alice.get("/api/v1/events/?since=0", HTTP_LAST_EVENT_ID="999").json()["events"][0]["kind"] == "submitted"
 
 
-def test_since_now_starts_after_the_newest_event(as_alice, alice, history, settings):
+def test_since_now_starts_after_the_newest_event(as_alice, alice, event_history, settings):
     page = as_alice.get("/api/v1/events/?since=now").json()
     assert page["events"] == [] and page["next"] > 0
 
@@ -75,7 +64,7 @@ def test_since_now_starts_after_the_newest_event(as_alice, alice, history, setti
     ]
 
 
-def test_another_researchers_budget_events_are_not_shown_but_their_job_events_are(as_bob, as_olivia, history):
+def test_another_researchers_budget_events_are_not_shown_but_their_job_events_are(as_bob, as_olivia, event_history):
     bobs_view = [e["kind"] for e in as_bob.get("/api/v1/events/?user=alice").json()["events"]]
     operators_view = [e["kind"] for e in as_olivia.get("/api/v1/events/?user=alice").json()["events"]]
 
@@ -83,7 +72,7 @@ def test_another_researchers_budget_events_are_not_shown_but_their_job_events_ar
     assert operators_view == ["submitted", "started", "uplift_requested"]
 
 
-def test_a_wait_with_nothing_new_returns_empty_after_the_wait(as_alice, history, settings):
+def test_a_wait_with_nothing_new_returns_empty_after_the_wait(as_alice, event_history, settings):
     settings.EVENTS_POLL_SECONDS = 0.05
     newest = as_alice.get("/api/v1/events/?since=now").json()["next"]
 
@@ -122,7 +111,7 @@ def test_a_bad_last_event_id_names_the_header(as_alice):
 
 
 @pytest.mark.parametrize("zone", ["UTC", "America/New_York"])
-def test_the_plain_page_is_the_serializers_page_byte_for_byte(alice, olivia, history, zone):
+def test_the_plain_page_is_the_serializers_page_byte_for_byte(alice, olivia, event_history, zone):
     """``event_page_json`` (what ``GET events/`` answers) against ``EventPageSerializer`` (its
     schema), over job, task and budget events, in UTC ("Z") and another current time zone, and
     again from the dicts kept on the events."""
