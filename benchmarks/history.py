@@ -182,13 +182,16 @@ def add_history(jobs: int, tasks_per_job: int, now_ms: int, *, seed: float = 0.2
             "preemption events",
             f"""
             INSERT INTO {event_t} (tick_id, victim_id, preemptor_id, victim_band, preemptor_band, worker_id, reason,
-                created_at)
+                created_at, victim_user, lost_point_ms)
             SELECT CASE WHEN k BETWEEN 1 AND %(ticks)s THEN %(first_tick)s + k END,
                 a.task_id, p.id, a.band, a.band - 1, a.worker_id,
                 'Preempted by ' || pj.name || '/' || p.index || ' ('
                     || (ARRAY['SYSTEM', 'PRODUCTION', 'INTERACTIVE', 'BATCH'])[a.band] || ' over '
                     || (ARRAY['SYSTEM', 'PRODUCTION', 'INTERACTIVE', 'BATCH'])[a.band + 1] || ')',
-                a.finished_at
+                a.finished_at, vj."user",
+                COALESCE(round((1000 * (CASE WHEN vj.device_type IN ('gpu', 'tpu') THEN vj.device_count ELSE 0 END)
+                    + vj.memory_bytes / 1073741824 + 5 * (vj.cpu_millicores / 1000))
+                    * extract(epoch FROM a.finished_at - a.started_at) * 1000)::bigint, 0)
             FROM (
                 SELECT a.*, %(ticks)s + 1 - ceil((%(now)s - extract(epoch FROM a.finished_at) * 1000) / %(tick)s)::bigint
                     AS k
@@ -198,6 +201,8 @@ def add_history(jobs: int, tasks_per_job: int, now_ms: int, *, seed: float = 0.2
             ) AS a
             JOIN {task_t} AS p ON p.id = %(first_task)s + 1 + (a.task_id * 31 + 17) %% %(tasks)s
             JOIN {job_t} AS pj ON pj.id = p.job_id
+            JOIN {task_t} AS vt ON vt.id = a.task_id
+            JOIN {job_t} AS vj ON vj.id = vt.job_id
             ORDER BY a.finished_at, a.id
             """,
             {

@@ -345,6 +345,15 @@ class PreemptionEvent(models.Model):
     worker = models.ForeignKey(Worker, null=True, on_delete=models.SET_NULL, related_name="+")
     reason = models.CharField(max_length=500)
     created_at = models.DateTimeField(db_index=True)
+    # Written by the tick with the event, so the history's user filter and the fairness page's
+    # lost work read the event alone (not its task, job and attempts; docs/benchmarks.md).
+    victim_user = models.CharField(max_length=150)
+    # The work the eviction lost: the victim's resource value × how long its evicted attempt had
+    # run, in point-milliseconds; 0 if that attempt never started.
+    lost_point_ms = models.BigIntegerField()
+
+    class Meta:
+        indexes = [models.Index(fields=["victim_user", "-created_at"], name="preemption_victim_user")]
 
     def __str__(self) -> str:
         return self.reason

@@ -197,7 +197,7 @@ class DatabaseCollector:
         per_user = dict(
             PreemptionEvent.objects.filter(created_at__gte=now - timedelta(seconds=window))
             .order_by()
-            .values_list("victim__job__user")
+            .values_list("victim_user")
             .annotate(n=Count("id"))
         )
         shown, rest = top_users(per_user, settings.METRICS_TOP_USERS)

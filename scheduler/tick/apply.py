@@ -27,7 +27,7 @@ from django.db import connection, transaction
 
 from scheduler.foundation import instruments
 from scheduler.board import publish
-from scheduler.core.budget import spend_change
+from scheduler.core.budget import resource_value, spend_change
 from scheduler.core.types import ACTIVE_STATES, Decision, JobState, TaskState
 from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord, Worker
 from scheduler.store import bulk
@@ -91,6 +91,50 @@ def current_task_states(pks: list[int]) -> dict[int, tuple[str, int | None]]:
                 [json_list(pks)],
             )
         return {pk: (state, worker) for pk, state, worker in cursor.fetchall()}
+
+
+def attempt_starts(attempts: list[tuple[int, int]]) -> dict[tuple[int, int], datetime]:
+    """``{(task pk, attempt number): started_at}`` of those of the given attempts that started.
+    One statement."""
+    if not attempts:
+        return {}
+    wanted = set(attempts)
+    rows = Attempt.objects.filter(
+        task_id__in={task for task, _ in attempts},
+        number__in={number for _, number in attempts},
+        started_at__isnull=False,
+    ).values_list("task_id", "number", "started_at")
+    return {(task, number): at for task, number, at in rows if (task, number) in wanted}
+
+
+def preemption_rows(loaded: LoadedSnapshot, preemptions: list, tick_pk: int, wall: datetime) -> list[tuple]:
+    """The preemption events' rows. Each carries its victim's user and the work the eviction
+    lost: the victim's resource value × how long its evicted attempt had run (0 if it never
+    started), so the history and the fairness page read the event alone."""
+    rows, jobs = loaded.tasks, loaded.snapshot.jobs
+    preemptions = [p for p in preemptions if p.preemptor in rows]
+    starts = attempt_starts([(rows[p.victim].pk, rows[p.victim].attempt_count) for p in preemptions])
+    out = []
+    for p in preemptions:
+        victim = rows[p.victim]
+        job = jobs[p.victim.rsplit("/", 1)[0]]
+        started = starts.get((victim.pk, victim.attempt_count))
+        ran_ms = max(0, round((wall - started).total_seconds() * 1000)) if started is not None else 0
+        out.append(
+            (
+                tick_pk,
+                victim.pk,
+                rows[p.preemptor].pk,
+                int(p.victim_band),
+                int(p.preemptor_band),
+                loaded.worker_pks.get(p.worker),
+                f"Preempted by {p.preemptor} ({p.preemptor_band.name} over {p.victim_band.name})",
+                wall,
+                job.user,
+                resource_value(job.resources) * ran_ms,
+            )
+        )
+    return out
 
 
 def json_list(values: list[int]) -> str:
@@ -224,21 +268,10 @@ def apply_decision(
             ("worker_id", "bigint"),
             ("reason", "text"),
             ("created_at", "timestamptz"),
+            ("victim_user", "text"),
+            ("lost_point_ms", "bigint"),
         ],
-        [
-            (
-                tick.pk,
-                rows[p.victim].pk,
-                rows[p.preemptor].pk,
-                int(p.victim_band),
-                int(p.preemptor_band),
-                loaded.worker_pks.get(p.worker),
-                f"Preempted by {p.preemptor} ({p.preemptor_band.name} over {p.victim_band.name})",
-                wall,
-            )
-            for p in preemptions
-            if p.preemptor in rows
-        ],
+        preemption_rows(loaded, preemptions, tick.pk, wall),
     )
     # The outbox, in the same transaction: start every new attempt, stop every attempt that ended.
     bulk.insert_rows(

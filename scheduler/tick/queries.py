@@ -34,7 +34,7 @@ def preemptions(
         "-created_at", "-pk"
     )
     if user:
-        qs = qs.filter(victim__job__user=user)
+        qs = qs.filter(victim_user=user)
     if band is not None:
         qs = qs.filter(victim_band=int(band))
     if since is not None:

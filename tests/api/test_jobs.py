@@ -349,6 +349,8 @@ def test_explain_lists_preemptions_suffered(as_alice, alice, ada):
         worker=worker,
         reason="Preempted by /ada/serve/0 (PRODUCTION over BATCH)",
         created_at=timezone.now(),
+        victim_user="alice",
+        lost_point_ms=0,
     )
     explained = as_alice.get("/api/v1/jobs/alice/train:explain").json()
     assert [(p["victim"], p["preemptor"], p["preemptor_band"], p["worker"]) for p in explained["preemptions"]] == [
@@ -383,6 +385,8 @@ def preemptions(alice, bob, ada):
                 worker=worker,
                 reason=f"Preempted by /ada/serve/{i}",
                 created_at=now - timedelta(hours=3 - i),
+                victim_user=owner.username,
+                lost_point_ms=0,
             )
         )
     return events

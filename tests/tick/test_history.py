@@ -65,6 +65,8 @@ def test_preemption_events_outlive_their_tick():
         preemptor_band=int(Band.PRODUCTION),
         reason="r",
         created_at=old.started_at,
+        victim_user="alice",
+        lost_point_ms=0,
     )
 
     assert prune_tick_records(now, keep_days=8) == 1
@@ -194,6 +196,8 @@ def events_at(*ages: timedelta, now=None) -> list[PreemptionEvent]:
             preemptor_band=int(Band.PRODUCTION),
             reason=f"r{i}",
             created_at=now - age,
+            victim_user="alice",
+            lost_point_ms=0,
         )
         for i, age in enumerate(ages)
     ]

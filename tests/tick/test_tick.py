@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
@@ -84,6 +85,39 @@ def test_tick_preempts_lower_band_records_event_and_holds_victim_capacity():
         outcome.tick_id,
     )
     assert (event.victim_band, event.preemptor_band) == (Band.BATCH, Band.PRODUCTION)
+    # The event carries what the history and the fairness page read: the victim's user and the
+    # work lost, its value (4 cores, 8 GiB: 28 points) × how long its attempt had run.
+    ran_ms = round((event.created_at - victim_attempt.started_at).total_seconds() * 1000)
+    assert ran_ms > 0
+    assert (event.victim_user, event.lost_point_ms) == ("bob", 28 * ran_ms)
+
+
+def test_the_work_lost_is_the_evicted_attempts_not_an_earlier_ones():
+    worker = make_worker("w1", cpu=4, memory_gib=16)
+    victim = start_running(make_job("/bob/batch", band=Band.BATCH, cpu=4, memory_gib=8), worker)
+    # Its first attempt ran an hour and was preempted; the second started ten minutes ago.
+    now = timezone.now()
+    Attempt.objects.filter(task=victim).update(
+        state="preempted", started_at=now - timedelta(hours=1), finished_at=now - timedelta(minutes=11)
+    )
+    second = Attempt.objects.create(
+        task=victim,
+        number=2,
+        worker=worker,
+        state="running",
+        band=int(Band.BATCH),
+        created_at=now - timedelta(minutes=11),
+        started_at=now - timedelta(minutes=10),
+    )
+    Task.objects.filter(pk=victim.pk).update(attempt_count=2, preemption_count=1)
+    make_job("/alice/prod", band=Band.PRODUCTION, cpu=4, memory_gib=8)
+
+    run_tick(NOW_MS)
+
+    event = PreemptionEvent.objects.get()
+    ran_ms = round((event.created_at - second.started_at).total_seconds() * 1000)
+    assert 600_000 <= ran_ms < 660_000
+    assert (event.victim_id, event.victim_user, event.lost_point_ms) == (victim.pk, "bob", 28 * ran_ms)
 
 
 def test_a_job_whose_only_task_was_preempted_is_pending_again_and_queued_in_its_own_band():

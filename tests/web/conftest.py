@@ -60,6 +60,8 @@ def preempt(victim: Task, preemptor: Task, worker: Worker, tick: TickRecord | No
         worker=worker,
         reason=f"Preempted by {preemptor.name} ({Band(preemptor.job.band).name} over BATCH)",
         created_at=timezone.now(),
+        victim_user=victim.job.user,
+        lost_point_ms=0,
     )
 
 

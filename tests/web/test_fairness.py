@@ -4,6 +4,7 @@ preemption losses and starving tasks over 24 hours; a fixed number of queries.""
 
 from __future__ import annotations
 
+import importlib
 import re
 
 from datetime import timedelta
@@ -96,7 +97,8 @@ def test_the_page_shows_each_band_and_the_smallest_waiting_job_and_is_in_the_nav
 
 
 def preempted_at(job: Job, worker: Worker, preemptor: Task, ran: timedelta, ago: timedelta, times: int = 1) -> Task:
-    """A task of ``job`` whose attempt ran ``ran`` before being preempted ``ago``."""
+    """A task of ``job`` whose attempt ran ``ran`` before being preempted ``ago``, with its event
+    as the tick writes it (``tests/tick/test_tick.py`` checks the tick's own)."""
     task = start_running(job, worker)
     now = timezone.now()
     Attempt.objects.filter(task=task).update(started_at=now - ago - ran, state="preempted")
@@ -109,6 +111,8 @@ def preempted_at(job: Job, worker: Worker, preemptor: Task, ran: timedelta, ago:
         worker=worker,
         reason="test",
         created_at=now - ago,
+        victim_user=job.user,
+        lost_point_ms=resource_value(job_resources(job)) * round(ran.total_seconds() * 1000),
     )
     return task
 
@@ -234,3 +238,35 @@ def test_the_share_chart_reads_each_ticks_sample_once_per_process():
     # The same slots as before the tick (the previous newest, unless it is a slot, gives way).
     before = {at for at, _ in points}
     assert {at for at, _ in latest[:-1]} <= before and len(before - {at for at, _ in latest}) <= 1
+
+
+def test_migration_0030_fills_the_events_already_kept_with_what_the_page_computed_from_their_joins():
+    """Events written before the tick carried ``victim_user`` and ``lost_point_ms``: the
+    migration's fill gives each what ``lost_work`` computed from the event's task, job and latest
+    attempt started by then (value × ran), on this database's SQL."""
+    fill_sql = importlib.import_module("scheduler.migrations.0030_preemption_victim_user_lost_work").fill_sql
+    w = make_worker("w1", cpu=64, memory_gib=256)
+    preemptor = start_running(make_job("/alice/prod", cpu=1), w)
+    ran_job = make_job("/bob/ran", band=Band.BATCH, cpu=4, memory_gib=8)
+    gpu_job = make_job("/carol/gpu", band=Band.BATCH, cpu=2, memory_gib=3, device=("gpu", "h100", 2))
+    never = make_job("/dave/never", band=Band.BATCH, cpu=4, memory_gib=8)
+    ran = preempted_at(ran_job, w, preemptor, ran=timedelta(hours=2), ago=timedelta(hours=1))
+    preempted_at(gpu_job, w, preemptor, ran=timedelta(minutes=30), ago=timedelta(minutes=5))
+    preempted_at(never, w, preemptor, ran=timedelta(minutes=30), ago=timedelta(minutes=5))
+    Attempt.objects.filter(task__job=never).update(started_at=None)
+    # A start after the eviction (a late report) is not the evicted attempt's.
+    Attempt.objects.create(
+        task=ran, number=2, worker=w, state="running", band=int(Band.BATCH),
+        created_at=timezone.now(), started_at=timezone.now(),
+    )  # fmt: skip
+    PreemptionEvent.objects.update(victim_user="", lost_point_ms=0)
+
+    with connection.cursor() as cursor:
+        cursor.execute(fill_sql(connection.vendor))
+
+    filled = {e.victim_user: e.lost_point_ms for e in PreemptionEvent.objects.all()}
+    assert filled.keys() == {"bob", "carol", "dave"}
+    assert filled["bob"] == pytest.approx(resource_value(job_resources(ran_job)) * 2 * 3_600_000, rel=1e-6)
+    # 2 GPUs, 3 GiB, 2 cores: 2,013 points, for 30 minutes (SQLite subtracts Julian days: to a few µs).
+    assert filled["carol"] == pytest.approx(2_013 * 1_800_000, rel=1e-6)
+    assert filled["dave"] == 0
