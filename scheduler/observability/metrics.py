@@ -198,7 +198,7 @@ class DatabaseCollector:
             PreemptionEvent.objects.filter(created_at__gte=now - timedelta(seconds=window))
             .order_by()
             .values_list("victim_user")
-            .annotate(n=Count("id"))
+            .annotate(n=Count("*"))
         )
         shown, rest = top_users(per_user, settings.METRICS_TOP_USERS)
         for user, n in shown:

@@ -73,7 +73,7 @@ def lost_work(since: datetime) -> list[dict]:
         PreemptionEvent.objects.filter(created_at__gte=since)
         .order_by()
         .values_list("victim_user")
-        .annotate(n=Count("id"), lost=Sum("lost_point_ms"))
+        .annotate(n=Count("*"), lost=Sum("lost_point_ms"))
     )
     out = [{"user": user, "preemptions": n, "point_hours": round(lost / MS_PER_HOUR, 3)} for user, n, lost in rows]
     return sorted(out, key=lambda e: (-e["point_hours"], -e["preemptions"], e["user"]))
