@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from scheduler.core.bands import Band
 from scheduler.models import PreemptionEvent, Task, TickRecord
@@ -60,15 +60,20 @@ COUNTED_EVENTS = 10_000
 
 def preemption_counts(events: QuerySet[PreemptionEvent], limit: int = 20, among: int | None = None) -> list[dict]:
     """Victim jobs of ``events`` with the most preemptions first, counted among the newest
-    ``among`` events (``COUNTED_EVENTS`` unless given). One grouped query.
+    ``among`` events (``COUNTED_EVENTS`` unless given). Two queries: the oldest of those, then
+    one grouped query.
 
     ``repeated`` flags jobs preempted at least ``REPEATED_PREEMPTIONS`` times.
     """
     among = COUNTED_EVENTS if among is None else among
-    newest = events.order_by("-created_at", "-pk").values("pk")[:among]
+    # The newest ``among`` as a range from the oldest of them (one index read), not as
+    # ``pk IN (newest)``: PostgreSQL answered that by hashing every event kept (359,000 in the
+    # history benchmark, 0.2-0.3 s) before joining the 10,000 to their tasks and jobs.
+    edge = next(iter(events.order_by("-created_at", "-pk").values_list("created_at", "pk")[among - 1 : among]), None)
+    if edge is not None:
+        events = events.filter(Q(created_at__gt=edge[0]) | Q(created_at=edge[0], pk__gte=edge[1]))
     rows = (
-        PreemptionEvent.objects.filter(pk__in=newest)
-        .order_by()
+        events.order_by()
         .values("victim__job__name", "victim__job__user")
         .annotate(n=Count("id"), tasks=Count("victim", distinct=True))
         .order_by("-n", "victim__job__name")[:limit]

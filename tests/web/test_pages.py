@@ -241,6 +241,23 @@ def test_budget_page_explains_over_and_under(clients, over_budget):
 # --- preemptions ----------------------------------------------------------------------------------
 
 
+def test_the_newest_events_counted_are_exactly_so_many_when_one_tick_wrote_them_all_at_one_time(alice, bob):
+    """Events of one tick share their time: the newest ``among`` are cut by (time, id)."""
+    from scheduler.models import PreemptionEvent
+    from scheduler.tick import queries as tick_queries
+
+    w = make_worker("w1")
+    jobs = [submit(bob, f"v{i}", priority="batch") for i in range(5)]
+    for job in jobs:
+        run_tasks(job, w)
+    urgent = submit(alice, "urgent")
+    for job in jobs:
+        preempt(job.tasks.get(), urgent.tasks.get(), w)
+    PreemptionEvent.objects.update(created_at=timezone.now())
+    counted = tick_queries.preemption_counts(tick_queries.preemptions(), among=3)
+    assert sorted(c["job"] for c in counted) == ["/bob/v2", "/bob/v3", "/bob/v4"]
+
+
 def test_most_preempted_jobs_are_counted_among_the_newest_events_of_the_view(clients, alice, bob, monkeypatch):
     from scheduler.tick import queries as tick_queries
     from scheduler.views import history
