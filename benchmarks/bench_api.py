@@ -245,12 +245,13 @@ def celery_ticking(env: dict) -> subprocess.Popen:
             "--concurrency",
             "1",
             "--loglevel",
-            "WARNING",
+            os.environ.get("IRIS_BENCH_CELERY_LOGLEVEL", "WARNING"),
         ],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        # Its warnings and errors (a failing tick) in the data directory, printed with the results.
+        stderr=open(os.path.join(env["IRIS_DATA_DIR"], "celery.log"), "wb"),  # noqa: SIM115 -- the child holds it
         start_new_session=True,
     )
 
@@ -280,9 +281,13 @@ def measure_window(port: int, tokens: list[str], submissions: int, seconds: floa
     client_before = time.process_time()
     load_before = os.getloadavg()
     clients = Clients(port, tokens, submissions, seconds, tag)
+    from django.utils import timezone
+
+    opened = timezone.now()
     wall_start = time.monotonic()
     clients.run()
     wall = time.monotonic() - wall_start
+    closed = timezone.now()
     client_cpu = time.process_time() - client_before
     if "postgres" in servers:
         servers["postgres"] = sorted(set(servers["postgres"]) | set(_backends(database)))
@@ -303,7 +308,20 @@ def measure_window(port: int, tokens: list[str], submissions: int, seconds: floa
         "load_after": os.getloadavg(),
         "reference_before": reference_before,
         "reference_after": reference_seconds(),
+        "ticks": _ticks_between(opened, closed),
     }
+
+
+def _ticks_between(opened, closed) -> dict:
+    """The ticks that started in the window: how many, the jobs' tasks they placed, their
+    wall seconds in all (each tick's own record)."""
+    from django.db.models import Count, Sum
+
+    from scheduler.models import TickRecord
+
+    return TickRecord.objects.filter(started_at__gte=opened, started_at__lt=closed).aggregate(
+        n=Count("pk"), assigned=Sum("assigned"), seconds=Sum("duration_ms")
+    )
 
 
 def window_lines(window: dict) -> list[str]:
@@ -321,6 +339,11 @@ def window_lines(window: dict) -> list[str]:
             f"latency ms: p50 {statistics.median(latencies):.1f}, p99 {percentile(latencies, 0.99):.1f}, "
             f"max {latencies[-1]:.1f}"
         )
+    ticks = window["ticks"]
+    lines.append(
+        f"ticks started in the window {ticks['n']}: {window['ok'] / max(ticks['n'], 1):.0f} submissions a tick, "
+        f"{ticks['assigned'] or 0} tasks placed, {(ticks['seconds'] or 0) / 1000:.2f} s of ticks"
+    )
     n = max(window["ok"], 1)
     cpu, client_cpu = window["cpu"], window["client_cpu"]
     lines.append(
@@ -367,12 +390,19 @@ def main() -> None:
     )
     for line in window_lines(window):
         print(line)
-    print(f"jobs written {jobs_after - jobs_before} (warm-up included); ticks recorded {_ticks_in_window()}")
+    print(f"jobs written {jobs_after - jobs_before} (warm-up included); ticks recorded in all {_ticks_recorded()}")
     for status, text in window["first_errors"].items():
         print(f"first {status} answer: {text}")
+    celery_log = os.path.join(env["IRIS_DATA_DIR"], "celery.log")
+    if os.path.exists(celery_log):
+        with open(celery_log, errors="replace") as log:
+            errors = [line.rstrip() for line in log if "ERROR" in line or "Traceback" in line]
+        print(
+            f"Celery worker: {len(errors)} error lines ({celery_log})" + "".join(f"\n  {e[:300]}" for e in errors[:5])
+        )
 
 
-def _ticks_in_window() -> int:
+def _ticks_recorded() -> int:
     from scheduler.models import TickRecord
 
     return TickRecord.objects.count()
