@@ -361,6 +361,12 @@ def percentile(ordered: list[float], share: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_server_arguments(parser)
+    parser.add_argument(
+        "--settle-ticks",
+        type=int,
+        default=2,
+        help="before the window, wait for this many ticks (the restored backlog placed; 0: do not wait)",
+    )
     args = parser.parse_args()
 
     env, database, tokens, _ = prepare(args)
@@ -376,6 +382,9 @@ def main() -> None:
             processes.append(ticker)
         _wait_for(args.port, 60)
         Clients(args.port, tokens, WARMUP_PER_CLIENT * args.clients, 60, "warm").run()
+        if not args.no_tick and args.settle_ticks:
+            settled = settle(args.settle_ticks)
+            print(f"waited {settled:.1f} s for the first {args.settle_ticks} ticks (the restored backlog placed)")
         servers = {"web": _tree(web.pid), "postgres": _backends(database), "_database": database}
         if not args.no_tick:
             servers["celery"] = _tree(ticker.pid)
@@ -400,6 +409,20 @@ def main() -> None:
         print(
             f"Celery worker: {len(errors)} error lines ({celery_log})" + "".join(f"\n  {e[:300]}" for e in errors[:5])
         )
+
+
+# Seconds to wait at most for the settling ticks before measuring anyway.
+SETTLE_SECONDS = 240.0
+
+
+def settle(ticks: int) -> float:
+    """Wait until ``ticks`` ticks have been recorded (the first ticks after a restore place the
+    restored cluster's backlog: thousands of tasks, seconds each on a busy host), so the window
+    measures the steady ticks a stream of submissions asks for. Returns the seconds waited."""
+    started = time.monotonic()
+    while _ticks_recorded() < ticks and time.monotonic() - started < SETTLE_SECONDS:
+        time.sleep(0.5)
+    return time.monotonic() - started
 
 
 def _ticks_recorded() -> int:
