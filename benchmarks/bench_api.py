@@ -182,6 +182,12 @@ def prepare(args, users: list[str] = ()) -> tuple[dict, str, list[str], list[str
         "DJANGO_SETTINGS_MODULE": "iris_web.settings",
         "IRIS_LOG_LEVEL": "WARNING",
     }
+    if getattr(args, "estimates", "own-queue") == "own-queue":
+        # Start estimates (a run takes up to IRIS_ESTIMATE_BUDGET_SECONDS of a worker process) go
+        # to their own queue, as docs/operations.md advises, so ticks never wait behind one; no
+        # worker here consumes it. With the tick worker's one process they held the ticks off
+        # for most of a window on a busy host (issue 26, 2026-12-06).
+        env["IRIS_ESTIMATE_QUEUE"] = "estimates"
     os.environ.update(env)
     import django
 
@@ -367,6 +373,12 @@ def main() -> None:
         default=2,
         help="before the window, wait for this many ticks (the restored backlog placed; 0: do not wait)",
     )
+    parser.add_argument(
+        "--estimates",
+        choices=["own-queue", "tick-worker"],
+        default="own-queue",
+        help="start estimates on their own queue, not run here (default), or on the tick worker's one process",
+    )
     args = parser.parse_args()
 
     env, database, tokens, _ = prepare(args)
@@ -395,7 +407,7 @@ def main() -> None:
     jobs_after = Job.objects.count()
     print(
         f"clients {args.clients}, gunicorn workers {args.web_workers}, cluster {args.cluster or 'empty'}, "
-        f"tick worker {'no' if args.no_tick else 'yes'}"
+        f"tick worker {'no' if args.no_tick else 'yes'}, start estimates {args.estimates}"
     )
     for line in window_lines(window):
         print(line)
