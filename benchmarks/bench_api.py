@@ -182,6 +182,12 @@ def prepare(args, users: list[str] = ()) -> tuple[dict, str, list[str], list[str
         "DJANGO_SETTINGS_MODULE": "iris_web.settings",
         "IRIS_LOG_LEVEL": "WARNING",
     }
+    if getattr(args, "estimates", "own-queue") == "own-queue":
+        # Start estimates (a run takes up to IRIS_ESTIMATE_BUDGET_SECONDS of a worker process) go
+        # to their own queue, as docs/operations.md advises, so ticks never wait behind one; no
+        # worker here consumes it. With the tick worker's one process they held the ticks off
+        # for most of a window on a busy host (issue 26, 2026-12-06).
+        env["IRIS_ESTIMATE_QUEUE"] = "estimates"
     os.environ.update(env)
     import django
 
@@ -245,12 +251,13 @@ def celery_ticking(env: dict) -> subprocess.Popen:
             "--concurrency",
             "1",
             "--loglevel",
-            "WARNING",
+            os.environ.get("IRIS_BENCH_CELERY_LOGLEVEL", "WARNING"),
         ],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        # Its warnings and errors (a failing tick) in the data directory, printed with the results.
+        stderr=open(os.path.join(env["IRIS_DATA_DIR"], "celery.log"), "wb"),  # noqa: SIM115 -- the child holds it
         start_new_session=True,
     )
 
@@ -280,9 +287,13 @@ def measure_window(port: int, tokens: list[str], submissions: int, seconds: floa
     client_before = time.process_time()
     load_before = os.getloadavg()
     clients = Clients(port, tokens, submissions, seconds, tag)
+    from django.utils import timezone
+
+    opened = timezone.now()
     wall_start = time.monotonic()
     clients.run()
     wall = time.monotonic() - wall_start
+    closed = timezone.now()
     client_cpu = time.process_time() - client_before
     if "postgres" in servers:
         servers["postgres"] = sorted(set(servers["postgres"]) | set(_backends(database)))
@@ -303,7 +314,20 @@ def measure_window(port: int, tokens: list[str], submissions: int, seconds: floa
         "load_after": os.getloadavg(),
         "reference_before": reference_before,
         "reference_after": reference_seconds(),
+        "ticks": _ticks_between(opened, closed),
     }
+
+
+def _ticks_between(opened, closed) -> dict:
+    """The ticks that started in the window: how many, the jobs' tasks they placed, their
+    wall seconds in all (each tick's own record)."""
+    from django.db.models import Count, Sum
+
+    from scheduler.models import TickRecord
+
+    return TickRecord.objects.filter(started_at__gte=opened, started_at__lt=closed).aggregate(
+        n=Count("pk"), assigned=Sum("assigned"), seconds=Sum("duration_ms")
+    )
 
 
 def window_lines(window: dict) -> list[str]:
@@ -321,6 +345,11 @@ def window_lines(window: dict) -> list[str]:
             f"latency ms: p50 {statistics.median(latencies):.1f}, p99 {percentile(latencies, 0.99):.1f}, "
             f"max {latencies[-1]:.1f}"
         )
+    ticks = window["ticks"]
+    lines.append(
+        f"ticks started in the window {ticks['n']}: {window['ok'] / max(ticks['n'], 1):.0f} submissions a tick, "
+        f"{ticks['assigned'] or 0} tasks placed, {(ticks['seconds'] or 0) / 1000:.2f} s of ticks"
+    )
     n = max(window["ok"], 1)
     cpu, client_cpu = window["cpu"], window["client_cpu"]
     lines.append(
@@ -338,6 +367,18 @@ def percentile(ordered: list[float], share: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_server_arguments(parser)
+    parser.add_argument(
+        "--settle-ticks",
+        type=int,
+        default=2,
+        help="before the window, wait for this many ticks (the restored backlog placed; 0: do not wait)",
+    )
+    parser.add_argument(
+        "--estimates",
+        choices=["own-queue", "tick-worker"],
+        default="own-queue",
+        help="start estimates on their own queue, not run here (default), or on the tick worker's one process",
+    )
     args = parser.parse_args()
 
     env, database, tokens, _ = prepare(args)
@@ -353,6 +394,9 @@ def main() -> None:
             processes.append(ticker)
         _wait_for(args.port, 60)
         Clients(args.port, tokens, WARMUP_PER_CLIENT * args.clients, 60, "warm").run()
+        if not args.no_tick and args.settle_ticks:
+            settled = settle(args.settle_ticks)
+            print(f"waited {settled:.1f} s for the first {args.settle_ticks} ticks (the restored backlog placed)")
         servers = {"web": _tree(web.pid), "postgres": _backends(database), "_database": database}
         if not args.no_tick:
             servers["celery"] = _tree(ticker.pid)
@@ -363,16 +407,37 @@ def main() -> None:
     jobs_after = Job.objects.count()
     print(
         f"clients {args.clients}, gunicorn workers {args.web_workers}, cluster {args.cluster or 'empty'}, "
-        f"tick worker {'no' if args.no_tick else 'yes'}"
+        f"tick worker {'no' if args.no_tick else 'yes'}, start estimates {args.estimates}"
     )
     for line in window_lines(window):
         print(line)
-    print(f"jobs written {jobs_after - jobs_before} (warm-up included); ticks recorded {_ticks_in_window()}")
+    print(f"jobs written {jobs_after - jobs_before} (warm-up included); ticks recorded in all {_ticks_recorded()}")
     for status, text in window["first_errors"].items():
         print(f"first {status} answer: {text}")
+    celery_log = os.path.join(env["IRIS_DATA_DIR"], "celery.log")
+    if os.path.exists(celery_log):
+        with open(celery_log, errors="replace") as log:
+            errors = [line.rstrip() for line in log if "ERROR" in line or "Traceback" in line]
+        print(
+            f"Celery worker: {len(errors)} error lines ({celery_log})" + "".join(f"\n  {e[:300]}" for e in errors[:5])
+        )
 
 
-def _ticks_in_window() -> int:
+# Seconds to wait at most for the settling ticks before measuring anyway.
+SETTLE_SECONDS = 240.0
+
+
+def settle(ticks: int) -> float:
+    """Wait until ``ticks`` ticks have been recorded (the first ticks after a restore place the
+    restored cluster's backlog: thousands of tasks, seconds each on a busy host), so the window
+    measures the steady ticks a stream of submissions asks for. Returns the seconds waited."""
+    started = time.monotonic()
+    while _ticks_recorded() < ticks and time.monotonic() - started < SETTLE_SECONDS:
+        time.sleep(0.5)
+    return time.monotonic() - started
+
+
+def _ticks_recorded() -> int:
     from scheduler.models import TickRecord
 
     return TickRecord.objects.count()

@@ -36,6 +36,15 @@ def main() -> None:
     parser.add_argument("--sql", action="store_true")
     parser.add_argument("--top", type=int, default=45)
     parser.add_argument(
+        "--direct",
+        action="store_true",
+        help="call the token check, the use case and the 201 body's rendering directly, without Django's "
+        "handler, middleware or DRF (what a request pays beside them is the difference)",
+    )
+    parser.add_argument(
+        "--perf-backend", metavar="FILE", help="record the PostgreSQL backend with `perf record -g` into FILE"
+    )
+    parser.add_argument(
         "--batch", type=int, default=0, help="send POST jobs:batch of this many jobs (bench_batch.py's sweep) instead"
     )
     args = parser.parse_args()
@@ -67,7 +76,18 @@ def main() -> None:
             key = ApiToken.objects.create(user=batch_user, name="profile")[1]
             batch_clients[i] = Client(HTTP_AUTHORIZATION=f"Token {key}")
 
+    def direct(i: int) -> None:
+        from scheduler.api.authentication import ApiTokenAuthentication
+        from scheduler.api.serializers import submitted_job_json
+        from scheduler.jobs.submit import submit_job
+
+        actor, _ = ApiTokenAuthentication().authenticate_credentials(token.encode())
+        body = json.loads(json.dumps({"name": f"p{tag}-{i}", "command": ["true"], "cpu": 1}))
+        json.dumps(submitted_job_json(submit_job(actor, body))).encode()
+
     def one(i: int) -> None:
+        if args.direct:
+            return direct(i)
         if args.batch:
             from benchmarks.bench_batch import sweep_body
 
@@ -100,6 +120,12 @@ def main() -> None:
         return times.user + times.system
 
     profiler = cProfile.Profile(time.process_time) if args.profile else None
+    perf = None
+    if args.perf_backend and backend_pid:
+        import subprocess
+
+        perf = subprocess.Popen(["perf", "record", "-q", "-g", "-p", str(backend_pid), "-o", args.perf_backend])
+        time.sleep(1.0)  # perf attaches
     db_cpu = backend_cpu()
     cpu, wall = time.process_time(), time.perf_counter()
     if profiler:
@@ -110,6 +136,9 @@ def main() -> None:
         profiler.disable()
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     db_cpu = backend_cpu() - db_cpu
+    if perf is not None:
+        perf.send_signal(2)  # SIGINT: perf writes its file and exits
+        perf.wait()
     n = args.submissions
     if args.batch:
         print(f"batches of {args.batch}: per 1,000 jobs below")

@@ -211,6 +211,10 @@ TEMPLATES = [
 ]
 
 # --- Database ------------------------------------------------------------------------------------
+# psycopg's automatic preparation threshold (executions of one statement before it is prepared):
+# only statements run with server-side binding count, and every one of those asks to be prepared
+# at its first run, so this number is never reached (issue 26).
+PREPARE_AFTER_RUNS = 1_000_000
 DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("IRIS_DATABASE_URL") or f"sqlite:///{DATA_DIR / 'iris.sqlite3'}",
@@ -227,12 +231,20 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
     DATABASES["default"]["TEST"] = {"NAME": str(DATA_DIR / "test.sqlite3")}
-elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and not env_bool("IRIS_DB_JIT", False):
-    # No JIT compilation of queries (PostgreSQL's jit=on compiles any plan costed over
-    # jit_above_cost): beside a year of history the pages' plans cross that cost, and compiling
-    # one took 200 ms, longer than the query it served (docs/benchmarks.md, "A year of history").
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     options = DATABASES["default"].setdefault("OPTIONS", {})
-    options["options"] = f"{options.get('options', '')} -c jit=off".strip()
+    if not env_bool("IRIS_DB_JIT", False):
+        # No JIT compilation of queries (PostgreSQL's jit=on compiles any plan costed over
+        # jit_above_cost): beside a year of history the pages' plans cross that cost, and compiling
+        # one took 200 ms, longer than the query it served (docs/benchmarks.md, "A year of history").
+        options["options"] = f"{options.get('options', '')} -c jit=off".strip()
+    if env_bool("IRIS_DB_PREPARED_STATEMENTS", True):
+        # The hot paths' fixed statements (scheduler.store.prepared) ask psycopg to prepare them;
+        # Django's default threshold (None) makes psycopg ignore that ask. Any number enables it,
+        # and only those statements are prepared: Django's own cursors bind on the client, which
+        # never prepares. Off (IRIS_DB_PREPARED_STATEMENTS=0) behind a PgBouncer in transaction
+        # pooling mode older than 1.21 (docs/operations.md, "Submissions at high rates").
+        options.setdefault("prepare_threshold", PREPARE_AFTER_RUNS)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

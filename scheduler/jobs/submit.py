@@ -133,6 +133,7 @@ class RuleLookups:
         self._existing: set[str] | None = None
         self.counted: dict[str, int] = {}  # replicas of the batch's accepted jobs, per budget identity
         self.taken: dict[str, int] = {}  # the batch's accepted job ids -> their item index
+        self.fits: bool | None = None  # whether a registered worker fits the job, when read with the rules
 
     def parent(self, job_id: str) -> Job | None:
         if job_id not in self._parents:
@@ -152,18 +153,21 @@ class RuleLookups:
             self._unfinished[user] = rows.count()
         return self._unfinished[user]
 
-    def read_for(self, user: str, job_id: str) -> None:
+    def read_for(self, user: str, job_id: str, capacity: submission_rows.WorkerQuestion | None = None) -> None:
         """Everything one submission's rules read about ``user`` and ``job_id`` (its budget, its
-        unfinished tasks, whether the id is taken), in one prepared statement on PostgreSQL; the
-        caller holds the identity's submission lock. Elsewhere each is read when first asked."""
+        unfinished tasks, whether the id is taken), and with ``capacity`` whether a registered
+        worker fits (``fits``, for the capacity warning), in one prepared statement on
+        PostgreSQL; the caller holds the identity's submission lock. Elsewhere each is read when
+        first asked."""
         if connection.vendor != "postgresql":
             return
         reads = submission_rows.rule_reads(
-            user, job_id, count_up_to=settings.MAX_ACTIVE_TASKS_PER_USER + 1, at=timezone.now()
+            user, job_id, count_up_to=settings.MAX_ACTIVE_TASKS_PER_USER + 1, at=timezone.now(), capacity=capacity
         )
         self._budgets[user] = effective_budget_of(user, reads.budget_row, reads.grants)
         self._unfinished[user] = reads.unfinished
         self._existing = {job_id} if reads.id_taken else set()
+        self.fits = reads.worker_fits
 
     def prefetch_existing(self, job_ids: list[str]) -> None:
         """One query for whether any of these ids is taken (a batch's); unset, each id is looked up."""
@@ -260,19 +264,22 @@ def _apply_rules(actor, request: JobRequest, who: _Identity, lookups: RuleLookup
     )
 
 
-def plan_submission(actor, request: JobRequest, *, serialise_user: bool = False) -> SubmissionPlan:
+def plan_submission(
+    actor, request: JobRequest, *, serialise_user: bool = False, lookups: RuleLookups | None = None
+) -> SubmissionPlan:
     """Apply every submission rule without writing; raise the first rule broken.
 
     Order (as Iris): identity and ownership, band, limits, then the job id being free.
     ``serialise_user`` (a submission about to write) first waits for the budget identity's other
-    submissions to commit, so the unfinished-task cap counts them.
+    submissions to commit, so the unfinished-task cap counts them, and reads with the rules
+    whether a registered worker fits the job (``lookups.fits``, for its capacity warning).
     """
     require_authenticated(actor)
-    lookups = RuleLookups()
+    lookups = lookups if lookups is not None else RuleLookups()
     who = _identity(actor, request, lookups)
     if serialise_user:
         hold_until_commit(f"submissions:{who.user}")
-        lookups.read_for(who.user, who.job_id)
+        lookups.read_for(who.user, who.job_id, capacity_question(request))
     return _apply_rules(actor, request, who, lookups)
 
 
@@ -318,44 +325,55 @@ def submission_argv(request: JobRequest) -> list[str]:
     return argv
 
 
-def capacity_warnings(request: JobRequest) -> list[str]:
+def capacity_question(request: JobRequest) -> submission_rows.WorkerQuestion | None:
+    """What a registered worker must have for :func:`capacity_warnings` to say nothing, or None
+    when no worker need be registered (a TPU scale group or Kubernetes supplies this kind)."""
+    device = request.device
+    config = cluster_config()
+    if device.type is not DeviceType.CPU:
+        if device.type is DeviceType.TPU and any(g.device_variant == device.variant for g in config.scale_groups):
+            return None
+        if config.kubernetes.enabled and device.type.value in config.kubernetes.device_types:
+            return None
+    elif config.kubernetes.enabled and "cpu" in config.kubernetes.device_types:
+        return None
+    if device.type is DeviceType.CPU:
+        # CPU work may run on any worker, accelerator hosts included, as the scheduler places it.
+        return submission_rows.WorkerQuestion(request.cpu_millicores, request.memory_bytes)
+    return submission_rows.WorkerQuestion(
+        request.cpu_millicores,
+        request.memory_bytes,
+        device_type=device.type.value,
+        variant=None if device.variant == ANY_VARIANT else device.variant,
+        count=device.count,
+    )
+
+
+def capacity_warnings(request: JobRequest, *, fits: bool | None = None) -> list[str]:
     """Why no registered worker could ever run one task of this job, or nothing.
 
     The job is accepted anyway (workers come and go, a TPU scale group or Kubernetes may supply
     one); the warning names the largest worker of the kind it asks for. Constraints are not
     weighed here: why a job with them waits is the explanation's business. One query when a
-    worker fits (whatever the number of workers), up to four when none does.
+    worker fits (whatever the number of workers), up to four when none does; none when a
+    worker fits and ``fits`` (the answer to :func:`capacity_question`, read by the caller) says so.
     """
-    device = request.device
-    config = cluster_config()
-    if device.type is not DeviceType.CPU:
-        if device.type is DeviceType.TPU and any(g.device_variant == device.variant for g in config.scale_groups):
-            return []
-        if config.kubernetes.enabled and device.type.value in config.kubernetes.device_types:
-            return []
-    elif config.kubernetes.enabled and "cpu" in config.kubernetes.device_types:
+    question = capacity_question(request)
+    if question is None:
         return []
-
+    if fits is None:
+        fits = submission_rows.worker_fits(question)
+    if fits:
+        return []
+    device = request.device
     if device.type is DeviceType.CPU:
-        # CPU work may run on any worker, accelerator hosts included, as the scheduler places it.
         kind, matching = "host", Worker.objects.all()
-        if submission_rows.worker_fits(request.cpu_millicores, request.memory_bytes):
-            return []
     else:
         label = device.type.value.upper()
-        any_variant = device.variant == ANY_VARIANT
-        kind = f"{label} host" if any_variant else f"{label} {device.variant} host"
+        kind = f"{label} host" if question.variant is None else f"{label} {device.variant} host"
         matching = Worker.objects.filter(device_type=device.type.value)
-        if not any_variant:
+        if question.variant is not None:
             matching = matching.filter(device_variant=device.variant)
-        if submission_rows.worker_fits(
-            request.cpu_millicores,
-            request.memory_bytes,
-            device_type=device.type.value,
-            variant=None if any_variant else device.variant,
-            count=device.count,
-        ):
-            return []
     order = (
         ("-cpu_millicores", "-memory_bytes")
         if device.type is DeviceType.CPU
@@ -456,15 +474,18 @@ def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
     """
     if not isinstance(request, JobRequest):
         request = parse_job_request(request)
+    lookups = RuleLookups()
     try:
         with transaction.atomic():
-            plan = plan_submission(actor, request, serialise_user=True)
+            plan = plan_submission(actor, request, serialise_user=True, lookups=lookups)
             job = _write_job(actor, plan)
             transaction.on_commit(request_prompt_tick, robust=True)
     except IntegrityError:
         # Two submissions of the same id raced past the existence check.
         raise FailedPrecondition(f"job {plan.job_id} already exists; choose another name", field="name") from None
-    job.warnings = capacity_warnings(request)
+    # On PostgreSQL whether a worker fits was read with the rules (one statement fewer); the
+    # warning's wording, when none fits, is read now.
+    job.warnings = capacity_warnings(request, fits=lookups.fits)
     _log_submitted(actor.username, job.name, plan.user, plan.band, job.replicas)
     return job
 

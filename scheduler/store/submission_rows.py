@@ -4,8 +4,8 @@
 held: its budget row, its active grants, its unfinished tasks (counted up to a bound) and
 whether the new id is taken, in one statement. :func:`insert_job_with_tasks` is the write: the
 submission time from the submission clock, the job row and one task row per replica, in one
-statement (one round trip); :func:`worker_fits` the capacity warning's one question. The first two
-are PostgreSQL-only; on SQLite (in process, no round trip to
+statement (one round trip); :func:`worker_fits` the capacity warning's one question (asked with
+the rule reads by a single submission). The first two are PostgreSQL-only; on SQLite (in process, no round trip to
 save) the use case reads through the ORM and writes model instances as before.
 
 Why SQL and not the ORM here: docs/operations.md, "The submission path".
@@ -34,6 +34,33 @@ class RuleReads:
     grants: list[tuple[int | None, int | None]]  # (budget_limit, max_band) of each active grant
     unfinished: int  # the identity's unfinished tasks, counted up to the bound asked for
     id_taken: bool
+    worker_fits: bool | None  # the answer to the capacity question asked with the reads, if any
+
+
+@dataclass(frozen=True)
+class WorkerQuestion:
+    """Whether any registered worker has at least this CPU and memory (and, with
+    ``device_type``, is of that type, of ``variant`` unless None, with at least ``count`` chips)."""
+
+    cpu_millicores: int
+    memory_bytes: int
+    device_type: str | None = None
+    variant: str | None = None
+    count: int = 0
+
+
+# One statement for any question (the worker table is small; its NULL tests keep one plan).
+# CAST, not ``::``: SQLite runs this one too.
+_WORKER_FITS = (
+    f"EXISTS (SELECT 1 FROM {Worker._meta.db_table} WHERE cpu_millicores >= %s AND memory_bytes >= %s "
+    "AND (CAST(%s AS TEXT) IS NULL OR (device_type = CAST(%s AS TEXT) AND device_count >= %s)) "
+    "AND (CAST(%s AS TEXT) IS NULL OR device_variant = CAST(%s AS TEXT)))"
+)
+
+
+def _worker_fits_params(question: WorkerQuestion) -> list:
+    q = question
+    return [q.cpu_millicores, q.memory_bytes, q.device_type, q.device_type, q.count, q.variant, q.variant]
 
 
 def _literals(values: Sequence[str]) -> str:
@@ -51,21 +78,30 @@ def _rule_reads_sql() -> str:
         "   AND g.starts_at <= %s AND g.expires_at > %s), "
         "(SELECT count(*) FROM (SELECT 1 FROM scheduler_task t JOIN scheduler_job j ON j.id = t.job_id "
         f'  WHERE j."user" = %s AND t.state IN ({_literals(NON_TERMINAL_VALUES)}) LIMIT %s) AS c), '
-        "EXISTS (SELECT 1 FROM scheduler_job WHERE name = %s)"
+        "EXISTS (SELECT 1 FROM scheduler_job WHERE name = %s), "
+        # The capacity warning's question, asked only when %s is true (an uncorrelated EXISTS is
+        # an init plan, run only when the CASE reaches it).
+        f"CASE WHEN %s::boolean THEN {_WORKER_FITS} END"
     )
 
 
-def rule_reads(user: str, job_id: str, *, count_up_to: int, at: datetime) -> RuleReads:
+def rule_reads(
+    user: str, job_id: str, *, count_up_to: int, at: datetime, capacity: WorkerQuestion | None = None
+) -> RuleReads:
     """One statement: ``user``'s budget row and active grants at ``at``, its unfinished tasks
-    counted up to ``count_up_to``, and whether ``job_id`` exists (PostgreSQL only)."""
-    row, grants, unfinished, taken = prepared.fetch_one(
-        _rule_reads_sql(), [user, user, at, at, user, count_up_to, job_id]
+    counted up to ``count_up_to``, whether ``job_id`` exists, and with ``capacity`` whether a
+    registered worker fits it (PostgreSQL only)."""
+    asked = capacity if capacity is not None else WorkerQuestion(0, 0)
+    row, grants, unfinished, taken, fits = prepared.fetch_one(
+        _rule_reads_sql(),
+        [user, user, at, at, user, count_up_to, job_id, capacity is not None, *_worker_fits_params(asked)],
     )
     return RuleReads(
         budget_row=None if row is None else (row[0], row[1]),
         grants=[(g[0], g[1]) for g in grants or ()],
         unfinished=unfinished,
         id_taken=taken,
+        worker_fits=fits,
     )
 
 
@@ -90,7 +126,10 @@ def _insert_sql() -> tuple[str, tuple[tuple[str, str, str], ...], list[tuple[str
         "RETURNING id, submitted_at_ms), "
         f'tasks AS (INSERT INTO {task} (job_id, "index", state, preemption_count, failure_count, attempt_count, '
         "updated_at) SELECT job.id, i, %s::text, 0, 0, 0, %s::timestamptz FROM job, "
-        'generate_series(0, %s::integer - 1) AS i RETURNING id, "index"), '
+        # The indexes as one array, not generate_series(0, n - 1): with n a parameter the generic
+        # plan counted a thousand series rows, so PostgreSQL planned this statement again on
+        # every run (a custom plan for n), a tenth of its backend CPU per submission (issue 26).
+        'unnest(%s::integer[]) AS i RETURNING id, "index"), '
         # The job's first event, staged by the same statement (a data-modifying CTE always runs).
         f"staged AS (INSERT INTO {StagedEvent._meta.db_table} ({staged_names}) VALUES ({staged_values})) "
         'SELECT job.id, job.submitted_at_ms, (SELECT array_agg(id ORDER BY "index") FROM tasks) FROM job'
@@ -135,33 +174,17 @@ def insert_job_with_tasks(
             deadline_after_ms,
             task_state,
             created_at,
-            replicas,
+            list(range(replicas)),
             *(event[attname] for _, _, attname in staged),
         ],
     )
     return row[0], row[1], list(row[2])
 
 
-def worker_fits(
-    cpu_millicores: int,
-    memory_bytes: int,
-    *,
-    device_type: str | None = None,
-    variant: str | None = None,
-    count: int = 0,
-) -> bool:
-    """Whether any registered worker has at least this CPU and memory (and, with ``device_type``,
-    is of that type, of ``variant`` when given, with at least ``count`` chips): one ``EXISTS``,
-    prepared on PostgreSQL (every submission asks, for its capacity warning)."""
-    conditions, params = ["cpu_millicores >= %s", "memory_bytes >= %s"], [cpu_millicores, memory_bytes]
-    if device_type is not None:
-        conditions += ["device_type = %s", "device_count >= %s"]
-        params += [device_type, count]
-        if variant is not None:
-            conditions.append("device_variant = %s")
-            params.append(variant)
-    sql = f"SELECT 1 FROM {Worker._meta.db_table} WHERE {' AND '.join(conditions)} LIMIT 1"
-    return bool(prepared.fetch(sql, params))
+def worker_fits(question: WorkerQuestion) -> bool:
+    """The answer to ``question``: one ``EXISTS``, prepared on PostgreSQL (a batch asks once per
+    shape; a single submission on PostgreSQL asks it with its rules' reads, :func:`rule_reads`)."""
+    return bool(prepared.fetch_one(f"SELECT {_WORKER_FITS}", _worker_fits_params(question))[0])
 
 
 def taken_names(names: Sequence[str]) -> set[str]:

@@ -1,0 +1,43 @@
+"""The hot paths' fixed statements (``scheduler.store.prepared``): prepared on the server on
+PostgreSQL (issue 26: Django's default left psycopg ignoring ``prepare=True``, so every one was
+parsed and planned again), and the same rows either way."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from scheduler.store import prepared
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_fixed_statement_answers_its_rows_and_a_write_without_rows_none():
+    assert prepared.fetch("SELECT 1 + %s", [1]) == [(2,)]
+    assert prepared.fetch_one("SELECT 1 + %s", [2]) == (3,)
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TEMPORARY TABLE prepared_probe (n integer)")
+    assert prepared.fetch("INSERT INTO prepared_probe (n) VALUES (%s)", [7]) == []
+    assert prepared.fetch("SELECT n FROM prepared_probe WHERE n > %s", [100]) == []
+    assert prepared.fetch_one("SELECT n FROM prepared_probe WHERE n > %s", [100]) is None
+
+
+@pytest.mark.postgres
+def test_on_postgresql_a_fixed_statement_is_prepared_on_the_server_once():
+    for value in (1, 2, 3):
+        assert prepared.fetch("SELECT %s::integer * 10", [value]) == [(value * 10,)]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement = %s", ["SELECT $1::integer * 10"])
+        assert cursor.fetchone()[0] == 1
+
+
+@pytest.mark.postgres
+def test_on_postgresql_the_orms_own_statements_are_not_prepared():
+    """Only the statements that ask are prepared: Django's cursors bind on the client."""
+    from scheduler.models import Job
+
+    for _ in range(3):
+        list(Job.objects.filter(name="/nobody/none"))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ["%scheduler_job%"])
+        assert cursor.fetchone()[0] == 0
