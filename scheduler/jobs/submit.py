@@ -180,7 +180,10 @@ class RuleLookups:
 
 
 def _unfinished_tasks(user: str):
-    return Task.objects.filter(job__user=user, state__in=NON_TERMINAL_VALUES)
+    # The job's state as well: an unfinished task's job is never finished (a cancel or a job's
+    # end finishes its tasks in the same transaction), and the (finished_state, user) index then
+    # finds the user's live jobs instead of every job of their history.
+    return Task.objects.filter(job__finished_state__isnull=True, job__user=user, state__in=NON_TERMINAL_VALUES)
 
 
 @dataclass(frozen=True)

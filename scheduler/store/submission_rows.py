@@ -76,8 +76,12 @@ def _rule_reads_sql() -> str:
         "(SELECT array_agg(ARRAY[g.budget_limit, g.max_band]) FROM scheduler_upliftgrant g "
         f"  WHERE g.user_id = %s AND g.state = '{UpliftGrant.State.APPROVED.value}' "
         "   AND g.starts_at <= %s AND g.expires_at > %s), "
+        # Only live jobs (an unfinished task's job is never finished: see _unfinished_tasks in
+        # jobs/submit.py): the (finished_state, user) index finds them, not every job of the
+        # user's history (35-39% of the backend's CPU per submission beside a short history).
         "(SELECT count(*) FROM (SELECT 1 FROM scheduler_task t JOIN scheduler_job j ON j.id = t.job_id "
-        f'  WHERE j."user" = %s AND t.state IN ({_literals(NON_TERMINAL_VALUES)}) LIMIT %s) AS c), '
+        f'  WHERE j.finished_state IS NULL AND j."user" = %s AND t.state IN ({_literals(NON_TERMINAL_VALUES)}) '
+        "  LIMIT %s) AS c), "
         "EXISTS (SELECT 1 FROM scheduler_job WHERE name = %s), "
         # The capacity warning's question, asked only when %s is true (an uncorrelated EXISTS is
         # an init plan, run only when the CASE reaches it).
