@@ -80,7 +80,9 @@ def is_expired(job: JobSpec, now_ms: int) -> bool:
     return job.scheduling_deadline_ms is not None and now_ms >= job.scheduling_deadline_ms
 
 
-def gated_queue(job: JobSpec, band: Band, tasks: Sequence[TaskSnapshot], now_ms: int, max_tasks_per_job: int) -> JobQueue:
+def gated_queue(
+    job: JobSpec, band: Band, tasks: Sequence[TaskSnapshot], now_ms: int, max_tasks_per_job: int
+) -> JobQueue:
     """The queue of ``job``'s pending ``tasks`` (by index) in its effective ``band``, through
     the gates: split into passed and held, or expired.
 
