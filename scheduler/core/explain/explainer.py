@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from itertools import compress, filterfalse, groupby, islice
-from operator import attrgetter, itemgetter, methodcaller
+from itertools import filterfalse, groupby, islice
+from operator import itemgetter, methodcaller
 
 from scheduler.core.bands import Band
 from scheduler.core.feasibility import analyse_job, any_fits_when_idle, constraint_text, slice_group
@@ -208,8 +208,6 @@ class Explainer:
         return result
 
 
-_spec_id = attrgetter("spec.id")
-
 # Causes that already say no worker or group of the cluster as it is could hold the job.
 IMPOSSIBLE_AS_IS = (NoHealthyWorkers, NoMatchingWorker, GangGroupTooSmall)
 
@@ -267,39 +265,40 @@ def explain_pending(
     # cause's and the downgrade's identities) -> the reason of a job's first unplaced task.
     head_reasons: dict[tuple[int, int, int], PendingReason] = {}
     solo_causes: dict[Shape, tuple[Cause, bool]] = {}
-    # The jobs with unplaced tasks, in job order (picked out in C: most jobs have none).
-    for queue in compress(queues, map(unplaced_of.__contains__, map(_spec_id, queues))):
+    for queue in queues:
         job_id = queue.spec.id
-        before, unplaced = unplaced_of[job_id]
-        downgrade = downgrades.get(job_id)
-        passed = queue.passed
-        if queue.gang:
-            cause, fit_at_start = explainer.gang_cause(queue.shape, queue.spec.group_by, len(passed))
-        else:
-            # The explainer memoises per shape too; this saves its call for each job.
-            found = solo_causes.get(queue.shape)
-            if found is None:
-                found = solo_causes[queue.shape] = explainer.solo_cause(queue.shape)
-            cause, fit_at_start = found
-        if not fit_at_start and not isinstance(cause, RoomFreedThisTick):
-            never = explainer.never(queue.shape, queue.spec, isinstance(cause, IMPOSSIBLE_AS_IS))
-            if never is not None:
-                cause = never
-        base = cause
-        behind = before if fit_at_start and before and not isinstance(cause, RoomFreedThisTick) else 0
-        head = head_reasons.get((behind, id(base), id(downgrade)))
-        if head is None:
-            head = PendingReason(WaitingBehind(behind, base) if behind else base, downgrade)
-            head_reasons[(behind, id(base), id(downgrade))] = head
-        if queue.gang or len(unplaced) == 1:
-            shared.append((unplaced, head))
-        else:
-            shared.append((unplaced[:1], head))
-            rest = exhausted_reasons.get((id(base), id(downgrade)))
-            if rest is None:
-                rest = PendingReason(JobExhausted(base), downgrade=downgrade)
-                exhausted_reasons[(id(base), id(downgrade))] = rest
-            shared.append((unplaced[1:], rest))
+        found = unplaced_of.get(job_id)
+        if found is not None:
+            before, unplaced = found
+            downgrade = downgrades.get(job_id)
+            passed = queue.passed
+            if queue.gang:
+                cause, fit_at_start = explainer.gang_cause(queue.shape, queue.spec.group_by, len(passed))
+            else:
+                # The explainer memoises per shape too; this saves its call for each job.
+                found = solo_causes.get(queue.shape)
+                if found is None:
+                    found = solo_causes[queue.shape] = explainer.solo_cause(queue.shape)
+                cause, fit_at_start = found
+            if not fit_at_start and not isinstance(cause, RoomFreedThisTick):
+                never = explainer.never(queue.shape, queue.spec, isinstance(cause, IMPOSSIBLE_AS_IS))
+                if never is not None:
+                    cause = never
+            base = cause
+            behind = before if fit_at_start and before and not isinstance(cause, RoomFreedThisTick) else 0
+            head = head_reasons.get((behind, id(base), id(downgrade)))
+            if head is None:
+                head = PendingReason(WaitingBehind(behind, base) if behind else base, downgrade)
+                head_reasons[(behind, id(base), id(downgrade))] = head
+            if queue.gang or len(unplaced) == 1:
+                shared.append((unplaced, head))
+            else:
+                shared.append((unplaced[:1], head))
+                rest = exhausted_reasons.get((id(base), id(downgrade)))
+                if rest is None:
+                    rest = PendingReason(JobExhausted(base), downgrade=downgrade)
+                    exhausted_reasons[(id(base), id(downgrade))] = rest
+                shared.append((unplaced[1:], rest))
     return {task.id: reason for tasks, reason in shared for task in tasks}
 
 
