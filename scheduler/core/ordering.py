@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 from operator import attrgetter
 from typing import TypeVar
 
@@ -55,7 +54,7 @@ def job_sort_key(job: JobSpec) -> tuple[int, int, int, int, str]:
 
 # The three ascending least significant keys at once, as one tuple built in C.
 _by_age = attrgetter("root_submitted_at_ms", "submitted_at_ms", "id")
-_job_id = attrgetter("id")
+_by_depth = attrgetter("depth")
 _by_band = attrgetter("band")
 
 
@@ -68,10 +67,7 @@ def sort_jobs(jobs: list[JobSpec]) -> None:
     cost less than the slower tuple comparisons.
     """
     jobs.sort(key=_by_age)
-    # Deeper first: ``depth`` is a Python property, so the ids' slashes are counted in C
-    # (one more than the depth for every job) and the jobs reordered by a sorted permutation.
-    slashes = list(map(str.count, map(_job_id, jobs), repeat("/")))
-    jobs[:] = list(map(jobs.__getitem__, sorted(range(len(jobs)), key=slashes.__getitem__, reverse=True)))
+    jobs.sort(key=_by_depth, reverse=True)
     jobs.sort(key=_by_band)
 
 
