@@ -30,7 +30,7 @@ from scheduler.core.explain import (
     deadline_text,
     explain_pending,
 )
-from scheduler.core.ordering import JobQueue, pass_gates, scheduling_order, sort_jobs
+from scheduler.core.ordering import JobQueue, gated_queue, scheduling_order, sort_jobs
 from scheduler.core.placement import ShapeBook, WorkerPool, place
 from scheduler.core.preemption import PreemptionPass, PreemptionPlan
 from scheduler.core.types import (
@@ -218,7 +218,7 @@ def _job_queues(
     book: ShapeBook,
 ) -> tuple[dict[str, JobQueue], list[JobQueue], dict[str, Downgrade]]:
     """One queue per job with pending work, by job id in job priority order, each with its
-    effective band, through the gates (:func:`ordering.pass_gates`) and, unless it expired,
+    effective band, through the gates (:func:`ordering.gated_queue`) and, unless it expired,
     with its shape; the expired queues; and job id -> why its pending work runs in a lower
     band than requested (one object per user and band), for the jobs that did not expire.
 
@@ -235,6 +235,7 @@ def _job_queues(
     downgrades: dict[str, Downgrade] = {}
     ordered = [jobs[job_id] for job_id in pending_by_job]
     sort_jobs(ordered)
+    shapes = book.shapes_by_identity
     for job in ordered:
         tasks = pending_by_job[job.id]
         key = (job.user, job.band)
@@ -248,12 +249,13 @@ def _job_queues(
         band, downgrade = found
         if job.id in out_of_order:
             tasks.sort(key=_by_index)
-        queue = by_job[job.id] = JobQueue(job, band, job.group_by is not None, tasks)
-        pass_gates(queue, now_ms, max_tasks_per_job)
+        queue = by_job[job.id] = gated_queue(job, band, tasks, now_ms, max_tasks_per_job)
         if queue.expired:
             expired.append(queue)
             continue
-        queue.shape = book.shape_of(job)
+        # The book's own first key, looked up here: a call per job cost more than the look-up.
+        shape = shapes.get((id(job.resources), id(job.constraints)))
+        queue.shape = book.shape_of(job) if shape is None else shape
         if downgrade is not None:
             downgrades[job.id] = downgrade
     return by_job, expired, downgrades

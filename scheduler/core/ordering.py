@@ -3,7 +3,7 @@
 Pending tasks are grouped per job (:class:`JobQueue`) because every ordering key except the task
 index is a property of the job: sorting jobs and then tasks by index is the global sort
 ``(requested band, -depth, root submitted, submitted, job id, task index)`` at a fraction of the
-cost of sorting tasks. The gates (:func:`pass_gates`) then drop expired jobs and cap how many tasks of each non-gang
+cost of sorting tasks. The gates (:func:`gated_queue`) then drop expired jobs and cap how many tasks of each non-gang
 job go forward this tick; what passes is grouped by *effective* band and interleaved
 round-robin across users, lower spend first.
 """
@@ -76,20 +76,23 @@ def is_expired(job: JobSpec, now_ms: int) -> bool:
     return job.scheduling_deadline_ms is not None and now_ms >= job.scheduling_deadline_ms
 
 
-def pass_gates(queue: JobQueue, now_ms: int, max_tasks_per_job: int) -> None:
-    """Split the queue's pending tasks into passed and held, or mark it expired.
+def gated_queue(
+    job: JobSpec, band: Band, tasks: Sequence[TaskSnapshot], now_ms: int, max_tasks_per_job: int
+) -> JobQueue:
+    """The queue of ``job``'s pending ``tasks`` (by index) in its effective ``band``, through
+    the gates: split into passed and held, or expired.
 
     An expired job passes nothing (its pending tasks become UNSCHEDULABLE). A non-gang job
     passes at most ``max_tasks_per_job`` tasks, lowest index first; 0 means unlimited. Gangs
-    are exempt because they place all-or-nothing.
+    are exempt because they place all-or-nothing. (One constructor call per job: a decision
+    builds tens of thousands of queues.)
     """
-    if is_expired(queue.spec, now_ms):
-        queue.expired = True
-    elif max_tasks_per_job and not queue.gang and len(queue.pending) > max_tasks_per_job:
-        queue.passed = queue.pending[:max_tasks_per_job]
-        queue.held = queue.pending[max_tasks_per_job:]
-    else:
-        queue.passed = queue.pending
+    gang = job.group_by is not None
+    if job.scheduling_deadline_ms is not None and is_expired(job, now_ms):
+        return JobQueue(job, band, gang, tasks, (), (), True)
+    if max_tasks_per_job and not gang and len(tasks) > max_tasks_per_job:
+        return JobQueue(job, band, gang, tasks, tasks[:max_tasks_per_job], tasks[max_tasks_per_job:])
+    return JobQueue(job, band, gang, tasks, tasks)
 
 
 def round_robin(buckets: Mapping[Hashable, Sequence[T]], spend: Mapping[str, int]) -> list[T]:

@@ -350,7 +350,8 @@ class ShapeBook:
     def __init__(self, pool: WorkerPool) -> None:
         self.pool = pool
         self._by_request: dict[tuple, Shape] = {}
-        self._by_identity: dict[tuple[int, int], Shape] = {}
+        # (id(resources), id(constraints)) of a job -> its shape (the first key of shape_of).
+        self.shapes_by_identity: dict[tuple[int, int], Shape] = {}
         self._candidates: dict[tuple, list[int]] = {}
         self._groups: dict[tuple, list[Group]] = {}
         # (shape id, group_by) -> the same lists: hashing a shape's constraints on every
@@ -379,7 +380,7 @@ class ShapeBook:
         # Snapshots share Resources and constraint tuples between jobs, and the snapshot keeps
         # them alive for the whole decision, so identity is a valid (and much cheaper) first key.
         same = (id(job.resources), id(job.constraints))
-        shape = self._by_identity.get(same)
+        shape = self.shapes_by_identity.get(same)
         if shape is not None:
             return shape
         key = (job.resources, job.constraints)
@@ -391,7 +392,7 @@ class ShapeBook:
             shape = Shape(len(self.shapes), cpu, mem, gpu, tpu, job.resources, hard, soft, self.candidates(hard, soft))
             self.shapes.append(shape)
             self._by_request[key] = shape
-        self._by_identity[same] = shape
+        self.shapes_by_identity[same] = shape
         return shape
 
     def candidates(self, hard: tuple[Constraint, ...], soft: tuple[Constraint, ...]) -> list[int]:

@@ -6,9 +6,9 @@ import pytest
 
 from scheduler.core.bands import Band
 from scheduler.core.decision import decide
-from scheduler.core.ordering import interleave_by_user, job_sort_key, sort_jobs
+from scheduler.core.ordering import gated_queue, interleave_by_user, job_sort_key, sort_jobs
 from scheduler.core.types import JobState, TaskState
-from tests.core.builders import NOW, budget, cluster, job, placed, reason_text, running, worker
+from tests.core.builders import NOW, budget, cluster, job, placed, reason_text, running, task, worker
 
 BIG = [worker("w0", cpu=1000, mem=4000)]
 
@@ -168,3 +168,22 @@ def test_sort_jobs_matches_the_sort_key():
     expected = sorted(jobs, key=job_sort_key)
     sort_jobs(jobs)
     assert jobs == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "cap", "passed", "held", "expired"),
+    [
+        (job("/a/j", replicas=6), 4, 4, 2, False),
+        (job("/a/j", replicas=4), 4, 4, 0, False),
+        (job("/a/j", replicas=6), 0, 6, 0, False),  # 0: unlimited
+        (job("/a/g", replicas=6, group_by="tpu-name"), 4, 6, 0, False),  # gangs are exempt
+        (job("/a/j", replicas=6, deadline=NOW), 4, 0, 0, True),  # expires at the deadline itself
+        (job("/a/j", replicas=6, deadline=NOW + 1), 4, 4, 2, False),
+    ],
+)
+def test_gated_queue_splits_passed_and_held_or_expires(spec, cap, passed, held, expired):
+    tasks = [task(f"{spec.id}/{i}", state="pending") for i in range(spec.replicas)]
+    queue = gated_queue(spec, spec.band, tasks, NOW, cap)
+    assert (len(queue.passed), len(queue.held), queue.expired) == (passed, held, expired)
+    assert list(queue.passed) + list(queue.held) == ([] if expired else tasks)
+    assert queue.pending == tasks and queue.gang == (spec.group_by is not None)

@@ -264,6 +264,7 @@ def explain_pending(
     # Reasons are immutable, so jobs with equal ones share one object: (tasks ahead or 0, the
     # cause's and the downgrade's identities) -> the reason of a job's first unplaced task.
     head_reasons: dict[tuple[int, int, int], PendingReason] = {}
+    solo_causes: dict[Shape, tuple[Cause, bool]] = {}
     for queue in queues:
         job_id = queue.spec.id
         found = unplaced_of.get(job_id)
@@ -274,7 +275,11 @@ def explain_pending(
             if queue.gang:
                 cause, fit_at_start = explainer.gang_cause(queue.shape, queue.spec.group_by, len(passed))
             else:
-                cause, fit_at_start = explainer.solo_cause(queue.shape)
+                # The explainer memoises per shape too; this saves its call for each job.
+                found = solo_causes.get(queue.shape)
+                if found is None:
+                    found = solo_causes[queue.shape] = explainer.solo_cause(queue.shape)
+                cause, fit_at_start = found
             if not fit_at_start and not isinstance(cause, RoomFreedThisTick):
                 never = explainer.never(queue.shape, queue.spec, isinstance(cause, IMPOSSIBLE_AS_IS))
                 if never is not None:
