@@ -262,6 +262,11 @@ def wait_for_ticks(count: int, seconds: float) -> None:
         time.sleep(0.5)
 
 
+# The PostgreSQL backends of each server, by their ``application_name``; "pg other": the rest
+# (autovacuum, the benchmark's own reads).
+APPLICATIONS = {"pg web": "iris-bench-web", "pg events": "iris-bench-events", "pg celery": "iris-bench-celery"}
+
+
 class Servers:
     """The API's gunicorn, the stream's gunicorn and the ticking Celery worker, on the benchmark
     database; started and stopped around each window."""
@@ -272,10 +277,10 @@ class Servers:
 
     def start(self) -> None:
         args = self.args
-        self.web = gunicorn(args.port, self.env, "-w", str(args.web_workers))
+        self.web = gunicorn(args.port, self._env("web"), "-w", str(args.web_workers))
         self.events = gunicorn(
             args.port + 1,
-            self.env,
+            self._env("events"),
             "-k",
             "gthread",
             "-w",
@@ -283,18 +288,27 @@ class Servers:
             "--threads",
             str(args.events_threads),
         )
-        self.ticker = celery_ticking(self.env)
+        self.ticker = celery_ticking(self._env("celery"))
         self.processes = [self.web, self.events, self.ticker]
         _wait_for(args.port, 60)
         _wait_for(args.port + 1, 60)
 
+    def _env(self, server: str) -> dict:
+        """The server's environment: its PostgreSQL backends carry its name (libpq's
+        ``PGAPPNAME``), so their CPU is told apart from the other servers'."""
+        return {**self.env, "PGAPPNAME": APPLICATIONS[f"pg {server}"]}
+
     def pids(self) -> dict:
+        everyone = set(_backends(self.database))
+        named = {name: set(_backends(self.database, app)) for name, app in APPLICATIONS.items()}
         return {
             "web": _tree(self.web.pid),
             "events": _tree(self.events.pid),
             "celery": _tree(self.ticker.pid),
-            "postgres": _backends(self.database),
+            **{name: sorted(pids) for name, pids in named.items()},
+            "pg other": sorted(everyone.difference(*named.values())),
             "_database": self.database,
+            "_applications": {**APPLICATIONS, "pg other": None},
         }
 
     def stop(self) -> None:
@@ -437,6 +451,7 @@ def main() -> None:
         print(f"== window {number}: {KIND_NAMES[measured['mode']]}")
         for line in window_lines(measured):
             print("  " + line)
+        print("  " + window_cpu_line(measured))
         db = measured["database"]
         print(
             f"  PostgreSQL (benchmark database): {db['commits']} transactions ({db['commits'] / measured['wall']:.0f}/s), "
@@ -477,14 +492,26 @@ def main() -> None:
             + ", ".join(f"{w['rate']:.1f}" for w in group)
             + f" (mean {rate:.1f}): a fall of {fall:.1f}% (target at most 10%)"
         )
+    per_submission = {}
     for mode in ("alone", *modes):
         group = [w for w in windows if w["mode"] == mode]
-        parts = {part: mean(w["cpu"][part] * 1000 / max(w["ok"], 1) for w in group) for part in group[0]["cpu"]}
-        parts["clients"] = mean(w["client_cpu"] * 1000 / max(w["ok"], 1) for w in group)
+        parts = {
+            part: mean(window_cpu(w)[part] * 1000 / max(w["ok"], 1) for w in group) for part in window_cpu(group[0])
+        }
+        per_submission[mode] = parts
         print(
             f"mean CPU ms per submission, {KIND_NAMES[mode]}: "
             + ", ".join(f"{part} {value:.2f}" for part, value in parts.items())
-            + f", total {sum(parts.values()):.2f}"
+            + f"; servers {servers_total(parts):.2f}, total {sum(parts.values()):.2f}"
+        )
+    for mode in modes:
+        alone_parts, with_parts = per_submission["alone"], per_submission[mode]
+        print(
+            f"implied fall, {KIND_NAMES[mode]} (a CPU-bound host: submissions/s in inverse proportion to CPU per "
+            f"submission): servers {implied_fall(servers_total(alone_parts), servers_total(with_parts)):.1f}%, "
+            f"with the benchmark's clients and watchers {implied_fall(sum(alone_parts.values()), sum(with_parts.values())):.1f}%; "
+            "added CPU ms per submission by part: "
+            + ", ".join(f"{part} {with_parts[part] - alone_parts.get(part, 0.0):+.2f}" for part in with_parts)
         )
     for mode in modes:
         group = [w for w in windows if w["mode"] == mode]
@@ -498,6 +525,33 @@ def main() -> None:
             )
         else:
             print(f"{KIND_NAMES[mode]}: no tick event reached a watcher in any window")
+
+
+# Parts that are the benchmark's own load, not the service's.
+HARNESS = ("clients", "watchers")
+
+
+def window_cpu(window: dict) -> dict[str, float]:
+    """CPU seconds of each part in a window: the servers, their PostgreSQL backends by server,
+    the submitting clients and the watcher process (0 in a window alone)."""
+    return {**window["cpu"], "clients": window["client_cpu"], "watchers": window.get("watcher_cpu", 0.0)}
+
+
+def window_cpu_line(window: dict) -> str:
+    cpu = window_cpu(window)
+    return (
+        f"CPU s in the window ({window['wall']:.1f} s): "
+        + ", ".join(f"{part} {seconds:.2f}" for part, seconds in cpu.items())
+        + f"; all {sum(cpu.values()):.2f} ({sum(cpu.values()) / window['wall']:.2f} cores)"
+    )
+
+
+def servers_total(parts: dict[str, float]) -> float:
+    return sum(value for part, value in parts.items() if part not in HARNESS)
+
+
+def implied_fall(alone: float, with_watchers: float) -> float:
+    return (1 - alone / with_watchers) * 100 if with_watchers else 0.0
 
 
 KIND_NAMES = {"alone": "alone", "poll": "with watchers (long polls)", "sse": "with watchers (server-sent events)"}
