@@ -318,3 +318,40 @@ def test_a_server_sent_event_stream_waits_on_the_waker_between_pages_holding_no_
     assert len(reads) == reads_before  # the second page: the waker's events
     if connection.vendor == "postgresql":
         assert held and not any(held)
+
+
+def test_a_streams_page_built_from_the_wakers_events_takes_no_database_slot(alice, settings, monkeypatch):
+    """Woken with its events already read by the waker, a stream writes its page without taking
+    one of the process's database slots (no lock, no connection swapped in): only its first
+    read, before the waker has looked, takes one."""
+    from tests.personas import token_client
+
+    settings.EVENTS_POLL_SECONDS = 0.05
+    settings.EVENTS_HEARTBEAT_SECONDS = 20
+    taken = []
+    real_acquire = DatabaseSlots.acquire
+    monkeypatch.setattr(DatabaseSlots, "acquire", lambda self: taken.append(1) or real_acquire(self))
+    client = token_client(alice)
+    response = client.get("/api/v1/events/?since=now&user=alice", HTTP_ACCEPT="text/event-stream")
+    chunks = iter(response.streaming_content)
+    next(chunks)  # the start frame
+
+    def stage_when_waiting(job):
+        try:
+            until(lambda: waiting() == 1 and waker().looks >= 1, "the stream waits")
+            stage("alice", job)
+        finally:
+            connections.close_all()
+
+    pages = []
+    for job in ("/alice/a", "/alice/b", "/alice/c"):
+        writer = threading.Thread(target=stage_when_waiting, args=(job,), daemon=True)
+        writer.start()
+        taken_before = len(taken)
+        pages.append(next(chunks).decode())
+        writer.join(30)
+        if job != "/alice/a":
+            assert len(taken) == taken_before, f"the page of {job} took a slot"
+    response.close()
+
+    assert ["/alice/a" in pages[0], "/alice/b" in pages[1], "/alice/c" in pages[2]] == [True, True, True]
