@@ -73,7 +73,7 @@ class SeenEvent:
     and a model instance each, its data decoded, was about two thirds of a look's CPU (20 µs
     an event, against 6)."""
 
-    __slots__ = (*SEEN_COLUMNS, "_data_text", "_data", "_iris_json")
+    __slots__ = (*SEEN_COLUMNS, "_data_text", "_data", "_iris_json", "_iris_frame")
 
     def __init__(self, row: tuple):
         (self.id, self.kind, self.created_at, self.user, self.job, self.task_index, self.attempt, self.tick) = row[:-1]
