@@ -355,14 +355,23 @@ def run_window(args, servers: Servers, tokens, watcher_tokens, followed, mode: s
     watchers = Watchers(args.port + 1, watcher_tokens, followed, mode) if with_watchers else None
     time.sleep(5)  # every watcher has made its first poll ("now") and waits
     watcher_cpu_before = _cpu_seconds([watchers.process.pid]) if watchers else 0.0
+    switched = {"web": servers.web.pid, "events": servers.events.pid, "celery": servers.ticker.pid}
+    if watchers:
+        switched["watchers"] = watchers.process.pid
+    switches_before = {name: context_switches(_tree(pid)) for name, pid in switched.items()}
     before = database_counters(servers.database)
     start = time.time()
     measured = measure_window(args.port, tokens, args.submissions, args.seconds, tag, servers.pids())
     end = time.time()
+    switches = {name: context_switches(_tree(pid)) for name, pid in switched.items()}
     time.sleep(1.2)  # PostgreSQL flushes a live backend's counters about once a second
     after = database_counters(servers.database)
     measured["database"] = {key: after[key] - before[key] for key in before}
     measured["with_watchers"] = with_watchers
+    measured["switches"] = {
+        name: tuple(now - then for now, then in zip(switches[name], switches_before[name], strict=True))
+        for name in switched
+    }
     measured["mode"] = mode
     if watchers:
         measured["watcher_cpu"] = _cpu_seconds([watchers.process.pid]) - watcher_cpu_before
@@ -379,6 +388,31 @@ def run_window(args, servers: Servers, tokens, watcher_tokens, followed, mode: s
         measured["answers_in_window"] = sum(1 for at in watched["answers"] if start <= at <= end)
     servers.stop()
     return measured
+
+
+def context_switches(pids) -> tuple[int, int]:
+    """Voluntary and involuntary context switches of the processes' threads, summed (an
+    involuntary one: the thread was preempted while it could run, a sign of a busy host)."""
+    import psutil
+
+    voluntary = involuntary = 0
+    for pid in pids:
+        try:
+            for thread in psutil.Process(pid).threads():
+                counts = _thread_switches(pid, thread.id)
+                voluntary, involuntary = voluntary + counts[0], involuntary + counts[1]
+        except psutil.Error:
+            continue
+    return voluntary, involuntary
+
+
+def _thread_switches(pid: int, tid: int) -> tuple[int, int]:
+    try:
+        with open(f"/proc/{pid}/task/{tid}/status") as handle:
+            fields = dict(line.split(":", 1) for line in handle if "ctxt_switches" in line)
+    except OSError:
+        return 0, 0
+    return int(fields["voluntary_ctxt_switches"]), int(fields["nonvoluntary_ctxt_switches"])
 
 
 def mean(values) -> float:
@@ -452,6 +486,10 @@ def main() -> None:
         for line in window_lines(measured):
             print("  " + line)
         print("  " + window_cpu_line(measured))
+        print(
+            "  context switches in the window (voluntary / involuntary): "
+            + ", ".join(f"{name} {v} / {i}" for name, (v, i) in measured["switches"].items())
+        )
         db = measured["database"]
         print(
             f"  PostgreSQL (benchmark database): {db['commits']} transactions ({db['commits'] / measured['wall']:.0f}/s), "
