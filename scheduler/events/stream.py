@@ -113,14 +113,12 @@ def visible_events(actor) -> QuerySet[Event]:
     return events
 
 
-def matches(actor, query: EventQuery, event: Event | SeenEvent, *, operator: bool | None = None) -> bool:
+def matches(actor, query: EventQuery, event: Event | SeenEvent) -> bool:
     """Whether :func:`read_events` would return ``event`` to ``actor`` for ``query`` (its
     visibility and filters, in Python: for pages built from the waker's events; a test holds
-    the two equal). ``operator``: ``roles.is_operator(actor)``, when the caller has it."""
-    if operator is None:
-        operator = roles.is_operator(actor)
+    the two equal)."""
     return (
-        (event.job != "" or event.user == actor.username or operator)
+        (event.job != "" or event.user == actor.username or roles.is_operator(actor))
         and (not query.job or event.job == query.job)
         and (not query.user or event.user == query.user)
         and (not query.kinds or event.kind in query.kinds)
@@ -129,10 +127,8 @@ def matches(actor, query: EventQuery, event: Event | SeenEvent, *, operator: boo
 
 def page_from(actor, query: EventQuery, since: int, events: list[Event | SeenEvent], seen: int) -> EventPage:
     """The page :func:`read_events` would read after ``since``, from ``events``: every event
-    after ``since`` up to ``seen``, oldest first. Reads no row: the actor's groups were read
-    when its request was served (:func:`roles.is_operator` keeps them on the user)."""
-    operator = roles.is_operator(actor)
-    rows = [event for event in events if event.id > since and matches(actor, query, event, operator=operator)]
+    after ``since`` up to ``seen``, oldest first."""
+    rows = [event for event in events if event.id > since and matches(actor, query, event)]
     more = len(rows) > query.limit
     rows = rows[: query.limit]
     return EventPage(
@@ -179,9 +175,7 @@ def wait_for_events(
     """:func:`read_events`, and while it finds nothing and ``query.wait`` has not passed, wait
     for the waker (or, inside a transaction, ``sleep`` a step) and read again. A read "from
     now" fixes "now" at the first read. Holds one of the process's database slots while it
-    reads the stream, none while it waits, and none for a page built from the waker's events
-    (:class:`~scheduler.events.wake.DatabaseSlots`): a stream woken by a tick takes no lock and
-    swaps no connection for its page.
+    reads, none while it waits (:class:`~scheduler.events.wake.DatabaseSlots`).
 
     A long poll outside a transaction leaves the moving of staged events to the waker, whose
     look moves what has committed every step (and is woken by any other move), and reads its
@@ -190,11 +184,11 @@ def wait_for_events(
     nothing but its token. A read that does not wait moves and reads for itself."""
     deadline = clock() + query.wait
     slots = database_slots()
+    slots.acquire()
     waiting = query.wait > 0 and not connection.in_atomic_block
     try:
         page = _page_seen(actor, query) if waiting and query.since is not None else None
         if page is None:
-            slots.acquire()
             page = read_events(actor, query, sequence=not waiting)
         query = EventQuery(**{**query.__dict__, "since": page.next})
         seen = page.seen
@@ -207,12 +201,10 @@ def wait_for_events(
                 woken = waker().wait(
                     Waiter(seen, job=query.job, user=query.user, kinds=query.kinds), deadline - clock()
                 )
+                slots.acquire()
                 if not woken:
                     break
-                page = _page_seen(actor, query)
-                if page is None:
-                    slots.acquire()
-                    page = read_events(actor, query, sequence=False)
+                page = _page_seen(actor, query) or read_events(actor, query, sequence=False)
             seen = max(seen, page.seen)
         return page
     finally:
