@@ -80,12 +80,18 @@ def _tree(pid: int) -> list[int]:
     return [parent.pid, *(child.pid for child in parent.children(recursive=True))]
 
 
-def _backends(database: str) -> list[int]:
-    """The PostgreSQL backend pids connected to the benchmark database."""
+def _backends(database: str, application: str | None = None) -> list[int]:
+    """The PostgreSQL backend pids connected to the benchmark database (only those whose
+    ``application_name`` is ``application``, when given: a server started with ``PGAPPNAME``)."""
     from django.db import connection
 
+    sql = "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()"
+    params = [database]
+    if application is not None:
+        sql += " AND application_name = %s"
+        params.append(application)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", [database])
+        cursor.execute(sql, params)
         return [row[0] for row in cursor.fetchall()]
 
 
@@ -278,10 +284,13 @@ def stop(processes: list[subprocess.Popen]) -> None:
 def measure_window(port: int, tokens: list[str], submissions: int, seconds: float, tag: str, servers: dict) -> dict:
     """One measured window of submissions: rate, latencies, errors, and CPU seconds of each
     server (``{name: [pid, ...]}``; "postgres" re-read after the window, as backends come and
-    go), of the clients (this process), with the load average and the reference loop around it."""
+    go, and so is each group of backends named in ``servers["_applications"]``, ``{name:
+    application_name}``, None naming the backends of no other group), of the clients (this process), with the load average and the reference
+    loop around it."""
     from benchmarks.bench_decision import reference_seconds
 
     database = servers.pop("_database")
+    applications = servers.pop("_applications", {})
     reference_before = reference_seconds()
     cpu_before = {name: _cpu_by_pid(pids) for name, pids in servers.items()}
     client_before = time.process_time()
@@ -297,8 +306,14 @@ def measure_window(port: int, tokens: list[str], submissions: int, seconds: floa
     client_cpu = time.process_time() - client_before
     if "postgres" in servers:
         servers["postgres"] = sorted(set(servers["postgres"]) | set(_backends(database)))
+    if applications:
+        named = {name: set(_backends(database, app)) for name, app in applications.items() if app is not None}
+        rest = set(_backends(database)).difference(*named.values())
+        for name in applications:
+            servers[name] = sorted(set(servers[name]) | named.get(name, rest))
     cpu = {name: _cpu_spent(cpu_before.get(name, {}), pids) for name, pids in servers.items()}
     servers["_database"] = database
+    servers["_applications"] = applications
     ok = [r for r in clients.results if r[2] == 201]
     latencies = sorted(r[1] * 1000 for r in clients.results)
     return {

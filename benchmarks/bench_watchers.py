@@ -262,6 +262,11 @@ def wait_for_ticks(count: int, seconds: float) -> None:
         time.sleep(0.5)
 
 
+# The PostgreSQL backends of each server, by their ``application_name``; "pg other": the rest
+# (autovacuum, the benchmark's own reads).
+APPLICATIONS = {"pg web": "iris-bench-web", "pg events": "iris-bench-events", "pg celery": "iris-bench-celery"}
+
+
 class Servers:
     """The API's gunicorn, the stream's gunicorn and the ticking Celery worker, on the benchmark
     database; started and stopped around each window."""
@@ -272,10 +277,10 @@ class Servers:
 
     def start(self) -> None:
         args = self.args
-        self.web = gunicorn(args.port, self.env, "-w", str(args.web_workers))
+        self.web = gunicorn(args.port, self._env("web"), "-w", str(args.web_workers))
         self.events = gunicorn(
             args.port + 1,
-            self.env,
+            self._env("events"),
             "-k",
             "gthread",
             "-w",
@@ -283,18 +288,27 @@ class Servers:
             "--threads",
             str(args.events_threads),
         )
-        self.ticker = celery_ticking(self.env)
+        self.ticker = celery_ticking(self._env("celery"))
         self.processes = [self.web, self.events, self.ticker]
         _wait_for(args.port, 60)
         _wait_for(args.port + 1, 60)
 
+    def _env(self, server: str) -> dict:
+        """The server's environment: its PostgreSQL backends carry its name (libpq's
+        ``PGAPPNAME``), so their CPU is told apart from the other servers'."""
+        return {**self.env, "PGAPPNAME": APPLICATIONS[f"pg {server}"]}
+
     def pids(self) -> dict:
+        everyone = set(_backends(self.database))
+        named = {name: set(_backends(self.database, app)) for name, app in APPLICATIONS.items()}
         return {
             "web": _tree(self.web.pid),
             "events": _tree(self.events.pid),
             "celery": _tree(self.ticker.pid),
-            "postgres": _backends(self.database),
+            **{name: sorted(pids) for name, pids in named.items()},
+            "pg other": sorted(everyone.difference(*named.values())),
             "_database": self.database,
+            "_applications": {**APPLICATIONS, "pg other": None},
         }
 
     def stop(self) -> None:
@@ -341,14 +355,23 @@ def run_window(args, servers: Servers, tokens, watcher_tokens, followed, mode: s
     watchers = Watchers(args.port + 1, watcher_tokens, followed, mode) if with_watchers else None
     time.sleep(5)  # every watcher has made its first poll ("now") and waits
     watcher_cpu_before = _cpu_seconds([watchers.process.pid]) if watchers else 0.0
+    switched = {"web": servers.web.pid, "events": servers.events.pid, "celery": servers.ticker.pid}
+    if watchers:
+        switched["watchers"] = watchers.process.pid
+    switches_before = {name: context_switches(_tree(pid)) for name, pid in switched.items()}
     before = database_counters(servers.database)
     start = time.time()
     measured = measure_window(args.port, tokens, args.submissions, args.seconds, tag, servers.pids())
     end = time.time()
+    switches = {name: context_switches(_tree(pid)) for name, pid in switched.items()}
     time.sleep(1.2)  # PostgreSQL flushes a live backend's counters about once a second
     after = database_counters(servers.database)
     measured["database"] = {key: after[key] - before[key] for key in before}
     measured["with_watchers"] = with_watchers
+    measured["switches"] = {
+        name: tuple(now - then for now, then in zip(switches[name], switches_before[name], strict=True))
+        for name in switched
+    }
     measured["mode"] = mode
     if watchers:
         measured["watcher_cpu"] = _cpu_seconds([watchers.process.pid]) - watcher_cpu_before
@@ -365,6 +388,31 @@ def run_window(args, servers: Servers, tokens, watcher_tokens, followed, mode: s
         measured["answers_in_window"] = sum(1 for at in watched["answers"] if start <= at <= end)
     servers.stop()
     return measured
+
+
+def context_switches(pids) -> tuple[int, int]:
+    """Voluntary and involuntary context switches of the processes' threads, summed (an
+    involuntary one: the thread was preempted while it could run, a sign of a busy host)."""
+    import psutil
+
+    voluntary = involuntary = 0
+    for pid in pids:
+        try:
+            for thread in psutil.Process(pid).threads():
+                counts = _thread_switches(pid, thread.id)
+                voluntary, involuntary = voluntary + counts[0], involuntary + counts[1]
+        except psutil.Error:
+            continue
+    return voluntary, involuntary
+
+
+def _thread_switches(pid: int, tid: int) -> tuple[int, int]:
+    try:
+        with open(f"/proc/{pid}/task/{tid}/status") as handle:
+            fields = dict(line.split(":", 1) for line in handle if "ctxt_switches" in line)
+    except OSError:
+        return 0, 0
+    return int(fields["voluntary_ctxt_switches"]), int(fields["nonvoluntary_ctxt_switches"])
 
 
 def mean(values) -> float:
@@ -437,6 +485,11 @@ def main() -> None:
         print(f"== window {number}: {KIND_NAMES[measured['mode']]}")
         for line in window_lines(measured):
             print("  " + line)
+        print("  " + window_cpu_line(measured))
+        print(
+            "  context switches in the window (voluntary / involuntary): "
+            + ", ".join(f"{name} {v} / {i}" for name, (v, i) in measured["switches"].items())
+        )
         db = measured["database"]
         print(
             f"  PostgreSQL (benchmark database): {db['commits']} transactions ({db['commits'] / measured['wall']:.0f}/s), "
@@ -477,14 +530,26 @@ def main() -> None:
             + ", ".join(f"{w['rate']:.1f}" for w in group)
             + f" (mean {rate:.1f}): a fall of {fall:.1f}% (target at most 10%)"
         )
+    per_submission = {}
     for mode in ("alone", *modes):
         group = [w for w in windows if w["mode"] == mode]
-        parts = {part: mean(w["cpu"][part] * 1000 / max(w["ok"], 1) for w in group) for part in group[0]["cpu"]}
-        parts["clients"] = mean(w["client_cpu"] * 1000 / max(w["ok"], 1) for w in group)
+        parts = {
+            part: mean(window_cpu(w)[part] * 1000 / max(w["ok"], 1) for w in group) for part in window_cpu(group[0])
+        }
+        per_submission[mode] = parts
         print(
             f"mean CPU ms per submission, {KIND_NAMES[mode]}: "
             + ", ".join(f"{part} {value:.2f}" for part, value in parts.items())
-            + f", total {sum(parts.values()):.2f}"
+            + f"; servers {servers_total(parts):.2f}, total {sum(parts.values()):.2f}"
+        )
+    for mode in modes:
+        alone_parts, with_parts = per_submission["alone"], per_submission[mode]
+        print(
+            f"implied fall, {KIND_NAMES[mode]} (a CPU-bound host: submissions/s in inverse proportion to CPU per "
+            f"submission): servers {implied_fall(servers_total(alone_parts), servers_total(with_parts)):.1f}%, "
+            f"with the benchmark's clients and watchers {implied_fall(sum(alone_parts.values()), sum(with_parts.values())):.1f}%; "
+            "added CPU ms per submission by part: "
+            + ", ".join(f"{part} {with_parts[part] - alone_parts.get(part, 0.0):+.2f}" for part in with_parts)
         )
     for mode in modes:
         group = [w for w in windows if w["mode"] == mode]
@@ -498,6 +563,33 @@ def main() -> None:
             )
         else:
             print(f"{KIND_NAMES[mode]}: no tick event reached a watcher in any window")
+
+
+# Parts that are the benchmark's own load, not the service's.
+HARNESS = ("clients", "watchers")
+
+
+def window_cpu(window: dict) -> dict[str, float]:
+    """CPU seconds of each part in a window: the servers, their PostgreSQL backends by server,
+    the submitting clients and the watcher process (0 in a window alone)."""
+    return {**window["cpu"], "clients": window["client_cpu"], "watchers": window.get("watcher_cpu", 0.0)}
+
+
+def window_cpu_line(window: dict) -> str:
+    cpu = window_cpu(window)
+    return (
+        f"CPU s in the window ({window['wall']:.1f} s): "
+        + ", ".join(f"{part} {seconds:.2f}" for part, seconds in cpu.items())
+        + f"; all {sum(cpu.values()):.2f} ({sum(cpu.values()) / window['wall']:.2f} cores)"
+    )
+
+
+def servers_total(parts: dict[str, float]) -> float:
+    return sum(value for part, value in parts.items() if part not in HARNESS)
+
+
+def implied_fall(alone: float, with_watchers: float) -> float:
+    return (1 - alone / with_watchers) * 100 if with_watchers else 0.0
 
 
 KIND_NAMES = {"alone": "alone", "poll": "with watchers (long polls)", "sse": "with watchers (server-sent events)"}

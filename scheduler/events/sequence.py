@@ -77,6 +77,13 @@ def _move_postgresql(wait: bool, batch: int) -> int | None:
             cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [LOCK_KEY])
             if not cursor.fetchone()[0]:
                 return None
+        # The staging table is a queue: a few live rows, the dead ones of earlier moves at the
+        # head until vacuum reclaims them. Its statistics (none on a restored database, or stale
+        # while autovacuum is behind) cannot say so, and the planner scanned the whole table,
+        # dead rows and all, on every move (15-25 ms each on the benchmark's database, moves
+        # every half second while watchers wait); by its key a move reads only its rows (1 ms;
+        # a burst of 20,000 as fast as by a scan: 0.90 against 0.87 s).
+        cursor.execute("SET LOCAL enable_seqscan = off")
         # One statement, one snapshot (taken after the lock): the rows deleted are exactly the
         # rows inserted, in staging order, with ids from the event table's identity.
         cursor.execute(

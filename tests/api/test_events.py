@@ -196,3 +196,42 @@ def test_the_stream_refuses_a_remembered_token_once_it_has_expired(alice, monkey
     later = timezone.now() + timedelta(days=3650)
     monkeypatch.setattr(timezone, "now", lambda: later)
     assert client.get("/api/v1/events/").status_code == 401
+
+
+def test_a_streams_frames_are_written_once_per_event_and_zone_and_equal_a_fresh_render(
+    olivia, event_history, monkeypatch
+):
+    """``event_frames`` keeps each event's frame on the event, as ``event_json`` keeps its dict:
+    a second stream woken with the same events writes the same text without encoding them again,
+    and a stream in another time zone gets its own."""
+    import json
+
+    from django.utils import timezone
+
+    from scheduler.api.serializers import events as serializers
+    from scheduler.events.stream import EventQuery, read_events
+
+    def fresh(zone):
+        page = read_events(olivia, EventQuery(limit=1000))
+        return "".join(
+            f"id: {e.id}\ndata: {json.dumps(serializers.event_json(e, zone), ensure_ascii=False, separators=(',', ':'))}\n\n"
+            for e in page.events
+        )
+
+    page = read_events(olivia, EventQuery(limit=1000))
+    encoded = []
+    real_dumps = json.dumps
+    monkeypatch.setattr(serializers.json, "dumps", lambda *a, **k: encoded.append(1) or real_dumps(*a, **k))
+    utc = serializers.current_zone()
+    with timezone.override("America/New_York"):
+        new_york = serializers.current_zone()
+
+    first = serializers.event_frames(page, utc)
+    again = serializers.event_frames(page, utc)
+    assert len(encoded) == len(page.events) >= 5  # the second stream encoded nothing
+    elsewhere = serializers.event_frames(page, new_york)
+    assert len(encoded) == 2 * len(page.events)
+    monkeypatch.setattr(serializers.json, "dumps", real_dumps)
+
+    assert first == again == fresh(utc)
+    assert elsewhere == fresh(new_york) != first

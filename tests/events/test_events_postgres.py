@@ -134,3 +134,54 @@ def test_an_event_committed_after_a_later_staged_one_is_not_skipped_by_a_reader(
     assert [e.job for e in first.events] == ["/alice/b"]
     assert [e.job for e in resumed.events] == ["/alice/a"]
     assert resumed.events[0].id > first.events[0].id
+
+
+def _stage_and_move(count: int) -> None:
+    now = timezone.now()
+    with transaction.atomic():
+        record([Draft("submitted", now, f"u{n % 50}", f"/u{n % 50}/j{n}") for n in range(count)])
+    sequence_events()
+
+
+def test_the_wakers_look_reads_new_events_by_the_key_on_a_table_never_analysed():
+    """The look's query is bounded by the newest id, so it reads by the primary key even where the
+    event table has no statistics (a restored database): unbounded, the planner scanned and
+    sorted the whole table on every look."""
+    from scheduler.events.wake import read_seen, seen_rows
+
+    _stage_and_move(3000)
+    newest = Event.objects.order_by("-id").values_list("id", flat=True)[0]
+
+    plan = seen_rows(newest - 10)[:5000].explain()
+
+    assert "Seq Scan on scheduler_event " not in plan + " " and "scheduler_event_pkey" in plan
+    assert [e.id for e in read_seen(newest - 10, 5000)] == list(range(newest - 9, newest + 1))
+
+
+def test_a_move_reads_the_staging_queue_by_its_key_past_the_dead_rows_of_earlier_moves():
+    """After earlier moves the staging table holds their dead rows until vacuum; a move of a few
+    new ones reads them by the key, not by a scan of every dead row (the statistics cannot tell
+    the planner the table is a near-empty queue)."""
+    _stage_and_move(3000)  # 3,000 dead rows in the staging table
+    now = timezone.now()
+    with transaction.atomic():
+        record([Draft("submitted", now, "alice", f"/alice/new{n}") for n in range(5)])
+    statements = []
+
+    def capture(execute, sql, params, many, context):
+        statements.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        assert sequence_events() == 5
+    move = next((sql, params) for sql, params in statements if sql.startswith("WITH moved AS"))
+    settings = [sql for sql, _ in statements[: statements.index(move)] if sql.startswith("SET LOCAL")]
+
+    with transaction.atomic(), connection.cursor() as cursor:
+        for sql in settings:
+            cursor.execute(sql)
+        cursor.execute("EXPLAIN " + move[0], move[1])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        transaction.set_rollback(True)
+
+    assert "Seq Scan on scheduler_stagedevent" not in plan and "scheduler_stagedevent_pkey" in plan

@@ -106,14 +106,23 @@ def stream_start_frame(since: int, retry_seconds: float) -> str:
     return f"retry: {int(retry_seconds * 1000)}\nid: {since}\n\n"
 
 
+def event_frame(event, zone) -> str:
+    """One event's frame, written once per event object and zone and kept on it, as
+    :func:`event_json` keeps its dict: every stream the waker wakes with the same event writes
+    the same text."""
+    cached_zone, frame = getattr(event, "_iris_frame", None) or (None, None)
+    if frame is None or cached_zone != zone:
+        data = json.dumps(event_json(event, zone), ensure_ascii=False, separators=(",", ":"))
+        frame = f"id: {event.id}\ndata: {data}\n\n"
+        event._iris_frame = (zone, frame)
+    return frame
+
+
 def event_frames(page, zone) -> str:
     """A page's events as frames, in one string (written out in one piece); ``zone``: the
     request's current time zone (:func:`current_zone`, looked up while the request is served:
     a stream is written after its view has returned)."""
-    return "".join(
-        f"id: {event.id}\ndata: {json.dumps(event_json(event, zone), ensure_ascii=False, separators=(',', ':'))}\n\n"
-        for event in page.events
-    )
+    return "".join(event_frame(event, zone) for event in page.events)
 
 
 class EventFilterSerializer(serializers.Serializer):
