@@ -11,7 +11,9 @@ The benchmark database (default ``postgresql://postgres@127.0.0.1:5432/iris_benc
 and recreated. For each size the synthetic cluster (``benchmarks/synthetic.py``) is written as
 rows, then the ticks in ``TICKS`` run (see there). ``--repeat N`` restores the cluster and runs
 them N times, then prints medians. "load", "decide" and "apply+commit" split each tick's wall
-time (``TickOutcome``). The reference loop of ``bench_decision.py`` is timed before and after,
+time (``TickOutcome``); "tick cpu s" is this process's CPU time and "server cpu s" the PostgreSQL
+backend's (``/proc/<pid>/stat``, when the server runs on this host), the figures to compare on a
+shared host. The reference loop of ``bench_decision.py`` is timed before and after,
 to tell a slow host from a slow tick.
 """
 
@@ -150,6 +152,22 @@ class WriteProfile:
                 print(f"#              | {line.strip()[:140]}")
 
 
+def backend_cpu_seconds() -> float:
+    """This connection's PostgreSQL backend's CPU time so far (user + system, from
+    ``/proc/<pid>/stat``; the server runs on this host), or NaN where it cannot be read."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (pid,) = cursor.fetchone()
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", nargs="*", help="PENDINGxWORKERS, e.g. 100000x10000")
@@ -198,9 +216,10 @@ def main() -> None:
     print(f"# reference loop before: {reference_seconds():.3f} s")
     print(f"# load average: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
     print(
-        "| pending | workers | run | tick | read | total s | tick cpu s | load s | decide s | apply+commit s | assigned | preempted | SQL statements |"
+        "| pending | workers | run | tick | read | total s | tick cpu s | server cpu s | load s | decide s | apply+commit s "
+        "| assigned | preempted | SQL statements |"
     )
-    print("|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     medians = []
     for pending, workers in sizes:
         snapshot = snapshot_from_json(generate(pending=pending, workers=workers, seed=args.seed))
@@ -247,10 +266,12 @@ def main() -> None:
                     import cProfile
 
                     cprofile = cProfile.Profile()
+                server_started = backend_cpu_seconds()
                 with connection.execute_wrapper(count), profiler or nullcontext(), cprofile or nullcontext():
                     started, cpu_started = time.perf_counter(), time.process_time()
                     outcome = run_tick(snapshot.now_ms)
                     total, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+                server_cpu = backend_cpu_seconds() - server_started
                 if profiler:
                     profiler.report()
                 if cprofile:
@@ -268,6 +289,7 @@ def main() -> None:
                 flag = "" if total <= TARGET_TICK_SECONDS else " (over target)"
                 print(
                     f"| {pending:,} | {workers:,} | {run} | {label} | {outcome.refresh} | {total:.3f}{flag} | {cpu:.3f} | "
+                    f"{server_cpu:.2f} | "
                     f"{load:.2f} | {decide:.2f} | {apply:.2f} | {outcome.assigned:,} | {outcome.preempted:,} | "
                     f"{statements} |",
                     flush=True,

@@ -120,6 +120,7 @@ def update_rows(
     *,
     condition: str = "",
     changed_only: bool = False,
+    postgresql_set: str = "",
 ) -> None:
     """``UPDATE table SET columns WHERE keys match`` for each row, in one statement.
 
@@ -127,7 +128,9 @@ def update_rows(
     row, with columns qualified by the table name (``"scheduler_job.state = 'pending'"``); it
     must contain no parameters. ``changed_only`` leaves alone the rows whose columns already
     hold the given values (no new row version, no trigger), so a caller may send rows it does
-    not know to differ.
+    not know to differ. ``postgresql_set`` is one more assignment, the same for every row, on
+    PostgreSQL only (the change stamp, which SQLite does not have). A key may be the row's
+    ``ctid`` (type ``tid``), where the caller holds the rows locked since it read them.
     """
     if not rows:
         return
@@ -135,6 +138,8 @@ def update_rows(
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             assignments = ", ".join(f"{name} = v.{name}" for name, _ in columns)
+            if postgresql_set:
+                assignments += f", {postgresql_set}"
             matches = " AND ".join(f"{table}.{name} = v.{name}" for name, _ in keys)
             if changed_only:
                 extra += (

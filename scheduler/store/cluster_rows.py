@@ -4,9 +4,11 @@ Reading a 100,000-task cluster whole costs over a second, most of it building Py
 for rows that did not change since the previous tick. On PostgreSQL a :class:`ClusterRows` kept
 in the tick process therefore reads only what changed: a trigger stamps every inserted or
 updated job, task, attempt and worker row with its transaction id (``change_xid``, migrations
-0004 and 0029; all but a live job's flip between pending and running, migration 0025, which
-keeps that write off every index: so a job is kept as live or as how it finished, never as
-pending or running; and a worker's heartbeat that changes nothing the tick reads), and
+0004 and 0029; inserts by the column's default and the tick's task UPDATE by its own
+``CHANGE_STAMP``, migration 0031; all but a live job's flip between pending and running,
+migration 0025, which keeps that write off every index: so a job is kept as live or as how it
+finished, never as pending or running; and a worker's heartbeat that changes nothing the tick
+reads), and
 each read takes the rows stamped at or after the oldest transaction still running at the
 previous read (``pg_snapshot_xmin``). Every transaction that committed since then has such an
 id, so nothing is missed whatever order transactions commit in; a row read twice is harmless.
@@ -91,6 +93,9 @@ WORKER_COLUMNS = (
     "device_count, CAST(attributes AS text)"
 )
 WORKER_SELECT = f"SELECT {WORKER_COLUMNS} FROM {WORKER} ORDER BY name"
+# The change stamp's value: the writing transaction's id (what the triggers and the column's
+# default set). A writer that sets it itself skips the task trigger's per-row call.
+CHANGE_STAMP = "change_xid = pg_current_xact_id()::text::bigint"
 # Workers stamped since a read (migration 0029: a heartbeat that changes nothing read is not).
 WORKER_CHANGES = f"SELECT {WORKER_COLUMNS} FROM {WORKER} WHERE change_xid >= %s"
 

@@ -33,7 +33,7 @@ from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task
 from scheduler.store import bulk
 from scheduler.store.states import ACTIVE_VALUES, TERMINAL_JOB_VALUES
 from scheduler.tick.events import record_tick_events
-from scheduler.store.cluster_rows import TaskRow
+from scheduler.store.cluster_rows import CHANGE_STAMP, TaskRow
 from scheduler.tick.load import LoadedSnapshot
 
 
@@ -76,21 +76,27 @@ def hold_workers(worker_pks: set[int]) -> None:
         )
 
 
-def current_task_states(pks: list[int]) -> dict[int, tuple[str, int | None]]:
-    """Re-read (state, worker) of the given tasks in one statement, locking them on PostgreSQL."""
+def current_task_states(pks: list[int]) -> tuple[dict[int, tuple[str, int | None]], dict[int, str]]:
+    """Re-read (state, worker) of the given tasks in one statement, locking them on PostgreSQL.
+
+    Also returns, on PostgreSQL, where each locked row version lies (its ``ctid``, as text): the
+    task UPDATE finds its rows there, with no primary-key descent per row. The position holds
+    until commit, since nothing else may update a row this transaction has locked and the tick
+    updates each task once, in that statement. Empty elsewhere."""
     if not pks:
-        return {}
+        return {}, {}
     table = Task._meta.db_table
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute(f"SELECT id, state, worker_id FROM {table} WHERE id = ANY(%s) FOR UPDATE", [pks])
-        else:
-            # json_each takes the whole id list as one parameter, whatever its length.
-            cursor.execute(
-                f"SELECT t.id, t.state, t.worker_id FROM {table} t JOIN json_each(%s) j ON t.id = j.value",
-                [json_list(pks)],
-            )
-        return {pk: (state, worker) for pk, state, worker in cursor.fetchall()}
+            cursor.execute(f"SELECT id, state, worker_id, ctid::text FROM {table} WHERE id = ANY(%s) FOR UPDATE", [pks])
+            rows = cursor.fetchall()
+            return {pk: (state, worker) for pk, state, worker, _ in rows}, {pk: ctid for pk, _, _, ctid in rows}
+        # json_each takes the whole id list as one parameter, whatever its length.
+        cursor.execute(
+            f"SELECT t.id, t.state, t.worker_id FROM {table} t JOIN json_each(%s) j ON t.id = j.value",
+            [json_list(pks)],
+        )
+        return {pk: (state, worker) for pk, state, worker in cursor.fetchall()}, {}
 
 
 def attempt_starts(attempts: list[tuple[int, int]]) -> dict[tuple[int, int], datetime]:
@@ -148,7 +154,7 @@ def apply_decision(
     rows = loaded.tasks
     changed = [t for t in decision.after if t in rows]
     lock_jobs({rows[t].job_pk for t in changed})
-    current = current_task_states([rows[t].pk for t in changed])
+    current, positions = current_task_states([rows[t].pk for t in changed])
 
     # A task that moved since the snapshot is left alone; for a gang, the whole job's changes go.
     moved_jobs: set[int] = set()
@@ -320,9 +326,16 @@ def apply_decision(
     # The writes go out pipelined (PostgreSQL): the server executes each while Python builds the
     # next, and the queue explanation is computed while the last ones run.
     with bulk.pipeline():
+        # On PostgreSQL each row is found at the position its lock read returned (the id is
+        # checked too), and the statement sets the change stamp itself: the task trigger lets
+        # such an update through without its per-row call (migration 0031).
+        task_keys: list[bulk.Column] = [("id", "bigint")]
+        if positions:
+            task_keys = [("ctid", "tid"), *task_keys]
+            task_updates = [(positions[update[0]], *update) for update in task_updates]
         bulk.update_rows(
             Task._meta.db_table,
-            [("id", "bigint")],
+            task_keys,
             [
                 ("state", "text"),
                 ("worker_id", "bigint"),
@@ -332,6 +345,7 @@ def apply_decision(
                 ("updated_at", "timestamptz"),
             ],
             task_updates,
+            postgresql_set=CHANGE_STAMP,
         )
         # The attempt of a task leaving ASSIGNED/BUILDING/RUNNING keeps holding its worker's capacity
         # (finished_at stays empty) until the worker confirms the process ended.
