@@ -226,7 +226,16 @@ class Task(models.Model):
         # Foreign keys carry no index of their own where one of these leads with them: every
         # index is one more write per row on the tick's hot path.
         constraints = [models.UniqueConstraint(fields=["job", "index"], name="task_unique_index_per_job")]
-        indexes = [models.Index(fields=["state"]), models.Index(fields=["worker", "state"])]
+        indexes = [
+            models.Index(fields=["state"]),
+            models.Index(fields=["worker", "state"]),
+            # The fairness page's starving tasks (tick.fairness.STARVATION_PREEMPTIONS, which a
+            # test holds equal to this 3): only tasks preempted more than three times have an
+            # entry, so no other task's preemption writes to it.
+            models.Index(
+                fields=["-preemption_count"], name="task_starving", condition=models.Q(preemption_count__gt=3)
+            ),
+        ]
 
     @property
     def name(self) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Sum
+from django.db.models import Count, Exists, OuterRef, Sum
 
 from scheduler.core.bands import Band
 from scheduler.core.explain import pending_text
@@ -81,12 +81,15 @@ def lost_work(since: datetime) -> list[dict]:
 
 def starving_tasks(since: datetime, threshold: int) -> list[dict]:
     """Unfinished tasks preempted more than ``threshold`` times, at least once since ``since``,
-    most preempted first. One query."""
+    most preempted first. One query: the few such tasks from their partial index
+    (``task_starving``: at ``STARVATION_PREEMPTIONS``), each checked for an event since. Joined
+    from the day's events instead, PostgreSQL walked every event kept by victim (152 ms beside
+    the history benchmark's 359,000)."""
+    recent = PreemptionEvent.objects.filter(victim=OuterRef("pk"), created_at__gte=since)
     rows = (
-        Task.objects.filter(preemption_count__gt=threshold, preempted_by_events__created_at__gte=since)
-        .filter(job__finished_state__isnull=True)
+        Task.objects.filter(preemption_count__gt=threshold, job__finished_state__isnull=True)
+        .filter(Exists(recent))
         .values_list("job__name", "index", "job__user", "band", "state", "preemption_count")
-        .distinct()
         .order_by("-preemption_count", "job__name", "index")[:STARVING_LIMIT]
     )
     return [

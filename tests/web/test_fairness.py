@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.db.models import Q
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from django.utils.html import escape
@@ -270,3 +271,12 @@ def test_migration_0030_fills_the_events_already_kept_with_what_the_page_compute
     # 2 GPUs, 3 GiB, 2 cores: 2,013 points, for 30 minutes (SQLite subtracts Julian days: to a few µs).
     assert filled["carol"] == pytest.approx(2_013 * 1_800_000, rel=1e-6)
     assert filled["dave"] == 0
+
+
+def test_the_starving_tasks_partial_index_holds_exactly_the_tasks_the_page_asks_for():
+    """``task_starving``'s condition is written as a number in the model (models import no
+    tick code): it must stay the page's threshold, or the page's query stops using it."""
+    from scheduler.tick.fairness import STARVATION_PREEMPTIONS
+
+    (index,) = [i for i in Task._meta.indexes if i.name == "task_starving"]
+    assert index.condition == Q(preemption_count__gt=STARVATION_PREEMPTIONS)
