@@ -65,10 +65,8 @@ subprocess.run(["callgrind_control", "-i", "off", pid], stdout=subprocess.DEVNUL
 
 def count_decide_only(tree: str, snapshot: str) -> int:
     """Instructions of one ``decide`` (the second) under callgrind, instrumented alone."""
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    proc = subprocess.run(
+    return _valgrind_count(
         [
-            "valgrind",
             "--tool=callgrind",
             "--instr-atstart=no",
             "--callgrind-out-file=/dev/null",
@@ -78,31 +76,29 @@ def count_decide_only(tree: str, snapshot: str) -> int:
             tree,
             snapshot,
         ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        check=True,
+        r"Collected\s*:\s*(\d+)",
     )
-    found = re.search(r"Collected\s*:\s*(\d+)", proc.stderr)
-    if found is None:
-        raise SystemExit(f"no instruction count in valgrind's output:\n{proc.stderr[-2000:]}")
-    return int(found.group(1))
 
 
 def count(argv: list[str], cwd: str | None = None) -> int:
     """Instructions executed by ``argv`` under cachegrind (its ``I refs`` line)."""
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    return _valgrind_count(
+        ["--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", *argv], r"I\s+refs:\s+([\d,]+)", cwd
+    )
+
+
+def _valgrind_count(args: list[str], total: str, cwd: str | None = None) -> int:
+    """Run valgrind with ``args`` (hash seed fixed) and read the count its ``total`` pattern finds."""
     proc = subprocess.run(
-        ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null", *argv],
+        ["valgrind", *args],
         cwd=cwd,
-        env=env,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
         check=True,
     )
-    found = re.search(r"I\s+refs:\s+([\d,]+)", proc.stderr)
+    found = re.search(total, proc.stderr)
     if found is None:
         raise SystemExit(f"no instruction count in valgrind's output:\n{proc.stderr[-2000:]}")
     return int(found.group(1).replace(",", ""))
