@@ -6,8 +6,8 @@ An estimate is a prediction made at its ``as_of``; by the time a page shows it, 
 have passed with the task still waiting. Such an estimate is never shown as it was: it is
 conditioned on the wait so far (the observed waits of the task's band that were longer than
 it has waited, as the estimator's own fallback does) and says so ("later than estimated (by
-15:28Z); now in about 5-12 min"), or, when the task has waited longer than nearly all of them,
-it says that and shows no range. A shown p90 is therefore never in the past.
+15:28Z); now in about 5-12 min"), or, when fewer than ``MIN_SAMPLES`` of them waited longer
+than its job has (or the band has too few waits known at all), it says which and shows no range. A shown p90 is therefore never in the past.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from scheduler.core.bands import Band
-from scheduler.core.estimate import METHOD_WAIT_HISTORY, conditioned_on_wait
+from scheduler.core.estimate import METHOD_WAIT_HISTORY, MIN_SAMPLES, conditioned_on_wait
 from scheduler.models import EstimatedStart, EstimateWaits, Job
 
 NOT_YET = "not estimated yet: the estimator has not run since this task was queued"
@@ -139,7 +139,16 @@ def _conditioned(
         if span is not None:
             return ShownEstimate(span[0], span[1], METHOD_WAIT_HISTORY, now_ms, passed_p90_ms=passed)
         band_name = Band(band).name
-        why = f"it has waited longer than nearly all recent {band_name} work"
+        band_waits = waits.get(str(band), ())
+        if len(band_waits) < MIN_SAMPLES:
+            why = f"too few recent {band_name} waits are known ({len(band_waits)}) to say more"
+        else:
+            waited = now_ms - submitted
+            longer = sum(1 for w in band_waits if w > waited)
+            why = (
+                f"its job has waited {_span(waited, waited)} since it was submitted, and only {longer} of the "
+                f"{len(band_waits)} recent {band_name} waits were longer"
+            )
     else:
         why = "its job is gone"
     return ShownEstimate(

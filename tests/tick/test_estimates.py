@@ -173,7 +173,26 @@ def test_a_passed_estimate_with_no_longer_waits_shows_no_range_and_says_why(alic
     entry = token_client(alice).get("/api/v1/queue/").json()["results"][0]
     assert entry["estimated_start"] is None
     assert entry["estimated_start_reason"].startswith("later than estimated (by ")
-    assert "waited longer than nearly all recent INTERACTIVE work" in entry["estimated_start_reason"]
+    assert (
+        "its job has waited 90 min since it was submitted, and only 0 of the 4 recent INTERACTIVE waits were longer"
+        in entry["estimated_start_reason"]
+    )
+
+
+def test_a_passed_estimate_in_a_band_with_too_few_waits_says_so_not_that_it_waited_long(alice):
+    # Submitted a minute ago: it has not waited long; the band simply has two waits on record.
+    one_slot_cluster()
+    from scheduler.models import Job
+
+    Job.objects.filter(name="/alice/wait").update(submitted_at_ms=clock.now_ms() - 1 * MINUTE)
+    passed_estimate("/alice/wait", waits=[30 * MINUTE, 60 * MINUTE])
+    from scheduler.tick.run import run_tick
+
+    run_tick()
+    entry = token_client(alice).get("/api/v1/queue/").json()["results"][0]
+    assert entry["estimated_start"] is None
+    assert "too few recent INTERACTIVE waits are known (2) to say more" in entry["estimated_start_reason"]
+    assert "has waited" not in entry["estimated_start_reason"]
 
 
 def test_pages_read_estimates_in_constant_queries(alice):
