@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from functools import partial
 
 from celery import current_app
 from django.conf import settings
@@ -110,8 +111,10 @@ def check_tick(now: datetime | None = None) -> tuple[bool, str]:
     return True, f"newest tick at {at} (limit {limit} s)"
 
 
-def check_outbox(now: datetime | None = None) -> tuple[bool, str]:
-    stuck = stuck_intents(now).count()
+def check_outbox(now: datetime | None = None, *, stuck: int | None = None) -> tuple[bool, str]:
+    """``stuck``: the stuck intents' count when the caller has just read it (see :func:`readiness`)."""
+    if stuck is None:
+        stuck = stuck_intents(now).count()
     if stuck:
         return False, f"{stuck} dispatch intent(s) stuck"
     return True, "nothing stuck"
@@ -135,7 +138,15 @@ def run_check(name: str, check: Callable[[], tuple[bool, str]]) -> Check:
     return Check(name, ok, (time.perf_counter() - started) * 1000, detail)
 
 
-def readiness() -> Readiness:
+def readiness(*, stuck: int | None = None) -> Readiness:
     """Every check, in order. A later check still runs when an earlier one failed, so the answer
-    names every failed dependency (the database-backed ones then fail too, with their error)."""
-    return Readiness(tuple(run_check(name, check) for name, check in CHECKS))
+    names every failed dependency (the database-backed ones then fail too, with their error).
+
+    ``stuck``: the stuck dispatch intents, when the caller has just counted them
+    (``outbox.intent_counts``: the scheduler page and status show both), so the outbox check
+    does not count them again: behind a stopped dispatcher that count is a pass over every
+    open intent (25-40 ms on the server at 67,000)."""
+    checks = CHECKS
+    if stuck is not None:
+        checks = tuple((name, partial(check_outbox, stuck=stuck) if c is check_outbox else c) for name, c in CHECKS)
+    return Readiness(tuple(run_check(name, check) for name, check in checks))

@@ -52,6 +52,7 @@ def scheduler_status(now: datetime | None = None) -> dict:
         workers[(backend, "unhealthy" if not healthy else "draining" if draining else "healthy")] += n
     index = queue_index()
     counts = index.band_counts()
+    outbox = intent_counts(now)
     return {
         "now": now.isoformat(),
         "tick_seconds": settings.TICK_SECONDS,
@@ -71,11 +72,11 @@ def scheduler_status(now: datetime | None = None) -> dict:
             for t in ticks
         ],
         "leases": [lease_state(lease, now) for lease in SchedulerLease.objects.order_by("name")],
-        "outbox": intent_counts(now),
+        "outbox": outbox,
         "workers": [
             {"backend": backend, "health": health, "count": n} for (backend, health), n in sorted(workers.items())
         ],
         "pending": {band.wire: counts.get(int(band), 0) for band in Band},
         "pending_at_tick": index.tick_pk,
-        "readiness": readiness().as_json(),
+        "readiness": readiness(stuck=outbox["stuck"]).as_json(),
     }

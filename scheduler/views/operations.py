@@ -64,6 +64,7 @@ def scheduler_state(request):
     ticks = recent_ticks(TICKS_SHOWN)
     now = timezone.now()
     index = queue_index()
+    intents = intent_counts(now)
     context = {
         "ticks": ticks,
         "lag_seconds": (now - ticks[0].started_at).total_seconds() if ticks else None,
@@ -74,10 +75,10 @@ def scheduler_state(request):
         "table": band_user_table(index.pending_by_user(), index.running),
         "index": index,
         "stuck": list(stuck_intents(now)[:STUCK_SHOWN]),
-        "intents": intent_counts(now),
+        "intents": intents,
         **backends_context(),
         # The same checks as /readyz, from the same function.
-        "readiness": readiness(),
+        "readiness": readiness(stuck=intents["stuck"]),
         "poll": POLL_SECONDS,
     }
     return page_or_fragment(request, "scheduler/scheduler_state.html", "state", context)

@@ -8,6 +8,7 @@ import pytest
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.migrations.recorder import MigrationRecorder
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from iris_web.celery import app as celery_app
@@ -123,6 +124,29 @@ def test_the_scheduler_page_shows_the_same_checks(client, olivia, monkeypatch):
     assert "failing: tick" in page
     TickRecord.objects.create(started_at=timezone.now(), now_ms=0, duration_ms=1)
     assert "all checks pass" in client.get("/scheduler/").content.decode()
+
+
+def test_the_scheduler_page_and_status_pass_over_the_intents_once_and_name_the_stuck_ones(
+    client, olivia, fresh_tick, alice
+):
+    """The dispatch card's counts, its stuck count and readiness's outbox check come from one
+    statement over the intents (and the page's list of stuck intents from one more): behind a
+    stopped dispatcher each pass reads every open intent."""
+    from tests.personas import token_client
+
+    job = submit(alice, "train", cpu=1)
+    DispatchIntent.objects.create(
+        task=job.tasks.get(), attempt_number=1, kind="start", state="failed", created_at=timezone.now()
+    )
+    client.force_login(olivia)
+    api = token_client(olivia)
+
+    for http, url, statements in ((client, "/scheduler/", 2), (api, "/api/v1/scheduler/status", 1)):
+        with CaptureQueriesContext(connection) as captured:
+            body = http.get(url).content.decode()
+        reads = [q["sql"] for q in captured.captured_queries if "scheduler_dispatchintent" in q["sql"]]
+        assert len(reads) == statements, (url, reads)
+        assert "1 dispatch intent(s) stuck" in body, url
 
 
 def test_the_status_endpoint_is_for_operators(alice, olivia, ada):
