@@ -182,7 +182,7 @@ def add_history(jobs: int, tasks_per_job: int, now_ms: int, *, seed: float = 0.2
             "preemption events",
             f"""
             INSERT INTO {event_t} (tick_id, victim_id, preemptor_id, victim_band, preemptor_band, worker_id, reason,
-                created_at, victim_user, lost_point_ms)
+                created_at, victim_user, lost_point_ms, victim_job_id)
             SELECT CASE WHEN k BETWEEN 1 AND %(ticks)s THEN %(first_tick)s + k END,
                 a.task_id, p.id, a.band, a.band - 1, a.worker_id,
                 'Preempted by ' || pj.name || '/' || p.index || ' ('
@@ -191,7 +191,7 @@ def add_history(jobs: int, tasks_per_job: int, now_ms: int, *, seed: float = 0.2
                 a.finished_at, vj."user",
                 COALESCE(round((1000 * (CASE WHEN vj.device_type IN ('gpu', 'tpu') THEN vj.device_count ELSE 0 END)
                     + vj.memory_bytes / 1073741824 + 5 * (vj.cpu_millicores / 1000))
-                    * extract(epoch FROM a.finished_at - a.started_at) * 1000)::bigint, 0)
+                    * extract(epoch FROM a.finished_at - a.started_at) * 1000)::bigint, 0), vj.id
             FROM (
                 SELECT a.*, %(ticks)s + 1 - ceil((%(now)s - extract(epoch FROM a.finished_at) * 1000) / %(tick)s)::bigint
                     AS k

@@ -357,6 +357,10 @@ class PreemptionEvent(models.Model):
     # Written by the tick with the event, so the history's user filter and the fairness page's
     # lost work read the event alone (not its task, job and attempts; docs/benchmarks.md).
     victim_user = models.CharField(max_length=150)
+    # The victim's job, so the history's most preempted jobs group the events alone (not each
+    # event's task). Not indexed on its own: a job's events are found through its tasks
+    # (``victim__job``), and the window's grouping reads the covering index (migration 0033).
+    victim_job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+", db_index=False)
     # The work the eviction lost: the victim's resource value × how long its evicted attempt had
     # run, in point-milliseconds; 0 if that attempt never started.
     lost_point_ms = models.BigIntegerField()

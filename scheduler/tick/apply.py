@@ -114,7 +114,7 @@ def attempt_starts(attempts: list[tuple[int, int]]) -> dict[tuple[int, int], dat
 
 
 def preemption_rows(loaded: LoadedSnapshot, preemptions: list, tick_pk: int, wall: datetime) -> list[tuple]:
-    """The preemption events' rows. Each carries its victim's user and the work the eviction
+    """The preemption events' rows. Each carries its victim's user and job, and the work the eviction
     lost: the victim's resource value × how long its evicted attempt had run (0 if it never
     started), so the history and the fairness page read the event alone."""
     rows, jobs = loaded.tasks, loaded.snapshot.jobs
@@ -138,6 +138,7 @@ def preemption_rows(loaded: LoadedSnapshot, preemptions: list, tick_pk: int, wal
                 wall,
                 job.user,
                 resource_value(job.resources) * ran_ms,
+                victim.job_pk,
             )
         )
     return out
@@ -276,6 +277,7 @@ def apply_decision(
             ("created_at", "timestamptz"),
             ("victim_user", "text"),
             ("lost_point_ms", "bigint"),
+            ("victim_job_id", "bigint"),
         ],
         preemption_rows(loaded, preemptions, tick.pk, wall),
     )

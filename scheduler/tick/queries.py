@@ -10,7 +10,7 @@ from datetime import datetime
 from django.db.models import Count, Q, QuerySet
 
 from scheduler.core.bands import Band
-from scheduler.models import PreemptionEvent, Task, TickRecord
+from scheduler.models import Job, PreemptionEvent, Task, TickRecord
 from scheduler.store.states import ACTIVE_VALUES
 
 
@@ -40,7 +40,7 @@ def preemptions(
     if since is not None:
         qs = qs.filter(created_at__gte=since)
     if job:
-        qs = qs.filter(victim__job__name=job)
+        qs = qs.filter(victim_job__name=job)
     return qs
 
 
@@ -59,9 +59,10 @@ COUNTED_EVENTS = 10_000
 
 
 def preemption_counts(events: QuerySet[PreemptionEvent], limit: int = 20, among: int | None = None) -> list[dict]:
-    """Victim jobs of ``events`` with the most preemptions first, counted among the newest
-    ``among`` events (``COUNTED_EVENTS`` unless given). Two queries: the oldest of those, then
-    one grouped query.
+    """Victim jobs of ``events`` with the most preemptions first (ties: the older job first),
+    counted among the newest ``among`` events (``COUNTED_EVENTS`` unless given). Three queries:
+    the oldest of those, one grouped query over the events alone (each carries its victim's
+    job), then the names of the ``limit`` jobs it kept.
 
     ``repeated`` flags jobs preempted at least ``REPEATED_PREEMPTIONS`` times.
     """
@@ -71,22 +72,32 @@ def preemption_counts(events: QuerySet[PreemptionEvent], limit: int = 20, among:
     # history benchmark, 0.2-0.3 s) before joining the 10,000 to their tasks and jobs.
     edge = next(iter(events.order_by("-created_at", "-pk").values_list("created_at", "pk")[among - 1 : among]), None)
     if edge is not None:
-        events = events.filter(Q(created_at__gt=edge[0]) | Q(created_at=edge[0], pk__gte=edge[1]))
-    rows = (
+        # (created_at, id) >= edge, with the time's bound on its own so that it is the index's range.
+        events = events.filter(Q(created_at__gte=edge[0]), Q(created_at__gt=edge[0]) | Q(pk__gte=edge[1]))
+    # Grouped by the event's own victim_job (an index-only scan of the window on PostgreSQL),
+    # not by the victim task's job: that looked up each of the 10,000 events' tasks (40 ms).
+    rows = list(
         events.order_by()
-        .values("victim__job__name", "victim__job__user")
+        .values("victim_job")
         .annotate(n=Count("id"), tasks=Count("victim", distinct=True))
-        .order_by("-n", "victim__job__name")[:limit]
+        .order_by("-n", "victim_job")[:limit]
     )
+    jobs = {
+        pk: (name, user)
+        for pk, name, user in Job.objects.filter(pk__in=[r["victim_job"] for r in rows]).values_list(
+            "pk", "name", "user"
+        )
+    }
     return [
         {
-            "job": r["victim__job__name"],
-            "user": r["victim__job__user"],
+            "job": jobs[r["victim_job"]][0],
+            "user": jobs[r["victim_job"]][1],
             "count": r["n"],
             "tasks": r["tasks"],
             "repeated": r["n"] >= REPEATED_PREEMPTIONS,
         }
         for r in rows
+        if r["victim_job"] in jobs  # a job deleted since the grouped read (its events went with it)
     ]
 
 

@@ -350,6 +350,7 @@ def test_explain_lists_preemptions_suffered(as_alice, alice, ada):
         reason="Preempted by /ada/serve/0 (PRODUCTION over BATCH)",
         created_at=timezone.now(),
         victim_user="alice",
+        victim_job=victim_job,
         lost_point_ms=0,
     )
     explained = as_alice.get("/api/v1/jobs/alice/train:explain").json()
@@ -386,6 +387,7 @@ def preemptions(alice, bob, ada):
                 reason=f"Preempted by /ada/serve/{i}",
                 created_at=now - timedelta(hours=3 - i),
                 victim_user=owner.username,
+                victim_job=victim,
                 lost_point_ms=0,
             )
         )

@@ -66,6 +66,7 @@ def test_preemption_events_outlive_their_tick():
         reason="r",
         created_at=old.started_at,
         victim_user="alice",
+        victim_job_id=victim.job_id,
         lost_point_ms=0,
     )
 
@@ -197,6 +198,7 @@ def events_at(*ages: timedelta, now=None) -> list[PreemptionEvent]:
             reason=f"r{i}",
             created_at=now - age,
             victim_user="alice",
+            victim_job_id=victim.job_id,
             lost_point_ms=0,
         )
         for i, age in enumerate(ages)

@@ -90,6 +90,8 @@ def test_tick_preempts_lower_band_records_event_and_holds_victim_capacity():
     ran_ms = round((event.created_at - victim_attempt.started_at).total_seconds() * 1000)
     assert ran_ms > 0
     assert (event.victim_user, event.lost_point_ms) == ("bob", 28 * ran_ms)
+    # And its job, which the history's most preempted jobs group by (not each event's task).
+    assert event.victim_job_id == event.victim.job_id == Job.objects.get(name="/bob/batch").pk
 
 
 def test_the_work_lost_is_the_evicted_attempts_not_an_earlier_ones():

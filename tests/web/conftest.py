@@ -61,6 +61,7 @@ def preempt(victim: Task, preemptor: Task, worker: Worker, tick: TickRecord | No
         reason=f"Preempted by {preemptor.name} ({Band(preemptor.job.band).name} over BATCH)",
         created_at=timezone.now(),
         victim_user=victim.job.user,
+        victim_job_id=victim.job_id,
         lost_point_ms=0,
     )
 

@@ -113,6 +113,7 @@ def preempted_at(job: Job, worker: Worker, preemptor: Task, ran: timedelta, ago:
         reason="test",
         created_at=now - ago,
         victim_user=job.user,
+        victim_job=job,
         lost_point_ms=resource_value(job_resources(job)) * round(ran.total_seconds() * 1000),
     )
     return task
