@@ -138,7 +138,12 @@ class LeanSubmissionMiddleware:
         self.lean, self.path, self.takes = handler, lean.PATH, lean.takes
 
     def __call__(self, request):
-        if self.lean is not None and request.method == "POST" and request.path_info == self.path and self.takes(request.META):
+        if (
+            self.lean is not None
+            and request.method == "POST"
+            and request.path_info == self.path
+            and self.takes(request.META)
+        ):
             return self.lean(request)
         return self.get_response(request)
 

@@ -126,7 +126,9 @@ def test_expired_tokens_and_inactive_users_are_refused_as_drf_refuses_them(perso
     bob.is_active = False
     bob.save()
     for key in (expired, inactive):
-        lean, full, through_drf = _both_ways(lambda lean, key=key: _post(token_client(None), HTTP_AUTHORIZATION=f"Token {key}"))
+        lean, full, through_drf = _both_ways(
+            lambda lean, key=key: _post(token_client(None), HTTP_AUTHORIZATION=f"Token {key}")
+        )
         assert lean == full and lean["status"] == 401, lean
         assert through_drf == 0
 
