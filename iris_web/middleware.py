@@ -1,4 +1,5 @@
-"""Console-only middleware: skipped for token-authenticated API calls.
+"""Console-only middleware: skipped for token-authenticated API calls; and, first of all, the
+router of ordinary submissions to the lean route (:class:`LeanSubmissionMiddleware`).
 
 Sessions, authentication, messages, HTMX and the Content Security Policy serve the
 browser console. A request to ``/api/`` that carries ``Authorization: Token ...`` is decided by
@@ -126,7 +127,8 @@ class LeanSubmissionMiddleware:
         self.get_response = get_response
         self.lean = None
         ours = f"{__name__}.{type(self).__name__}"
-        rest = settings.MIDDLEWARE[1:] if settings.MIDDLEWARE[:1] == [ours] else None
+        stack = list(settings.MIDDLEWARE)
+        rest = stack[1:] if stack[:1] == [ours] else None
         if rest is None or ours in rest or iscoroutinefunction(get_response):
             return
         kept = [path for path in rest if path not in NOTHING_FOR_LEAN_SUBMISSIONS]

@@ -1,12 +1,12 @@
 """``POST /api/v1/jobs/`` without DRF's request cycle, Django's URL resolver or the middleware
-that does nothing for it (issue 26: about a third of a millisecond of a submission's web CPU,
-docs/benchmarks.md).
+that does nothing for it (issue 26: about a fifth of a submission's web instructions in process,
+docs/benchmarks.md, "The lean submission path, third pass").
 
 A submission is the API's hottest call, and most of what a request pays around the use case is
 machinery this one request does not need: DRF's request wrapper, content negotiation, parser
-and renderer selection and response finalisation, Django's URL resolution, and eleven
-middleware layers of which eight pass a token API call straight on. :func:`takes` picks out the
-ordinary submission (a ``Token`` header, a non-empty JSON body, a JSON answer wanted, no query
+and renderer selection and response finalisation, Django's URL resolution, and the eight
+middleware layers that do nothing for it (``iris_web.middleware.NOTHING_FOR_LEAN_SUBMISSIONS``).
+:func:`takes` picks out the ordinary submission (a ``Token`` header, a non-empty JSON body, a JSON answer wanted, no query
 string, no cookies) and :func:`submit` answers it with the pieces DRF would use, in DRF's order:
 
 1. the view's first authentication class (``ApiTokenAuthentication``) on the same header, and
@@ -46,7 +46,7 @@ PATH = "/api/v1/jobs/"
 # What the lean route answers for: the API client's and the CLI's ``Accept`` (or none), for which
 # DRF's negotiation picks its JSON renderer with the plain ``application/json`` media type.
 JSON_ACCEPTS = frozenset({None, "*/*", "application/json"})
-_TOKEN_PREFIX = settings.REST_KNOX.get("AUTH_HEADER_PREFIX", "Token").lower()
+_TOKEN_PREFIX = settings.REST_KNOX.get("AUTH_HEADER_PREFIX", "Token").lower().encode()
 
 
 def takes(meta: dict) -> bool:
@@ -59,8 +59,9 @@ def takes(meta: dict) -> bool:
     length = meta.get("CONTENT_LENGTH")
     if not (length and length.isdigit() and int(length) > 0):
         return False
-    # knox's own test of the header: its first word is the prefix, in any case.
-    words = meta.get("HTTP_AUTHORIZATION", "").split(None, 1)
+    # knox's own test of the header, on its bytes (split at ASCII whitespace only): its first
+    # word is the prefix, in any case.
+    words = meta.get("HTTP_AUTHORIZATION", "").encode("iso-8859-1", "replace").split(None, 1)
     return bool(words) and words[0].lower() == _TOKEN_PREFIX
 
 

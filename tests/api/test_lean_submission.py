@@ -134,6 +134,15 @@ def test_expired_tokens_and_inactive_users_are_refused_as_drf_refuses_them(perso
 
 
 @pytest.mark.django_db
+def test_a_header_knox_does_not_take_goes_the_whole_way_to_the_same_401(personas):
+    """A no-break space is whitespace to ``str.split`` but not to knox's split of the bytes."""
+    header = "Token\xa0" + "0" * 64
+    lean, full, through_drf = _both_ways(lambda lean: _post(token_client(None), HTTP_AUTHORIZATION=header))
+    assert lean == full and lean["status"] == 401
+    assert through_drf == 1
+
+
+@pytest.mark.django_db
 def test_a_body_over_the_upload_limit_is_the_same_413(personas, settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 1_000
     body = {"name": "x", "command": ["x" * 2_000]}
