@@ -45,6 +45,12 @@ def main() -> None:
         "--perf-backend", metavar="FILE", help="record the PostgreSQL backend with `perf record -g` into FILE"
     )
     parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="under `valgrind --tool=callgrind --instr-atstart=no`: count only the loop (callgrind_control "
+        "switches instrumentation on and off around it); CPU figures are then Valgrind's",
+    )
+    parser.add_argument(
         "--batch", type=int, default=0, help="send POST jobs:batch of this many jobs (bench_batch.py's sweep) instead"
     )
     args = parser.parse_args()
@@ -126,7 +132,15 @@ def main() -> None:
 
         perf = subprocess.Popen(["perf", "record", "-q", "-g", "-p", str(backend_pid), "-o", args.perf_backend])
         time.sleep(1.0)  # perf attaches
+
+    def instrument(on: bool) -> None:
+        if args.instructions:
+            import subprocess
+
+            subprocess.run(["callgrind_control", "-i", "on" if on else "off", str(os.getpid())], check=True)
+
     db_cpu = backend_cpu()
+    instrument(True)
     cpu, wall = time.process_time(), time.perf_counter()
     if profiler:
         profiler.enable()
@@ -134,6 +148,7 @@ def main() -> None:
         one(i)
     if profiler:
         profiler.disable()
+    instrument(False)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     db_cpu = backend_cpu() - db_cpu
     if perf is not None:

@@ -1,4 +1,5 @@
-"""Console-only middleware: skipped for token-authenticated API calls.
+"""Console-only middleware: skipped for token-authenticated API calls; and, first of all, the
+router of ordinary submissions to the lean route (:class:`LeanSubmissionMiddleware`).
 
 Sessions, authentication, messages, HTMX and the Content Security Policy serve the
 browser console. A request to ``/api/`` that carries ``Authorization: Token ...`` is decided by
@@ -90,3 +91,68 @@ class CSPMiddleware(console_only(import_string("csp.middleware.CSPMiddleware")))
         if getattr(request, "iris_token_api_call", False) and response.get("Content-Type", "").startswith("text/html"):
             response = self.process_response(request, response)
         return response
+
+
+# The middleware of MIDDLEWARE that does nothing for a request the lean submission route takes
+# (``scheduler.api.lean.takes``: a token, no cookie, a JSON body and answer), and why.
+NOTHING_FOR_LEAN_SUBMISSIONS = {
+    # Answers paths of static files only; the jobs path is none.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Console-only (above): they pass a token API call straight on.
+    "iris_web.middleware.SessionMiddleware",
+    "iris_web.middleware.AuthenticationMiddleware",
+    "iris_web.middleware.MessageMiddleware",
+    "iris_web.middleware.HtmxMiddleware",
+    "iris_web.middleware.CSPMiddleware",  # and the answer is always JSON
+    # DRF's views are CSRF-exempt, and without a cookie there is no CSRF cookie to read or renew.
+    "django.middleware.csrf.CsrfViewMiddleware",
+    # Acts only on the lockout flag a login attempt sets.
+    "axes.middleware.AxesMiddleware",
+}
+
+
+class LeanSubmissionMiddleware:
+    """First in MIDDLEWARE: an ordinary ``POST /api/v1/jobs/`` (``scheduler.api.lean``) goes to
+    the lean route through the rest of MIDDLEWARE less the entries of
+    :data:`NOTHING_FOR_LEAN_SUBMISSIONS` (so SecurityMiddleware's, CommonMiddleware's and
+    XFrameOptionsMiddleware's checks and headers are the same), every other request through all
+    of it as before. A middleware added to MIDDLEWARE that this does not know turns the lean
+    route off (every request takes the whole way) rather than being skipped."""
+
+    def __init__(self, get_response):
+        from django.core.handlers.exception import convert_exception_to_response
+
+        from scheduler.api import lean
+
+        self.get_response = get_response
+        self.lean = None
+        ours = f"{__name__}.{type(self).__name__}"
+        stack = list(settings.MIDDLEWARE)
+        rest = stack[1:] if stack[:1] == [ours] else None
+        if rest is None or ours in rest or iscoroutinefunction(get_response):
+            return
+        kept = [path for path in rest if path not in NOTHING_FOR_LEAN_SUBMISSIONS]
+        if not set(kept) <= LEAN_SUBMISSIONS_KEEP:
+            return
+        handler = convert_exception_to_response(lean.submit)
+        for path in reversed(kept):
+            handler = convert_exception_to_response(import_string(path)(handler))
+        self.lean, self.path, self.takes = handler, lean.PATH, lean.takes
+
+    def __call__(self, request):
+        if (
+            self.lean is not None
+            and request.method == "POST"
+            and request.path_info == self.path
+            and self.takes(request.META)
+        ):
+            return self.lean(request)
+        return self.get_response(request)
+
+
+# The middleware the lean route runs as every request does (its checks and its headers).
+LEAN_SUBMISSIONS_KEEP = {
+    "django.middleware.security.SecurityMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+}

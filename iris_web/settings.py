@@ -177,6 +177,9 @@ INSTALLED_APPS = [
 # The console's middleware (sessions, auth, messages, HTMX, CSP) is
 # skipped for token-authenticated /api/ calls: iris_web/middleware.py says why that is safe.
 MIDDLEWARE = [
+    # An ordinary token POST /api/v1/jobs/ skips DRF and the middleware that does nothing for it
+    # (scheduler/api/lean.py); everything else takes the whole way below.
+    "iris_web.middleware.LeanSubmissionMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "iris_web.middleware.SessionMiddleware",

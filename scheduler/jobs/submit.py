@@ -42,7 +42,7 @@ from scheduler.jobs.request import JobRequest, parse_job_request
 from scheduler.models import MAX_ID_LENGTH, Job, Task, Worker
 from scheduler.foundation import instruments
 from scheduler.store import clock
-from scheduler.store.locks import hold_until_commit
+from scheduler.store.locks import hold_until_commit, lock_statement
 from scheduler.store import bulk, submission_rows
 from scheduler.store.submission_order import next_submission_ms, next_submission_times
 from scheduler.store.states import NON_TERMINAL_VALUES, TERMINAL_JOB_VALUES
@@ -153,16 +153,24 @@ class RuleLookups:
             self._unfinished[user] = rows.count()
         return self._unfinished[user]
 
-    def read_for(self, user: str, job_id: str, capacity: submission_rows.WorkerQuestion | None = None) -> None:
-        """Everything one submission's rules read about ``user`` and ``job_id`` (its budget, its
-        unfinished tasks, whether the id is taken), and with ``capacity`` whether a registered
-        worker fits (``fits``, for the capacity warning), in one prepared statement on
-        PostgreSQL; the caller holds the identity's submission lock. Elsewhere each is read when
-        first asked."""
+    def lock_and_read_for(self, user: str, job_id: str, capacity: submission_rows.WorkerQuestion | None = None) -> None:
+        """Take the budget identity's submission lock (held until commit), then read everything
+        one submission's rules read about ``user`` and ``job_id`` (its budget, its unfinished
+        tasks, whether the id is taken), and with ``capacity`` whether a registered worker fits
+        (``fits``, for the capacity warning). On PostgreSQL the lock and the reads are two
+        prepared statements sent in one round trip with the transaction's BEGIN; elsewhere the
+        lock is the database's own and each read is made when first asked."""
+        lock = f"submissions:{user}"
         if connection.vendor != "postgresql":
+            hold_until_commit(lock)
             return
         reads = submission_rows.rule_reads(
-            user, job_id, count_up_to=settings.MAX_ACTIVE_TASKS_PER_USER + 1, at=timezone.now(), capacity=capacity
+            user,
+            job_id,
+            count_up_to=settings.MAX_ACTIVE_TASKS_PER_USER + 1,
+            at=timezone.now(),
+            capacity=capacity,
+            after=lock_statement(lock),
         )
         self._budgets[user] = effective_budget_of(user, reads.budget_row, reads.grants)
         self._unfinished[user] = reads.unfinished
@@ -281,8 +289,7 @@ def plan_submission(
     lookups = lookups if lookups is not None else RuleLookups()
     who = _identity(actor, request, lookups)
     if serialise_user:
-        hold_until_commit(f"submissions:{who.user}")
-        lookups.read_for(who.user, who.job_id, capacity_question(request))
+        lookups.lock_and_read_for(who.user, who.job_id, capacity_question(request))
     return _apply_rules(actor, request, who, lookups)
 
 

@@ -16,4 +16,10 @@ def hold_until_commit(name: str) -> None:
     """Block until no other transaction holds ``name``; keep it until this transaction ends."""
     if connection.vendor == "postgresql":
         # A prepared statement: every submission takes one (scheduler.store.prepared).
-        prepared.fetch("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [name])
+        prepared.fetch(*lock_statement(name))
+
+
+def lock_statement(name: str) -> tuple[str, list]:
+    """The PostgreSQL statement of :func:`hold_until_commit`, for a caller that sends it with
+    the reads that must follow it (``prepared.fetch_one_after``)."""
+    return "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [name]

@@ -51,6 +51,36 @@ def fetch(sql: str, params: Sequence = ()) -> list[tuple]:
     return rows
 
 
+def fetch_one_after(first: tuple[str, Sequence], sql: str, params: Sequence = ()) -> tuple | None:
+    """Run the statement ``first`` (``(sql, params)``, its rows unread), then ``sql``; the first
+    row of ``sql``. On PostgreSQL both go in one round trip (a psycopg pipeline), with the
+    transaction's BEGIN when they are its first statements: three round trips become one. The
+    server still runs them one after the other, and under READ COMMITTED ``sql`` takes its
+    snapshot only once ``first`` has finished, so ``first`` may be a lock that ``sql``'s reads
+    must follow (a submission's: issue 26)."""
+    if connection.vendor != "postgresql":
+        fetch(*first)
+        return fetch_one(sql, params)
+    import psycopg
+
+    connection.ensure_connection()
+    started = time.monotonic()
+    pg = connection.connection
+    with connection.wrap_database_errors, psycopg.Cursor(pg) as before, psycopg.Cursor(pg) as cursor:
+        # Nothing is read inside the pipeline: leaving it sends the statements and one Sync and
+        # processes every result, so the round trip is one.
+        with pg.pipeline():
+            before.execute(first[0], first[1], prepare=True)
+            cursor.execute(sql, params, prepare=True)
+        row = cursor.fetchone()
+    if connection.queries_logged:
+        took = f"{time.monotonic() - started:.3f}"
+        connection.queries_log.extend(
+            {"sql": f"{text} -- prepared, pipelined", "time": took} for text in (first[0], sql)
+        )
+    return row
+
+
 def fetch_one(sql: str, params: Sequence = ()) -> tuple | None:
     rows = fetch(sql, params)
     return rows[0] if rows else None

@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
+from functools import lru_cache, partial
 
 from django.db import connection
 
@@ -90,13 +90,21 @@ def _rule_reads_sql() -> str:
 
 
 def rule_reads(
-    user: str, job_id: str, *, count_up_to: int, at: datetime, capacity: WorkerQuestion | None = None
+    user: str,
+    job_id: str,
+    *,
+    count_up_to: int,
+    at: datetime,
+    capacity: WorkerQuestion | None = None,
+    after: tuple[str, list] | None = None,
 ) -> RuleReads:
     """One statement: ``user``'s budget row and active grants at ``at``, its unfinished tasks
     counted up to ``count_up_to``, whether ``job_id`` exists, and with ``capacity`` whether a
-    registered worker fits it (PostgreSQL only)."""
+    registered worker fits it (PostgreSQL only). With ``after`` (a statement: the identity's
+    lock) that statement first, in the same round trip (``prepared.fetch_one_after``)."""
     asked = capacity if capacity is not None else WorkerQuestion(0, 0)
-    row, grants, unfinished, taken, fits = prepared.fetch_one(
+    read = prepared.fetch_one if after is None else partial(prepared.fetch_one_after, after)
+    row, grants, unfinished, taken, fits = read(
         _rule_reads_sql(),
         [user, user, at, at, user, count_up_to, job_id, capacity is not None, *_worker_fits_params(asked)],
     )

@@ -41,3 +41,34 @@ def test_on_postgresql_the_orms_own_statements_are_not_prepared():
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ["%scheduler_job%"])
         assert cursor.fetchone()[0] == 0
+
+
+def test_a_statement_after_another_answers_its_own_first_row():
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TEMPORARY TABLE prepared_after (n integer)")
+    first = ("INSERT INTO prepared_after (n) VALUES (%s)", [5])
+    assert prepared.fetch_one_after(first, "SELECT count(*), max(n) FROM prepared_after WHERE n > %s", [1]) == (1, 5)
+    assert prepared.fetch_one_after(first, "SELECT n FROM prepared_after WHERE n > %s", [100]) is None
+
+
+@pytest.mark.postgres
+def test_on_postgresql_a_lock_sent_with_the_reads_after_it_is_held_when_they_answer():
+    """The submission's pipeline (BEGIN, the identity's lock, the rule reads): the lock is this
+    transaction's when the reads answer, and both statements are prepared."""
+    from django.db import transaction
+
+    from scheduler.store.locks import lock_statement
+
+    def held() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid = pg_backend_pid()")
+            return cursor.fetchone()[0]
+
+    with transaction.atomic():
+        assert prepared.fetch_one_after(lock_statement("submissions:probe"), "SELECT %s::integer + 1", [41]) == (42,)
+        assert held() == 1
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ["%pg_advisory_xact_lock%"]
+            )
+            assert cursor.fetchone()[0] == 1
