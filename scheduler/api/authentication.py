@@ -78,7 +78,10 @@ class ApiTokenAuthentication(TokenAuthentication):
 
     def authenticate_credentials(self, token: bytes):
         msg = _("Invalid token.")
-        token = token.decode("utf-8")
+        try:
+            token = token.decode("utf-8")
+        except UnicodeDecodeError:  # header bytes that no token is made of: a bad token, not a 500
+            raise exceptions.AuthenticationFailed(msg) from None
         for auth_token in tokens_with_key(token[: CONSTANTS.TOKEN_KEY_LENGTH]):
             if self._cleanup_token(auth_token):
                 continue

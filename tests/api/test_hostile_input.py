@@ -108,3 +108,18 @@ def test_a_band_given_as_a_rank_is_refused(as_ada, alice, value):
     refused(response, field="max_band")
     assert not UserBudget.objects.exists()
     refused(as_ada.post(JOBS, job(priority=value), format="json"), field="priority")
+
+
+@pytest.mark.parametrize("method,path", [("post", JOBS), ("get", JOBS), ("get", "/api/v1/queue/")])
+@pytest.mark.parametrize("header", ["Token \xe9", "Token \xff\xfe" + "a" * 40, "Token " + "\xe9" * 64])
+def test_a_token_that_is_not_utf8_is_a_401_not_a_server_error(db, client, method, path, header):
+    """The header's bytes (WSGI gives them as Latin-1) that are no UTF-8: refused as any bad
+    token is, on the lean submission route and through DRF alike."""
+    response = getattr(client, method)(
+        path, data=json.dumps(job()) if method == "post" else None, content_type="application/json",
+        HTTP_AUTHORIZATION=header,
+    )  # fmt: skip
+    body = refused(response, 401)
+    assert body["code"] == "UNAUTHENTICATED", body
+    assert response["WWW-Authenticate"] == "Token"
+    assert not Job.objects.exists()
