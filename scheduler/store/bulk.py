@@ -47,6 +47,15 @@ def _payload(rows: Sequence[tuple]) -> str:
     return json.dumps(rows, default=_json_default, separators=(",", ":"))
 
 
+def id_array(ids) -> str:
+    """The integer ids as one PostgreSQL array literal (``'{1,2,3}'``), for ``= ANY(%s::bigint[])``.
+
+    Django's cursors bind parameters on the client, and psycopg quotes a Python list there
+    element by element in Python (30,000 ids: ~25 ms); this is one ``str.join`` and one quoted
+    string (~4 ms)."""
+    return "{" + ",".join(map(str, map(int, ids))) + "}"
+
+
 @contextmanager
 def pipeline():
     """On PostgreSQL, send the statements made inside without waiting for each one's result

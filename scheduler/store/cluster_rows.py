@@ -389,6 +389,8 @@ class ClusterRows:
         task_rows = self.task_rows
         tasks_of_job = self.tasks_of_job
         pending = TaskState.PENDING.value
+        log = self.task_log.append
+        owned = False  # whether the kept maps are this object's own since the loop began
         for pk, job_pk, index, state, worker_pk, band, preemption_count, attempt_count in rows:
             seen.add(pk)
             job_name = job_names.get(job_pk)
@@ -411,13 +413,15 @@ class ClusterRows:
                 worker_names.get(held) if held else None,
             )
             row = TaskRow(pk, job_pk, state, worker_pk, attempt_count)
-            if snapshots.get(pk) == snapshot and task_rows.get(task_id) == row:
+            kept = snapshots.get(pk)
+            if kept is not None and kept == snapshot and task_rows.get(task_id) == row:
                 continue  # read again unchanged (a watermark held back by a long transaction)
-            self._own()
-            snapshots, task_rows = self.task_snapshots, self.task_rows
+            if not owned:  # the maps a view holds are copied before the first change; once is enough
+                self._own()
+                snapshots, task_rows, owned = self.task_snapshots, self.task_rows, True
             snapshots[pk] = snapshot
             task_rows[task_id] = row
-            self.task_log.append(task_id)
+            log(task_id)
             of_job = tasks_of_job.get(job_pk)
             if of_job is None:
                 tasks_of_job[job_pk] = {pk}
