@@ -397,6 +397,7 @@ class ClusterRows:
         tasks_of_job = self.tasks_of_job
         pending = TaskState.PENDING.value
         log = self.task_log.append
+        new_row = tuple.__new__  # TaskRow(...) without its Python-level __new__, one per row
         owned = False  # whether the kept maps are this object's own since the loop began
         for pk, job_pk, index, state, worker_pk, band, preemption_count, attempt_count in rows:
             job_name = job_names.get(job_pk)
@@ -418,7 +419,7 @@ class ClusterRows:
                 preemption_count,
                 worker_names.get(held) if held else None,
             )
-            row = TaskRow(pk, job_pk, state, worker_pk, attempt_count)
+            row = new_row(TaskRow, (pk, job_pk, state, worker_pk, attempt_count))
             kept = snapshots.get(pk)
             if kept is not None and kept == snapshot and task_rows.get(task_id) == row:
                 continue  # read again unchanged (a watermark held back by a long transaction)
