@@ -8,11 +8,14 @@ Usage (from the repository root; needs a PostgreSQL server; the database is recr
 Runs ``benchmarks/bench_tick.py`` (same flags) with the write phase's parts wrapped in
 ``time.process_time``: after each timed tick's row it prints one line of CPU milliseconds per
 part: ``apply_decision`` (all of the write phase but the commit), the publication's steps
-(``Publication.*``; ``start_counts`` is the change log's part of ``__init__``), the metrics of
+(``Publication.*``; ``start_counts`` is the change log's part of ``__init__``, ``live_counts``
+the counts' part of ``build``), the metrics of
 the placements (``record_placements``, run at commit), the events' pass
 (``record_tick_events``) and its staging insert (``record``), each bulk statement by table (``insert <table>`` is a COPY, ``update <table>`` a
 set-based UPDATE, whose server time runs pipelined and is not in these figures), the re-read and
-the locks. ``--profile-writes`` (bench_tick's) gives the server's side of the first tick.
+the locks; and, though the line says "write-phase", the phases around it: ``load_snapshot``
+(of which the rows taken in, ``ClusterRows._take_tasks`` and ``_take_jobs``) and ``decide``.
+``--profile-writes`` (bench_tick's) gives the server's side of the first tick.
 Parts a tree does not have are left out, so the same script profiles an older tree.
 """
 
@@ -31,7 +34,7 @@ def install() -> None:
     from scheduler.board import publish
     from scheduler.events import record
     from scheduler.foundation import instruments
-    from scheduler.store import bulk
+    from scheduler.store import bulk, cluster_rows
     from scheduler.tick import apply, events, run
 
     time_functions(
@@ -44,7 +47,10 @@ def install() -> None:
     )
     bulk.insert_rows = timed(lambda args: f"insert {args[0]}", bulk.insert_rows)
     bulk.update_rows = timed(lambda args: f"update {args[0]}", bulk.update_rows)
-    time_methods(publish.Publication, ("__init__", "record_fields", "build", "finish", "start_counts"))
+    time_methods(publish.Publication, ("__init__", "record_fields", "build", "finish", "start_counts", "live_counts"))
+    # The phases around the write phase: the load (and its row passes) and the decision.
+    time_functions((run, ("load_snapshot", "decide")))
+    time_methods(cluster_rows.ClusterRows, ("_take_tasks", "_take_jobs"))
     run_tick_inner = run.run_tick
 
     def run_tick(now_ms):

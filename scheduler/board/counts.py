@@ -13,7 +13,7 @@ the previous decision records the same figures it would have computed afresh.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from itertools import chain
 from typing import NamedTuple
 
@@ -138,6 +138,48 @@ def after_key(job: JobSpec, after: TaskAfter) -> TaskKey | None:
 
 
 PENDING_VALUE = PENDING.value
+RUNNING_VALUE, ASSIGNED_VALUE, BUILDING_VALUE = RUNNING.value, ASSIGNED.value, BUILDING.value
+
+
+def task_keys(
+    jobs: Callable[[str], JobSpec], job_ids: Iterable[str], states: Iterable[TaskSnapshot | TaskAfter | None]
+) -> list[TaskKey | None]:
+    """``task_key`` of each task of ``job_ids`` in the state, band and worker of its ``states``
+    entry (a snapshot or a change; None: the task is gone), in one loop: each job's shared parts
+    are built once and states are compared by identity (a burst keys some 100,000 tasks, where
+    two calls each cost more than the rest). ``jobs`` finds a job by its id."""
+    keys: list[TaskKey | None] = []
+    append = keys.append
+    pending_key: dict[str, TaskKey] = {}
+    heads: dict[str, tuple[str, tuple[str, str, bool]]] = {}  # job id -> (user, kind)
+    for job_id, now in zip(job_ids, states):
+        if now is None:
+            append(None)
+            continue
+        state = now.state
+        if state is PENDING:
+            key = pending_key.get(job_id)
+            if key is None:
+                key = pending_key[job_id] = (job_id, jobs(job_id).user, None, PENDING_VALUE, None, None)
+            append(key)
+            continue
+        if state is RUNNING:
+            value = RUNNING_VALUE
+        elif state is ASSIGNED:
+            value = ASSIGNED_VALUE
+        elif state is BUILDING:
+            value = BUILDING_VALUE
+        else:
+            append(None)
+            continue
+        head = heads.get(job_id)
+        if head is None:
+            job = jobs(job_id)
+            device = job.resources.device
+            head = heads[job_id] = (job.user, (device.type.value, device.variant or "", job.group_by is not None))
+        band = now.band
+        append((job_id, head[0], None if band is None else int(band), value, now.worker, head[1]))
+    return keys
 
 
 class LiveCounts:
@@ -167,51 +209,99 @@ class LiveCounts:
             counts._add(key, n)
         return counts
 
+    @classmethod
+    def of_tasks(
+        cls,
+        tasks: Collection[TaskSnapshot],
+        jobs: Callable[[str], JobSpec],
+        after: Mapping[str, TaskAfter],
+        kept: Collection[str],
+    ) -> LiveCounts:
+        """``of`` every task in ``tasks``, each as its kept change leaves it (``after``, for the
+        ids in ``kept``) or as its snapshot has it; ``jobs`` finds a task's job (see
+        :func:`task_keys`)."""
+        keys = task_keys(jobs, [t.job_id for t in tasks], [after[t.id] if t.id in kept else t for t in tasks])
+        return cls.of(zip([t.id for t in tasks], keys))
+
     def set(self, task_id: str, key: TaskKey | None) -> None:
         """The task's part is now ``key`` (None: it no longer counts)."""
-        old = self.of_task.get(task_id)
-        if old == key:
-            return
-        if old is not None:
-            self._add(old, -1)
-            del self.of_task[task_id]
-        if key is not None:
-            self.of_task[task_id] = key
-            self._add(key, 1)
+        self.set_all(((task_id, key),))
+
+    def set_all(self, pairs: Iterable[tuple[str, TaskKey | None]]) -> None:
+        """Each ``(task id, part)`` in turn, as :meth:`set` (a task may come more than once: its
+        last part holds)."""
+        of_task, add = self.of_task, self._add
+        for task_id, key in pairs:
+            old = of_task.get(task_id)
+            if old == key:
+                continue
+            if old is not None:
+                add(old, -1)
+                if key is None:
+                    del of_task[task_id]
+                    continue
+            of_task[task_id] = key
+            add(key, 1)
 
     def _add(self, key: TaskKey, n: int) -> None:
+        # ``_bump`` written out: a burst adds some 100,000 parts, a call each would cost a third.
         job, user, band, state, worker, kind = key
-        counts = self.by_user.get(user)
+        by_user = self.by_user
+        counts = by_user.get(user)
         if counts is None:
-            counts = self.by_user[user] = [0, 0, 0]
-        before = self.live_of_job.get(job, 0)
+            counts = by_user[user] = [0, 0, 0]
+        live_of_job = self.live_of_job
+        before = live_of_job.get(job, 0)
         after = before + n
         if after:
-            self.live_of_job[job] = after
+            live_of_job[job] = after
+            if not before:
+                counts[2] += 1
         else:
-            del self.live_of_job[job]
-        if not before:
-            counts[2] += 1
-        elif not after:
+            del live_of_job[job]
             counts[2] -= 1
         if state == PENDING_VALUE:
             counts[0] += n
         else:
             counts[1] += n
-            _bump(self.by_state, state, n)
+            table = self.by_state
+            value = table.get(state, 0) + n
+            if value:
+                table[state] = value
+            else:
+                del table[state]
             if band is not None:
-                _bump(self.running, (band, job), n)
-                users = self.by_band_user.setdefault(band, {})
-                _bump(users, user, n)
-                if not users:
+                table = self.running
+                at = (band, job)
+                value = table.get(at, 0) + n
+                if value:
+                    table[at] = value
+                else:
+                    del table[at]
+                users = self.by_band_user.get(band)
+                if users is None:
+                    users = self.by_band_user[band] = {}
+                value = users.get(user, 0) + n
+                if value:
+                    users[user] = value
+                elif len(users) == 1:
                     del self.by_band_user[band]
+                else:
+                    del users[user]
                 if worker is not None:
-                    held = self.per_worker.setdefault(worker, {})
-                    _bump(held, (user, band, *kind), n)
-                    if not held:
+                    held = self.per_worker.get(worker)
+                    if held is None:
+                        held = self.per_worker[worker] = {}
+                    at = (user, band, *kind)
+                    value = held.get(at, 0) + n
+                    if value:
+                        held[at] = value
+                    elif len(held) == 1:
                         del self.per_worker[worker]
-        if counts == [0, 0, 0]:
-            del self.by_user[user]
+                    else:
+                        del held[at]
+        if n < 0 and not (counts[0] or counts[1] or counts[2]):
+            del by_user[user]
 
     def left_running(self, decision: Decision) -> dict[tuple[int, str], int]:
         """``core.fairness.left_running`` of the tasks counted here (the snapshot's, before

@@ -19,12 +19,11 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
-from itertools import chain
 from typing import Any
 
 from django.db import connection, transaction
 
-from scheduler.board.counts import LiveCounts, active_counts, after_key, snapshot_key
+from scheduler.board.counts import LiveCounts, active_counts, task_keys
 from scheduler.board.formats import explanation_to_json, whatif_basis_to_json
 from scheduler.core.explain import pending_queue, queued_jobs
 from scheduler.core.fairness import fairness_sample
@@ -155,12 +154,12 @@ class Publication:
         changed = task_changes(kept.mark, self.rows.changes)
         if changed is None:
             return None
-        counts, jobs = kept.counts, self.snapshot.jobs
+        counts = kept.counts
         task_rows, task_snapshots = self.rows.task_rows, self.rows.task_snapshots
-        for task_id in dict.fromkeys(changed):
-            row = task_rows.get(task_id)
-            task = task_snapshots.get(row.pk) if row is not None else None
-            counts.set(task_id, None if task is None else snapshot_key(task, jobs[task.job_id]))
+        ids = list(dict.fromkeys(changed))
+        tasks = [task_snapshots.get(row.pk) if (row := task_rows.get(task_id)) is not None else None for task_id in ids]
+        job_ids = [task.job_id if task is not None else "" for task in tasks]
+        counts.set_all(zip(ids, task_keys(self.snapshot.jobs.__getitem__, job_ids, tasks)))
         return counts
 
     def live_counts(self, kept_changes: Collection[str]) -> tuple[dict, dict[str, dict[tuple, int]]]:
@@ -176,16 +175,16 @@ class Publication:
             return active_counts(snapshot, self.decision, kept_changes, kueue, per_worker=holders), holders
         counts = self.counts
         if counts is None:
-            kept = set(kept_changes)
-            counts = LiveCounts.of(
-                (t.id, after_key(job, after[t.id]) if t.id in kept else snapshot_key(t, job))
-                for t in chain(snapshot.tasks, kueue.pending)
-                for job in (jobs.get(t.job_id) or kueue.jobs[t.job_id],)
+            counts = LiveCounts.of_tasks(
+                (*snapshot.tasks, *kueue.pending),
+                lambda job_id: jobs.get(job_id) or kueue.jobs[job_id],
+                after,
+                set(kept_changes),
             )
         else:
-            for task_id in kept_changes:
-                job_id = task_id[: task_id.rfind("/")]
-                counts.set(task_id, after_key(jobs[job_id], after[task_id]))
+            ids = list(kept_changes)
+            job_ids = [task_id[: task_id.rfind("/")] for task_id in ids]
+            counts.set_all(zip(ids, task_keys(jobs.__getitem__, job_ids, [after[task_id] for task_id in ids])))
         # Confirmed once the tick commits; a tick that rolls back leaves counts nobody trusts.
         _live = KeptCounts(
             counts, self.rows.changes, confirmed=False, counted="all" if self.counts is None else "changes"

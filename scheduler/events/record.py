@@ -49,7 +49,21 @@ COLUMNS = [
 def record(drafts: Iterable[Draft]) -> int:
     """Stage ``drafts`` in order, in one statement; inside the caller's transaction. Returns how
     many."""
-    rows = [_row(d) for d in drafts]
+    # ``_row`` written out: a burst tick stages some 30,000 events.
+    dumps = orjson.dumps
+    rows = [
+        (
+            d.kind,
+            d.created_at,
+            d.user,
+            d.job,
+            d.task_index,
+            d.attempt,
+            d.tick,
+            dumps(d.data if type(d.data) is dict else dict(d.data)).decode(),
+        )
+        for d in drafts
+    ]
     bulk.insert_rows(StagedEvent._meta.db_table, COLUMNS, rows)
     return len(rows)
 

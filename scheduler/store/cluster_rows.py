@@ -299,8 +299,10 @@ class ClusterRows:
         cursor.execute(f"{JOB_SELECT} WHERE j.change_xid >= %s", [since])
         self._take_jobs(cursor.fetchall())
         cursor.execute(f"{TASK_SELECT} WHERE t.change_xid >= %s", [since])
-        seen, orphans = self._take_tasks(cursor.fetchall())
-        dirty -= seen
+        rows = cursor.fetchall()
+        orphans = self._take_tasks(rows)
+        if dirty:
+            dirty -= {row[0] for row in rows}
 
         # Tasks whose held attempts changed but whose own row did not.
         held_by = self.held_workers() if dirty else {}
@@ -353,35 +355,40 @@ class ClusterRows:
     def _take_jobs(self, rows, *, force: bool = False) -> None:
         """Live jobs are kept; a job that ended stays only while a held task needs it (``force``
         takes ended jobs the caller knows are needed)."""
+        job_names, ended_jobs, resources = self.job_names, self.ended_jobs, self._resources
+        owned = False  # the maps a view holds are copied before the first change; once is enough
         for row in rows:
             pk, state, name = row[0], row[1], row[2]
             live = state in LIVE_JOBS
-            if pk not in self.job_names:
+            if pk not in job_names:
                 if not (live or force):
                     continue
-                self._own()
-                self.job_names[pk] = name
-                self.job_specs[name] = job_spec_from_row(row[2:], self._resources)
+                if not owned:
+                    self._own()
+                    owned = True
+                job_names[pk] = name
+                self.job_specs[name] = job_spec_from_row(row[2:], resources)
                 self.job_pks[name] = pk
             # Live or how it finished: all else about a job is fixed at submission, and a live
             # job's flips between pending and running are not stamped (migration 0025), so a
             # changes read would not follow them.
             finished = "" if live else state
             if self.job_states.get(name) != finished:
-                self._own()
+                if not owned:
+                    self._own()
+                    owned = True
                 self.job_states[name] = finished
             if live:
-                self.ended_jobs.discard(pk)
+                ended_jobs.discard(pk)
             else:
-                self.ended_jobs.add(pk)
+                ended_jobs.add(pk)
 
-    def _take_tasks(self, rows) -> tuple[set[int], list[tuple]]:
-        """Keep live tasks and held finished ones of kept jobs. Returns the pks read, and the rows
-        of held tasks whose job is not kept (the caller fetches the job and offers them again)."""
-        seen = set()
-        orphans = []
+    def _take_tasks(self, rows) -> list[tuple]:
+        """Keep live tasks and held finished ones of kept jobs. Returns the rows of held tasks
+        whose job is not kept (the caller fetches the job and offers them again)."""
+        orphans: list[tuple] = []
         if not rows:
-            return seen, orphans
+            return orphans
         held_by = self.held_workers()
         worker_names = self.worker_names
         job_names = self.job_names
@@ -389,8 +396,10 @@ class ClusterRows:
         task_rows = self.task_rows
         tasks_of_job = self.tasks_of_job
         pending = TaskState.PENDING.value
+        log = self.task_log.append
+        new_row = tuple.__new__  # TaskRow(...) without its Python-level __new__, one per row
+        owned = False  # whether the kept maps are this object's own since the loop began
         for pk, job_pk, index, state, worker_pk, band, preemption_count, attempt_count in rows:
-            seen.add(pk)
             job_name = job_names.get(job_pk)
             held = held_by.get(pk)
             if job_name is None or (state not in LIVE_TASKS and held is None):
@@ -410,20 +419,22 @@ class ClusterRows:
                 preemption_count,
                 worker_names.get(held) if held else None,
             )
-            row = TaskRow(pk, job_pk, state, worker_pk, attempt_count)
-            if snapshots.get(pk) == snapshot and task_rows.get(task_id) == row:
+            row = new_row(TaskRow, (pk, job_pk, state, worker_pk, attempt_count))
+            kept = snapshots.get(pk)
+            if kept is not None and kept == snapshot and task_rows.get(task_id) == row:
                 continue  # read again unchanged (a watermark held back by a long transaction)
-            self._own()
-            snapshots, task_rows = self.task_snapshots, self.task_rows
+            if not owned:  # the maps a view holds are copied before the first change; once is enough
+                self._own()
+                snapshots, task_rows, owned = self.task_snapshots, self.task_rows, True
             snapshots[pk] = snapshot
             task_rows[task_id] = row
-            self.task_log.append(task_id)
+            log(task_id)
             of_job = tasks_of_job.get(job_pk)
             if of_job is None:
                 tasks_of_job[job_pk] = {pk}
             else:
                 of_job.add(pk)
-        return seen, orphans
+        return orphans
 
     def _drop_task(self, pk: int) -> None:
         if pk not in self.task_snapshots:

@@ -25,7 +25,7 @@ from typing import Any
 
 from scheduler.core.bands import Band
 from scheduler.core.kueue import BACKEND_KEY
-from scheduler.core.types import Constraint, ConstraintOp, Device, DeviceType, JobSpec, Resources
+from scheduler.core.types import Constraint, ConstraintOp, Device, DeviceType, JobSpec, Resources, job_spec
 
 # Plain dict look-ups: calling an Enum per row costs more than the rest of the row's work.
 BANDS = {int(b): b for b in Band}
@@ -171,21 +171,23 @@ def job_spec_from_row(row: Sequence, resources: ResourceCache | None = None) -> 
         request = resources_from_columns(cpu, mem, dtype, variant, count)
     else:
         request = resources.get_resources(cpu, mem, dtype, variant, count)
-    constraints = json_value(constraints)
-    return JobSpec(
-        id=name,
-        user=user,
-        band=BANDS[band],
-        parent=parent,
-        submitted_at_ms=submitted,
-        root_submitted_at_ms=root_submitted,
-        replicas=replicas,
-        resources=request,
-        group_by=group_by or None,
-        constraints=constraints_from_json(constraints) if constraints else (),
-        scheduling_deadline_ms=deadline,
-        max_retries_preemption=retries_preemption,
-        max_retries_failure=retries_failure,
+    # Most jobs have none: their stored "[]" is not parsed (a burst reads tens of thousands).
+    constraints = json_value(constraints) if constraints != "[]" else None
+    # JobSpec(...) through its fast factory (every field given, in order; half the time).
+    return job_spec(
+        name,
+        user,
+        BANDS[band],
+        parent,
+        submitted,
+        root_submitted,
+        replicas,
+        request,
+        group_by or None,
+        constraints_from_json(constraints) if constraints else (),
+        deadline,
+        retries_preemption,
+        retries_failure,
     )
 
 

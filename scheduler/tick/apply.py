@@ -59,7 +59,8 @@ def lock_jobs(job_pks: set[int]) -> None:
         return
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT id FROM {Job._meta.db_table} WHERE id = ANY(%s) ORDER BY id FOR UPDATE", [sorted(job_pks)]
+            f"SELECT id FROM {Job._meta.db_table} WHERE id = ANY(%s::bigint[]) ORDER BY id FOR UPDATE",
+            [bulk.id_array(sorted(job_pks))],
         )
 
 
@@ -72,7 +73,8 @@ def hold_workers(worker_pks: set[int]) -> None:
         return
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT id FROM {Worker._meta.db_table} WHERE id = ANY(%s) ORDER BY id FOR KEY SHARE", [sorted(worker_pks)]
+            f"SELECT id FROM {Worker._meta.db_table} WHERE id = ANY(%s::bigint[]) ORDER BY id FOR KEY SHARE",
+            [bulk.id_array(sorted(worker_pks))],
         )
 
 
@@ -88,7 +90,10 @@ def current_task_states(pks: list[int]) -> tuple[dict[int, tuple[str, int | None
     table = Task._meta.db_table
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            cursor.execute(f"SELECT id, state, worker_id, ctid::text FROM {table} WHERE id = ANY(%s) FOR UPDATE", [pks])
+            cursor.execute(
+                f"SELECT id, state, worker_id, ctid::text FROM {table} WHERE id = ANY(%s::bigint[]) FOR UPDATE",
+                [bulk.id_array(pks)],
+            )
             rows = cursor.fetchall()
             return {pk: (state, worker) for pk, state, worker, _ in rows}, {pk: ctid for pk, _, _, ctid in rows}
         # json_each takes the whole id list as one parameter, whatever its length.

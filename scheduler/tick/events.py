@@ -94,16 +94,18 @@ def record_tick_events(
     started, tick_pk = kinds.STARTED, tick.pk
     for a in assignments:
         task = a.task
-        job, index = task.rsplit("/", 1)
+        cut = task.rfind("/")
+        job = task[:cut]
         attempt = rows[task].attempt_count + 1
         assigned.add(task)
+        user = users.get(job)
         append(
             Draft(
                 started,
                 wall,
-                user_of(job),
+                user if user is not None else user_of(job),
                 job,
-                int(index),
+                int(task[cut + 1 :]),
                 attempt,
                 tick_pk,
                 {"worker": a.worker, "attempt": attempt, "band": _WIRE[a.band]},

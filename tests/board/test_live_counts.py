@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.board.counts import LiveCounts, active_counts, after_key, snapshot_key
+from scheduler.board.counts import LiveCounts, active_counts, after_key, snapshot_key, task_keys
 from scheduler.core.bands import Band
 from scheduler.core.decision import decide
 from scheduler.core.types import ClusterSnapshot, Decision, TaskSnapshot, TaskState
@@ -144,32 +144,51 @@ def simulated_ticks(ticks) -> Iterator[SimulatedTick]:
             changed.append(task_id)
 
 
-def set_changes(counts: LiveCounts, tick: SimulatedTick) -> None:
-    """Set the tasks the change log lists to their snapshot state (gone: no longer counted)."""
+def set_changes(counts: LiveCounts, tick: SimulatedTick, *, one_by_one: bool) -> None:
+    """Set the tasks the change log lists to their snapshot state (gone: no longer counted):
+    one ``set`` of a ``task_key`` each, or all at once with ``task_keys`` (what the tick does)."""
     by_id = {t.id: t for t in tick.snapshot.tasks}
-    for task_id in tick.changed:
-        task = by_id.get(task_id)
-        counts.set(task_id, None if task is None else snapshot_key(task, tick.snapshot.jobs[task.job_id]))
-
-
-def set_kept(counts: LiveCounts, tick: SimulatedTick) -> None:
-    """Set the tasks the tick changed to their state after its kept changes."""
     jobs = tick.snapshot.jobs
-    for task_id in tick.kept:
-        counts.set(task_id, after_key(jobs[task_id[: task_id.rfind("/")]], tick.decision.after[task_id]))
+    tasks = [by_id.get(task_id) for task_id in tick.changed]
+    if one_by_one:
+        for task_id, task in zip(tick.changed, tasks):
+            counts.set(task_id, None if task is None else snapshot_key(task, jobs[task.job_id]))
+    else:
+        job_ids = [task.job_id if task is not None else "" for task in tasks]
+        counts.set_all(zip(tick.changed, task_keys(jobs.__getitem__, job_ids, tasks)))
+
+
+def set_kept(counts: LiveCounts, tick: SimulatedTick, *, one_by_one: bool) -> None:
+    """Set the tasks the tick changed to their state after its kept changes."""
+    jobs, after = tick.snapshot.jobs, tick.decision.after
+    ids = sorted(tick.kept)
+    job_ids = [task_id[: task_id.rfind("/")] for task_id in ids]
+    if one_by_one:
+        for task_id, job_id in zip(ids, job_ids):
+            counts.set(task_id, after_key(jobs[job_id], after[task_id]))
+    else:
+        counts.set_all(zip(ids, task_keys(jobs.__getitem__, job_ids, [after[task_id] for task_id in ids])))
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(tick, min_size=1, max_size=12))
 def test_counts_updated_from_changes_equal_a_full_count_after_every_tick(ticks):
-    counts = LiveCounts()
+    counts, counts_by_one = LiveCounts(), LiveCounts()
     for simulated in simulated_ticks(ticks):
         snapshot, decision, kept = simulated.snapshot, simulated.decision, simulated.kept
-        set_changes(counts, simulated)
-        set_kept(counts, simulated)
+        set_changes(counts, simulated, one_by_one=False)
+        set_kept(counts, simulated, one_by_one=False)
+        set_changes(counts_by_one, simulated, one_by_one=True)
+        set_kept(counts_by_one, simulated, one_by_one=True)
 
         holders: dict = {}
         assert counts.published() == (active_counts(snapshot, decision, kept, per_worker=holders), holders)
+        assert counts_by_one.published() == counts.published()
+        assert counts_by_one.of_task == counts.of_task
+        # Counted over every task at once (a new tick process), as the tick does.
+        whole = LiveCounts.of_tasks(snapshot.tasks, snapshot.jobs.__getitem__, decision.after, kept)
+        assert whole.published() == counts.published()
+        assert whole.of_task == counts.of_task
         assert (
             counts.published()
             == LiveCounts.of(

@@ -60,7 +60,7 @@ def test_the_publication_kept_from_tick_to_tick_equals_a_full_rebuild_after_ever
     for simulated in simulated_ticks(ticks):
         snapshot, decision, kept = simulated.snapshot, simulated.decision, simulated.kept
         # The counts at the tick's start: the previous tick's, with the change log set.
-        set_changes(counts, simulated)
+        set_changes(counts, simulated, one_by_one=False)
         # The core's pending count, which the tick takes from them.
         assert sum(c[0] for c in counts.by_user.values()) == sum(1 for t in snapshot.tasks if t.state is PENDING)
         queue = pending_queue(decision)
@@ -73,7 +73,7 @@ def test_the_publication_kept_from_tick_to_tick_equals_a_full_rebuild_after_ever
         assert sample == fairness_sample(snapshot, decision)
 
         # The counts after the tick's kept changes, as the tick publishes them.
-        set_kept(counts, simulated)
+        set_kept(counts, simulated, one_by_one=False)
         job_counts: dict = {}
         explanation = explanation_to_json(snapshot, decision, queue, jobs_in_queue=jobs_in_queue, job_counts=job_counts)
         explanation["active"], holders = counts.published()

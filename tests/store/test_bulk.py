@@ -7,7 +7,7 @@ timestamps, and either counts as one statement.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from django.db import connection, transaction
@@ -84,6 +84,40 @@ def test_insert_rows_then_update_rows_in_one_transaction():
         2,
         WHEN,
     )
+
+
+def test_update_rows_writes_timestamps_exactly_whatever_their_zone_and_fraction():
+    job = make_job("/alice/bulk-times", replicas=3)
+    worker = make_worker("w-bulk-times")
+    tasks = list(job.tasks.order_by("index"))
+    times = [
+        WHEN,
+        datetime(2026, 12, 2, 11, 0, 0, tzinfo=UTC),  # no fraction: written without one
+        datetime(2026, 12, 2, 16, 30, 0, 5, tzinfo=timezone(timedelta(hours=5, minutes=30))),
+    ]
+    with transaction.atomic():
+        bulk.insert_rows(
+            Attempt._meta.db_table,
+            [
+                ("task_id", "bigint"),
+                ("number", "integer"),
+                ("worker_id", "bigint"),
+                ("state", "text"),
+                ("band", "smallint"),
+                ("created_at", "timestamptz"),
+                ("error", "text"),
+            ],
+            [(task.pk, 1, worker.pk, "assigned", 2, WHEN, "") for task in tasks],
+        )
+        with bulk.pipeline():
+            bulk.update_rows(
+                Attempt._meta.db_table,
+                [("task_id", "bigint"), ("number", "integer")],
+                [("finished_at", "timestamptz")],
+                [(task.pk, 1, at) for task, at in zip(tasks, times, strict=True)],
+            )
+    written = Attempt.objects.order_by("task_id").values_list("finished_at", flat=True)
+    assert list(written) == times
 
 
 def test_insert_returning_writes_every_column_and_returns_the_new_ids_by_key():
