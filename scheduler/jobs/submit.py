@@ -154,24 +154,18 @@ class RuleLookups:
         return self._unfinished[user]
 
     def lock_and_read_for(self, user: str, job_id: str, capacity: submission_rows.WorkerQuestion | None = None) -> None:
-        """Take the budget identity's submission lock (held until commit), then read everything
-        one submission's rules read about ``user`` and ``job_id`` (its budget, its unfinished
-        tasks, whether the id is taken), and with ``capacity`` whether a registered worker fits
-        (``fits``, for the capacity warning). On PostgreSQL the lock and the reads are two
-        prepared statements sent in one round trip with the transaction's BEGIN; elsewhere the
-        lock is the database's own and each read is made when first asked."""
+        """Take the identity's submission lock (until commit), then read all one submission's
+        rules read about ``user`` and ``job_id`` (budget, unfinished tasks, the id taken?) and
+        with ``capacity`` whether a registered worker fits (``fits``: the capacity warning). On
+        PostgreSQL: two prepared statements in one round trip with BEGIN; elsewhere the
+        database's own lock, and each read made when first asked."""
         lock = f"submissions:{user}"
         if connection.vendor != "postgresql":
             hold_until_commit(lock)
             return
-        reads = submission_rows.rule_reads(
-            user,
-            job_id,
-            count_up_to=settings.MAX_ACTIVE_TASKS_PER_USER + 1,
-            at=timezone.now(),
-            capacity=capacity,
-            after=lock_statement(lock),
-        )
+        limit = settings.MAX_ACTIVE_TASKS_PER_USER + 1
+        at, after = timezone.now(), lock_statement(lock)
+        reads = submission_rows.rule_reads(user, job_id, count_up_to=limit, at=at, capacity=capacity, after=after)
         self._budgets[user] = effective_budget_of(user, reads.budget_row, reads.grants)
         self._unfinished[user] = reads.unfinished
         self._existing = {job_id} if reads.id_taken else set()
