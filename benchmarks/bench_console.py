@@ -168,6 +168,34 @@ def deep_pages(connection, api, follow: int, requests: int, keep_fresh) -> None:
             )
 
 
+def admin_clients(token_name: str):
+    """A console client signed in as the benchmarks' admin and an API client with a new token of
+    theirs, on the database Django points at; static files served without the manifest (the
+    pages link them, and the manifest needs ``collectstatic``, which a benchmark skips)."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+    from django.test.utils import override_settings
+
+    from scheduler.foundation.roles import ensure_groups
+    from scheduler.models import ApiToken
+
+    override_settings(
+        STORAGES={
+            "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+            "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+        }
+    ).enable()
+    admins, _ = ensure_groups()
+    ops, _ = get_user_model().objects.get_or_create(username="bench-admin")
+    ops.groups.add(admins)
+    ops.is_staff = True
+    ops.save()
+    _, token = ApiToken.objects.create(user=ops, name=token_name)
+    console = Client()
+    console.force_login(ops)
+    return console, Client(HTTP_AUTHORIZATION=f"Token {token}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", nargs="*", help="PENDINGxWORKERS, e.g. 100000x10000")
@@ -191,39 +219,21 @@ def main() -> None:
 
     open_bench_database(recreate=not args.reuse)
     from django.conf import settings
-    from django.test.utils import override_settings
 
-    # The pages link static files; the manifest needs `collectstatic`, which a benchmark skips.
-    override_settings(
-        STORAGES={
-            "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-            "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
-        }
-    ).enable()
     from django.contrib.auth import get_user_model
     from django.db import connection
-    from django.test import Client
 
     from benchmarks.history import add_history
     from benchmarks.restore import restore_snapshot
     from benchmarks.synthetic import generate
     from scheduler.core.wire import snapshot_from_json
-    from scheduler.models import ApiToken, Job, Worker
-    from scheduler.foundation.roles import ensure_groups
+    from scheduler.models import Job, Worker
     from scheduler.store import clock
     from scheduler.store.cluster_rows import forget_cluster_rows
     from scheduler.board.read import forget as forget_board
     from scheduler.tick.run import forget_decision, run_tick
 
-    admins, _ = ensure_groups()
-    ops, _ = get_user_model().objects.get_or_create(username="bench-admin")
-    ops.groups.add(admins)
-    ops.is_staff = True
-    ops.save()
-    _, token = ApiToken.objects.create(user=ops, name="bench")
-    api = Client(HTTP_AUTHORIZATION=f"Token {token}")
-    console = Client()
-    console.force_login(ops)
+    console, api = admin_clients("bench")
 
     from benchmarks.bench_decision import reference_seconds
 

@@ -36,28 +36,13 @@ def main() -> None:
     from benchmarks.bench_tick import open_bench_database
 
     open_bench_database(recreate=False)
-    from django.contrib.auth import get_user_model
     from django.db import connection
-    from django.test import Client
-    from django.test.utils import CaptureQueriesContext, override_settings
+    from django.test.utils import CaptureQueriesContext
 
+    from benchmarks.bench_console import admin_clients
     from benchmarks.bench_decision import reference_seconds
-    from scheduler.foundation.roles import ensure_groups
-    from scheduler.models import ApiToken
 
-    override_settings(
-        STORAGES={
-            "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-            "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
-        }
-    ).enable()
-    admins, _ = ensure_groups()
-    ops, _ = get_user_model().objects.get_or_create(username="bench-admin")
-    ops.groups.add(admins)
-    console = Client()
-    console.force_login(ops)
-    _, token = ApiToken.objects.create(user=ops, name="explain")
-    api = Client(HTTP_AUTHORIZATION=f"Token {token}")
+    console, api = admin_clients("explain")
 
     print(f"# reference loop: {reference_seconds():.3f} s; load average: {os.getloadavg()[0]:.2f}")
     for path in args.paths:
