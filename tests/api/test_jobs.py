@@ -309,7 +309,7 @@ def test_explain_shows_the_downgrade_with_the_numbers(as_alice, alice, bob):
     assert (explained["position"], explained["band_pending"], explained["band_queue_length"]) == (4, 5, 5)
     assert explained["pending_reason"]["code"] == "insufficient_cpu"
     assert explained["pending_reason"]["text"].startswith(
-        "Insufficient CPU: need 1 core, at most 0 cores free on 1 of 1 matching worker; position 4 of 5 in BATCH as of tick"
+        "Insufficient CPU: need 1 core, but 1 of 1 matching worker has at most 0 cores free; position 4 of 5 in BATCH as of tick"
     )
     assert [(t["task"], t["band"], t["position"]) for t in explained["tasks"]] == [
         ("/alice/waiting/0", "batch", 4),

@@ -45,7 +45,10 @@ def test_memory(n_bytes, text):
 def test_reasons_are_data_with_a_code_and_numbers():
     reason = InsufficientResource("memory", need=64 * GIB, best_free=12 * GIB, workers=3, matching=5)
     assert reason.code == "insufficient_memory"
-    assert reason.text() == "Insufficient memory: need 64 GiB, at most 12 GiB free on 3 of 5 matching workers"
+    assert (
+        reason.text()
+        == "Insufficient memory: need 64 GiB, but 3 of 5 matching workers have at most 12 GiB free, the other 2 are short of something else"
+    )
     assert (
         GangGroupTooSmall(4, "tpu-name", 2).text()
         == "Coscheduling: need 4 workers in same 'tpu-name' group, largest group has 2"
@@ -91,7 +94,7 @@ def test_insufficient_memory_with_need_best_free_and_worker_count():
     cause = decision.pending_reasons["/a/j/0"].cause
     assert cause == InsufficientResource("memory", need=64 * GIB, best_free=48 * GIB, workers=3, matching=4)
     assert reason_text(decision, "/a/j/0").startswith(
-        "Insufficient memory: need 64 GiB, at most 48 GiB free on 3 of 4 matching workers"
+        "Insufficient memory: need 64 GiB, but 3 of 4 matching workers have at most 48 GiB free, the other 1 is short of something else"
     )
 
 
@@ -99,7 +102,9 @@ def test_insufficient_gpus():
     workers = [worker("g", cpu=64, mem=256, gpu=8, variant="h100")]
     jobs = [job("/v/half", gpu=4, variant="h100"), job("/a/j", gpu=8, variant="h100")]
     decision = decide(cluster(workers, jobs, [task("/v/half/0", TaskState.RUNNING, "g")]))
-    assert "Insufficient GPUs: need 8 GPUs, at most 4 GPUs free" in reason_text(decision, "/a/j/0")
+    assert "Insufficient GPUs: need 8 GPUs, but 1 of 1 matching worker has at most 4 GPUs free" == reason_text(
+        decision, "/a/j/0"
+    )
 
 
 def test_more_gpus_than_any_worker_has_never_fits():

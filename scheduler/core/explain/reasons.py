@@ -52,10 +52,15 @@ class InsufficientResource:
 
     def text(self) -> str:
         label, fmt = RESOURCE_FORMAT[self.resource]
-        return (
-            f"Insufficient {label}: need {fmt(self.need)}, at most {fmt(self.best_free)} free on "
-            f"{number(self.workers)} of {_plural(self.matching, 'matching worker', 'matching workers')}"
+        have = "has" if self.workers == 1 else "have"
+        text = (
+            f"Insufficient {label}: need {fmt(self.need)}, but {number(self.workers)} of "
+            f"{_plural(self.matching, 'matching worker', 'matching workers')} {have} at most {fmt(self.best_free)} free"
         )
+        others = self.matching - self.workers
+        if others:
+            text += f", the other {number(others)} {'is' if others == 1 else 'are'} short of something else"
+        return text
 
 
 @dataclass(frozen=True, slots=True)
