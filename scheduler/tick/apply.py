@@ -118,6 +118,18 @@ def attempt_starts(attempts: list[tuple[int, int]]) -> dict[tuple[int, int], dat
     return {(task, number): at for task, number, at in rows if (task, number) in wanted}
 
 
+# The columns a placement's new attempt is written with (a row per assignment, by COPY).
+NEW_ATTEMPT_COLUMNS = [
+    ("task_id", "bigint"),
+    ("number", "integer"),
+    ("worker_id", "bigint"),
+    ("state", "text"),
+    ("band", "smallint"),
+    ("created_at", "timestamptz"),
+    ("error", "text"),
+]
+
+
 def preemption_rows(loaded: LoadedSnapshot, preemptions: list, tick_pk: int, wall: datetime) -> list[tuple]:
     """The preemption events' rows. Each carries its victim's user and job, and the work the eviction
     lost: the victim's resource value × how long its evicted attempt had run (0 if it never
@@ -247,15 +259,7 @@ def apply_decision(
     # pipeline: before it. Nothing inserted here is touched by the updates below.
     bulk.insert_rows(
         Attempt._meta.db_table,
-        [
-            ("task_id", "bigint"),
-            ("number", "integer"),
-            ("worker_id", "bigint"),
-            ("state", "text"),
-            ("band", "smallint"),
-            ("created_at", "timestamptz"),
-            ("error", "text"),
-        ],
+        NEW_ATTEMPT_COLUMNS,
         [
             (
                 rows[a.task].pk,

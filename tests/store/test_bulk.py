@@ -15,6 +15,7 @@ from django.test.utils import CaptureQueriesContext
 
 from scheduler.models import Attempt, DispatchIntent
 from scheduler.store import bulk
+from scheduler.tick.apply import NEW_ATTEMPT_COLUMNS
 from tests.personas import make_job, make_worker
 
 pytestmark = pytest.mark.django_db
@@ -58,15 +59,7 @@ def test_insert_rows_then_update_rows_in_one_transaction():
     with transaction.atomic():
         bulk.insert_rows(
             Attempt._meta.db_table,
-            [
-                ("task_id", "bigint"),
-                ("number", "integer"),
-                ("worker_id", "bigint"),
-                ("state", "text"),
-                ("band", "smallint"),
-                ("created_at", "timestamptz"),
-                ("error", "text"),
-            ],
+            NEW_ATTEMPT_COLUMNS,
             [(task.pk, 1, worker.pk, "assigned", 2, WHEN, "")],
         )
         with bulk.pipeline():
@@ -98,15 +91,7 @@ def test_update_rows_writes_timestamps_exactly_whatever_their_zone_and_fraction(
     with transaction.atomic():
         bulk.insert_rows(
             Attempt._meta.db_table,
-            [
-                ("task_id", "bigint"),
-                ("number", "integer"),
-                ("worker_id", "bigint"),
-                ("state", "text"),
-                ("band", "smallint"),
-                ("created_at", "timestamptz"),
-                ("error", "text"),
-            ],
+            NEW_ATTEMPT_COLUMNS,
             [(task.pk, 1, worker.pk, "assigned", 2, WHEN, "") for task in tasks],
         )
         with bulk.pipeline():
