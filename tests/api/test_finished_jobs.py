@@ -76,3 +76,16 @@ def test_job_page_of_a_finished_job_says_what_it_ran_as_and_where(alice, finishe
     rows = html[html.index("<h2>Tasks</h2>") :]
     assert rows.count("slice-a-2") >= 4  # the worker column and the last attempt column of both tasks
     assert rows.count('title="its last attempt ran as"') == 2
+
+
+def test_job_page_says_pending_as_of_a_tick_only_while_the_job_has_unfinished_tasks(alice, finished_while_over_budget):
+    from scheduler.tick.run import run_tick
+
+    run_tick()
+    client = Client()
+    client.force_login(alice)
+    finished = client.get("/jobs/alice/done/").content.decode()
+    unfinished = client.get("/jobs/alice/big/").content.decode()
+
+    assert 'id="band-summary"' in finished and "pending as of tick" not in finished
+    assert "pending as of tick" in unfinished

@@ -85,6 +85,21 @@ def test_no_history_stores_null_with_a_reason_and_the_api_says_so(alice):
     assert body["tasks"][0]["estimated_start"] is None
 
 
+def test_the_queue_page_says_why_a_task_has_no_estimate_not_only_in_a_title(alice):
+    one_slot_cluster()
+    from scheduler.tick.run import run_tick
+
+    run_tick()
+    client = Client()
+    client.force_login(alice)
+    # Queued since the estimator last ran (it has not run here at all).
+    assert '<div class="small muted why-none">not estimated yet: the estimator has not run' in (
+        client.get("/queue/").content.decode()
+    )
+    estimate_start_times()
+    assert '<div class="small muted why-none">not enough history' in client.get("/queue/").content.decode()
+
+
 def test_each_run_replaces_the_stored_estimates():
     store_estimates({"/alice/gone/0": StartEstimate(1, 2, 3, "simulation")})
     make_worker("w1")
