@@ -16,11 +16,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from django.conf import settings
+
 from scheduler.core.bands import Band
 from scheduler.core.estimate import METHOD_WAIT_HISTORY, MIN_SAMPLES, conditioned_on_wait
 from scheduler.models import EstimatedStart, EstimateWaits, Job
-
-NOT_YET = "not estimated yet: the estimator has not run since this task was queued"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +75,19 @@ class ShownEstimate:
         return f"would start {span}"
 
 
-NOT_ESTIMATED = ShownEstimate(None, None, reason=NOT_YET)
+def not_estimated() -> ShownEstimate:
+    """A pending task the estimator has not seen yet (queued since its last run), saying how
+    often it runs (``IRIS_ESTIMATE_SECONDS``)."""
+    every = settings.ESTIMATE_SECONDS
+    period = f"{every / 60:g} min" if every >= 60 else f"{every:g} s"
+    return ShownEstimate(
+        None, None, reason=f"not estimated yet: queued since the estimator last ran (it runs every {period})"
+    )
 
 
 def shown_estimates(task_names: Iterable[str], now_ms: int) -> dict[str, ShownEstimate]:
     """How the stored estimates of these tasks read at ``now_ms`` (task name -> estimate; a
-    task without a stored row is :data:`NOT_ESTIMATED`). One query; two more only when some
+    task without a stored row is :func:`not_estimated`). One query; two more only when some
     estimate's p90 has passed (the band waits, and the submission of the tasks it passed for)."""
     names = list(dict.fromkeys(task_names))
     if not names:
@@ -115,10 +122,11 @@ def _shown(
                 },
             }
     shown = {}
+    unseen = not_estimated()
     for name in names:
         row = rows.get(name)
         if row is None:
-            shown[name] = NOT_ESTIMATED
+            shown[name] = unseen
         elif row.p50_ms is None:
             shown[name] = ShownEstimate(None, None, as_of_ms=row.as_of_ms, reason=row.reason)
         elif row.p90_ms >= now_ms:

@@ -30,7 +30,7 @@ from scheduler.models import Attempt, Job, PreemptionEvent, Task
 from scheduler.store.job_rows import job_shape_of
 from scheduler.store.states import TERMINAL_JOB_VALUES
 from scheduler.store import clock
-from scheduler.board.estimates import NOT_ESTIMATED, shown_estimates_of_job
+from scheduler.board.estimates import not_estimated, shown_estimates_of_job
 
 
 # A pending task no tick has explained yet (submitted, or put back, since the newest tick).
@@ -250,7 +250,7 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         elif state == TaskState.PENDING.value:
             queued = not_yet_ticked_data()
         pending = state == TaskState.PENDING.value
-        estimate = estimates.get(task_id, NOT_ESTIMATED) if pending else None
+        estimate = (estimates.get(task_id) or not_estimated()) if pending else None
         tasks.append(
             {
                 "task": task_id,
@@ -336,7 +336,7 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         "pending_reason": pending_reason,
         "estimated_start": lead["estimated_start"] if lead else None,
         "estimated_start_reason": lead["estimated_start_reason"] if lead else "nothing is pending",
-        "estimated_start_text": estimates.get(lead["task"], NOT_ESTIMATED).text(now) if lead else "",
+        "estimated_start_text": (estimates.get(lead["task"]) or not_estimated()).text(now) if lead else "",
         "tick": index.tick_pk,
         "bands": summary,
         "bands_text": band_summary_text(summary),

@@ -12,7 +12,7 @@ from django.contrib.auth.decorators import login_required
 from scheduler.foundation import roles
 from scheduler.core.bands import BANDS_IN_ORDER, Band
 from scheduler.core.explain import downgrade_of
-from scheduler.board.estimates import NOT_ESTIMATED, ShownEstimate
+from scheduler.board.estimates import ShownEstimate
 from scheduler.board.queue import QueueEntry, QueueIndex, queue_estimates, queue_rows, queue_window
 from scheduler.board.read import queue_index
 from scheduler.jobs.feasibility import never_runs
@@ -28,8 +28,8 @@ def queue_row(
     entry: QueueEntry,
     task,
     index: QueueIndex,
-    estimate: ShownEstimate = NOT_ESTIMATED,
-    now_ms: int = 0,
+    estimate: ShownEstimate,
+    now_ms: int,
     never: frozenset[str] | set[str] = frozenset(),
 ) -> dict:
     """One table row: the explanation's facts (band, place, reason as of the tick, with the

@@ -93,8 +93,9 @@ def test_the_queue_page_says_why_a_task_has_no_estimate_not_only_in_a_title(alic
     client = Client()
     client.force_login(alice)
     # Queued since the estimator last ran (it has not run here at all).
-    assert '<div class="small muted why-none">not estimated yet: the estimator has not run' in (
-        client.get("/queue/").content.decode()
+    assert (
+        '<div class="small muted why-none">not estimated yet: queued since the estimator last ran (it runs every 2 min)'
+        in (client.get("/queue/").content.decode())
     )
     estimate_start_times()
     assert '<div class="small muted why-none">not enough history' in client.get("/queue/").content.decode()
