@@ -73,6 +73,7 @@ def test_job_page_of_a_finished_job_says_what_it_ran_as_and_where(alice, finishe
 
     assert 'id="downgrade"' not in html and "downgraded" not in html
     assert 'id="ran-as"' in html
+    assert "<dt>alice's spend / limit</dt>" in html  # whose spend: the job's user, not the reader
     rows = html[html.index("<h2>Tasks</h2>") :]
     assert rows.count("slice-a-2") >= 4  # the worker column and the last attempt column of both tasks
     assert rows.count('title="its last attempt ran as"') == 2
