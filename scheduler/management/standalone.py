@@ -27,18 +27,22 @@ COMMAND = "simulate"
 def simulate_file(path: str, indent: int) -> bytes:
     """The decision on the snapshot at ``path`` (``-``: standard input) as JSON and a newline;
     raise ``SimulateError`` with the command's message."""
-    from scheduler.core.simulate import SimulateError, simulate
+    from scheduler.core.simulate import simulate
 
-    try:
-        data = sys.stdin.buffer.read() if path == "-" else _read(path)
-    except OSError as exc:
-        raise SimulateError(f"cannot read {path}: {exc.strerror}") from None
-    return simulate(data, path, indent)
+    # The text is not kept here: ``simulate`` drops it once parsed.
+    return simulate(_read(path), path, indent)
 
 
 def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
+    try:
+        if path == "-":
+            return sys.stdin.buffer.read()
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        from scheduler.core.simulate import SimulateError
+
+        raise SimulateError(f"cannot read {path}: {exc.strerror}") from None
 
 
 def parse_args(args: list[str]) -> tuple[str, int] | None:
