@@ -11,9 +11,9 @@ which world a line lives in. Times are integer milliseconds since the epoch.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 from dataclasses import dataclass, field, fields
 from enum import Enum
+from typing import Any
 
 from scheduler.core.bands import Band
 
