@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
+from typing import Any
 
 from scheduler.core.bands import Band
 
@@ -210,32 +211,41 @@ class TaskSnapshot:
 
 
 _new = object.__new__
-(_set_id, _set_job_id, _set_index, _set_state, _set_worker, _set_band, _set_preemption_count, _set_unfinished) = (
-    TaskSnapshot.__dict__[f.name].__set__ for f in fields(TaskSnapshot)
-)
+
+
+def _filler(cls: type) -> type:
+    """A plain class with the slots of the frozen ``cls``, in the same layout. A factory stores
+    the fields into one of its instances with plain attribute stores (which the interpreter
+    specialises for slots; ``cls`` refuses them) and then makes it a ``cls`` by ``__class__``
+    assignment, which Python allows between classes of one layout."""
+    return type(f"_{cls.__name__}Filler", (), {"__slots__": cls.__slots__})
+
+
+_TaskSnapshotFiller: Any = _filler(TaskSnapshot)
 
 
 def task_snapshot(id, job_id, index, state, worker, band, preemption_count, unfinished_attempt_worker) -> TaskSnapshot:
-    """``TaskSnapshot(...)`` in half the time, for the 100,000 a whole read builds.
+    """``TaskSnapshot(...)`` in a third of the time, for the 130,000 a whole read builds.
 
     A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``; this fills
-    the slots directly. The result is an ordinary ``TaskSnapshot``, equal (and hashing equal) to
-    the constructor's; ``tests/core/test_task_snapshot_factory.py`` checks that, and that the fields are
-    still these eight in this order.
+    the slots of a :func:`_filler` instance and re-classes it. The result is an ordinary
+    ``TaskSnapshot``, equal (and hashing equal) to the constructor's;
+    ``tests/core/test_task_snapshot_factory.py`` checks that, and that the fields are still these eight.
     """
-    snapshot = _new(TaskSnapshot)
-    _set_id(snapshot, id)
-    _set_job_id(snapshot, job_id)
-    _set_index(snapshot, index)
-    _set_state(snapshot, state)
-    _set_worker(snapshot, worker)
-    _set_band(snapshot, band)
-    _set_preemption_count(snapshot, preemption_count)
-    _set_unfinished(snapshot, unfinished_attempt_worker)
+    snapshot = _new(_TaskSnapshotFiller)
+    snapshot.id = id
+    snapshot.job_id = job_id
+    snapshot.index = index
+    snapshot.state = state
+    snapshot.worker = worker
+    snapshot.band = band
+    snapshot.preemption_count = preemption_count
+    snapshot.unfinished_attempt_worker = unfinished_attempt_worker
+    snapshot.__class__ = TaskSnapshot
     return snapshot
 
 
-_JOB_SPEC_SETTERS = tuple(JobSpec.__dict__[f.name].__set__ for f in fields(JobSpec))
+_JobSpecFiller: Any = _filler(JobSpec)
 
 
 def job_spec(
@@ -253,26 +263,24 @@ def job_spec(
     max_retries_preemption,
     max_retries_failure,
 ) -> JobSpec:
-    """``JobSpec(...)`` with every field given, in half the time, as :func:`task_snapshot`
-    (a read of 100,000 tasks builds tens of thousands); ``tests/core/test_task_snapshot_factory.py``
-    checks it against the constructor and the fields' order."""
-    (s_id, s_user, s_band, s_parent, s_sub, s_root, s_rep, s_res, s_group, s_cons, s_dead, s_pre, s_fail) = (
-        _JOB_SPEC_SETTERS
-    )
-    job = _new(JobSpec)
-    s_id(job, id)
-    s_user(job, user)
-    s_band(job, band)
-    s_parent(job, parent)
-    s_sub(job, submitted_at_ms)
-    s_root(job, root_submitted_at_ms)
-    s_rep(job, replicas)
-    s_res(job, resources)
-    s_group(job, group_by)
-    s_cons(job, constraints)
-    s_dead(job, scheduling_deadline_ms)
-    s_pre(job, max_retries_preemption)
-    s_fail(job, max_retries_failure)
+    """``JobSpec(...)`` with every field given, as :func:`task_snapshot` (a read of 100,000
+    tasks builds tens of thousands); ``tests/core/test_task_snapshot_factory.py`` checks it
+    against the constructor and the fields."""
+    job = _new(_JobSpecFiller)
+    job.id = id
+    job.user = user
+    job.band = band
+    job.parent = parent
+    job.submitted_at_ms = submitted_at_ms
+    job.root_submitted_at_ms = root_submitted_at_ms
+    job.replicas = replicas
+    job.resources = resources
+    job.group_by = group_by
+    job.constraints = constraints
+    job.scheduling_deadline_ms = scheduling_deadline_ms
+    job.max_retries_preemption = max_retries_preemption
+    job.max_retries_failure = max_retries_failure
+    job.__class__ = JobSpec
     return job
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import FrozenInstanceError, fields
+
+import pytest
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -50,6 +52,8 @@ def test_the_fast_task_snapshot_is_the_constructors_task_snapshot(
     ]
     assert type(made) is TaskSnapshot
     assert made == constructed and hash(made) == hash(constructed) and repr(made) == repr(constructed)
+    with pytest.raises(FrozenInstanceError):
+        made.index = index + 1
 
 
 @settings(max_examples=200, deadline=None)
@@ -115,6 +119,8 @@ def test_the_fast_job_spec_is_the_constructors_job_spec(
     ]
     assert type(made) is JobSpec
     assert made == constructed and hash(made) == hash(constructed) and repr(made) == repr(constructed)
+    with pytest.raises(FrozenInstanceError):
+        made.replicas = replicas + 1
 
 
 @settings(max_examples=200, deadline=None)
