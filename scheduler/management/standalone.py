@@ -86,7 +86,6 @@ def main(argv: list[str]) -> int | None:
     # A short-lived process whose objects all live to the end: the cyclic collector would only
     # rescan them.
     gc.disable()
-    keep_freed_memory()
     from scheduler.core.simulate import SimulateError
 
     try:
@@ -98,32 +97,6 @@ def main(argv: list[str]) -> int | None:
     out.write(text)
     out.flush()
     return 0
-
-
-# glibc's mallopt parameters (malloc.h): a block of at least M_MMAP_THRESHOLD bytes gets a
-# mapping of its own, unmapped when freed; free memory at the heap's top above M_TRIM_THRESHOLD
-# goes back to the system.
-M_TRIM_THRESHOLD = -1
-M_MMAP_THRESHOLD = -3
-KEEP_BYTES = 1 << 30
-
-
-def keep_freed_memory() -> None:
-    """Have the C allocator keep what this process frees (glibc; elsewhere nothing changes).
-
-    ``orjson.loads`` parses into a buffer of its own and frees it on return: at 100,000 pending
-    tasks, 22,000 pages touched. Mapped apart, it goes back to the system, and what the read,
-    the decision and the output allocate next is faulted in afresh, a zeroed page at a time
-    (12,600 page faults of the process's 61,000). Served from the heap and kept there, those
-    pages are reused. The process exits after one decision, so nothing is held for long."""
-    try:
-        import ctypes
-
-        mallopt = ctypes.CDLL(None).mallopt
-    except (ImportError, OSError, AttributeError):
-        return
-    mallopt(M_MMAP_THRESHOLD, KEEP_BYTES)
-    mallopt(M_TRIM_THRESHOLD, KEEP_BYTES)
 
 
 def run(argv: list[str]) -> None:

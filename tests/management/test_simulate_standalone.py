@@ -1,14 +1,12 @@
 """``manage.py simulate`` with plain arguments runs without setting up Django, and prints what
 the Django command prints."""
 
-import ctypes
 import subprocess
 import sys
 from pathlib import Path
 
 from django.core.management import call_command
 
-from scheduler.management import standalone
 from scheduler.management.standalone import parse_args
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,25 +51,3 @@ def test_other_argument_forms_go_to_django():
     result = _manage("--indent", "1", str(SCENARIO))
     assert result.returncode == 2
     assert b"invalid choice: 1" in result.stderr
-
-
-def test_the_allocator_keeps_freed_memory_where_it_can(monkeypatch):
-    calls = []
-
-    class Glibc:
-        def mallopt(self, param, value):
-            calls.append((param, value))
-            return 1
-
-    monkeypatch.setattr(ctypes, "CDLL", lambda name: Glibc())
-    standalone.keep_freed_memory()
-    assert calls == [(standalone.M_MMAP_THRESHOLD, 1 << 30), (standalone.M_TRIM_THRESHOLD, 1 << 30)]
-
-    def no_library(name):
-        raise OSError("no C library")
-
-    monkeypatch.setattr(ctypes, "CDLL", lambda name: object())  # a C library without mallopt
-    standalone.keep_freed_memory()
-    monkeypatch.setattr(ctypes, "CDLL", no_library)
-    standalone.keep_freed_memory()
-    assert len(calls) == 2
