@@ -230,18 +230,58 @@ class LiveCounts:
     def set_all(self, pairs: Iterable[tuple[str, TaskKey | None]]) -> None:
         """Each ``(task id, part)`` in turn, as :meth:`set` (a task may come more than once: its
         last part holds)."""
-        of_task, add = self.of_task, self._add
+        of_task, add, move = self.of_task, self._add, self._move
         for task_id, key in pairs:
             old = of_task.get(task_id)
             if old == key:
                 continue
-            if old is not None:
+            if key is None:
+                del of_task[task_id]
                 add(old, -1)
-                if key is None:
-                    del of_task[task_id]
-                    continue
+                continue
             of_task[task_id] = key
-            add(key, 1)
+            if old is None:
+                add(key, 1)
+            else:
+                move(old, key)
+
+    def _move(self, old: TaskKey, key: TaskKey) -> None:
+        """One task's part from ``old`` to ``key``: only the tables whose entry differs are
+        touched (a task started, ASSIGNED -> RUNNING, moves one state count; a placement leaves
+        its job's live count and user alone), not everything ``_add`` updates, twice."""
+        job, user, band, state, worker, kind = key
+        old_job, old_user, old_band, old_state, old_worker, old_kind = old
+        if job != old_job or user != old_user:  # not a task's own move: the general way
+            self._add(old, -1)
+            self._add(key, 1)
+            return
+        if state != old_state:
+            by_state = self.by_state
+            if old_state == PENDING_VALUE:
+                counts = self.by_user[user]
+                counts[0] -= 1
+                counts[1] += 1
+            else:
+                _bump(by_state, old_state, -1)
+            if state == PENDING_VALUE:
+                counts = self.by_user[user]
+                counts[0] += 1
+                counts[1] -= 1
+            else:
+                by_state[state] = by_state.get(state, 0) + 1
+        # A band is stamped only on an active task's part: pending parts have none.
+        if band != old_band:
+            if old_band is not None:
+                _bump(self.running, (old_band, job), -1)
+                _bump_in(self.by_band_user, old_band, user, -1)
+            if band is not None:
+                _bump(self.running, (band, job), 1)
+                _bump_in(self.by_band_user, band, user, 1)
+        if (band, worker, kind) != (old_band, old_worker, old_kind):
+            if old_band is not None and old_worker is not None:
+                _bump_in(self.per_worker, old_worker, (user, old_band, *old_kind), -1)
+            if band is not None and worker is not None:
+                _bump_in(self.per_worker, worker, (user, band, *kind), 1)
 
     def _add(self, key: TaskKey, n: int) -> None:
         # ``_bump`` written out: a burst adds some 100,000 parts, a call each would cost a third.
@@ -322,6 +362,20 @@ class LiveCounts:
             "by_state": dict(self.by_state),
             "by_user": {user: list(counts) for user, counts in self.by_user.items()},
         }, {worker: dict(held) for worker, held in self.per_worker.items()}
+
+
+def _bump_in(table: dict, outer, inner, n: int) -> None:
+    """``_bump`` of ``table[outer]``, which is dropped once empty."""
+    entries = table.get(outer)
+    if entries is None:
+        entries = table[outer] = {}
+    value = entries.get(inner, 0) + n
+    if value:
+        entries[inner] = value
+    elif len(entries) == 1:
+        del table[outer]
+    else:
+        del entries[inner]
 
 
 def _bump(table: dict, key, n: int) -> None:
