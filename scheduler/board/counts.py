@@ -224,8 +224,19 @@ class LiveCounts:
         return cls.of(zip([t.id for t in tasks], keys))
 
     def set(self, task_id: str, key: TaskKey | None) -> None:
-        """The task's part is now ``key`` (None: it no longer counts)."""
-        self.set_all(((task_id, key),))
+        """The task's part is now ``key`` (None: it no longer counts): the old part taken away and
+        the new one added, the plain way (the tests hold :meth:`set_all`, which moves a part,
+        equal to it, order and all)."""
+        old = self.of_task.get(task_id)
+        if old == key:
+            return
+        if old is not None:
+            self._add(old, -1)
+            if key is None:
+                del self.of_task[task_id]
+                return
+        self.of_task[task_id] = key
+        self._add(key, 1)
 
     def set_all(self, pairs: Iterable[tuple[str, TaskKey | None]]) -> None:
         """Each ``(task id, part)`` in turn, as :meth:`set` (a task may come more than once: its
@@ -247,41 +258,56 @@ class LiveCounts:
 
     def _move(self, old: TaskKey, key: TaskKey) -> None:
         """One task's part from ``old`` to ``key``: only the tables whose entry differs are
-        touched (a task started, ASSIGNED -> RUNNING, moves one state count; a placement leaves
-        its job's live count and user alone), not everything ``_add`` updates, twice."""
+        counted again (a task started, ASSIGNED -> RUNNING, moves one state count; a placement
+        leaves its job's live count alone), not everything ``_add`` updates, twice. The tables
+        end as ``_add(old, -1)`` then ``_add(key, 1)`` leave them, in their order too: an entry
+        both would touch, which the first would drop (a count of 1), is moved last
+        (``_relast``), so the published bytes are the same."""
         job, user, band, state, worker, kind = key
         old_job, old_user, old_band, old_state, old_worker, old_kind = old
         if job != old_job or user != old_user:  # not a task's own move: the general way
             self._add(old, -1)
             self._add(key, 1)
             return
-        if state != old_state:
-            by_state = self.by_state
+        by_user = self.by_user
+        counts = by_user[user]
+        if counts[0] + counts[1] == 1:  # the user's only live task: dropped and counted again
+            by_user[user] = by_user.pop(user)
+        by_state = self.by_state
+        if state == old_state:
+            if state != PENDING_VALUE:
+                _relast(by_state, state)
+        else:
             if old_state == PENDING_VALUE:
-                counts = self.by_user[user]
                 counts[0] -= 1
                 counts[1] += 1
             else:
                 _bump(by_state, old_state, -1)
             if state == PENDING_VALUE:
-                counts = self.by_user[user]
                 counts[0] += 1
                 counts[1] -= 1
             else:
                 by_state[state] = by_state.get(state, 0) + 1
         # A band is stamped only on an active task's part: pending parts have none.
-        if band != old_band:
+        if band == old_band:
+            if band is not None:
+                _relast(self.running, (band, job))
+                _relast_in(self.by_band_user, band, user)
+        else:
             if old_band is not None:
                 _bump(self.running, (old_band, job), -1)
                 _bump_in(self.by_band_user, old_band, user, -1)
             if band is not None:
                 _bump(self.running, (band, job), 1)
                 _bump_in(self.by_band_user, band, user, 1)
-        if (band, worker, kind) != (old_band, old_worker, old_kind):
-            if old_band is not None and old_worker is not None:
-                _bump_in(self.per_worker, old_worker, (user, old_band, *old_kind), -1)
-            if band is not None and worker is not None:
-                _bump_in(self.per_worker, worker, (user, band, *kind), 1)
+        if old_band is not None and old_worker is not None:
+            held = (user, old_band, *old_kind)
+            if band == old_band and worker == old_worker and kind == old_kind:
+                _relast_in(self.per_worker, worker, held)
+                return
+            _bump_in(self.per_worker, old_worker, held, -1)
+        if band is not None and worker is not None:
+            _bump_in(self.per_worker, worker, (user, band, *kind), 1)
 
     def _add(self, key: TaskKey, n: int) -> None:
         # ``_bump`` written out: a burst adds some 100,000 parts, a call each would cost a third.
@@ -362,6 +388,22 @@ class LiveCounts:
             "by_state": dict(self.by_state),
             "by_user": {user: list(counts) for user, counts in self.by_user.items()},
         }, {worker: dict(held) for worker, held in self.per_worker.items()}
+
+
+def _relast(table: dict, key) -> None:
+    """``_bump`` by -1 then by 1: the same count, moved last when the first would drop it."""
+    if table[key] == 1:
+        table[key] = table.pop(key)
+
+
+def _relast_in(table: dict, outer, inner) -> None:
+    """``_relast`` of ``table[outer]``, which moves last itself when it would be dropped."""
+    entries = table[outer]
+    if entries[inner] == 1:
+        if len(entries) == 1:
+            table[outer] = table.pop(outer)
+        else:
+            entries[inner] = entries.pop(inner)
 
 
 def _bump_in(table: dict, outer, inner, n: int) -> None:

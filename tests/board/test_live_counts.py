@@ -183,7 +183,10 @@ def test_counts_updated_from_changes_equal_a_full_count_after_every_tick(ticks):
 
         holders: dict = {}
         assert counts.published() == (active_counts(snapshot, decision, kept, per_worker=holders), holders)
-        assert counts_by_one.published() == counts.published()
+        # Moved parts (``set_all``) leave the tables as taken away and added (``set``), in the
+        # same order: the published bytes follow it.
+        assert repr(counts_by_one.published()) == repr(counts.published())
+        assert list(counts_by_one.running.items()) == list(counts.running.items())
         assert counts_by_one.of_task == counts.of_task
         # Counted over every task at once (a new tick process), as the tick does.
         whole = LiveCounts.of_tasks(snapshot.tasks, snapshot.jobs.__getitem__, decision.after, kept)
@@ -201,3 +204,35 @@ def test_counts_updated_from_changes_equal_a_full_count_after_every_tick(ticks):
                 for t in snapshot.tasks
             ).published()
         )
+
+
+def test_moved_parts_leave_every_table_in_the_order_taken_away_and_added_leave_it():
+    """``set_all`` moves a task's part (only the entries that differ are counted again), and an
+    entry that taking the old part away would drop moves last, as it would had it been dropped
+    and added again: the user with one live task, a state, a (band, job) and a (band, user)
+    counted once, a worker's holder."""
+    cpu = ("cpu", "", False)
+    start = [
+        ("/x/j5/0", ("/x/j5", "x", 3, "running", "w4", cpu)),
+        ("/u/j1/0", ("/u/j1", "u", None, "pending", None, None)),
+        ("/v/j3/0", ("/v/j3", "v", 2, "building", "w1", cpu)),
+        ("/v/j2/0", ("/v/j2", "v", 2, "assigned", "w1", cpu)),
+    ]
+    moves = [
+        ("/u/j1/0", ("/u/j1", "u", 2, "assigned", "w2", cpu)),  # placed: u's only live task
+        ("/v/j2/0", ("/v/j2", "v", 2, "running", "w1", cpu)),  # started: (2, /v/j2) counted once
+        ("/v/j3/0", ("/v/j3", "v", 2, "building", "w3", cpu)),  # the only building task, elsewhere
+        ("/x/j5/0", ("/x/j5", "x", 3, "running", "w5", cpu)),  # band 3's only user, elsewhere
+    ]
+    moved, plain = LiveCounts(), LiveCounts()
+    for counts in (moved, plain):
+        counts.set_all(start)
+    moved.set_all(moves)
+    for task_id, key in moves:
+        plain.set(task_id, key)
+    assert repr(moved.published()) == repr(plain.published())
+    assert list(moved.running.items()) == list(plain.running.items())
+    assert list(plain.by_user) == ["v", "u", "x"]
+    assert list(plain.by_state) == ["running", "assigned", "building"]
+    assert list(plain.running) == [(2, "/u/j1"), (2, "/v/j2"), (2, "/v/j3"), (3, "/x/j5")]
+    assert list(plain.by_band_user) == [2, 3]
