@@ -11,7 +11,8 @@ part: ``apply_decision`` (all of the write phase but the commit), the publicatio
 (``Publication.*``; ``start_counts`` is the change log's part of ``__init__``, ``live_counts``
 the counts' part of ``build``), the metrics of
 the placements (``record_placements``, run at commit), the events' pass
-(``record_tick_events``) and its staging insert (``record``), each bulk statement by table (``insert <table>`` is a COPY, ``update <table>`` a
+(``record_tick_events``) and its staging insert (``record``; ``record_rows`` where the started
+events are staged as rows), each bulk statement by table (``insert <table>`` is a COPY, ``update <table>`` a
 set-based UPDATE, whose server time runs pipelined and is not in these figures), the re-read and
 the locks; and, though the line says "write-phase", the phases around it: ``load_snapshot``
 (of which the rows taken in, ``ClusterRows._take_tasks`` and ``_take_jobs``) and ``decide``.
@@ -41,7 +42,7 @@ def install() -> None:
         (run, ("apply_decision",)),
         (apply, ("record_tick_events", "current_task_states", "lock_jobs", "hold_workers")),
         (apply, ("live_job_states", "limits_sample")),
-        (events, ("record",)),
+        (events, ("record", "record_rows")),
         (record, ("record",)),
         (instruments, ("record_placements",)),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import orjson
 import pytest
 from django.db import transaction
 from django.utils import timezone
@@ -19,7 +20,7 @@ from scheduler.execution.attempts import apply_reports
 from scheduler.jobs.cancel import cancel_job
 from scheduler.models import Event, Job, StagedEvent, Task, UserBudget
 from scheduler.tick.run import run_tick
-from tests.personas import make_job, make_worker, start_running, submit
+from tests.personas import NOW_MS, make_job, make_worker, start_running, submit
 
 pytestmark = pytest.mark.django_db
 
@@ -177,3 +178,22 @@ def test_staged_events_take_ids_in_staging_order_after_the_ones_already_sequence
 
     assert [e.job for e in events] == ["/alice/one", "/alice/two", "/alice/three"]
     assert events[0].id < events[1].id < events[2].id
+
+
+def test_a_tick_stages_its_starts_and_the_ends_it_decides_in_order():
+    """One tick's own events, as staged rows: each assignment's ``started`` (worker, attempt,
+    band) first, then a task the tick ended and the ``finished`` of its job (a scheduling
+    deadline passed); a job that merely started is not finished."""
+    make_worker("w1", cpu=1, memory_gib=1)
+    make_job("/alice/late", cpu=4, deadline_ms=NOW_MS - 1)
+    make_job("/bob/fits", band=Band.BATCH)
+
+    run_tick(NOW_MS)
+
+    staged = [
+        (e.kind, e.user, e.job, e.task_index, e.attempt, orjson.loads(e.data))
+        for e in StagedEvent.objects.exclude(kind__in=(kinds.QUEUED, kinds.SUBMITTED)).order_by("id")
+    ]
+    assert staged[0] == ("started", "bob", "/bob/fits", 0, 1, {"worker": "w1", "attempt": 1, "band": "batch"})
+    ends = [(kind, job, data.get("outcome")) for kind, _, job, _, _, data in staged[1:]]
+    assert ends == [("task_finished", "/alice/late", "unschedulable"), ("finished", "/alice/late", "unschedulable")]
