@@ -30,7 +30,7 @@ def simulate(data: bytes, source: str, indent: int = 2) -> bytes:
     # way would only rescan them (see collector_paused).
     with collector_paused():
         snapshot = _read(data, source)
-        decision = decision_to_json(decide(snapshot), snapshot)
+        decision = decision_to_json(decide(snapshot))
         return orjson.dumps(decision, option=(orjson.OPT_INDENT_2 if indent else 0) | orjson.OPT_APPEND_NEWLINE)
 
 
