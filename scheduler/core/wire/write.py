@@ -229,23 +229,20 @@ def decision_to_json(decision: Decision) -> dict:
         for key, reason in dict(zip(map(id, reason_values), reason_values)).items()
     }
     after = decision.after
-    states = TASK_STATE_VALUES
-    band_or_none = BAND_WIRE_OR_NONE
-    after_json = {}
+    after_ids = _sorted_by_task(after)
+    after_values = list(map(after.__getitem__, after_ids))
+    states, band_or_none = TASK_STATE_VALUES, BAND_WIRE_OR_NONE
     # ``decide`` shares one TaskAfter between tasks with the same outcome (thousands land on
     # one worker alike), so each is rendered once and the tasks share its (read-only) dict.
-    rendered: dict[int, dict] = {}
-    for t in _sorted_by_task(after):
-        task = after[t]
-        entry = rendered.get(id(task))
-        if entry is None:
-            entry = rendered[id(task)] = {
-                "state": states[task.state],
-                "worker": task.worker,
-                "band": band_or_none[task.band],
-                "preemption_count": task.preemption_count,
-            }
-        after_json[t] = entry
+    rendered = {
+        key: {
+            "state": states[task.state],
+            "worker": task.worker,
+            "band": band_or_none[task.band],
+            "preemption_count": task.preemption_count,
+        }
+        for key, task in dict(zip(map(id, after_values), after_values)).items()
+    }
     return {
         "spend": {user: decision.spend[user] for user in sorted(decision.spend)},
         "effective_bands": dict(
@@ -264,6 +261,6 @@ def decision_to_json(decision: Decision) -> dict:
             )
         ),
         "queue": {band_wire[band]: tasks for band, tasks in pending_queue(decision).items()},
-        "after": after_json,
+        "after": dict(zip(after_ids, map(rendered.__getitem__, map(id, after_values)))),
         "jobs_after": {job: decision.jobs_after[job].value for job in sorted(decision.jobs_after)},
     }
