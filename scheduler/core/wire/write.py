@@ -3,10 +3,10 @@ prints it (see the package for key order)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
+from bisect import insort
 from dataclasses import dataclass
 from itertools import chain, repeat
-from operator import itemgetter, methodcaller
 from typing import Any
 
 from scheduler.core.bands import Band
@@ -154,17 +154,6 @@ def task_sort_key(task_id: str) -> tuple[str, int]:
     return (job_id, int(index))
 
 
-_split_task = methodcaller("rpartition", "/")
-_third = itemgetter(2)
-
-
-def _sorted_by_task(task_ids: Iterable[str]) -> list[str]:
-    """``sorted(task_ids, key=task_sort_key)`` with the keys built in C (no Python call per id)."""
-    ids = list(task_ids)
-    parts = list(map(_split_task, ids))
-    return list(map(_third, sorted(zip(map(itemgetter(0), parts), map(int, map(_third, parts)), ids))))
-
-
 @dataclass(frozen=True, slots=True)
 class _Entry:
     """A task of a :class:`TaskMap` known by its id alone (an ``extra`` entry), for its runs."""
@@ -182,12 +171,12 @@ def _in_task_order(mapping: Mapping[str, Any]) -> tuple[list[str], list[Any], li
     hold its tasks by index, the tasks of one run before the next's); only the jobs with an
     ``extra`` or ``removed`` task go a task at a time. Any other map is sorted by task."""
     if not isinstance(mapping, TaskMap):
-        ids = _sorted_by_task(mapping)
+        ids = sorted(mapping, key=task_sort_key)
         return ids, list(map(mapping.__getitem__, ids)), [1] * len(ids)
     runs = [run for run in mapping.runs if run[0]]
     extra, removed = mapping.extra, mapping.removed
     if extra or removed:
-        touched = set(map(itemgetter(0), map(_split_task, chain(extra, removed))))
+        touched = {task_id[: task_id.rfind("/")] for task_id in chain(extra, removed)}
         singles = [
             ((task,), value)
             for tasks, value in runs
@@ -203,9 +192,28 @@ def _in_task_order(mapping: Mapping[str, Any]) -> tuple[list[str], list[Any], li
             if task_id not in removed
             for job_id, _, index in (task_id.rpartition("/"),)
         )
-    keys = [(tasks[0].job_id, tasks[0].index) for tasks, _ in runs]
-    runs = list(map(runs.__getitem__, sorted(range(len(runs)), key=keys.__getitem__)))
+    # By (job id, first index): a stable sort by index, then one by job id (plain keys compare
+    # in C far faster than tuples).
+    firsts = [tasks[0] for tasks, _ in runs]
+    by_index = sorted(range(len(runs)), key=[task.index for task in firsts].__getitem__)
+    runs = list(map(runs.__getitem__, sorted(by_index, key=[task.job_id for task in firsts].__getitem__)))
     return [task.id for tasks, _ in runs for task in tasks], [value for _, value in runs], [len(t) for t, _ in runs]
+
+
+def _after_in_task_order(after: Mapping[str, Any], in_order: list[str]) -> list[str]:
+    """The task ids of ``after`` sorted by :func:`task_sort_key`: those among ``in_order`` (task
+    ids in that order: the effective bands', which hold every task placed or expired) picked
+    from it in C, the few others (preemption victims, their gang siblings) put in place."""
+    ids = list(filter(after.__contains__, in_order))
+    if len(ids) == len(after):
+        return ids
+    picked = set(ids)
+    others = [task_id for task_id in after if task_id not in picked]
+    if len(others) > len(ids) // 8:
+        return sorted(after, key=task_sort_key)
+    for task_id in others:
+        insort(ids, task_id, key=task_sort_key)
+    return ids
 
 
 # Wire names by dict look-up: ``Band.wire`` and ``Enum.value`` are Python-level properties.
@@ -229,7 +237,7 @@ def decision_to_json(decision: Decision) -> dict:
         for key, reason in dict(zip(map(id, reason_values), reason_values)).items()
     }
     after = decision.after
-    after_ids = _sorted_by_task(after)
+    after_ids = _after_in_task_order(after, band_ids)
     after_values = list(map(after.__getitem__, after_ids))
     states, band_or_none = TASK_STATE_VALUES, BAND_WIRE_OR_NONE
     # ``decide`` shares one TaskAfter between tasks with the same outcome (thousands land on
