@@ -12,7 +12,7 @@ from scheduler.core.bands import Band
 from scheduler.core.feasibility import analyse_job, any_fits_when_idle, constraint_text, slice_group
 from scheduler.core.ordering import JobQueue
 from scheduler.core.placement import Placed, Shape, ShapeBook, WorkerPool
-from scheduler.core.types import Decision, GroupSpec, JobSpec, TaskMap, TaskSnapshot, WorkerSpec
+from scheduler.core.types import Decision, GroupSpec, JobSpec, TaskMap, TaskSnapshot, WorkerSpec, task_dict
 from scheduler.core.explain.reasons import (
     AssignmentCapReached,
     BuildSlotsFull,
@@ -318,11 +318,12 @@ def pending_queue(decision: Decision) -> dict[Band, list[str]]:
         and sum(count for _, count in decision.order_bands) == len(decision.order)
     ):
         return _queue_by_band(decision, reasons, bands)
+    reasons = task_dict(reasons)
     assigned = {a.task for a in decision.assignments}
     # A task's band: its effective band at tick start, else (put back in the queue this tick)
     # the band it goes back in. (A copy of the 100,000-entry map is one block copy; merging
     # into a non-empty dict would insert its entries one by one.)
-    band_of = dict(bands)
+    band_of = dict(task_dict(bands))
     for task, band in decision.requeue_bands.items():
         band_of.setdefault(task, band)
     # The filters run in C: this is once per pending task (100,000 in a large tick).
