@@ -68,10 +68,12 @@ subprocess.run(["callgrind_control", "-i", "off", pid], stdout=subprocess.DEVNUL
 """
 
 QUEUE_READERS = """
+import gc
 import os
 import subprocess
 import sys
 import orjson
+gc.disable()  # as in the tick, which pauses the collector throughout
 sys.path.insert(0, sys.argv[1])
 from scheduler.board.formats import explanation_to_json
 from scheduler.core.decision import decide
