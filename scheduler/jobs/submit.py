@@ -514,6 +514,8 @@ def _write_job(actor, plan: SubmissionPlan) -> Job:
             task_state=_PENDING_TASK,
             created_at=now,
             event=staged_fields(submitted(plan, now)),
+            # The last statement of submit_job's transaction: its COMMIT goes in the same round trip.
+            commit=True,
         )
         job = Job(pk=pk, created_at=now, **fields, **_timed_fields(plan, submitted_ms))
         job._state.adding, job._state.db = False, connection.alias

@@ -81,6 +81,34 @@ def fetch_one_after(first: tuple[str, Sequence], sql: str, params: Sequence = ()
     return row
 
 
+def fetch_one_and_commit(sql: str, params: Sequence = ()) -> tuple | None:
+    """``fetch_one``, and when this runs in Django's outermost ``atomic`` block on PostgreSQL, the
+    transaction's ``COMMIT`` sent with ``sql`` in one round trip (a psycopg pipeline; issue 26):
+    Django's commit on leaving the block then finds the transaction ended and sends nothing
+    (psycopg commits only a connection that is in a transaction), and runs its ``on_commit``
+    hooks as always. The caller's block must run no statement after this one: it would run in a
+    transaction of its own. If ``sql`` fails, PostgreSQL skips the ``COMMIT`` (a pipeline stops
+    at its first error), the error is raised and the block rolls back, as before. Inside a nested
+    block (a caller's own transaction, a test's) nothing is committed here."""
+    if connection.vendor != "postgresql" or not connection.in_atomic_block or len(connection.atomic_blocks) != 1:
+        return fetch_one(sql, params)
+    import psycopg
+
+    connection.ensure_connection()
+    started = time.monotonic()
+    pg = connection.connection
+    with connection.wrap_database_errors, psycopg.Cursor(pg) as cursor, psycopg.Cursor(pg) as commit:
+        with pg.pipeline():
+            cursor.execute(sql, params, prepare=True)
+            commit.execute("COMMIT")
+        row = cursor.fetchone()
+    if connection.queries_logged:
+        # Django logs the COMMIT itself (when the block ends), as with any transaction.
+        took = f"{time.monotonic() - started:.3f}"
+        connection.queries_log.append({"sql": f"{sql} -- prepared, COMMIT pipelined", "time": took})
+    return row
+
+
 def fetch_one(sql: str, params: Sequence = ()) -> tuple | None:
     rows = fetch(sql, params)
     return rows[0] if rows else None
