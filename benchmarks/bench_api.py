@@ -6,14 +6,16 @@ Usage (from the repository root; needs PostgreSQL and Redis, and gunicorn: ``pip
     .venv/bin/python benchmarks/bench_api.py                                # 16 clients, 4,000 submissions
     .venv/bin/python benchmarks/bench_api.py --cluster 100000x10000         # on a pre-filled cluster
     .venv/bin/python benchmarks/bench_api.py --no-tick --submissions 2000   # the web path alone
+    .venv/bin/python benchmarks/bench_api.py --web-threads 4 --keep-alive   # gthread, connections kept
 
 The benchmark database (``IRIS_BENCH_DATABASE_URL``, default
 ``postgresql://postgres@127.0.0.1:5432/iris_bench_api``) is dropped and recreated; the broker and
 cache are ``IRIS_REDIS_URL`` (default ``redis://127.0.0.1:6379/15``); gunicorn binds
 ``127.0.0.1:--port``. Each client is its own user (``bench-<n>``, a researcher with an API token)
 submitting single-task CPU jobs one after another on a new connection each (gunicorn's sync
-workers close every connection). The run stops after ``--submissions`` answers or ``--seconds``,
-whichever comes first.
+workers close every connection), or with ``--keep-alive`` on one connection while the server keeps
+it open (``--web-threads N``: gunicorn's gthread workers, N threads each, which keep connections
+alive). The run stops after ``--submissions`` answers or ``--seconds``, whichever comes first.
 
 Printed: submissions/s over the measured window, p50/p99 latency, errors by status, and CPU seconds
 per submission of the web workers, of the PostgreSQL backends of the benchmark database, of the
