@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 
 from django.db import connection
 
@@ -61,24 +62,11 @@ def fetch_one_after(first: tuple[str, Sequence], sql: str, params: Sequence = ()
     if connection.vendor != "postgresql":
         fetch(*first)
         return fetch_one(sql, params)
-    import psycopg
-
-    connection.ensure_connection()
-    started = time.monotonic()
-    pg = connection.connection
-    with connection.wrap_database_errors, psycopg.Cursor(pg) as before, psycopg.Cursor(pg) as cursor:
-        # Nothing is read inside the pipeline: leaving it sends the statements and one Sync and
-        # processes every result, so the round trip is one.
-        with pg.pipeline():
-            before.execute(first[0], first[1], prepare=True)
-            cursor.execute(sql, params, prepare=True)
-        row = cursor.fetchone()
-    if connection.queries_logged:
-        took = f"{time.monotonic() - started:.3f}"
-        connection.queries_log.extend(
-            {"sql": f"{text} -- prepared, pipelined", "time": took} for text in (first[0], sql)
-        )
-    return row
+    # Nothing is read inside the pipeline: leaving it sends the statements and one Sync and
+    # processes every result, so the round trip is one.
+    return _pipelined(
+        [(*first, True), (sql, params, True)], 1, [f"{text} -- prepared, pipelined" for text in (first[0], sql)]
+    )
 
 
 def fetch_one_and_commit(sql: str, params: Sequence = ()) -> tuple | None:
@@ -92,20 +80,27 @@ def fetch_one_and_commit(sql: str, params: Sequence = ()) -> tuple | None:
     block (a caller's own transaction, a test's) nothing is committed here."""
     if connection.vendor != "postgresql" or not connection.in_atomic_block or len(connection.atomic_blocks) != 1:
         return fetch_one(sql, params)
+    # Django logs the COMMIT itself (when the block ends), as with any transaction.
+    return _pipelined([(sql, params, True), ("COMMIT", (), False)], 0, [f"{sql} -- prepared, COMMIT pipelined"])
+
+
+def _pipelined(statements: Sequence[tuple[str, Sequence, bool]], answer: int, logged: list[str]) -> tuple | None:
+    """Send ``statements`` (``(sql, params, prepare)``) as one psycopg pipeline, one round trip;
+    the first row of statement ``answer``, and ``logged`` in Django's query log."""
     import psycopg
 
     connection.ensure_connection()
     started = time.monotonic()
     pg = connection.connection
-    with connection.wrap_database_errors, psycopg.Cursor(pg) as cursor, psycopg.Cursor(pg) as commit:
+    with connection.wrap_database_errors, ExitStack() as cursors:
+        opened = [cursors.enter_context(psycopg.Cursor(pg)) for _ in statements]
         with pg.pipeline():
-            cursor.execute(sql, params, prepare=True)
-            commit.execute("COMMIT")
-        row = cursor.fetchone()
+            for cursor, (sql, params, prepare) in zip(opened, statements, strict=True):
+                cursor.execute(sql, params, prepare=prepare)
+        row = opened[answer].fetchone()
     if connection.queries_logged:
-        # Django logs the COMMIT itself (when the block ends), as with any transaction.
         took = f"{time.monotonic() - started:.3f}"
-        connection.queries_log.append({"sql": f"{sql} -- prepared, COMMIT pipelined", "time": took})
+        connection.queries_log.extend({"sql": text, "time": took} for text in logged)
     return row
 
 
