@@ -6,14 +6,16 @@ Usage (from the repository root; needs PostgreSQL and Redis, and gunicorn: ``pip
     .venv/bin/python benchmarks/bench_api.py                                # 16 clients, 4,000 submissions
     .venv/bin/python benchmarks/bench_api.py --cluster 100000x10000         # on a pre-filled cluster
     .venv/bin/python benchmarks/bench_api.py --no-tick --submissions 2000   # the web path alone
+    .venv/bin/python benchmarks/bench_api.py --web-threads 4 --keep-alive   # gthread, connections kept
 
 The benchmark database (``IRIS_BENCH_DATABASE_URL``, default
 ``postgresql://postgres@127.0.0.1:5432/iris_bench_api``) is dropped and recreated; the broker and
 cache are ``IRIS_REDIS_URL`` (default ``redis://127.0.0.1:6379/15``); gunicorn binds
 ``127.0.0.1:--port``. Each client is its own user (``bench-<n>``, a researcher with an API token)
 submitting single-task CPU jobs one after another on a new connection each (gunicorn's sync
-workers close every connection). The run stops after ``--submissions`` answers or ``--seconds``,
-whichever comes first.
+workers close every connection), or with ``--keep-alive`` on one connection while the server keeps
+it open (``--web-threads N``: gunicorn's gthread workers, N threads each, which keep connections
+alive). The run stops after ``--submissions`` answers or ``--seconds``, whichever comes first.
 
 Printed: submissions/s over the measured window, p50/p99 latency, errors by status, and CPU seconds
 per submission of the web workers, of the PostgreSQL backends of the benchmark database, of the
@@ -112,8 +114,9 @@ def _wait_for(port: int, seconds: float) -> None:
 class Clients:
     """``count`` threads submitting jobs; each records (start, latency, status) per submission."""
 
-    def __init__(self, port: int, tokens: list[str], limit: int, seconds: float, tag: str):
+    def __init__(self, port: int, tokens: list[str], limit: int, seconds: float, tag: str, keep_alive: bool = False):
         self.port, self.tokens, self.limit, self.seconds, self.tag = port, tokens, limit, seconds, tag
+        self.keep_alive = keep_alive
         self.results: list[tuple[float, float, int]] = []
         self.lock = threading.Lock()
         self.sent = 0
@@ -129,26 +132,36 @@ class Clients:
     def _run(self, client: int, stop_at: float) -> None:
         headers = {"Authorization": f"Token {self.tokens[client]}", "Content-Type": "application/json"}
         i = 0
+        conn = None
         while time.monotonic() < stop_at:
             if self._next() is None:
-                return
+                break
             i += 1
             body = json.dumps({"name": f"{self.tag}{client}-{i}", "command": ["true"], "cpu": 1})
             started = time.monotonic()
             try:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
+                if conn is None:
+                    conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
                 conn.request("POST", "/api/v1/jobs/", body=body, headers=headers)
                 response = conn.getresponse()
                 text = response.read()
                 status = response.status
-                conn.close()
+                # A server that keeps the connection open (gthread) serves the next one on it.
+                if not self.keep_alive or response.will_close:
+                    conn.close()
+                    conn = None
             except OSError as exc:
                 status, text = 0, str(exc).encode()
+                if conn is not None:
+                    conn.close()
+                    conn = None
             latency = time.monotonic() - started
             with self.lock:
                 self.results.append((started, latency, status))
                 if status != 201 and status not in self.errors:
                     self.errors[status] = text[:300].decode(errors="replace")
+        if conn is not None:
+            conn.close()
 
     def run(self) -> None:
         stop_at = time.monotonic() + self.seconds
@@ -164,7 +177,18 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--submissions", type=int, default=4000, help="at most this many in the window")
     parser.add_argument("--seconds", type=float, default=60.0, help="at most this long")
-    parser.add_argument("--web-workers", type=int, default=4, help="gunicorn sync workers")
+    parser.add_argument("--web-workers", type=int, default=4, help="gunicorn workers")
+    parser.add_argument(
+        "--web-threads",
+        type=int,
+        default=0,
+        help="serve the API with gunicorn's gthread workers, this many threads each (0: sync workers)",
+    )
+    parser.add_argument(
+        "--keep-alive",
+        action="store_true",
+        help="each client sends its submissions on one connection while the server keeps it open (gthread does)",
+    )
     parser.add_argument("--port", type=int, default=int(os.environ.get("IRIS_BENCH_PORT", "8120")))
     parser.add_argument("--cluster", help="PENDINGxWORKERS: pre-fill a synthetic cluster (benchmarks/restore.py)")
     parser.add_argument("--no-tick", action="store_true", help="no Celery worker (the web path alone)")
@@ -245,6 +269,15 @@ def gunicorn(port: int, env: dict, *options: str) -> subprocess.Popen:
     )
 
 
+def web_options(args) -> list[str]:
+    """gunicorn's options for the API's workers: ``--web-workers`` sync workers, or gthread
+    workers of ``--web-threads`` threads each."""
+    options = ["-w", str(args.web_workers)]
+    if args.web_threads:
+        options += ["-k", "gthread", "--threads", str(args.web_threads)]
+    return options
+
+
 def celery_ticking(env: dict) -> subprocess.Popen:
     """A Celery worker with beat (one process): ticks, event moves, deliveries."""
     return subprocess.Popen(
@@ -281,7 +314,9 @@ def stop(processes: list[subprocess.Popen]) -> None:
             os.killpg(process.pid, signal.SIGKILL)
 
 
-def measure_window(port: int, tokens: list[str], submissions: int, seconds: float, tag: str, servers: dict) -> dict:
+def measure_window(
+    port: int, tokens: list[str], submissions: int, seconds: float, tag: str, servers: dict, keep_alive: bool = False
+) -> dict:
     """One measured window of submissions: rate, latencies, errors, and CPU seconds of each
     server (``{name: [pid, ...]}``; "postgres" re-read after the window, as backends come and
     go, and so is each group of backends named in ``servers["_applications"]``, ``{name:
@@ -295,7 +330,7 @@ def measure_window(port: int, tokens: list[str], submissions: int, seconds: floa
     cpu_before = {name: _cpu_by_pid(pids) for name, pids in servers.items()}
     client_before = time.process_time()
     load_before = os.getloadavg()
-    clients = Clients(port, tokens, submissions, seconds, tag)
+    clients = Clients(port, tokens, submissions, seconds, tag, keep_alive)
     from django.utils import timezone
 
     opened = timezone.now()
@@ -402,26 +437,27 @@ def main() -> None:
     jobs_before = Job.objects.count()
     processes = []
     try:
-        web = gunicorn(args.port, env, "-w", str(args.web_workers))
+        web = gunicorn(args.port, env, *web_options(args))
         processes.append(web)
         if not args.no_tick:
             ticker = celery_ticking(env)
             processes.append(ticker)
         _wait_for(args.port, 60)
-        Clients(args.port, tokens, WARMUP_PER_CLIENT * args.clients, 60, "warm").run()
+        Clients(args.port, tokens, WARMUP_PER_CLIENT * args.clients, 60, "warm", args.keep_alive).run()
         if not args.no_tick and args.settle_ticks:
             settled = settle(args.settle_ticks)
             print(f"waited {settled:.1f} s for the first {args.settle_ticks} ticks (the restored backlog placed)")
         servers = {"web": _tree(web.pid), "postgres": _backends(database), "_database": database}
         if not args.no_tick:
             servers["celery"] = _tree(ticker.pid)
-        window = measure_window(args.port, tokens, args.submissions, args.seconds, "j", servers)
+        window = measure_window(args.port, tokens, args.submissions, args.seconds, "j", servers, args.keep_alive)
     finally:
         stop(processes)
 
     jobs_after = Job.objects.count()
     print(
-        f"clients {args.clients}, gunicorn workers {args.web_workers}, cluster {args.cluster or 'empty'}, "
+        f"clients {args.clients}{' (keep-alive)' if args.keep_alive else ''}, gunicorn workers {args.web_workers} "
+        f"{f'gthread x {args.web_threads} threads' if args.web_threads else 'sync'}, cluster {args.cluster or 'empty'}, "
         f"tick worker {'no' if args.no_tick else 'yes'}, start estimates {args.estimates}"
     )
     for line in window_lines(window):

@@ -497,10 +497,9 @@ def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
 def _write_job(actor, plan: SubmissionPlan) -> Job:
     """The write step of one submission: a submission time from the submission clock, the Job
     row, one Task per replica and the job's ``submitted`` event (staged in the same transaction).
-    On PostgreSQL that is one prepared statement (``store.submission_rows``); elsewhere the model
-    instances are saved and the event recorded. Either way the rows
-    come back as model instances (``job.new_tasks`` its tasks, the parent and the submitter in
-    hand), for the answer, rendered without reading them back."""
+    On PostgreSQL that is one prepared statement (``store.submission_rows``), sent with the COMMIT;
+    elsewhere the model instances are saved and the event recorded. Either way the rows come back
+    as model instances (``job.new_tasks``, the parent and the submitter in hand), for the answer."""
     request = plan.request
     fields = _untimed_fields(actor.pk, plan)
     if connection.vendor == "postgresql":
@@ -514,6 +513,7 @@ def _write_job(actor, plan: SubmissionPlan) -> Job:
             task_state=_PENDING_TASK,
             created_at=now,
             event=staged_fields(submitted(plan, now)),
+            commit=True,  # submit_job's transaction runs nothing after it: its COMMIT goes along
         )
         job = Job(pk=pk, created_at=now, **fields, **_timed_fields(plan, submitted_ms))
         job._state.adding, job._state.db = False, connection.alias

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 
 from django.db import connection
 
@@ -61,23 +62,45 @@ def fetch_one_after(first: tuple[str, Sequence], sql: str, params: Sequence = ()
     if connection.vendor != "postgresql":
         fetch(*first)
         return fetch_one(sql, params)
+    # Nothing is read inside the pipeline: leaving it sends the statements and one Sync and
+    # processes every result, so the round trip is one.
+    return _pipelined(
+        [(*first, True), (sql, params, True)], 1, [f"{text} -- prepared, pipelined" for text in (first[0], sql)]
+    )
+
+
+def fetch_one_and_commit(sql: str, params: Sequence = ()) -> tuple | None:
+    """``fetch_one``, and when this runs in Django's outermost ``atomic`` block on PostgreSQL, the
+    transaction's ``COMMIT`` sent with ``sql`` in one round trip (a psycopg pipeline; issue 26):
+    Django's commit on leaving the block then finds the transaction ended and sends nothing
+    (psycopg commits only a connection that is in a transaction), and runs its ``on_commit``
+    hooks as always. The caller's block must run no statement after this one: it would run in a
+    transaction of its own. If ``sql`` fails, PostgreSQL skips the ``COMMIT`` (a pipeline stops
+    at its first error), the error is raised and the block rolls back, as before. Inside a nested
+    block (a caller's own transaction, a test's) nothing is committed here."""
+    if connection.vendor != "postgresql" or not connection.in_atomic_block or len(connection.atomic_blocks) != 1:
+        return fetch_one(sql, params)
+    # Django logs the COMMIT itself (when the block ends), as with any transaction.
+    return _pipelined([(sql, params, True), ("COMMIT", (), False)], 0, [f"{sql} -- prepared, COMMIT pipelined"])
+
+
+def _pipelined(statements: Sequence[tuple[str, Sequence, bool]], answer: int, logged: list[str]) -> tuple | None:
+    """Send ``statements`` (``(sql, params, prepare)``) as one psycopg pipeline, one round trip;
+    the first row of statement ``answer``, and ``logged`` in Django's query log."""
     import psycopg
 
     connection.ensure_connection()
     started = time.monotonic()
     pg = connection.connection
-    with connection.wrap_database_errors, psycopg.Cursor(pg) as before, psycopg.Cursor(pg) as cursor:
-        # Nothing is read inside the pipeline: leaving it sends the statements and one Sync and
-        # processes every result, so the round trip is one.
+    with connection.wrap_database_errors, ExitStack() as cursors:
+        opened = [cursors.enter_context(psycopg.Cursor(pg)) for _ in statements]
         with pg.pipeline():
-            before.execute(first[0], first[1], prepare=True)
-            cursor.execute(sql, params, prepare=True)
-        row = cursor.fetchone()
+            for cursor, (sql, params, prepare) in zip(opened, statements, strict=True):
+                cursor.execute(sql, params, prepare=prepare)
+        row = opened[answer].fetchone()
     if connection.queries_logged:
         took = f"{time.monotonic() - started:.3f}"
-        connection.queries_log.extend(
-            {"sql": f"{text} -- prepared, pipelined", "time": took} for text in (first[0], sql)
-        )
+        connection.queries_log.extend({"sql": text, "time": took} for text in logged)
     return row
 
 

@@ -163,13 +163,16 @@ def insert_job_with_tasks(
     task_state: str,
     created_at: datetime,
     event: Mapping[str, object],
+    commit: bool = False,
 ) -> tuple[int, int, list[int]]:
     """Write one job (its columns by attribute name in ``fields``, but the three times) and
     ``replicas`` tasks in ``task_state``, stamped by the submission clock at ``now_ms`` or later,
     in one statement. Returns the job's id, its submission time and its tasks' ids by index.
     ``root_submitted_at_ms`` None: the job is a root (its own time); ``deadline_after_ms`` None:
     no scheduling deadline. ``event``: the job's first event as a ``StagedEvent`` row's values by
-    attribute name, staged by the same statement. A taken name raises ``django.db.IntegrityError``."""
+    attribute name, staged by the same statement. A taken name raises ``django.db.IntegrityError``.
+    ``commit``: the write is the last statement of the caller's transaction, whose ``COMMIT`` may
+    go with it (``prepared.fetch_one_and_commit``)."""
     sql, columns, staged = _insert_sql()
     values = []
     for _, pg_type, attname in columns:
@@ -177,7 +180,7 @@ def insert_job_with_tasks(
         if pg_type == "jsonb" and value is not None:
             value = json.dumps(value)
         values.append(value)
-    row = prepared.fetch_one(
+    row = (prepared.fetch_one_and_commit if commit else prepared.fetch_one)(
         sql,
         [
             now_ms,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import pytest
 
 from scheduler.budgets.writes import approve_uplift, request_uplift
 from scheduler.core.bands import Band
+from scheduler.foundation.errors import FailedPrecondition
 from scheduler.jobs.cancel import cancel_job
 from scheduler.jobs.submit import request_prompt_tick, submit_job
 from scheduler.models import AuditEntry, Job, Task, UserBudget
@@ -446,6 +448,41 @@ def test_on_postgresql_a_submission_is_four_prepared_statements_and_its_transact
         statements
     )
     assert len(statements) - len(prepared) <= 2, statements  # BEGIN/COMMIT, or SAVEPOINT/RELEASE in a test
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_a_submission_commits_with_its_write_and_a_raced_name_writes_nothing(alice, monkeypatch):
+    """Issue 26: outside a caller's transaction the write's round trip carries the COMMIT (the
+    token, the lock with the reads, the write with the COMMIT: three round trips), the prompt
+    tick is asked for after it; a name taken between the reads and the write (a race) fails the
+    write, so nothing of the submission is written and the answer is the name's error."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from scheduler.jobs import submit as submit_module
+    from scheduler.models import StagedEvent
+    from scheduler.store import submission_rows
+
+    asked = []
+    monkeypatch.setattr(submit_module, "request_prompt_tick", lambda: asked.append("tick"))
+    with CaptureQueriesContext(connection) as captured:
+        job = submit_job(alice, {"name": "first", "command": ["true"], "replicas": 2})
+    assert asked == ["tick"]
+    statements = [q["sql"] for q in captured.captured_queries]
+    assert [sql[:20] for sql in statements if sql.endswith("-- prepared, COMMIT pipelined")] == [
+        "WITH stamp AS (SELEC"
+    ], statements
+    assert Task.objects.filter(job__name="/alice/first").count() == 2 and job.replicas == 2
+    events = StagedEvent.objects.count()
+
+    reads = submission_rows.rule_reads
+    # As if the other submission's write had not committed when these reads ran.
+    monkeypatch.setattr(submission_rows, "rule_reads", lambda *a, **k: replace(reads(*a, **k), id_taken=False))
+    with pytest.raises(FailedPrecondition, match="already exists"):
+        submit_job(alice, {"name": "first", "command": ["true"], "replicas": 3})
+    assert asked == ["tick"]
+    assert Job.objects.count() == 1 and Task.objects.count() == 2 and StagedEvent.objects.count() == events
 
 
 @pytest.mark.postgres

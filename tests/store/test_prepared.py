@@ -72,3 +72,71 @@ def test_on_postgresql_a_lock_sent_with_the_reads_after_it_is_held_when_they_ans
                 "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ["%pg_advisory_xact_lock%"]
             )
             assert cursor.fetchone()[0] == 1
+
+
+def test_a_statement_and_commit_inside_a_callers_transaction_commits_nothing():
+    """Inside a nested block (here the test's own transaction) the statement runs alone: what
+    it wrote is the enclosing transaction's to keep or roll back."""
+    from django.db import transaction
+
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TEMPORARY TABLE prepared_nested (n integer)")
+    with transaction.atomic():
+        assert prepared.fetch_one_and_commit("INSERT INTO prepared_nested (n) VALUES (%s) RETURNING n", [3]) == (3,)
+        assert connection.in_atomic_block
+    try:
+        with transaction.atomic():
+            prepared.fetch_one_and_commit("INSERT INTO prepared_nested (n) VALUES (%s)", [4])
+            raise RuntimeError("the caller rolls back")
+    except RuntimeError:
+        pass
+    assert prepared.fetch("SELECT n FROM prepared_nested") == [(3,)]
+
+
+@pytest.fixture
+def probe_table():
+    """A table of unique numbers on its own session, outside any test transaction."""
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TEMPORARY TABLE prepared_commit (n integer UNIQUE)")
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE prepared_commit")
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_the_outermost_blocks_last_statement_carries_its_commit(probe_table):
+    """Issue 26: the write and the COMMIT in one round trip. The transaction has ended when the
+    statement answers; Django's commit on leaving the block sends nothing, and its on_commit
+    hooks still run after it."""
+    from django.db import transaction
+    from psycopg.pq import TransactionStatus
+
+    hooks = []
+    with transaction.atomic():
+        prepared.fetch("INSERT INTO prepared_commit (n) VALUES (%s)", [1])
+        assert prepared.fetch_one_and_commit("INSERT INTO prepared_commit (n) VALUES (%s) RETURNING n", [2]) == (2,)
+        assert connection.connection.pgconn.transaction_status == TransactionStatus.IDLE
+        transaction.on_commit(lambda: hooks.append("ran"))
+    assert hooks == ["ran"]
+    assert prepared.fetch("SELECT n FROM prepared_commit ORDER BY n") == [(1,), (2,)]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_a_failing_last_statement_commits_nothing_of_its_transaction(probe_table):
+    """A unique violation in the statement: the COMMIT sent with it is skipped, the error is
+    Django's IntegrityError, and the block rolls back everything it wrote (no partial writes)."""
+    from django.db import IntegrityError, transaction
+
+    prepared.fetch("INSERT INTO prepared_commit (n) VALUES (%s)", [9])
+    hooks = []
+    with pytest.raises(IntegrityError), transaction.atomic():
+        prepared.fetch("INSERT INTO prepared_commit (n) VALUES (%s)", [10])
+        transaction.on_commit(lambda: hooks.append("ran"))
+        prepared.fetch_one_and_commit("INSERT INTO prepared_commit (n) VALUES (%s)", [9])
+    assert hooks == []
+    assert prepared.fetch("SELECT n FROM prepared_commit ORDER BY n") == [(9,)]
+    with transaction.atomic():  # the connection is usable again
+        assert prepared.fetch_one_and_commit("INSERT INTO prepared_commit (n) VALUES (%s) RETURNING n", [11]) == (11,)
+    assert prepared.fetch("SELECT n FROM prepared_commit ORDER BY n") == [(9,), (11,)]
