@@ -5,7 +5,6 @@ Usage (from the repository root; ``valgrind`` on the PATH)::
     python benchmarks/count_instructions.py decide TREE SNAPSHOT.json     # one decide
     python benchmarks/count_instructions.py simulate TREE SNAPSHOT.json   # the whole process
     python benchmarks/count_instructions.py decide-only TREE SNAPSHOT.json  # one decide, one run
-    python benchmarks/count_instructions.py queue TREE SNAPSHOT.json        # the decision's readers
 
 On a shared host CPU time moves with everybody else's load (the same decision has taken
 0.37 s and 0.72 s of CPU on this machine within an hour); the number of instructions a run
@@ -24,10 +23,6 @@ on right before it and off right after (``callgrind_control -i on|off`` on its o
 read runs at Valgrind's uninstrumented speed. A count takes a third to a quarter of the two
 cachegrind runs, and agrees with ``decide`` to within 0.2% (the toggles' own few instructions
 are counted).
-
-``queue`` counts, the same way, what the tick's publication reads of a decision beside the
-database (``board.publish.Publication``'s pure parts): the queue (``pending_queue``), its jobs
-(``queued_jobs``), the fairness sample and the stored explanation (``explanation_to_json``).
 """
 
 from __future__ import annotations
@@ -67,38 +62,9 @@ decide(snapshot)
 subprocess.run(["callgrind_control", "-i", "off", pid], stdout=subprocess.DEVNULL, check=True)
 """
 
-QUEUE_READERS = """
-import gc
-import os
-import subprocess
-import sys
-import orjson
-gc.disable()  # as in the tick, which pauses the collector throughout
-sys.path.insert(0, sys.argv[1])
-from scheduler.board.formats import explanation_to_json
-from scheduler.core.decision import decide
-from scheduler.core.explain import pending_queue, queued_jobs
-from scheduler.core.fairness import fairness_sample
-from scheduler.core.wire import snapshot_from_json
-with open(sys.argv[2], "rb") as f:
-    snapshot = snapshot_from_json(orjson.loads(f.read()))
-def read(decision):
-    queue = pending_queue(decision)
-    jobs_in_queue = queued_jobs(queue)
-    fairness_sample(snapshot, decision, queue, jobs_in_queue=jobs_in_queue)
-    explanation_to_json(snapshot, decision, queue, jobs_in_queue=jobs_in_queue, job_counts={})
-read(decide(snapshot))
-decision = decide(snapshot)
-pid = str(os.getpid())
-subprocess.run(["callgrind_control", "-i", "on", pid], stdout=subprocess.DEVNULL, check=True)
-read(decision)
-subprocess.run(["callgrind_control", "-i", "off", pid], stdout=subprocess.DEVNULL, check=True)
-"""
 
-
-def count_decide_only(tree: str, snapshot: str, program: str = DECIDE_ONLY) -> int:
-    """Instructions of one ``decide`` (the second) under callgrind, instrumented alone (or of
-    what else ``program`` switches instrumentation on around)."""
+def count_decide_only(tree: str, snapshot: str) -> int:
+    """Instructions of one ``decide`` (the second) under callgrind, instrumented alone."""
     return _valgrind_count(
         [
             "--tool=callgrind",
@@ -106,7 +72,7 @@ def count_decide_only(tree: str, snapshot: str, program: str = DECIDE_ONLY) -> i
             "--callgrind-out-file=/dev/null",
             sys.executable,
             "-c",
-            program,
+            DECIDE_ONLY,
             tree,
             snapshot,
         ],
@@ -140,7 +106,7 @@ def _valgrind_count(args: list[str], total: str, cwd: str | None = None) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("mode", choices=("decide", "decide-only", "simulate", "queue"))
+    parser.add_argument("mode", choices=("decide", "decide-only", "simulate"))
     parser.add_argument("tree", help="the source tree (a checkout or a git archive of one)")
     parser.add_argument("snapshot", help="a snapshot JSON file")
     args = parser.parse_args(argv)
@@ -153,10 +119,6 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"decide {snapshot} in {tree}: {count_decide_only(tree, snapshot):,} instructions (callgrind, decide alone)"
         )
-        return 0
-    if args.mode == "queue":
-        total = count_decide_only(tree, snapshot, QUEUE_READERS)
-        print(f"the queue's readers of one decision of {snapshot} in {tree}: {total:,} instructions (callgrind)")
         return 0
     once, twice = (count([sys.executable, "-c", DECIDE_N, tree, snapshot, str(n)]) for n in (1, 2))
     print(f"decide {snapshot} in {tree}: {twice - once:,} instructions (read + 1: {once:,}; read + 2: {twice:,})")

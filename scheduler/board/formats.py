@@ -17,7 +17,7 @@ import orjson
 
 from scheduler.core.bands import Band
 from scheduler.core.explain import pending_queue, queued_jobs, reason_record
-from scheduler.core.types import ANY_VARIANT, ClusterSnapshot, Decision, DeviceType, WorkerSpec, task_dict
+from scheduler.core.types import ANY_VARIANT, ClusterSnapshot, Decision, DeviceType, WorkerSpec
 from scheduler.core.whatif import queue_counts
 
 # The what-if basis's shape (``whatif_basis_to_json``).
@@ -63,7 +63,7 @@ def explanation_to_json(
     index_of_key: dict[bytes, int] = {}
     # Reasons are shared objects (one per job or request shape): turn each into a record once.
     index_of_reason: dict[int, int] = {}
-    reason_of_task = task_dict(decision.pending_reasons).__getitem__
+    reason_of_task = decision.pending_reasons.__getitem__
     jobs = snapshot.jobs
     bands: dict[str, dict] = {}
     for band, task_ids in queue.items():

@@ -42,7 +42,6 @@ from scheduler.core.types import (
     JobState,
     Preemption,
     TaskAfter,
-    TaskMap,
     TaskSnapshot,
     TaskState,
     Unschedulable,
@@ -93,12 +92,18 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
     book = ShapeBook(pool)
     by_job, expired, downgrades = _job_queues(snapshot, pending_by_job, out_of_order, spend, book)
     queues = list(by_job.values())
-    # Every pending task's effective band, and the reason of the tasks the per-job cap held
-    # back (which does not depend on placement): one entry per job, not per task.
-    effective_bands = TaskMap([(queue.pending, queue.band) for queue in queues])
-    held_back = [(queue.band, queue.held) for queue in queues if queue.held]
+    # One pass over every pending task: its effective band and, if the per-job cap held it
+    # back, its reason (which does not depend on placement).
+    # (A comprehension: a third cheaper than the same inserts in a loop statement.)
+    effective_bands: dict[str, Band] = {task.id: queue.band for queue in queues for task in queue.pending}
     held = HeldReasons(config.max_tasks_per_job_per_cycle)
-    held_runs = [(queue.held, held.reason(downgrades.get(queue.spec.id))) for queue in queues if queue.held]
+    reasons: dict[str, PendingReason] = {
+        task.id: reason
+        for queue in queues
+        if queue.held
+        for reason in (held.reason(downgrades.get(queue.spec.id)),)
+        for task in queue.held
+    }
 
     unschedulable = []
     for queue in expired:
@@ -106,7 +111,6 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
         unschedulable.extend(Unschedulable(t.id, reason) for t in queue.pending)
     bands = scheduling_order(queues, spend)
     order = tuple([t.id for tasks in bands.values() for t in tasks])
-    order_bands = tuple([(band, len(tasks)) for band, tasks in bands.items()])
     placed = place(bands, by_job, pool, book)
 
     # What placement left waiting in the bands that may preempt, in scheduling order.
@@ -121,16 +125,18 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
     outcome.finish_jobs(pending_by_job, active_by_job)
 
     explainer = Explainer(pool, book, snapshot.workers, snapshot.scale_groups)
-    explained = explain_pending(queues, placed, {t.id for t, _ in plan.placements}, explainer, downgrades)
+    reasons.update(explain_pending(queues, placed, {t.id for t, _ in plan.placements}, explainer, downgrades))
+    reasons.update(outcome.requeued)
     # A task that ended in this decision (its gang failed for good, its job expired) is not
     # pending any more, whatever the placement pass said about it.
-    reasons = TaskMap(held_runs + explained, outcome.requeued, outcome.ended)
+    for task_id in outcome.ended:
+        reasons.pop(task_id, None)
 
     defaults = config.budget_defaults
     requeue_bands = {
         task_id: effective_band(jobs[job_id].band, jobs[job_id].user, spend, snapshot.budgets, defaults)
         for task_id in outcome.requeued
-        if task_id not in outcome.ended
+        if task_id in reasons
         for job_id in (task_id.rsplit("/", 1)[0],)
     }
 
@@ -150,8 +156,6 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
         jobs_after=dict(sorted(outcome.jobs_after.items())),
         requeue_bands=requeue_bands,
         capacity_left=pool.capacity_left(),
-        order_bands=order_bands,
-        held=held_back,
     )
 
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from scheduler.core.bands import BANDS_IN_ORDER, Band
 from scheduler.core.budget import effective_band
@@ -52,7 +51,6 @@ from scheduler.core.types import (
     JobSpec,
     JobState,
     TaskAfter,
-    TaskMap,
     TaskSnapshot,
     TaskState,
     Unschedulable,
@@ -417,21 +415,14 @@ def merge_into(decision: Decision, plan: KueuePlan) -> Decision:
         return decision
     return Decision(
         spend=decision.spend,
-        effective_bands=_merged(decision.effective_bands, plan.effective_bands),
+        effective_bands={**decision.effective_bands, **plan.effective_bands},
         order=tuple(decision.order) + plan.order,
         assignments=tuple(decision.assignments) + plan.promotions,
         preemptions=decision.preemptions,
         unschedulable=tuple(decision.unschedulable) + plan.expired,
-        pending_reasons=_merged(decision.pending_reasons, plan.pending_reasons),
+        pending_reasons={**decision.pending_reasons, **plan.pending_reasons},
         after={**decision.after, **plan.after},
         jobs_after=dict(sorted({**decision.jobs_after, **plan.jobs_after}.items())),
         requeue_bands=decision.requeue_bands,
         capacity_left=decision.capacity_left,
-        order_bands=decision.order_bands,
-        held=decision.held,
     )
-
-
-def _merged(first: Mapping[str, Any], then: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``{**first, **then}`` for maps of disjoint tasks, kept per job when ``first`` is."""
-    return first.with_entries(then) if isinstance(first, TaskMap) else {**first, **then}

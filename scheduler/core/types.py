@@ -10,7 +10,7 @@ which world a line lives in. Times are integer milliseconds since the epoch.
 
 from __future__ import annotations
 
-from collections.abc import ItemsView, Iterator, KeysView, Mapping, Sequence, ValuesView
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from enum import Enum
 from typing import Any
@@ -385,92 +385,11 @@ class CapacityLeft:
     building: tuple[int, ...] = ()
 
 
-class TaskMap(Mapping[str, Any]):
-    """A read-only map by task id held per job: ``runs``, pairs of (tasks, value) whose tasks
-    (``TaskSnapshot``s, usually one job's) share one value; then ``extra``, task id -> value
-    entries after them; less the task ids in ``removed``. A decision's effective bands and
-    pending reasons are these: a job's tasks share one band and a few reasons, so ``decide``
-    keeps its per-job lists instead of an entry per pending task (100,000 at 100k x 10k).
-
-    It reads (iteration order included) exactly as the dict ``{t.id: v for tasks, v in runs for
-    t in tasks}`` updated with ``extra``, less ``removed``, built on the first read by task id;
-    readers that go over a whole map read ``runs`` (the queue, ``decision_to_json``) and never
-    build it. ``extra`` holds tasks of no run and ``removed`` no task of ``extra``."""
-
-    __slots__ = ("runs", "extra", "removed", "_dict")
-
-    def __init__(
-        self,
-        runs: Sequence[tuple[Sequence[Any], Any]] = (),
-        extra: Mapping[str, Any] | None = None,
-        removed: frozenset[str] | set[str] = frozenset(),
-    ) -> None:
-        self.runs = runs
-        self.extra = {} if extra is None else extra
-        self.removed = removed
-        self._dict: dict[str, Any] | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        """The map as a dict (built once, then kept)."""
-        found = self._dict
-        if found is None:
-            found = {task.id: value for tasks, value in self.runs for task in tasks}
-            found.update(self.extra)
-            for task_id in self.removed:
-                found.pop(task_id, None)
-            self._dict = found
-        return found
-
-    def with_entries(self, more: Mapping[str, Any]) -> TaskMap:
-        """This map with ``more``'s entries (tasks it does not hold) after its own."""
-        return TaskMap(self.runs, {**self.extra, **more}, self.removed)
-
-    def __getitem__(self, task_id: str) -> Any:
-        return self.as_dict()[task_id]
-
-    def get(self, task_id: str, default: Any = None) -> Any:
-        return self.as_dict().get(task_id, default)
-
-    def __contains__(self, task_id: object) -> bool:
-        return task_id in self.as_dict()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.as_dict())
-
-    def keys(self) -> KeysView[str]:
-        return self.as_dict().keys()
-
-    def values(self) -> ValuesView[Any]:
-        return self.as_dict().values()
-
-    def items(self) -> ItemsView[str, Any]:
-        return self.as_dict().items()
-
-    def __len__(self) -> int:
-        return len(self.as_dict())
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, TaskMap):
-            other = other.as_dict()
-        return self.as_dict() == other if isinstance(other, Mapping) else NotImplemented
-
-    def __repr__(self) -> str:
-        return repr(self.as_dict())
-
-
-def task_dict(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``mapping`` to read task by task in C (``map(task_dict(m).__getitem__, ids)``): a
-    :class:`TaskMap`'s dict (built once), any other map itself. A ``TaskMap``'s own look-ups
-    are Python calls, too slow once per task of 100,000."""
-    return mapping.as_dict() if isinstance(mapping, TaskMap) else mapping
-
-
 @dataclass(frozen=True, slots=True)
 class Decision:
     """The outcome of one tick. See docs/snapshot-format.md for the JSON form."""
 
     spend: Mapping[str, int]
-    # Both task maps are :class:`TaskMap`s when ``decide`` made them (plain dicts work too).
     effective_bands: Mapping[str, Band]
     order: tuple[str, ...]
     assignments: tuple[Assignment, ...]
@@ -485,9 +404,3 @@ class Decision:
     requeue_bands: Mapping[str, Band] = field(default_factory=dict)
     # Free capacity after this decision (what-if answers from it; not part of the JSON form).
     capacity_left: CapacityLeft = field(default_factory=CapacityLeft, compare=False)
-    # How ``order`` runs through the bands: (band, how many of its tasks) in order, when the
-    # bands are known (``decide``'s); and each job's tasks held back by the per-job cap, with
-    # its effective band, in job order. The queue (``explain.pending_queue``) reads both when
-    # the maps are ``decide``'s, instead of a band and a reason per task.
-    order_bands: tuple[tuple[Band, int], ...] = field(default=(), compare=False)
-    held: Sequence[tuple[Band, Sequence[TaskSnapshot]]] = field(default=(), compare=False)

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 
 from scheduler.core.bands import Band
-from scheduler.core.decision import decide
-from scheduler.core.explain import pending_queue
 from scheduler.core.kueue import (
     KueueInput,
     RoutingTable,
@@ -29,12 +25,9 @@ from scheduler.core.types import (
     JobSpec,
     JobState,
     Resources,
-    TaskMap,
     TaskSnapshot,
     TaskState,
 )
-from scheduler.core.wire import decision_to_json
-from tests.core import builders
 
 NOW = 1_800_000_000_000
 UNLIMITED = BudgetDefaults(budget_limit=0)
@@ -325,21 +318,3 @@ def test_a_route_settled_before_the_first_tick_is_the_one_the_tick_would_choose(
             assert routes == {settled}
     # Only jobs Kubernetes could take wait for the tick, and only when nothing pins them.
     assert unsettled == (0 if pin else sum(1 for d in devices if d.type in kube))
-
-
-@pytest.mark.parametrize("blocked", ["", "unhealthy: HTTP 503"])
-def test_merge_keeps_the_cores_maps_per_job_and_reads_as_their_dicts(blocked):
-    # Promotions extend the order (the queue is then read task by task); a blocked backend
-    # only adds reasons (read a band at a time). Either way: the queue and the JSON of the
-    # per-job maps are those of the same maps as dicts.
-    snapshot = builders.cluster(
-        [builders.worker("w", cpu=2)], [builders.job("/bob/x", replicas=6, cpu=1)], max_tasks_per_job_per_cycle=4
-    )
-    core = decide(snapshot)
-    as_dicts = replace(core, effective_bands=dict(core.effective_bands), pending_reasons=dict(core.pending_reasons))
-    plan = drain([job("/alice/a", replicas=2)], blocked=blocked)
-    merged, expected = merge_into(core, plan), merge_into(as_dicts, plan)
-    assert isinstance(merged.pending_reasons, TaskMap) and merged.pending_reasons == expected.pending_reasons
-    assert list(merged.pending_reasons) == list(expected.pending_reasons)
-    assert pending_queue(merged) == pending_queue(expected) and len(pending_queue(merged)[Band.INTERACTIVE]) >= 4
-    assert decision_to_json(merged) == decision_to_json(expected)

@@ -2,9 +2,6 @@
 and the text rendered from the record is the text of the cause itself; positions have one
 definition (``pending_queue``)."""
 
-import json
-from dataclasses import replace
-
 import pytest
 from hypothesis import given
 
@@ -35,8 +32,7 @@ from scheduler.core.explain import (
     reason_record,
 )
 from scheduler.core.kueue import KueueWait
-from scheduler.core.types import TaskMap, TaskState
-from scheduler.core.wire import decision_to_json
+from scheduler.core.types import TaskState
 from tests.core.builders import GIB, cluster, job, running, worker
 from tests.core.test_properties import CLUSTERS, PROPERTY
 
@@ -159,20 +155,3 @@ def test_docs_api_md_lists_every_reason_code():
     table = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
     codes = set(_CAUSE_TYPES) | _INSUFFICIENT | set(SHELL_TEXT) | set(KUEUE_TEXT)
     assert {code for code in codes if f"`{code}`" not in table} == set()
-
-
-@PROPERTY
-@given(CLUSTERS)
-def test_the_per_job_maps_read_as_the_per_task_dicts(snapshot):
-    # ``decide`` keeps its bands and reasons per job (``TaskMap``); the queue and the JSON read
-    # them a band and a run at a time. The same decision with plain dicts, read a task at a
-    # time, gives the same queue (order included), the same JSON and equal maps.
-    decision = decide(snapshot)
-    bands, reasons = decision.effective_bands, decision.pending_reasons
-    assert isinstance(bands, TaskMap) and isinstance(reasons, TaskMap)
-    as_dicts = replace(decision, effective_bands=dict(bands.as_dict()), pending_reasons=dict(reasons.as_dict()))
-    assert pending_queue(decision) == pending_queue(as_dicts)
-    assert list(map(list, pending_queue(decision).items())) == list(map(list, pending_queue(as_dicts).items()))
-    assert json.dumps(decision_to_json(decision)) == json.dumps(decision_to_json(as_dicts))
-    assert bands == as_dicts.effective_bands and reasons == as_dicts.pending_reasons
-    assert list(reasons) == list(as_dicts.pending_reasons) and len(reasons) == len(as_dicts.pending_reasons)

@@ -8,8 +8,9 @@ import pytest
 from benchmarks.synthetic import generate
 from scheduler.core.bands import Band
 from scheduler.core.decision import decide
-from scheduler.core.types import ClusterSnapshot, ConstraintOp, DeviceType, GroupSpec, TaskMap, TaskSnapshot, TaskState
+from scheduler.core.types import ClusterSnapshot, ConstraintOp, DeviceType, GroupSpec, TaskState
 from scheduler.core.wire import SnapshotError, decision_to_json, snapshot_from_json, snapshot_to_json, task_sort_key
+from scheduler.core.wire.write import _task_order
 from tests.core.builders import NOW, cluster, job, running, worker
 
 MINIMAL = {
@@ -245,7 +246,7 @@ def test_the_same_snapshot_gives_the_same_json_decision():
     assert first == second
 
 
-def test_decision_json_puts_the_per_job_maps_in_task_order():
+def test_decision_json_from_the_jobs_task_ids_is_the_sorted_one():
     # "/a/j-x" sorts after "/a/j" as a job though "-" < "/" in a string; "/a/j/10" after "/a/j/9".
     jobs = [
         job("/a/j", replicas=11),
@@ -255,42 +256,31 @@ def test_decision_json_puts_the_per_job_maps_in_task_order():
     ]
     snapshot = snapshot_from_json(snapshot_to_json(cluster([worker("w", cpu=4)], jobs, max_tasks_per_job_per_cycle=0)))
     decision = decide(snapshot)
-    assert isinstance(decision.effective_bands, TaskMap) and isinstance(decision.pending_reasons, TaskMap)
-    doc = decision_to_json(decision)
+    doc = decision_to_json(decision, snapshot)
+    assert doc == decision_to_json(decision)
     keys = list(doc["effective_bands"])
     assert keys == sorted(keys, key=task_sort_key) and keys.index("/a/j/10") < keys.index("/a/j-x/0")
-    assert list(doc["pending_reasons"]) == sorted(doc["pending_reasons"], key=task_sort_key)
     assert list(doc["after"]) == sorted(doc["after"], key=task_sort_key)
-    # The same decision with its maps as plain dicts (sorted task by task) renders the same.
-    as_dicts = replace(
-        decision, effective_bands=dict(decision.effective_bands), pending_reasons=dict(decision.pending_reasons)
-    )
-    assert decision_to_json(as_dicts) == doc
+    # Tasks not listed job by job in index order: their ids are formatted in order instead.
+    shuffled = replace(snapshot, tasks=snapshot.tasks[::-1])
+    assert _task_order(shuffled) == _task_order(snapshot)
+    assert decision_to_json(decision, shuffled) == doc
+    # Jobs that do not hold every task of the decision: the maps are sorted instead.
+    assert decision_to_json(decision, replace(snapshot, jobs={"/b/k": snapshot.jobs["/b/k"]})) == doc
 
 
-def test_a_task_map_with_extra_and_removed_tasks_renders_in_task_order():
-    # Runs of job /a/j hold tasks 1, 4 and 2..6 less the removed 5; task 3 (an extra entry) sits
-    # between them, so the job goes a task at a time; /b/k's run is taken whole.
-    tasks = {i: TaskSnapshot(f"/a/j/{i}", "/a/j", i) for i in range(8)}
-    k = [TaskSnapshot(f"/b/k/{i}", "/b/k", i) for i in range(3)]
-    runs = [(k, "kb"), ([tasks[1]], "one"), ([tasks[2], tasks[4], tasks[5], tasks[6]], "rest"), ([], "none")]
-    reasons = TaskMap(runs, {"/a/j/3": "three", "/a/j/10": "ten"}, {"/a/j/5"})
-    decision = replace(
-        decide(cluster([], [])), pending_reasons=reasons, effective_bands=dict.fromkeys(reasons, Band.BATCH)
+def test_the_task_order_is_the_snapshots_own_ids_in_sorted_order():
+    snapshot = snapshot_from_json(
+        {
+            "now_ms": NOW,
+            "jobs": [{"id": "/b/k", "replicas": 2}, {"id": "/a/j", "replicas": 11}, {"id": "/a/j-x"}],
+            "tasks": [{"id": "/a/j/3", "state": "killed"}],
+        }
     )
-    doc = decision_to_json(decision)
-    assert list(doc["pending_reasons"].items()) == [
-        ("/a/j/1", "one"),
-        ("/a/j/2", "rest"),
-        ("/a/j/3", "three"),
-        ("/a/j/4", "rest"),
-        ("/a/j/6", "rest"),
-        ("/a/j/10", "ten"),
-        ("/b/k/0", "kb"),
-        ("/b/k/1", "kb"),
-        ("/b/k/2", "kb"),
-    ]
-    assert doc["pending_reasons"] == {t: reasons[t] for t in sorted(reasons, key=task_sort_key)}
+    order = _task_order(snapshot)
+    assert order == [*(f"/a/j/{i}" for i in range(11)), "/a/j-x/0", "/b/k/0", "/b/k/1"]
+    own = {id(task.id) for task in snapshot.tasks}
+    assert all(id(task_id) in own for task_id in order)
 
 
 def test_snapshots_off_the_common_shape_read_as_in_order_checks_give():

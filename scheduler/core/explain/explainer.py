@@ -12,7 +12,7 @@ from scheduler.core.bands import Band
 from scheduler.core.feasibility import analyse_job, any_fits_when_idle, constraint_text, slice_group
 from scheduler.core.ordering import JobQueue
 from scheduler.core.placement import Placed, Shape, ShapeBook, WorkerPool
-from scheduler.core.types import Decision, GroupSpec, JobSpec, TaskMap, TaskSnapshot, WorkerSpec, task_dict
+from scheduler.core.types import Decision, GroupSpec, JobSpec, TaskSnapshot, WorkerSpec
 from scheduler.core.explain.reasons import (
     AssignmentCapReached,
     BuildSlotsFull,
@@ -232,10 +232,9 @@ def explain_pending(
     placed_by_preemption: set[str],
     explainer: Explainer,
     downgrades: Mapping[str, Downgrade],
-) -> list[tuple[Sequence[TaskSnapshot], PendingReason]]:
+) -> dict[str, PendingReason]:
     """A reason for every task that passed the gates and was not assigned (tasks held back by
-    the per-job cap get theirs from :class:`HeldReasons`), as (tasks, reason) pairs, a job's
-    tasks in one or two pairs (``types.TaskMap``'s runs), the jobs in the order of ``queues``.
+    the per-job cap get theirs from :class:`HeldReasons`).
 
     ``queues`` are the jobs in priority order; ``placed`` is the placement pass, whose waiting
     tasks are those not placed (``placed_by_preemption`` holds the ids of those the preemption
@@ -259,6 +258,7 @@ def explain_pending(
                 found[1].append(task)
             waited += 1
 
+    # (tasks, reason) pairs, turned into one dict at the end (far cheaper than per-job updates).
     shared: list[tuple[Sequence[TaskSnapshot], PendingReason]] = []
     exhausted_reasons: dict[tuple[int, int], PendingReason] = {}
     # Reasons are immutable, so jobs with equal ones share one object: (tasks ahead or 0, the
@@ -299,7 +299,7 @@ def explain_pending(
                     rest = PendingReason(JobExhausted(base), downgrade=downgrade)
                     exhausted_reasons[(id(base), id(downgrade))] = rest
                 shared.append((unplaced[1:], rest))
-    return shared
+    return {task.id: reason for tasks, reason in shared for task in tasks}
 
 
 def pending_queue(decision: Decision) -> dict[Band, list[str]]:
@@ -311,19 +311,12 @@ def pending_queue(decision: Decision) -> dict[Band, list[str]]:
     tasks the per-job cap held back (in job order), then the tasks put back in the queue this
     tick (preemption victims and their gang siblings, in their next tick's band).
     """
-    reasons, bands = decision.pending_reasons, decision.effective_bands
-    if (
-        isinstance(reasons, TaskMap)
-        and isinstance(bands, TaskMap)
-        and sum(count for _, count in decision.order_bands) == len(decision.order)
-    ):
-        return _queue_by_band(decision, reasons, bands)
-    reasons = task_dict(reasons)
     assigned = {a.task for a in decision.assignments}
+    reasons = decision.pending_reasons
     # A task's band: its effective band at tick start, else (put back in the queue this tick)
     # the band it goes back in. (A copy of the 100,000-entry map is one block copy; merging
     # into a non-empty dict would insert its entries one by one.)
-    band_of = dict(task_dict(bands))
+    band_of = dict(decision.effective_bands)
     for task, band in decision.requeue_bands.items():
         band_of.setdefault(task, band)
     # The filters run in C: this is once per pending task (100,000 in a large tick).
@@ -334,45 +327,6 @@ def pending_queue(decision: Decision) -> dict[Band, list[str]]:
     # Each band's tasks keep their order: a stable sort by band, then one list per band.
     ordered.sort(key=band_of.__getitem__)
     return {band: list(tasks) for band, tasks in groupby(ordered, key=band_of.__getitem__)}
-
-
-def _queue_by_band(decision: Decision, reasons: TaskMap, bands: TaskMap) -> dict[Band, list[str]]:
-    """:func:`pending_queue` of a decision ``decide`` made, a band at a time, with no band or
-    reason looked up per task: the same lists in the same order.
-
-    ``decide`` explains every task that passed the gates and was neither assigned nor ended, so
-    a band's stretch of ``order`` (``order_bands``) less the assigned and ended tasks is its
-    tasks still pending in the tick's order; then come the band's tasks held back
-    (``held``), less any that ended, and the tasks put back in the queue (the reasons'
-    ``extra``), in the order of the reasons (held tasks first).
-    """
-    skip = {a.task for a in decision.assignments}
-    skip.update(reasons.removed)
-    order = decision.order
-    queue: dict[Band, list[str]] = {}
-    start = 0
-    for band, count in decision.order_bands:
-        queue[band] = list(filterfalse(skip.__contains__, islice(order, start, start + count)))
-        start += count
-    held: dict[Band, list[TaskSnapshot]] = {}
-    for band, tasks in decision.held:
-        found = held.get(band)
-        if found is None:
-            held[band] = list(tasks)
-        else:
-            found.extend(tasks)
-    for band, tasks in held.items():
-        queue.setdefault(band, []).extend(filterfalse(skip.__contains__, [t.id for t in tasks]))
-    requeue_bands = decision.requeue_bands
-    for task_id in reasons.extra:
-        if task_id not in skip:
-            band = bands.extra.get(task_id)
-            if band is None:
-                band = requeue_bands.get(task_id)
-                if band is None:
-                    band = bands[task_id]
-            queue.setdefault(band, []).append(task_id)
-    return {band: queue[band] for band in sorted(queue) if queue[band]}
 
 
 _split_job = methodcaller("rpartition", "/")

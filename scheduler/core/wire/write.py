@@ -4,9 +4,7 @@ prints it (see the package for key order)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from bisect import insort
-from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import accumulate, chain, repeat
 from typing import Any
 
 from scheduler.core.bands import Band
@@ -19,7 +17,6 @@ from scheduler.core.types import (
     Device,
     DeviceType,
     JobSpec,
-    TaskMap,
     TaskSnapshot,
     TaskState,
 )
@@ -154,66 +151,39 @@ def task_sort_key(task_id: str) -> tuple[str, int]:
     return (job_id, int(index))
 
 
-@dataclass(frozen=True, slots=True)
-class _Entry:
-    """A task of a :class:`TaskMap` known by its id alone (an ``extra`` entry), for its runs."""
-
-    id: str
-    job_id: str
-    index: int
-
-
-def _in_task_order(mapping: Mapping[str, Any]) -> tuple[list[str], list[Any], list[int]]:
-    """The task ids of ``mapping`` sorted by :func:`task_sort_key`, as runs of tasks sharing a
-    value: (the ids, each run's value, each run's length).
-
-    A :class:`TaskMap`'s runs are taken whole, put in order by their first task (a job's runs
-    hold its tasks by index, the tasks of one run before the next's); only the jobs with an
-    ``extra`` or ``removed`` task go a task at a time. Any other map is sorted by task."""
-    if not isinstance(mapping, TaskMap):
-        ids = sorted(mapping, key=task_sort_key)
-        return ids, list(map(mapping.__getitem__, ids)), [1] * len(ids)
-    runs = [run for run in mapping.runs if run[0]]
-    extra, removed = mapping.extra, mapping.removed
-    if extra or removed:
-        touched = {task_id[: task_id.rfind("/")] for task_id in chain(extra, removed)}
-        singles = [
-            ((task,), value)
-            for tasks, value in runs
-            if tasks[0].job_id in touched
-            for task in tasks
-            if task.id not in removed
-        ]
-        runs = [run for run in runs if run[0][0].job_id not in touched]
-        runs.extend(singles)
-        runs.extend(
-            ((_Entry(task_id, job_id, int(index)),), value)
-            for task_id, value in extra.items()
-            if task_id not in removed
-            for job_id, _, index in (task_id.rpartition("/"),)
-        )
-    # By (job id, first index): a stable sort by index, then one by job id (plain keys compare
-    # in C far faster than tuples).
-    firsts = [tasks[0] for tasks, _ in runs]
-    by_index = sorted(range(len(runs)), key=[task.index for task in firsts].__getitem__)
-    runs = list(map(runs.__getitem__, sorted(by_index, key=[task.job_id for task in firsts].__getitem__)))
-    return [task.id for tasks, _ in runs for task in tasks], [value for _, value in runs], [len(t) for t, _ in runs]
+def _by_task(mapping: Mapping[str, Any], order: list[str] | None = None) -> list[str]:
+    """The task ids of ``mapping`` sorted by :func:`task_sort_key`. ``order``, every task id of
+    the snapshot's jobs already in that order, gives them without a sort when it holds them all."""
+    if order is not None:
+        keys = list(filter(mapping.__contains__, order))
+        if len(keys) == len(mapping):
+            return keys
+    return sorted(mapping, key=task_sort_key)
 
 
-def _after_in_task_order(after: Mapping[str, Any], in_order: list[str]) -> list[str]:
-    """The task ids of ``after`` sorted by :func:`task_sort_key`: those among ``in_order`` (task
-    ids in that order: the effective bands', which hold every task placed or expired) picked
-    from it in C, the few others (preemption victims, their gang siblings) put in place."""
-    ids = list(filter(after.__contains__, in_order))
-    if len(ids) == len(after):
-        return ids
-    picked = set(ids)
-    others = [task_id for task_id in after if task_id not in picked]
-    if len(others) > len(ids) // 8:
-        return sorted(after, key=task_sort_key)
-    for task_id in others:
-        insort(ids, task_id, key=task_sort_key)
-    return ids
+def _task_order(snapshot: ClusterSnapshot) -> list[str]:
+    """The ids of every task of the snapshot's jobs (indices 0 to replicas - 1), sorted by
+    :func:`task_sort_key`: jobs by id, then each job's tasks by index.
+
+    When the snapshot lists every task of its jobs, job by job in index order (as
+    ``snapshot_from_json`` builds it; checked here, column by column), these are the tasks' own
+    id strings, cut from ``snapshot.tasks`` a job at a time: no id is formatted, and the
+    decision's maps, keyed by the same strings, find them by identity. Otherwise the ids are
+    formatted."""
+    jobs, tasks = snapshot.jobs, snapshot.tasks
+    job_ids = list(jobs)
+    replicas = [job.replicas for job in jobs.values()]
+    if not (
+        len(tasks) == sum(replicas)
+        and [task.job_id for task in tasks] == list(chain.from_iterable(map(repeat, job_ids, replicas)))
+        and [task.index for task in tasks] == list(chain.from_iterable(map(range, replicas)))
+    ):
+        return [f"{job_id}/{index}" for job_id in sorted(jobs) for index in range(jobs[job_id].replicas)]
+    ids = [task.id for task in tasks]
+    starts = list(accumulate(replicas, initial=0))
+    by_id = sorted(range(len(job_ids)), key=job_ids.__getitem__)
+    spans = map(slice, map(starts.__getitem__, by_id), map(starts.__getitem__, map((1).__add__, by_id)))
+    return list(chain.from_iterable(map(ids.__getitem__, spans)))
 
 
 # Wire names by dict look-up: ``Band.wire`` and ``Enum.value`` are Python-level properties.
@@ -222,53 +192,54 @@ BAND_WIRE_OR_NONE = {None: None, **BAND_WIRE}
 TASK_STATE_VALUES = {state: state.value for state in TaskState}
 
 
-def decision_to_json(decision: Decision) -> dict:
+def decision_to_json(decision: Decision, snapshot: ClusterSnapshot | None = None) -> dict:
     """The decision in the format of docs/snapshot-format.md; pending reasons rendered as text
     (cause and downgrade; a task's place is in ``queue``, the one definition of positions).
 
-    The maps keyed by task are in task order (:func:`task_sort_key`); ``decide``'s effective
-    bands and reasons are put in that order a job at a time (``_in_task_order``)."""
+    ``snapshot``, the decided snapshot, only makes it faster: the maps keyed by task are put in
+    order from its jobs' task ids instead of sorting each (the output is the same)."""
+    order = None if snapshot is None else _task_order(snapshot)
     band_wire = BAND_WIRE
-    band_ids, band_values, band_lengths = _in_task_order(decision.effective_bands)
-    reason_ids, reason_values, reason_lengths = _in_task_order(decision.pending_reasons)
+    bands = decision.effective_bands
+    reasons = decision.pending_reasons
+    after = decision.after
+
+    band_keys = _by_task(bands, order)
+    reason_keys = _by_task(reasons, order)
+    reason_objects = list(map(reasons.__getitem__, reason_keys))
     # Each reason object is rendered once (equal reasons are often one object).
     texts = {
         key: reason.text() if hasattr(reason, "text") else str(reason)
-        for key, reason in dict(zip(map(id, reason_values), reason_values)).items()
+        for key, reason in dict(zip(map(id, reason_objects), reason_objects)).items()
     }
-    after = decision.after
-    after_ids = _after_in_task_order(after, band_ids)
-    after_values = list(map(after.__getitem__, after_ids))
-    states, band_or_none = TASK_STATE_VALUES, BAND_WIRE_OR_NONE
+    states = TASK_STATE_VALUES
+    band_or_none = BAND_WIRE_OR_NONE
+    after_json = {}
     # ``decide`` shares one TaskAfter between tasks with the same outcome (thousands land on
     # one worker alike), so each is rendered once and the tasks share its (read-only) dict.
-    rendered = {
-        key: {
-            "state": states[task.state],
-            "worker": task.worker,
-            "band": band_or_none[task.band],
-            "preemption_count": task.preemption_count,
-        }
-        for key, task in dict(zip(map(id, after_values), after_values)).items()
-    }
+    rendered: dict[int, dict] = {}
+    for t in _by_task(after, order):
+        task = after[t]
+        entry = rendered.get(id(task))
+        if entry is None:
+            entry = rendered[id(task)] = {
+                "state": states[task.state],
+                "worker": task.worker,
+                "band": band_or_none[task.band],
+                "preemption_count": task.preemption_count,
+            }
+        after_json[t] = entry
     return {
         "spend": {user: decision.spend[user] for user in sorted(decision.spend)},
-        "effective_bands": dict(
-            zip(band_ids, chain.from_iterable(map(repeat, map(band_wire.__getitem__, band_values), band_lengths)))
-        ),
+        "effective_bands": dict(zip(band_keys, map(band_wire.__getitem__, map(bands.__getitem__, band_keys)))),
         "order": list(decision.order),
         "assignments": [{"task": a.task, "worker": a.worker, "band": band_wire[a.band]} for a in decision.assignments],
         "preemptions": [
             {"victim": p.victim, "preemptor": p.preemptor, "worker": p.worker} for p in decision.preemptions
         ],
         "unschedulable": [{"task": u.task, "reason": u.reason} for u in decision.unschedulable],
-        "pending_reasons": dict(
-            zip(
-                reason_ids,
-                chain.from_iterable(map(repeat, map(texts.__getitem__, map(id, reason_values)), reason_lengths)),
-            )
-        ),
+        "pending_reasons": dict(zip(reason_keys, map(texts.__getitem__, map(id, reason_objects)))),
         "queue": {band_wire[band]: tasks for band, tasks in pending_queue(decision).items()},
-        "after": dict(zip(after_ids, map(rendered.__getitem__, map(id, after_values)))),
+        "after": after_json,
         "jobs_after": {job: decision.jobs_after[job].value for job in sorted(decision.jobs_after)},
     }
