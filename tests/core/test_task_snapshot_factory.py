@@ -138,3 +138,5 @@ def test_the_fast_task_after_is_the_constructors_task_after(state, worker, band,
     assert [f.name for f in fields(TaskAfter)] == ["state", "worker", "band", "preemption_count"]
     assert type(made) is TaskAfter
     assert made == constructed and hash(made) == hash(constructed) and repr(made) == repr(constructed)
+    with pytest.raises(FrozenInstanceError):
+        made.worker = "elsewhere"
