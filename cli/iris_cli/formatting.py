@@ -367,8 +367,21 @@ QUEUE_COLUMNS: list[Column] = [
 ]
 
 
+def no_estimate_notes(rows: list) -> list[str]:
+    """Why the tasks shown with ``-`` under ESTIMATED START have none: each reason the server
+    gave, as it gave it, once, with how many of the shown tasks it covers."""
+    reasons: dict[str, int] = {}
+    for t in rows:
+        if not isinstance(pick(t, "estimated_start"), dict):
+            reason = pick(t, "estimated_start_reason") or "no reason given"
+            reasons[reason] = reasons.get(reason, 0) + 1
+    return [f"No estimate (-) for {n} task(s): {reason}" for reason, n in reasons.items()]
+
+
 def queue(page: Any) -> str:
-    body = with_footer(table(results(page), QUEUE_COLUMNS, empty="The queue is empty."), page)
+    rows = results(page)
+    body = with_footer(table(rows, QUEUE_COLUMNS, empty="The queue is empty."), page)
+    body = "\n".join([body, *no_estimate_notes(rows)])
     tick_id = pick(page, "tick")
     if tick_id is None:
         return body + "\n(No tick has explained the queue yet: positions appear after the next tick.)"

@@ -466,11 +466,17 @@ def test_queue_lists_pending_tasks_by_band_after_a_tick(some_jobs):
 
     assert everything.code == 0, everything.err
     assert everything.out.startswith("As of tick ")
-    rows = everything.out.splitlines()[2:]
+    rows = everything.out.splitlines()[2:5]
     assert [row.split()[:3] for row in rows] == [
         ["1", "INTERACTIVE", "/alice/train/0"],
         ["2", "INTERACTIVE", "/alice/train/1"],
         ["1", "BATCH", "/bob/sweep/0"],
+    ]
+    # No estimator has run: each row's ESTIMATED START is "-", and the table says why, once.
+    start = everything.out.splitlines()[1].index("ESTIMATED START")
+    assert [row[start:].split()[0] for row in rows] == ["-", "-", "-"]
+    assert everything.out.splitlines()[5:] == [
+        "No estimate (-) for 3 task(s): not estimated yet: queued since the estimator last ran (it runs every 2 min)"
     ]
     assert [entry["task"] for entry in batch["results"]] == ["/bob/sweep/0"]
 
