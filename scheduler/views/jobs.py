@@ -22,7 +22,7 @@ from scheduler.foundation import roles
 from scheduler.foundation.access import owns_job
 from scheduler.budgets.queries import budget_view
 from scheduler.core.bands import BANDS_IN_ORDER, Band
-from scheduler.core.types import JobState
+from scheduler.core.types import TERMINAL_JOB_STATES, JobState
 from scheduler.foundation.errors import InvalidArgument, ServiceError
 from scheduler.jobs import cancel as jobs_cancel
 from scheduler.jobs import listing
@@ -125,6 +125,7 @@ def listing_context(request, newest=None) -> dict:
         job.counts = counts.get(job.pk, {})
         job.downgraded = job.effective != job.band
         job.never = job.name in never
+        job.live = JobState(job.state) not in TERMINAL_JOB_STATES  # only a live job can be picked to cancel
         key = getattr(job, listing.GROUPS[view.group]) if view.group else None
         job.group_head = groups.get(key) if view.group and key != previous else None
         previous = key

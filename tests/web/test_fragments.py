@@ -155,6 +155,14 @@ def test_jobs_table_checkboxes_survive_a_refresh(clients, world):
     assert boxes and all('hx-preserve="true"' in b and 'id="pick-' in b for b in boxes)
 
 
+def test_jobs_table_offers_a_box_to_cancel_only_live_jobs_of_ones_own(clients, world, alice):
+    submit(alice, "done")
+    cancel_job(alice, "/alice/done")
+    html = clients["alice"].get("/jobs/").content.decode()
+    picked = re.findall(r'<input type="checkbox" name="ids" value="([^"]+)"', html)
+    assert picked == ["/alice/train"]  # not the killed /alice/done
+
+
 def test_fairness_poll_answers_204_until_a_newer_tick(clients, world):
     client = clients["alice"]
     page = client.get("/fairness/").content.decode()
