@@ -51,6 +51,19 @@ def queue_row(
     }
 
 
+def number_no_estimate_reasons(rows: list[dict]) -> list[str]:
+    """The distinct reasons the rows without an estimate have none, in order of first use, and
+    each such row's ``note``: its reason's number. The table says each reason once, under it,
+    rather than the same sentence in every row."""
+    notes: list[str] = []
+    for row in rows:
+        if row["estimate_span"] is None:
+            if row["estimate_text"] not in notes:
+                notes.append(row["estimate_text"])
+            row["note"] = notes.index(row["estimate_text"]) + 1
+    return notes
+
+
 @login_required
 def queue(request):
     form = QueueFilterForm(request.GET or None)
@@ -85,6 +98,7 @@ def queue(request):
         section["rows"] = [
             queue_row(e, rows.get(e.task), index, estimates[e.task], now, never) for e in section["entries"]
         ]
+        section["no_estimate_notes"] = number_no_estimate_reasons(section["rows"])
 
     context = {
         "form": form,

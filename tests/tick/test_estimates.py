@@ -92,13 +92,17 @@ def test_the_queue_page_says_why_a_task_has_no_estimate_not_only_in_a_title(alic
     run_tick()
     client = Client()
     client.force_login(alice)
-    # Queued since the estimator last ran (it has not run here at all).
-    assert (
-        '<div class="small muted why-none">not estimated yet: queued since the estimator last ran (it runs every 2 min)'
-        in (client.get("/queue/").content.decode())
-    )
+    # Queued since the estimator last ran (it has not run here at all). The reason is said once,
+    # under the band's table, and the row points to it.
+    make_job("/alice/wait-too", cpu=1, memory_gib=1)
+    run_tick()
+    html = client.get("/queue/").content.decode()
+    unseen = "not estimated yet: queued since the estimator last ran (it runs every 2 min)"
+    assert html.count(unseen) == 1 + 2  # the note, and each row's title
+    assert f'<li id="no-estimate-interactive-1">No estimate: {unseen}</li>' in html
+    assert html.count('<a href="#no-estimate-interactive-1" class="note-ref">1</a>') == 2
     estimate_start_times()
-    assert '<div class="small muted why-none">not enough history' in client.get("/queue/").content.decode()
+    assert '<li id="no-estimate-interactive-1">No estimate: not enough history' in client.get("/queue/").content.decode()
 
 
 def test_each_run_replaces_the_stored_estimates():
