@@ -102,7 +102,9 @@ def test_the_queue_page_says_why_a_task_has_no_estimate_not_only_in_a_title(alic
     assert f'<li id="no-estimate-interactive-1">No estimate: {unseen}</li>' in html
     assert html.count('<a href="#no-estimate-interactive-1" class="note-ref">1</a>') == 2
     estimate_start_times()
-    assert '<li id="no-estimate-interactive-1">No estimate: not enough history' in client.get("/queue/").content.decode()
+    assert (
+        '<li id="no-estimate-interactive-1">No estimate: not enough history' in client.get("/queue/").content.decode()
+    )
 
 
 def test_each_run_replaces_the_stored_estimates():
