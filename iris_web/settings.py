@@ -468,8 +468,12 @@ PRUNE_BUDGET_SECONDS = env_float("IRIS_PRUNE_BUDGET_SECONDS", 60)
 # Workers are checked this often for missed heartbeats.
 WORKER_CHECK_SECONDS = max(1.0, min(5.0, WORKER_GRACE_SECONDS / 3))
 # --- Start-time estimates (scheduler/tick/estimates.py, docs/estimates.md) ----------------------
-# Seconds between estimator runs (its own beat entry, off the tick's path).
+# Seconds between estimator runs (its own beat entry, off the tick's path): a run that took t s
+# is followed by the next one 10 t s after it started (scheduler.board.estimates.ESTIMATOR_SHARE),
+# but never sooner than IRIS_ESTIMATE_MIN_SECONDS (the beat entry's period) nor later than
+# IRIS_ESTIMATE_SECONDS. A small cluster is estimated every few seconds, 100,000 tasks every 2 min.
 ESTIMATE_SECONDS = env_float("IRIS_ESTIMATE_SECONDS", 120)
+ESTIMATE_MIN_SECONDS = max(1.0, min(env_float("IRIS_ESTIMATE_MIN_SECONDS", 10), ESTIMATE_SECONDS))
 # Wall-time budget of one run's simulation; tasks not placed within it fall back to observed waits.
 ESTIMATE_BUDGET_SECONDS = env_float("IRIS_ESTIMATE_BUDGET_SECONDS", 60)
 # Most simulated steps per run (each is one decide over the whole cluster; after the first minute a step is a minute).
@@ -479,7 +483,7 @@ ESTIMATE_HISTORY_HOURS = env_float("IRIS_ESTIMATE_HISTORY_HOURS", 168)
 ESTIMATE_HISTORY_RUNS = env_int("IRIS_ESTIMATE_HISTORY_RUNS", 50_000)
 # The future submissions assumed: the last this-many minutes' jobs, arriving again.
 ESTIMATE_ARRIVALS_MINUTES = env_float("IRIS_ESTIMATE_ARRIVALS_MINUTES", 60)
-CELERY_BEAT_SCHEDULE["estimate-starts"] = every("scheduler.estimate_starts", ESTIMATE_SECONDS)
+CELERY_BEAT_SCHEDULE["estimate-starts"] = every("scheduler.estimate_starts", ESTIMATE_MIN_SECONDS)
 
 # Old tick records, preemption events and shipped logs deleted (scheduler/tick/history.py).
 CELERY_BEAT_SCHEDULE["prune-history"] = every("scheduler.prune_history", 3600)

@@ -630,12 +630,16 @@ class EstimatedStart(models.Model):
 
 class EstimateWaits(models.Model):
     """The observed waits (submission to first start, ms) each band's work had in the newest
-    estimator run's history, sorted and thinned: what a shown estimate whose time has passed is
-    conditioned on (:mod:`scheduler.board.estimates`). One row, replaced with the estimates."""
+        estimator run's history, sorted and thinned: what a shown estimate whose time has passed is
+        conditioned on (:mod:`scheduler.board.estimates`), and when that run was made and how long it
+    took. One row, replaced with the estimates."""
 
     as_of_ms = models.BigIntegerField()
     # {band rank: [wait ms, ...]} ascending.
     waits = models.JSONField(default=dict)
+    # How long the run that stored them took (wall ms): when the next one is due follows from it
+    # (scheduler.board.estimates.estimator_schedule).
+    run_ms = models.BigIntegerField(default=0)
 
     def __str__(self) -> str:
         return f"estimate waits as of {self.as_of_ms}"

@@ -21,7 +21,7 @@ from scheduler.notifications.retention import prune_deliveries
 from scheduler.provisioning.kubernetes import sync_kubernetes as sync_kubernetes_backend
 from scheduler.provisioning.sync import sync_backends
 from scheduler.provisioning.tpu import provision_tpu as provision_tpu_slices
-from scheduler.tick.estimates import estimate_start_times
+from scheduler.tick.estimates import estimate_start_times_if_due
 from scheduler.tick.history import prune_history as prune_history_by_settings
 from scheduler.tick.run import run_tick
 
@@ -83,7 +83,7 @@ def provision_tpu() -> None:
 
 @shared_task(name="scheduler.estimate_starts", ignore_result=True)
 def estimate_starts() -> None:
-    estimate_start_times()
+    estimate_start_times_if_due()
 
 
 @shared_task(name="scheduler.prune_history", ignore_result=True)

@@ -1,6 +1,6 @@
 """Start estimates as readers see them: the stored rows (written by
-:mod:`scheduler.tick.estimates` every ``IRIS_ESTIMATE_SECONDS``), and how each reads at the
-moment it is shown.
+:mod:`scheduler.tick.estimates` on the schedule :func:`estimator_schedule` gives), and how each
+reads at the moment it is shown.
 
 An estimate is a prediction made at its ``as_of``; by the time a page shows it, its p90 may
 have passed with the task still waiting. Such an estimate is never shown as it was: it is
@@ -75,20 +75,53 @@ class ShownEstimate:
         return f"would start {span}"
 
 
-def not_estimated() -> ShownEstimate:
-    """A pending task the estimator has not seen yet (queued since its last run), saying how
-    often it runs (``IRIS_ESTIMATE_SECONDS``)."""
-    every = settings.ESTIMATE_SECONDS
-    period = f"{every / 60:g} min" if every >= 60 else f"{every:g} s"
+# The share of a worker's time the estimator may take: the next run is due 1 / ESTIMATOR_SHARE
+# times the last run's duration after that run started, within IRIS_ESTIMATE_MIN_SECONDS and
+# IRIS_ESTIMATE_SECONDS. Each run is a handful of whole-cluster decisions: cheap on a small
+# cluster (estimated every few seconds), seconds of CPU at 100,000 tasks (every 2 minutes).
+ESTIMATOR_SHARE = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class EstimatorSchedule:
+    """When the newest estimator run was made (``last_ms``) and when the next one is due."""
+
+    last_ms: int
+    next_ms: int
+
+
+def next_run_after(last_ms: int, run_ms: int) -> int:
+    """When the run after one made at ``last_ms`` that took ``run_ms`` is due (ms)."""
+    gap_ms = min(max(run_ms / ESTIMATOR_SHARE, settings.ESTIMATE_MIN_SECONDS * 1000), settings.ESTIMATE_SECONDS * 1000)
+    return last_ms + int(gap_ms)
+
+
+def estimator_schedule() -> EstimatorSchedule | None:
+    """The newest run and when the next is due; None before the first run. One query."""
+    return _schedule(EstimateWaits.objects.values_list("as_of_ms", "run_ms").first())
+
+
+def _schedule(row: tuple[int, int] | None) -> EstimatorSchedule | None:
+    return None if row is None else EstimatorSchedule(row[0], next_run_after(*row))
+
+
+def not_estimated(schedule: EstimatorSchedule | None, now_ms: int) -> ShownEstimate:
+    """A pending task the estimator has not seen yet: queued since its last run, saying when
+    that was and when the next is due (or was: a run in progress, or no estimator running)."""
+    if schedule is None:
+        return ShownEstimate(None, None, reason="not estimated yet: the estimator has not run yet")
+    last, due = _clock_s(schedule.last_ms), _clock_s(schedule.next_ms)
+    when = f"the next is due at {due}" if schedule.next_ms >= now_ms else f"the next was due at {due}, not done yet"
     return ShownEstimate(
-        None, None, reason=f"not estimated yet: queued since the estimator last ran (it runs every {period})"
+        None, None, reason=f"not estimated yet: queued since the estimator's last run ({last}; {when})"
     )
 
 
 def shown_estimates(task_names: Iterable[str], now_ms: int) -> dict[str, ShownEstimate]:
     """How the stored estimates of these tasks read at ``now_ms`` (task name -> estimate; a
-    task without a stored row is :func:`not_estimated`). One query; two more only when some
-    estimate's p90 has passed (the band waits, and the submission of the tasks it passed for)."""
+    task without a stored row is :func:`not_estimated`). Two queries (the rows, and the newest
+    run's time, duration and band waits); one more only when some estimate's p90 has passed
+    (the submission of the tasks it passed for)."""
     names = list(dict.fromkeys(task_names))
     if not names:
         return {}
@@ -96,20 +129,23 @@ def shown_estimates(task_names: Iterable[str], now_ms: int) -> dict[str, ShownEs
     return _shown(names, rows, now_ms)
 
 
-def shown_estimates_of_job(job: Job, now_ms: int) -> dict[str, ShownEstimate]:
-    """How the stored estimates of one job's tasks read at ``now_ms`` (task name -> estimate).
-    One query; one more only when some estimate's p90 has passed."""
+def shown_estimates_of_job(job: Job, pending: Iterable[str], now_ms: int) -> dict[str, ShownEstimate]:
+    """How the estimates of one job's ``pending`` tasks (their names) read at ``now_ms`` (task
+    name -> estimate; a task without a stored row is :func:`not_estimated`). Two queries."""
     rows = {e.task: e for e in EstimatedStart.objects.filter(job=job.name)}
-    return _shown(list(rows), rows, now_ms, jobs={job.name: (job.submitted_at_ms, job.band)})
+    return _shown(list(pending), rows, now_ms, jobs={job.name: (job.submitted_at_ms, job.band)})
 
 
 def _shown(
     names: list[str], rows: dict[str, EstimatedStart], now_ms: int, jobs: dict[str, tuple[int, int]] | None = None
 ) -> dict[str, ShownEstimate]:
     passed = [name for name, row in rows.items() if row.p90_ms is not None and row.p90_ms < now_ms]
-    waits: dict[str, list[int]] = {}
+    # The newest run: when it was and how long it took (what an unseen task says), and the band
+    # waits a passed estimate is conditioned on. Read whatever the rows are: a fixed count.
+    newest = EstimateWaits.objects.values_list("as_of_ms", "run_ms", "waits").first()
+    schedule = _schedule(newest[:2]) if newest else None
+    waits: dict[str, list[int]] = dict(newest[2]) if newest else {}
     if passed:
-        waits = dict(EstimateWaits.objects.values_list("waits", flat=True).first() or {})
         missing = {name.rsplit("/", 1)[0] for name in passed} - set(jobs or {})
         if missing:
             jobs = {
@@ -122,7 +158,7 @@ def _shown(
                 },
             }
     shown = {}
-    unseen = not_estimated()
+    unseen = not_estimated(schedule, now_ms)
     for name in names:
         row = rows.get(name)
         if row is None:
@@ -174,6 +210,10 @@ def _iso(ms: int) -> str:
 
 def _clock(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%H:%MZ")
+
+
+def _clock_s(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%H:%M:%SZ")
 
 
 def _span(low_ms: int, high_ms: int) -> str:

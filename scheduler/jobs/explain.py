@@ -30,7 +30,7 @@ from scheduler.models import Attempt, Job, PreemptionEvent, Task
 from scheduler.store.job_rows import job_shape_of
 from scheduler.store.states import TERMINAL_JOB_VALUES
 from scheduler.store import clock
-from scheduler.board.estimates import not_estimated, shown_estimates_of_job
+from scheduler.board.estimates import shown_estimates_of_job
 
 
 # A pending task no tick has explained yet (submitted, or put back, since the newest tick).
@@ -231,7 +231,8 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         .values_list("index", "state", "band", "worker__name", "last_band", "last_worker")
     )
     now = clock.now_ms()
-    estimates = shown_estimates_of_job(job, now)
+    pending_names = [f"{job.name}/{i}" for i, state, *_ in task_rows if state == TaskState.PENDING.value]
+    estimates = shown_estimates_of_job(job, pending_names, now)
     tasks = []
     first: QueueEntry | None = None  # the job's first task in the newest tick's queue
     for task_index, state, band, worker, last_band, last_worker in task_rows:
@@ -250,7 +251,7 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         elif state == TaskState.PENDING.value:
             queued = not_yet_ticked_data()
         pending = state == TaskState.PENDING.value
-        estimate = (estimates.get(task_id) or not_estimated()) if pending else None
+        estimate = estimates[task_id] if pending else None
         tasks.append(
             {
                 "task": task_id,
@@ -336,7 +337,7 @@ def explain_job(job: Job, index: QueueIndex | None = None) -> dict:
         "pending_reason": pending_reason,
         "estimated_start": lead["estimated_start"] if lead else None,
         "estimated_start_reason": lead["estimated_start_reason"] if lead else "nothing is pending",
-        "estimated_start_text": (estimates.get(lead["task"]) or not_estimated()).text(now) if lead else "",
+        "estimated_start_text": estimates[lead["task"]].text(now) if lead else "",
         "tick": index.tick_pk,
         "bands": summary,
         "bands_text": band_summary_text(summary),

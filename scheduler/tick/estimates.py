@@ -17,6 +17,7 @@ from datetime import datetime, timedelta, timezone
 from django.conf import settings
 from django.db import transaction
 
+from scheduler.board.estimates import estimator_schedule
 from scheduler.core.bands import Band
 from scheduler.core.estimate import RunHistory, StartEstimate, estimate_starts, shape_key
 from scheduler.core.types import JobSpec
@@ -153,7 +154,8 @@ def estimate_start_times(now_ms: int | None = None, *, budget_seconds: float | N
         arrivals=recent_submissions(now),
         out_of_time=lambda: time.monotonic() >= deadline,
     )
-    store_estimates(estimates, waits=history.waits_by_band, as_of_ms=now)
+    run_ms = int((time.monotonic() - started) * 1000)
+    store_estimates(estimates, waits=history.waits_by_band, as_of_ms=now, run_ms=run_ms)
     run = EstimateRun(
         as_of_ms=now,
         pending=len(estimates),
@@ -189,11 +191,26 @@ _COLUMNS = (
 KEPT_WAITS = 400
 
 
+def estimate_start_times_if_due(now_ms: int | None = None) -> EstimateRun | None:
+    """:func:`estimate_start_times` when the next run is due (``board.estimates.estimator_schedule``:
+    sooner after a cheap run, later after a costly one); None when it is not due yet."""
+    now = clock_now_ms() if now_ms is None else now_ms
+    schedule = estimator_schedule()
+    if schedule is not None and now < schedule.next_ms:
+        return None
+    return estimate_start_times(now)
+
+
 def store_estimates(
-    estimates: dict[str, StartEstimate], *, waits: Mapping[Band, Sequence[int]] | None = None, as_of_ms: int = 0
+    estimates: dict[str, StartEstimate],
+    *,
+    waits: Mapping[Band, Sequence[int]] | None = None,
+    as_of_ms: int = 0,
+    run_ms: int = 0,
 ) -> None:
     """Replace every stored estimate with ``estimates`` (task name -> estimate), and the band
-    waits shown estimates are conditioned on with ``waits`` (band -> ascending waits, ms)."""
+    waits shown estimates are conditioned on with ``waits`` (band -> ascending waits, ms), kept
+    with the run's time ``as_of_ms`` and duration ``run_ms``."""
     rows = [
         (task, task.rsplit("/", 1)[0], e.p50_ms, e.p90_ms, e.method, e.reason[:300], e.as_of_ms)
         for task, e in estimates.items()
@@ -204,7 +221,9 @@ def store_estimates(
         EstimateWaits.objects.all().delete()
         if waits is not None:
             EstimateWaits.objects.create(
-                as_of_ms=as_of_ms, waits={str(int(band)): thinned(values) for band, values in waits.items() if values}
+                as_of_ms=as_of_ms,
+                run_ms=run_ms,
+                waits={str(int(band)): thinned(values) for band, values in waits.items() if values},
             )
 
 

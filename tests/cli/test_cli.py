@@ -476,7 +476,7 @@ def test_queue_lists_pending_tasks_by_band_after_a_tick(some_jobs):
     start = everything.out.splitlines()[1].index("ESTIMATED START")
     assert [row[start:].split()[0] for row in rows] == ["-", "-", "-"]
     assert everything.out.splitlines()[5:] == [
-        "No estimate (-) for 3 task(s): not estimated yet: queued since the estimator last ran (it runs every 2 min)"
+        "No estimate (-) for 3 task(s): not estimated yet: the estimator has not run yet"
     ]
     assert [entry["task"] for entry in batch["results"]] == ["/bob/sweep/0"]
 

@@ -14,8 +14,8 @@ from django.utils import timezone
 from scheduler.core.bands import Band
 from scheduler.models import Attempt, EstimatedStart, Task
 from scheduler.store import clock
-from scheduler.board.estimates import shown_estimates
-from scheduler.tick.estimates import estimate_start_times, read_history, store_estimates
+from scheduler.board.estimates import EstimatorSchedule, estimator_schedule, shown_estimates
+from scheduler.tick.estimates import estimate_start_times, estimate_start_times_if_due, read_history, store_estimates
 from scheduler.core.estimate import StartEstimate
 from tests.personas import make_job, make_worker, start_running, token_client
 
@@ -92,12 +92,12 @@ def test_the_queue_page_says_why_a_task_has_no_estimate_not_only_in_a_title(alic
     run_tick()
     client = Client()
     client.force_login(alice)
-    # Queued since the estimator last ran (it has not run here at all). The reason is said once,
-    # under the band's table, and the row points to it.
+    # Not estimated: the estimator has not run here at all. The reason is said once, under the
+    # band's table, and the row points to it.
     make_job("/alice/wait-too", cpu=1, memory_gib=1)
     run_tick()
     html = client.get("/queue/").content.decode()
-    unseen = "not estimated yet: queued since the estimator last ran (it runs every 2 min)"
+    unseen = "not estimated yet: the estimator has not run yet"
     assert html.count(unseen) == 1 + 2  # the note, and each row's title
     assert f'<li id="no-estimate-interactive-1">No estimate: {unseen}</li>' in html
     assert html.count('<a href="#no-estimate-interactive-1" class="note-ref">1</a>') == 2
@@ -279,4 +279,33 @@ def test_the_estimator_has_its_own_beat_entry_and_task():
 
     entry = settings.CELERY_BEAT_SCHEDULE["estimate-starts"]
     assert entry["task"] == tasks.estimate_starts.name == "scheduler.estimate_starts"
-    assert entry["options"]["expires"] == entry["schedule"] == settings.ESTIMATE_SECONDS
+    assert entry["options"]["expires"] == entry["schedule"] == settings.ESTIMATE_MIN_SECONDS == 10
+
+
+def test_the_estimator_runs_again_after_ten_times_its_last_run_within_the_bounds(settings):
+    settings.ESTIMATE_MIN_SECONDS, settings.ESTIMATE_SECONDS = 10, 120
+    make_worker("w1")
+    make_job("/alice/new")
+    now = clock.now_ms()
+    assert estimate_start_times_if_due(now) is not None  # never run: due
+    assert estimate_start_times_if_due(now + 9_999) is None  # a cheap run: due 10 s later
+    assert estimate_start_times_if_due(now + 10_000) is not None
+    # A run that took 3 s: the next 30 s after it started; one of 60 s: 120 s after (the most).
+    for run_ms, gap_ms in ((3_000, 30_000), (60_000, 120_000)):
+        store_estimates({}, waits={}, as_of_ms=now, run_ms=run_ms)
+        assert estimator_schedule() == EstimatorSchedule(now, now + gap_ms)
+        assert estimate_start_times_if_due(now + gap_ms - 1) is None
+        assert estimate_start_times_if_due(now + gap_ms) is not None
+
+
+def test_a_task_queued_since_the_last_run_says_when_it_was_and_when_the_next_is_due(alice):
+    one_slot_cluster()
+    store_estimates({}, waits={}, as_of_ms=iso_ms("2026-05-01T12:00:00Z"), run_ms=2_000)
+    at = iso_ms("2026-05-01T12:00:05Z")
+    late = iso_ms("2026-05-01T12:00:30Z")
+    assert shown_estimates(["/alice/wait/0"], at)["/alice/wait/0"].reason == (
+        "not estimated yet: queued since the estimator's last run (12:00:00Z; the next is due at 12:00:20Z)"
+    )
+    assert shown_estimates(["/alice/wait/0"], late)["/alice/wait/0"].reason == (
+        "not estimated yet: queued since the estimator's last run (12:00:00Z; the next was due at 12:00:20Z, not done yet)"
+    )
