@@ -193,10 +193,14 @@ KEPT_WAITS = 400
 
 def estimate_start_times_if_due(now_ms: int | None = None) -> EstimateRun | None:
     """:func:`estimate_start_times` when the next run is due (``board.estimates.estimator_schedule``:
-    sooner after a cheap run, later after a costly one); None when it is not due yet."""
+    sooner after a cheap run, later after a costly one); None when it is not due yet.
+
+    Called by a beat entry every ``IRIS_ESTIMATE_MIN_SECONDS``: a run starts a little after its
+    beat, so a run due one period after the last one is taken by the beat up to half a period
+    before it is due, not one whole period late."""
     now = clock_now_ms() if now_ms is None else now_ms
     schedule = estimator_schedule()
-    if schedule is not None and now < schedule.next_ms:
+    if schedule is not None and now < schedule.next_ms - settings.ESTIMATE_MIN_SECONDS * 500:
         return None
     return estimate_start_times(now)
 

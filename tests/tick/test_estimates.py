@@ -288,14 +288,15 @@ def test_the_estimator_runs_again_after_ten_times_its_last_run_within_the_bounds
     make_job("/alice/new")
     now = clock.now_ms()
     assert estimate_start_times_if_due(now) is not None  # never run: due
-    assert estimate_start_times_if_due(now + 9_999) is None  # a cheap run: due 10 s later
-    assert estimate_start_times_if_due(now + 10_000) is not None
+    # A cheap run: due 10 s later, taken by a beat up to half a beat (5 s) before.
+    assert estimate_start_times_if_due(now + 4_999) is None
+    assert estimate_start_times_if_due(now + 5_000) is not None
     # A run that took 3 s: the next 30 s after it started; one of 60 s: 120 s after (the most).
     for run_ms, gap_ms in ((3_000, 30_000), (60_000, 120_000)):
         store_estimates({}, waits={}, as_of_ms=now, run_ms=run_ms)
         assert estimator_schedule() == EstimatorSchedule(now, now + gap_ms)
-        assert estimate_start_times_if_due(now + gap_ms - 1) is None
-        assert estimate_start_times_if_due(now + gap_ms) is not None
+        assert estimate_start_times_if_due(now + gap_ms - 5_001) is None
+        assert estimate_start_times_if_due(now + gap_ms - 5_000) is not None
 
 
 def test_a_task_queued_since_the_last_run_says_when_it_was_and_when_the_next_is_due(alice):
