@@ -17,7 +17,7 @@ from django.db import models
 from knox.models import AbstractAuthToken
 
 from scheduler.core.bands import Band
-from scheduler.core.types import TERMINAL_JOB_STATES, DeviceType, JobState, TaskState
+from scheduler.core.types import ACTIVE_STATES, TERMINAL_JOB_STATES, DeviceType, JobState, TaskState
 
 BAND_CHOICES = [(b.value, b.name) for b in Band]
 TASK_STATE_CHOICES = [(s.value, s.name) for s in TaskState]
@@ -226,9 +226,23 @@ class Task(models.Model):
         # Foreign keys carry no index of their own where one of these leads with them: every
         # index is one more write per row on the tick's hot path.
         constraints = [models.UniqueConstraint(fields=["job", "index"], name="task_unique_index_per_job")]
+        #
+        # The tick's placement UPDATE can never be heap-only (it changes ``state`` and the indexed
+        # change stamp), so it writes an entry into every index whose condition the new version
+        # matches. The state indexes are therefore partial, each holding only what its readers
+        # ask for (migration 0034): a task leaving a state writes no entry there, and finished
+        # tasks (nearly all of a long history) are in neither. A placement (pending -> assigned)
+        # writes ``task_active_by_worker`` only; a preemption back to the queue ``task_pending``
+        # only; a task's end neither. No reader asks for finished tasks by state or by worker.
         indexes = [
-            models.Index(fields=["state"]),
-            models.Index(fields=["worker", "state"]),
+            # The pending tasks: the tick's whole read (with the next), the TPU demand, counts.
+            models.Index(fields=["job"], name="task_pending", condition=models.Q(state=TaskState.PENDING.value)),
+            # The active tasks, by worker: the workers' load, spend, what-if, feasibility, metrics.
+            models.Index(
+                fields=["worker"],
+                name="task_active_by_worker",
+                condition=models.Q(state__in=sorted(s.value for s in ACTIVE_STATES)),
+            ),
             # The fairness page's starving tasks (tick.fairness.STARVATION_PREEMPTIONS, which a
             # test holds equal to this 3): only tasks preempted more than three times have an
             # entry, so no other task's preemption writes to it.
