@@ -120,6 +120,8 @@ def explain_writes(cursor, n_tasks: int) -> None:
     from datetime import UTC, datetime
 
     now = datetime.now(UTC)
+    cursor.execute("SELECT pg_current_wal_insert_lsn()")
+    (start,) = cursor.fetchone()
     with connection.execute_wrapper(explained):
         bulk.update_rows(
             Task._meta.db_table,
@@ -140,8 +142,11 @@ def explain_writes(cursor, n_tasks: int) -> None:
         )
     plan = plans[-1]
     print(f"placement UPDATE of {len(tasks):,} tasks: {wal_line(plan)}; {execution_time(plan)}")
+    wal_records(cursor, start)
     # The end of as many active tasks (those placed before this transaction), as a worker's
     # reports finish them: one statement here, the same row versions.
+    cursor.execute("SELECT pg_current_wal_insert_lsn()")
+    (start,) = cursor.fetchone()
     cursor.execute(
         "EXPLAIN (ANALYZE, BUFFERS, WAL) UPDATE scheduler_task SET state = 'succeeded', updated_at = now() "
         f"WHERE id IN (SELECT id FROM scheduler_task WHERE state IN {ACTIVE} AND NOT id = ANY(%s::bigint[]) "
@@ -150,6 +155,36 @@ def explain_writes(cursor, n_tasks: int) -> None:
     )
     plan = [line for (line,) in cursor.fetchall()]
     print(f"end UPDATE of {n_tasks:,} active tasks: {wal_line(plan)}; {execution_time(plan)}")
+    wal_records(cursor, start)
+
+
+def wal_records(cursor, start) -> None:
+    """This transaction's WAL records since ``start`` by kind (pg_walinspect, in this database):
+    each index entry is one Btree INSERT_LEAF record, whatever else the server is doing (other
+    transactions' records are left out by their xid). Full-page images, which depend on when
+    the last checkpoint was, are counted apart."""
+    cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+    cursor.execute("SELECT pg_current_wal_insert_lsn()")
+    (end,) = cursor.fetchone()
+    for _ in range(100):  # PostgreSQL 15 reads only flushed WAL; the WAL writer flushes soon
+        cursor.execute("SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", [end])
+        if cursor.fetchone()[0]:
+            break
+        time.sleep(0.1)
+    cursor.execute(
+        "SELECT resource_manager, record_type, count(*), sum(record_length - fpi_length), sum(fpi_length) "
+        "FROM pg_get_wal_records_info(%s::pg_lsn, %s::pg_lsn) "
+        "WHERE xid::text::bigint = pg_current_xact_id()::text::bigint %% 4294967296 "
+        "GROUP BY 1, 2 ORDER BY 3 DESC",
+        [start, end],
+    )
+    rows = cursor.fetchall()
+    kinds = "; ".join(f"{rm} {kind} {n:,} ({size / 1e6:.2f} MB)" for rm, kind, n, size, _ in rows)
+    fpi = sum(f for *_, f in rows)
+    total = sum(size for *_, size, _ in rows)
+    print(
+        f"    WAL of this transaction: {total / 1e6:.2f} MB without full-page images ({fpi / 1e6:.2f} MB of them): {kinds}"
+    )
 
 
 def execution_time(plan: list[str]) -> str:
@@ -261,8 +296,11 @@ def main() -> None:
     parser.add_argument("--build", metavar="PENDINGxWORKERS", help="drop, recreate and fill the database first")
     parser.add_argument("--history-jobs", type=int, default=0)
     parser.add_argument("--history-tasks-per-job", type=int, default=5)
-    parser.add_argument("--forms", nargs="*", default=["before", "after"], choices=sorted(FORMS))
+    parser.add_argument(
+        "--forms", nargs="*", default=["before", "after"], choices=sorted(FORMS), help="in this order, e.g. alternated"
+    )
     parser.add_argument("--tasks", type=int, default=30_000, help="tasks the placement UPDATE places (a burst's)")
+    parser.add_argument("--writes-only", action="store_true", help="leave the readers out")
     parser.add_argument("--plans", help="write every reader's full plan to this file")
     args = parser.parse_args()
 
@@ -290,8 +328,8 @@ def main() -> None:
             )
             sizes = ", ".join(f"{name} {size / 2**20:.1f} MiB" for name, size in cursor.fetchall())
             print(f"# task indexes: {sizes}")
-            statements = reader_statements()
-            explain_readers(cursor, statements)
+            if not args.writes_only:
+                explain_readers(cursor, reader_statements())
             explain_writes(cursor, args.tasks)
             transaction.set_rollback(True)
     if args.plans:
