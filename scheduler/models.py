@@ -226,18 +226,9 @@ class Task(models.Model):
         # Foreign keys carry no index of their own where one of these leads with them: every
         # index is one more write per row on the tick's hot path.
         constraints = [models.UniqueConstraint(fields=["job", "index"], name="task_unique_index_per_job")]
-        #
-        # The tick's placement UPDATE can never be heap-only (it changes ``state`` and the indexed
-        # change stamp), so it writes an entry into every index whose condition the new version
-        # matches. The state indexes are therefore partial, each holding only what its readers
-        # ask for (migration 0034): a task leaving a state writes no entry there, and finished
-        # tasks (nearly all of a long history) are in neither. A placement (pending -> assigned)
-        # writes ``task_active_by_worker`` only; a preemption back to the queue ``task_pending``
-        # only; a task's end neither. No reader asks for finished tasks by state or by worker.
+        # Partial state indexes (migration 0034): a task leaving a state writes no entry there.
         indexes = [
-            # The pending tasks: the tick's whole read (with the next), the TPU demand, counts.
             models.Index(fields=["job"], name="task_pending", condition=models.Q(state=TaskState.PENDING.value)),
-            # The active tasks, by worker: the workers' load, spend, what-if, feasibility, metrics.
             models.Index(
                 fields=["worker"],
                 name="task_active_by_worker",
