@@ -17,7 +17,7 @@ from django.db import models
 from knox.models import AbstractAuthToken
 
 from scheduler.core.bands import Band
-from scheduler.core.types import TERMINAL_JOB_STATES, DeviceType, JobState, TaskState
+from scheduler.core.types import ACTIVE_STATES, TERMINAL_JOB_STATES, DeviceType, JobState, TaskState
 
 BAND_CHOICES = [(b.value, b.name) for b in Band]
 TASK_STATE_CHOICES = [(s.value, s.name) for s in TaskState]
@@ -226,9 +226,14 @@ class Task(models.Model):
         # Foreign keys carry no index of their own where one of these leads with them: every
         # index is one more write per row on the tick's hot path.
         constraints = [models.UniqueConstraint(fields=["job", "index"], name="task_unique_index_per_job")]
+        # Partial state indexes (migration 0034): a task leaving a state writes no entry there.
         indexes = [
-            models.Index(fields=["state"]),
-            models.Index(fields=["worker", "state"]),
+            models.Index(fields=["job"], name="task_pending", condition=models.Q(state=TaskState.PENDING.value)),
+            models.Index(
+                fields=["worker"],
+                name="task_active_by_worker",
+                condition=models.Q(state__in=sorted(s.value for s in ACTIVE_STATES)),
+            ),
             # The fairness page's starving tasks (tick.fairness.STARVATION_PREEMPTIONS, which a
             # test holds equal to this 3): only tasks preempted more than three times have an
             # entry, so no other task's preemption writes to it.

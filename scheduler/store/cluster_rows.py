@@ -88,6 +88,12 @@ ATTEMPT_SELECT = f"SELECT a.id, a.task_id, a.worker_id, a.state, a.finished_at I
 # Attempts that ended (preempted, lost, killed) but whose process the worker has not yet
 # confirmed finished: their tasks' resources stay committed on that worker.
 HELD = f"a.finished_at IS NULL AND a.worker_id IS NOT NULL AND a.state NOT IN {in_list(ACTIVE_VALUES)}"
+# The live tasks, in the words of the task table's two partial indexes (migration 0034: pending,
+# and active by worker), so each arm is answered by its own index: ``state IN`` all four live
+# states implies neither index's condition, and behind a year of finished tasks PostgreSQL would
+# read the whole table instead.
+LIVE_TASK_MATCH = f"(t.state = '{TaskState.PENDING.value}' OR t.state IN {in_list(ACTIVE_VALUES)})"
+assert {TaskState.PENDING.value, *ACTIVE_VALUES} == set(LIVE_TASK_VALUES)
 WORKER_COLUMNS = (
     "id, name, healthy, draining, cpu_millicores, memory_bytes, device_type, device_variant, "
     "device_count, CAST(attributes AS text)"
@@ -284,7 +290,7 @@ class ClusterRows:
                 f"AND j.id IN (SELECT t.job_id FROM {TASK} t WHERE t.id IN ({held_tasks})) ORDER BY j.id"
             )
             self._take_jobs(cursor.fetchall(), force=True)
-        cursor.execute(f"{TASK_SELECT} WHERE t.state IN {in_list(LIVE_TASK_VALUES)} ORDER BY t.id")
+        cursor.execute(f"{TASK_SELECT} WHERE {LIVE_TASK_MATCH} ORDER BY t.id")
         self._take_tasks(cursor.fetchall())
         if held_tasks:
             cursor.execute(
