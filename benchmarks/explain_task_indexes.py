@@ -1,4 +1,4 @@
-"""The task table's state indexes before and after migration 0034, on one database: the tick's
+"""The task table's state indexes before and after migration 0035, on one database: the tick's
 task UPDATE for a burst-sized batch (``EXPLAIN (ANALYZE, BUFFERS, WAL)``) and every reader of
 those indexes (``EXPLAIN (ANALYZE, BUFFERS)``), each form in a transaction that is rolled back.
 
@@ -13,7 +13,7 @@ Usage (from the repository root; PostgreSQL only)::
 Each form first drops the task table's state indexes and builds its own set afresh inside the
 transaction (so both are equally compact): "before" the full ``(state)`` and ``(worker_id,
 state)`` of migration 0001, "after" the partial ``task_pending`` and ``task_active_by_worker``
-of 0034. Then, still inside it:
+of 0035. Then, still inside it:
 
 - the tick's placement UPDATE (``scheduler.tick.apply``: by the locked rows' positions, the
   change stamp in its SET) of ``--tasks`` pending tasks onto the workers in turn, and the end of

@@ -226,7 +226,7 @@ class Task(models.Model):
         # Foreign keys carry no index of their own where one of these leads with them: every
         # index is one more write per row on the tick's hot path.
         constraints = [models.UniqueConstraint(fields=["job", "index"], name="task_unique_index_per_job")]
-        # Partial state indexes (migration 0034): a task leaving a state writes no entry there.
+        # Partial state indexes (migration 0035): a task leaving a state writes no entry there.
         indexes = [
             models.Index(fields=["job"], name="task_pending", condition=models.Q(state=TaskState.PENDING.value)),
             models.Index(

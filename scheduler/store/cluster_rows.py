@@ -88,7 +88,7 @@ ATTEMPT_SELECT = f"SELECT a.id, a.task_id, a.worker_id, a.state, a.finished_at I
 # Attempts that ended (preempted, lost, killed) but whose process the worker has not yet
 # confirmed finished: their tasks' resources stay committed on that worker.
 HELD = f"a.finished_at IS NULL AND a.worker_id IS NOT NULL AND a.state NOT IN {in_list(ACTIVE_VALUES)}"
-# The live tasks, in the words of the task table's two partial indexes (migration 0034: pending,
+# The live tasks, in the words of the task table's two partial indexes (migration 0035: pending,
 # and active by worker), so each arm is answered by its own index: ``state IN`` all four live
 # states implies neither index's condition, and behind a year of finished tasks PostgreSQL would
 # read the whole table instead.

@@ -1,4 +1,4 @@
-"""The task table's state indexes hold only live tasks (migration 0034), and every reader of
+"""The task table's state indexes hold only live tasks (migration 0035), and every reader of
 them still finds its rows through one.
 
 The tick's placement UPDATE is never heap-only (it changes the state and the indexed change

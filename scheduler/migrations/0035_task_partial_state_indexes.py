@@ -23,7 +23,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("scheduler", "0033_preemption_victim_job"),
+        ("scheduler", "0034_estimate_run_ms"),
     ]
 
     operations = [
