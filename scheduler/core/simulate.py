@@ -23,9 +23,10 @@ class SimulateError(ValueError):
     """The input is not a valid snapshot; the message names the input and what is wrong."""
 
 
-def simulate(data: bytes, source: str, indent: int = 2) -> bytes:
-    """The decision on the snapshot ``data`` (read from ``source``, named in errors) as JSON,
-    ending in a newline as the command prints it."""
+def simulate(data: bytes | memoryview, source: str, indent: int = 2) -> bytes:
+    """The decision on the snapshot ``data`` (read from ``source``, named in errors; the bytes,
+    or a view of them such as a mapped file's) as JSON, ending in a newline as the command
+    prints it."""
     # The snapshot's objects are all live until the decision is written: collections on the
     # way would only rescan them (see collector_paused).
     with collector_paused():
@@ -36,7 +37,7 @@ def simulate(data: bytes, source: str, indent: int = 2) -> bytes:
         return orjson.dumps(decision, option=(orjson.OPT_INDENT_2 if indent else 0) | orjson.OPT_APPEND_NEWLINE)
 
 
-def _read(data: bytes, source: str) -> ClusterSnapshot:
+def _read(data: bytes | memoryview, source: str) -> ClusterSnapshot:
     """The snapshot in ``data``. The parsed document is dropped on return, before ``decide``,
     which then reuses its memory instead of faulting in as much again."""
     try:

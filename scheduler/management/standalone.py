@@ -18,6 +18,7 @@ on stderr, exit 1 (not coloured on a terminal, where Django colours it).
 from __future__ import annotations
 
 import gc
+import mmap
 import os
 import sys
 
@@ -33,12 +34,19 @@ def simulate_file(path: str, indent: int) -> bytes:
     return simulate(_read(path), path, indent)
 
 
-def _read(path: str) -> bytes:
+def _read(path: str) -> bytes | memoryview:
+    """The snapshot's text. A file is mapped rather than read: the parser reads the page
+    cache's own pages, where a read would first copy the 16 MB of a 100,000-task snapshot into
+    as many freshly faulted pages (3,900 of a run's 61,000 page faults). Standard input, an
+    empty file and anything that cannot be mapped (a pipe given by name) are read."""
     try:
         if path == "-":
             return sys.stdin.buffer.read()
         with open(path, "rb") as f:
-            return f.read()
+            try:
+                return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
+            except (OSError, ValueError):
+                return f.read()
     except OSError as exc:
         from scheduler.core.simulate import SimulateError
 
