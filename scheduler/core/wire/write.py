@@ -173,10 +173,12 @@ def _task_order(snapshot: ClusterSnapshot) -> list[str]:
     jobs, tasks = snapshot.jobs, snapshot.tasks
     job_ids = list(jobs)
     replicas = [job.replicas for job in jobs.values()]
+    # Each job's indices 0 to replicas - 1, one list per replica count (there are few).
+    indices = {count: list(range(count)) for count in set(replicas)}
     if not (
         len(tasks) == sum(replicas)
         and [task.job_id for task in tasks] == list(chain.from_iterable(map(repeat, job_ids, replicas)))
-        and [task.index for task in tasks] == list(chain.from_iterable(map(range, replicas)))
+        and [task.index for task in tasks] == list(chain.from_iterable(map(indices.__getitem__, replicas)))
     ):
         return [f"{job_id}/{index}" for job_id in sorted(jobs) for index in range(jobs[job_id].replicas)]
     ids = [task.id for task in tasks]
