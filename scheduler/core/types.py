@@ -283,6 +283,24 @@ def job_spec(
     return job
 
 
+_WorkerSpecFiller: Any = _filler(WorkerSpec)
+
+
+def worker_spec(id, cpu_millicores, memory_bytes, device, attributes, healthy) -> WorkerSpec:
+    """``WorkerSpec(...)`` with every field given, as :func:`task_snapshot` (a read of 10,000
+    workers builds 10,000); ``tests/core/test_task_snapshot_factory.py`` checks it against the
+    constructor and the fields."""
+    worker = _WorkerSpecFiller()
+    worker.id = id
+    worker.cpu_millicores = cpu_millicores
+    worker.memory_bytes = memory_bytes
+    worker.device = device
+    worker.attributes = attributes
+    worker.healthy = healthy
+    worker.__class__ = WorkerSpec
+    return worker
+
+
 @dataclass(frozen=True, slots=True)
 class GroupSpec:
     """A TPU scale group as the core needs it (``scheduler.foundation.cluster_config.ScaleGroup``): what

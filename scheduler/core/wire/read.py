@@ -28,6 +28,7 @@ from scheduler.core.types import (
     WorkerSpec,
     job_spec,
     task_snapshot,
+    worker_spec,
 )
 from scheduler.core.wire.fields import (
     BANDS_BY_WIRE,
@@ -221,7 +222,7 @@ def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
                     else once_per_json_text(validated, "device", device, _worker_device, shared)
                 )
                 if device is not None:
-                    worker = WorkerSpec(worker_id, cpu, memory, device, dict(attributes), healthy)
+                    worker = worker_spec(worker_id, cpu, memory, device, dict(attributes), healthy)
         if worker is None:
             worker = _worker(item, f"{path}[{i}]", seen)
         seen.add(worker.id)
