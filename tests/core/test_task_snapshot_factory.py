@@ -1,4 +1,5 @@
-"""``types.task_snapshot`` and ``types.job_spec`` build the same objects as the constructors."""
+"""``types.task_snapshot``, ``job_spec``, ``task_after`` and ``worker_spec`` build the same objects as the
+constructors."""
 
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ from scheduler.core.types import (
     TaskAfter,
     TaskSnapshot,
     TaskState,
+    WorkerSpec,
     job_spec,
     task_after,
     task_snapshot,
+    worker_spec,
 )
 
 
@@ -140,3 +143,30 @@ def test_the_fast_task_after_is_the_constructors_task_after(state, worker, band,
     assert made == constructed and hash(made) == hash(constructed) and repr(made) == repr(constructed)
     with pytest.raises(FrozenInstanceError):
         made.worker = "elsewhere"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    cpu=st.integers(0, 10**6),
+    memory=st.integers(0, 2**40),
+    gpus=st.integers(0, 8),
+    attributes=st.dictionaries(st.text(min_size=1, max_size=4), st.text(max_size=4), max_size=3),
+    healthy=st.booleans(),
+)
+def test_the_fast_worker_spec_is_the_constructors_worker_spec(cpu, memory, gpus, attributes, healthy):
+    device = Device(DeviceType.GPU, "h100", gpus) if gpus else Device()
+    values = ("w-1", cpu, memory, device, attributes, healthy)
+    made, constructed = worker_spec(*values), WorkerSpec(*values)
+    assert [f.name for f in fields(WorkerSpec)] == [
+        "id",
+        "cpu_millicores",
+        "memory_bytes",
+        "device",
+        "attributes",
+        "healthy",
+    ]
+    assert type(made) is WorkerSpec
+    # Not hashed: a worker's attributes are a dict.
+    assert made == constructed and repr(made) == repr(constructed)
+    with pytest.raises(FrozenInstanceError):
+        made.healthy = not healthy

@@ -28,6 +28,7 @@ from scheduler.core.types import (
     WorkerSpec,
     job_spec,
     task_snapshot,
+    worker_spec,
 )
 from scheduler.core.wire.fields import (
     BANDS_BY_WIRE,
@@ -196,7 +197,7 @@ def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
     for i, item in enumerate(json_list(raw, path)):
         # The common shape is checked inline; anything else (and every error) takes _worker.
         worker = None
-        if item.__class__ is dict and item.keys() <= WORKER_KEYS:
+        if item.__class__ is dict and WORKER_KEYS.issuperset(item):
             worker_id = item.get("id")
             cpu = item.get("cpu_millicores")
             memory = item.get("memory_bytes")
@@ -221,7 +222,7 @@ def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
                     else once_per_json_text(validated, "device", device, _worker_device, shared)
                 )
                 if device is not None:
-                    worker = WorkerSpec(worker_id, cpu, memory, device, dict(attributes), healthy)
+                    worker = worker_spec(worker_id, cpu, memory, device, dict(attributes), healthy)
         if worker is None:
             worker = _worker(item, f"{path}[{i}]", seen)
         seen.add(worker.id)
@@ -324,7 +325,7 @@ def _jobs(raw: Any, path: str) -> dict[str, JobSpec]:
     parsed: dict[str, tuple[int, dict]] = {}
     match = JOB_ID.match
     for i, item in enumerate(items):
-        if item.__class__ is dict and item.keys() <= JOB_KEYS:
+        if item.__class__ is dict and JOB_KEYS.issuperset(item):
             job_id = item.get("id")
             if job_id.__class__ is str and job_id not in parsed and match(job_id):
                 parsed[job_id] = (i, item)
@@ -583,7 +584,7 @@ def _tasks(raw: Any, path: str, jobs: Mapping[str, JobSpec], worker_ids: set[str
         # The common shape is checked inline; anything else (and every error) takes _task, which
         # checks the fields in order.
         task = None
-        if item.__class__ is dict and item.keys() <= TASK_KEYS:
+        if item.__class__ is dict and TASK_KEYS.issuperset(item):
             get = item.get
             task_id = get("id")
             state = get("state", "pending")

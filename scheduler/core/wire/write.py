@@ -173,17 +173,24 @@ def _task_order(snapshot: ClusterSnapshot) -> list[str]:
     jobs, tasks = snapshot.jobs, snapshot.tasks
     job_ids = list(jobs)
     replicas = [job.replicas for job in jobs.values()]
+    # Each job's indices 0 to replicas - 1, one list per replica count (there are few).
+    indices = {count: list(range(count)) for count in set(replicas)}
     if not (
         len(tasks) == sum(replicas)
         and [task.job_id for task in tasks] == list(chain.from_iterable(map(repeat, job_ids, replicas)))
-        and [task.index for task in tasks] == list(chain.from_iterable(map(range, replicas)))
+        and [task.index for task in tasks] == list(chain.from_iterable(map(indices.__getitem__, replicas)))
     ):
         return [f"{job_id}/{index}" for job_id in sorted(jobs) for index in range(jobs[job_id].replicas)]
     ids = [task.id for task in tasks]
-    starts = list(accumulate(replicas, initial=0))
-    by_id = sorted(range(len(job_ids)), key=job_ids.__getitem__)
-    spans = map(slice, map(starts.__getitem__, by_id), map(starts.__getitem__, map((1).__add__, by_id)))
-    return list(chain.from_iterable(map(ids.__getitem__, spans)))
+    # Where each job's tasks start in ``tasks``; a loop over the jobs (30,000 at 100,000 tasks)
+    # extends the order with slices of ``ids``, cheaper than chaining slice objects.
+    first_task = dict(zip(job_ids, accumulate(replicas, initial=0)))
+    order: list[str] = []
+    extend = order.extend
+    for job_id in sorted(job_ids):
+        first = first_task[job_id]
+        extend(ids[first : first + jobs[job_id].replicas])
+    return order
 
 
 # Wire names by dict look-up: ``Band.wire`` and ``Enum.value`` are Python-level properties.
