@@ -61,9 +61,7 @@ def sort_jobs(jobs: list[JobSpec]) -> None:
     than three stable passes by ``attrgetter`` keys. The band stays a ``Band`` here (``int()``
     per job would cost a call); it compares as its rank.
     """
-    keyed = [
-        (job.band, -job.id.count("/"), job.root_submitted_at_ms, job.submitted_at_ms, job.id, job) for job in jobs
-    ]
+    keyed = [(job.band, -job.id.count("/"), job.root_submitted_at_ms, job.submitted_at_ms, job.id, job) for job in jobs]
     keyed.sort()
     jobs[:] = [item[5] for item in keyed]
 
