@@ -37,6 +37,7 @@ from scheduler.core.types import (
     ACTIVE_STATES,
     NON_TERMINAL_STATES,
     Assignment,
+    AssignmentFiller,
     ClusterSnapshot,
     Decision,
     JobState,
@@ -303,17 +304,19 @@ class _Outcome:
         assigned = TaskState.ASSIGNED  # enum attribute lookups are slow; keep them out of loops
         stride = 4 * len(ids)
         # Assignment is a frozen slots dataclass: its __init__ goes through object.__setattr__
-        # per field. Filling the same slots through their descriptors builds an equal object
-        # at half the cost (tens of thousands per large tick).
+        # per field. Filling the slots of a plain class of the same layout and re-classing it
+        # (``types.AssignmentFiller``) builds an equal object at a third of that cost, and for
+        # a fifth fewer instructions than calling each slot descriptor's ``__set__``.
         new = object.__new__
-        set_task, set_worker, set_band = Assignment.task.__set__, Assignment.worker.__set__, Assignment.band.__set__
+        filler = AssignmentFiller
         for task, w in placements:
             band = queues[task.job_id].band
             worker = ids[w]
-            a = new(Assignment)
-            set_task(a, task.id)
-            set_worker(a, worker)
-            set_band(a, band)
+            a = new(filler)
+            a.task = task.id
+            a.worker = worker
+            a.band = band
+            a.__class__ = Assignment
             append(a)
             key = task.preemption_count * stride + 4 * w + band
             state = shared.get(key)
