@@ -79,8 +79,8 @@ def gated_queue(
 
     An expired job passes nothing (its pending tasks become UNSCHEDULABLE). A non-gang job
     passes at most ``max_tasks_per_job`` tasks, lowest index first; 0 means unlimited. Gangs
-    are exempt because they place all-or-nothing. (One constructor call per job: a decision
-    builds tens of thousands of queues, each filled slot by slot.)
+    are exempt because they place all-or-nothing. (One queue per job, its slots filled here
+    directly: a decision builds tens of thousands of queues.)
     """
     gang = job.group_by is not None
     queue = _new(JobQueue)
