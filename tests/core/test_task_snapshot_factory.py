@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 from scheduler.core.bands import Band
 from scheduler.core.types import (
+    Assignment,
+    AssignmentFiller,
     Constraint,
     ConstraintOp,
     Device,
@@ -170,3 +172,19 @@ def test_the_fast_worker_spec_is_the_constructors_worker_spec(cpu, memory, gpus,
     assert made == constructed and repr(made) == repr(constructed)
     with pytest.raises(FrozenInstanceError):
         made.healthy = not healthy
+
+
+@settings(max_examples=100, deadline=None)
+@given(task=st.text(max_size=8), worker=st.text(max_size=8), band=st.sampled_from(list(Band)))
+def test_an_assignment_filled_through_its_filler_is_the_constructors_assignment(task, worker, band):
+    # As decision._Outcome.assign builds the decision's assignments.
+    made = object.__new__(AssignmentFiller)
+    made.task = task
+    made.worker = worker
+    made.band = band
+    made.__class__ = Assignment
+    assert [f.name for f in fields(Assignment)] == ["task", "worker", "band"]
+    assert made == Assignment(task, worker, band) and hash(made) == hash(Assignment(task, worker, band))
+    assert repr(made) == repr(Assignment(task, worker, band))
+    with pytest.raises(FrozenInstanceError):
+        made.worker = "elsewhere"
