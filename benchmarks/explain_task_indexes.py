@@ -101,6 +101,7 @@ def explain_writes(cursor, n_tasks: int) -> None:
     from scheduler.models import Task
     from scheduler.store import bulk
     from scheduler.store.cluster_rows import CHANGE_STAMP
+    from scheduler.tick.apply import TASK_WRITE_COLUMNS
 
     cursor.execute(f"SELECT id, attempt_count FROM scheduler_task WHERE state = 'pending' ORDER BY id LIMIT {n_tasks}")
     tasks = cursor.fetchall()
@@ -126,14 +127,7 @@ def explain_writes(cursor, n_tasks: int) -> None:
         bulk.update_rows(
             Task._meta.db_table,
             [("ctid", "tid"), ("id", "bigint")],
-            [
-                ("state", "text"),
-                ("worker_id", "bigint"),
-                ("band", "smallint"),
-                ("preemption_count", "integer"),
-                ("attempt_count", "integer"),
-                ("updated_at", "timestamptz"),
-            ],
+            TASK_WRITE_COLUMNS,
             [
                 (position[pk], pk, "assigned", workers[i % len(workers)], 2, 0, attempts + 1, now)
                 for i, (pk, attempts) in enumerate(tasks)

@@ -130,6 +130,18 @@ NEW_ATTEMPT_COLUMNS = [
 ]
 
 
+# The columns the tick writes back to each task it placed, preempted or ended (by its position
+# and id, in one UPDATE).
+TASK_WRITE_COLUMNS: list[bulk.Column] = [
+    ("state", "text"),
+    ("worker_id", "bigint"),
+    ("band", "smallint"),
+    ("preemption_count", "integer"),
+    ("attempt_count", "integer"),
+    ("updated_at", "timestamptz"),
+]
+
+
 def preemption_rows(loaded: LoadedSnapshot, preemptions: list, tick_pk: int, wall: datetime) -> list[tuple]:
     """The preemption events' rows. Each carries its victim's user and job, and the work the eviction
     lost: the victim's resource value × how long its evicted attempt had run (0 if it never
@@ -347,14 +359,7 @@ def apply_decision(
         bulk.update_rows(
             Task._meta.db_table,
             task_keys,
-            [
-                ("state", "text"),
-                ("worker_id", "bigint"),
-                ("band", "smallint"),
-                ("preemption_count", "integer"),
-                ("attempt_count", "integer"),
-                ("updated_at", "timestamptz"),
-            ],
+            TASK_WRITE_COLUMNS,
             task_updates,
             postgresql_set=CHANGE_STAMP,
         )
