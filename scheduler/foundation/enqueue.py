@@ -14,6 +14,9 @@ A request may also ask for a minimum spacing (``min_interval``): a task started 
 long ago (the task records its start, :func:`task_started`) is sent with a countdown to the end
 of the spacing, not at once. The prompt tick uses it (``IRIS_PROMPT_TICK_MIN_INTERVAL_MS``), so a
 steady stream of submissions costs at most one tick per interval, not one per finished tick.
+A request sent with a countdown cannot start before the countdown ends, so until then every
+caller is covered without asking: the sender writes that moment into the flag, and a process
+that finds the flag held reads it with the same round trip and asks no more until then.
 """
 
 from __future__ import annotations
@@ -73,18 +76,26 @@ def request_once(
     ``min_interval`` (seconds), a task that started less than that long ago is requested for
     the end of the interval instead of now. Never raises.
 
-    A request this process sent with a countdown cannot start before the countdown ends, so
-    until then (less :data:`COUNTDOWN_MARGIN`) calls in this process return at once, without a
-    round trip to the cache: a stream of submissions asks the cache about once per tick and
-    process, not once per submission (issue 26)."""
+    A request sent with a countdown cannot start before the countdown ends, so until then (less
+    :data:`COUNTDOWN_MARGIN`) calls return at once, without a round trip to the cache: in the
+    process that sent it, and (on Redis) in every process that finds the flag held, which tells
+    that moment (:func:`_mark_flag`). A stream of submissions asks the cache about once per tick
+    and process while ticks are spaced by ``min_interval``, not once per submission (issue 26)."""
     now = time.time()
     if _not_before.get(task_name, 0.0) > now:
         return
     key = _requested(task_name)
     countdown = 0.0
+    flagged = False
     try:
-        if not _add_flag(key, timeout=max(1, round(min_interval + expires))):
+        added, not_before = _add_flag(key, timeout=max(1, round(min_interval + expires)))
+        if not added:
+            # Held: a request was sent and has not started. When it was sent with a countdown,
+            # the flag says when it can start; until then this process need not ask again.
+            if not_before is not None and not_before - COUNTDOWN_MARGIN > now:
+                _not_before[task_name] = not_before - COUNTDOWN_MARGIN
             return
+        flagged = True
         if min_interval > 0:
             last = cache.get(_started(task_name))
             if last is not None:
@@ -95,26 +106,70 @@ def request_once(
         forget_request(task_name)
     elif countdown > COUNTDOWN_MARGIN:
         _not_before[task_name] = now + countdown - COUNTDOWN_MARGIN
+        if flagged:
+            _mark_flag(key, now + countdown)
 
 
-# One Redis client per cache backend, for :func:`_add_flag` (see there).
-_flag_clients: dict[int, tuple[object, object]] = {}
+# One Redis client per cache backend, and its flag script, for :func:`_add_flag` (see there).
+_flag_clients: dict[int, tuple[object, object, object]] = {}
+
+# SET NX that answers, when the key is held, with its value (in one round trip, on any Redis
+# version: SET's NX and GET together need Redis 7, and the embedded broker is 6.2).
+_TAKE_FLAG = """
+local held = redis.call('GET', KEYS[1])
+if held then return held end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+return false
+"""
 
 
-def _add_flag(key: str, *, timeout: int) -> bool:
-    """``cache.add(key, 1, timeout)``, as Django's Redis cache would do it (same key, same stored
-    value), with one Redis client kept per process: Django's cache builds a new client object
-    per call, and that construction (redis-py fills a table of some 170 reply callbacks) was the
-    larger part of a submission's prompt-tick request (issue 26). Other caches: ``cache.add``."""
-    backend = caches["default"]
-    if not isinstance(backend, RedisCache):
-        return cache.add(key, 1, timeout=timeout)
+def _flag_client(backend):
+    """This process's Redis client of the cache backend ``backend`` and its flag script."""
     raw = backend._cache  # Django's RedisCacheClient: its pool, the one the cache uses
     held = _flag_clients.get(id(raw))
     if held is None or held[0] is not raw:
-        held = _flag_clients[id(raw)] = (raw, raw.get_client(key, write=True))
+        client = raw.get_client(None, write=True)
+        held = _flag_clients[id(raw)] = (raw, client, client.register_script(_TAKE_FLAG))
+    return held[1], held[2]
+
+
+def _add_flag(key: str, *, timeout: int) -> tuple[bool, float | None]:
+    """``cache.add(key, 1, timeout)``, as Django's Redis cache would do it (same key, same stored
+    value), with one Redis client kept per process: Django's cache builds a new client object
+    per call, and that construction (redis-py fills a table of some 170 reply callbacks) was the
+    larger part of a submission's prompt-tick request (issue 26). Returns whether the flag was
+    added and, when it was held, the moment (``time.time()`` seconds) before which the request
+    that holds it cannot start, if its sender wrote one (:func:`_mark_flag`), else None. Other
+    caches: ``cache.add`` (and no moment: one process has them)."""
+    backend = caches["default"]
+    if not isinstance(backend, RedisCache):
+        return cache.add(key, 1, timeout=timeout), None
+    _, take = _flag_client(backend)
     # An int is stored as its digits by Django's Redis serializer, so cache.get reads it back.
-    return bool(held[1].set(backend.make_and_validate_key(key), 1, nx=True, ex=timeout))
+    held = take(keys=[backend.make_and_validate_key(key)], args=[1, timeout])
+    if held is None:
+        return True, None
+    try:
+        stamp = int(held)
+    except ValueError:
+        return False, None
+    return False, (stamp / 1000 if stamp > 1 else None)
+
+
+def _mark_flag(key: str, not_before: float) -> None:
+    """Write into the flag this process holds the moment before which the request it sent cannot
+    start (milliseconds, as digits), keeping its expiry; nothing if the flag is gone (the task
+    started and cleared it). Should the task have started and another process flagged a new
+    request in between, that flag gets this moment, which has then passed (the task started
+    after it): a reader finds nothing to wait for, and asks as before. Never raises."""
+    backend = caches["default"]
+    if not isinstance(backend, RedisCache):
+        return
+    try:
+        client, _ = _flag_client(backend)
+        client.set(backend.make_and_validate_key(key), int(not_before * 1000), xx=True, keepttl=True)
+    except Exception:  # noqa: BLE001 -- without the moment, other processes ask as before
+        log.warning("cache unavailable; the request's start is not recorded", exc_info=True)
 
 
 def task_started(task_name: str, *, keep_seconds: float) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import replace
 
 import pytest
@@ -609,13 +610,93 @@ def test_a_prompt_tick_sent_with_a_countdown_covers_this_processs_submissions_un
     request_prompt_tick()  # sent for 400 ms from now
     assert len(sent) == 1
     asked = []
-    monkeypatch.setattr(enqueue, "_add_flag", lambda *a, **k: asked.append(a) or False)
+    monkeypatch.setattr(enqueue, "_add_flag", lambda *a, **k: asked.append(a) or (False, None))
     now[0] += 0.3  # 100 ms before the request can start: covered
     request_prompt_tick()
     assert asked == []
     now[0] += 0.06  # within the margin of its start: the cache is asked again
     request_prompt_tick()
     assert len(asked) == 1 and len(sent) == 1
+
+
+@pytest.fixture
+def redis_cache(settings):
+    """Django's cache on the suite's Redis (the flag shared by every process), emptied."""
+    import redis
+
+    from tests.conftest import REDIS_TEST_URL
+
+    redis.Redis.from_url(REDIS_TEST_URL).flushdb()
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_TEST_URL}
+    }
+    yield
+    redis.Redis.from_url(REDIS_TEST_URL).flushdb()
+
+
+@pytest.mark.redis
+def test_a_prompt_tick_sent_with_a_countdown_covers_other_processes_submissions_until_it_can_start(
+    as_alice, monkeypatch, settings, redis_cache
+):
+    """The sender writes into the flag when its request can start; another process (here: this
+    one, its own memory of the request forgotten) that finds the flag held reads that moment with
+    the same round trip and asks no more until then (issue 26). Past it, it asks again."""
+    from celery import current_app
+    from django.core.cache import cache
+
+    from scheduler.foundation import enqueue
+    from scheduler.foundation.enqueue import COUNTDOWN_MARGIN, PROMPT_TICK, _requested, forget_request, task_started
+
+    settings.PROMPT_TICK_MIN_INTERVAL_MS = 500
+    sent = []
+    monkeypatch.setattr(current_app, "send_task", lambda name, **kwargs: sent.append(kwargs))
+    now = [time.time()]
+    monkeypatch.setattr(enqueue.time, "time", lambda: now[0])
+    monkeypatch.setattr(enqueue, "_not_before", {})
+    task_started(PROMPT_TICK, keep_seconds=2)  # a tick starts
+    now[0] += 0.1
+    request_prompt_tick()  # sent for 400 ms from now, the moment written into the flag
+    assert len(sent) == 1 and sent[0]["countdown"] == pytest.approx(0.4)
+    assert cache.get(_requested(PROMPT_TICK)) == pytest.approx((now[0] + 0.4) * 1000, abs=1)
+
+    enqueue._not_before.clear()  # another process: it knows nothing of the request
+    now[0] += 0.1
+    request_prompt_tick()  # finds the flag held, and when the request can start
+    assert len(sent) == 1
+    assert enqueue._not_before[PROMPT_TICK] == pytest.approx(now[0] + 0.3 - COUNTDOWN_MARGIN, abs=0.002)
+    asked = []
+    real_add_flag = enqueue._add_flag
+    monkeypatch.setattr(enqueue, "_add_flag", lambda *a, **k: asked.append(a) or real_add_flag(*a, **k))
+    now[0] += 0.2  # 100 ms before the request can start: covered, no round trip
+    request_prompt_tick()
+    assert asked == [] and len(sent) == 1
+    now[0] += 0.06  # within the margin of its start: the cache is asked again (still held)
+    request_prompt_tick()
+    assert len(asked) == 1 and len(sent) == 1
+    forget_request(PROMPT_TICK)  # the tick starts
+    assert cache.get(_requested(PROMPT_TICK)) is None
+
+
+@pytest.mark.redis
+def test_on_redis_a_prompt_tick_is_asked_for_once_until_it_starts(as_alice, monkeypatch, redis_cache):
+    """The flag on Redis (taken by a script, which Redis 6.2, the embedded broker's, runs too)
+    is Django's cache's own key and value."""
+    from celery import current_app
+    from django.core.cache import cache
+
+    from scheduler.foundation import enqueue
+    from scheduler.foundation.enqueue import PROMPT_TICK, _requested, forget_request
+
+    sent = []
+    monkeypatch.setattr(current_app, "send_task", lambda name, **kwargs: sent.append(name))
+    monkeypatch.setattr(enqueue, "_not_before", {})
+    for _ in range(3):
+        request_prompt_tick()
+    assert sent == [PROMPT_TICK] and cache.get(_requested(PROMPT_TICK)) == 1
+    forget_request(PROMPT_TICK)
+    assert cache.get(_requested(PROMPT_TICK)) is None
+    request_prompt_tick()
+    assert sent == [PROMPT_TICK, PROMPT_TICK]
 
 
 def test_the_prompt_tick_flag_is_the_one_djangos_cache_reads_and_clears(as_alice, monkeypatch):
