@@ -27,6 +27,7 @@ import time
 from celery import current_app
 from django.core.cache import cache, caches
 from django.core.cache.backends.redis import RedisCache
+from redis.exceptions import ResponseError
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +124,10 @@ return false
 """
 
 
+# Set once a server refused the flag's script (see _add_flag).
+_scripts_refused: list[bool] = []
+
+
 def _flag_client(backend):
     """This process's Redis client of the cache backend ``backend`` and its flag script."""
     raw = backend._cache  # Django's RedisCacheClient: its pool, the one the cache uses
@@ -144,9 +149,19 @@ def _add_flag(key: str, *, timeout: int) -> tuple[bool, float | None]:
     backend = caches["default"]
     if not isinstance(backend, RedisCache):
         return cache.add(key, 1, timeout=timeout), None
-    _, take = _flag_client(backend)
+    client, take = _flag_client(backend)
+    name = backend.make_and_validate_key(key)
     # An int is stored as its digits by Django's Redis serializer, so cache.get reads it back.
-    held = take(keys=[backend.make_and_validate_key(key)], args=[1, timeout])
+    if _scripts_refused:
+        return bool(client.set(name, 1, nx=True, ex=timeout)), None
+    try:
+        held = take(keys=[name], args=[1, timeout])
+    except ResponseError:
+        # A server that refuses scripts (an ACL without EVAL, a managed Redis): the plain SET NX,
+        # without the moment, from now on in this process.
+        _scripts_refused.append(True)
+        log.warning("Redis refused the prompt-tick flag's script; using SET NX", exc_info=True)
+        return bool(client.set(name, 1, nx=True, ex=timeout)), None
     if held is None:
         return True, None
     try:

@@ -699,6 +699,30 @@ def test_on_redis_a_prompt_tick_is_asked_for_once_until_it_starts(as_alice, monk
     assert sent == [PROMPT_TICK, PROMPT_TICK]
 
 
+@pytest.mark.redis
+def test_a_redis_that_refuses_scripts_still_gets_one_prompt_tick_per_burst(as_alice, monkeypatch, redis_cache):
+    """A server that refuses the flag's script (an ACL without EVAL) gets the plain SET NX: a
+    burst still asks for one tick, not one per submission."""
+    from celery import current_app
+    from redis.commands.core import Script
+    from redis.exceptions import NoPermissionError
+
+    from scheduler.foundation import enqueue
+    from scheduler.foundation.enqueue import PROMPT_TICK
+
+    def refused(self, *args, **kwargs):
+        raise NoPermissionError("this user has no permissions to run the 'evalsha' command")
+
+    sent = []
+    monkeypatch.setattr(current_app, "send_task", lambda name, **kwargs: sent.append(name))
+    monkeypatch.setattr(Script, "__call__", refused)
+    monkeypatch.setattr(enqueue, "_not_before", {})
+    monkeypatch.setattr(enqueue, "_scripts_refused", [])
+    for _ in range(3):
+        request_prompt_tick()
+    assert sent == [PROMPT_TICK] and enqueue._scripts_refused == [True]
+
+
 def test_the_prompt_tick_flag_is_the_one_djangos_cache_reads_and_clears(as_alice, monkeypatch):
     """The flag set without Django's cache client (one client per process) is the cache's own
     key and value: ``cache.get`` reads it, ``forget_request`` clears it (Redis or not)."""
