@@ -424,6 +424,15 @@ def main() -> None:
         help="before the window, wait for this many ticks (the restored backlog placed; 0: do not wait)",
     )
     parser.add_argument(
+        "--settle-dispatch",
+        type=int,
+        default=-1,
+        metavar="N",
+        help="after the settling ticks, also wait until at most N dispatch intents are pending (the restored "
+        "backlog's placements delivered: the tick worker's one process drains them between ticks, so until "
+        "then the window's Celery share is mostly that drain); -1: do not wait",
+    )
+    parser.add_argument(
         "--estimates",
         choices=["own-queue", "tick-worker"],
         default="own-queue",
@@ -447,6 +456,9 @@ def main() -> None:
         if not args.no_tick and args.settle_ticks:
             settled = settle(args.settle_ticks)
             print(f"waited {settled:.1f} s for the first {args.settle_ticks} ticks (the restored backlog placed)")
+        if not args.no_tick and args.settle_dispatch >= 0:
+            settled, left = settle_dispatch(args.settle_dispatch)
+            print(f"waited {settled:.1f} s for the dispatch backlog: {left} intents pending")
         servers = {"web": _tree(web.pid), "postgres": _backends(database), "_database": database}
         if not args.no_tick:
             servers["celery"] = _tree(ticker.pid)
@@ -486,6 +498,19 @@ def settle(ticks: int) -> float:
     while _ticks_recorded() < ticks and time.monotonic() - started < SETTLE_SECONDS:
         time.sleep(0.5)
     return time.monotonic() - started
+
+
+def settle_dispatch(pending: int) -> tuple[float, int]:
+    """Wait until at most ``pending`` dispatch intents are pending (or SETTLE_SECONDS pass).
+    Returns the seconds waited and the intents then pending."""
+    from scheduler.models import DispatchIntent
+
+    started = time.monotonic()
+    while True:
+        left = DispatchIntent.objects.filter(state=DispatchIntent.State.PENDING).count()
+        if left <= pending or time.monotonic() - started >= SETTLE_SECONDS:
+            return time.monotonic() - started, left
+        time.sleep(1.0)
 
 
 def _ticks_recorded() -> int:
