@@ -223,10 +223,9 @@ class Task(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
-        # Foreign keys carry no index of their own where one of these leads with them: every
-        # index is one more write per row on the tick's hot path.
+        # Every index is one more write per row on the tick's hot path: foreign keys have none of
+        # their own, and the state's are partial (migration 0035: leaving a state writes none).
         constraints = [models.UniqueConstraint(fields=["job", "index"], name="task_unique_index_per_job")]
-        # Partial state indexes (migration 0035): a task leaving a state writes no entry there.
         indexes = [
             models.Index(fields=["job"], name="task_pending", condition=models.Q(state=TaskState.PENDING.value)),
             models.Index(
@@ -634,16 +633,13 @@ class EstimatedStart(models.Model):
 
 
 class EstimateWaits(models.Model):
-    """The observed waits (submission to first start, ms) each band's work had in the newest
-        estimator run's history, sorted and thinned: what a shown estimate whose time has passed is
-        conditioned on (:mod:`scheduler.board.estimates`), and when that run was made and how long it
-    took. One row, replaced with the estimates."""
+    """The newest estimator run: when (``as_of_ms``), how long it took (``run_ms``, wall: when the
+    next is due, ``board.estimates.estimator_schedule``), and each band's observed waits (``{band
+    rank: [ms, ...]}`` ascending, thinned) that a shown estimate whose time has passed is
+    conditioned on. One row, replaced with the estimates."""
 
     as_of_ms = models.BigIntegerField()
-    # {band rank: [wait ms, ...]} ascending.
     waits = models.JSONField(default=dict)
-    # How long the run that stored them took (wall ms): when the next one is due follows from it
-    # (scheduler.board.estimates.estimator_schedule).
     run_ms = models.BigIntegerField(default=0)
 
     def __str__(self) -> str:
