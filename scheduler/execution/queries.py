@@ -62,6 +62,10 @@ class WorkerUse:
     memory_bytes: int = 0
     chips: int = 0
     attempts: int = 0
+    # Of the CPU, what attempts that ended (preempted, cancelled, lost, finished) hold until the
+    # worker confirms their process is gone: a preemptor placed in the same tick is counted
+    # beside its victims until then.
+    ending_cpu_millicores: int = 0
 
 
 def worker_use(worker_pks: list[int]) -> dict[int, WorkerUse]:
@@ -80,10 +84,11 @@ def worker_use(worker_pks: list[int]) -> dict[int, WorkerUse]:
             mem=Sum("task__job__memory_bytes"),
             chips=Sum("task__job__device_count", filter=~Q(task__job__device_type=DeviceType.CPU.value)),
             n=Count("id"),
+            ending_cpu=Sum("task__job__cpu_millicores", filter=~Q(state__in=ACTIVE_VALUES)),
         )
     )
-    for worker_pk, cpu, mem, chips, n in rows:
-        use[worker_pk] = WorkerUse(cpu or 0, mem or 0, chips or 0, n)
+    for worker_pk, cpu, mem, chips, n, ending_cpu in rows:
+        use[worker_pk] = WorkerUse(cpu or 0, mem or 0, chips or 0, n, ending_cpu or 0)
     return use
 
 

@@ -23,9 +23,13 @@ TASKS_SHOWN = 6
 SLICES_SHOWN = 50
 
 
-def share(used: int, total: int) -> dict:
+def share(used: int, total: int, ending: int = 0) -> dict:
+    """A bar of ``used`` of ``total``: red over capacity, unless what is over is ``ending``
+    (attempts ending, held until the worker confirms): amber then, as it frees by itself."""
     percent = 100.0 * used / total if total else (100.0 if used else 0.0)
-    level = "red" if percent > 100 else "amber" if percent >= 75 else "green"
+    level = "amber" if percent >= 75 else "green"
+    if percent > 100:
+        level = "amber" if used - ending <= total else "red"
     return {"used": used, "total": total, "percent": percent, "width": min(100.0, round(percent, 1)), "level": level}
 
 
@@ -66,7 +70,8 @@ def workers(request):
     now = timezone.now()
     for w in page:
         u = use[w.pk]
-        w.cpu_use = share(u.cpu_millicores, w.cpu_millicores)
+        w.cpu_use = share(u.cpu_millicores, w.cpu_millicores, u.ending_cpu_millicores)
+        w.ending_cpu = u.ending_cpu_millicores
         w.mem_use = share(u.memory_bytes, w.memory_bytes)
         w.chip_use = share(u.chips, w.device_count) if w.device_type != "cpu" else None
         w.held_attempts = u.attempts

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from scheduler.jobs.cancel import cancel_job
-from scheduler.models import DispatchIntent, TickRecord, UpliftGrant, UserBudget
+from scheduler.models import Attempt, DispatchIntent, Task, TickRecord, UpliftGrant, UserBudget
 from scheduler.tick.run import run_tick
 from tests.personas import make_worker, run_tasks, submit
 from tests.web.conftest import preempt
@@ -326,6 +326,23 @@ def test_workers_show_capacity_held_by_unfinished_attempts(clients, alice):
     assert "2 cores / 8 cores" in page and "16 GiB / 64 GiB" in page and "4 / 8" in page and "h100 GPU" in page
     assert "/alice/gpu/0" in page and "healthy" in page
     assert "Drain" not in page  # researchers do not drain
+
+
+def test_a_worker_over_capacity_by_ending_attempts_says_so_and_is_not_red(clients, alice, bob):
+    # bob's attempt was preempted for alice's, placed in the same tick: until the worker confirms
+    # bob's process stopped, both hold its 4 cores.
+    w = make_worker("w1", cpu=4, memory_gib=64)
+    run_tasks(submit(bob, "victim", cpu=4), w)
+    Attempt.objects.filter(task__job__name="/bob/victim").update(state="preempted")
+    Task.objects.filter(job__name="/bob/victim").update(state="pending", worker=None)
+    run_tasks(submit(alice, "preemptor", cpu=4), w)
+    html = clients["alice"].get("/workers/").content.decode()
+    page = text(clients["alice"].get("/workers/"))
+    assert "8 cores / 4 cores" in page
+    assert (
+        "4 cores of it held by attempts ending (preempted or finished) until the worker confirms them stopped" in page
+    )
+    assert "bar-amber" in html and "bar-red" not in html
 
 
 def test_scheduler_state_shows_ticks_lag_counts_and_stuck_intents(clients, over_budget, alice):
