@@ -61,6 +61,8 @@ def sort_jobs(jobs: list[JobSpec]) -> None:
     than three stable passes by ``attrgetter`` keys. The band stays a ``Band`` here (``int()``
     per job would cost a call); it compares as its rank.
     """
+    # ``-job.id.count("/")`` is ``-job.depth - 1`` (the property's expression, inline): the same
+    # order; ``tests/core/test_ordering.py`` holds this sort equal to ``job_sort_key``'s.
     keyed = [(job.band, -job.id.count("/"), job.root_submitted_at_ms, job.submitted_at_ms, job.id, job) for job in jobs]
     keyed.sort()
     jobs[:] = [item[5] for item in keyed]
@@ -69,6 +71,11 @@ def sort_jobs(jobs: list[JobSpec]) -> None:
 def is_expired(job: JobSpec, now_ms: int) -> bool:
     """A job with a scheduling deadline expires at the deadline itself (``now >= deadline``)."""
     return job.scheduling_deadline_ms is not None and now_ms >= job.scheduling_deadline_ms
+
+
+# ``gated_queue`` fills a queue's slots itself: the dataclass ``__init__`` (a Python call with
+# nine defaulted parameters behind ``type.__call__``) cost more than the gates.
+_new = object.__new__
 
 
 def gated_queue(
@@ -102,11 +109,6 @@ def gated_queue(
         queue.passed = tasks
         queue.held = ()
     return queue
-
-
-# ``gated_queue`` fills a queue's slots itself: the dataclass ``__init__`` (a Python call with
-# nine defaulted parameters behind ``type.__call__``) cost more than the gates.
-_new = object.__new__
 
 
 def round_robin(buckets: Mapping[Hashable, Sequence[T]], spend: Mapping[str, int]) -> list[T]:

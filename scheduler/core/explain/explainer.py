@@ -137,6 +137,16 @@ class Explainer:
             self._open[id(cands)] = found
         return found
 
+    def _count_fit_at_start(self, workers: Sequence[int], shape: Shape) -> int:
+        """How many of ``workers`` had a build slot and room for one task of ``shape`` at tick start."""
+        pool = self.pool
+        mb, building = pool.max_building, pool.start_building
+        cpu, mem, gpu, tpu = pool.start_cpu, pool.start_mem, pool.start_gpu, pool.start_tpu
+        c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
+        return sum(
+            1 for w in workers if building[w] < mb and cpu[w] >= c and mem[w] >= m and gpu[w] >= g and tpu[w] >= u
+        )
+
     def _any_fits_at_start(self, workers: Sequence[int], shape: Shape) -> bool:
         pool = self.pool
         mb, building = pool.max_building, pool.start_building
@@ -163,44 +173,10 @@ class Explainer:
         largest = max((len(g.members) for g in groups), default=0)
         if largest < n:
             return GangGroupTooSmall(n, group_by, largest), False
+        fits = self.pool.fits
         big = [g for g in groups if len(g.members) >= n]
-        # ``pool.fits`` and the count at tick start unrolled over the members (a call per
-        # member, or a generator per group, cost more than the checks).
-        pool = self.pool
-        ma, mb, assigned, building = pool.max_assign, pool.max_building, pool.assigned, pool.building
-        cpu, mem, gpu, tpu = pool.cpu, pool.mem, pool.gpu, pool.tpu
-        c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
-        best = 0
-        for group in big:
-            fitting = 0
-            for w in group.members:
-                if (
-                    assigned[w] < ma
-                    and building[w] < mb
-                    and cpu[w] >= c
-                    and mem[w] >= m
-                    and gpu[w] >= g
-                    and tpu[w] >= u
-                ):
-                    fitting += 1
-            if fitting > best:
-                best = fitting
-        building, cpu, mem, gpu, tpu = (
-            pool.start_building,
-            pool.start_cpu,
-            pool.start_mem,
-            pool.start_gpu,
-            pool.start_tpu,
-        )
-        fit_at_start = False
-        for group in big:
-            fitting = 0
-            for w in group.members:
-                if building[w] < mb and cpu[w] >= c and mem[w] >= m and gpu[w] >= g and tpu[w] >= u:
-                    fitting += 1
-            if fitting >= n:
-                fit_at_start = True
-                break
+        best = max(sum(1 for w in g.members if fits(w, shape)) for g in big)
+        fit_at_start = any(self._count_fit_at_start(g.members, shape) >= n for g in big)
         if best >= n:
             return RoomFreedThisTick(), fit_at_start
         return GangNoRoom(n, group_by, best), fit_at_start
