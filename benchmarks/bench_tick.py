@@ -8,7 +8,8 @@ Usage (from the repository root; needs a PostgreSQL server)::
     IRIS_BENCH_DATABASE_URL=postgresql://user@host:5432/iris_bench .venv/bin/python benchmarks/bench_tick.py
 
 The benchmark database (default ``postgresql://postgres@127.0.0.1:5432/iris_bench``) is dropped
-and recreated. For each size the synthetic cluster (``benchmarks/synthetic.py``) is written as
+and recreated; the tick's broker is ``IRIS_REDIS_URL`` (default ``redis://127.0.0.1:6379/10``; the
+benchmark exits if nothing answers there). For each size the synthetic cluster (``benchmarks/synthetic.py``) is written as
 rows, then the ticks in ``TICKS`` run (see there). ``--repeat N`` restores the cluster and runs
 them N times, then prints medians. "load", "decide" and "apply+commit" split each tick's wall
 time (``TickOutcome``); "tick cpu s" is this process's CPU time and "server cpu s" the PostgreSQL
@@ -32,6 +33,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/iris_bench"
+# The broker a tick's after-commit requests go to when IRIS_REDIS_URL names none: without one
+# reachable, kombu retries each request for seconds and the tick's wall time means nothing.
+DEFAULT_REDIS = "redis://127.0.0.1:6379/10"
 SIZES = [(1_000, 100), (10_000, 1_000), (100_000, 10_000)]
 TARGET_TICK_SECONDS = 2.0
 # What each size runs, in order. "first": a new tick process reads the whole cluster and places a
@@ -61,10 +65,25 @@ def recreate_database(url: str) -> None:
         conn.execute(f'CREATE DATABASE "{name}"')
 
 
+def require_broker() -> None:
+    """Point the tick's broker at ``IRIS_REDIS_URL`` (default ``DEFAULT_REDIS``) and exit with a
+    message if nothing answers there (``IRIS_BROKER_URL``, when set, is the broker instead)."""
+    import redis
+
+    if os.environ.get("IRIS_BROKER_URL"):
+        return
+    url = os.environ.setdefault("IRIS_REDIS_URL", DEFAULT_REDIS)
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=2).ping()
+    except redis.RedisError as error:
+        sys.exit(f"no Redis answers at IRIS_REDIS_URL={url} ({error}); the tick needs a broker: set IRIS_REDIS_URL")
+
+
 def open_bench_database(*, recreate: bool = True) -> str:
     """Point Django at the benchmark database (``IRIS_BENCH_DATABASE_URL``; dropped and created
     again unless ``recreate`` is false), set Django up and migrate. Returns the database URL."""
     url = os.environ.get("IRIS_BENCH_DATABASE_URL", DEFAULT_URL)
+    require_broker()
     if recreate:
         recreate_database(url)
     os.environ["IRIS_DATABASE_URL"] = url
