@@ -10,7 +10,9 @@ places a pending task is its estimated start. Two runs bracket it: one with medi
 A task the simulation cannot place (capacity held by work whose end nothing predicts, or past
 the simulated horizon) falls back to the observed waits of its band, conditioned on how long it
 has already waited. Where neither has enough samples the estimate is ``None`` with a reason:
-never a made-up number.
+never a made-up number. A task no healthy worker (or scale group) could hold even idle gets no
+estimate either, whatever its band's waits: nothing but a change of its request or of the
+cluster starts it.
 
 Pure: no Django, no clock. ``snapshot.now_ms`` is the present; the caller passes the history
 and, if it wants a time budget, a ``out_of_time`` callable it owns.
@@ -24,6 +26,8 @@ from dataclasses import dataclass, field, replace
 
 from scheduler.core.bands import Band
 from scheduler.core.decision import decide
+from scheduler.core.feasibility import analyse_job, any_fits_when_idle
+from scheduler.core.placement import constraint_matches, hard_constraints, request_tuple, worker_attributes
 from scheduler.core.types import (
     ACTIVE_STATES,
     ClusterSnapshot,
@@ -184,6 +188,7 @@ def estimate_starts(
             run.step()
     optimistic, pessimistic = runs
     now = snapshot.now_ms
+    never = NeverFits(snapshot)
     estimates: dict[str, StartEstimate] = {}
     for task in targets:
         a = optimistic.starts.get(task.id)
@@ -192,6 +197,9 @@ def estimate_starts(
             estimates[task.id] = StartEstimate(now, min(a, b), max(a, b), METHOD_SIMULATION)
             continue
         job = snapshot.jobs[task.job_id]
+        if never(job):
+            estimates[task.id] = StartEstimate(now, reason=NEVER_REASON)
+            continue
         fallback = _from_waits(job, history, now)
         if fallback is not None:
             # Each run that did not place it says it starts after the time that run reached.
@@ -201,6 +209,47 @@ def estimate_starts(
         else:
             estimates[task.id] = StartEstimate(now, reason=_why_not(optimistic if a is None else pessimistic))
     return estimates
+
+
+NEVER_REASON = (
+    "never: no healthy worker meets every requirement, even idle, on the cluster as it is"
+)
+
+
+class NeverFits:
+    """Whether a job can never run on a snapshot's healthy workers, even idle, nor on a slice a
+    scale group could create (``feasibility.analyse_job``'s verdict, the one its explanation
+    gives). Asked once per distinct request: jobs asking the same share the answer."""
+
+    def __init__(self, snapshot: ClusterSnapshot) -> None:
+        self.workers, self.groups = snapshot.workers, snapshot.scale_groups
+        self.attributes: list | None = None
+        self.verdicts: dict[tuple, bool] = {}
+
+    def __call__(self, job: JobSpec) -> bool:
+        key = (job.resources, job.constraints, job.group_by, job.replicas if job.group_by else 1)
+        verdict = self.verdicts.get(key)
+        if verdict is None:
+            if self.attributes is None:
+                self.attributes = [worker_attributes(w.attributes, w.device.type, w.device.variant) for w in self.workers]
+            # Most requests fit some worker, found in a short scan; the full analysis (every
+            # requirement over every worker) only for gangs and for requests that fit none.
+            fits = job.group_by is None and self.one_fits(job)
+            verdict = self.verdicts[key] = not fits and analyse_job(job, self.workers, self.groups, self.attributes).never
+        return verdict
+
+    def one_fits(self, job: JobSpec) -> bool:
+        """Whether some healthy worker meets every hard constraint and could hold one task idle."""
+        hard = hard_constraints(job)
+        request = request_tuple(job.resources)
+        for index, (worker, attrs) in enumerate(zip(self.workers, self.attributes)):
+            if (
+                worker.healthy
+                and any_fits_when_idle(self.workers, (index,), request)
+                and all(constraint_matches(attrs, c) for c in hard)
+            ):
+                return True
+        return False
 
 
 def _why_not(run: _Future) -> str:

@@ -5,6 +5,7 @@ from scheduler.core.bands import Band
 from scheduler.core.estimate import (
     METHOD_SIMULATION,
     METHOD_WAIT_HISTORY,
+    NEVER_REASON,
     RunHistory,
     conditioned_on_wait,
     estimate_starts,
@@ -114,6 +115,29 @@ def test_thin_run_history_falls_back_to_observed_waits_longer_than_the_wait_so_f
     submitted = NOW - 3 * MINUTE
     assert estimate.method == METHOD_WAIT_HISTORY
     assert (estimate.p50_ms - submitted, estimate.p90_ms - submitted) == (7 * MINUTE, 10 * MINUTE)
+
+
+def test_a_task_no_worker_could_ever_hold_gets_no_estimate_whatever_its_band_waits():
+    """The band's waits would give a range (as they do for the CPU job beside it), but no
+    worker has a GPU, and no two workers could hold the gang: the queue marks both NEVER, so an
+    estimate from the band's waits would contradict it (seen in the demo: "would start in about
+    9-13 min" beside NEVER). Nothing but a change of the request or of the cluster starts them."""
+    waits = [(Band.INTERACTIVE, k * MINUTE) for k in range(1, 11)]
+    snapshot = cluster(
+        [worker("w", cpu=1, mem=1), worker("v", cpu=1, mem=1, rack="r1")],
+        [
+            job("/a/run"),
+            job("/a/cpu", submitted=NOW),
+            job("/a/gpu", gpu=8, variant="h100", submitted=NOW),
+            job("/a/gang", replicas=2, group_by="rack", submitted=NOW),
+        ],
+        [running("/a/run/0", "w")],
+    )
+    estimates = estimate_starts(snapshot, RunHistory.build([], waits), {}, tick_ms=TICK)
+    assert estimates["/a/cpu/0"].method in (METHOD_SIMULATION, METHOD_WAIT_HISTORY)
+    assert estimates["/a/cpu/0"].p90_ms is not None
+    for task in ("/a/gpu/0", "/a/gang/0", "/a/gang/1"):
+        assert (estimates[task].p50_ms, estimates[task].p90_ms, estimates[task].reason) == (None, None, NEVER_REASON)
 
 
 def test_history_levels_prefer_the_job_then_user_and_shape_then_band():
