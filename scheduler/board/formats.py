@@ -9,14 +9,13 @@ downstream parses text back.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import orjson
 
 from scheduler.core.bands import Band
-from scheduler.core.explain import pending_queue, queued_jobs, reason_record
+from scheduler.core.explain import pending_queue, queued_job_counts, queued_jobs, reason_record
 from scheduler.core.types import ANY_VARIANT, ClusterSnapshot, Decision, DeviceType, WorkerSpec
 from scheduler.core.whatif import queue_counts
 
@@ -35,7 +34,7 @@ def explanation_to_json(
     decision: Decision,
     queue: Mapping[Band, list[str]] | None = None,
     jobs_in_queue: Mapping[Band, list[str]] | None = None,
-    job_counts: dict[int, dict[str, int]] | None = None,
+    job_counts: Mapping[int, Mapping[str, int]] | None = None,
 ) -> dict:
     """The queue as the newest tick left it.
 
@@ -49,9 +48,8 @@ def explanation_to_json(
     stored once).
 
     ``queue`` is ``pending_queue(decision)`` and ``jobs_in_queue`` its ``queued_jobs`` when the
-    caller has them already; ``job_counts``, when given, is filled with ``{rank: {job id:
-    queued tasks}}`` (jobs in their order of first appearance) on the way (the what-if basis
-    counts users from it). No Python code runs per task: the per-task lists are built with
+    caller has them already, and ``job_counts`` their ``queued_job_counts`` (``{rank: {job id:
+    queued tasks}}``; the fairness sample and the what-if basis read the same counts). No Python code runs per task: the per-task lists are built with
     ``map`` over C functions, so 100,000 pending tasks cost milliseconds, and the stored lists
     of strings and small integers encode at orjson's speed.
     """
@@ -59,6 +57,8 @@ def explanation_to_json(
         queue = pending_queue(decision)
     if jobs_in_queue is None:
         jobs_in_queue = queued_jobs(queue)
+    if job_counts is None:
+        job_counts = queued_job_counts(jobs_in_queue)
     reasons: list[dict] = []
     index_of_key: dict[bytes, int] = {}
     # Reasons are shared objects (one per job or request shape): turn each into a record once.
@@ -69,9 +69,7 @@ def explanation_to_json(
     for band, task_ids in queue.items():
         rank = int(band)
         job_ids = jobs_in_queue[band]
-        per_job = Counter(job_ids)
-        if job_counts is not None:
-            job_counts[rank] = dict(per_job)
+        per_job = job_counts[rank]
         band_reasons = list(map(reason_of_task, task_ids))
         # The band's distinct reason objects, by identity (kept alive by ``band_reasons``).
         for reason_id, reason in dict(zip(map(id, band_reasons), band_reasons)).items():
@@ -114,8 +112,8 @@ def whatif_basis_to_json(
     asked as "any" resolved to the worker's, and whether it is a gang; interned in ``kinds``)
     (``board.counts.active_counts``'s ``per_worker``), ``holders_healthy`` the same summed
     over the healthy workers, users interned in ``users``; each band's users in round-robin
-    order with their pending counts (``core.whatif.queue_counts`` over ``job_counts``, which
-    ``explanation_to_json`` fills), and every worker with its
+    order with their pending counts (``core.whatif.queue_counts`` over ``job_counts``, the queue's
+    ``core.explain.queued_job_counts``), and every worker with its
     totals and what it has free once this decision's placements and evictions are counted
     (``Decision.capacity_left``). Attribute maps are interned (hosts of a pool share them).
     """
