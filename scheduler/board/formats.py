@@ -49,9 +49,10 @@ def explanation_to_json(
 
     ``queue`` is ``pending_queue(decision)`` and ``jobs_in_queue`` its ``queued_jobs`` when the
     caller has them already, and ``job_counts`` their ``queued_job_counts`` (``{rank: {job id:
-    queued tasks}}``; the fairness sample and the what-if basis read the same counts). No Python code runs per task: the per-task lists are built with
-    ``map`` over C functions, so 100,000 pending tasks cost milliseconds, and the stored lists
-    of strings and small integers encode at orjson's speed.
+    queued tasks}}``; the fairness sample and the what-if basis read the same counts). No
+    Python code runs per task: the per-task lists are built with ``map`` over C functions, so
+    100,000 pending tasks cost milliseconds, and the stored lists of strings and small integers
+    encode at orjson's speed.
     """
     if queue is None:
         queue = pending_queue(decision)
