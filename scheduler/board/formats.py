@@ -9,14 +9,13 @@ downstream parses text back.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import orjson
 
 from scheduler.core.bands import Band
-from scheduler.core.explain import pending_queue, queued_jobs, reason_record
+from scheduler.core.explain import pending_queue, queued_job_counts, queued_jobs, reason_record
 from scheduler.core.types import ANY_VARIANT, ClusterSnapshot, Decision, DeviceType, WorkerSpec
 from scheduler.core.whatif import queue_counts
 
@@ -35,7 +34,7 @@ def explanation_to_json(
     decision: Decision,
     queue: Mapping[Band, list[str]] | None = None,
     jobs_in_queue: Mapping[Band, list[str]] | None = None,
-    job_counts: dict[int, dict[str, int]] | None = None,
+    job_counts: Mapping[int, Mapping[str, int]] | None = None,
 ) -> dict:
     """The queue as the newest tick left it.
 
@@ -49,16 +48,18 @@ def explanation_to_json(
     stored once).
 
     ``queue`` is ``pending_queue(decision)`` and ``jobs_in_queue`` its ``queued_jobs`` when the
-    caller has them already; ``job_counts``, when given, is filled with ``{rank: {job id:
-    queued tasks}}`` (jobs in their order of first appearance) on the way (the what-if basis
-    counts users from it). No Python code runs per task: the per-task lists are built with
-    ``map`` over C functions, so 100,000 pending tasks cost milliseconds, and the stored lists
-    of strings and small integers encode at orjson's speed.
+    caller has them already, and ``job_counts`` their ``queued_job_counts`` (``{rank: {job id:
+    queued tasks}}``; the fairness sample and the what-if basis read the same counts). No
+    Python code runs per task: the per-task lists are built with ``map`` over C functions, so
+    100,000 pending tasks cost milliseconds, and the stored lists of strings and small integers
+    encode at orjson's speed.
     """
     if queue is None:
         queue = pending_queue(decision)
     if jobs_in_queue is None:
         jobs_in_queue = queued_jobs(queue)
+    if job_counts is None:
+        job_counts = queued_job_counts(jobs_in_queue)
     reasons: list[dict] = []
     index_of_key: dict[bytes, int] = {}
     # Reasons are shared objects (one per job or request shape): turn each into a record once.
@@ -69,9 +70,7 @@ def explanation_to_json(
     for band, task_ids in queue.items():
         rank = int(band)
         job_ids = jobs_in_queue[band]
-        per_job = Counter(job_ids)
-        if job_counts is not None:
-            job_counts[rank] = dict(per_job)
+        per_job = job_counts[rank]
         band_reasons = list(map(reason_of_task, task_ids))
         # The band's distinct reason objects, by identity (kept alive by ``band_reasons``).
         for reason_id, reason in dict(zip(map(id, band_reasons), band_reasons)).items():
@@ -114,8 +113,8 @@ def whatif_basis_to_json(
     asked as "any" resolved to the worker's, and whether it is a gang; interned in ``kinds``)
     (``board.counts.active_counts``'s ``per_worker``), ``holders_healthy`` the same summed
     over the healthy workers, users interned in ``users``; each band's users in round-robin
-    order with their pending counts (``core.whatif.queue_counts`` over ``job_counts``, which
-    ``explanation_to_json`` fills), and every worker with its
+    order with their pending counts (``core.whatif.queue_counts`` over ``job_counts``, the queue's
+    ``core.explain.queued_job_counts``), and every worker with its
     totals and what it has free once this decision's placements and evictions are counted
     (``Decision.capacity_left``). Attribute maps are interned (hosts of a pool share them).
     """
@@ -149,27 +148,40 @@ def whatif_basis_to_json(
     kind_index: dict[tuple[str, str, bool], int] = {}
     workers = snapshot.workers
     cpu = DeviceType.CPU.value
+    # Each holder key's row numbers (user index, band, kind index), worked out once per key and
+    # worker variant (the kind depends on it): 59,000 held entries on 10,000 workers share some
+    # 3,800 keys (the independent snapshot).
+    codes: dict[str, dict[tuple[str, int, str, str, bool], tuple[int, int, int]]] = {}
     for name, held in (holders or {}).items():
         i = where_row.get(name)
         if i is None:
             continue  # not a worker of the snapshot (a Kubernetes task's node): no what-if matches it
-        healthy = workers[i].healthy
-        worker_variant = workers[i].device.variant or ""
-        for (user, band, dtype, variant, gang), n in held.items():
-            u = user_index.get(user)
-            if u is None:
-                u = user_index[user] = len(users)
-                users.append(user)
-            if dtype != cpu and (not variant or variant == ANY_VARIANT):
-                variant = worker_variant  # work that asked for any variant runs as its worker's
-            kind = (dtype, variant, gang)
-            k = kind_index.get(kind)
-            if k is None:
-                k = kind_index[kind] = len(kinds)
-                kinds.append(list(kind))
+        worker = workers[i]
+        healthy = worker.healthy
+        worker_variant = worker.device.variant or ""
+        code_of = codes.get(worker_variant)
+        if code_of is None:
+            code_of = codes[worker_variant] = {}
+        for key, n in held.items():
+            code = code_of.get(key)
+            if code is None:
+                user, band, dtype, variant, gang = key
+                u = user_index.get(user)
+                if u is None:
+                    u = user_index[user] = len(users)
+                    users.append(user)
+                if dtype != cpu and (not variant or variant == ANY_VARIANT):
+                    variant = worker_variant  # work that asked for any variant runs as its worker's
+                kind = (dtype, variant, gang)
+                k = kind_index.get(kind)
+                if k is None:
+                    k = kind_index[kind] = len(kinds)
+                    kinds.append(list(kind))
+                code = code_of[key] = (u, band, k)
+            u, band, k = code
             held_rows += (i, u, band, k, n)
             if healthy:
-                on_healthy[(u, band, k)] = on_healthy.get((u, band, k), 0) + n
+                on_healthy[code] = on_healthy.get(code, 0) + n
     return {
         "version": WHATIF_BASIS_VERSION,
         "queue": queue_counts(job_counts, snapshot.jobs),

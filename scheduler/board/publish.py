@@ -25,7 +25,7 @@ from django.db import connection, transaction
 
 from scheduler.board.counts import LiveCounts, active_counts, task_keys
 from scheduler.board.formats import explanation_to_json, whatif_basis_to_json
-from scheduler.core.explain import pending_queue, queued_jobs
+from scheduler.core.explain import pending_queue, queued_job_counts, queued_jobs
 from scheduler.core.fairness import fairness_sample
 from scheduler.core.kueue import KueueInput
 from scheduler.core.types import ClusterSnapshot, Decision, TaskSnapshot, TaskState
@@ -88,10 +88,11 @@ class Publication:
             self.core_pending = sum(counts[0] for counts in self.counts.by_user.values())
         else:
             self.core_pending = sum(1 for t in snapshot.tasks if t.state is PENDING)
-        # The queue the tick leaves and each queued task's job, computed once for the fairness
-        # sample, the explanation and the what-if basis.
+        # The queue the tick leaves, each queued task's job and each job's queued tasks,
+        # computed once for the fairness sample, the explanation and the what-if basis.
         self.queue = pending_queue(decision) if self.kept is None else None
         self.jobs_in_queue = queued_jobs(self.queue) if self.queue is not None else None
+        self.job_counts = queued_job_counts(self.jobs_in_queue) if self.jobs_in_queue is not None else None
         self.built: Published | None = self.kept
 
     def record_fields(self) -> dict:
@@ -101,7 +102,12 @@ class Publication:
         else:
             running = self.counts.left_running(self.decision) if self.counts is not None else None
             fairness = fairness_sample(
-                self.snapshot, self.decision, self.queue, jobs_in_queue=self.jobs_in_queue, running=running
+                self.snapshot,
+                self.decision,
+                self.queue,
+                jobs_in_queue=self.jobs_in_queue,
+                job_counts=self.job_counts,
+                running=running,
             )
         return {
             "explanation_tick_id": self.holder,
@@ -113,14 +119,13 @@ class Publication:
         """Build the publication for the tick's kept changes (nothing when it reuses the last)."""
         if self.built is not None:
             return
-        job_counts: dict[int, dict[str, int]] = {}
         explanation = explanation_to_json(
-            self.snapshot, self.decision, self.queue, jobs_in_queue=self.jobs_in_queue, job_counts=job_counts
+            self.snapshot, self.decision, self.queue, jobs_in_queue=self.jobs_in_queue, job_counts=self.job_counts
         )
         # The counts of live work, stored with the queue they are shown beside, and who holds
         # each worker, for the what-if basis.
         explanation["active"], holders = self.live_counts(kept_changes)
-        basis = whatif_basis_to_json(self.snapshot, self.decision, job_counts, holders)
+        basis = whatif_basis_to_json(self.snapshot, self.decision, self.job_counts, holders)
         self.built = Published(
             decision=self.decision,
             fairness=fairness,

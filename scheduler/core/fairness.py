@@ -27,13 +27,12 @@ The stored form is small: per band, per user, four integers (not per task).
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from itertools import chain
 
 from scheduler.core.bands import Band
 from scheduler.core.budget import budget_limit, is_over_budget, resource_value
-from scheduler.core.explain import pending_queue, queued_jobs, reason_record
+from scheduler.core.explain import pending_queue, queued_job_counts, queued_jobs, reason_record
 from scheduler.core.types import ACTIVE_STATES, ClusterSnapshot, Decision
 
 # The version of the stored sample's shape.
@@ -46,6 +45,7 @@ def fairness_sample(
     queue: Mapping[Band, list[str]] | None = None,
     *,
     jobs_in_queue: Mapping[Band, list[str]] | None = None,
+    job_counts: Mapping[int, Mapping[str, int]] | None = None,
     running: Mapping[tuple[int, str], int] | None = None,
 ) -> dict:
     """The tick's fairness sample::
@@ -58,7 +58,7 @@ def fairness_sample(
 
     Bands are listed highest first, users by name; a band appears when any user has demand in it.
     ``queue`` is ``pending_queue(decision)`` when the caller has it already, ``jobs_in_queue``
-    its ``queued_jobs``. ``running``, when given, is :func:`left_running` as the caller keeps
+    its ``queued_jobs`` and ``job_counts`` their ``queued_job_counts``. ``running``, when given, is :func:`left_running` as the caller keeps
     it from tick to tick (``scheduler.board.publish``, from the counts of live work): then no
     pass over the snapshot's tasks is made.
     """
@@ -75,10 +75,11 @@ def fairness_sample(
         queue = pending_queue(decision)
     if jobs_in_queue is None:
         jobs_in_queue = queued_jobs(queue)
+    if job_counts is None:
+        job_counts = queued_job_counts(jobs_in_queue)
     waiting: dict[tuple[int, str], int] = {}
-    for band, job_ids in jobs_in_queue.items():
-        rank = int(band)
-        for job_id, n in Counter(job_ids).items():
+    for rank, per_job in job_counts.items():
+        for job_id, n in per_job.items():
             waiting[(rank, job_id)] = n
 
     # Each job's owner and per-task value, once per job; values once per request object (the

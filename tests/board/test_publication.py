@@ -27,7 +27,7 @@ from scheduler.board.formats import explanation_to_json, whatif_basis_to_json
 from scheduler.board.queue import parse_queue_index
 from scheduler.board.whatif import parse_basis
 from scheduler.core.bands import Band
-from scheduler.core.explain import pending_queue, queued_jobs, reason_record
+from scheduler.core.explain import pending_queue, queued_job_counts, queued_jobs, reason_record
 from scheduler.core.fairness import fairness_sample, left_running
 from scheduler.core.types import TaskState
 from scheduler.models import compress_json, decompress_json
@@ -65,16 +65,18 @@ def test_the_publication_kept_from_tick_to_tick_equals_a_full_rebuild_after_ever
         assert sum(c[0] for c in counts.by_user.values()) == sum(1 for t in snapshot.tasks if t.state is PENDING)
         queue = pending_queue(decision)
         jobs_in_queue = queued_jobs(queue)
+        job_counts = queued_job_counts(jobs_in_queue)
 
         # Fairness: running values from the kept counts, the rest from the queue's columns.
         running = counts.left_running(decision)
         assert running == left_running(snapshot, decision)
-        sample = fairness_sample(snapshot, decision, queue, jobs_in_queue=jobs_in_queue, running=running)
+        sample = fairness_sample(
+            snapshot, decision, queue, jobs_in_queue=jobs_in_queue, job_counts=job_counts, running=running
+        )
         assert sample == fairness_sample(snapshot, decision)
 
         # The counts after the tick's kept changes, as the tick publishes them.
         set_kept(counts, simulated, one_by_one=False)
-        job_counts: dict = {}
         explanation = explanation_to_json(snapshot, decision, queue, jobs_in_queue=jobs_in_queue, job_counts=job_counts)
         explanation["active"], holders = counts.published()
         basis = decompress_json(compress_json(whatif_basis_to_json(snapshot, decision, job_counts, holders)))

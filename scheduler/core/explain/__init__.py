@@ -59,6 +59,7 @@ from scheduler.core.explain.explainer import (
     explain_pending,
     pending_queue,
     queued_jobs,
+    queued_job_counts,
 )
 
 __all__ = [
@@ -102,6 +103,7 @@ __all__ = [
     "ordinal",
     "pending_queue",
     "queued_jobs",
+    "queued_job_counts",
     "pending_text",
     "place_text",
     "reason_record",

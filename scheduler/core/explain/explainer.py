@@ -4,6 +4,7 @@ job; and ``pending_queue``, the one definition of queue positions."""
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from itertools import filterfalse, groupby, islice
 from operator import itemgetter, methodcaller
@@ -337,3 +338,10 @@ def queued_jobs(queue: Mapping[Band, Sequence[str]]) -> dict[Band, list[str]]:
     """Per band of ``pending_queue``'s queue, the job id of each queued task, in the same order
     (at C speed: no Python code runs per task, which matters at 100,000 pending tasks)."""
     return {band: list(map(_job_part, map(_split_job, task_ids))) for band, task_ids in queue.items()}
+
+
+def queued_job_counts(jobs_in_queue: Mapping[Band, Sequence[str]]) -> dict[int, dict[str, int]]:
+    """``{band rank: {job id: queued tasks}}`` of ``queued_jobs``'s columns, jobs in their order
+    of first appearance: one count per queued task, shared by the fairness sample, the queue
+    explanation and the what-if basis (each counted them itself before)."""
+    return {int(band): Counter(job_ids) for band, job_ids in jobs_in_queue.items()}
