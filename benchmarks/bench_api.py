@@ -339,9 +339,12 @@ def measure_window(
     clients = Clients(port, tokens, submissions, seconds, tag, keep_alive)
     from django.utils import timezone
 
+    backends = BackendPoller(database, cpu_before.get("postgres", {}))
     opened = timezone.now()
     wall_start = time.monotonic()
+    backends.start()
     clients.run()
+    backends.stop()
     wall = time.monotonic() - wall_start
     closed = timezone.now()
     # The window on the clock the Celery worker's task records use (benchmarks/celery_task_cpu.py).
@@ -355,6 +358,8 @@ def measure_window(
         for name in applications:
             servers[name] = sorted(set(servers[name]) | named.get(name, rest))
     cpu = {name: _cpu_spent(cpu_before.get(name, {}), pids) for name, pids in servers.items()}
+    if "postgres" in cpu:
+        cpu["postgres"] = backends.spent()
     celery_processes = _cpu_by_process(cpu_before.get("celery", {}), servers.get("celery", []))
     servers["_database"] = database
     servers["_applications"] = applications
@@ -377,6 +382,51 @@ def measure_window(
         "task_window": task_window,
         "celery_processes": celery_processes,
     }
+
+
+class BackendPoller:
+    """The CPU seconds of every PostgreSQL backend of ``database`` over a window, backends that
+    exit inside it included: a thread reads each backend's CPU every ``period`` seconds (found by
+    its process title, ``postgres: [CLUSTER:] USER DATABASE HOST(PORT) ...``), so a backend replaced in the
+    window (Django closes a connection after ``IRIS_DB_CONN_MAX_AGE``, 60 s) counts what it spent
+    up to its last reading. Reading the backends only at the window's ends (as before
+    2026-12-06's submit30) lost the CPU of those that exited: windows that opened a minute after
+    the web workers connected showed 0.2 ms of PostgreSQL per submission instead of ~1.7."""
+
+    def __init__(self, database: str, before: dict[int, float], period: float = 0.2):
+        self.database, self.before, self.period = database, dict(before), period
+        self.last: dict[int, float] = {}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _pids(self) -> list[int]:
+        import psutil
+
+        pids = []
+        for process in psutil.process_iter(["cmdline"]):
+            words = " ".join(process.info["cmdline"] or []).split()
+            if words[:1] == ["postgres:"] and self.database in words[1:5]:
+                pids.append(process.pid)
+        return pids
+
+    def _read(self) -> None:
+        self.last.update(_cpu_by_pid(self._pids()))
+
+    def _run(self) -> None:
+        while not self._done.wait(self.period):
+            self._read()
+
+    def start(self) -> None:
+        self._read()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+        self._read()
+
+    def spent(self) -> float:
+        return sum(seconds - self.before.get(pid, 0.0) for pid, seconds in self.last.items())
 
 
 def _cpu_by_process(before: dict[int, float], pids) -> list[tuple[str, float]]:
