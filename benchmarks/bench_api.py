@@ -279,12 +279,14 @@ def web_options(args) -> list[str]:
 
 
 def celery_ticking(env: dict) -> subprocess.Popen:
-    """A Celery worker with beat (one process): ticks, event moves, deliveries."""
+    """A Celery worker with beat (one process): ticks, event moves, deliveries. Each task run's
+    CPU goes to ``task-cpu.tsv`` in the data directory (``benchmarks/celery_task_cpu.py``)."""
+    env = {**env, "IRIS_BENCH_TASK_CPU_LOG": task_cpu_log(env)}
     return subprocess.Popen(
         [
             os.path.join(os.path.dirname(sys.executable), "celery"),
             "-A",
-            "iris_web",
+            "benchmarks.celery_task_cpu",
             "worker",
             "--beat",
             "--concurrency",
@@ -299,6 +301,10 @@ def celery_ticking(env: dict) -> subprocess.Popen:
         stderr=open(os.path.join(env["IRIS_DATA_DIR"], "celery.log"), "wb"),  # noqa: SIM115 -- the child holds it
         start_new_session=True,
     )
+
+
+def task_cpu_log(env: dict) -> str:
+    return os.path.join(env["IRIS_DATA_DIR"], "task-cpu.tsv")
 
 
 def stop(processes: list[subprocess.Popen]) -> None:
@@ -333,11 +339,16 @@ def measure_window(
     clients = Clients(port, tokens, submissions, seconds, tag, keep_alive)
     from django.utils import timezone
 
+    backends = BackendPoller(database, cpu_before.get("postgres", {}))
     opened = timezone.now()
     wall_start = time.monotonic()
+    backends.start()
     clients.run()
+    backends.stop()
     wall = time.monotonic() - wall_start
     closed = timezone.now()
+    # The window on the clock the Celery worker's task records use (benchmarks/celery_task_cpu.py).
+    task_window = (opened.timestamp(), closed.timestamp())
     client_cpu = time.process_time() - client_before
     if "postgres" in servers:
         servers["postgres"] = sorted(set(servers["postgres"]) | set(_backends(database)))
@@ -347,6 +358,9 @@ def measure_window(
         for name in applications:
             servers[name] = sorted(set(servers[name]) | named.get(name, rest))
     cpu = {name: _cpu_spent(cpu_before.get(name, {}), pids) for name, pids in servers.items()}
+    if "postgres" in cpu:
+        cpu["postgres"] = backends.spent()
+    celery_processes = _cpu_by_process(cpu_before.get("celery", {}), servers.get("celery", []))
     servers["_database"] = database
     servers["_applications"] = applications
     ok = [r for r in clients.results if r[2] == 201]
@@ -365,7 +379,69 @@ def measure_window(
         "reference_before": reference_before,
         "reference_after": reference_seconds(),
         "ticks": _ticks_between(opened, closed),
+        "task_window": task_window,
+        "celery_processes": celery_processes,
     }
+
+
+class BackendPoller:
+    """The CPU seconds of every PostgreSQL backend of ``database`` over a window, backends that
+    exit inside it included: a thread reads each backend's CPU every ``period`` seconds (found by
+    its process title, ``postgres: [CLUSTER:] USER DATABASE HOST(PORT) ...``), so a backend replaced in the
+    window (Django closes a connection after ``IRIS_DB_CONN_MAX_AGE``, 60 s) counts what it spent
+    up to its last reading. Reading the backends only at the window's ends (as before
+    2026-12-06's submit30) lost the CPU of those that exited: windows that opened a minute after
+    the web workers connected showed 0.2 ms of PostgreSQL per submission instead of ~1.7."""
+
+    def __init__(self, database: str, before: dict[int, float], period: float = 0.2):
+        self.database, self.before, self.period = database, dict(before), period
+        self.last: dict[int, float] = {}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _pids(self) -> list[int]:
+        import psutil
+
+        pids = []
+        for process in psutil.process_iter(["cmdline"]):
+            words = " ".join(process.info["cmdline"] or []).split()
+            if words[:1] == ["postgres:"] and self.database in words[1:5]:
+                pids.append(process.pid)
+        return pids
+
+    def _read(self) -> None:
+        self.last.update(_cpu_by_pid(self._pids()))
+
+    def _run(self) -> None:
+        while not self._done.wait(self.period):
+            self._read()
+
+    def start(self) -> None:
+        self._read()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
+        self._read()
+
+    def spent(self) -> float:
+        return sum(seconds - self.before.get(pid, 0.0) for pid, seconds in self.last.items())
+
+
+def _cpu_by_process(before: dict[int, float], pids) -> list[tuple[str, float]]:
+    """CPU seconds spent since ``before`` by each of ``pids``, named by its role in a Celery
+    worker's tree (the main process, the pool's process, beat's process: Celery sets their titles)."""
+    import psutil
+
+    spent = []
+    for pid, now in _cpu_by_pid(pids).items():
+        try:
+            title = " ".join(psutil.Process(pid).cmdline())[:60]
+        except psutil.Error:
+            title = "?"
+        spent.append((f"{pid} {title}", now - before.get(pid, 0.0)))
+    return spent
 
 
 def _ticks_between(opened, closed) -> dict:
@@ -477,6 +553,15 @@ def main() -> None:
     print(f"jobs written {jobs_after - jobs_before} (warm-up included); ticks recorded in all {_ticks_recorded()}")
     for status, text in window["first_errors"].items():
         print(f"first {status} answer: {text}")
+    if not args.no_tick:
+        from benchmarks.celery_task_cpu import summary
+
+        print(
+            "Celery CPU s in the window by process: "
+            + "; ".join(f"{t}: {s:.2f}" for t, s in window["celery_processes"])
+        )
+        for line in summary(task_cpu_log(env), *window["task_window"]):
+            print(line)
     celery_log = os.path.join(env["IRIS_DATA_DIR"], "celery.log")
     if os.path.exists(celery_log):
         with open(celery_log, errors="replace") as log:

@@ -306,10 +306,11 @@ CELERY_BROKER_URL = os.environ.get("IRIS_BROKER_URL") or REDIS_URL or f"redis+so
 # A tick that has not started within this many seconds of being queued is dropped; the next
 # one is already on its way.
 TICK_SECONDS = env_int("IRIS_TICK_SECONDS", 5)
-# Milliseconds a prompt tick (the one a submission asks for) waits after the previous tick
-# started: a steady stream of submissions then costs at most one tick per interval, not one per
-# finished tick, which on a small machine took CPU from the web processes. A submission is
-# placed within this plus one tick's time. 0: no spacing.
+# Milliseconds a tick asked for by a submission (or beat's, right after another) waits after the
+# previous tick ended: under a steady stream of submissions the tick worker rests this long
+# between ticks instead of ticking back to back, which on a small machine took CPU from the web
+# processes and PostgreSQL. A submission is placed within this plus up to two ticks' time
+# (the one running when it commits, then its own). 0: no spacing.
 PROMPT_TICK_MIN_INTERVAL_MS = env_int("IRIS_PROMPT_TICK_MIN_INTERVAL_MS", 500)
 # Seconds a tick lease lasts from its last renewal before another tick may take it over. The
 # tick renews it after loading, after deciding and before committing, so a dead tick is
@@ -337,13 +338,14 @@ if ESTIMATE_QUEUE:
     CELERY_TASK_ROUTES["scheduler.estimate_starts"] = {"queue": ESTIMATE_QUEUE}
 
 
-def every(task: str, seconds: float) -> dict:
-    """A beat entry run every ``seconds``; a run not started within that time is dropped."""
-    return {"task": task, "schedule": float(seconds), "options": {"expires": float(seconds)}}
+def every(task: str, seconds: float, **kwargs) -> dict:
+    """A beat entry run every ``seconds`` (with ``kwargs``); a run not started within that time is dropped."""
+    return {"task": task, "schedule": float(seconds), "kwargs": kwargs, "options": {"expires": float(seconds)}}
 
 
 CELERY_BEAT_SCHEDULE = {
-    "scheduling-tick": every("scheduler.tick", TICK_SECONDS),
+    # Beat's tick says it is scheduled: right after another tick it leaves the work to a prompt one.
+    "scheduling-tick": every("scheduler.tick", TICK_SECONDS, scheduled=True),
     # Approved uplift grants past their expiry become expired (and audited). Budgets already
     # ignore an expired grant, so a minute's delay only affects what lists show.
     "expire-uplifts": every("scheduler.expire_uplifts", 60),

@@ -6,16 +6,15 @@ The use cases never import this module: they ask for a task by its name (``sched
 import logging
 
 from celery import shared_task
-from django.conf import settings
 from django.utils import timezone
 
 from scheduler.foundation.access import delete_expired_tokens as delete_expired_api_tokens
 from scheduler.budgets.writes import expire_uplifts as expire_due_uplifts
 
-from scheduler.foundation.enqueue import PROMPT_TICK, task_started
 from scheduler.events.sequence import sequence_events as move_committed_events
 from scheduler.execution.dispatcher import drain
 from scheduler.execution.workers import check_workers as declare_lost_workers
+from scheduler.jobs.prompt_tick import end_prompt_tick, start_prompt_tick
 from scheduler.notifications.delivery import run_notifications
 from scheduler.notifications.retention import prune_deliveries
 from scheduler.provisioning.kubernetes import sync_kubernetes as sync_kubernetes_backend
@@ -29,10 +28,13 @@ log = logging.getLogger(__name__)
 
 
 @shared_task(name="scheduler.tick", ignore_result=True)
-def tick() -> None:
-    # Before it reads: a submission after this asks for another (spaced by the prompt interval).
-    task_started(PROMPT_TICK, keep_seconds=settings.PROMPT_TICK_MIN_INTERVAL_MS / 1000 + 1)
-    run_tick()
+def tick(scheduled: bool = False) -> None:
+    # Before it reads: a submission after this asks for another; a tick too soon after the last moves.
+    if start_prompt_tick(scheduled=scheduled):
+        try:
+            run_tick()
+        finally:
+            end_prompt_tick()
 
 
 @shared_task(name="scheduler.expire_uplifts", ignore_result=True)

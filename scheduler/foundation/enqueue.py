@@ -10,10 +10,15 @@ is not sent again while the one sent has not started. The flag lives in the cach
 ``IRIS_REDIS_URL`` is set, shared by the web and Celery processes); with the in-process cache of
 the embedded default the task cannot clear it, so it lapses with the message's ``expires``.
 
-A request may also ask for a minimum spacing (``min_interval``): a task started less than that
-long ago (the task records its start, :func:`task_started`) is sent with a countdown to the end
-of the spacing, not at once. The prompt tick uses it (``IRIS_PROMPT_TICK_MIN_INTERVAL_MS``), so a
-steady stream of submissions costs at most one tick per interval, not one per finished tick.
+A request may also ask for a minimum spacing (``min_interval``), counted from the end of the
+task's previous run: the task records its start and its end (:func:`task_started`,
+:func:`task_ended`), a request made less than that long after the end is sent with a countdown
+to the end of the spacing, and a run that starts too soon anyway (it was queued while the
+previous run was still going) moves itself to then (:func:`start_or_defer`). The prompt tick
+uses it (``IRIS_PROMPT_TICK_MIN_INTERVAL_MS``), so ticks that take longer than the interval no
+longer run back to back under a steady stream of submissions: the tick worker rests at least the
+interval between two ticks, and a scheduled run (beat's) that finds a request already waiting
+leaves the work to it.
 """
 
 from __future__ import annotations
@@ -86,9 +91,7 @@ def request_once(
         if not _add_flag(key, timeout=max(1, round(min_interval + expires))):
             return
         if min_interval > 0:
-            last = cache.get(_started(task_name))
-            if last is not None:
-                countdown = max(0.0, min(min_interval, float(last) + min_interval - time.time()))
+            countdown = _rest_left(task_name, min_interval)
     except Exception:  # noqa: BLE001 -- a cache outage must not cost the request
         logger.warning("cache unavailable; requesting %s anyway", task_name, exc_info=True)
     if not enqueue(task_name, expires=expires, logger=logger, failure=failure, countdown=countdown):
@@ -117,6 +120,59 @@ def _add_flag(key: str, *, timeout: int) -> bool:
     return bool(held[1].set(backend.make_and_validate_key(key), 1, nx=True, ex=timeout))
 
 
+def _ended(task_name: str) -> str:
+    return f"iris:ended:{task_name}"
+
+
+def _rest_left(task_name: str, min_interval: float) -> float:
+    """Seconds from now until ``min_interval`` after the end of ``task_name``'s last run (0 when
+    that is past). While a run is going (its start is newer than the last end) the end is not
+    known yet: the start stands in for it, so the answer is never later than the real moment,
+    and the run that starts too soon moves itself (:func:`start_or_defer`)."""
+    marks = cache.get_many([_started(task_name), _ended(task_name)])
+    last = max((float(mark) for mark in marks.values()), default=None)
+    if last is None:
+        return 0.0
+    return max(0.0, min(min_interval, last + min_interval - time.time()))
+
+
+def start_or_defer(
+    task_name: str,
+    *,
+    min_interval: float,
+    requested: bool,
+    expires: float,
+    logger: logging.Logger,
+    failure: str,
+) -> bool:
+    """Called by ``task_name`` first thing, before it reads anything. True: run now (the start
+    is recorded and the request forgotten, :func:`task_started`). False: the previous run ended
+    less than ``min_interval`` ago, and this run moves to the end of that rest instead:
+
+    - a requested run (:func:`request_once` sent it) is sent again for then; its flag stays held,
+      so callers meanwhile are covered by it, as they were by the message it came from;
+    - a scheduled run (beat's) leaves the work to a request already waiting (which starts by
+      then), or requests the task for then itself.
+
+    Either way the task runs within ``min_interval`` of when it would have, after every write
+    committed before this call. Never raises: a failed send forgets the request (the next caller
+    sends one again; beat runs the task anyway)."""
+    if min_interval > 0:
+        try:
+            countdown = _rest_left(task_name, min_interval)
+        except Exception:  # noqa: BLE001 -- without the records, run now
+            log.warning("cache unavailable; %s runs without its rest", task_name, exc_info=True)
+            countdown = 0.0
+        if countdown > 0:
+            if not requested:
+                request_once(task_name, expires=expires, logger=logger, failure=failure, min_interval=min_interval)
+            elif not enqueue(task_name, expires=expires, logger=logger, failure=failure, countdown=countdown):
+                forget_request(task_name)
+            return False
+    task_started(task_name, keep_seconds=min_interval + 1)
+    return True
+
+
 def task_started(task_name: str, *, keep_seconds: float) -> None:
     """Called by ``task_name`` as it starts, before it reads anything: forgets the request (the
     next one sends it again) and records the start for ``min_interval``, for ``keep_seconds``.
@@ -126,6 +182,15 @@ def task_started(task_name: str, *, keep_seconds: float) -> None:
     except Exception:  # noqa: BLE001 -- without the record the next request is simply not delayed
         log.warning("cache unavailable; the start of %s is not recorded", task_name, exc_info=True)
     forget_request(task_name)
+
+
+def task_ended(task_name: str, *, keep_seconds: float) -> None:
+    """Called by ``task_name`` as it ends (failed or not): records the end for ``min_interval``,
+    for ``keep_seconds``. Never raises."""
+    try:
+        cache.set(_ended(task_name), time.time(), timeout=max(1, round(keep_seconds)))
+    except Exception:  # noqa: BLE001 -- without the record the next run is spaced from the start
+        log.warning("cache unavailable; the end of %s is not recorded", task_name, exc_info=True)
 
 
 def forget_request(task_name: str) -> None:

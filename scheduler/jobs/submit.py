@@ -27,7 +27,7 @@ from scheduler.core.explain import format_cores, format_memory
 from scheduler.core.kueue import pinned_backend_in, settled_route
 from scheduler.core.types import ANY_VARIANT, DeviceType, JobState, TaskState
 from scheduler.events.record import record, staged_fields, submitted
-from scheduler.foundation.enqueue import PROMPT_TICK, request_once
+from scheduler.jobs.prompt_tick import request_prompt_tick
 from scheduler.foundation.errors import (
     FailedPrecondition,
     InvalidArgument,
@@ -684,17 +684,3 @@ def route_at_submission(request: JobRequest) -> str:
     admitting = tuple((a.route, a.device_types) for a in admissions())
     pinned = pinned_backend_in(request.constraints, admitting_names())
     return settled_route(request.device.type, pinned, admitting) or ""
-
-
-def request_prompt_tick() -> None:
-    """Ask Celery for a tick now, unless one already asked for has not started yet (it will
-        see this job: this runs after commit, and a tick forgets the request before it reads the
-        cluster). The tick starts at least IRIS_PROMPT_TICK_MIN_INTERVAL_MS after the previous one
-    started. Never raises (the broker may be down, and beat's next tick picks the job up)."""
-    request_once(
-        PROMPT_TICK,
-        expires=float(settings.TICK_SECONDS),
-        min_interval=settings.PROMPT_TICK_MIN_INTERVAL_MS / 1000,
-        logger=log,
-        failure="could not enqueue a prompt tick; the next scheduled tick will place the job",
-    )
