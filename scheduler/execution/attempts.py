@@ -28,7 +28,7 @@ from scheduler.backends import AttemptReport, AttemptStatus
 from scheduler.core.types import JobState, TaskState
 from scheduler.events import kinds
 from scheduler.events.record import Draft, record
-from scheduler.execution.outbox import close_intents, write_stop_intents
+from scheduler.execution.outbox import close_intents, wake_held_starts, write_stop_intents
 from scheduler.models import Attempt, DispatchIntent, Job, Task
 from scheduler.store.states import ACTIVE_VALUES, NON_TERMINAL_VALUES, TERMINAL_JOB_VALUES
 
@@ -149,7 +149,9 @@ def _finish(report: AttemptReport, attempt: dict[str, Any], now: datetime) -> bo
     update: dict[str, Any] = {"finished_at": now}
     if report.exit_code is not None:
         update["exit_code"] = report.exit_code
-    Attempt.objects.filter(pk=attempt["pk"], finished_at__isnull=True).update(**update)
+    if Attempt.objects.filter(pk=attempt["pk"], finished_at__isnull=True).update(**update):
+        # Its room is free: STARTs held on its worker are due at the next drain.
+        wake_held_starts([attempt["worker_id"]])
     if changed_task:
         # A success is routine, one a task (dozens a minute under the demo): DEBUG. Any other
         # end (failed, worker lost) is news for whoever reads the log.

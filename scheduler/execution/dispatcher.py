@@ -3,7 +3,9 @@
 One drain at a time (the ``dispatch`` lease); failed deliveries retry with backoff until
 ``IRIS_DISPATCH_MAX_TRIES``, then the attempt ends. A START goes out only onto room that is free
 on its worker counting every attempt that may still have a process there, victims whose stop
-is not confirmed included (``worker_room``); otherwise it is held until that room is free.
+is not confirmed included (``worker_room``); otherwise it is held until that room is free: not
+due again until an attempt on its worker finishes (``outbox.wake_held_starts``) or
+``HELD_RECHECK_SECONDS`` have passed.
 """
 
 from __future__ import annotations
@@ -33,12 +35,14 @@ from scheduler.execution.outbox import (
     DONE,
     FAILED,
     HELD_MESSAGE,
+    HELD_RECHECK_SECONDS,
     PENDING,
     ROOM_HELD_MESSAGE,
     START,
     STOP,
     start_order,
     stop_order,
+    wake_held_starts,
     with_attempts,
 )
 from scheduler.models import Attempt, DispatchIntent
@@ -254,8 +258,7 @@ def deliver_batch(batch: list[DispatchIntent], now: datetime, result: DrainResul
                 # A START tried before may already run: it is counted in the room, not held.
                 message = ROOM_HELD_MESSAGE.format(worker=intent.worker.name)
             if message is not None:
-                if intent.last_error != message:
-                    held.append((message, intent.pk))
+                held.append((message, intent.pk))
                 result.held += 1
                 continue
         else:
@@ -305,15 +308,20 @@ def deliver_batch(batch: list[DispatchIntent], now: datetime, result: DrainResul
             state=DONE, next_try_at=None, updated_at=now
         )
         result.done += len(set(done))
-    if never_ran:
-        Attempt.objects.filter(pk__in=never_ran, finished_at__isnull=True).exclude(state__in=ACTIVE_VALUES).update(
-            finished_at=now
-        )
     if held:
+        # Looked at again when an attempt on the worker finishes, or at the recheck.
+        recheck = now + timedelta(seconds=HELD_RECHECK_SECONDS)
         DispatchIntent.objects.bulk_update(
-            [DispatchIntent(pk=pk, last_error=message, updated_at=now) for message, pk in held],
-            ["last_error", "updated_at"],
+            [DispatchIntent(pk=pk, last_error=message, next_try_at=recheck, updated_at=now) for message, pk in held],
+            ["last_error", "next_try_at", "updated_at"],
         )
+    if never_ran:
+        ending = Attempt.objects.filter(pk__in=never_ran, finished_at__isnull=True).exclude(state__in=ACTIVE_VALUES)
+        workers = list(ending.values_list("worker_id", flat=True))
+        ending.update(finished_at=now)
+        # A preemptor held on a victim that never ran may start now (after the holds above:
+        # one held in this batch on such a victim is due again at the next drain).
+        wake_held_starts(workers)
     if failures:
         record_failures(failures, now, result)
     if finished:

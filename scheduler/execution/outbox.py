@@ -42,6 +42,23 @@ HELD_MESSAGE = "held: waiting for the attempt it preempted on {worker} to finish
 
 ROOM_HELD_MESSAGE = "held: waiting for capacity on {worker} still held by stopping attempts"
 
+# A held START is looked at again when an attempt on its worker finishes (``wake_held_starts``:
+# the only thing that frees the room it waits for or ends the victim it waits on), and after
+# this long at the latest (a worker whose capacity grew, a wake missed): not by every drain, which
+# re-read thousands of held STARTs behind workers whose agents had not confirmed their stops.
+HELD_RECHECK_SECONDS = 30
+
+
+def wake_held_starts(worker_pks: Iterable[int | None]) -> int:
+    """Make the held STARTs on these workers due at the next drain (an attempt there finished).
+    One statement; returns how many."""
+    workers = sorted({pk for pk in worker_pks if pk is not None})
+    if not workers:
+        return 0
+    return DispatchIntent.objects.filter(
+        worker_id__in=workers, state=PENDING, kind=START, tries=0, next_try_at__isnull=False
+    ).update(next_try_at=None)
+
 
 def request_dispatch() -> None:
     """Ask Celery for a drain now. Call it after commit; it never raises (the broker may be down,

@@ -123,6 +123,37 @@ def test_a_second_preemptor_never_starts_on_room_the_first_victim_still_holds(ba
     assert first.tasks.get().state == "assigned"
 
 
+def test_a_held_start_waits_for_an_attempt_on_its_worker_to_finish_not_for_every_drain(backend):
+    """A held START is not read again by every drain (thousands were, behind agents that had not
+    confirmed their stops): it is due again when an attempt on its worker finishes, or at the
+    recheck. A finish on another worker does not wake it."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from scheduler.execution.outbox import HELD_RECHECK_SECONDS
+
+    w1, w2 = make_worker("w1", cpu=2), make_worker("w2", cpu=1)
+    victim = start_running(make_job("/bob/victim", band=Band.BATCH, cpu=2), w1)
+    other = start_running(make_job("/bob/other", band=Band.BATCH, cpu=1), w2)
+    make_job("/alice/prod", band=Band.PRODUCTION, cpu=2)  # fits only w1
+    run_tick(NOW_MS)
+    assert drain().held == 1
+    start = DispatchIntent.objects.get(task__job__name="/alice/prod", kind="start")
+    assert start.worker_id == w1.pk and start.next_try_at is not None
+    assert start.next_try_at >= timezone.now() + timedelta(seconds=HELD_RECHECK_SECONDS - 5)
+
+    assert drain().held == 0  # not due: nothing on w1 finished
+    apply_reports([AttemptReport(AttemptRef(other.pk, 1), AttemptStatus.SUCCEEDED, exit_code=0)])
+    assert drain().held == 0  # w2's end does not wake it
+    assert backend.starts == []
+
+    apply_reports([AttemptReport(AttemptRef(victim.pk, 1), AttemptStatus.PREEMPTED, exit_code=-15)])
+    drain()
+    assert [o.task for o in backend.starts] == ["/alice/prod/0"]
+    assert_within_capacity()
+
+
 def test_an_unrelated_gang_member_never_starts_on_room_a_victim_still_holds(backend):
     # Pool a: three 4-core hosts, each running a 4-core BATCH task. A PRODUCTION gang of two
     # evicts the squatters on w1 and w2; an INTERACTIVE gang of three then finds w1 and w2
