@@ -19,7 +19,7 @@ reuses its decision leaves the same queue, so it records no queue events.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -66,14 +66,16 @@ def _remember(memory: QueueMemory) -> None:
 def record_tick_events(
     loaded: LoadedSnapshot,
     decision: Decision,
-    kept: Collection[str],
+    kept: AbstractSet[str],
+    kept_jobs: AbstractSet[str],
     assignments: Iterable[Assignment],
     preemptions: Iterable[Preemption],
     tick: TickRecord,
     queue_jobs: Mapping[Band, list[str]] | None,
     wall: datetime,
 ) -> int:
-    """Stage this tick's events (one statement); inside the tick's transaction. ``queue_jobs``
+    """Stage this tick's events (one statement); inside the tick's transaction. ``kept_jobs``:
+    the jobs of the ``kept`` tasks. ``queue_jobs``
     is the publication's ``queued_jobs(pending_queue(decision))`` (per band, the job of each
     queued task in queue order), or ``None`` when the decision was reused."""
     jobs = loaded.snapshot.jobs
@@ -89,7 +91,8 @@ def record_tick_events(
         return user
 
     # Each assignment's ``started`` event staged as a row at once (``record_rows``): a burst
-    # has some 30,000, where a ``Draft`` each and its conversion cost more than the row.
+    # has some 30,000, where a ``Draft`` each and its conversion cost more than the row. (A
+    # burst's jobs have a task each: its owner is looked up in the snapshot's jobs directly.)
     rows: list[tuple] = []
     append = rows.append
     dumps = orjson.dumps
@@ -101,12 +104,12 @@ def record_tick_events(
         job = task[:cut]
         attempt = rows_of[task].attempt_count + 1
         assigned.add(task)
-        user = users.get(job)
+        spec = jobs.get(job)
         append(
             (
                 started,
                 wall,
-                user if user is not None else user_of(job),
+                spec.user if spec is not None else user_of(job),
                 job,
                 int(task[cut + 1 :]),
                 attempt,
@@ -116,7 +119,7 @@ def record_tick_events(
         )
     drafts: list[Draft] = []
     preempted = {p.victim: p for p in preemptions}
-    for task_id in sorted(set(kept) - assigned):
+    for task_id in sorted(kept - assigned):
         row = rows_of[task_id]
         after = decision.after[task_id]
         job, index = task_id.rsplit("/", 1)
@@ -179,7 +182,6 @@ def record_tick_events(
     # (members compared by identity in C, where ``.value`` runs Python per job).
     ended = sorted((job, state) for job, state in decision.jobs_after.items() if state in _JOB_ENDS)
     if ended:
-        kept_jobs = {t.rsplit("/", 1)[0] for t in kept}
         for job, state in ended:
             if job in kept_jobs and job in loaded.job_pks and loaded.job_states.get(job) not in TERMINAL_JOB_VALUES:
                 drafts.append(
