@@ -407,8 +407,13 @@ class ClusterRows:
             job_name = job_names.get(job_pk)
             held = held_by.get(pk)
             if job_name is None or (state not in LIVE_TASKS and held is None):
-                self._drop_task(pk)
-                snapshots, task_rows = self.task_snapshots, self.task_rows  # copied, maybe
+                if pk in snapshots:  # dropped here, as ``_drop_task`` does (a burst ends thousands)
+                    if not owned:
+                        self._own()
+                        snapshots, task_rows, owned = self.task_snapshots, self.task_rows, True
+                    dropped = snapshots.pop(pk).id
+                    del task_rows[dropped]
+                    log(dropped)
                 if job_name is None and held is not None:
                     orphans.append((pk, job_pk, index, state, worker_pk, band, preemption_count, attempt_count))
                 continue
@@ -425,8 +430,10 @@ class ClusterRows:
             )
             row = new_row(TaskRow, (pk, job_pk, state, worker_pk, attempt_count))
             kept = snapshots.get(pk)
-            if kept is not None and kept == snapshot and task_rows.get(task_id) == row:
-                continue  # read again unchanged (a watermark held back by a long transaction)
+            # Read again unchanged (a watermark held back by a long transaction)? The rows first:
+            # a tuple compares in C, where the snapshots' dataclass equality runs Python.
+            if kept is not None and task_rows.get(task_id) == row and kept == snapshot:
+                continue
             if not owned:  # the maps a view holds are copied before the first change; once is enough
                 self._own()
                 snapshots, task_rows, owned = self.task_snapshots, self.task_rows, True
