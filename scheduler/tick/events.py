@@ -277,27 +277,29 @@ def _queue_events(
 ) -> list[Draft]:
     """Queue events for the jobs whose band or class changed; ``memory`` becomes this tick's.
     ``queue_jobs``: per band, in band order, the job of each queued task in queue order."""
-    firsts: dict[str, tuple[Band, int, int]] = {}
+    # Per job: its band, the band's rank, its first position and the band's queue length. (The
+    # rank read once per band: an enum member's ``value`` is a descriptor call.)
+    firsts: dict[str, tuple[Band, int, int, int]] = {}
     for band, band_jobs in queue_jobs.items():  # in band order: a job's best band first
-        length = len(band_jobs)
+        length, rank = len(band_jobs), band.value
         for job, position in _first_positions(band_jobs):
             if job not in firsts:
-                firsts[job] = (band, position, length)
+                firsts[job] = (band, rank, position, length)
     drafts: list[Draft] = []
     for job in [j for j in memory if j not in firsts]:
         del memory[job]  # left the queue: queued again when it comes back
-    for job, (band, position, length) in firsts.items():
+    for job, (band, rank, position, length) in firsts.items():
         cls = kinds.position_class(position)
         before = memory.get(job)
-        if before == (band.value, cls):
+        if before == (rank, cls):
             continue
         spec = jobs.get(job)
         user = spec.user if spec is not None else ""
         from_band = Band(before[0]) if before is not None else (spec.band if spec is not None else band)
         if from_band != band:
-            kind = kinds.DOWNGRADED if band.value > from_band.value else kinds.REPROMOTED
+            kind = kinds.DOWNGRADED if band > from_band else kinds.REPROMOTED
             drafts.append(
-                Draft(kind, wall, user, job, tick=tick_pk, data={"from_band": from_band.wire, "to_band": band.wire})
+                Draft(kind, wall, user, job, tick=tick_pk, data={"from_band": _WIRE[from_band], "to_band": _WIRE[band]})
             )
         drafts.append(
             Draft(
@@ -306,10 +308,10 @@ def _queue_events(
                 user,
                 job,
                 tick=tick_pk,
-                data={"band": band.wire, "position": position, "of": length, "position_class": cls},
+                data={"band": _WIRE[band], "position": position, "of": length, "position_class": cls},
             )
         )
-        memory[job] = (band.value, cls)
+        memory[job] = (rank, cls)
     return drafts
 
 
