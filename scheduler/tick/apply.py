@@ -198,7 +198,8 @@ class TaskWrites(NamedTuple):
     intents: list[tuple]  # INTENT_COLUMNS: the starts, then the stops
     held_workers: set[int]  # the workers those rows name
     started_minus_stopped: dict[str, int]  # per job id, for the tick's ``spend_change``
-    jobs: set[str]  # the jobs of the kept tasks
+    # Per job of the kept tasks: whether a kept change makes one of its tasks active.
+    jobs_active: dict[str, bool]
 
 
 def task_writes(
@@ -224,12 +225,16 @@ def task_writes(
         held.add(worker_pk)
         new_attempts.append((pk, number, worker_pk, assigned_state, int(a.band), wall, ""))
         intents.append((pk, number, start, worker_pk, intent_pending, "assigned", 0, "", wall))
-    task_updates, closes, delta, jobs = [], [], {}, set()
+    task_updates, closes, delta, jobs_active = [], [], {}, {}
     for task_id in kept:
         after, row = after_of[task_id], rows[task_id]
         job = task_id[: task_id.rfind("/")]
-        jobs.add(job)
         state, pk = after.state, row.pk
+        was_active, now_active = row.state in _ACTIVE_ROW_STATES, state in ACTIVE_STATES
+        if now_active:
+            jobs_active[job] = True
+        elif job not in jobs_active:
+            jobs_active[job] = False
         update = (
             pk,
             _STATE_VALUES[state],
@@ -240,7 +245,6 @@ def task_writes(
             wall,
         )
         task_updates.append((positions[pk], *update) if positions else update)
-        was_active, now_active = row.state in _ACTIVE_ROW_STATES, state in ACTIVE_STATES
         if was_active == now_active:
             continue
         delta[job] = delta.get(job, 0) + (1 if now_active else -1)
@@ -260,7 +264,7 @@ def task_writes(
         intents.append((pk, row.attempt_count, stop, row.worker_pk, intent_pending, error, 0, "", wall))
         if row.worker_pk is not None:
             held.add(row.worker_pk)
-    return TaskWrites(task_updates, closes, new_attempts, intents, held, delta, jobs)
+    return TaskWrites(task_updates, closes, new_attempts, intents, held, delta, jobs_active)
 
 
 # A task state's stored value without the enum's ``value`` descriptor (a call per kept task).
@@ -367,7 +371,7 @@ def apply_decision(
             writes.attempt_closes,
         )
         job_table = Job._meta.db_table
-        kept_jobs = writes.jobs
+        kept_jobs = writes.jobs_active.keys()
         terminal = ", ".join(f"'{value}'" for value in TERMINAL_JOB_VALUES)
         bulk.update_rows(
             job_table,
@@ -387,7 +391,7 @@ def apply_decision(
             job_table,
             [("id", "bigint")],
             [("state", "text")],
-            live_job_states(loaded, decision, kept),
+            live_job_states(loaded, kept, writes.jobs_active),
             condition=f"{job_table}.state IN ('{JobState.PENDING.value}', '{JobState.RUNNING.value}')",
             changed_only=True,
         )
@@ -419,24 +423,17 @@ def apply_decision(
     )
 
 
-def live_job_states(loaded: LoadedSnapshot, decision: Decision, kept: set[str]) -> list[tuple[int, str]]:
+def live_job_states(loaded: LoadedSnapshot, kept: set[str], jobs_active: dict[str, bool]) -> list[tuple[int, str]]:
     """(job pk, pending|running) for each live job with a written task change: what its state is
     after them (running while any of its tasks is active). Whether that differs from the row's
     is for the statement to tell (``changed_only``): the kept rows know a job is live, not which
-    of the two it is. Looks at those jobs' tasks only (a job's tasks are ``job/0`` to
-    ``job/replicas-1``; those not in the rows have finished), never at every task."""
-    after, rows, jobs, job_states = decision.after, loaded.tasks, loaded.snapshot.jobs, loaded.job_states
-    # Whether a written change makes one of the job's tasks active (states compared by
-    # identity: hashing an enum member runs Python code, and the first tick writes ~30,000).
-    active_after: dict[str, bool] = {}
-    for task_id in kept:
-        job = task_id[: task_id.rfind("/")]
-        if not active_after.get(job):
-            state = after[task_id].state
-            active_after[job] = state is _ASSIGNED or state is _RUNNING or state is _BUILDING
+    of the two it is. ``jobs_active``: per such job, whether a kept change makes one of its
+    tasks active (:func:`task_writes`). Looks at the other jobs' tasks only (a job's tasks are
+    ``job/0`` to ``job/replicas-1``; those not in the rows have finished), never at every task."""
+    rows, jobs, job_states = loaded.tasks, loaded.snapshot.jobs, loaded.job_states
     running, pending = JobState.RUNNING.value, JobState.PENDING.value
     states = []
-    for job, active in sorted(active_after.items()):
+    for job, active in sorted(jobs_active.items()):
         if job_states.get(job):
             continue  # finished
         if not active:  # or one of its other tasks is active, as read
@@ -450,7 +447,6 @@ def live_job_states(loaded: LoadedSnapshot, decision: Decision, kept: set[str]) 
     return states
 
 
-_ASSIGNED, _RUNNING, _BUILDING = TaskState.ASSIGNED, TaskState.RUNNING, TaskState.BUILDING
 _ACTIVE_ROW_STATES = frozenset(ACTIVE_VALUES)
 
 
