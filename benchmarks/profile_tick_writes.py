@@ -41,7 +41,7 @@ def install() -> None:
     time_functions(
         (run, ("apply_decision",)),
         (apply, ("record_tick_events", "current_task_states", "lock_jobs", "hold_workers")),
-        (apply, ("live_job_states", "limits_sample")),
+        (apply, ("live_job_states", "limits_sample", "task_writes")),
         (events, ("record", "record_rows")),
         (record, ("record",)),
         (instruments, ("record_placements",)),

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from functools import lru_cache, wraps
+from operator import attrgetter
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -112,36 +113,45 @@ def record_tick_failure() -> None:
     TICKS.labels(outcome="failed").inc()
 
 
-def record_placements(loaded, assignments: Iterable, preemptions: Iterable) -> None:
+def record_placements(loaded, assignments: Collection, preemptions: Iterable) -> None:
     """After a tick commits: its assignments (with downgrades and first-placement waits) and
-    preemptions. ``loaded`` is the tick's ``LoadedSnapshot``."""
-    jobs = loaded.snapshot.jobs
+    preemptions. ``loaded`` is the tick's ``LoadedSnapshot``. Counted by band, labelled once per
+    band (a burst places tens of thousands of tasks in a handful of bands)."""
+    jobs, rows = loaded.snapshot.jobs, loaded.tasks
     now_ms = loaded.snapshot.now_ms
-    placed: Tally = Tally()
+    placed: Tally = Tally(map(_band_of, assignments))
     downgraded: Tally = Tally()
-    # Per band, the waits of first placements: observed together (a burst places tens of
-    # thousands of tasks, and each observation writes two shared values).
-    waits: dict[str, list[float]] = {}
+    # Per band, the waits of first placements: observed together (each observation writes two
+    # shared values).
+    waits: dict[Band, list[float]] = {}
     for a in assignments:
-        band = band_label(a.band)
-        placed[band] += 1
-        job = jobs.get(a.task[: a.task.rfind("/")])
+        task = a.task
+        job = jobs.get(task[: task.rfind("/")])
         if job is None:
             continue
-        if job.band != a.band:
-            downgraded[(band_label(job.band), band)] += 1
-        row = loaded.tasks.get(a.task)
+        band = a.band
+        if job.band != band:
+            downgraded[(job.band, band)] += 1
+        row = rows.get(task)
         if row is not None and row.attempt_count == 0:
-            waits.setdefault(band, []).append(max(now_ms - job.submitted_at_ms, 0) / 1000)
+            seconds = max(now_ms - job.submitted_at_ms, 0) / 1000
+            in_band = waits.get(band)
+            if in_band is None:
+                waits[band] = [seconds]
+            else:
+                in_band.append(seconds)
     for band, seconds in waits.items():
-        observe_all(TASK_WAIT.labels(band=band), seconds)
+        observe_all(TASK_WAIT.labels(band=band_label(band)), seconds)
     for band, n in placed.items():
-        ASSIGNMENTS.labels(band=band).inc(n)
+        ASSIGNMENTS.labels(band=band_label(band)).inc(n)
     for (requested, band), n in downgraded.items():
-        DOWNGRADES.labels(requested_band=requested, band=band).inc(n)
+        DOWNGRADES.labels(requested_band=band_label(requested), band=band_label(band)).inc(n)
     evicted = Tally((band_label(p.victim_band), band_label(p.preemptor_band)) for p in preemptions)
     for (victim, preemptor), n in evicted.items():
         PREEMPTIONS.labels(victim_band=victim, preemptor_band=preemptor).inc(n)
+
+
+_band_of = attrgetter("band")
 
 
 def observe_all(histogram, amounts: list[float]) -> None:

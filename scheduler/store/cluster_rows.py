@@ -149,7 +149,6 @@ class ClusterRows:
         # Tasks of kept jobs: live ones, and finished ones an unconfirmed attempt holds.
         self.task_snapshots: dict[int, TaskSnapshot] = {}
         self.task_rows: dict[str, TaskRow] = {}
-        self.tasks_of_job: dict[int, set[int]] = {}
         self.held: dict[int, tuple[int, int]] = {}  # attempt pk -> (task pk, worker pk)
         self.workers: tuple[WorkerSpec, ...] = ()
         self.worker_names: dict[int, str] = {}
@@ -400,7 +399,6 @@ class ClusterRows:
         job_names = self.job_names
         snapshots = self.task_snapshots
         task_rows = self.task_rows
-        tasks_of_job = self.tasks_of_job
         pending = TaskState.PENDING.value
         log = self.task_log.append
         new_row = tuple.__new__  # TaskRow(...) without its Python-level __new__, one per row
@@ -409,8 +407,13 @@ class ClusterRows:
             job_name = job_names.get(job_pk)
             held = held_by.get(pk)
             if job_name is None or (state not in LIVE_TASKS and held is None):
-                self._drop_task(pk)
-                snapshots, task_rows = self.task_snapshots, self.task_rows  # copied, maybe
+                if pk in snapshots:  # dropped here, as ``_drop_task`` does (a burst ends thousands)
+                    if not owned:
+                        self._own()
+                        snapshots, task_rows, owned = self.task_snapshots, self.task_rows, True
+                    dropped = snapshots.pop(pk).id
+                    del task_rows[dropped]
+                    log(dropped)
                 if job_name is None and held is not None:
                     orphans.append((pk, job_pk, index, state, worker_pk, band, preemption_count, attempt_count))
                 continue
@@ -427,19 +430,16 @@ class ClusterRows:
             )
             row = new_row(TaskRow, (pk, job_pk, state, worker_pk, attempt_count))
             kept = snapshots.get(pk)
-            if kept is not None and kept == snapshot and task_rows.get(task_id) == row:
-                continue  # read again unchanged (a watermark held back by a long transaction)
+            # Read again unchanged (a watermark held back by a long transaction)? The rows first:
+            # a tuple compares in C, where the snapshots' dataclass equality runs Python.
+            if kept is not None and task_rows.get(task_id) == row and kept == snapshot:
+                continue
             if not owned:  # the maps a view holds are copied before the first change; once is enough
                 self._own()
                 snapshots, task_rows, owned = self.task_snapshots, self.task_rows, True
             snapshots[pk] = snapshot
             task_rows[task_id] = row
             log(task_id)
-            of_job = tasks_of_job.get(job_pk)
-            if of_job is None:
-                tasks_of_job[job_pk] = {pk}
-            else:
-                of_job.add(pk)
         return orphans
 
     def _drop_task(self, pk: int) -> None:
@@ -447,12 +447,8 @@ class ClusterRows:
             return
         self._own()
         snapshot = self.task_snapshots.pop(pk)
-        row = self.task_rows.pop(snapshot.id)
+        del self.task_rows[snapshot.id]
         self.task_log.append(snapshot.id)
-        of_job = self.tasks_of_job[row.job_pk]
-        of_job.discard(pk)
-        if not of_job:
-            del self.tasks_of_job[row.job_pk]
 
     def _drop_unneeded_jobs(self) -> None:
         """Ended jobs stay only while one of their tasks is held; their tasks go with them."""
@@ -468,11 +464,14 @@ class ClusterRows:
                 self._own()
                 self.ended_jobs.discard(pk)
                 name = self.job_names.pop(pk)
-                del self.job_specs[name]
+                replicas = self.job_specs.pop(name).replicas
                 del self.job_pks[name]
                 del self.job_states[name]
-                for task_pk in list(self.tasks_of_job.get(pk, ())):
-                    self._drop_task(task_pk)
+                # A job's tasks are ``name/0`` to ``name/replicas-1``.
+                for index in range(replicas):
+                    row = self.task_rows.get(f"{name}/{index}")
+                    if row is not None:
+                        self._drop_task(row.pk)
 
     # --- what the tick gets ---------------------------------------------------------------------
 

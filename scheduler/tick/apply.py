@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 from functools import partial
 from datetime import datetime
 
@@ -28,12 +29,12 @@ from django.db import connection, transaction
 from scheduler.foundation import instruments
 from scheduler.board import publish
 from scheduler.core.budget import resource_value, spend_change
-from scheduler.core.types import ACTIVE_STATES, Decision, JobState, TaskState
+from scheduler.core.types import ACTIVE_STATES, Assignment, Decision, JobState, Preemption, TaskState
 from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord, Worker
 from scheduler.store import bulk
 from scheduler.store.states import ACTIVE_VALUES, TERMINAL_JOB_VALUES
 from scheduler.tick.events import record_tick_events
-from scheduler.store.cluster_rows import CHANGE_STAMP, TaskRow
+from scheduler.store.cluster_rows import CHANGE_STAMP
 from scheduler.tick.load import LoadedSnapshot
 
 
@@ -173,6 +174,103 @@ def preemption_rows(loaded: LoadedSnapshot, preemptions: list, tick_pk: int, wal
     return out
 
 
+# The columns of an outbox row: a start for each new attempt, a stop for each that ended.
+INTENT_COLUMNS: list[bulk.Column] = [
+    ("task_id", "bigint"),
+    ("attempt_number", "integer"),
+    ("kind", "text"),
+    ("worker_id", "bigint"),
+    ("state", "text"),
+    ("reason", "text"),
+    ("tries", "integer"),
+    ("last_error", "text"),
+    ("created_at", "timestamptz"),
+]
+
+
+class TaskWrites(NamedTuple):
+    """The rows the tick writes for its kept changes, and what it tells from them, found in one
+    pass over the kept tasks and one over the assignments (a burst keeps some 30,000 of each)."""
+
+    task_updates: list[tuple]  # TASK_WRITE_COLUMNS by (ctid, id) where positions are known, else by id
+    attempt_closes: list[tuple]  # (task pk, number, state, error) of each attempt the tick ends
+    new_attempts: list[tuple]  # NEW_ATTEMPT_COLUMNS
+    intents: list[tuple]  # INTENT_COLUMNS: the starts, then the stops
+    held_workers: set[int]  # the workers those rows name
+    started_minus_stopped: dict[str, int]  # per job id, for the tick's ``spend_change``
+    # Per job of the kept tasks: whether a kept change makes one of its tasks active.
+    jobs_active: dict[str, bool]
+
+
+def task_writes(
+    loaded: LoadedSnapshot,
+    decision: Decision,
+    kept: set[str],
+    assignments: list[Assignment],
+    preemptions: list[Preemption],
+    positions: Mapping[int, str],
+    wall: datetime,
+) -> TaskWrites:
+    """The rows for the kept changes (``positions``: each locked task's ``ctid``, when known)."""
+    rows, worker_pks, after_of = loaded.tasks, loaded.worker_pks, decision.after
+    preemptor_of = {p.victim: p.preemptor for p in preemptions}
+    assigned_state, intent_pending = TaskState.ASSIGNED.value, DispatchIntent.State.PENDING.value
+    start, stop = DispatchIntent.Kind.START.value, DispatchIntent.Kind.STOP.value
+    new_attempts, intents, held = [], [], set()
+    assigned = set()
+    for a in assignments:
+        row, worker_pk = rows[a.task], worker_pks[a.worker]
+        pk, number = row.pk, row.attempt_count + 1
+        assigned.add(a.task)
+        held.add(worker_pk)
+        new_attempts.append((pk, number, worker_pk, assigned_state, int(a.band), wall, ""))
+        intents.append((pk, number, start, worker_pk, intent_pending, "assigned", 0, "", wall))
+    task_updates, closes, delta, jobs_active = [], [], {}, {}
+    for task_id in kept:
+        after, row = after_of[task_id], rows[task_id]
+        job = task_id[: task_id.rfind("/")]
+        state, pk = after.state, row.pk
+        was_active, now_active = row.state in _ACTIVE_ROW_STATES, state in ACTIVE_STATES
+        if now_active:
+            jobs_active[job] = True
+        elif job not in jobs_active:
+            jobs_active[job] = False
+        update = (
+            pk,
+            _STATE_VALUES[state],
+            worker_pks[after.worker] if after.worker else None,
+            int(after.band) if after.band is not None else None,
+            after.preemption_count,
+            row.attempt_count + 1 if task_id in assigned else row.attempt_count,
+            wall,
+        )
+        task_updates.append((positions[pk], *update) if positions else update)
+        if was_active == now_active:
+            continue
+        delta[job] = delta.get(job, 0) + (1 if now_active else -1)
+        if not was_active or not row.attempt_count:
+            continue
+        if task_id in preemptor_of:
+            attempt_state, error = TaskState.PREEMPTED.value, f"Preempted by {preemptor_of[task_id]}"
+        elif state is TaskState.COSCHED_FAILED:
+            attempt_state, error = TaskState.COSCHED_FAILED.value, "A gang member was preempted for good"
+        elif state is TaskState.KILLED:
+            ended = decision.jobs_after.get(job)
+            attempt_state = TaskState.KILLED.value
+            error = f"Killed: job {job} ended {ended.value}" if ended else "Killed by the scheduler"
+        else:
+            attempt_state, error = TaskState.PREEMPTED.value, "Requeued: a gang member was preempted"
+        closes.append((pk, row.attempt_count, attempt_state, error))
+        intents.append((pk, row.attempt_count, stop, row.worker_pk, intent_pending, error, 0, "", wall))
+        if row.worker_pk is not None:
+            held.add(row.worker_pk)
+    return TaskWrites(task_updates, closes, new_attempts, intents, held, delta, jobs_active)
+
+
+# A task state's stored value without the enum's ``value`` descriptor (a call per kept task).
+_STATE_VALUES = {state: state.value for state in TaskState}
+
+
 def json_list(values: list[int]) -> str:
     return "[" + ",".join(str(int(v)) for v in values) + "]"
 
@@ -183,13 +281,13 @@ def apply_decision(
     """Write the decision. Must run inside ``transaction.atomic``."""
     rows = loaded.tasks
     changed = [t for t in decision.after if t in rows]
-    lock_jobs({rows[t].job_pk for t in changed})
-    current, positions = current_task_states([rows[t].pk for t in changed])
+    changed_rows = list(map(rows.__getitem__, changed))
+    lock_jobs({row.job_pk for row in changed_rows})
+    current, positions = current_task_states([row.pk for row in changed_rows])
 
     # A task that moved since the snapshot is left alone; for a gang, the whole job's changes go.
     moved_jobs: set[int] = set()
-    for task_id in changed:
-        row = rows[task_id]
+    for row in changed_rows:
         if current.get(row.pk) != (row.state, row.worker_pk):
             moved_jobs.add(row.job_pk)
     gang_jobs: set[str] = set()
@@ -207,6 +305,10 @@ def apply_decision(
     # Most ticks see no task moved: then every change is kept, with no per-task check again.
     kept = {t for t in changed if keep(t)} if moved_jobs else set(changed)
     skipped = len(changed) - len(kept)
+    assignments = [a for a in decision.assignments if a.task in kept]
+    preemptions = [p for p in decision.preemptions if p.victim in kept]
+    expired = [u for u in decision.unschedulable if u.task in kept]
+    writes = task_writes(loaded, decision, kept, assignments, preemptions, positions, wall)
     publication = publish.begin(
         loaded.snapshot, decision, loaded.kueue, publish.TaskRows(loaded.tasks, loaded.task_snapshots, loaded.changes)
     )
@@ -216,75 +318,17 @@ def apply_decision(
         duration_ms=0,
         decide_ms=decide_ms,
         spend=dict(decision.spend),
-        spend_change=spend_change(loaded.snapshot.jobs, _started_minus_stopped(rows, decision, kept)),
+        spend_change=spend_change(loaded.snapshot.jobs, writes.started_minus_stopped),
         limits=limits_sample(loaded, decision),
         **publication.record_fields(),
     )
 
-    assignments = [a for a in decision.assignments if a.task in kept]
-    assigned_tasks = {a.task for a in assignments}
-    preemptions = [p for p in decision.preemptions if p.victim in kept]
-    preemptor_of = {p.victim: p.preemptor for p in preemptions}
-    expired = [u for u in decision.unschedulable if u.task in kept]
-
-    task_updates = []
-    attempt_closes = []
-    for task_id in kept:
-        after = decision.after[task_id]
-        row = rows[task_id]
-        attempt_count = row.attempt_count + (1 if task_id in assigned_tasks else 0)
-        task_updates.append(
-            (
-                row.pk,
-                after.state.value,
-                loaded.worker_pks[after.worker] if after.worker else None,
-                int(after.band) if after.band is not None else None,
-                after.preemption_count,
-                attempt_count,
-                wall,
-            )
-        )
-        if row.state in ACTIVE_VALUES and after.state not in ACTIVE_STATES and row.attempt_count:
-            if task_id in preemptor_of:
-                attempt_state, error = TaskState.PREEMPTED.value, f"Preempted by {preemptor_of[task_id]}"
-            elif after.state is TaskState.COSCHED_FAILED:
-                attempt_state, error = TaskState.COSCHED_FAILED.value, "A gang member was preempted for good"
-            elif after.state is TaskState.KILLED:
-                job_name = task_id.rsplit("/", 1)[0]
-                ended = decision.jobs_after.get(job_name)
-                attempt_state = TaskState.KILLED.value
-                error = f"Killed: job {job_name} ended {ended.value}" if ended else "Killed by the scheduler"
-            else:
-                attempt_state, error = TaskState.PREEMPTED.value, "Requeued: a gang member was preempted"
-            attempt_closes.append((row.pk, row.attempt_count, attempt_state, error, row.worker_pk))
-    # Values the same in every row, read once (an enum member's ``value`` is a descriptor call,
-    # and a burst writes tens of thousands of rows).
-    assigned_state, intent_pending = TaskState.ASSIGNED.value, DispatchIntent.State.PENDING.value
-    start, stop = DispatchIntent.Kind.START.value, DispatchIntent.Kind.STOP.value
     if kept:  # a tick that writes no task change sends no payload
         bulk.keep_payloads_in_memory()
-    hold_workers(
-        {loaded.worker_pks[a.worker] for a in assignments}
-        | {close[4] for close in attempt_closes if close[4] is not None}
-    )
+    hold_workers(writes.held_workers)
     # New rows go in by COPY on PostgreSQL (bulk.insert_rows), which psycopg cannot run in a
     # pipeline: before it. Nothing inserted here is touched by the updates below.
-    bulk.insert_rows(
-        Attempt._meta.db_table,
-        NEW_ATTEMPT_COLUMNS,
-        [
-            (
-                rows[a.task].pk,
-                rows[a.task].attempt_count + 1,
-                loaded.worker_pks[a.worker],
-                assigned_state,
-                int(a.band),
-                wall,
-                "",
-            )
-            for a in assignments
-        ],
-    )
+    bulk.insert_rows(Attempt._meta.db_table, NEW_ATTEMPT_COLUMNS, writes.new_attempts)
     bulk.insert_rows(
         PreemptionEvent._meta.db_table,
         [
@@ -303,48 +347,7 @@ def apply_decision(
         preemption_rows(loaded, preemptions, tick.pk, wall),
     )
     # The outbox, in the same transaction: start every new attempt, stop every attempt that ended.
-    bulk.insert_rows(
-        DispatchIntent._meta.db_table,
-        [
-            ("task_id", "bigint"),
-            ("attempt_number", "integer"),
-            ("kind", "text"),
-            ("worker_id", "bigint"),
-            ("state", "text"),
-            ("reason", "text"),
-            ("tries", "integer"),
-            ("last_error", "text"),
-            ("created_at", "timestamptz"),
-        ],
-        [
-            (
-                rows[a.task].pk,
-                rows[a.task].attempt_count + 1,
-                start,
-                loaded.worker_pks[a.worker],
-                intent_pending,
-                "assigned",
-                0,
-                "",
-                wall,
-            )
-            for a in assignments
-        ]
-        + [
-            (
-                task_pk,
-                number,
-                stop,
-                worker_pk,
-                intent_pending,
-                error,
-                0,
-                "",
-                wall,
-            )
-            for task_pk, number, _, error, worker_pk in attempt_closes
-        ],
-    )
+    bulk.insert_rows(DispatchIntent._meta.db_table, INTENT_COLUMNS, writes.intents)
 
     # The writes go out pipelined (PostgreSQL): the server executes each while Python builds the
     # next, and the queue explanation is computed while the last ones run.
@@ -352,15 +355,11 @@ def apply_decision(
         # On PostgreSQL each row is found at the position its lock read returned (the id is
         # checked too), and the statement sets the change stamp itself: the task trigger lets
         # such an update through without its per-row call (migration 0031).
-        task_keys: list[bulk.Column] = [("id", "bigint")]
-        if positions:
-            task_keys = [("ctid", "tid"), *task_keys]
-            task_updates = [(positions[update[0]], *update) for update in task_updates]
         bulk.update_rows(
             Task._meta.db_table,
-            task_keys,
+            [("ctid", "tid"), ("id", "bigint")] if positions else [("id", "bigint")],
             TASK_WRITE_COLUMNS,
-            task_updates,
+            writes.task_updates,
             postgresql_set=CHANGE_STAMP,
         )
         # The attempt of a task leaving ASSIGNED/BUILDING/RUNNING keeps holding its worker's capacity
@@ -369,10 +368,10 @@ def apply_decision(
             Attempt._meta.db_table,
             [("task_id", "bigint"), ("number", "integer")],
             [("state", "text"), ("error", "text")],
-            [close[:4] for close in attempt_closes],
+            writes.attempt_closes,
         )
         job_table = Job._meta.db_table
-        kept_jobs = {task_id.rsplit("/", 1)[0] for task_id in kept}
+        kept_jobs = writes.jobs_active.keys()
         terminal = ", ".join(f"'{value}'" for value in TERMINAL_JOB_VALUES)
         bulk.update_rows(
             job_table,
@@ -392,7 +391,7 @@ def apply_decision(
             job_table,
             [("id", "bigint")],
             [("state", "text")],
-            live_job_states(loaded, decision, kept),
+            live_job_states(loaded, kept, writes.jobs_active),
             condition=f"{job_table}.state IN ('{JobState.PENDING.value}', '{JobState.RUNNING.value}')",
             changed_only=True,
         )
@@ -400,7 +399,9 @@ def apply_decision(
         publication.build(kept, tick.pk, tick.fairness)
     published = publication.finish(tick.pk)
     # The events of these changes, in this transaction (scheduler/tick/events.py).
-    record_tick_events(loaded, decision, kept, assignments, preemptions, tick, publication.jobs_in_queue, wall)
+    record_tick_events(
+        loaded, decision, kept, kept_jobs, assignments, preemptions, tick, publication.jobs_in_queue, wall
+    )
 
     duration_ms = (time.perf_counter() - started) * 1000
     TickRecord.objects.filter(pk=tick.pk).update(
@@ -422,24 +423,17 @@ def apply_decision(
     )
 
 
-def live_job_states(loaded: LoadedSnapshot, decision: Decision, kept: set[str]) -> list[tuple[int, str]]:
+def live_job_states(loaded: LoadedSnapshot, kept: set[str], jobs_active: dict[str, bool]) -> list[tuple[int, str]]:
     """(job pk, pending|running) for each live job with a written task change: what its state is
     after them (running while any of its tasks is active). Whether that differs from the row's
     is for the statement to tell (``changed_only``): the kept rows know a job is live, not which
-    of the two it is. Looks at those jobs' tasks only (a job's tasks are ``job/0`` to
-    ``job/replicas-1``; those not in the rows have finished), never at every task."""
-    after, rows, jobs, job_states = decision.after, loaded.tasks, loaded.snapshot.jobs, loaded.job_states
-    # Whether a written change makes one of the job's tasks active (states compared by
-    # identity: hashing an enum member runs Python code, and the first tick writes ~30,000).
-    active_after: dict[str, bool] = {}
-    for task_id in kept:
-        job = task_id[: task_id.rfind("/")]
-        if not active_after.get(job):
-            state = after[task_id].state
-            active_after[job] = state is _ASSIGNED or state is _RUNNING or state is _BUILDING
+    of the two it is. ``jobs_active``: per such job, whether a kept change makes one of its
+    tasks active (:func:`task_writes`). Looks at the other jobs' tasks only (a job's tasks are
+    ``job/0`` to ``job/replicas-1``; those not in the rows have finished), never at every task."""
+    rows, jobs, job_states = loaded.tasks, loaded.snapshot.jobs, loaded.job_states
     running, pending = JobState.RUNNING.value, JobState.PENDING.value
     states = []
-    for job, active in sorted(active_after.items()):
+    for job, active in sorted(jobs_active.items()):
         if job_states.get(job):
             continue  # finished
         if not active:  # or one of its other tasks is active, as read
@@ -453,21 +447,7 @@ def live_job_states(loaded: LoadedSnapshot, decision: Decision, kept: set[str]) 
     return states
 
 
-_ASSIGNED, _RUNNING, _BUILDING = TaskState.ASSIGNED, TaskState.RUNNING, TaskState.BUILDING
 _ACTIVE_ROW_STATES = frozenset(ACTIVE_VALUES)
-
-
-def _started_minus_stopped(rows: Mapping[str, TaskRow], decision: Decision, kept: set[str]) -> dict[str, int]:
-    """Per job id, the written tasks this tick makes active minus those it stops (for the
-    tick's ``spend_change``)."""
-    delta: dict[str, int] = {}
-    for task_id in kept:
-        was = rows[task_id].state in ACTIVE_VALUES
-        now = decision.after[task_id].state in ACTIVE_STATES
-        if was != now:
-            job_id = task_id.rsplit("/", 1)[0]
-            delta[job_id] = delta.get(job_id, 0) + (1 if now else -1)
-    return delta
 
 
 def limits_sample(loaded: LoadedSnapshot, decision: Decision) -> dict[str, int]:

@@ -19,7 +19,7 @@ reuses its decision leaves the same queue, so it records no queue events.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -66,14 +66,16 @@ def _remember(memory: QueueMemory) -> None:
 def record_tick_events(
     loaded: LoadedSnapshot,
     decision: Decision,
-    kept: Collection[str],
+    kept: AbstractSet[str],
+    kept_jobs: AbstractSet[str],
     assignments: Iterable[Assignment],
     preemptions: Iterable[Preemption],
     tick: TickRecord,
     queue_jobs: Mapping[Band, list[str]] | None,
     wall: datetime,
 ) -> int:
-    """Stage this tick's events (one statement); inside the tick's transaction. ``queue_jobs``
+    """Stage this tick's events (one statement); inside the tick's transaction. ``kept_jobs``:
+    the jobs of the ``kept`` tasks. ``queue_jobs``
     is the publication's ``queued_jobs(pending_queue(decision))`` (per band, the job of each
     queued task in queue order), or ``None`` when the decision was reused."""
     jobs = loaded.snapshot.jobs
@@ -89,7 +91,8 @@ def record_tick_events(
         return user
 
     # Each assignment's ``started`` event staged as a row at once (``record_rows``): a burst
-    # has some 30,000, where a ``Draft`` each and its conversion cost more than the row.
+    # has some 30,000, where a ``Draft`` each and its conversion cost more than the row. (A
+    # burst's jobs have a task each: its owner is looked up in the snapshot's jobs directly.)
     rows: list[tuple] = []
     append = rows.append
     dumps = orjson.dumps
@@ -101,12 +104,12 @@ def record_tick_events(
         job = task[:cut]
         attempt = rows_of[task].attempt_count + 1
         assigned.add(task)
-        user = users.get(job)
+        spec = jobs.get(job)
         append(
             (
                 started,
                 wall,
-                user if user is not None else user_of(job),
+                spec.user if spec is not None else user_of(job),
                 job,
                 int(task[cut + 1 :]),
                 attempt,
@@ -116,7 +119,7 @@ def record_tick_events(
         )
     drafts: list[Draft] = []
     preempted = {p.victim: p for p in preemptions}
-    for task_id in sorted(set(kept) - assigned):
+    for task_id in sorted(kept - assigned):
         row = rows_of[task_id]
         after = decision.after[task_id]
         job, index = task_id.rsplit("/", 1)
@@ -179,7 +182,6 @@ def record_tick_events(
     # (members compared by identity in C, where ``.value`` runs Python per job).
     ended = sorted((job, state) for job, state in decision.jobs_after.items() if state in _JOB_ENDS)
     if ended:
-        kept_jobs = {t.rsplit("/", 1)[0] for t in kept}
         for job, state in ended:
             if job in kept_jobs and job in loaded.job_pks and loaded.job_states.get(job) not in TERMINAL_JOB_VALUES:
                 drafts.append(
@@ -275,27 +277,29 @@ def _queue_events(
 ) -> list[Draft]:
     """Queue events for the jobs whose band or class changed; ``memory`` becomes this tick's.
     ``queue_jobs``: per band, in band order, the job of each queued task in queue order."""
-    firsts: dict[str, tuple[Band, int, int]] = {}
+    # Per job: its band, the band's rank, its first position and the band's queue length. (The
+    # rank read once per band: an enum member's ``value`` is a descriptor call.)
+    firsts: dict[str, tuple[Band, int, int, int]] = {}
     for band, band_jobs in queue_jobs.items():  # in band order: a job's best band first
-        length = len(band_jobs)
+        length, rank = len(band_jobs), band.value
         for job, position in _first_positions(band_jobs):
             if job not in firsts:
-                firsts[job] = (band, position, length)
+                firsts[job] = (band, rank, position, length)
     drafts: list[Draft] = []
     for job in [j for j in memory if j not in firsts]:
         del memory[job]  # left the queue: queued again when it comes back
-    for job, (band, position, length) in firsts.items():
+    for job, (band, rank, position, length) in firsts.items():
         cls = kinds.position_class(position)
         before = memory.get(job)
-        if before == (band.value, cls):
+        if before == (rank, cls):
             continue
         spec = jobs.get(job)
         user = spec.user if spec is not None else ""
         from_band = Band(before[0]) if before is not None else (spec.band if spec is not None else band)
         if from_band != band:
-            kind = kinds.DOWNGRADED if band.value > from_band.value else kinds.REPROMOTED
+            kind = kinds.DOWNGRADED if band > from_band else kinds.REPROMOTED
             drafts.append(
-                Draft(kind, wall, user, job, tick=tick_pk, data={"from_band": from_band.wire, "to_band": band.wire})
+                Draft(kind, wall, user, job, tick=tick_pk, data={"from_band": _WIRE[from_band], "to_band": _WIRE[band]})
             )
         drafts.append(
             Draft(
@@ -304,10 +308,10 @@ def _queue_events(
                 user,
                 job,
                 tick=tick_pk,
-                data={"band": band.wire, "position": position, "of": length, "position_class": cls},
+                data={"band": _WIRE[band], "position": position, "of": length, "position_class": cls},
             )
         )
-        memory[job] = (band.value, cls)
+        memory[job] = (rank, cls)
     return drafts
 
 

@@ -35,16 +35,23 @@ def states_by_a_pass_over_every_task(loaded, decision, kept) -> list[tuple[int, 
 
 @pytest.fixture
 def compared(monkeypatch) -> list[int]:
-    """Every tick's ``live_job_states`` checked against the pass; the number of states each gave."""
-    real = apply.live_job_states
+    """Every tick's ``live_job_states`` checked against the pass; the number of states each gave.
+    (The pass reads the tick's decision, which ``task_writes`` is given first.)"""
+    real, real_writes = apply.live_job_states, apply.task_writes
     sizes: list[int] = []
+    decisions = []
 
-    def checked(loaded, decision, kept):
-        states = real(loaded, decision, kept)
-        assert states == states_by_a_pass_over_every_task(loaded, decision, kept)
+    def writes(loaded, decision, *rest):
+        decisions.append(decision)
+        return real_writes(loaded, decision, *rest)
+
+    def checked(loaded, kept, jobs_active):
+        states = real(loaded, kept, jobs_active)
+        assert states == states_by_a_pass_over_every_task(loaded, decisions[-1], kept)
         sizes.append(len(states))
         return states
 
+    monkeypatch.setattr(apply, "task_writes", writes)
     monkeypatch.setattr(apply, "live_job_states", checked)
     return sizes
 
