@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 
 from scheduler.models import Attempt, DispatchIntent
 from scheduler.store import bulk
-from scheduler.tick.apply import NEW_ATTEMPT_COLUMNS
+from scheduler.tick.apply import INTENT_COLUMNS, NEW_ATTEMPT_COLUMNS
 from tests.personas import make_job, make_worker
 
 pytestmark = pytest.mark.django_db
@@ -28,17 +28,7 @@ def test_insert_rows_writes_exactly_the_given_rows_as_one_statement():
     job = make_job("/alice/bulk", replicas=2)
     worker = make_worker("w-bulk")
     first, second = job.tasks.order_by("index")
-    columns = [
-        ("task_id", "bigint"),
-        ("attempt_number", "integer"),
-        ("kind", "text"),
-        ("worker_id", "bigint"),
-        ("state", "text"),
-        ("reason", "text"),
-        ("tries", "integer"),
-        ("last_error", "text"),
-        ("created_at", "timestamptz"),
-    ]
+    columns = INTENT_COLUMNS  # the columns the tick writes intents with
     rows = [
         (first.pk, 1, "start", worker.pk, "pending", "assigned", 0, "", WHEN),
         (second.pk, 1, "stop", None, "pending", AWKWARD, 3, AWKWARD, WHEN),
@@ -46,9 +36,7 @@ def test_insert_rows_writes_exactly_the_given_rows_as_one_statement():
     with transaction.atomic(), CaptureQueriesContext(connection) as captured:
         bulk.insert_rows(DispatchIntent._meta.db_table, columns, rows)
     assert len(captured.captured_queries) == 1
-    written = DispatchIntent.objects.order_by("task_id").values_list(
-        "task_id", "attempt_number", "kind", "worker_id", "state", "reason", "tries", "last_error", "created_at"
-    )
+    written = DispatchIntent.objects.order_by("task_id").values_list(*(name for name, _ in columns))
     assert [tuple(row) for row in written] == rows
 
 
