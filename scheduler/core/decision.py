@@ -392,11 +392,13 @@ class _Outcome:
         touched = expired | set(self.victims_by_job)
         if not touched:
             return
-        members = {job_id: pending_by_job.get(job_id, []) + active_by_job.get(job_id, []) for job_id in touched}
         after = self.after
         for job_id in sorted(touched):
             job = self.jobs[job_id]
-            job_tasks = sorted(members[job_id], key=_by_index)
+            if job_id not in expired and job.group_by is None and job_id not in self.ended_by_preemption:
+                # A solo job whose evicted tasks all go back to the queue: nothing else changes.
+                continue
+            job_tasks = sorted(pending_by_job.get(job_id, []) + active_by_job.get(job_id, []), key=_by_index)
             if job_id in expired:
                 for task in job_tasks:
                     state = after[task.id].state if task.id in after else task.state

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from itertools import chain, compress
-from operator import and_, or_
+from operator import and_, itemgetter, or_
 
 from scheduler.core.bands import Band
 from scheduler.core.ordering import JobQueue
@@ -338,6 +338,10 @@ def lanes_of(shapes: Iterable[Shape]) -> None:
         shape.lane = lane
 
 
+# A ranked group's sort key, (-score, value): group values are distinct within one ranking.
+_score_then_value = itemgetter(0, 1)
+
+
 @dataclass(frozen=True, slots=True)
 class Group:
     """Workers sharing one value of a gang's ``group_by`` attribute, in ``tpu-worker-id`` order."""
@@ -434,11 +438,13 @@ class ShapeBook:
             for c in soft:
                 allowed = self._matching(c)
                 levels = [level & ~allowed | fewer & allowed for level, fewer in zip([*levels, 0], [0, *levels])]
-            # Best soft score first, each level in id order.
+            # Best soft score first, each level in id order (an empty level is not read).
             ranks = self._ranks
             by_id = self.pool.by_id
             cands = self._by_matching[(matching, soft)] = list(
-                chain.from_iterable(compress(by_id, level.to_bytes(ranks, "little")) for level in reversed(levels))
+                chain.from_iterable(
+                    compress(by_id, level.to_bytes(ranks, "little")) for level in reversed(levels) if level
+                )
             )
         self._candidates[key] = cands
         return cands
@@ -529,7 +535,7 @@ class ShapeBook:
                 group = shared[(value, hosts)] = Group(value, hosts)
             score = sum(constraint_matches(attrs[w], c) for w in members for c in shape.soft) if shape.soft else 0
             scored.append((-score, value, group))
-        scored.sort(key=lambda item: (item[0], item[1]))
+        scored.sort(key=_score_then_value)
         groups = self._groups[key] = self._groups_of_shape[(shape.id, group_by)] = [group for _, _, group in scored]
         return groups
 
