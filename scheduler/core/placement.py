@@ -438,16 +438,22 @@ class ShapeBook:
             for c in soft:
                 allowed = self._matching(c)
                 levels = [level & ~allowed | fewer & allowed for level, fewer in zip([*levels, 0], [0, *levels])]
-            # Best soft score first, each level in id order (an empty level is not read).
-            ranks = self._ranks
-            by_id = self.pool.by_id
+            # Best soft score first, each level in id order.
             cands = self._by_matching[(matching, soft)] = list(
-                chain.from_iterable(
-                    compress(by_id, level.to_bytes(ranks, "little")) for level in reversed(levels) if level
-                )
+                chain.from_iterable(self._workers_in(level) for level in reversed(levels))
             )
         self._candidates[key] = cands
         return cands
+
+    def _workers_in(self, mask: int) -> Iterable[int]:
+        """The workers of a rank mask, in id order. Only the span of ranks from its first to its
+        last worker is read: workers of one kind often have neighbouring ids (``cpu-*``,
+        ``tpu-*``), so a mask of accelerator hosts covers a part of the ranks."""
+        if not mask:
+            return ()
+        first = ((mask & -mask).bit_length() - 1) // 8
+        last = (mask.bit_length() - 1) // 8
+        return compress(self.pool.by_id[first : last + 1], (mask >> 8 * first).to_bytes(last - first + 1, "little"))
 
     def candidate_set(self, shape: Shape) -> frozenset[int]:
         """``shape.cands`` as a set, built once per candidate list."""
