@@ -23,11 +23,12 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
-from itertools import chain, compress
+from itertools import chain
 from operator import and_, itemgetter, or_
 
 from scheduler.core.bands import Band
 from scheduler.core.ordering import JobQueue
+from scheduler.core.rankmask import by_score, everyone, mask_of, masks_by_value, workers_in
 from scheduler.core.types import (
     ANY_VARIANT,
     CapacityLeft,
@@ -338,10 +339,6 @@ def lanes_of(shapes: Iterable[Shape]) -> None:
         shape.lane = lane
 
 
-# A ranked group's sort key, (-score, value): group values are distinct within one ranking.
-_score_then_value = itemgetter(0, 1)
-
-
 @dataclass(frozen=True, slots=True)
 class Group:
     """Workers sharing one value of a gang's ``group_by`` attribute, in ``tpu-worker-id`` order."""
@@ -366,14 +363,9 @@ class ShapeBook:
         self._shared_groups: dict[tuple[str, tuple[int, ...]], Group] = {}
         # id(candidate list) -> its workers as a set (shapes sharing a list share it).
         self._candidate_sets: dict[int, frozenset[int]] = {}
-        # Sets of healthy workers are *rank masks*: an int with one byte per rank (position in
-        # id order), 1 where the worker is in the set. Intersecting, joining and complementing
-        # sets are then single operations on ints, and ``itertools.compress`` reads a set's
-        # workers off the mask's bytes already in id order: no set is hashed, sorted or mapped
-        # element by element in Python (the candidate lists were 12% of a decision on the
-        # squatters mix as frozensets of ranks).
+        # Sets of healthy workers are rank masks (``core.rankmask``).
         self._ranks = len(pool.by_id)
-        self._everyone = int.from_bytes(b"\x01" * self._ranks, "little")
+        self._everyone = everyone(self._ranks)
         self._postings: dict[str, dict[str, int]] = {}
         # Constraint -> the mask of the healthy workers it allows.
         self._matching_sets: dict[Constraint, int] = {}
@@ -433,27 +425,13 @@ class ShapeBook:
                 matching = self._intersections[same] = reduce(and_, masks)
         cands = self._by_matching.get((matching, soft))
         if cands is None:
-            # levels[k]: the candidates that k of the soft constraints allow.
-            levels = [self._everyone if matching is None else matching]
-            for c in soft:
-                allowed = self._matching(c)
-                levels = [level & ~allowed | fewer & allowed for level, fewer in zip([*levels, 0], [0, *levels])]
-            # Best soft score first, each level in id order.
-            cands = self._by_matching[(matching, soft)] = list(
-                chain.from_iterable(self._workers_in(level) for level in reversed(levels))
-            )
+            # Best soft score first, each score's workers in id order.
+            levels = by_score(self._everyone if matching is None else matching, map(self._matching, soft))
+            by_id = self.pool.by_id
+            cands = list(chain.from_iterable(workers_in(level, by_id) for level in reversed(levels)))
+            self._by_matching[(matching, soft)] = cands
         self._candidates[key] = cands
         return cands
-
-    def _workers_in(self, mask: int) -> Iterable[int]:
-        """The workers of a rank mask, in id order. Only the span of ranks from its first to its
-        last worker is read: workers of one kind often have neighbouring ids (``cpu-*``,
-        ``tpu-*``), so a mask of accelerator hosts covers a part of the ranks."""
-        if not mask:
-            return ()
-        first = ((mask & -mask).bit_length() - 1) // 8
-        last = (mask.bit_length() - 1) // 8
-        return compress(self.pool.by_id[first : last + 1], (mask >> 8 * first).to_bytes(last - first + 1, "little"))
 
     def candidate_set(self, shape: Shape) -> frozenset[int]:
         """``shape.cands`` as a set, built once per candidate list."""
@@ -473,10 +451,7 @@ class ShapeBook:
             )
             if any_variant or op not in (ConstraintOp.EQ, ConstraintOp.IN, ConstraintOp.NE):
                 rank = self.pool.rank
-                mask = bytearray(self._ranks)
-                for w in filter_workers(self.pool.by_id, self.pool.attrs, c):
-                    mask[rank[w]] = 1
-                matching = int.from_bytes(mask, "little")
+                matching = mask_of([rank[w] for w in filter_workers(self.pool.by_id, self.pool.attrs, c)], self._ranks)
             else:
                 posting = self._posting(key)
                 values = value if op is ConstraintOp.IN else (value,)
@@ -498,16 +473,8 @@ class ShapeBook:
         """Attribute ``key``'s value -> the rank mask of the healthy workers with that value."""
         posting = self._postings.get(key)
         if posting is None:
-            masks: dict[str, bytearray] = {}
             attrs = self.pool.attrs
-            for r, w in enumerate(self.pool.by_id):
-                value = attrs[w].get(key)
-                if value is not None:
-                    mask = masks.get(value)
-                    if mask is None:
-                        mask = masks[value] = bytearray(self._ranks)
-                    mask[r] = 1
-            posting = self._postings[key] = {value: int.from_bytes(mask, "little") for value, mask in masks.items()}
+            posting = self._postings[key] = masks_by_value([attrs[w].get(key) for w in self.pool.by_id])
         return posting
 
     def groups(self, shape: Shape, group_by: str) -> list[Group]:
@@ -541,7 +508,7 @@ class ShapeBook:
                 group = shared[(value, hosts)] = Group(value, hosts)
             score = sum(constraint_matches(attrs[w], c) for w in members for c in shape.soft) if shape.soft else 0
             scored.append((-score, value, group))
-        scored.sort(key=_score_then_value)
+        scored.sort(key=itemgetter(0, 1))  # (-score, value): values are distinct
         groups = self._groups[key] = self._groups_of_shape[(shape.id, group_by)] = [group for _, _, group in scored]
         return groups
 
