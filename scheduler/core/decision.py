@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterable, Mapping
 from contextlib import contextmanager
+from itertools import chain
 from operator import attrgetter
 
 from scheduler.core.bands import Band
@@ -103,18 +104,13 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
     book = ShapeBook(pool)
     by_job, expired, downgrades = _job_queues(snapshot, pending_by_job, out_of_order, spend, book)
     queues = list(by_job.values())
-    # One pass over every pending task: its effective band and, if the per-job cap held it
-    # back, its reason (which does not depend on placement).
+    # One pass over every pending task: its effective band.
     # (A comprehension: a third cheaper than the same inserts in a loop statement.)
     effective_bands: dict[str, Band] = {task.id: queue.band for queue in queues for task in queue.pending}
+    # The reason of the tasks the per-job cap held back does not depend on placement; they are
+    # put in the reasons map with the explanations, in one comprehension (see below).
     held = HeldReasons(config.max_tasks_per_job_per_cycle)
-    reasons: dict[str, PendingReason] = {
-        task.id: reason
-        for queue in queues
-        if queue.held
-        for reason in (held.reason(downgrades.get(queue.spec.id)),)
-        for task in queue.held
-    }
+    held_back = [(queue.held, held.reason(downgrades.get(queue.spec.id))) for queue in queues if queue.held]
 
     unschedulable = []
     for queue in expired:
@@ -136,7 +132,12 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
     outcome.finish_jobs(pending_by_job, active_by_job)
 
     explainer = Explainer(pool, book, snapshot.workers, snapshot.scale_groups)
-    reasons.update(explain_pending(queues, placed, {t.id for t, _ in plan.placements}, explainer, downgrades))
+    explained = explain_pending(queues, placed, {t.id for t, _ in plan.placements}, explainer, downgrades)
+    # Built once from (tasks, reason) pairs: merging one map of that size into another
+    # inserts every entry a second time.
+    reasons: dict[str, PendingReason] = {
+        task.id: reason for tasks, reason in chain(held_back, explained) for task in tasks
+    }
     reasons.update(outcome.requeued)
     # A task that ended in this decision (its gang failed for good, its job expired) is not
     # pending any more, whatever the placement pass said about it.
@@ -392,11 +393,13 @@ class _Outcome:
         touched = expired | set(self.victims_by_job)
         if not touched:
             return
-        members = {job_id: pending_by_job.get(job_id, []) + active_by_job.get(job_id, []) for job_id in touched}
         after = self.after
         for job_id in sorted(touched):
             job = self.jobs[job_id]
-            job_tasks = sorted(members[job_id], key=_by_index)
+            if job_id not in expired and job.group_by is None and job_id not in self.ended_by_preemption:
+                # A solo job whose evicted tasks all go back to the queue: nothing else changes.
+                continue
+            job_tasks = sorted(pending_by_job.get(job_id, []) + active_by_job.get(job_id, []), key=_by_index)
             if job_id in expired:
                 for task in job_tasks:
                     state = after[task.id].state if task.id in after else task.state

@@ -11,7 +11,9 @@ round-robin across users, lower spend first.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections import deque
 from dataclasses import dataclass
+from itertools import chain
 from typing import TypeVar
 
 from scheduler.core.bands import BANDS_IN_ORDER, Band
@@ -111,6 +113,10 @@ def gated_queue(
     return queue
 
 
+# Runs an iterator to its end, keeping nothing.
+_consume = deque(maxlen=0).extend
+
+
 def round_robin(buckets: Mapping[Hashable, Sequence[T]], spend: Mapping[str, int]) -> list[T]:
     """Interleave per-user buckets: users by ascending spend (missing = 0), round k takes each
     user's k-th item. The sort is stable, so users with equal spend keep the buckets' order
@@ -118,14 +124,12 @@ def round_robin(buckets: Mapping[Hashable, Sequence[T]], spend: Mapping[str, int
     users = sorted(buckets, key=lambda user: spend.get(user, 0))
     if len(users) == 1:
         return list(buckets[users[0]])
-    out: list[T] = []
-    active = [buckets[user] for user in users]
-    k = 0
-    while active:
-        out.extend([items[k] for items in active])
-        k += 1
-        active = [items for items in active if len(items) > k]
-    return out
+    # Round k is one list, filled a user at a time: ``map`` appends each of a user's items to
+    # its round's list in C (a comprehension per round cost a Python step per item, twice).
+    rounds: list[list[T]] = [[] for _ in range(max(map(len, buckets.values()), default=0))]
+    for user in users:
+        _consume(map(list.append, rounds, buckets[user]))
+    return list(chain.from_iterable(rounds))
 
 
 def interleave_by_user(items: Iterable[T], user_of: Callable[[T], str], spend: Mapping[str, int]) -> list[T]:

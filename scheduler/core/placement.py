@@ -22,9 +22,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import reduce
+from itertools import chain
+from operator import and_, itemgetter, or_
 
 from scheduler.core.bands import Band
 from scheduler.core.ordering import JobQueue
+from scheduler.core.rankmask import by_score, everyone, mask_of, masks_by_value, workers_in
 from scheduler.core.types import (
     ANY_VARIANT,
     CapacityLeft,
@@ -359,17 +363,20 @@ class ShapeBook:
         self._shared_groups: dict[tuple[str, tuple[int, ...]], Group] = {}
         # id(candidate list) -> its workers as a set (shapes sharing a list share it).
         self._candidate_sets: dict[int, frozenset[int]] = {}
-        self._postings: dict[str, dict[str, frozenset[int]]] = {}
-        # Constraint -> ranks of the healthy workers it allows.
-        self._matching_sets: dict[Constraint, frozenset[int]] = {}
-        # (key, values) of an ``in`` -> the union of the values' posting sets: constraints
+        # Sets of healthy workers are rank masks (``core.rankmask``).
+        self._ranks = len(pool.by_id)
+        self._everyone = everyone(self._ranks)
+        self._postings: dict[str, dict[str, int]] = {}
+        # Constraint -> the mask of the healthy workers it allows.
+        self._matching_sets: dict[Constraint, int] = {}
+        # (key, values) of an ``in`` -> the union of the values' posting masks: constraints
         # listing the same values in another order allow the same workers.
-        self._unions: dict[tuple[str, frozenset[str]], frozenset[int]] = {}
-        # The identities of a signature's matching sets (each kept alive by the memos above)
+        self._unions: dict[tuple[str, frozenset[str]], int] = {}
+        # The identities of a signature's matching masks (each kept alive by the memos above)
         # -> their intersection.
-        self._intersections: dict[tuple[int, ...], frozenset[int]] = {}
-        # (matching ranks or None for all, soft constraints) -> the candidate list.
-        self._by_matching: dict[tuple[frozenset[int] | None, tuple[Constraint, ...]], list[int]] = {}
+        self._intersections: dict[tuple[int, ...], int] = {}
+        # (matching mask or None for all, soft constraints) -> the candidate list.
+        self._by_matching: dict[tuple[int | None, tuple[Constraint, ...]], list[int]] = {}
         self.shapes: list[Shape] = []
         self.gang_cursor: dict[tuple, int] = {}
         self._host_keys: dict[int, tuple[int, int, str, int]] = {}
@@ -404,34 +411,25 @@ class ShapeBook:
         cands = self._candidates.get(key)
         if cands is not None:
             return cands
-        by_id = self.pool.by_id
-        # Each constraint's matching workers are one set built once per tick; a signature
-        # intersects them (in C, from the smallest) instead of filtering a list per constraint.
-        # None: no hard constraint, every healthy worker.
+        # Each constraint's matching workers are one mask built once per tick; a signature
+        # intersects them instead of filtering a list per constraint. None: no hard
+        # constraint, every healthy worker.
         matching = None
         if hard:
-            sets = sorted((self._matching(c) for c in hard), key=len)
+            masks = [self._matching(c) for c in hard]
             # Signatures whose constraints allow the same sets (an ``in`` listing its zones in
             # another order, a soft preference added) intersect them once.
-            same = tuple(sorted(map(id, sets)))
+            same = tuple(sorted(map(id, masks)))
             matching = self._intersections.get(same)
             if matching is None:
-                matching = self._intersections[same] = sets[0].intersection(*sets[1:])
+                matching = self._intersections[same] = reduce(and_, masks)
         cands = self._by_matching.get((matching, soft))
         if cands is None:
-            # The matching sets hold ranks (positions in id order), so putting the workers in id
-            # order is a plain sort of small ints, five times cheaper than sorting by a rank key.
-            ranks = range(len(by_id)) if matching is None else sorted(matching)
-            if soft:
-                score = [0] * len(by_id)
-                for c in soft:
-                    allowed = self._matching(c)
-                    # Only the candidates a soft constraint allows get its point.
-                    for r in allowed if matching is None else allowed.intersection(matching):
-                        score[r] += 1
-                # Stable, and ``reverse`` keeps equal scores in id order.
-                ranks = sorted(ranks, key=score.__getitem__, reverse=True)
-            cands = self._by_matching[(matching, soft)] = list(map(by_id.__getitem__, ranks))
+            # Best soft score first, each score's workers in id order.
+            levels = by_score(self._everyone if matching is None else matching, map(self._matching, soft))
+            by_id = self.pool.by_id
+            cands = list(chain.from_iterable(workers_in(level, by_id) for level in reversed(levels)))
+            self._by_matching[(matching, soft)] = cands
         self._candidates[key] = cands
         return cands
 
@@ -442,9 +440,9 @@ class ShapeBook:
             found = self._candidate_sets[id(shape.cands)] = frozenset(shape.cands)
         return found
 
-    def _matching(self, c: Constraint) -> frozenset[int]:
-        """The ranks of the healthy workers satisfying ``c`` (memoised): from the posting lists
-        for ``eq``, ``in`` and ``ne``, by one pass of :func:`filter_workers` otherwise."""
+    def _matching(self, c: Constraint) -> int:
+        """The rank mask of the healthy workers satisfying ``c`` (memoised): from the posting
+        masks for ``eq``, ``in`` and ``ne``, by one pass of :func:`filter_workers` otherwise."""
         matching = self._matching_sets.get(c)
         if matching is None:
             key, value, op = c.key, c.value, c.op
@@ -453,11 +451,11 @@ class ShapeBook:
             )
             if any_variant or op not in (ConstraintOp.EQ, ConstraintOp.IN, ConstraintOp.NE):
                 rank = self.pool.rank
-                matching = frozenset([rank[w] for w in filter_workers(self.pool.by_id, self.pool.attrs, c)])
+                matching = mask_of([rank[w] for w in filter_workers(self.pool.by_id, self.pool.attrs, c)], self._ranks)
             else:
                 posting = self._posting(key)
                 values = value if op is ConstraintOp.IN else (value,)
-                # One value (``eq``, ``ne``, a one-value ``in``) is its posting set itself.
+                # One value (``eq``, ``ne``, a one-value ``in``) is its posting mask itself.
                 found = [posting[v] for v in values if v in posting]
                 if len(found) == 1:
                     matching = found[0]
@@ -465,23 +463,18 @@ class ShapeBook:
                     union_key = (key, frozenset(values))
                     matching = self._unions.get(union_key)
                     if matching is None:
-                        matching = self._unions[union_key] = frozenset().union(*found)
+                        matching = self._unions[union_key] = reduce(or_, found, 0)
                 if op is ConstraintOp.NE:
-                    matching = frozenset(range(len(self.pool.by_id))) - matching
+                    matching = self._everyone ^ matching
             self._matching_sets[c] = matching
         return matching
 
-    def _posting(self, key: str) -> dict[str, frozenset[int]]:
-        """Attribute ``key``'s value -> the ranks of the healthy workers with that value."""
+    def _posting(self, key: str) -> dict[str, int]:
+        """Attribute ``key``'s value -> the rank mask of the healthy workers with that value."""
         posting = self._postings.get(key)
         if posting is None:
-            lists: dict[str, list[int]] = {}
             attrs = self.pool.attrs
-            for r, w in enumerate(self.pool.by_id):
-                value = attrs[w].get(key)
-                if value is not None:
-                    lists.setdefault(value, []).append(r)
-            posting = self._postings[key] = {value: frozenset(ranks) for value, ranks in lists.items()}
+            posting = self._postings[key] = masks_by_value([attrs[w].get(key) for w in self.pool.by_id])
         return posting
 
     def groups(self, shape: Shape, group_by: str) -> list[Group]:
@@ -515,7 +508,7 @@ class ShapeBook:
                 group = shared[(value, hosts)] = Group(value, hosts)
             score = sum(constraint_matches(attrs[w], c) for w in members for c in shape.soft) if shape.soft else 0
             scored.append((-score, value, group))
-        scored.sort(key=lambda item: (item[0], item[1]))
+        scored.sort(key=itemgetter(0, 1))  # (-score, value): values are distinct
         groups = self._groups[key] = self._groups_of_shape[(shape.id, group_by)] = [group for _, _, group in scored]
         return groups
 

@@ -187,3 +187,19 @@ def test_gated_queue_splits_passed_and_held_or_expires(spec, cap, passed, held, 
     assert (len(queue.passed), len(queue.held), queue.expired) == (passed, held, expired)
     assert list(queue.passed) + list(queue.held) == ([] if expired else tasks)
     assert queue.pending == tasks and queue.gang == (spec.group_by is not None)
+
+
+def test_interleave_by_user_of_nothing_is_nothing():
+    assert interleave_by_user([], lambda i: i[0], {"alice": 1}) == []
+
+
+def test_interleave_by_user_goes_on_with_the_users_left_after_short_buckets_end():
+    items = [("a", 1), ("b", 1), ("b", 2), ("b", 3), ("c", 1), ("c", 2)]
+    assert interleave_by_user(items, lambda i: i[0], {}) == [
+        ("a", 1),
+        ("b", 1),
+        ("c", 1),
+        ("b", 2),
+        ("c", 2),
+        ("b", 3),
+    ]

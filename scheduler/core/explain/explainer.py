@@ -233,9 +233,10 @@ def explain_pending(
     placed_by_preemption: set[str],
     explainer: Explainer,
     downgrades: Mapping[str, Downgrade],
-) -> dict[str, PendingReason]:
+) -> list[tuple[Sequence[TaskSnapshot], PendingReason]]:
     """A reason for every task that passed the gates and was not assigned (tasks held back by
-    the per-job cap get theirs from :class:`HeldReasons`).
+    the per-job cap get theirs from :class:`HeldReasons`), as (tasks, their reason) pairs in
+    priority order: the caller builds one map from these and the held-back tasks' pairs.
 
     ``queues`` are the jobs in priority order; ``placed`` is the placement pass, whose waiting
     tasks are those not placed (``placed_by_preemption`` holds the ids of those the preemption
@@ -259,7 +260,7 @@ def explain_pending(
                 found[1].append(task)
             waited += 1
 
-    # (tasks, reason) pairs, turned into one dict at the end (far cheaper than per-job updates).
+    # (tasks, reason) pairs (one map is built from them at the end, far cheaper than per-job updates).
     shared: list[tuple[Sequence[TaskSnapshot], PendingReason]] = []
     exhausted_reasons: dict[tuple[int, int], PendingReason] = {}
     # Reasons are immutable, so jobs with equal ones share one object: (tasks ahead or 0, the
@@ -300,7 +301,7 @@ def explain_pending(
                     rest = PendingReason(JobExhausted(base), downgrade=downgrade)
                     exhausted_reasons[(id(base), id(downgrade))] = rest
                 shared.append((unplaced[1:], rest))
-    return {task.id: reason for tasks, reason in shared for task in tasks}
+    return shared
 
 
 def pending_queue(decision: Decision) -> dict[Band, list[str]]:
