@@ -211,9 +211,7 @@ def estimate_starts(
     return estimates
 
 
-NEVER_REASON = (
-    "never: no healthy worker meets every requirement, even idle, on the cluster as it is"
-)
+NEVER_REASON = "never: no healthy worker meets every requirement, even idle, on the cluster as it is"
 
 
 class NeverFits:
@@ -231,11 +229,15 @@ class NeverFits:
         verdict = self.verdicts.get(key)
         if verdict is None:
             if self.attributes is None:
-                self.attributes = [worker_attributes(w.attributes, w.device.type, w.device.variant) for w in self.workers]
+                self.attributes = [
+                    worker_attributes(w.attributes, w.device.type, w.device.variant) for w in self.workers
+                ]
             # Most requests fit some worker, found in a short scan; the full analysis (every
             # requirement over every worker) only for gangs and for requests that fit none.
             fits = job.group_by is None and self.one_fits(job)
-            verdict = self.verdicts[key] = not fits and analyse_job(job, self.workers, self.groups, self.attributes).never
+            verdict = self.verdicts[key] = (
+                not fits and analyse_job(job, self.workers, self.groups, self.attributes).never
+            )
         return verdict
 
     def one_fits(self, job: JobSpec) -> bool:
