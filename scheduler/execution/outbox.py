@@ -51,13 +51,24 @@ HELD_RECHECK_SECONDS = 30
 
 def wake_held_starts(worker_pks: Iterable[int | None]) -> int:
     """Make the held STARTs on these workers due at the next drain (an attempt there finished).
-    One statement; returns how many."""
+    One read, and a write only when there are any; returns how many. They are locked in id
+    order, the order a drain's writes take them in, so the two never wait on each other in a
+    cycle."""
     workers = sorted({pk for pk in worker_pks if pk is not None})
     if not workers:
         return 0
-    return DispatchIntent.objects.filter(
-        worker_id__in=workers, state=PENDING, kind=START, tries=0, next_try_at__isnull=False
-    ).update(next_try_at=None)
+    with transaction.atomic():
+        held = list(
+            DispatchIntent.objects.filter(
+                worker_id__in=workers, state=PENDING, kind=START, tries=0, next_try_at__isnull=False
+            )
+            .order_by("pk")
+            .select_for_update()
+            .values_list("pk", flat=True)
+        )
+        if not held:
+            return 0
+        return DispatchIntent.objects.filter(pk__in=held, next_try_at__isnull=False).update(next_try_at=None)
 
 
 def request_dispatch() -> None:
