@@ -312,6 +312,11 @@ TICK_SECONDS = env_int("IRIS_TICK_SECONDS", 5)
 # processes and PostgreSQL. A submission is placed within this plus up to two ticks' time
 # (the one running when it commits, then its own). 0: no spacing.
 PROMPT_TICK_MIN_INTERVAL_MS = env_int("IRIS_PROMPT_TICK_MIN_INTERVAL_MS", 500)
+# The rest after a tick, as a multiple of that tick's own duration, when longer than the
+# interval above (at most IRIS_TICK_SECONDS): a tick of 1 s is followed by 1 s without one, so
+# ticks take at most about half of the tick worker under a steady stream of submissions, and a
+# tick serves the submissions of a longer rest on a large cluster (issue 26). 0: the interval only.
+PROMPT_TICK_REST_RATIO = env_float("IRIS_PROMPT_TICK_REST_RATIO", 1.0)
 # Seconds a tick lease lasts from its last renewal before another tick may take it over. The
 # tick renews it after loading, after deciding and before committing, so a dead tick is
 # replaced within this long; the load and the decision must each take less (at 100,000 pending

@@ -125,15 +125,22 @@ def _ended(task_name: str) -> str:
 
 
 def _rest_left(task_name: str, min_interval: float) -> float:
-    """Seconds from now until ``min_interval`` after the end of ``task_name``'s last run (0 when
-    that is past). While a run is going (its start is newer than the last end) the end is not
-    known yet: the start stands in for it, so the answer is never later than the real moment,
-    and the run that starts too soon moves itself (:func:`start_or_defer`)."""
+    """Seconds from now until the end of the rest after ``task_name``'s last run (0 when that is
+    past): ``min_interval`` after its end, or the longer rest that run asked for
+    (:func:`task_ended`). While a run is going (its start is newer than the last end) the end is
+    not known yet: ``min_interval`` after the start stands in for it, so the answer is never later
+    than the real moment, and the run that starts too soon moves itself (:func:`start_or_defer`)."""
     marks = cache.get_many([_started(task_name), _ended(task_name)])
-    last = max((float(mark) for mark in marks.values()), default=None)
-    if last is None:
+    started = marks.get(_started(task_name))
+    ended = marks.get(_ended(task_name))
+    end_at, rest = (float(ended[0]), max(min_interval, float(ended[1]))) if ended is not None else (None, min_interval)
+    if started is not None and (end_at is None or float(started) > end_at):
+        last, rest = float(started), min_interval
+    elif end_at is not None:
+        last = end_at
+    else:
         return 0.0
-    return max(0.0, min(min_interval, last + min_interval - time.time()))
+    return max(0.0, min(rest, last + rest - time.time()))
 
 
 def start_or_defer(
@@ -173,22 +180,31 @@ def start_or_defer(
     return True
 
 
+# task name -> time.time() at which the run going in this process started (for its duration).
+_running_since: dict[str, float] = {}
+
+
 def task_started(task_name: str, *, keep_seconds: float) -> None:
     """Called by ``task_name`` as it starts, before it reads anything: forgets the request (the
     next one sends it again) and records the start for ``min_interval``, for ``keep_seconds``.
     Never raises."""
+    now = _running_since[task_name] = time.time()
     try:
-        cache.set(_started(task_name), time.time(), timeout=max(1, round(keep_seconds)))
+        cache.set(_started(task_name), now, timeout=max(1, round(keep_seconds)))
     except Exception:  # noqa: BLE001 -- without the record the next request is simply not delayed
         log.warning("cache unavailable; the start of %s is not recorded", task_name, exc_info=True)
     forget_request(task_name)
 
 
-def task_ended(task_name: str, *, keep_seconds: float) -> None:
-    """Called by ``task_name`` as it ends (failed or not): records the end for ``min_interval``,
-    for ``keep_seconds``. Never raises."""
+def task_ended(task_name: str, *, keep_seconds: float, rest_ratio: float = 0.0, max_rest: float = 0.0) -> None:
+    """Called by ``task_name`` as it ends (failed or not): records the end, and the rest the next
+    run waits after it (``min_interval`` at least; ``rest_ratio`` times this run's duration, at
+    most ``max_rest``, when that is longer), for ``keep_seconds`` past that rest. Never raises."""
+    now = time.time()
+    took = now - _running_since.pop(task_name, now)
+    rest = min(max_rest, rest_ratio * took)
     try:
-        cache.set(_ended(task_name), time.time(), timeout=max(1, round(keep_seconds)))
+        cache.set(_ended(task_name), (now, rest), timeout=max(1, round(keep_seconds + rest)))
     except Exception:  # noqa: BLE001 -- without the record the next run is spaced from the start
         log.warning("cache unavailable; the end of %s is not recorded", task_name, exc_info=True)
 

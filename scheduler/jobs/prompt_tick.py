@@ -44,5 +44,12 @@ def start_prompt_tick(*, scheduled: bool) -> bool:
 
 
 def end_prompt_tick() -> None:
-    """The tick task's last step (failed or not): the next prompt tick rests from now."""
-    task_ended(PROMPT_TICK, keep_seconds=settings.PROMPT_TICK_MIN_INTERVAL_MS / 1000 + 1)
+    """The tick task's last step (failed or not): the next tick rests from now, for
+    IRIS_PROMPT_TICK_MIN_INTERVAL_MS, or IRIS_PROMPT_TICK_REST_RATIO times this tick's duration
+    when that is longer (at most IRIS_TICK_SECONDS)."""
+    task_ended(
+        PROMPT_TICK,
+        keep_seconds=settings.PROMPT_TICK_MIN_INTERVAL_MS / 1000 + 1,
+        rest_ratio=settings.PROMPT_TICK_REST_RATIO,
+        max_rest=float(settings.TICK_SECONDS),
+    )

@@ -10,18 +10,21 @@ from django.core.cache import cache
 
 from scheduler import tasks
 from scheduler.foundation import enqueue
-from scheduler.foundation.enqueue import PROMPT_TICK, _requested, task_ended, task_started
-from scheduler.jobs.prompt_tick import request_prompt_tick
+from scheduler.foundation.enqueue import PROMPT_TICK, _requested, task_started
+from scheduler.jobs.prompt_tick import end_prompt_tick, request_prompt_tick
 from scheduler.models import Task
 from tests.personas import make_worker, submit
 
 
 @pytest.fixture(autouse=True)
 def _spaced(settings, monkeypatch):
-    """The cache starts empty (no tick ran, no request waits), and the interval is 500 ms."""
+    """The cache starts empty (no tick ran, no request waits), the interval is 500 ms and the rest
+    does not follow a tick's duration (the tests at the end set that)."""
     cache.clear()
     settings.PROMPT_TICK_MIN_INTERVAL_MS = 500
+    settings.PROMPT_TICK_REST_RATIO = 0.0
     monkeypatch.setattr(enqueue, "_not_before", {})
+    monkeypatch.setattr(enqueue, "_running_since", {})
     yield
     cache.clear()
 
@@ -48,11 +51,12 @@ def ticks(monkeypatch):
 
 
 def a_tick_ran(now, *, started: float, took: float) -> None:
-    """A tick started at ``started`` and ended ``took`` seconds later (the clock is left at its end)."""
+    """A tick started at ``started`` and ended ``took`` seconds later (the clock is left at its end),
+    through the tick task's own first and last steps."""
     now[0] = started
     task_started(PROMPT_TICK, keep_seconds=2)
     now[0] = started + took
-    task_ended(PROMPT_TICK, keep_seconds=2)
+    end_prompt_tick()
 
 
 def test_a_request_after_a_tick_ended_waits_the_interval_from_its_end_not_its_start(now, sent):
@@ -163,3 +167,43 @@ def test_a_job_submitted_right_after_a_tick_is_placed_by_the_moved_tick(
     now[0] += 0.2
     tasks.tick()  # the moved message
     assert Task.objects.get(job=job).state == "assigned"
+
+
+def test_a_tick_longer_than_the_interval_is_followed_by_a_rest_as_long_as_it_took(now, sent, ticks, settings):
+    """With IRIS_PROMPT_TICK_REST_RATIO 1, a 2 s tick is followed by 2 s without a tick: a request
+    waits for the end of that rest, and a tick that starts earlier moves there."""
+    settings.PROMPT_TICK_REST_RATIO = 1.0
+    a_tick_ran(now, started=1_000.0, took=2.0)
+    now[0] += 0.6  # past the 500 ms interval, inside the 2 s rest
+    request_prompt_tick()
+    assert sent[-1][1]["countdown"] == pytest.approx(1.4)
+    tasks.tick()  # the message, run early
+    assert ticks == [] and sent[-1][1]["countdown"] == pytest.approx(1.4)
+    now[0] += 1.4
+    tasks.tick()
+    assert ticks == ["tick"]
+
+
+def test_a_short_tick_rests_the_interval_and_a_long_one_at_most_the_tick_period(now, sent, settings):
+    settings.PROMPT_TICK_REST_RATIO = 2.0
+    settings.TICK_SECONDS = 5
+    a_tick_ran(now, started=1_000.0, took=0.1)  # 2 x 0.1 s is shorter than the interval
+    request_prompt_tick()
+    assert sent[-1][1]["countdown"] == pytest.approx(0.5)
+    cache.delete(_requested(PROMPT_TICK))
+    enqueue._not_before.clear()
+    a_tick_ran(now, started=1_010.0, took=4.0)  # 2 x 4 s is longer than a beat period
+    request_prompt_tick()
+    assert sent[-1][1]["countdown"] == pytest.approx(5.0)
+
+
+def test_a_request_while_a_long_tick_runs_still_counts_from_its_start(now, sent, settings):
+    """The running tick's duration is not known yet: the earliest moment stands (the tick that
+    starts too soon moves itself, as above)."""
+    settings.PROMPT_TICK_REST_RATIO = 1.0
+    a_tick_ran(now, started=1_000.0, took=3.0)
+    now[0] = 1_010.0
+    task_started(PROMPT_TICK, keep_seconds=2)
+    now[0] += 0.1
+    request_prompt_tick()
+    assert sent[-1][1]["countdown"] == pytest.approx(0.4)
