@@ -356,7 +356,11 @@ class ShapeBook:
         # (id(resources), id(constraints)) of a job -> its shape (the first key of shape_of).
         self.shapes_by_identity: dict[tuple[int, int], Shape] = {}
         self._candidates: dict[tuple, list[int]] = {}
-        self._groups: dict[tuple, list[Group]] = {}
+        # (id(candidate list), group_by) -> the ranked groups (the list identifies the shapes'
+        # matching workers and soft constraints, and the book keeps it alive).
+        self._groups: dict[tuple[int, str], list[Group]] = {}
+        # group_by -> value -> the group of every healthy worker with that value.
+        self._whole: dict[str, dict[str, Group]] = {}
         # (shape id, group_by) -> the same lists: hashing a shape's constraints on every
         # gang's look-up cost more than building the groups.
         self._groups_of_shape: dict[tuple[int, str], list[Group]] = {}
@@ -482,35 +486,68 @@ class ShapeBook:
 
         Groups go by total soft-constraint score (descending), then group value; workers
         without the attribute belong to no group. Members are in ``tpu-worker-id`` order.
+        Shapes sharing a candidate list (the same matching workers and soft constraints,
+        :meth:`candidates`) share the result.
         """
         groups = self._groups_of_shape.get((shape.id, group_by))
         if groups is not None:
             return groups
-        key = (shape.hard, shape.soft, group_by)
+        key = (id(shape.cands), group_by)
         groups = self._groups.get(key)
-        if groups is not None:
-            self._groups_of_shape[(shape.id, group_by)] = groups
-            return groups
+        if groups is None:
+            groups = self._groups[key] = self._group(shape.cands, shape.soft, group_by)
+        self._groups_of_shape[(shape.id, group_by)] = groups
+        return groups
+
+    def _group(self, cands: list[int], soft: tuple[Constraint, ...], group_by: str) -> list[Group]:
         attrs = self.pool.attrs
         by_value: dict[str, list[int]] = {}
-        for w in shape.cands:
+        for w in cands:
             value = attrs[w].get(group_by)
             if value is not None:
                 by_value.setdefault(value, []).append(w)
-        scored = []
-        shared = self._shared_groups
+        # A group holding every healthy worker with its value (the usual case: constraints
+        # select whole slices) is the tick's one object for it, already in host order.
+        whole = self._whole_groups(group_by)
+        chosen: dict[str, Group] = {}
         for value, members in by_value.items():
-            members.sort(key=self.host_order)
-            hosts = tuple(members)
-            # Most shapes see the same groups whole: one object each (thousands per tick).
-            group = shared.get((value, hosts))
-            if group is None:
-                group = shared[(value, hosts)] = Group(value, hosts)
-            score = sum(constraint_matches(attrs[w], c) for w in members for c in shape.soft) if shape.soft else 0
-            scored.append((-score, value, group))
+            group = whole[value]
+            if len(members) != len(group.members):
+                members.sort(key=self.host_order)
+                group = self._shared_group(value, tuple(members))
+            chosen[value] = group
+        if not soft:
+            return [group for _, group in sorted(chosen.items())]
+        scored = [
+            (-sum(constraint_matches(attrs[w], c) for w in group.members for c in soft), value, group)
+            for value, group in chosen.items()
+        ]
         scored.sort(key=itemgetter(0, 1))  # (-score, value): values are distinct
-        groups = self._groups[key] = self._groups_of_shape[(shape.id, group_by)] = [group for _, _, group in scored]
-        return groups
+        return [group for _, _, group in scored]
+
+    def _whole_groups(self, group_by: str) -> dict[str, Group]:
+        """Value of ``group_by`` -> the group of every healthy worker with that value (once per
+        attribute)."""
+        whole = self._whole.get(group_by)
+        if whole is None:
+            attrs = self.pool.attrs
+            by_value: dict[str, list[int]] = {}
+            for w in self.pool.by_id:
+                value = attrs[w].get(group_by)
+                if value is not None:
+                    by_value.setdefault(value, []).append(w)
+            whole = self._whole[group_by] = {}
+            for value, members in by_value.items():
+                members.sort(key=self.host_order)
+                whole[value] = self._shared_group(value, tuple(members))
+        return whole
+
+    def _shared_group(self, value: str, hosts: tuple[int, ...]) -> Group:
+        """One object per distinct group (shapes see thousands of the same groups per tick)."""
+        group = self._shared_groups.get((value, hosts))
+        if group is None:
+            group = self._shared_groups[(value, hosts)] = Group(value, hosts)
+        return group
 
     def host_order(self, w: int) -> tuple[int, int, str, int]:
         """Sort key of a host inside a gang group: ``tpu-worker-id`` numerically when it parses,
