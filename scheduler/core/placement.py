@@ -373,6 +373,8 @@ class ShapeBook:
         self._postings: dict[str, dict[str, int]] = {}
         # Constraint -> the mask of the healthy workers it allows.
         self._matching_sets: dict[Constraint, int] = {}
+        # Constraint -> the same workers as a set (gang groups' soft scores).
+        self._matching_worker_sets: dict[Constraint, frozenset[int]] = {}
         # (key, values) of an ``in`` -> the union of the values' posting masks: constraints
         # listing the same values in another order allow the same workers.
         self._unions: dict[tuple[str, frozenset[str]], int] = {}
@@ -439,9 +441,12 @@ class ShapeBook:
 
     def candidate_set(self, shape: Shape) -> frozenset[int]:
         """``shape.cands`` as a set, built once per candidate list."""
-        found = self._candidate_sets.get(id(shape.cands))
+        return self._candidate_set(shape.cands)
+
+    def _candidate_set(self, cands: list[int]) -> frozenset[int]:
+        found = self._candidate_sets.get(id(cands))
         if found is None:
-            found = self._candidate_sets[id(shape.cands)] = frozenset(shape.cands)
+            found = self._candidate_sets[id(cands)] = frozenset(cands)
         return found
 
     def _matching(self, c: Constraint) -> int:
@@ -473,6 +478,13 @@ class ShapeBook:
             self._matching_sets[c] = matching
         return matching
 
+    def _matching_workers(self, c: Constraint) -> frozenset[int]:
+        """The healthy workers satisfying ``c``, as a set (memoised)."""
+        found = self._matching_worker_sets.get(c)
+        if found is None:
+            found = self._matching_worker_sets[c] = frozenset(workers_in(self._matching(c), self.pool.by_id))
+        return found
+
     def _posting(self, key: str) -> dict[str, int]:
         """Attribute ``key``'s value -> the rank mask of the healthy workers with that value."""
         posting = self._postings.get(key)
@@ -500,26 +512,23 @@ class ShapeBook:
         return groups
 
     def _group(self, cands: list[int], soft: tuple[Constraint, ...], group_by: str) -> list[Group]:
-        attrs = self.pool.attrs
-        by_value: dict[str, list[int]] = {}
-        for w in cands:
-            value = attrs[w].get(group_by)
-            if value is not None:
-                by_value.setdefault(value, []).append(w)
-        # A group holding every healthy worker with its value (the usual case: constraints
-        # select whole slices) is the tick's one object for it, already in host order.
-        whole = self._whole_groups(group_by)
+        # Each group of every healthy worker with one value (members in host order) is kept
+        # whole when the candidates hold all of it (the usual case: constraints select whole
+        # slices), as the candidates among its members otherwise: two set tests per group, not
+        # a look-up per candidate, and no sort.
+        allowed = self._candidate_set(cands)
         chosen: dict[str, Group] = {}
-        for value, members in by_value.items():
-            group = whole[value]
-            if len(members) != len(group.members):
-                members.sort(key=self.host_order)
-                group = self._shared_group(value, tuple(members))
-            chosen[value] = group
+        for value, group in self._whole_groups(group_by).items():
+            if allowed.issuperset(group.members):
+                chosen[value] = group
+            elif not allowed.isdisjoint(group.members):
+                chosen[value] = self._shared_group(value, tuple([w for w in group.members if w in allowed]))
         if not soft:
             return [group for _, group in sorted(chosen.items())]
+        # A group's score: how many (member, soft constraint) pairs match.
+        matching = [self._matching_workers(c) for c in soft]
         scored = [
-            (-sum(constraint_matches(attrs[w], c) for w in group.members for c in soft), value, group)
+            (-sum([len(workers.intersection(group.members)) for workers in matching]), value, group)
             for value, group in chosen.items()
         ]
         scored.sort(key=itemgetter(0, 1))  # (-score, value): values are distinct
