@@ -356,7 +356,11 @@ class ShapeBook:
         # (id(resources), id(constraints)) of a job -> its shape (the first key of shape_of).
         self.shapes_by_identity: dict[tuple[int, int], Shape] = {}
         self._candidates: dict[tuple, list[int]] = {}
-        self._groups: dict[tuple, list[Group]] = {}
+        # (id(candidate list), group_by) -> the ranked groups (the list identifies the shapes'
+        # matching workers and soft constraints, and the book keeps it alive).
+        self._groups: dict[tuple[int, str], list[Group]] = {}
+        # group_by -> value -> the group of every healthy worker with that value.
+        self._whole: dict[str, dict[str, Group]] = {}
         # (shape id, group_by) -> the same lists: hashing a shape's constraints on every
         # gang's look-up cost more than building the groups.
         self._groups_of_shape: dict[tuple[int, str], list[Group]] = {}
@@ -369,6 +373,8 @@ class ShapeBook:
         self._postings: dict[str, dict[str, int]] = {}
         # Constraint -> the mask of the healthy workers it allows.
         self._matching_sets: dict[Constraint, int] = {}
+        # Constraint -> the same workers as a set (gang groups' soft scores).
+        self._matching_worker_sets: dict[Constraint, frozenset[int]] = {}
         # (key, values) of an ``in`` -> the union of the values' posting masks: constraints
         # listing the same values in another order allow the same workers.
         self._unions: dict[tuple[str, frozenset[str]], int] = {}
@@ -435,9 +441,12 @@ class ShapeBook:
 
     def candidate_set(self, shape: Shape) -> frozenset[int]:
         """``shape.cands`` as a set, built once per candidate list."""
-        found = self._candidate_sets.get(id(shape.cands))
+        return self._candidate_set(shape.cands)
+
+    def _candidate_set(self, cands: list[int]) -> frozenset[int]:
+        found = self._candidate_sets.get(id(cands))
         if found is None:
-            found = self._candidate_sets[id(shape.cands)] = frozenset(shape.cands)
+            found = self._candidate_sets[id(cands)] = frozenset(cands)
         return found
 
     def _matching(self, c: Constraint) -> int:
@@ -469,6 +478,13 @@ class ShapeBook:
             self._matching_sets[c] = matching
         return matching
 
+    def _matching_workers(self, c: Constraint) -> frozenset[int]:
+        """The healthy workers satisfying ``c``, as a set (memoised)."""
+        found = self._matching_worker_sets.get(c)
+        if found is None:
+            found = self._matching_worker_sets[c] = frozenset(workers_in(self._matching(c), self.pool.by_id))
+        return found
+
     def _posting(self, key: str) -> dict[str, int]:
         """Attribute ``key``'s value -> the rank mask of the healthy workers with that value."""
         posting = self._postings.get(key)
@@ -482,35 +498,65 @@ class ShapeBook:
 
         Groups go by total soft-constraint score (descending), then group value; workers
         without the attribute belong to no group. Members are in ``tpu-worker-id`` order.
+        Shapes sharing a candidate list (the same matching workers and soft constraints,
+        :meth:`candidates`) share the result.
         """
         groups = self._groups_of_shape.get((shape.id, group_by))
         if groups is not None:
             return groups
-        key = (shape.hard, shape.soft, group_by)
+        key = (id(shape.cands), group_by)
         groups = self._groups.get(key)
-        if groups is not None:
-            self._groups_of_shape[(shape.id, group_by)] = groups
-            return groups
-        attrs = self.pool.attrs
-        by_value: dict[str, list[int]] = {}
-        for w in shape.cands:
-            value = attrs[w].get(group_by)
-            if value is not None:
-                by_value.setdefault(value, []).append(w)
-        scored = []
-        shared = self._shared_groups
-        for value, members in by_value.items():
-            members.sort(key=self.host_order)
-            hosts = tuple(members)
-            # Most shapes see the same groups whole: one object each (thousands per tick).
-            group = shared.get((value, hosts))
-            if group is None:
-                group = shared[(value, hosts)] = Group(value, hosts)
-            score = sum(constraint_matches(attrs[w], c) for w in members for c in shape.soft) if shape.soft else 0
-            scored.append((-score, value, group))
-        scored.sort(key=itemgetter(0, 1))  # (-score, value): values are distinct
-        groups = self._groups[key] = self._groups_of_shape[(shape.id, group_by)] = [group for _, _, group in scored]
+        if groups is None:
+            groups = self._groups[key] = self._group(shape.cands, shape.soft, group_by)
+        self._groups_of_shape[(shape.id, group_by)] = groups
         return groups
+
+    def _group(self, cands: list[int], soft: tuple[Constraint, ...], group_by: str) -> list[Group]:
+        # Each group of every healthy worker with one value (members in host order) is kept
+        # whole when the candidates hold all of it (the usual case: constraints select whole
+        # slices), as the candidates among its members otherwise: two set tests per group, not
+        # a look-up per candidate, and no sort.
+        allowed = self._candidate_set(cands)
+        chosen: dict[str, Group] = {}
+        for value, group in self._whole_groups(group_by).items():
+            if allowed.issuperset(group.members):
+                chosen[value] = group
+            elif not allowed.isdisjoint(group.members):
+                chosen[value] = self._shared_group(value, tuple([w for w in group.members if w in allowed]))
+        if not soft:
+            return [group for _, group in sorted(chosen.items())]
+        # A group's score: how many (member, soft constraint) pairs match.
+        matching = [self._matching_workers(c) for c in soft]
+        scored = [
+            (-sum([len(workers.intersection(group.members)) for workers in matching]), value, group)
+            for value, group in chosen.items()
+        ]
+        scored.sort(key=itemgetter(0, 1))  # (-score, value): values are distinct
+        return [group for _, _, group in scored]
+
+    def _whole_groups(self, group_by: str) -> dict[str, Group]:
+        """Value of ``group_by`` -> the group of every healthy worker with that value (once per
+        attribute)."""
+        whole = self._whole.get(group_by)
+        if whole is None:
+            attrs = self.pool.attrs
+            by_value: dict[str, list[int]] = {}
+            for w in self.pool.by_id:
+                value = attrs[w].get(group_by)
+                if value is not None:
+                    by_value.setdefault(value, []).append(w)
+            whole = self._whole[group_by] = {}
+            for value, members in by_value.items():
+                members.sort(key=self.host_order)
+                whole[value] = self._shared_group(value, tuple(members))
+        return whole
+
+    def _shared_group(self, value: str, hosts: tuple[int, ...]) -> Group:
+        """One object per distinct group (shapes see thousands of the same groups per tick)."""
+        group = self._shared_groups.get((value, hosts))
+        if group is None:
+            group = self._shared_groups[(value, hosts)] = Group(value, hosts)
+        return group
 
     def host_order(self, w: int) -> tuple[int, int, str, int]:
         """Sort key of a host inside a gang group: ``tpu-worker-id`` numerically when it parses,

@@ -1,6 +1,6 @@
 """Pending reasons as data, rendered for people (reference §10)."""
 
-from dataclasses import replace
+from dataclasses import FrozenInstanceError, fields, replace
 
 import pytest
 
@@ -21,6 +21,7 @@ from scheduler.core.explain import (
     pending_text,
     reason_record,
 )
+from scheduler.core.explain.reasons import WaitingBehind, pending_reason, waiting_behind
 from scheduler.core.types import GroupSpec, TaskState
 from tests.core.builders import GIB, budget, cluster, eq, job, reason_text, running, task, tpu_slice, worker
 
@@ -218,3 +219,20 @@ def test_the_downgrade_is_attached_only_where_the_band_changed():
 def test_reason_text_is_rendered_once_per_object():
     reason = PendingReason(PerJobCap(4))
     assert reason.text() is reason.text()
+
+
+@pytest.mark.parametrize("ahead", [1, 7, 12400])
+@pytest.mark.parametrize(
+    "downgrade", [None, Downgrade(requested=Band.INTERACTIVE, effective=Band.BATCH, spend=9, limit=4)]
+)
+def test_reasons_built_by_their_fillers_are_the_constructors_reasons(ahead, downgrade):
+    cause = InsufficientResource("cpu", 4000, 1000, 3, 10)
+    made = pending_reason(waiting_behind(ahead, cause), downgrade)
+    constructed = PendingReason(WaitingBehind(ahead, cause), downgrade)
+    assert [f.name for f in fields(WaitingBehind)] == ["ahead", "cause"]
+    assert [f.name for f in fields(PendingReason)] == ["cause", "downgrade", "_text"]
+    assert type(made) is PendingReason and type(made.cause) is WaitingBehind
+    assert made == constructed and hash(made) == hash(constructed) and repr(made) == repr(constructed)
+    assert made.text() == constructed.text() and made.code == constructed.code == "waiting_behind"
+    with pytest.raises(FrozenInstanceError):
+        made.cause = cause

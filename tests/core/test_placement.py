@@ -264,3 +264,57 @@ def test_candidates_are_the_matching_healthy_workers_by_soft_score_then_id(hosts
         key=lambda w: (-sum(constraint_matches(pool.attrs[w], c) for c in soft), pool.ids[w]),
     )
     assert ShapeBook(pool).candidates(hard, soft) == expected
+
+
+_slice_hosts = st.lists(
+    st.tuples(
+        st.sampled_from([None, "s1", "s2", "s3"]),  # tpu-name
+        st.sampled_from([None, "0", "1", "2", "10", "x"]),  # tpu-worker-id
+        st.sampled_from(["a", "b"]),  # zone
+        st.booleans(),  # healthy
+    ),
+    max_size=12,
+)
+_zone_constraints = st.lists(
+    st.builds(
+        lambda op, values, soft: {"eq": eq, "ne": ne, "in": in_}[op](
+            "zone", *(values if op == "in" else values[:1]), soft=soft
+        ),
+        st.sampled_from(["eq", "ne", "in"]),
+        st.lists(st.sampled_from(["a", "b"]), min_size=1, max_size=2),
+        st.booleans(),
+    ),
+    max_size=3,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(hosts=_slice_hosts, first=_zone_constraints, second=_zone_constraints)
+def test_gang_groups_are_the_candidates_by_group_value_ranked_by_soft_score_then_value(hosts, first, second):
+    workers = [
+        worker(f"w{i:02d}", tpu=4, variant="v5p", healthy=healthy, zone=zone, tpu_name=name, tpu_worker_id=wid)
+        if name is not None and wid is not None
+        else worker(
+            f"w{i:02d}", tpu=4, variant="v5p", healthy=healthy, zone=zone, **({"tpu_name": name} if name else {})
+        )
+        for i, (name, wid, zone, healthy) in enumerate(hosts)
+    ]
+    pool = WorkerPool(cluster(workers), {}, [])
+    book = ShapeBook(pool)
+    # Two shapes in one book, as in a tick: the second sees groups the first already built
+    # (whole ones shared, part ones of its own).
+    for constraints in (first, second):
+        shape = book.shape_of(
+            job("/a/g", replicas=2, tpu=4, variant="v5p", group_by="tpu-name", constraints=constraints)
+        )
+        by_value = {}
+        for w in shape.cands:
+            value = pool.attrs[w].get("tpu-name")
+            if value is not None:
+                by_value.setdefault(value, []).append(w)
+        ranked = sorted(
+            by_value.items(),
+            key=lambda item: (-sum(constraint_matches(pool.attrs[w], c) for w in item[1] for c in shape.soft), item[0]),
+        )
+        expected = [(value, sorted(members, key=book.host_order)) for value, members in ranked]
+        assert [(g.value, list(g.members)) for g in book.groups(shape, "tpu-name")] == expected

@@ -29,9 +29,10 @@ from scheduler.core.explain.reasons import (
     PendingReason,
     PerJobCap,
     RoomFreedThisTick,
-    WaitingBehind,
     WaitingForSlice,
     never_fits,
+    pending_reason,
+    waiting_behind,
 )
 
 
@@ -290,7 +291,7 @@ def explain_pending(
             behind = before if fit_at_start and before and not isinstance(cause, RoomFreedThisTick) else 0
             head = head_reasons.get((behind, id(base), id(downgrade)))
             if head is None:
-                head = PendingReason(WaitingBehind(behind, base) if behind else base, downgrade)
+                head = pending_reason(waiting_behind(behind, base) if behind else base, downgrade)
                 head_reasons[(behind, id(base), id(downgrade))] = head
             if queue.gang or len(unplaced) == 1:
                 shared.append((unplaced, head))

@@ -4,11 +4,12 @@ it, ``text()`` for people), the downgrade, and the pending reason that carries b
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Union
+from typing import Any, ClassVar, Union
 
 from scheduler.core.bands import Band
 from scheduler.core.budget import DOWNGRADABLE_BANDS, DOWNGRADED_BAND, downgraded_band
 from scheduler.core.feasibility import ShapeAnalysis
+from scheduler.core.types import _filler
 from scheduler.core.explain.text import RESOURCE_FORMAT, _plural, format_cores, format_memory, number
 
 
@@ -396,3 +397,29 @@ _CAUSE_TYPES: dict[str, type] = {
         WaitingForSlice,
     )
 }
+
+
+_WaitingBehindFiller: Any = _filler(WaitingBehind)
+_PendingReasonFiller: Any = _filler(PendingReason)
+
+
+def waiting_behind(ahead: int, cause: Cause) -> WaitingBehind:
+    """``WaitingBehind(ahead, cause)`` by the filler (``types._filler``): a decision builds one
+    per job left waiting behind placed work (thousands in a large tick), and the frozen
+    dataclass's ``__init__`` cost three times this. ``tests/core/test_explain.py`` holds it
+    to the constructor."""
+    reason = _WaitingBehindFiller()
+    reason.ahead = ahead
+    reason.cause = cause
+    reason.__class__ = WaitingBehind
+    return reason
+
+
+def pending_reason(cause: Cause, downgrade: Downgrade | None) -> PendingReason:
+    """``PendingReason(cause, downgrade)`` by the filler, as :func:`waiting_behind`."""
+    reason = _PendingReasonFiller()
+    reason.cause = cause
+    reason.downgrade = downgrade
+    reason._text = None
+    reason.__class__ = PendingReason
+    return reason
