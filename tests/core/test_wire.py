@@ -283,6 +283,34 @@ def test_the_task_order_is_the_snapshots_own_ids_in_sorted_order():
     assert all(id(task_id) in own for task_id in order)
 
 
+def test_the_reader_lists_tasks_as_the_render_may_take_unchecked():
+    # simulate renders with tasks_by_job=True (the layout check skipped): every snapshot the
+    # reader builds must list its jobs' tasks job by job, in index order, listed or not.
+    snapshot = snapshot_from_json(
+        {
+            "now_ms": NOW,
+            "workers": [{"id": "w", "cpu_millicores": 8000, "memory_bytes": 8 << 30}],
+            "jobs": [
+                {"id": "/b/k", "replicas": 3},
+                {"id": "/a/j", "replicas": 11},
+                {"id": "/a/j/c", "replicas": 2},
+                {"id": "/a/j-x"},
+            ],
+            "tasks": [
+                {"id": "/a/j/10", "state": "running", "worker": "w"},
+                {"id": "/b/k/2", "state": "killed"},
+                {"id": "/a/j/3", "state": "running", "worker": "w"},
+                {"id": "/a/j/c/1", "state": "succeeded"},
+            ],
+        }
+    )
+    expected = [(job.id, index) for job in snapshot.jobs.values() for index in range(job.replicas)]
+    assert [(task.job_id, task.index) for task in snapshot.tasks] == expected
+    assert _task_order(snapshot, tasks_by_job=True) == _task_order(snapshot)
+    decision = decide(snapshot)
+    assert decision_to_json(decision, snapshot, tasks_by_job=True) == decision_to_json(decision)
+
+
 def test_snapshots_off_the_common_shape_read_as_in_order_checks_give():
     # Each job and task here leaves the inline fast path (a band spelled otherwise, inherited,
     # an explicit parent or root time, a float-free but unusual device), and must read the same.
