@@ -186,10 +186,15 @@ def _task_order(snapshot: ClusterSnapshot, tasks_by_job: bool = False) -> list[s
     if not tasks_by_job:
         return [f"{job_id}/{index}" for job_id in sorted(jobs) for index in range(jobs[job_id].replicas)]
     ids = [task.id for task in tasks]
-    # Each job's tasks' place in ``tasks``, as a slice; the order is the slices of ``ids`` in
-    # the jobs' sorted order, chained in C (no Python runs per job).
-    spans = dict(zip(job_ids, map(slice, accumulate(replicas, initial=0), accumulate(replicas))))
-    return list(chain.from_iterable(map(ids.__getitem__, map(spans.__getitem__, sorted(job_ids)))))
+    # Where each job's tasks start in ``tasks``; a loop over the jobs (30,000 at 100,000 tasks)
+    # extends the order with slices of ``ids``, cheaper than chaining slice objects.
+    first_task = dict(zip(job_ids, accumulate(replicas, initial=0)))
+    order: list[str] = []
+    extend = order.extend
+    for job_id in sorted(job_ids):
+        first = first_task[job_id]
+        extend(ids[first : first + jobs[job_id].replicas])
+    return order
 
 
 def _rendered_once(mapping: Mapping[str, Any], order: list[str] | None, render: Callable[[Any], Any]) -> dict:
