@@ -8,7 +8,7 @@ import pytest
 from benchmarks.synthetic import generate
 from scheduler.core.bands import Band
 from scheduler.core.decision import decide
-from scheduler.core.types import ClusterSnapshot, ConstraintOp, DeviceType, GroupSpec, TaskState
+from scheduler.core.types import CPU_DEVICE, ClusterSnapshot, ConstraintOp, DeviceType, GroupSpec, TaskState
 from scheduler.core.wire import SnapshotError, decision_to_json, snapshot_from_json, snapshot_to_json, task_sort_key
 from scheduler.core.wire.write import _task_order
 from tests.core.builders import NOW, cluster, job, running, worker
@@ -105,6 +105,8 @@ def with_(path, value):
         (with_("workers.0.device", {"type": "gpu", "variant": "h100"}), "workers[0].device.count: required"),
         (with_("workers.0.device", {"type": "fpga"}), "workers[0].device.type: expected one of cpu|gpu|tpu"),
         (with_("workers.0.attributes", {"zone": 1}), "workers[0].attributes.zone: expected a string"),
+        (with_("workers.0.attributes", {"zone": "a", "rack": True}), "workers[0].attributes.rack: expected a string"),
+        (with_("workers.0.device", {"type": "cpu", "count": 2}), "workers[0].device: a cpu device has no variant"),
         (with_("workers.0.colour", "red"), "workers[0].colour: unknown field"),
         (with_("jobs.1.id", "alice/x"), "jobs[1].id: expected a job id like /user/name"),
         (with_("jobs.1.id", "/alice/train"), "jobs[1].id: duplicate job id '/alice/train'"),
@@ -281,6 +283,16 @@ def test_the_task_order_is_the_snapshots_own_ids_in_sorted_order():
     assert order == [*(f"/a/j/{i}" for i in range(11)), "/a/j-x/0", "/b/k/0", "/b/k/1"]
     own = {id(task.id) for task in snapshot.tasks}
     assert all(id(task_id) in own for task_id in order)
+
+
+def test_a_plain_cpu_device_reads_as_the_shared_cpu_device():
+    doc = copy.deepcopy(MINIMAL)
+    doc["workers"] = [
+        {"id": "w1", "cpu_millicores": 1, "memory_bytes": 1, "device": {"type": "cpu"}},
+        {"id": "w2", "cpu_millicores": 1, "memory_bytes": 1, "device": {"type": "cpu", "variant": None, "count": 0}},
+        {"id": "w3", "cpu_millicores": 1, "memory_bytes": 1},
+    ]
+    assert all(w.device is CPU_DEVICE for w in snapshot_from_json(doc).workers)
 
 
 def test_the_reader_lists_tasks_as_the_render_may_take_unchecked():

@@ -186,6 +186,10 @@ def _device(raw: Any, path: str, key: str | None = None) -> Device:
 
 
 WORKER_KEYS = frozenset({"id", "healthy", "cpu_millicores", "memory_bytes", "device", "attributes"})
+# A worker's usual device, compared as it is (cheaper than its JSON text): a plain CPU.
+CPU_DEVICE_JSON = {"type": "cpu"}
+# The one type an attribute's value may have.
+STR_TYPE = frozenset({str})
 
 
 def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
@@ -213,12 +217,12 @@ def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
                 and memory.__class__ is int
                 and memory >= 0
                 and attributes.__class__ is dict
-                and set(map(type, attributes.values())) <= {str}
+                and STR_TYPE.issuperset(map(type, attributes.values()))
                 and (healthy is True or healthy is False)
             ):
                 device = (
                     CPU_DEVICE
-                    if device is None
+                    if device is None or device == CPU_DEVICE_JSON
                     else once_per_json_text(validated, "device", device, _worker_device, shared)
                 )
                 if device is not None:
