@@ -361,13 +361,13 @@ def test_a_job_that_states_its_parent_takes_the_fast_path_and_a_wrong_parent_is_
     from scheduler.core.wire.read import _job_fast
 
     item = {"id": "/alice/train", "band": "batch", "parent": None, "replicas": 2}
-    job = _job_fast("/alice/train", item, {"/alice/train": (0, item)}, {}, {}, {})
+    job = _job_fast("/alice/train", item, {"/alice/train": (0, item)}, {}, {}, {}, {})
     assert job is not None and job.parent is None and job.replicas == 2
     child = {"id": "/alice/train/eval", "band": "batch", "parent": "/alice/train"}
     parsed = {"/alice/train": (0, item), "/alice/train/eval": (1, child)}
-    assert _job_fast("/alice/train/eval", child, parsed, {}, {}, {}).parent == "/alice/train"
+    assert _job_fast("/alice/train/eval", child, parsed, {}, {}, {}, {}).parent == "/alice/train"
     wrong = {**child, "parent": "/alice/other"}
-    assert _job_fast("/alice/train/eval", wrong, parsed, {}, {}, {}) is None  # the slow path says why
+    assert _job_fast("/alice/train/eval", wrong, parsed, {}, {}, {}, {}) is None  # the slow path says why
     with pytest.raises(SnapshotError, match=r"jobs\[1\]\.parent: expected '/alice/train'"):
         snapshot_from_json({"now_ms": 0, "jobs": [item, wrong]})
 
@@ -422,8 +422,8 @@ def test_a_child_read_after_its_parent_inherits_its_band_on_the_fast_path():
     child = {"id": "/alice/train/eval"}
     parsed = {"/alice/train": (0, parent), "/alice/train/eval": (1, child)}
     bands = {}
-    assert _job_fast("/alice/train", parent, parsed, bands, {}, {}).band is Band.BATCH
-    assert _job_fast("/alice/train/eval", child, parsed, bands, {}, {}).band is Band.BATCH
+    assert _job_fast("/alice/train", parent, parsed, bands, {}, {}, {}).band is Band.BATCH
+    assert _job_fast("/alice/train/eval", child, parsed, bands, {}, {}, {}).band is Band.BATCH
     # Before its parent is read, the child is left to the in-order checks (which resolve it).
-    assert _job_fast("/alice/train/eval", child, parsed, {}, {}, {}) is None
+    assert _job_fast("/alice/train/eval", child, parsed, {}, {}, {}, {}) is None
     assert snapshot_from_json({"now_ms": 0, "jobs": [child, parent]}).jobs["/alice/train/eval"].band is Band.BATCH

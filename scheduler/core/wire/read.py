@@ -196,7 +196,7 @@ def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
     workers = []
     seen: set[str] = set()
     # Devices by their JSON text (see once_per_json_text): workers repeat a few.
-    validated: dict[tuple[str, bytes], Any] = {}
+    devices: dict[bytes, Any] = {}
     shared: dict[object, object] = {}
     for i, item in enumerate(json_list(raw, path)):
         # The common shape is checked inline; anything else (and every error) takes _worker.
@@ -223,7 +223,7 @@ def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
                 device = (
                     CPU_DEVICE
                     if device is None or device == CPU_DEVICE_JSON
-                    else once_per_json_text(validated, "device", device, _worker_device, shared)
+                    else once_per_json_text(devices, device, _worker_device, shared)
                 )
                 if device is not None:
                     worker = worker_spec(worker_id, cpu, memory, device, dict(attributes), healthy)
@@ -367,11 +367,12 @@ def _jobs(raw: Any, path: str) -> dict[str, JobSpec]:
     # core memoises per object identity first.
     shared: dict[object, object] = {}
     # Requests and constraint lists by their JSON text (see once_per_json_text).
-    validated: dict[tuple[str, bytes], Any] = {}
+    requests: dict[bytes, Any] = {}
+    constraint_lists: dict[bytes, Any] = {}
     for job_id, (i, item) in parsed.items():
         # The common shape is checked inline; anything else (and every error) takes _job, which
         # checks the fields in order.
-        job = _job_fast(job_id, item, parsed, bands, shared, validated)
+        job = _job_fast(job_id, item, parsed, bands, shared, requests, constraint_lists)
         if job is None:
             job = _job(job_id, i, item, path, parsed, band_of, shared)
         jobs[job_id] = job
@@ -384,7 +385,8 @@ def _job_fast(
     parsed: Mapping[str, tuple[int, dict]],
     bands: dict[str, Band],
     shared: dict[object, object],
-    validated: dict[tuple[str, bytes], Any],
+    requests: dict[bytes, Any],
+    constraint_lists: dict[bytes, Any],
 ) -> JobSpec | None:
     """The job of a well-formed ``item`` in its usual shape (a band given, or inherited from
     a parent already read; ``parent`` left out or equal to the one its id names), or None:
@@ -431,7 +433,7 @@ def _job_fast(
         return None
     if band is None:
         return None
-    resources = once_per_json_text(validated, "resources", get("resources"), _request, shared)
+    resources = once_per_json_text(requests, get("resources"), _request, shared)
     if resources is None:
         return None
     group_by = None
@@ -448,7 +450,7 @@ def _job_fast(
     else:
         if constraints.__class__ is not list:
             return None
-        constraints = once_per_json_text(validated, "constraints", constraints, _constraints, shared)
+        constraints = once_per_json_text(constraint_lists, constraints, _constraints, shared)
         if constraints is None:
             return None
     bands.setdefault(job_id, band)
