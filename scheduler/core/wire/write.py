@@ -204,8 +204,9 @@ def _rendered_once(mapping: Mapping[str, Any], order: list[str] | None, render: 
     its rendering (read-only). No Python runs per task."""
     keys = _by_task(mapping, order)
     values = list(map(mapping.__getitem__, keys))
-    rendered = {key: render(value) for key, value in dict(zip(map(id, values), values)).items()}
-    return dict(zip(keys, map(rendered.__getitem__, map(id, values))))
+    identities = list(map(id, values))
+    rendered = {key: render(value) for key, value in dict(zip(identities, values)).items()}
+    return dict(zip(keys, map(rendered.__getitem__, identities)))
 
 
 def _reason_text(reason: Any) -> str:
