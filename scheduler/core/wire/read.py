@@ -412,8 +412,9 @@ def _job_fast(
         and retries_failure >= 0
     ):
         return None
-    parent, _, _ = job_id.rpartition("/")
-    if parent.count("/") >= 2:
+    # A child's id has a third "/" (its parent's id then has two); a root's parent is None.
+    if job_id.count("/") >= 3:
+        parent = job_id.rpartition("/")[0]
         root = "/".join(job_id.split("/")[:3])
         root_item = parsed.get(root)
         root_submitted = submitted if root_item is None else root_item[1].get("submitted_at_ms", 0)
