@@ -32,7 +32,8 @@ def simulate(data: bytes, source: str, indent: int = 2) -> bytes:
         snapshot = _read(data, source)
         # The text is not needed again: decide reuses its memory (with the parsed document's).
         del data
-        decision = decision_to_json(decide(snapshot), snapshot)
+        # snapshot_from_json lists the tasks job by job: the render need not check that.
+        decision = decision_to_json(decide(snapshot), snapshot, tasks_by_job=True)
         return orjson.dumps(decision, option=(orjson.OPT_INDENT_2 if indent else 0) | orjson.OPT_APPEND_NEWLINE)
 
 

@@ -8,7 +8,7 @@ import pytest
 from benchmarks.synthetic import generate
 from scheduler.core.bands import Band
 from scheduler.core.decision import decide
-from scheduler.core.types import ClusterSnapshot, ConstraintOp, DeviceType, GroupSpec, TaskState
+from scheduler.core.types import CPU_DEVICE, ClusterSnapshot, ConstraintOp, DeviceType, GroupSpec, TaskState
 from scheduler.core.wire import SnapshotError, decision_to_json, snapshot_from_json, snapshot_to_json, task_sort_key
 from scheduler.core.wire.write import _task_order
 from tests.core.builders import NOW, cluster, job, running, worker
@@ -105,6 +105,8 @@ def with_(path, value):
         (with_("workers.0.device", {"type": "gpu", "variant": "h100"}), "workers[0].device.count: required"),
         (with_("workers.0.device", {"type": "fpga"}), "workers[0].device.type: expected one of cpu|gpu|tpu"),
         (with_("workers.0.attributes", {"zone": 1}), "workers[0].attributes.zone: expected a string"),
+        (with_("workers.0.attributes", {"zone": "a", "rack": True}), "workers[0].attributes.rack: expected a string"),
+        (with_("workers.0.device", {"type": "cpu", "count": 2}), "workers[0].device: a cpu device has no variant"),
         (with_("workers.0.colour", "red"), "workers[0].colour: unknown field"),
         (with_("jobs.1.id", "alice/x"), "jobs[1].id: expected a job id like /user/name"),
         (with_("jobs.1.id", "/alice/train"), "jobs[1].id: duplicate job id '/alice/train'"),
@@ -283,6 +285,44 @@ def test_the_task_order_is_the_snapshots_own_ids_in_sorted_order():
     assert all(id(task_id) in own for task_id in order)
 
 
+def test_a_plain_cpu_device_reads_as_the_shared_cpu_device():
+    doc = copy.deepcopy(MINIMAL)
+    doc["workers"] = [
+        {"id": "w1", "cpu_millicores": 1, "memory_bytes": 1, "device": {"type": "cpu"}},
+        {"id": "w2", "cpu_millicores": 1, "memory_bytes": 1, "device": {"type": "cpu", "variant": None, "count": 0}},
+        {"id": "w3", "cpu_millicores": 1, "memory_bytes": 1},
+    ]
+    assert all(w.device is CPU_DEVICE for w in snapshot_from_json(doc).workers)
+
+
+def test_the_reader_lists_tasks_as_the_render_may_take_unchecked():
+    # simulate renders with tasks_by_job=True (the layout check skipped): every snapshot the
+    # reader builds must list its jobs' tasks job by job, in index order, listed or not.
+    snapshot = snapshot_from_json(
+        {
+            "now_ms": NOW,
+            "workers": [{"id": "w", "cpu_millicores": 8000, "memory_bytes": 8 << 30}],
+            "jobs": [
+                {"id": "/b/k", "replicas": 3},
+                {"id": "/a/j", "replicas": 11},
+                {"id": "/a/j/c", "replicas": 2},
+                {"id": "/a/j-x"},
+            ],
+            "tasks": [
+                {"id": "/a/j/10", "state": "running", "worker": "w"},
+                {"id": "/b/k/2", "state": "killed"},
+                {"id": "/a/j/3", "state": "running", "worker": "w"},
+                {"id": "/a/j/c/1", "state": "succeeded"},
+            ],
+        }
+    )
+    expected = [(job.id, index) for job in snapshot.jobs.values() for index in range(job.replicas)]
+    assert [(task.job_id, task.index) for task in snapshot.tasks] == expected
+    assert _task_order(snapshot, tasks_by_job=True) == _task_order(snapshot)
+    decision = decide(snapshot)
+    assert decision_to_json(decision, snapshot, tasks_by_job=True) == decision_to_json(decision)
+
+
 def test_snapshots_off_the_common_shape_read_as_in_order_checks_give():
     # Each job and task here leaves the inline fast path (a band spelled otherwise, inherited,
     # an explicit parent or root time, a float-free but unusual device), and must read the same.
@@ -321,13 +361,13 @@ def test_a_job_that_states_its_parent_takes_the_fast_path_and_a_wrong_parent_is_
     from scheduler.core.wire.read import _job_fast
 
     item = {"id": "/alice/train", "band": "batch", "parent": None, "replicas": 2}
-    job = _job_fast("/alice/train", item, {"/alice/train": (0, item)}, {}, {}, {})
+    job = _job_fast("/alice/train", item, {"/alice/train": (0, item)}, {}, {}, {}, {})
     assert job is not None and job.parent is None and job.replicas == 2
     child = {"id": "/alice/train/eval", "band": "batch", "parent": "/alice/train"}
     parsed = {"/alice/train": (0, item), "/alice/train/eval": (1, child)}
-    assert _job_fast("/alice/train/eval", child, parsed, {}, {}, {}).parent == "/alice/train"
+    assert _job_fast("/alice/train/eval", child, parsed, {}, {}, {}, {}).parent == "/alice/train"
     wrong = {**child, "parent": "/alice/other"}
-    assert _job_fast("/alice/train/eval", wrong, parsed, {}, {}, {}) is None  # the slow path says why
+    assert _job_fast("/alice/train/eval", wrong, parsed, {}, {}, {}, {}) is None  # the slow path says why
     with pytest.raises(SnapshotError, match=r"jobs\[1\]\.parent: expected '/alice/train'"):
         snapshot_from_json({"now_ms": 0, "jobs": [item, wrong]})
 
@@ -382,8 +422,8 @@ def test_a_child_read_after_its_parent_inherits_its_band_on_the_fast_path():
     child = {"id": "/alice/train/eval"}
     parsed = {"/alice/train": (0, parent), "/alice/train/eval": (1, child)}
     bands = {}
-    assert _job_fast("/alice/train", parent, parsed, bands, {}, {}).band is Band.BATCH
-    assert _job_fast("/alice/train/eval", child, parsed, bands, {}, {}).band is Band.BATCH
+    assert _job_fast("/alice/train", parent, parsed, bands, {}, {}, {}).band is Band.BATCH
+    assert _job_fast("/alice/train/eval", child, parsed, bands, {}, {}, {}).band is Band.BATCH
     # Before its parent is read, the child is left to the in-order checks (which resolve it).
-    assert _job_fast("/alice/train/eval", child, parsed, {}, {}, {}) is None
+    assert _job_fast("/alice/train/eval", child, parsed, {}, {}, {}, {}) is None
     assert snapshot_from_json({"now_ms": 0, "jobs": [child, parent]}).jobs["/alice/train/eval"].band is Band.BATCH

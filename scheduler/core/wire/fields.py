@@ -92,8 +92,7 @@ JSON_TEXT_ONLY = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATET
 
 
 def once_per_json_text(
-    validated: dict[tuple[str, bytes], Any],
-    kind: str,
+    validated: dict[bytes, Any],
     raw: Any,
     build: Callable[[Any, dict[object, object]], Any],
     shared: dict[object, object],
@@ -101,9 +100,10 @@ def once_per_json_text(
     """``build(raw, shared)`` (a validated value, or None), built once per JSON text of ``raw``:
     thousands of jobs repeat a few requests and constraint lists, and the text of a value
     (``orjson.dumps``, in C) costs less than checking it field by field again. None also where
-    ``raw`` has no JSON text (it holds something a JSON parser does not return)."""
+    ``raw`` has no JSON text (it holds something a JSON parser does not return). ``validated``
+    holds one kind of value (a dict per kind), keyed by the text alone."""
     try:
-        key = (kind, orjson.dumps(raw, option=JSON_TEXT_ONLY))
+        key = orjson.dumps(raw, option=JSON_TEXT_ONLY)
     except orjson.JSONEncodeError:
         return None
     value = validated.get(key)

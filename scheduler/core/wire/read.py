@@ -186,13 +186,17 @@ def _device(raw: Any, path: str, key: str | None = None) -> Device:
 
 
 WORKER_KEYS = frozenset({"id", "healthy", "cpu_millicores", "memory_bytes", "device", "attributes"})
+# A worker's usual device, compared as it is (cheaper than its JSON text): a plain CPU.
+CPU_DEVICE_JSON = {"type": "cpu"}
+# The one type an attribute's value may have.
+STR_TYPE = frozenset({str})
 
 
 def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
     workers = []
     seen: set[str] = set()
     # Devices by their JSON text (see once_per_json_text): workers repeat a few.
-    validated: dict[tuple[str, bytes], Any] = {}
+    devices: dict[bytes, Any] = {}
     shared: dict[object, object] = {}
     for i, item in enumerate(json_list(raw, path)):
         # The common shape is checked inline; anything else (and every error) takes _worker.
@@ -213,13 +217,13 @@ def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
                 and memory.__class__ is int
                 and memory >= 0
                 and attributes.__class__ is dict
-                and set(map(type, attributes.values())) <= {str}
+                and STR_TYPE.issuperset(map(type, attributes.values()))
                 and (healthy is True or healthy is False)
             ):
                 device = (
                     CPU_DEVICE
-                    if device is None
-                    else once_per_json_text(validated, "device", device, _worker_device, shared)
+                    if device is None or device == CPU_DEVICE_JSON
+                    else once_per_json_text(devices, device, _worker_device, shared)
                 )
                 if device is not None:
                     worker = worker_spec(worker_id, cpu, memory, device, dict(attributes), healthy)
@@ -363,11 +367,12 @@ def _jobs(raw: Any, path: str) -> dict[str, JobSpec]:
     # core memoises per object identity first.
     shared: dict[object, object] = {}
     # Requests and constraint lists by their JSON text (see once_per_json_text).
-    validated: dict[tuple[str, bytes], Any] = {}
+    requests: dict[bytes, Any] = {}
+    constraint_lists: dict[bytes, Any] = {}
     for job_id, (i, item) in parsed.items():
         # The common shape is checked inline; anything else (and every error) takes _job, which
         # checks the fields in order.
-        job = _job_fast(job_id, item, parsed, bands, shared, validated)
+        job = _job_fast(job_id, item, parsed, bands, shared, requests, constraint_lists)
         if job is None:
             job = _job(job_id, i, item, path, parsed, band_of, shared)
         jobs[job_id] = job
@@ -380,7 +385,8 @@ def _job_fast(
     parsed: Mapping[str, tuple[int, dict]],
     bands: dict[str, Band],
     shared: dict[object, object],
-    validated: dict[tuple[str, bytes], Any],
+    requests: dict[bytes, Any],
+    constraint_lists: dict[bytes, Any],
 ) -> JobSpec | None:
     """The job of a well-formed ``item`` in its usual shape (a band given, or inherited from
     a parent already read; ``parent`` left out or equal to the one its id names), or None:
@@ -406,8 +412,9 @@ def _job_fast(
         and retries_failure >= 0
     ):
         return None
-    parent, _, _ = job_id.rpartition("/")
-    if parent.count("/") >= 2:
+    # A child's id has a third "/" (its parent's id then has two); a root's parent is None.
+    if job_id.count("/") >= 3:
+        parent = job_id.rpartition("/")[0]
         root = "/".join(job_id.split("/")[:3])
         root_item = parsed.get(root)
         root_submitted = submitted if root_item is None else root_item[1].get("submitted_at_ms", 0)
@@ -427,7 +434,7 @@ def _job_fast(
         return None
     if band is None:
         return None
-    resources = once_per_json_text(validated, "resources", get("resources"), _request, shared)
+    resources = once_per_json_text(requests, get("resources"), _request, shared)
     if resources is None:
         return None
     group_by = None
@@ -444,7 +451,7 @@ def _job_fast(
     else:
         if constraints.__class__ is not list:
             return None
-        constraints = once_per_json_text(validated, "constraints", constraints, _constraints, shared)
+        constraints = once_per_json_text(constraint_lists, constraints, _constraints, shared)
         if constraints is None:
             return None
     bands.setdefault(job_id, band)

@@ -3,7 +3,7 @@ prints it (see the package for key order)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from itertools import accumulate, chain, repeat
 from typing import Any
 
@@ -17,6 +17,7 @@ from scheduler.core.types import (
     Device,
     DeviceType,
     JobSpec,
+    TaskAfter,
     TaskSnapshot,
     TaskState,
 )
@@ -161,25 +162,28 @@ def _by_task(mapping: Mapping[str, Any], order: list[str] | None = None) -> list
     return sorted(mapping, key=task_sort_key)
 
 
-def _task_order(snapshot: ClusterSnapshot) -> list[str]:
+def _task_order(snapshot: ClusterSnapshot, tasks_by_job: bool = False) -> list[str]:
     """The ids of every task of the snapshot's jobs (indices 0 to replicas - 1), sorted by
     :func:`task_sort_key`: jobs by id, then each job's tasks by index.
 
     When the snapshot lists every task of its jobs, job by job in index order (as
-    ``snapshot_from_json`` builds it; checked here, column by column), these are the tasks' own
-    id strings, cut from ``snapshot.tasks`` a job at a time: no id is formatted, and the
-    decision's maps, keyed by the same strings, find them by identity. Otherwise the ids are
-    formatted."""
+    ``snapshot_from_json`` builds them), these are the tasks' own id strings, cut from
+    ``snapshot.tasks`` a job at a time: no id is formatted, and the decision's maps, keyed by
+    the same strings, find them by identity. That layout is checked here, column by column,
+    unless the caller states it (``tasks_by_job``: the snapshot comes from
+    ``snapshot_from_json``, which always builds it). Otherwise the ids are formatted."""
     jobs, tasks = snapshot.jobs, snapshot.tasks
     job_ids = list(jobs)
     replicas = [job.replicas for job in jobs.values()]
-    # Each job's indices 0 to replicas - 1, one list per replica count (there are few).
-    indices = {count: list(range(count)) for count in set(replicas)}
-    if not (
-        len(tasks) == sum(replicas)
-        and [task.job_id for task in tasks] == list(chain.from_iterable(map(repeat, job_ids, replicas)))
-        and [task.index for task in tasks] == list(chain.from_iterable(map(indices.__getitem__, replicas)))
-    ):
+    if not tasks_by_job:
+        # Each job's indices 0 to replicas - 1, one list per replica count (there are few).
+        indices = {count: list(range(count)) for count in set(replicas)}
+        tasks_by_job = (
+            len(tasks) == sum(replicas)
+            and [task.job_id for task in tasks] == list(chain.from_iterable(map(repeat, job_ids, replicas)))
+            and [task.index for task in tasks] == list(chain.from_iterable(map(indices.__getitem__, replicas)))
+        )
+    if not tasks_by_job:
         return [f"{job_id}/{index}" for job_id in sorted(jobs) for index in range(jobs[job_id].replicas)]
     ids = [task.id for task in tasks]
     # Where each job's tasks start in ``tasks``; a loop over the jobs (30,000 at 100,000 tasks)
@@ -193,49 +197,51 @@ def _task_order(snapshot: ClusterSnapshot) -> list[str]:
     return order
 
 
+def _rendered_once(mapping: Mapping[str, Any], order: list[str] | None, render: Callable[[Any], Any]) -> dict:
+    """``{task: render(mapping[task])}`` in task order (see :func:`_by_task`), each distinct value
+    object rendered once: ``decide`` shares one object between tasks alike (thousands of
+    pending tasks wait for one reason, many placements land alike), and the tasks then share
+    its rendering (read-only). No Python runs per task."""
+    keys = _by_task(mapping, order)
+    values = list(map(mapping.__getitem__, keys))
+    identities = list(map(id, values))
+    rendered = {key: render(value) for key, value in dict(zip(identities, values)).items()}
+    return dict(zip(keys, map(rendered.__getitem__, identities)))
+
+
+def _reason_text(reason: Any) -> str:
+    return reason.text() if hasattr(reason, "text") else str(reason)
+
+
 # Wire names by dict look-up: ``Band.wire`` and ``Enum.value`` are Python-level properties.
 BAND_WIRE = {band: band.wire for band in Band}
 BAND_WIRE_OR_NONE = {None: None, **BAND_WIRE}
 TASK_STATE_VALUES = {state: state.value for state in TaskState}
 
 
-def decision_to_json(decision: Decision, snapshot: ClusterSnapshot | None = None) -> dict:
+def _after_json(task: TaskAfter) -> dict:
+    return {
+        "state": TASK_STATE_VALUES[task.state],
+        "worker": task.worker,
+        "band": BAND_WIRE_OR_NONE[task.band],
+        "preemption_count": task.preemption_count,
+    }
+
+
+def decision_to_json(
+    decision: Decision, snapshot: ClusterSnapshot | None = None, *, tasks_by_job: bool = False
+) -> dict:
     """The decision in the format of docs/snapshot-format.md; pending reasons rendered as text
     (cause and downgrade; a task's place is in ``queue``, the one definition of positions).
 
     ``snapshot``, the decided snapshot, only makes it faster: the maps keyed by task are put in
-    order from its jobs' task ids instead of sorting each (the output is the same)."""
-    order = None if snapshot is None else _task_order(snapshot)
+    order from its jobs' task ids instead of sorting each (the output is the same).
+    ``tasks_by_job`` states that its tasks are listed as ``snapshot_from_json`` lists them (see
+    :func:`_task_order`), which is then not checked again."""
+    order = None if snapshot is None else _task_order(snapshot, tasks_by_job)
     band_wire = BAND_WIRE
     bands = decision.effective_bands
-    reasons = decision.pending_reasons
-    after = decision.after
-
     band_keys = _by_task(bands, order)
-    reason_keys = _by_task(reasons, order)
-    reason_objects = list(map(reasons.__getitem__, reason_keys))
-    # Each reason object is rendered once (equal reasons are often one object).
-    texts = {
-        key: reason.text() if hasattr(reason, "text") else str(reason)
-        for key, reason in dict(zip(map(id, reason_objects), reason_objects)).items()
-    }
-    states = TASK_STATE_VALUES
-    band_or_none = BAND_WIRE_OR_NONE
-    after_json = {}
-    # ``decide`` shares one TaskAfter between tasks with the same outcome (thousands land on
-    # one worker alike), so each is rendered once and the tasks share its (read-only) dict.
-    rendered: dict[int, dict] = {}
-    for t in _by_task(after, order):
-        task = after[t]
-        entry = rendered.get(id(task))
-        if entry is None:
-            entry = rendered[id(task)] = {
-                "state": states[task.state],
-                "worker": task.worker,
-                "band": band_or_none[task.band],
-                "preemption_count": task.preemption_count,
-            }
-        after_json[t] = entry
     return {
         "spend": {user: decision.spend[user] for user in sorted(decision.spend)},
         "effective_bands": dict(zip(band_keys, map(band_wire.__getitem__, map(bands.__getitem__, band_keys)))),
@@ -245,8 +251,8 @@ def decision_to_json(decision: Decision, snapshot: ClusterSnapshot | None = None
             {"victim": p.victim, "preemptor": p.preemptor, "worker": p.worker} for p in decision.preemptions
         ],
         "unschedulable": [{"task": u.task, "reason": u.reason} for u in decision.unschedulable],
-        "pending_reasons": dict(zip(reason_keys, map(texts.__getitem__, map(id, reason_objects)))),
+        "pending_reasons": _rendered_once(decision.pending_reasons, order, _reason_text),
         "queue": {band_wire[band]: tasks for band, tasks in pending_queue(decision).items()},
-        "after": after_json,
+        "after": _rendered_once(decision.after, order, _after_json),
         "jobs_after": {job: decision.jobs_after[job].value for job in sorted(decision.jobs_after)},
     }
