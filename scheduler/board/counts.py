@@ -195,9 +195,6 @@ class LiveCounts:
         self.by_user: dict[str, list[int]] = {}  # [pending, active, jobs with either]
         self.live_of_job: dict[str, int] = {}  # pending + active tasks
         self.per_worker: dict[str, dict[tuple[str, int, str, str, bool], int]] = {}
-        # The workers whose ``per_worker`` entry changed since the caller last cleared this
-        # (the what-if basis encodes those again: ``board.formats.HolderRows``).
-        self.changed_workers: set[str] = set()
         # Active tasks with a stamped band per (band rank, job): what the fairness sample's
         # running values start from (``core.fairness.left_running``).
         self.running: dict[tuple[int, str], int] = {}
@@ -260,7 +257,6 @@ class LiveCounts:
         by_job: dict[tuple[str, str, int | None, str], int] = {}
         get = by_job.get
         per_worker = self.per_worker
-        changed_workers = self.changed_workers
         for key, n in net.items():
             if not n:
                 continue
@@ -269,7 +265,6 @@ class LiveCounts:
             by_job[at] = get(at, 0) + n
             if worker is None or band is None:  # pending, or active with no stamped band
                 continue
-            changed_workers.add(worker)
             held = per_worker.get(worker)
             if held is None:
                 held = per_worker[worker] = {}
@@ -346,16 +341,11 @@ class LiveCounts:
 
     def published(self) -> tuple[dict, dict[str, dict[tuple[str, int, str, str, bool], int]]]:
         """``(active_counts(...), per_worker)``: copies, the caller's to keep."""
-        return self.active(), {worker: dict(held) for worker, held in self.per_worker.items()}
-
-    def active(self) -> dict:
-        """``active_counts(...)``: a copy, the caller's to keep (who holds each worker is not
-        copied: the what-if basis reads ``per_worker`` as it is)."""
         return {
             "by_band_user": {str(band): dict(users) for band, users in self.by_band_user.items()},
             "by_state": dict(self.by_state),
             "by_user": {user: list(counts) for user, counts in self.by_user.items()},
-        }
+        }, {worker: dict(held) for worker, held in self.per_worker.items()}
 
 
 def _bump(table: dict, key, n: int) -> None:

@@ -9,9 +9,8 @@ downstream parses text back.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
-from itertools import chain
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import orjson
 
@@ -100,7 +99,6 @@ def whatif_basis_to_json(
     decision: Decision,
     job_counts: Mapping[int, Mapping[str, int]],
     holders: Mapping[str, Mapping[tuple[str, int, str, str, bool], int]] | None = None,
-    holder_rows: HolderRows | None = None,
 ) -> dict:
     """What a what-if needs of this tick, without the cluster's tasks (``jobs.whatif``).
 
@@ -119,10 +117,6 @@ def whatif_basis_to_json(
     ``core.explain.queued_job_counts``), and every worker with its
     totals and what it has free once this decision's placements and evictions are counted
     (``Decision.capacity_left``). Attribute maps are interned (hosts of a pool share them).
-
-    The holder columns are ``holder_rows`` when the caller keeps them from tick to tick
-    (:class:`HolderRows`, updated for the workers whose holders changed), else encoded from
-    ``holders``.
     """
     statics = worker_statics(snapshot.workers)
     left = decision.capacity_left
@@ -142,17 +136,61 @@ def whatif_basis_to_json(
             else:
                 chips_left = left.gpu[i] if on_gpu else left.tpu[i]
                 rows.append([*row, left.cpu[i], left.mem[i], chips_left, left.building[i]])
-    if holder_rows is None:
-        holder_rows = HolderRows.of(snapshot.workers, holders or {})
+    attributes = statics.attributes
+    where_row = statics.where
+    # Who holds each worker, flat (a list of small lists costs the reader an object each), and
+    # summed over the healthy workers (what a shape matching every healthy worker reads).
+    users: list[str] = []
+    user_index: dict[str, int] = {}
+    held_rows: list[int] = []
+    on_healthy: dict[tuple[int, int, int], int] = {}
+    kinds: list[list] = []
+    kind_index: dict[tuple[str, str, bool], int] = {}
+    workers = snapshot.workers
+    cpu = DeviceType.CPU.value
+    # Each holder key's row numbers (user index, band, kind index), worked out once per key and
+    # worker variant (the kind depends on it): 59,000 held entries on 10,000 workers share some
+    # 3,800 keys (the independent snapshot).
+    codes: dict[str, dict[tuple[str, int, str, str, bool], tuple[int, int, int]]] = {}
+    for name, held in (holders or {}).items():
+        i = where_row.get(name)
+        if i is None:
+            continue  # not a worker of the snapshot (a Kubernetes task's node): no what-if matches it
+        worker = workers[i]
+        healthy = worker.healthy
+        worker_variant = worker.device.variant or ""
+        code_of = codes.get(worker_variant)
+        if code_of is None:
+            code_of = codes[worker_variant] = {}
+        for key, n in held.items():
+            code = code_of.get(key)
+            if code is None:
+                user, band, dtype, variant, gang = key
+                u = user_index.get(user)
+                if u is None:
+                    u = user_index[user] = len(users)
+                    users.append(user)
+                if dtype != cpu and (not variant or variant == ANY_VARIANT):
+                    variant = worker_variant  # work that asked for any variant runs as its worker's
+                kind = (dtype, variant, gang)
+                k = kind_index.get(kind)
+                if k is None:
+                    k = kind_index[kind] = len(kinds)
+                    kinds.append(list(kind))
+                code = code_of[key] = (u, band, k)
+            u, band, k = code
+            held_rows += (i, u, band, k, n)
+            if healthy:
+                on_healthy[code] = on_healthy.get(code, 0) + n
     return {
         "version": WHATIF_BASIS_VERSION,
         "queue": queue_counts(job_counts, snapshot.jobs),
-        "attributes": statics.attributes,
+        "attributes": attributes,
         "workers": rows,
-        "users": list(holder_rows.users),
-        "kinds": [list(kind) for kind in holder_rows.kinds],
-        "holders": list(chain.from_iterable(holder_rows.rows.values())),
-        "holders_healthy": [[u, band, k, n] for (u, band, k), n in holder_rows.on_healthy.items()],
+        "users": users,
+        "kinds": kinds,
+        "holders": held_rows,
+        "holders_healthy": [[u, band, k, n] for (u, band, k), n in on_healthy.items()],
     }
 
 
@@ -216,114 +254,3 @@ def worker_statics(workers: tuple[WorkerSpec, ...]) -> WorkerStatics:
         on_gpu=[w.device.type is gpu for w in workers],
     )
     return kept
-
-
-HolderKey = tuple[str, int, str, str, bool]  # (user, stamped band rank, device type, variant, gang)
-
-
-@dataclass(slots=True)
-class HolderRows:
-    """The what-if basis's holder columns for one workers tuple: each worker's rows (worker
-    index, user index, band rank, kind index, active tasks; five numbers a row, flat), the
-    users and kinds they name, interned, and the rows summed over the healthy workers. Kept
-    from tick to tick with the counts of live work they come from (``board.publish``) and
-    updated for the workers whose holders changed (:meth:`update`), so a tick encodes what
-    changed, not every worker's holders (59,000 entries on 10,000 workers, the independent
-    snapshot). What it gives equals :meth:`of` the same holders, but for the interning order
-    (a property test holds it so): a user or kind no row names any more is not kept."""
-
-    workers: tuple[WorkerSpec, ...]
-    where: dict[str, int]
-    users: list[str] = field(default_factory=list)
-    user_index: dict[str, int] = field(default_factory=dict)
-    user_rows: list[int] = field(default_factory=list)  # how many rows name each user
-    kinds: list[tuple[str, str, bool]] = field(default_factory=list)
-    kind_index: dict[tuple[str, str, bool], int] = field(default_factory=dict)
-    kind_rows: list[int] = field(default_factory=list)
-    # Each holder key's row numbers (user index, band, kind index) per worker variant (the kind
-    # depends on it): the keys repeat across workers (3,800 keys, the independent snapshot).
-    codes: dict[str, dict[HolderKey, tuple[int, int, int]]] = field(default_factory=dict)
-    rows: dict[str, list[int]] = field(default_factory=dict)  # worker name -> its rows, flat
-    on_healthy: dict[tuple[int, int, int], int] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, workers: tuple[WorkerSpec, ...], holders: Mapping[str, Mapping[HolderKey, int]]) -> HolderRows:
-        """The rows of ``holders`` (``{worker: {holder key: active tasks}}``) on ``workers``."""
-        built = cls(workers, worker_statics(workers).where)
-        for name, held in holders.items():
-            built._set(name, held)
-        return built
-
-    def update(
-        self,
-        workers: tuple[WorkerSpec, ...],
-        holders: Mapping[str, Mapping[HolderKey, int]],
-        changed: Collection[str],
-    ) -> HolderRows:
-        """These rows with the workers ``changed`` encoded again from ``holders`` (the rest are
-        as they were): self, updated; or :meth:`of` every worker when the workers are not the
-        tuple these rows are for (a worker row changed), or a user or kind is no longer named."""
-        if workers is not self.workers:
-            return HolderRows.of(workers, holders)
-        empty: Mapping[HolderKey, int] = {}
-        for name in changed:
-            self._set(name, holders.get(name, empty))
-        if 0 in self.user_rows or 0 in self.kind_rows:
-            return HolderRows.of(workers, holders)
-        return self
-
-    def _set(self, name: str, held: Mapping[HolderKey, int]) -> None:
-        """Worker ``name``'s rows are now those of ``held``."""
-        i = self.where.get(name)
-        if i is None:
-            return  # not a worker of the snapshot (a Kubernetes task's node): no what-if matches it
-        healthy = self.workers[i].healthy
-        on_healthy, user_rows, kind_rows = self.on_healthy, self.user_rows, self.kind_rows
-        old = self.rows.pop(name, None)
-        if old is not None:
-            at = iter(old)
-            for _, u, band, k, n in zip(at, at, at, at, at):
-                user_rows[u] -= 1
-                kind_rows[k] -= 1
-                if healthy:
-                    code = (u, band, k)
-                    left = on_healthy[code] - n
-                    if left:
-                        on_healthy[code] = left
-                    else:
-                        del on_healthy[code]
-        if not held:
-            return
-        worker_variant = self.workers[i].device.variant or ""
-        code_of = self.codes.get(worker_variant)
-        if code_of is None:
-            code_of = self.codes[worker_variant] = {}
-        flat: list[int] = []
-        for key, n in held.items():
-            code = code_of.get(key)
-            if code is None:
-                code = code_of[key] = self._code(key, worker_variant)
-            u, band, k = code
-            flat += (i, u, band, k, n)
-            user_rows[u] += 1
-            kind_rows[k] += 1
-            if healthy:
-                on_healthy[code] = on_healthy.get(code, 0) + n
-        self.rows[name] = flat
-
-    def _code(self, key: HolderKey, worker_variant: str) -> tuple[int, int, int]:
-        user, band, dtype, variant, gang = key
-        u = self.user_index.get(user)
-        if u is None:
-            u = self.user_index[user] = len(self.users)
-            self.users.append(user)
-            self.user_rows.append(0)
-        if dtype != DeviceType.CPU.value and (not variant or variant == ANY_VARIANT):
-            variant = worker_variant  # work that asked for any variant runs as its worker's
-        kind = (dtype, variant, gang)
-        k = self.kind_index.get(kind)
-        if k is None:
-            k = self.kind_index[kind] = len(self.kinds)
-            self.kinds.append(kind)
-            self.kind_rows.append(0)
-        return (u, band, k)

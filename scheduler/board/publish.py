@@ -24,7 +24,7 @@ from typing import Any
 from django.db import connection, transaction
 
 from scheduler.board.counts import LiveCounts, active_counts, task_keys
-from scheduler.board.formats import HolderRows, explanation_to_json, whatif_basis_to_json
+from scheduler.board.formats import explanation_to_json, whatif_basis_to_json
 from scheduler.core.explain import pending_queue, queued_job_counts, queued_jobs
 from scheduler.core.fairness import fairness_sample
 from scheduler.core.kueue import KueueInput
@@ -80,7 +80,6 @@ class Publication:
                 self.holder = self.kept.tick_pk
         # The counts of live work at the tick's start (None: counted over every task in
         # ``build``), from the previous tick's counts and the rows' change log.
-        self.holder_rows: HolderRows | None = None  # the previous tick's, kept with the counts
         self.counts = self.start_counts() if self.kept is None else None
         # A reused decision was made over the same tasks: the same count (no pass over them).
         if self.kept is not None:
@@ -125,8 +124,8 @@ class Publication:
         )
         # The counts of live work, stored with the queue they are shown beside, and who holds
         # each worker, for the what-if basis.
-        explanation["active"], holder_rows = self.live_counts(kept_changes)
-        basis = whatif_basis_to_json(self.snapshot, self.decision, self.job_counts, holder_rows=holder_rows)
+        explanation["active"], holders = self.live_counts(kept_changes)
+        basis = whatif_basis_to_json(self.snapshot, self.decision, self.job_counts, holders)
         self.built = Published(
             decision=self.decision,
             fairness=fairness,
@@ -161,7 +160,6 @@ class Publication:
         if changed is None:
             return None
         counts = kept.counts
-        self.holder_rows = kept.holder_rows
         task_rows, task_snapshots = self.rows.task_rows, self.rows.task_snapshots
         ids = list(dict.fromkeys(changed))
         tasks = [task_snapshots.get(row.pk) if (row := task_rows.get(task_id)) is not None else None for task_id in ids]
@@ -169,20 +167,17 @@ class Publication:
         counts.set_all(zip(ids, task_keys(self.snapshot.jobs.__getitem__, job_ids, tasks)))
         return counts
 
-    def live_counts(self, kept_changes: Collection[str]) -> tuple[dict, HolderRows]:
-        """The counts of live work after this tick's writes, and who holds each worker as the
-        what-if basis stores it: the counts at the tick's start (``start_counts``) with this
-        tick's kept changes set, and the previous tick's holder rows with the workers whose
-        holders changed since encoded again; or, without them, counted over every task and
-        every worker encoded (and kept for the next tick on PostgreSQL when no work is routed
-        to Kubernetes; see ``start_counts``)."""
+    def live_counts(self, kept_changes: Collection[str]) -> tuple[dict, dict[str, dict[tuple, int]]]:
+        """The counts of live work after this tick's writes, and who holds each worker: the
+        counts at the tick's start (``start_counts``) with this tick's kept changes set, or,
+        without them, counted over every task (and kept for the next tick on PostgreSQL when
+        no work is routed to Kubernetes; see ``start_counts``)."""
         global _live
         snapshot, kueue, after = self.snapshot, self.kueue, self.decision.after
         jobs = snapshot.jobs
         if not self.counts_kept():
             holders: dict[str, dict[tuple, int]] = {}
-            active = active_counts(snapshot, self.decision, kept_changes, kueue, per_worker=holders)
-            return active, HolderRows.of(snapshot.workers, holders)
+            return active_counts(snapshot, self.decision, kept_changes, kueue, per_worker=holders), holders
         counts = self.counts
         if counts is None:
             counts = LiveCounts.of_tasks(
@@ -195,21 +190,12 @@ class Publication:
             ids = list(kept_changes)
             job_ids = [task_id[: task_id.rfind("/")] for task_id in ids]
             counts.set_all(zip(ids, task_keys(jobs.__getitem__, job_ids, [after[task_id] for task_id in ids])))
-        if self.holder_rows is None:
-            holder_rows = HolderRows.of(snapshot.workers, counts.per_worker)
-        else:
-            holder_rows = self.holder_rows.update(snapshot.workers, counts.per_worker, counts.changed_workers)
-        counts.changed_workers.clear()
         # Confirmed once the tick commits; a tick that rolls back leaves counts nobody trusts.
         _live = KeptCounts(
-            counts,
-            self.rows.changes,
-            confirmed=False,
-            counted="all" if self.counts is None else "changes",
-            holder_rows=holder_rows,
+            counts, self.rows.changes, confirmed=False, counted="all" if self.counts is None else "changes"
         )
         transaction.on_commit(partial(_confirm, _live))
-        return counts.active(), holder_rows
+        return counts.published()
 
     def finish(self, tick_pk: int) -> dict:
         """The tick record's publication fields, with older records' publications cleared (only
@@ -241,15 +227,12 @@ class TaskRows:
 @dataclass(slots=True)
 class KeptCounts:
     """This process's newest counts of live work, where the change log stood when they were
-    counted, whether the tick that counted them committed, how they were counted, and the
-    what-if basis's holder columns encoded from them."""
+    counted, whether the tick that counted them committed, and how they were counted."""
 
     counts: LiveCounts
     mark: tuple[int, int]
     confirmed: bool
     counted: str = "all"  # "changes": updated from the change log; "all": counted over every task
-    # The what-if basis's holder columns of ``counts.per_worker`` (``board.formats.HolderRows``).
-    holder_rows: HolderRows | None = None
 
 
 _live: KeptCounts | None = None
