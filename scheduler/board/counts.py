@@ -205,8 +205,7 @@ class LiveCounts:
         the tables are added to once per distinct part, not once per task."""
         counts = cls()
         counts.of_task = {task_id: key for task_id, key in tasks if key is not None}
-        for key, n in Counter(counts.of_task.values()).items():
-            counts._add(key, n)
+        counts._add_all(Counter(counts.of_task.values()))
         return counts
 
     @classmethod
@@ -229,23 +228,60 @@ class LiveCounts:
 
     def set_all(self, pairs: Iterable[tuple[str, TaskKey | None]]) -> None:
         """Each ``(task id, part)`` in turn, as :meth:`set` (a task may come more than once: its
-        last part holds)."""
-        of_task, add = self.of_task, self._add
+        last part holds). The tables are added to with each changed part's net count
+        (:meth:`_add_all`): a burst moves some 25,000 tasks out of a few thousand pending parts,
+        and a task set twice to the part it had nets to nothing."""
+        of_task = self.of_task
+        net: dict[TaskKey, int] = {}
+        get = net.get
         for task_id, key in pairs:
             old = of_task.get(task_id)
             if old == key:
                 continue
             if old is not None:
-                add(old, -1)
+                net[old] = get(old, 0) - 1
                 if key is None:
                     del of_task[task_id]
                     continue
             of_task[task_id] = key
-            add(key, 1)
+            net[key] = get(key, 0) + 1
+        self._add_all(net)
 
-    def _add(self, key: TaskKey, n: int) -> None:
-        # ``_bump`` written out: a burst adds some 100,000 parts, a call each would cost a third.
-        job, user, band, state, worker, kind = key
+    def _add_all(self, net: Mapping[TaskKey, int]) -> None:
+        """Add ``n`` tasks of each part (``{part: n}``, ``n`` negative to take them away): who
+        holds each worker per part, every other table once per (job, user, band, state), the
+        parts' counts summed first (a worker is in the part; those tables do not look at it).
+        The tables are sums, so net counts leave them as adding task by task would, and no
+        count goes below zero on the way: each part's net count leaves it at its final value.
+        """
+        by_job: dict[tuple[str, str, int | None, str], int] = {}
+        get = by_job.get
+        per_worker = self.per_worker
+        for key, n in net.items():
+            if not n:
+                continue
+            job, user, band, state, worker, kind = key
+            at = (job, user, band, state)
+            by_job[at] = get(at, 0) + n
+            if worker is None or band is None:  # pending, or active with no stamped band
+                continue
+            held = per_worker.get(worker)
+            if held is None:
+                held = per_worker[worker] = {}
+            holder = (user, band, *kind)
+            value = held.get(holder, 0) + n
+            if value:
+                held[holder] = value
+            elif len(held) == 1:
+                del per_worker[worker]
+            else:
+                del held[holder]
+        add = self._add
+        for (job, user, band, state), n in by_job.items():
+            if n:
+                add(job, user, band, state, n)
+
+    def _add(self, job: str, user: str, band: int | None, state: str, n: int) -> None:
         by_user = self.by_user
         counts = by_user.get(user)
         if counts is None:
@@ -288,18 +324,6 @@ class LiveCounts:
                     del self.by_band_user[band]
                 else:
                     del users[user]
-                if worker is not None:
-                    held = self.per_worker.get(worker)
-                    if held is None:
-                        held = self.per_worker[worker] = {}
-                    at = (user, band, *kind)
-                    value = held.get(at, 0) + n
-                    if value:
-                        held[at] = value
-                    elif len(held) == 1:
-                        del self.per_worker[worker]
-                    else:
-                        del held[at]
         if n < 0 and not (counts[0] or counts[1] or counts[2]):
             del by_user[user]
 

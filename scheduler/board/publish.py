@@ -28,7 +28,7 @@ from scheduler.board.formats import explanation_to_json, whatif_basis_to_json
 from scheduler.core.explain import pending_queue, queued_job_counts, queued_jobs
 from scheduler.core.fairness import fairness_sample
 from scheduler.core.kueue import KueueInput
-from scheduler.core.types import ClusterSnapshot, Decision, TaskSnapshot, TaskState
+from scheduler.core.types import ClusterSnapshot, Decision, TaskAfter, TaskSnapshot, TaskState
 from scheduler.models import TickRecord, compress_json
 from scheduler.store.cluster_rows import task_changes
 
@@ -162,6 +162,8 @@ class Publication:
         counts = kept.counts
         task_rows, task_snapshots = self.rows.task_rows, self.rows.task_snapshots
         ids = list(dict.fromkeys(changed))
+        if kept.written is not None:
+            ids = _rewritten_unchanged(ids, kept.written, task_rows, task_snapshots)
         tasks = [task_snapshots.get(row.pk) if (row := task_rows.get(task_id)) is not None else None for task_id in ids]
         job_ids = [task.job_id if task is not None else "" for task in tasks]
         counts.set_all(zip(ids, task_keys(self.snapshot.jobs.__getitem__, job_ids, tasks)))
@@ -192,7 +194,11 @@ class Publication:
             counts.set_all(zip(ids, task_keys(jobs.__getitem__, job_ids, [after[task_id] for task_id in ids])))
         # Confirmed once the tick commits; a tick that rolls back leaves counts nobody trusts.
         _live = KeptCounts(
-            counts, self.rows.changes, confirmed=False, counted="all" if self.counts is None else "changes"
+            counts,
+            self.rows.changes,
+            confirmed=False,
+            counted="all" if self.counts is None else "changes",
+            written=(kept_changes, after),
         )
         transaction.on_commit(partial(_confirm, _live))
         return counts.published()
@@ -233,6 +239,34 @@ class KeptCounts:
     mark: tuple[int, int]
     confirmed: bool
     counted: str = "all"  # "changes": updated from the change log; "all": counted over every task
+    # The tick's kept changes, as set in the counts: (their task ids, the decision's ``after``).
+    written: tuple[Collection[str], Mapping[str, TaskAfter]] | None = None
+
+
+def _rewritten_unchanged(
+    ids: list[str],
+    written: tuple[Collection[str], Mapping[str, TaskAfter]],
+    task_rows: Mapping[str, Any],
+    task_snapshots: Mapping[int, TaskSnapshot],
+) -> list[str]:
+    """``ids`` less the tasks the counts' previous tick wrote (``written``) that the snapshot
+    has as written: the change log lists every task that tick wrote, read back, and its part
+    in the counts was set from the same state, band and worker (``task_key`` of each is the
+    same), so setting it again would change nothing. Compared field by field, without building
+    either part (most of a tick's change log is such tasks: the previous tick's writes)."""
+    kept, after = written
+    rest = []
+    append = rest.append
+    for task_id in ids:
+        if task_id in kept:
+            row = task_rows.get(task_id)
+            if row is not None:
+                task = task_snapshots.get(row.pk)
+                now = after[task_id]
+                if task is not None and task.state is now.state and task.band is now.band and task.worker == now.worker:
+                    continue
+        append(task_id)
+    return rest
 
 
 _live: KeptCounts | None = None

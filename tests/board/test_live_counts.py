@@ -12,14 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler.board.publish import _rewritten_unchanged
 from scheduler.board.counts import LiveCounts, active_counts, after_key, snapshot_key, task_keys
 from scheduler.core.bands import Band
 from scheduler.core.decision import decide
-from scheduler.core.types import ClusterSnapshot, Decision, TaskSnapshot, TaskState
+from scheduler.core.types import ClusterSnapshot, Decision, TaskAfter, TaskSnapshot, TaskState
 from tests.core.builders import budget, cluster, job, worker
 
 USERS = ("alice", "bob", "carol")
@@ -40,6 +42,10 @@ event = st.one_of(
     st.tuples(st.just("budget"), st.sampled_from(USERS), st.sampled_from([0, 1, 5, 50])),
     st.tuples(st.just("reread"), st.integers(0, 1000)),
     st.tuples(st.just("worker"), st.integers(0, 1000)),
+    # An active task keeps its state but is stamped another band, or is on another worker (as
+    # the rows may have it after a write the tick did not make).
+    st.tuples(st.just("restamp"), st.integers(0, 1000), st.sampled_from(list(Band))),
+    st.tuples(st.just("relocate"), st.integers(0, 1000), st.integers(0, len(WORKERS) - 1)),
 )
 # A tick: the events before it, which of its changes it keeps (bits), and whether the workers
 # reported every assigned task started first (running tasks are what preemption evicts).
@@ -109,6 +115,15 @@ def simulated_ticks(ticks) -> Iterator[SimulatedTick]:
                 limits[e[1]] = e[2]
             elif e[0] == "reread" and ids:
                 changed.append(ids[e[1] % len(ids)])  # read again unchanged: listed all the same
+            elif e[0] in ("restamp", "relocate") and ids:
+                task_id = ids[e[1] % len(ids)]
+                task = tasks[task_id]
+                if task.state in (TaskState.ASSIGNED, TaskState.BUILDING, TaskState.RUNNING):
+                    if e[0] == "restamp":
+                        tasks[task_id] = replace(task, band=e[2])
+                    else:
+                        tasks[task_id] = replace(task, worker=workers[e[2]].id)
+                    changed.append(task_id)
             elif e[0] == "worker":
                 i = e[1] % len(workers)
                 flipped = replace(workers[i], healthy=not workers[i].healthy)
@@ -144,18 +159,30 @@ def simulated_ticks(ticks) -> Iterator[SimulatedTick]:
             changed.append(task_id)
 
 
-def set_changes(counts: LiveCounts, tick: SimulatedTick, *, one_by_one: bool) -> None:
+def set_changes(
+    counts: LiveCounts, tick: SimulatedTick, *, one_by_one: bool, written: SimulatedTick | None = None
+) -> None:
     """Set the tasks the change log lists to their snapshot state (gone: no longer counted):
-    one ``set`` of a ``task_key`` each, or all at once with ``task_keys`` (what the tick does)."""
+    one ``set`` of a ``task_key`` each, or all at once with ``task_keys`` (what the tick does).
+    ``written``: the tick whose kept changes the counts last set; those the snapshot has as they
+    were written are left out first, as the tick leaves them out
+    (``publish._rewritten_unchanged``)."""
     by_id = {t.id: t for t in tick.snapshot.tasks}
     jobs = tick.snapshot.jobs
-    tasks = [by_id.get(task_id) for task_id in tick.changed]
+    changed = tick.changed
+    if written is not None:
+        rows = {task.id: SimpleNamespace(pk=pk) for pk, task in enumerate(tick.snapshot.tasks)}
+        snapshots = dict(enumerate(tick.snapshot.tasks))
+        changed = _rewritten_unchanged(
+            list(dict.fromkeys(changed)), (written.kept, written.decision.after), rows, snapshots
+        )
+    tasks = [by_id.get(task_id) for task_id in changed]
     if one_by_one:
-        for task_id, task in zip(tick.changed, tasks):
+        for task_id, task in zip(changed, tasks):
             counts.set(task_id, None if task is None else snapshot_key(task, jobs[task.job_id]))
     else:
         job_ids = [task.job_id if task is not None else "" for task in tasks]
-        counts.set_all(zip(tick.changed, task_keys(jobs.__getitem__, job_ids, tasks)))
+        counts.set_all(zip(changed, task_keys(jobs.__getitem__, job_ids, tasks)))
 
 
 def set_kept(counts: LiveCounts, tick: SimulatedTick, *, one_by_one: bool) -> None:
@@ -173,18 +200,25 @@ def set_kept(counts: LiveCounts, tick: SimulatedTick, *, one_by_one: bool) -> No
 @settings(max_examples=60, deadline=None)
 @given(st.lists(tick, min_size=1, max_size=12))
 def test_counts_updated_from_changes_equal_a_full_count_after_every_tick(ticks):
-    counts, counts_by_one = LiveCounts(), LiveCounts()
+    counts, counts_by_one, counts_skipping = LiveCounts(), LiveCounts(), LiveCounts()
+    previous = None
     for simulated in simulated_ticks(ticks):
         snapshot, decision, kept = simulated.snapshot, simulated.decision, simulated.kept
         set_changes(counts, simulated, one_by_one=False)
         set_kept(counts, simulated, one_by_one=False)
         set_changes(counts_by_one, simulated, one_by_one=True)
         set_kept(counts_by_one, simulated, one_by_one=True)
+        # Leaving out the previous tick's writes read back as written (what the tick does).
+        set_changes(counts_skipping, simulated, one_by_one=False, written=previous)
+        set_kept(counts_skipping, simulated, one_by_one=False)
+        previous = simulated
 
         holders: dict = {}
         assert counts.published() == (active_counts(snapshot, decision, kept, per_worker=holders), holders)
         assert counts_by_one.published() == counts.published()
         assert counts_by_one.of_task == counts.of_task
+        assert counts_skipping.published() == counts.published()
+        assert counts_skipping.of_task == counts.of_task
         # Counted over every task at once (a new tick process), as the tick does.
         whole = LiveCounts.of_tasks(snapshot.tasks, snapshot.jobs.__getitem__, decision.after, kept)
         assert whole.published() == counts.published()
@@ -201,3 +235,26 @@ def test_counts_updated_from_changes_equal_a_full_count_after_every_tick(ticks):
                 for t in snapshot.tasks
             ).published()
         )
+
+
+def test_the_previous_tick_s_writes_read_back_as_written_are_left_out_of_the_change_log():
+    written = {
+        "/a/j/0": TaskAfter(TaskState.ASSIGNED, "w0", Band.BATCH, 0),
+        "/a/j/1": TaskAfter(TaskState.ASSIGNED, "w0", Band.BATCH, 0),
+        "/a/j/2": TaskAfter(TaskState.ASSIGNED, "w0", Band.BATCH, 0),
+        "/a/j/3": TaskAfter(TaskState.ASSIGNED, "w0", Band.BATCH, 0),
+        "/a/j/4": TaskAfter(TaskState.PENDING, None, None, 1),
+        "/a/j/5": TaskAfter(TaskState.ASSIGNED, "w0", Band.BATCH, 0),
+    }
+    now = [
+        TaskSnapshot("/a/j/0", "/a/j", 0, TaskState.ASSIGNED, "w0", Band.BATCH),  # as written
+        TaskSnapshot("/a/j/1", "/a/j", 1, TaskState.ASSIGNED, "w1", Band.BATCH),  # another worker
+        TaskSnapshot("/a/j/2", "/a/j", 2, TaskState.ASSIGNED, "w0", Band.PRODUCTION),  # another band
+        TaskSnapshot("/a/j/3", "/a/j", 3, TaskState.RUNNING, "w0", Band.BATCH),  # another state
+        TaskSnapshot("/a/j/4", "/a/j", 4, TaskState.PENDING, None, None, 1),  # as written
+        TaskSnapshot("/a/j/6", "/a/j", 6, TaskState.PENDING),  # not written by that tick
+    ]  # /a/j/5: gone
+    rows = {task.id: SimpleNamespace(pk=pk) for pk, task in enumerate(now)}
+    listed = ["/a/j/0", "/a/j/1", "/a/j/2", "/a/j/3", "/a/j/4", "/a/j/5", "/a/j/6"]
+    left = _rewritten_unchanged(listed, (set(written) - {"/a/j/6"}, written), rows, dict(enumerate(now)))
+    assert left == ["/a/j/1", "/a/j/2", "/a/j/3", "/a/j/5", "/a/j/6"]
