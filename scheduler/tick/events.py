@@ -19,7 +19,7 @@ reuses its decision leaves the same queue, so it records no queue events.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Set as AbstractSet
+from collections.abc import Iterable, Mapping, Set as AbstractSet
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -31,12 +31,11 @@ from django.db.models import Subquery
 
 from scheduler.core.bands import Band
 from scheduler.core.budget import is_over_budget
-from scheduler.core.types import TERMINAL_JOB_STATES, Assignment, Decision, JobSpec, Preemption, TaskState
+from scheduler.core.types import TERMINAL_JOB_STATES, Assignment, Decision, Preemption, TaskState
 from scheduler.events import kinds
 from scheduler.events.record import Draft, record_rows, staged_row
 from scheduler.events.sequence import request_sequencing
 from scheduler.models import Event, Job, StagedEvent, TickRecord
-from scheduler.store.cluster_rows import TaskRow
 from scheduler.store.states import TERMINAL_JOB_VALUES
 from scheduler.tick.load import LoadedSnapshot
 
@@ -91,7 +90,33 @@ def record_tick_events(
             user = users[job] = spec.user if spec is not None else ""
         return user
 
-    rows, assigned = started_rows(assignments, rows_of, jobs, user_of, tick.pk, wall)
+    # Each assignment's ``started`` event staged as a row at once (``record_rows``): a burst
+    # has some 30,000, where a ``Draft`` each and its conversion cost more than the row. (A
+    # burst's jobs have a task each: its owner is looked up in the snapshot's jobs directly.)
+    rows: list[tuple] = []
+    append = rows.append
+    dumps = orjson.dumps
+    assigned = set()
+    started, tick_pk = kinds.STARTED, tick.pk
+    for a in assignments:
+        task = a.task
+        cut = task.rfind("/")
+        job = task[:cut]
+        attempt = rows_of[task].attempt_count + 1
+        assigned.add(task)
+        spec = jobs.get(job)
+        append(
+            (
+                started,
+                wall,
+                spec.user if spec is not None else user_of(job),
+                job,
+                int(task[cut + 1 :]),
+                attempt,
+                tick_pk,
+                dumps({"worker": a.worker, "attempt": attempt, "band": _WIRE[a.band]}).decode(),
+            )
+        )
     drafts: list[Draft] = []
     preempted = {p.victim: p for p in preemptions}
     for task_id in sorted(kept - assigned):
@@ -174,55 +199,8 @@ def record_tick_events(
     return record_rows(rows)
 
 
-def started_rows(
-    assignments: Iterable[Assignment],
-    rows_of: Mapping[str, TaskRow],
-    jobs: Mapping[str, JobSpec],
-    user_of: Callable[[str], str],
-    tick_pk: int,
-    wall: datetime,
-) -> tuple[list[tuple], set[str]]:
-    """Each assignment's ``started`` event as a staged row (``record_rows``), and the assigned
-    task ids. Rows at once: a burst has some 30,000, where a ``Draft`` each and its conversion
-    cost more than the row. (A burst's jobs have a task each: its owner is looked up in the
-    snapshot's jobs directly, ``user_of`` only for the others.) The data is the text orjson
-    writes for ``{"worker": ..., "attempt": ..., "band": ...}`` (compact, in that order), from
-    each worker's and band's JSON text made once: a dict and its serialisation per event cost
-    more than the format."""
-    rows: list[tuple] = []
-    append = rows.append
-    assigned = set()
-    started = kinds.STARTED
-    worker_json: dict[str, str] = {}
-    for a in assignments:
-        task, worker = a.task, a.worker
-        cut = task.rfind("/")
-        job = task[:cut]
-        attempt = rows_of[task].attempt_count + 1
-        assigned.add(task)
-        spec = jobs.get(job)
-        worker_text = worker_json.get(worker)
-        if worker_text is None:
-            worker_text = worker_json[worker] = orjson.dumps(worker).decode()
-        append(
-            (
-                started,
-                wall,
-                spec.user if spec is not None else user_of(job),
-                job,
-                int(task[cut + 1 :]),
-                attempt,
-                tick_pk,
-                f'{{"worker":{worker_text},"attempt":{attempt},"band":{_WIRE_JSON[a.band]}}}',
-            )
-        )
-    return rows, assigned
-
-
 # ``Band.wire`` without the enum's name lookup, for the tens of thousands of events of a burst.
 _WIRE = {band: band.wire for band in Band}
-# The same as JSON text, for the started events' data.
-_WIRE_JSON = {band: orjson.dumps(band.wire).decode() for band in Band}
 
 # A job's finished states, as a tuple: ``in`` compares members by identity in C.
 _JOB_ENDS = tuple(TERMINAL_JOB_STATES)

@@ -168,23 +168,3 @@ def test_queue_events_from_the_job_column_match_a_pass_over_every_task():
     assert [(d.kind, d.job, dict(d.data)) for d in drafts] == expected
     assert memory == expected_memory
     assert len(expected) > 20
-
-
-def test_a_started_events_data_is_the_json_orjson_writes_for_it_whatever_the_workers_name():
-    """The started events' data is formatted from each worker's and band's JSON text: the staged
-    text is byte for byte what serialising the event's dict gives, quotes and non-ASCII included."""
-    import orjson
-
-    from scheduler.models import StagedEvent
-
-    make_worker('rack "7"/wörker\\1', cpu=8, memory_gib=64)
-    make_job("/alice/a", cpu=2)
-    make_job("/bob/b", cpu=2, band=Band.BATCH)
-    outcome = run_tick()
-    assert outcome.assigned == 2
-    staged = {
-        row.job: row.data for row in StagedEvent.objects.filter(kind=kinds.STARTED, tick=outcome.tick_id).order_by("id")
-    }
-    for job, band in (("/alice/a", Band.INTERACTIVE), ("/bob/b", Band.BATCH)):
-        expected = {"worker": 'rack "7"/wörker\\1', "attempt": 1, "band": band.wire}
-        assert staged[job] == orjson.dumps(expected).decode()
