@@ -16,14 +16,20 @@ events are staged as rows), each bulk statement by table (``insert <table>`` is 
 set-based UPDATE, whose server time runs pipelined and is not in these figures), the re-read and
 the locks; and, though the line says "write-phase", the phases around it: ``load_snapshot``
 (of which the rows taken in, ``ClusterRows._take_tasks`` and ``_take_jobs``) and ``decide``.
-``--profile-writes`` (bench_tick's) gives the server's side of the first tick.
+``--profile-writes`` (bench_tick's) gives the server's side of the first tick. ``gc`` is the
+CPU of the cyclic garbage collector's runs inside the timed tick: the tick pauses the collector
+(``scheduler.tick.run``), so this is mostly the collection that its first allocation after the
+pause starts, over what the tick left alive. ``ClusterRows._read_workers`` is the workers' part
+of a whole read.
 Parts a tree does not have are left out, so the same script profiles an older tree.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -51,7 +57,16 @@ def install() -> None:
     time_methods(publish.Publication, ("__init__", "record_fields", "build", "finish", "start_counts", "live_counts"))
     # The phases around the write phase: the load (and its row passes) and the decision.
     time_functions((run, ("load_snapshot", "decide")))
-    time_methods(cluster_rows.ClusterRows, ("_take_tasks", "_take_jobs"))
+    time_methods(cluster_rows.ClusterRows, ("_take_tasks", "_take_jobs", "_read_workers"))
+    collection_started = [0.0]
+
+    def time_collections(phase: str, info: dict) -> None:
+        if phase == "start":
+            collection_started[0] = time.process_time()
+        else:
+            cpu_ms["gc"] += (time.process_time() - collection_started[0]) * 1000
+
+    gc.callbacks.append(time_collections)
     run_tick_inner = run.run_tick
 
     def run_tick(now_ms):

@@ -20,10 +20,12 @@ reuses its decision leaves the same queue, so it records no queue events.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Set as AbstractSet
+from bisect import bisect_right
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from operator import itemgetter
+from itertools import compress, repeat
+from operator import ne
 
 import orjson
 from django.db import transaction
@@ -246,7 +248,7 @@ def _queue_memory(previous: int | None) -> QueueState:
     """A copy of what was last recorded per queued job, read back from the stream unless this
     process wrote the previous tick record (``previous``)."""
     if _memory is not None and _memory.tick_pk == previous:
-        return dict(_memory.jobs)
+        return _memory.jobs.copy()  # as one block (see ``ClusterRows._own``)
     return read_queue_state()
 
 
@@ -276,48 +278,61 @@ def _queue_events(
     queue_jobs: Mapping[Band, list[str]], memory: QueueState, jobs: Mapping, tick_pk: int, wall: datetime
 ) -> list[Draft]:
     """Queue events for the jobs whose band or class changed; ``memory`` becomes this tick's.
-    ``queue_jobs``: per band, in band order, the job of each queued task in queue order."""
-    # Per job: its band, the band's rank, its first position and the band's queue length. (The
-    # rank read once per band: an enum member's ``value`` is a descriptor call.)
-    firsts: dict[str, tuple[Band, int, int, int]] = {}
-    for band, band_jobs in queue_jobs.items():  # in band order: a job's best band first
-        length, rank = len(band_jobs), band.value
-        for job, position in _first_positions(band_jobs):
-            if job not in firsts:
-                firsts[job] = (band, rank, position, length)
+    ``queue_jobs``: per band, in band order, the job of each queued task in queue order.
+
+    A job is in its best band's queue only (bands in order: the first that holds it), at its
+    first position there. Each band's jobs, in position order, fall into runs of one position
+    class (positions 1, 2-10, 11-100, ...); a run's jobs are compared with what was last
+    recorded in C (a look-up and a comparison each), and only those that differ get Python work: a tick
+    costs in proportion to the jobs whose band or class moved, not to the queue."""
     drafts: list[Draft] = []
-    for job in [j for j in memory if j not in firsts]:
+    queued: set[str] = set()  # the jobs of the bands done so far
+    for band, band_jobs in queue_jobs.items():
+        length, rank = len(band_jobs), band.value
+        # Each job once, in the order of its first task, and that task's position: in C (a dict
+        # built from the reversed column keeps each job's smallest position).
+        first_position = dict(zip(reversed(band_jobs), range(length, 0, -1)))
+        names = list(dict.fromkeys(band_jobs))
+        positions = list(map(first_position.__getitem__, names))
+        start, cls = 0, 0
+        while start < len(names):
+            # The run of class ``cls`` (``kinds.position_class``): position 1, then up to 10**cls.
+            end = bisect_right(positions, 10**cls if cls else 1, start)
+            recorded = (rank, cls)
+            differ = compress(range(start, end), map(ne, map(memory.get, names[start:end]), repeat(recorded)))
+            for i in differ:
+                job = names[i]
+                if job in queued:
+                    continue  # in a better band's queue
+                before = memory.get(job)
+                spec = jobs.get(job)
+                user = spec.user if spec is not None else ""
+                from_band = Band(before[0]) if before is not None else (spec.band if spec is not None else band)
+                if from_band != band:
+                    kind = kinds.DOWNGRADED if band > from_band else kinds.REPROMOTED
+                    drafts.append(
+                        Draft(
+                            kind,
+                            wall,
+                            user,
+                            job,
+                            tick=tick_pk,
+                            data={"from_band": _WIRE[from_band], "to_band": _WIRE[band]},
+                        )
+                    )
+                drafts.append(
+                    Draft(
+                        kinds.QUEUED,
+                        wall,
+                        user,
+                        job,
+                        tick=tick_pk,
+                        data={"band": _WIRE[band], "position": positions[i], "of": length, "position_class": cls},
+                    )
+                )
+                memory[job] = recorded
+            start, cls = end, cls + 1
+        queued.update(names)
+    for job in memory.keys() - queued:
         del memory[job]  # left the queue: queued again when it comes back
-    for job, (band, rank, position, length) in firsts.items():
-        cls = kinds.position_class(position)
-        before = memory.get(job)
-        if before == (rank, cls):
-            continue
-        spec = jobs.get(job)
-        user = spec.user if spec is not None else ""
-        from_band = Band(before[0]) if before is not None else (spec.band if spec is not None else band)
-        if from_band != band:
-            kind = kinds.DOWNGRADED if band > from_band else kinds.REPROMOTED
-            drafts.append(
-                Draft(kind, wall, user, job, tick=tick_pk, data={"from_band": _WIRE[from_band], "to_band": _WIRE[band]})
-            )
-        drafts.append(
-            Draft(
-                kinds.QUEUED,
-                wall,
-                user,
-                job,
-                tick=tick_pk,
-                data={"band": _WIRE[band], "position": position, "of": length, "position_class": cls},
-            )
-        )
-        memory[job] = (rank, cls)
     return drafts
-
-
-def _first_positions(band_jobs: list[str]) -> list[tuple[str, int]]:
-    """Each job of one band's queue with its first position (from 1), in queue order. Per task
-    only C code runs (a dict built from the reversed column keeps each job's smallest position);
-    Python runs per job."""
-    firsts = dict(zip(reversed(band_jobs), range(len(band_jobs), 0, -1)))
-    return sorted(firsts.items(), key=itemgetter(1))

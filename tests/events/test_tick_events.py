@@ -168,3 +168,33 @@ def test_queue_events_from_the_job_column_match_a_pass_over_every_task():
     assert [(d.kind, d.job, dict(d.data)) for d in drafts] == expected
     assert memory == expected_memory
     assert len(expected) > 20
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_queue_events_over_long_queues_match_a_pass_over_every_task(seed):
+    """Queues long enough for the classes up to 1,001-10,000, most jobs remembered as the previous
+    tick left them (a run of one class is compared in bulk), then the queue moved: heads started,
+    some jobs left, new ones came."""
+    rng = random.Random(seed)
+    jobs = [f"/u{i % 11}/job{i}" for i in range(3000)]
+    wall = timezone.now()
+    previous = {
+        band: [f"{job}/{k}" for job in rng.sample(jobs, 1200) for k in range(rng.randint(1, 3))]
+        for band in (Band.PRODUCTION, Band.INTERACTIVE, Band.BATCH)
+    }
+    memory: dict = {}
+    queue_events_by_task(previous, memory, 6, wall)
+    current = {}
+    for band, tasks in previous.items():
+        left = set(rng.sample(jobs, 100))
+        moved = [t for t in tasks[rng.randint(0, 40) :] if t.rsplit("/", 1)[0] not in left]
+        current[band] = moved + [f"/new/{band.wire}{i}/0" for i in range(rng.randint(0, 50))]
+    memory["/gone/job"] = (2, 1)
+
+    expected_memory = dict(memory)
+    expected = queue_events_by_task(current, expected_memory, 7, wall)
+    drafts = tick_events._queue_events(queued_jobs(current), memory, {}, 7, wall)
+
+    assert [(d.kind, d.job, dict(d.data)) for d in drafts] == expected
+    assert memory == expected_memory
+    assert 0 < len(expected) < len(expected_memory) / 2  # some moved, most did not

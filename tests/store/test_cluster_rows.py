@@ -407,3 +407,29 @@ def test_views_share_the_kept_maps_until_a_change_which_the_earlier_views_never_
     assert_same(changed, read_whole())
     # And the next view after the change shares the new maps again.
     assert read_cluster().task_rows is changed.task_rows
+
+
+def test_a_whole_read_builds_each_worker_as_the_constructor_would_sharing_devices_not_attribute_maps():
+    """Workers of one read parse each attributes text and build each device once
+    (``WorkerShapes``); each spec still equals the constructor's and owns its attribute map."""
+    from scheduler.core.types import WorkerSpec
+    from scheduler.store.job_rows import device_from_columns
+
+    rows = [
+        (1, "w1", True, False, 4000, 2**30, "tpu", "v5e", 4, '{"zone": "a", "slot": 3}'),
+        (2, "w2", True, True, 4000, 2**30, "tpu", "v5e", 4, '{"zone": "a", "slot": 3}'),
+        (3, "w3", False, False, 8000, 2**31, "cpu", "", 0, "{}"),
+    ]
+    shapes = cluster_rows.WorkerShapes()
+    specs = [cluster_rows.worker_spec(row, shapes) for row in rows]
+    for spec, (_, name, healthy, draining, cpu, mem, dtype, variant, count, _) in zip(specs, rows, strict=True):
+        assert spec == cluster_rows.worker_spec(next(r for r in rows if r[1] == name))
+        assert spec.id == name and spec.healthy == (healthy and not draining)
+        assert spec.device == device_from_columns(dtype, variant, count)
+        assert type(spec) is WorkerSpec
+    assert specs[0].attributes == {"zone": "a", "slot": "3"} and specs[2].attributes == {}
+    assert specs[0].device is specs[1].device
+    assert specs[0].attributes is not specs[1].attributes  # each spec's map is its own
+    specs[0].attributes["zone"] = "changed"
+    assert specs[1].attributes["zone"] == "a"
+    assert cluster_rows.worker_spec(rows[0], shapes).attributes["zone"] == "a"
