@@ -9,6 +9,7 @@ from typing import Any
 
 from scheduler.core.bands import Band
 from scheduler.core.explain import pending_queue
+from scheduler.core.explain.reasons import SharedTexts
 from scheduler.core.types import (
     ClusterSnapshot,
     Constraint,
@@ -209,10 +210,6 @@ def _rendered_once(mapping: Mapping[str, Any], order: list[str] | None, render: 
     return dict(zip(keys, map(rendered.__getitem__, identities)))
 
 
-def _reason_text(reason: Any) -> str:
-    return reason.text() if hasattr(reason, "text") else str(reason)
-
-
 # Wire names by dict look-up: ``Band.wire`` and ``Enum.value`` are Python-level properties.
 BAND_WIRE = {band: band.wire for band in Band}
 BAND_WIRE_OR_NONE = {None: None, **BAND_WIRE}
@@ -251,7 +248,7 @@ def decision_to_json(
             {"victim": p.victim, "preemptor": p.preemptor, "worker": p.worker} for p in decision.preemptions
         ],
         "unschedulable": [{"task": u.task, "reason": u.reason} for u in decision.unschedulable],
-        "pending_reasons": _rendered_once(decision.pending_reasons, order, _reason_text),
+        "pending_reasons": _rendered_once(decision.pending_reasons, order, SharedTexts().text),
         "queue": {band_wire[band]: tasks for band, tasks in pending_queue(decision).items()},
         "after": _rendered_once(decision.after, order, _after_json),
         "jobs_after": {job: decision.jobs_after[job].value for job in sorted(decision.jobs_after)},
