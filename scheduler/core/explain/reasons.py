@@ -15,6 +15,8 @@ from scheduler.core.explain.text import RESOURCE_FORMAT, _plural, format_cores, 
 
 @dataclass(frozen=True, slots=True)
 class NoHealthyWorkers:
+    """The cluster has no healthy worker at all."""
+
     code: ClassVar[str] = "no_healthy_workers"
 
     def text(self) -> str:
@@ -99,6 +101,8 @@ class AssignmentCapReached:
 
 @dataclass(frozen=True, slots=True)
 class GangGroupTooSmall:
+    """No ``group_by`` group has ``need`` matching workers; the largest has ``largest``."""
+
     need: int
     group_by: str
     largest: int
@@ -140,6 +144,8 @@ class RoomFreedThisTick:
 
 @dataclass(frozen=True, slots=True)
 class PerJobCap:
+    """The job already had ``limit`` tasks scheduled this tick (the per-job limit)."""
+
     limit: int
     code: ClassVar[str] = "per_job_cap"
 
