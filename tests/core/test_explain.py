@@ -23,7 +23,7 @@ from scheduler.core.explain import (
 )
 from benchmarks.synthetic import generate
 from scheduler.core.explain.reasons import JobExhausted, SharedTexts, WaitingBehind, pending_reason, waiting_behind
-from scheduler.core.wire import snapshot_from_json
+from scheduler.core.wire import decision_to_json, snapshot_from_json
 from scheduler.core.types import GroupSpec, TaskState
 from tests.core.builders import GIB, budget, cluster, eq, job, reason_text, running, task, tpu_slice, worker
 
@@ -242,6 +242,7 @@ def test_shared_texts_render_each_reason_as_its_own_text():
     shared = SharedTexts()
     assert [shared.text(r) for r in reasons] == plain
     assert [shared.text(r) for r in reasons] == plain  # again: parts and reasons already rendered
+    assert shared.text(reasons[6]) is shared.text(reasons[6])  # a bare cause is remembered
     assert plain[0] == (
         "Waiting behind 1 higher-priority task placed this tick; now: "
         + cause.text()
@@ -259,7 +260,10 @@ def test_shared_texts_match_the_plain_texts_of_a_decision():
     assert len({id(c.cause) for c in behind}) < len(behind)
     assert len({id(r.downgrade) for r in distinct if r.downgrade}) < sum(1 for r in distinct if r.downgrade)
     shared = SharedTexts()
-    assert {task: shared.text(r) for task, r in reasons.items()} == {task: r.text() for task, r in plain.items()}
+    expected = {task: r.text() for task, r in plain.items()}
+    assert {task: shared.text(r) for task, r in reasons.items()} == expected
+    snapshot = snapshot_from_json(doc)
+    assert decision_to_json(decide(snapshot), snapshot)["pending_reasons"] == expected
 
 
 @pytest.mark.parametrize("ahead", [1, 7, 12400])

@@ -388,7 +388,7 @@ def _pending_text(cause_text: str, downgrade_text: str | None) -> str:
 
 class SharedTexts:
     """``text(reason)`` renders many reasons as ``reason.text()`` does (``str(reason)`` for a
-    reason without one), each distinct object among their parts once: a decision shares one
+    reason without one), each distinct object among them and their parts once: a decision shares one
     cause between many waiting-behind causes, and one downgrade between many reasons (on the
     independent mix, 5,251 reasons hold 187 distinct inner causes and 272 downgrades).
 
@@ -408,13 +408,16 @@ class SharedTexts:
         return text
 
     def text(self, reason: Any) -> str:
+        """The text of ``reason``, cheap again for the same object: a pending reason keeps its
+        text, a bare cause is remembered here."""
         if type(reason) is not PendingReason:
-            return reason.text() if hasattr(reason, "text") else str(reason)
-        if reason._text is None:
+            return self._part(reason) if hasattr(reason, "text") else str(reason)
+        text = reason._text
+        if text is None:
             downgrade = reason.downgrade
             text = _pending_text(self._part(reason.cause), None if downgrade is None else self._part(downgrade))
             object.__setattr__(reason, "_text", text)
-        return reason._text
+        return text
 
 
 # -- reasons as stored data -----------------------------------------------------------------------
