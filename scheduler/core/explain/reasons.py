@@ -388,9 +388,10 @@ def _pending_text(cause_text: str, downgrade_text: str | None) -> str:
 
 class SharedTexts:
     """``text(reason)`` renders many reasons as ``reason.text()`` does (``str(reason)`` for a
-    reason without one), each distinct object among them and their parts once: a decision shares one
-    cause between many waiting-behind causes, and one downgrade between many reasons (on the
-    independent mix, 5,251 reasons hold 187 distinct inner causes and 272 downgrades).
+    reason without one), each distinct object among them and their parts once: a decision
+    shares one cause between many waiting-behind causes, and one downgrade between many
+    reasons (on the independent mix, 5,251 reasons hold 187 distinct inner causes and 272
+    downgrades).
 
     Parts are told apart by identity and kept here while it lives, so an id stays its
     object's. ``tests/core/test_explain.py`` holds the texts to the plain ``text()``."""
