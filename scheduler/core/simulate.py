@@ -23,18 +23,25 @@ class SimulateError(ValueError):
     """The input is not a valid snapshot; the message names the input and what is wrong."""
 
 
-def simulate(data: bytes, source: str, indent: int = 2) -> bytes:
+def simulate(data: bytes, source: str, indent: int = 2, kept: list | None = None) -> bytes:
     """The decision on the snapshot ``data`` (read from ``source``, named in errors) as JSON,
-    ending in a newline as the command prints it."""
+    ending in a newline as the command prints it.
+
+    ``kept``, when given, receives the snapshot, the decision and its document instead of their
+    being freed on return: a process that ends right after (``manage.py simulate``, which exits
+    with ``os._exit``) then never takes apart their hundreds of thousands of objects one by one."""
     # The snapshot's objects are all live until the decision is written: collections on the
     # way would only rescan them (see collector_paused).
     with collector_paused():
         snapshot = _read(data, source)
         # The text is not needed again: decide reuses its memory (with the parsed document's).
         del data
+        decision = decide(snapshot)
         # snapshot_from_json lists the tasks job by job: the render need not check that.
-        decision = decision_to_json(decide(snapshot), snapshot, tasks_by_job=True)
-        return orjson.dumps(decision, option=(orjson.OPT_INDENT_2 if indent else 0) | orjson.OPT_APPEND_NEWLINE)
+        document = decision_to_json(decision, snapshot, tasks_by_job=True)
+        if kept is not None:
+            kept.extend((snapshot, decision, document))
+        return orjson.dumps(document, option=(orjson.OPT_INDENT_2 if indent else 0) | orjson.OPT_APPEND_NEWLINE)
 
 
 def _read(data: bytes, source: str) -> ClusterSnapshot:

@@ -340,6 +340,8 @@ class ClusterSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class Assignment:
+    """The decision puts ``task`` on ``worker``, running in ``band``."""
+
     task: str
     worker: str
     band: Band
@@ -354,6 +356,8 @@ AssignmentFiller: Any = _filler(Assignment)
 
 @dataclass(frozen=True, slots=True)
 class Preemption:
+    """The decision evicts ``victim`` (running in ``victim_band`` on ``worker``) for ``preemptor``."""
+
     victim: str
     preemptor: str
     worker: str
@@ -363,6 +367,8 @@ class Preemption:
 
 @dataclass(frozen=True, slots=True)
 class Unschedulable:
+    """``task`` is no longer scheduled (its scheduling deadline passed); ``reason`` says so."""
+
     task: str
     reason: str
 

@@ -24,13 +24,13 @@ import sys
 COMMAND = "simulate"
 
 
-def simulate_file(path: str, indent: int) -> bytes:
+def simulate_file(path: str, indent: int, kept: list | None = None) -> bytes:
     """The decision on the snapshot at ``path`` (``-``: standard input) as JSON and a newline;
-    raise ``SimulateError`` with the command's message."""
+    raise ``SimulateError`` with the command's message. ``kept``: see ``simulate``."""
     from scheduler.core.simulate import simulate
 
     # The text is not kept here: ``simulate`` drops it once parsed.
-    return simulate(_read(path), path, indent)
+    return simulate(_read(path), path, indent, kept)
 
 
 def _read(path: str) -> bytes:
@@ -75,9 +75,10 @@ def parse_args(args: list[str]) -> tuple[str, int] | None:
     return None if path is None else (path, indent)
 
 
-def main(argv: list[str]) -> int | None:
+def main(argv: list[str], kept: list | None = None) -> int | None:
     """Run ``manage.py simulate`` for ``argv`` (``sys.argv``) and return its exit code, or
-    ``None`` when it is not a plain ``simulate`` and Django must run it."""
+    ``None`` when it is not a plain ``simulate`` and Django must run it. ``kept`` receives the
+    run's large objects instead of their being freed (see ``simulate``)."""
     if len(argv) < 2 or argv[1] != COMMAND:
         return None
     parsed = parse_args(argv[2:])
@@ -89,7 +90,7 @@ def main(argv: list[str]) -> int | None:
     from scheduler.core.simulate import SimulateError
 
     try:
-        text = simulate_file(*parsed)
+        text = simulate_file(*parsed, kept)
     except SimulateError as exc:
         sys.stderr.write(f"CommandError: {exc}\n")
         return 1
@@ -102,7 +103,11 @@ def main(argv: list[str]) -> int | None:
 def run(argv: list[str]) -> None:
     """:func:`main`, then exit without tearing down the snapshot's objects (the output is
     flushed first); returns only when Django must run the command."""
-    code = main(argv)
+    # The snapshot, the decision and its document stay referenced here until ``os._exit``:
+    # freed on the way out of ``simulate`` instead, they took 1.9% of its instructions (112 M of
+    # 5,987 M on the 100k x 10k independent snapshot).
+    kept: list = []
+    code = main(argv, kept)
     if code is None:
         return
     sys.stdout.flush()

@@ -21,7 +21,9 @@ from scheduler.core.explain import (
     pending_text,
     reason_record,
 )
-from scheduler.core.explain.reasons import WaitingBehind, pending_reason, waiting_behind
+from benchmarks.synthetic import generate
+from scheduler.core.explain.reasons import JobExhausted, SharedTexts, WaitingBehind, pending_reason, waiting_behind
+from scheduler.core.wire import decision_to_json, snapshot_from_json
 from scheduler.core.types import GroupSpec, TaskState
 from tests.core.builders import GIB, budget, cluster, eq, job, reason_text, running, task, tpu_slice, worker
 
@@ -219,6 +221,49 @@ def test_the_downgrade_is_attached_only_where_the_band_changed():
 def test_reason_text_is_rendered_once_per_object():
     reason = PendingReason(PerJobCap(4))
     assert reason.text() is reason.text()
+
+
+def test_shared_texts_render_each_reason_as_its_own_text():
+    cause = InsufficientResource("cpu", 4000, 1000, 3, 10)
+    downgrade = Downgrade(Band.INTERACTIVE, Band.BATCH, spend=12_400, limit=10_000)
+    cached = PendingReason(PerJobCap(4))
+    cached.text()
+    reasons = [
+        PendingReason(WaitingBehind(1, cause), downgrade),
+        PendingReason(WaitingBehind(12_400, cause)),
+        PendingReason(JobExhausted(cause), downgrade),
+        PendingReason(cause, downgrade),
+        PendingReason(NoHealthyWorkers()),
+        cached,
+        GangGroupTooSmall(4, "tpu-name", 2),
+        "a plain string",
+    ]
+    plain = [replace(r).text() if isinstance(r, PendingReason) else getattr(r, "text", r.__str__)() for r in reasons]
+    shared = SharedTexts()
+    assert [shared.text(r) for r in reasons] == plain
+    assert [shared.text(r) for r in reasons] == plain  # again: parts and reasons already rendered
+    assert shared.text(reasons[6]) is shared.text(reasons[6])  # a bare cause is remembered
+    assert plain[0] == (
+        "Waiting behind 1 higher-priority task placed this tick; now: "
+        + cause.text()
+        + "; INTERACTIVE runs as BATCH: spend 12,400 > limit 10,000"
+    )
+
+
+def test_shared_texts_match_the_plain_texts_of_a_decision():
+    doc = generate(pending=2000, workers=200, seed=0)
+    plain = decide(snapshot_from_json(doc)).pending_reasons
+    reasons = decide(snapshot_from_json(doc)).pending_reasons
+    distinct = {id(r): r for r in reasons.values()}.values()
+    behind = [r.cause for r in distinct if type(r.cause) is WaitingBehind]
+    # The mix shares inner causes and downgrades between reasons: the memo is exercised.
+    assert len({id(c.cause) for c in behind}) < len(behind)
+    assert len({id(r.downgrade) for r in distinct if r.downgrade}) < sum(1 for r in distinct if r.downgrade)
+    shared = SharedTexts()
+    expected = {task: r.text() for task, r in plain.items()}
+    assert {task: shared.text(r) for task, r in reasons.items()} == expected
+    snapshot = snapshot_from_json(doc)
+    assert decision_to_json(decide(snapshot), snapshot)["pending_reasons"] == expected
 
 
 @pytest.mark.parametrize("ahead", [1, 7, 12400])

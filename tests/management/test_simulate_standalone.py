@@ -51,3 +51,17 @@ def test_other_argument_forms_go_to_django():
     result = _manage("--indent", "1", str(SCENARIO))
     assert result.returncode == 2
     assert b"invalid choice: 1" in result.stderr
+
+
+def test_kept_receives_the_runs_objects_and_the_output_is_unchanged():
+    from scheduler.core.simulate import simulate
+    from scheduler.core.types import ClusterSnapshot, Decision
+
+    data = SCENARIO.read_bytes()
+    kept: list = []
+    assert simulate(data, "s.json", 2, kept) == simulate(data, "s.json", 2)
+    snapshot, decision, document = kept
+    assert isinstance(snapshot, ClusterSnapshot) and isinstance(decision, Decision)
+    assert document["assignments"] == [
+        {"task": a.task, "worker": a.worker, "band": a.band.wire} for a in decision.assignments
+    ]

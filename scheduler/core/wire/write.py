@@ -9,6 +9,7 @@ from typing import Any
 
 from scheduler.core.bands import Band
 from scheduler.core.explain import pending_queue
+from scheduler.core.explain.reasons import SharedTexts
 from scheduler.core.types import (
     ClusterSnapshot,
     Constraint,
@@ -199,9 +200,8 @@ def _task_order(snapshot: ClusterSnapshot, tasks_by_job: bool = False) -> list[s
 
 def _rendered_once(mapping: Mapping[str, Any], order: list[str] | None, render: Callable[[Any], Any]) -> dict:
     """``{task: render(mapping[task])}`` in task order (see :func:`_by_task`), each distinct value
-    object rendered once: ``decide`` shares one object between tasks alike (thousands of
-    pending tasks wait for one reason, many placements land alike), and the tasks then share
-    its rendering (read-only). No Python runs per task."""
+    object rendered once: ``decide`` shares one object between tasks alike (many placements land
+    alike), and the tasks then share its rendering (read-only). No Python runs per task."""
     keys = _by_task(mapping, order)
     values = list(map(mapping.__getitem__, keys))
     identities = list(map(id, values))
@@ -209,8 +209,14 @@ def _rendered_once(mapping: Mapping[str, Any], order: list[str] | None, render: 
     return dict(zip(keys, map(rendered.__getitem__, identities)))
 
 
-def _reason_text(reason: Any) -> str:
-    return reason.text() if hasattr(reason, "text") else str(reason)
+def _reason_texts(reasons: Mapping[str, Any], order: list[str] | None) -> dict:
+    """``{task: text}`` in task order (see :func:`_by_task`). ``decide`` shares one reason
+    between many tasks; :class:`SharedTexts` renders each distinct reason (and each part shared
+    between reasons) once, and a reason keeps its text, so each other task sharing it costs one
+    call that returns it: cheaper than telling the distinct reasons apart by identity first
+    (``_rendered_once``; 151 M instructions against 182 M for the independent mix's 69,726)."""
+    keys = _by_task(reasons, order)
+    return dict(zip(keys, map(SharedTexts().text, map(reasons.__getitem__, keys))))
 
 
 # Wire names by dict look-up: ``Band.wire`` and ``Enum.value`` are Python-level properties.
@@ -251,7 +257,7 @@ def decision_to_json(
             {"victim": p.victim, "preemptor": p.preemptor, "worker": p.worker} for p in decision.preemptions
         ],
         "unschedulable": [{"task": u.task, "reason": u.reason} for u in decision.unschedulable],
-        "pending_reasons": _rendered_once(decision.pending_reasons, order, _reason_text),
+        "pending_reasons": _reason_texts(decision.pending_reasons, order),
         "queue": {band_wire[band]: tasks for band, tasks in pending_queue(decision).items()},
         "after": _rendered_once(decision.after, order, _after_json),
         "jobs_after": {job: decision.jobs_after[job].value for job in sorted(decision.jobs_after)},
