@@ -258,6 +258,8 @@ def _job_queues(
     by_job: dict[str, JobQueue] = {}
     expired: list[JobQueue] = []
     downgrades: dict[str, Downgrade] = {}
+    for job_id in out_of_order:
+        pending_by_job[job_id].sort(key=_by_index)
     ordered = [jobs[job_id] for job_id in pending_by_job]
     sort_jobs(ordered)
     shapes = book.shapes_by_identity
@@ -272,8 +274,6 @@ def _job_queues(
                 downgrade = Downgrade(job.band, band, spend.get(job.user, 0), budget_limit(job.user, budgets, defaults))
             found = band_of[key] = (band, downgrade)
         band, downgrade = found
-        if job.id in out_of_order:
-            tasks.sort(key=_by_index)
         queue = by_job[job.id] = gated_queue(job, band, tasks, now_ms, max_tasks_per_job)
         if queue.expired:
             expired.append(queue)

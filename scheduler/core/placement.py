@@ -611,7 +611,6 @@ def place(
     cpu, mem, gpu, tpu = pool.cpu, pool.mem, pool.gpu, pool.tpu
     assigned, building = pool.assigned, pool.building
     max_assign, max_building = pool.max_assign, pool.max_building
-    get_queue = queues.__getitem__
     gang_jobs = {job_id for job_id, queue in queues.items() if queue.gang and queue.passed}
     # Every shape a queue walks with is in the book; shapes only gangs use lower their lane's
     # smallest request, which only keeps the floor lower.
@@ -623,13 +622,13 @@ def place(
             # first). A comprehension's slot read is specialised; ``attrgetter`` through ``map``
             # takes the generic attribute look-up, and cost a third more.
             for job_id in dict.fromkeys([job_id for task in tasks if (job_id := task.job_id) in gang_jobs]):
-                queue = get_queue(job_id)
+                queue = queues[job_id]
                 if not place_gang(queue, pool, book, out):
                     queue.failed_task = queue.passed[0].id
         waiting[band], positions[band] = [], []
         wait, at = waiting[band].append, positions[band].append
         for position, task in enumerate(tasks, first):
-            queue = get_queue(task.job_id)
+            queue = queues[task.job_id]
             if queue.failed_task is not None:
                 wait(task)
                 at(position)
