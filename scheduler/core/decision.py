@@ -116,9 +116,9 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
     for queue in expired:
         reason = deadline_text(queue.spec.scheduling_deadline_ms, snapshot.now_ms)
         unschedulable.extend(Unschedulable(t.id, reason) for t in queue.pending)
-    bands = scheduling_order(queues, spend)
+    bands, gangs = scheduling_order(queues, spend)
     order = tuple([t.id for tasks in bands.values() for t in tasks])
-    placed = place(bands, by_job, pool, book)
+    placed = place(bands, gangs, by_job, pool, book)
 
     # What placement left waiting in the bands that may preempt, in scheduling order.
     candidates = [t for band, tasks in placed.waiting.items() if band is not Band.BATCH for t in tasks]
@@ -185,9 +185,9 @@ def placements(snapshot: ClusterSnapshot) -> list[tuple[str, str]]:
         pool = WorkerPool(snapshot, active_by_job, unfinished)
         book = ShapeBook(pool)
         by_job, _, _ = _job_queues(snapshot, pending_by_job, out_of_order, spend, book)
-        bands = scheduling_order(list(by_job.values()), spend)
+        bands, gangs = scheduling_order(list(by_job.values()), spend)
         ids = pool.ids
-        return [(task.id, ids[w]) for task, w in place(bands, by_job, pool, book).tasks]
+        return [(task.id, ids[w]) for task, w in place(bands, gangs, by_job, pool, book).tasks]
 
 
 def _group_tasks(

@@ -594,16 +594,18 @@ class Placed:
 
 def place(
     bands: Mapping[Band, Sequence[TaskSnapshot]],
+    gangs: Mapping[Band, Sequence[JobQueue]],
     queues: Mapping[str, JobQueue],
     pool: WorkerPool,
     book: ShapeBook,
 ) -> Placed:
     """Place the ordered tasks band by band.
 
-    Within a band: gangs in order of their first task, each all-or-nothing; then solo tasks
-    first-fit. Once a task of a solo job finds no worker, the job's ``failed_task`` is set and
-    its later tasks wait (other jobs go on: no head-of-line blocking); a gang that finds no
-    group gets its first task as ``failed_task``.
+    Within a band: gangs in order of their first task (``gangs``, from
+    :func:`ordering.scheduling_order`), each all-or-nothing; then solo tasks first-fit. Once a
+    task of a solo job finds no worker, the job's ``failed_task`` is set and its later tasks
+    wait (other jobs go on: no head-of-line blocking); a gang that finds no group gets its
+    first task as ``failed_task``.
     """
     out: list[tuple[TaskSnapshot, int]] = []
     waiting: dict[Band, list[TaskSnapshot]] = {}
@@ -611,20 +613,14 @@ def place(
     cpu, mem, gpu, tpu = pool.cpu, pool.mem, pool.gpu, pool.tpu
     assigned, building = pool.assigned, pool.building
     max_assign, max_building = pool.max_assign, pool.max_building
-    gang_jobs = {job_id for job_id, queue in queues.items() if queue.gang and queue.passed}
     # Every shape a queue walks with is in the book; shapes only gangs use lower their lane's
     # smallest request, which only keeps the floor lower.
     lanes_of(book.shapes)
     first = 0  # the position of the band's first task in the whole order
     for band, tasks in bands.items():
-        if gang_jobs:
-            # The band's gang jobs in order of their first task (``dict.fromkeys`` keeps the
-            # first). A comprehension's slot read is specialised; ``attrgetter`` through ``map``
-            # takes the generic attribute look-up, and cost a third more.
-            for job_id in dict.fromkeys([job_id for task in tasks if (job_id := task.job_id) in gang_jobs]):
-                queue = queues[job_id]
-                if not place_gang(queue, pool, book, out):
-                    queue.failed_task = queue.passed[0].id
+        for queue in gangs.get(band, ()):
+            if not place_gang(queue, pool, book, out):
+                queue.failed_task = queue.passed[0].id
         waiting[band], positions[band] = [], []
         wait, at = waiting[band].append, positions[band].append
         for position, task in enumerate(tasks, first):
