@@ -643,13 +643,15 @@ def place(
                 lc, lm, lg, lu = lane.cpu, lane.mem, lane.gpu, lane.tpu
                 while start < n:
                     w = cands[start]
+                    # In the order that most often decides first (the assignment cap, then
+                    # CPU, on the large mixes); build slots last, they rarely run out first.
                     if (
                         assigned[w] >= max_assign
-                        or building[w] >= max_building
                         or cpu[w] < lc
                         or mem[w] < lm
                         or gpu[w] < lg
                         or tpu[w] < lu
+                        or building[w] >= max_building
                     ):
                         start += 1
                     else:
