@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
 from itertools import chain
 from operator import and_, itemgetter, or_
@@ -300,6 +300,11 @@ class Shape:
     pos: int = 0
     # The placement pass's shared floor of ``cands`` (set by :func:`place`).
     lane: Lane | None = None
+    # (cpu, mem, gpu, tpu) as one tuple: the placement pass reads it once per task.
+    request: tuple[int, int, int, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.request = (self.cpu, self.mem, self.gpu, self.tpu)
 
 
 @dataclass(slots=True, eq=False)
@@ -657,7 +662,7 @@ def place(
                     else:
                         break
                 lane.floor = start
-            c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
+            c, m, g, u = shape.request
             # The cursors walk hundreds of thousands of candidates per pass: a ``for`` over
             # the positions, and free CPU (what most often rules a worker out) tested first.
             for p in range(start, n):
