@@ -325,6 +325,8 @@ class Lane:
     gpu: int
     tpu: int
     floor: int = 0
+    # (cpu, mem, gpu, tpu) as one tuple, set once the lane's shapes are all in (:func:`lanes_of`).
+    smallest: tuple[int, int, int, int] = field(init=False)
 
 
 def lanes_of(shapes: Iterable[Shape]) -> None:
@@ -342,6 +344,8 @@ def lanes_of(shapes: Iterable[Shape]) -> None:
             lane.gpu = min(lane.gpu, shape.gpu)
             lane.tpu = min(lane.tpu, shape.tpu)
         shape.lane = lane
+    for lane in lanes.values():
+        lane.smallest = (lane.cpu, lane.mem, lane.gpu, lane.tpu)
 
 
 @dataclass(frozen=True, slots=True)
@@ -645,7 +649,7 @@ def place(
                 # At or behind the lane's floor: start there, and first move the floor past
                 # the workers no shape of the lane can use any more (see Lane).
                 start = lane.floor
-                lc, lm, lg, lu = lane.cpu, lane.mem, lane.gpu, lane.tpu
+                lc, lm, lg, lu = lane.smallest
                 while start < n:
                     w = cands[start]
                     # In the order that most often decides first (the assignment cap, then
