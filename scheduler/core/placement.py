@@ -300,11 +300,14 @@ class Shape:
     pos: int = 0
     # The placement pass's shared floor of ``cands`` (set by :func:`place`).
     lane: Lane | None = None
-    # (cpu, mem, gpu, tpu) as one tuple: the placement pass reads it once per task.
+    # (cpu, mem, gpu, tpu) as one tuple, and how many candidates: the placement pass reads
+    # them once per task.
     request: tuple[int, int, int, int] = field(init=False)
+    size: int = field(init=False)
 
     def __post_init__(self) -> None:
         self.request = (self.cpu, self.mem, self.gpu, self.tpu)
+        self.size = len(self.cands)
 
 
 @dataclass(slots=True, eq=False)
@@ -642,7 +645,7 @@ def place(
                 continue
             shape = queue.shape
             cands = shape.cands
-            n = len(cands)
+            n = shape.size
             start = shape.pos
             lane = shape.lane
             if start <= lane.floor:
