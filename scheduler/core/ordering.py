@@ -127,7 +127,11 @@ def round_robin(buckets: Mapping[Hashable, Sequence[T]], spend: Mapping[str, int
     """Interleave per-user buckets: users by ascending spend (missing = 0), round k takes each
     user's k-th item. The sort is stable, so users with equal spend keep the buckets' order
     (first appearance)."""
-    users = users_in_turn(buckets, spend)
+    return interleave(buckets, users_in_turn(buckets, spend))
+
+
+def interleave(buckets: Mapping[Hashable, Sequence[T]], users: Sequence[Hashable]) -> list[T]:
+    """:func:`round_robin` with its users already in turn order (:func:`users_in_turn`)."""
     if len(users) == 1:
         return list(buckets[users[0]])
     # Round k is one list, filled a user at a time: ``map`` appends each of a user's items to
@@ -170,14 +174,24 @@ def scheduling_order(
             user = queue.spec.user
             bucket = users.get(user)
             if bucket is None:
-                bucket = users[user] = []
-            if queue.gang:
-                gang_firsts.setdefault(queue.band, []).append((len(bucket), user, queue))
-            bucket.extend(queue.passed)
-    bands = {band: round_robin(per_band[band], spend) for band in BANDS_IN_ORDER if band in per_band}
+                users[user] = list(queue.passed)
+                if queue.gang:
+                    gang_firsts.setdefault(queue.band, []).append((0, user, queue))
+            else:
+                if queue.gang:
+                    gang_firsts.setdefault(queue.band, []).append((len(bucket), user, queue))
+                bucket.extend(queue.passed)
+    bands: dict[Band, list[TaskSnapshot]] = {}
     gangs: dict[Band, list[JobQueue]] = {}
-    for band, firsts in gang_firsts.items():
-        turn = {user: i for i, user in enumerate(users_in_turn(per_band[band], spend))}
+    for band in BANDS_IN_ORDER:
+        if band not in per_band:
+            continue
+        in_turn = users_in_turn(per_band[band], spend)
+        bands[band] = interleave(per_band[band], in_turn)
+        firsts = gang_firsts.get(band)
+        if not firsts:
+            continue
+        turn = {user: i for i, user in enumerate(in_turn)}
         # (offset, turn) is unique: one user's gangs start at different offsets.
         firsts.sort(key=lambda first: (first[0], turn[first[1]]))
         gangs[band] = [queue for _, _, queue in firsts]
