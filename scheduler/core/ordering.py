@@ -192,7 +192,9 @@ def scheduling_order(
         if not firsts:
             continue
         turn = {user: i for i, user in enumerate(in_turn)}
-        # (offset, turn) is unique: one user's gangs start at different offsets.
-        firsts.sort(key=lambda first: (first[0], turn[first[1]]))
-        gangs[band] = [queue for _, _, queue in firsts]
+        # (offset, turn) as one int, unique (one user's gangs start at different offsets):
+        # sorting small ints is far cheaper than sorting tuples built by a key function.
+        n = len(in_turn)
+        keys = [offset * n + turn[user] for offset, user, _ in firsts]
+        gangs[band] = [firsts[i][2] for i in sorted(range(len(firsts)), key=keys.__getitem__)]
     return bands, gangs
