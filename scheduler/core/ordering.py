@@ -117,11 +117,21 @@ def gated_queue(
 _consume = deque(maxlen=0).extend
 
 
+def users_in_turn(buckets: Mapping[Hashable, Sequence[T]], spend: Mapping[str, int]) -> list[Hashable]:
+    """The users of ``buckets`` in :func:`round_robin`'s turn order: ascending spend (missing =
+    0), equal spend in the buckets' order."""
+    return sorted(buckets, key=lambda user: spend.get(user, 0))
+
+
 def round_robin(buckets: Mapping[Hashable, Sequence[T]], spend: Mapping[str, int]) -> list[T]:
     """Interleave per-user buckets: users by ascending spend (missing = 0), round k takes each
     user's k-th item. The sort is stable, so users with equal spend keep the buckets' order
     (first appearance)."""
-    users = sorted(buckets, key=lambda user: spend.get(user, 0))
+    return interleave(buckets, users_in_turn(buckets, spend))
+
+
+def interleave(buckets: Mapping[Hashable, Sequence[T]], users: Sequence[Hashable]) -> list[T]:
+    """:func:`round_robin` with its users already in turn order (:func:`users_in_turn`)."""
     if len(users) == 1:
         return list(buckets[users[0]])
     # Round k is one list, filled a user at a time: ``map`` appends each of a user's items to
@@ -140,21 +150,51 @@ def interleave_by_user(items: Iterable[T], user_of: Callable[[T], str], spend: M
     return round_robin(buckets, spend)
 
 
-def scheduling_order(queues: Sequence[JobQueue], spend: Mapping[str, int]) -> dict[Band, list[TaskSnapshot]]:
-    """The passed tasks of ``queues`` (already in job priority order), per effective band.
+def scheduling_order(
+    queues: Sequence[JobQueue], spend: Mapping[str, int]
+) -> tuple[dict[Band, list[TaskSnapshot]], dict[Band, list[JobQueue]]]:
+    """The passed tasks of ``queues`` (already in job priority order), per effective band; and
+    per band, its gang queues in the order of their first task in that band's list.
 
     Bands never mix: each band's list is interleaved across users on its own. Returns the
-    non-empty bands in rank order.
+    non-empty bands in rank order. A task ``i`` places into its user's bucket comes in round
+    ``i`` of :func:`round_robin`, after the tasks of the users before its own in turn order:
+    a gang's first task comes before another's when its offset is lower, or equal with its
+    user earlier in turn. (Placement takes a band's gangs in this order; finding it by walking
+    the band's whole list cost a pass over every task.)
     """
     per_band: dict[Band, dict[str, list[TaskSnapshot]]] = {}
+    # Per band: (the offset of a gang's first task in its user's bucket, the user, its queue).
+    gang_firsts: dict[Band, list[tuple[int, str, JobQueue]]] = {}
     for queue in queues:
         if queue.passed:
             users = per_band.get(queue.band)
             if users is None:
                 users = per_band[queue.band] = {}
-            bucket = users.get(queue.spec.user)
+            user = queue.spec.user
+            bucket = users.get(user)
             if bucket is None:
-                users[queue.spec.user] = list(queue.passed)
+                users[user] = list(queue.passed)
+                if queue.gang:
+                    gang_firsts.setdefault(queue.band, []).append((0, user, queue))
             else:
+                if queue.gang:
+                    gang_firsts.setdefault(queue.band, []).append((len(bucket), user, queue))
                 bucket.extend(queue.passed)
-    return {band: round_robin(per_band[band], spend) for band in BANDS_IN_ORDER if band in per_band}
+    bands: dict[Band, list[TaskSnapshot]] = {}
+    gangs: dict[Band, list[JobQueue]] = {}
+    for band in BANDS_IN_ORDER:
+        if band not in per_band:
+            continue
+        in_turn = users_in_turn(per_band[band], spend)
+        bands[band] = interleave(per_band[band], in_turn)
+        firsts = gang_firsts.get(band)
+        if not firsts:
+            continue
+        turn = {user: i for i, user in enumerate(in_turn)}
+        # (offset, turn) as one int, unique (one user's gangs start at different offsets):
+        # sorting small ints is far cheaper than sorting tuples built by a key function.
+        n = len(in_turn)
+        keys = [offset * n + turn[user] for offset, user, _ in firsts]
+        gangs[band] = [firsts[i][2] for i in sorted(range(len(firsts)), key=keys.__getitem__)]
+    return bands, gangs

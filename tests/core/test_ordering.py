@@ -5,8 +5,8 @@ import random
 import pytest
 
 from scheduler.core.bands import Band
-from scheduler.core.decision import decide
-from scheduler.core.ordering import gated_queue, interleave_by_user, job_sort_key, sort_jobs
+from scheduler.core.decision import _group_tasks, decide
+from scheduler.core.ordering import gated_queue, interleave_by_user, job_sort_key, scheduling_order, sort_jobs
 from scheduler.core.types import JobState, TaskState
 from tests.core.builders import NOW, budget, cluster, job, placed, reason_text, running, task, worker
 
@@ -203,3 +203,55 @@ def test_interleave_by_user_goes_on_with_the_users_left_after_short_buckets_end(
         ("c", 2),
         ("b", 3),
     ]
+
+
+def test_group_tasks_finds_the_jobs_whose_pending_tasks_come_out_of_index_order():
+    # /a/x goes back to an index below its last when it comes back after /a/y; /a/z is out of
+    # order within its own run; /a/y comes back in order; running tasks do not count.
+    tasks = [
+        task("/a/x/0", "pending"),
+        task("/a/x/2", "pending"),
+        task("/a/y/0", "pending"),
+        task("/a/x/1", "pending"),
+        task("/a/y/1", "pending"),
+        task("/a/z/1", "pending"),
+        task("/a/z/0", "pending"),
+        task("/a/w/3", "pending"),
+        running("/a/w/0", "w1"),
+        task("/a/w/4", "pending"),
+    ]
+    pending, active, _, out_of_order = _group_tasks(tasks)
+    assert out_of_order == {"/a/x", "/a/z"}
+    assert {job_id: [t.id for t in ts] for job_id, ts in pending.items()} == {
+        "/a/x": ["/a/x/0", "/a/x/2", "/a/x/1"],
+        "/a/y": ["/a/y/0", "/a/y/1"],
+        "/a/z": ["/a/z/1", "/a/z/0"],
+        "/a/w": ["/a/w/3", "/a/w/4"],
+    }
+    assert list(active) == ["/a/w"]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_scheduling_order_gives_each_bands_gangs_in_order_of_their_first_task(seed):
+    rng = random.Random(seed)
+    users = [f"u{i}" for i in range(rng.randint(1, 5))]
+    spend = {user: rng.randint(0, 3) for user in users if rng.random() < 0.8}
+    queues = []
+    for i in range(rng.randint(1, 40)):
+        gang = rng.random() < 0.4
+        spec = job(
+            f"/{rng.choice(users)}/j{i}",
+            band=rng.choice([Band.PRODUCTION, Band.INTERACTIVE, Band.BATCH]),
+            replicas=rng.randint(1, 4),
+            group_by="tpu-name" if gang else None,
+        )
+        tasks = [task(f"{spec.id}/{k}", "pending") for k in range(spec.replicas)]
+        queues.append(gated_queue(spec, spec.band, tasks, NOW, rng.choice([0, 1, 2])))
+    bands, gangs = scheduling_order(queues, spend)
+    for band, tasks in bands.items():
+        firsts = {}
+        for t in tasks:
+            firsts.setdefault(t.job_id, t)
+        expected = [job_id for job_id in firsts if any(q.spec.id == job_id and q.gang for q in queues)]
+        assert [q.spec.id for q in gangs.get(band, [])] == expected
+    assert set(gangs) <= set(bands)

@@ -267,28 +267,23 @@ def explain_pending(
     # Reasons are immutable, so jobs with equal ones share one object: (tasks ahead or 0, the
     # cause's and the downgrade's identities) -> the reason of a job's first unplaced task.
     head_reasons: dict[tuple[int, int, int], PendingReason] = {}
-    solo_causes: dict[Shape, tuple[Cause, bool]] = {}
+    # A solo job's shape, or a gang's (shape, group_by, size) -> (its cause, whether its first
+    # unplaced task waits behind the tasks placed ahead of it when any were): the same for
+    # every job of the shape (the explainer and ``never`` memoise per shape too; this saves
+    # their calls and the tests on the cause for each job).
+    causes: dict[object, tuple[Cause, bool]] = {}
     for queue in queues:
         job_id = queue.spec.id
         found = unplaced_of.get(job_id)
         if found is not None:
             before, unplaced = found
             downgrade = downgrades.get(job_id)
-            passed = queue.passed
-            if queue.gang:
-                cause, fit_at_start = explainer.gang_cause(queue.shape, queue.spec.group_by, len(passed))
-            else:
-                # The explainer memoises per shape too; this saves its call for each job.
-                found = solo_causes.get(queue.shape)
-                if found is None:
-                    found = solo_causes[queue.shape] = explainer.solo_cause(queue.shape)
-                cause, fit_at_start = found
-            if not fit_at_start and not isinstance(cause, RoomFreedThisTick):
-                never = explainer.never(queue.shape, queue.spec, isinstance(cause, IMPOSSIBLE_AS_IS))
-                if never is not None:
-                    cause = never
-            base = cause
-            behind = before if fit_at_start and before and not isinstance(cause, RoomFreedThisTick) else 0
+            key = (queue.shape, queue.spec.group_by, len(queue.passed)) if queue.gang else queue.shape
+            resolved = causes.get(key)
+            if resolved is None:
+                resolved = causes[key] = _job_cause(queue, explainer)
+            base, waits_behind = resolved
+            behind = before if waits_behind else 0
             head = head_reasons.get((behind, id(base), id(downgrade)))
             if head is None:
                 head = pending_reason(waiting_behind(behind, base) if behind else base, downgrade)
@@ -303,6 +298,22 @@ def explain_pending(
                     exhausted_reasons[(id(base), id(downgrade))] = rest
                 shared.append((unplaced[1:], rest))
     return shared
+
+
+def _job_cause(queue: JobQueue, explainer: Explainer) -> tuple[Cause, bool]:
+    """(why ``queue``'s first unplaced task waits, whether it waits behind the tasks placed
+    ahead of it): it does when it would have fit at tick start and nothing was freed this tick."""
+    if queue.gang:
+        cause, fit_at_start = explainer.gang_cause(queue.shape, queue.spec.group_by, len(queue.passed))
+    else:
+        cause, fit_at_start = explainer.solo_cause(queue.shape)
+    if isinstance(cause, RoomFreedThisTick):
+        return cause, False
+    if not fit_at_start:
+        never = explainer.never(queue.shape, queue.spec, isinstance(cause, IMPOSSIBLE_AS_IS))
+        if never is not None:
+            cause = never
+    return cause, fit_at_start
 
 
 def pending_queue(decision: Decision) -> dict[Band, list[str]]:
