@@ -12,7 +12,7 @@ from django.conf import settings
 
 from scheduler.core.bands import Band
 from scheduler.core.feasibility import HeldWork
-from scheduler.core.placement import worker_attributes
+from scheduler.core.constraints import worker_attributes
 from scheduler.core.types import Device, DeviceType, WorkerSpec
 from scheduler.store.job_rows import device_from_columns
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from scheduler.core.bands import Band
 from scheduler.core.decision import decide
 from scheduler.core.feasibility import analyse_job, any_fits_when_idle
-from scheduler.core.placement import constraint_matches, hard_constraints, request_tuple, worker_attributes
+from scheduler.core.constraints import constraint_matches, hard_constraints, request_tuple, worker_attributes
 from scheduler.core.types import (
     ACTIVE_STATES,
     ClusterSnapshot,

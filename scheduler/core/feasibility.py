@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from scheduler.core.bands import Band
 from scheduler.core.preemption import may_evict
-from scheduler.core.placement import constraint_matches, hard_constraints, request_tuple, worker_attributes
+from scheduler.core.constraints import constraint_matches, hard_constraints, request_tuple, worker_attributes
 from scheduler.core.types import Constraint, ConstraintOp, Device, DeviceType, GroupSpec, JobSpec, WorkerSpec
 
 # Worker attribute naming the zone (the same key the TPU demand matches scale groups on).

@@ -51,7 +51,7 @@ from scheduler.core.budget import effective_band
 from scheduler.core.decision import placements
 from scheduler.core.feasibility import HeldWork
 from scheduler.core.ordering import job_sort_key
-from scheduler.core.placement import (
+from scheduler.core.constraints import (
     constraint_matches,
     hard_constraints,
     request_tuple,

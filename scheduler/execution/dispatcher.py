@@ -47,7 +47,7 @@ from scheduler.execution.outbox import (
 )
 from scheduler.models import Attempt, DispatchIntent
 from scheduler.foundation import instruments
-from scheduler.core.placement import request_tuple
+from scheduler.core.constraints import request_tuple
 from scheduler.store import lease
 from scheduler.store.job_rows import device_from_columns, job_resources, resource_fields, resources_from_columns
 from scheduler.store.states import ACTIVE_VALUES

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from scheduler.core.bands import Band
 from scheduler.core.decision import decide
-from scheduler.core.placement import request_tuple
+from scheduler.core.constraints import request_tuple
 from scheduler.core.types import ACTIVE_STATES, BUILDING_STATES, ClusterSnapshot, TaskSnapshot, TaskState
 from scheduler.core.wire import decision_to_json, snapshot_from_json, snapshot_to_json
 from tests.core.builders import budget, cluster, eq, job, task, worker
