@@ -55,3 +55,8 @@ def position_class(position: int) -> int:
     changes, so a 100,000-task queue does not write 100,000 events every tick as it moves up by
     one; a waiter still hears each order-of-magnitude step, and the head."""
     return 0 if position <= 1 else len(str(position - 1))
+
+
+def last_position_of_class(cls: int) -> int:
+    """The last queue position in class ``cls`` (:func:`position_class`): 1, 10, 100, ..."""
+    return 10**cls if cls else 1

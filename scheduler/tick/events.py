@@ -296,8 +296,8 @@ def _queue_events(
         positions = list(map(first_position.__getitem__, names))
         start, cls = 0, 0
         while start < len(names):
-            # The run of class ``cls`` (``kinds.position_class``): position 1, then up to 10**cls.
-            end = bisect_right(positions, 10**cls if cls else 1, start)
+            # The run of class ``cls`` (``kinds.position_class``).
+            end = bisect_right(positions, kinds.last_position_of_class(cls), start)
             recorded = (rank, cls)
             differ = compress(range(start, end), map(ne, map(memory.get, names[start:end]), repeat(recorded)))
             for i in differ:

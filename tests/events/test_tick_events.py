@@ -15,7 +15,7 @@ from django.utils import timezone
 from scheduler.core.bands import Band
 from scheduler.core.explain import queued_jobs
 from scheduler.events import kinds
-from scheduler.events.kinds import position_class
+from scheduler.events.kinds import last_position_of_class, position_class
 from scheduler.events.retention import prune_events
 from scheduler.events.sequence import sequence_events
 from scheduler.models import Event
@@ -32,6 +32,13 @@ pytestmark = pytest.mark.django_db
 )
 def test_position_classes_are_the_head_then_powers_of_ten(position, cls):
     assert position_class(position) == cls
+
+
+def test_each_class_ends_at_its_last_position():
+    """The events pass finds a class's run of positions by its last one: the two rules agree."""
+    for cls in range(6):
+        last = last_position_of_class(cls)
+        assert position_class(last) == cls and position_class(last + 1) == cls + 1
 
 
 def queued(job: str) -> list[dict]:
