@@ -30,6 +30,7 @@ from scheduler.core.types import (
     task_snapshot,
     worker_spec,
 )
+from scheduler.core.wire.columns import all_job_ids, by_id
 from scheduler.core.wire.fields import (
     BANDS_BY_WIRE,
     SnapshotError,
@@ -326,22 +327,10 @@ JOB_KEYS = frozenset(
 
 def _jobs(raw: Any, path: str) -> dict[str, JobSpec]:
     items = json_list(raw, path)
-    parsed: dict[str, tuple[int, dict]] = {}
-    match = JOB_ID.match
-    for i, item in enumerate(items):
-        if item.__class__ is dict and JOB_KEYS.issuperset(item):
-            job_id = item.get("id")
-            if job_id.__class__ is str and job_id not in parsed and match(job_id):
-                parsed[job_id] = (i, item)
-                continue
-        p = f"{path}[{i}]"
-        item = json_object(item, p, JOB_KEYS)
-        job_id = json_str(item.get("id"), p, "id")
-        if not match(job_id):
-            raise fail(f"{p}.id", "expected a job id like /user/name or /user/name/child")
-        if job_id in parsed:
-            raise fail(f"{p}.id", f"duplicate job id {job_id!r}")
-        parsed[job_id] = (i, item)
+    # Usually every job is in its usual shape, checked a pass at a time over all of them.
+    parsed = by_id(items, JOB_KEYS)
+    if parsed is None or not all_job_ids(parsed.keys()):
+        parsed = _jobs_by_id(items, path)
 
     bands: dict[str, Band] = {}
 
@@ -377,6 +366,23 @@ def _jobs(raw: Any, path: str) -> dict[str, JobSpec]:
             job = _job(job_id, i, item, path, parsed, band_of, shared)
         jobs[job_id] = job
     return jobs
+
+
+def _jobs_by_id(items: list, path: str) -> dict[str, tuple[int, dict]]:
+    """``{id: (position, item)}``, each job's shape and id checked in order (the first problem
+    raises). Only a list with a problem (or, ``columns`` being strict, an id of a ``str``
+    subclass or one ending in a newline, which ``JOB_ID``'s ``$`` allows) comes here."""
+    parsed: dict[str, tuple[int, dict]] = {}
+    for i, item in enumerate(items):
+        p = f"{path}[{i}]"
+        item = json_object(item, p, JOB_KEYS)
+        job_id = json_str(item.get("id"), p, "id")
+        if not JOB_ID.match(job_id):
+            raise fail(f"{p}.id", "expected a job id like /user/name or /user/name/child")
+        if job_id in parsed:
+            raise fail(f"{p}.id", f"duplicate job id {job_id!r}")
+        parsed[job_id] = (i, item)
+    return parsed
 
 
 def _job_fast(
