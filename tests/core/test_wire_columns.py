@@ -1,4 +1,4 @@
-"""The reader's whole-list checks (``wire/columns.py``) accept only what the per-item checks
+"""The reader's whole-list checks (``wire/columns.py``) and fast paths accept only what the per-item checks
 accept, and a snapshot reads (or is refused) the same whichever path takes it."""
 
 import pytest
@@ -115,3 +115,41 @@ def test_a_bad_job_after_good_ones_is_refused_as_the_per_item_checks_refuse_it(j
 def test_a_str_subclass_id_reads_as_before():
     snapshot = snapshot_from_json({"now_ms": 0, "jobs": [{"id": "/a/b"}, {"id": Id("/a/c")}]})
     assert list(snapshot.jobs) == ["/a/b", "/a/c"]
+
+
+@pytest.mark.parametrize("index", ["01", "00", "+1", "-1", " 1", "1 ", "1_0", "١", "²", "0x1", ""])
+def test_a_task_index_spelled_otherwise_is_refused(index):
+    # The listed tasks' fast path looks an index up by its one spelling; any other spelling
+    # takes the in-order checks, which refuse it as before.
+    doc = {"now_ms": 0, "jobs": [{"id": "/a/b", "replicas": 12}], "tasks": [{"id": f"/a/b/{index}"}]}
+    with pytest.raises(SnapshotError, match=r"tasks\[0\]\.id: expected <job id>/<index>"):
+        snapshot_from_json(doc)
+
+
+@pytest.mark.parametrize(("index", "replicas"), [("3", 3), ("12", 3), ("99999999999999999999", 3)])
+def test_a_task_index_past_its_jobs_replicas_is_refused(index, replicas):
+    doc = {
+        "now_ms": 0,
+        "jobs": [{"id": "/a/b", "replicas": replicas}, {"id": "/a/c", "replicas": 20}],
+        "tasks": [{"id": f"/a/b/{index}"}],
+    }
+    with pytest.raises(SnapshotError, match=rf"tasks\[0\]\.id: index {index} out of range"):
+        snapshot_from_json(doc)
+
+
+def test_listed_tasks_at_every_index_read_with_their_index():
+    doc = {
+        "now_ms": 0,
+        "workers": [{"id": "w", "cpu_millicores": 1, "memory_bytes": 1}],
+        "jobs": [{"id": "/a/b", "replicas": 12}, {"id": "/a/c", "replicas": 1}],
+        "tasks": [{"id": f"/a/b/{i}", "state": "running", "worker": "w"} for i in (11, 0, 10, 1)]
+        + [{"id": "/a/c/0", "state": "succeeded"}],
+    }
+    tasks = snapshot_from_json(doc).tasks
+    assert [(t.id, t.index, t.state.value) for t in tasks if t.worker or t.job_id == "/a/c"] == [
+        ("/a/b/0", 0, "running"),
+        ("/a/b/1", 1, "running"),
+        ("/a/b/10", 10, "running"),
+        ("/a/b/11", 11, "running"),
+        ("/a/c/0", 0, "succeeded"),
+    ]

@@ -593,6 +593,9 @@ def _tasks(raw: Any, path: str, jobs: Mapping[str, JobSpec], worker_ids: set[str
     states = TASK_STATES_BY_VALUE
     bands = BANDS_BY_WIRE
     active = ACTIVE_STATES
+    most = max((job.replicas for job in jobs.values()), default=0)
+    # Each index a task may have, by its one spelling (no sign or leading zeros, as TASK_INDEX).
+    index_of = {str(index): index for index in range(most)}
     for i, item in enumerate(json_list(raw, path)):
         # The common shape is checked inline; anything else (and every error) takes _task, which
         # checks the fields in order.
@@ -608,25 +611,22 @@ def _tasks(raw: Any, path: str, jobs: Mapping[str, JobSpec], worker_ids: set[str
             if task_id.__class__ is str and state.__class__ is str and (band is None or band.__class__ is str):
                 job_id, _, index_text = task_id.rpartition("/")
                 job = jobs.get(job_id)
+                index = index_of.get(index_text)
                 state = states.get(state)
                 band = None if band is None else bands.get(band, False)
                 if (
                     job is not None
+                    and index is not None
+                    and index < job.replicas
                     and state is not None
                     and band is not False
-                    # A decimal index without sign or leading zeros, as TASK_INDEX.
-                    and index_text.isdigit()
-                    and index_text.isascii()
-                    and (index_text[0] != "0" or index_text == "0")
                     and task_id not in listed
                     and (worker is None or (worker.__class__ is str and worker in worker_ids and state in active))
                     and (unfinished is None or (unfinished.__class__ is str and unfinished in worker_ids))
                     and count.__class__ is int
                     and count >= 0
                 ):
-                    index = int(index_text)
-                    if index < job.replicas:
-                        task = task_snapshot(task_id, job_id, index, state, worker, band, count, unfinished)
+                    task = task_snapshot(task_id, job_id, index, state, worker, band, count, unfinished)
         if task is None:
             task = _task(item, f"{path}[{i}]", jobs, worker_ids, listed)
         listed[task.id] = task
@@ -635,7 +635,7 @@ def _tasks(raw: Any, path: str, jobs: Mapping[str, JobSpec], worker_ids: set[str
     pending = TaskState.PENDING
     listed_jobs = {task.job_id for task in listed.values()}
     # "/0", "/1", ...: a task id is its job id and one of these (cheaper than formatting each).
-    suffixes = [f"/{index}" for index in range(max((job.replicas for job in jobs.values()), default=0))]
+    suffixes = [f"/{index}" for index in range(most)]
     for job in jobs.values():
         job_id = job.id
         if job_id not in listed_jobs:
