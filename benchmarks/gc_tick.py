@@ -12,7 +12,7 @@ the collections its first allocations after the pause start) or ``after`` (from 
 return to the next tick: the benchmark's churn and restore, standing in for what a production tick
 process, a Celery prefork pool process, does between ticks: dispatch, sequencing events).
 After each tick's row of bench_tick it prints ``# gc in tick`` (the collections of that tick:
-generation, count, CPU ms, objects collected) and how many objects each generation holds when
+generation, count, CPU ms, objects scanned, objects collected) and how many objects each generation holds when
 ``run_tick`` returns (``gc.get_objects(generation)``, counted with the collector off, and the
 frozen count), and on a tree with ``scheduler.tick.collector.collect_if_due`` the full collection
 that runs if due (``# gc collect_if_due``: the tick's Celery task runs it after the tick); before
@@ -36,35 +36,43 @@ sys.path.insert(0, ROOT)
 
 from benchmarks.cpu_parts import run_bench_tick  # noqa: E402
 
-# (generation, cpu ms, collected) of each collection, by where it ran.
-collections: dict[str, list[tuple[int, float, int]]] = {"in tick": [], "after": [], "due": []}
+# (generation, cpu ms, objects scanned, collected) of each collection, by where it ran.
+collections: dict[str, list[tuple[int, float, int, int]]] = {"in tick": [], "after": [], "due": []}
 where = ["after"]
 started = [0.0]
+scanned = [0]
 
 
 def time_collections(phase: str, info: dict) -> None:
     if phase == "start":
+        # The objects this collection scans: those in its generation and the younger ones
+        # (counted before its clock starts; the steadier figure on a shared host).
+        scanned[0] = sum(len(gc.get_objects(generation)) for generation in range(info["generation"] + 1))
         started[0] = time.process_time()
     else:
-        collections[where[0]].append((info["generation"], (time.process_time() - started[0]) * 1000, info["collected"]))
+        collections[where[0]].append(
+            (info["generation"], (time.process_time() - started[0]) * 1000, scanned[0], info["collected"])
+        )
 
 
-def summary(rows: list[tuple[int, float, int]]) -> str:
+def summary(rows: list[tuple[int, float, int, int]]) -> str:
     if not rows:
         return "none"
-    by_generation: dict[int, list[float]] = defaultdict(lambda: [0, 0.0, 0])
-    for generation, ms, collected in rows:
+    by_generation: dict[int, list[float]] = defaultdict(lambda: [0, 0.0, 0, 0])
+    for generation, ms, objects, collected in rows:
         parts = by_generation[generation]
         parts[0] += 1
         parts[1] += ms
-        parts[2] += collected
-    total = sum(ms for _, ms, _ in rows)
+        parts[2] += objects
+        parts[3] += collected
+    total = sum(ms for _, ms, _, _ in rows)
+    objects = sum(objects for _, _, objects, _ in rows)
     return (
         ", ".join(
-            f"gen{g} {n}x {ms:.1f} ms ({collected} collected)"
-            for g, (n, ms, collected) in sorted(by_generation.items())
+            f"gen{g} {n}x {ms:.1f} ms, {count:,} scanned ({collected} collected)"
+            for g, (n, ms, count, collected) in sorted(by_generation.items())
         )
-        + f"; total {total:.1f} ms"
+        + f"; total {total:.1f} ms, {objects:,} objects scanned"
     )
 
 

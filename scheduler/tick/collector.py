@@ -9,18 +9,20 @@ Generation 2 is collected (a full collection, which scans every object) only whe
 a quarter of what the last full collection kept: a full collection's cost stays proportional to
 the objects made old since the last one.
 
-The tick runs with the collector paused (``scheduler.core.decision.collector_paused``), so everything it made and
-kept (the cluster rows it keeps for the next tick, the remembered decision, the publication) is
-still in generation 0 when it ends, and the first allocation after it starts a collection of
-generation 0 that scans all of that (100-150 ms after a first or burst tick at 100,000 tasks),
-and a later collection of generation 1 scans it again. :func:`make_survivors_old` moves them
-into generation 2 without scanning them (``gc.freeze()`` then ``gc.unfreeze()``: two list
-splices) and counts them itself, since CPython does not count objects moved that way as pending;
-:func:`collect_if_due` runs the full collection CPython's rule would have run for them, at a point
-its caller chooses (the tick's Celery task, after the tick). A reference cycle made during the
-tick and left unreachable is therefore collected by the next full collection, as any cycle in
-generation 2 is; the objects counted are at least the growth of the heap made old this way, so
-garbage left by ticks is at most a quarter of what the last full collection kept.
+The tick runs with the collector paused (``scheduler.core.decision.collector_paused``), so
+everything it made and kept (the cluster rows it keeps for the next tick, the remembered
+decision, the publication) is still in generation 0 when it ends: the first allocation after it
+started a collection that scanned all of that (30-150 ms at 100,000 tasks; a collection of
+generation 1 when one was due), and a later collection of generation 1 scanned it again.
+:func:`make_survivors_old` moves it into generation 2 without a scan (``gc.freeze()`` then
+``gc.unfreeze()``: two list splices) and counts it, since CPython does not count objects moved
+that way as pending; :func:`collect_if_due` runs the full collection CPython's rule would have
+run for them, where its caller chooses (the tick's Celery task, after the tick). A reference
+cycle the tick leaves unreachable is collected by the next full collection, as any cycle in
+generation 2 is. What is counted is at least the heap's growth through the ticks, so where
+``collect_if_due`` runs after the ticks, the cycles they leave uncollected stay under a quarter
+of what the last full collection kept (the few objects generation 1 held when a tick ended are
+made old uncounted: the survivors of at most ten collections of generation 0).
 """
 
 from __future__ import annotations
