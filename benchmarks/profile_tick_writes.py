@@ -18,8 +18,9 @@ the locks; and, though the line says "write-phase", the phases around it: ``load
 (of which the rows taken in, ``ClusterRows._take_tasks`` and ``_take_jobs``) and ``decide``.
 ``--profile-writes`` (bench_tick's) gives the server's side of the first tick. ``gc`` is the
 CPU of the cyclic garbage collector's runs inside the timed tick: the tick pauses the collector
-(``scheduler.tick.run``), so this is mostly the collection that its first allocation after the
-pause starts, over what the tick left alive. ``ClusterRows._read_workers`` is the workers' part
+(``scheduler.tick.run``), so on trees before ``gc33`` this is mostly the collection that its first
+allocation after the pause starts, over what the tick left alive (since ``gc33`` that is made old
+without a scan: ``scheduler.tick.collector``; ``benchmarks/gc_tick.py`` times every collection). ``ClusterRows._read_workers`` is the workers' part
 of a whole read.
 Parts a tree does not have are left out, so the same script profiles an older tree.
 """

@@ -22,6 +22,7 @@ from scheduler.provisioning.sync import sync_backends
 from scheduler.provisioning.tpu import provision_tpu as provision_tpu_slices
 from scheduler.tick.estimates import estimate_start_times_if_due
 from scheduler.tick.history import prune_history as prune_history_by_settings
+from scheduler.tick.collector import collect_if_due
 from scheduler.tick.run import run_tick
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,9 @@ def tick(scheduled: bool = False) -> None:
             run_tick()
         finally:
             end_prompt_tick()
+        # After the tick, not inside it: the full collection its survivors, made old without a
+        # scan, may have made due (scheduler.tick.collector).
+        collect_if_due()
 
 
 @shared_task(name="scheduler.expire_uplifts", ignore_result=True)
