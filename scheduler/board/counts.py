@@ -208,9 +208,10 @@ class LiveCounts:
         self.by_user: dict[str, list[int]] = {}  # [pending, active, jobs with either]
         self.live_of_job: dict[str, int] = {}  # pending + active tasks
         self.per_worker: dict[str, dict[tuple[str, int, str, str, bool], int]] = {}
-        # Active tasks with a stamped band per (band rank, user): (tasks, their resource value),
-        # what the fairness sample's running values start from (``core.fairness.left_running``).
-        self.running: dict[tuple[int, str], tuple[int, int]] = {}
+        # The resource value of the active tasks with a stamped band, per band rank and user
+        # (beside ``by_band_user``, which counts them): what the fairness sample's running
+        # values start from (``core.fairness.left_running``).
+        self.worth_by_band_user: dict[int, dict[str, int]] = {}
 
     @classmethod
     def of(cls, tasks: Iterable[tuple[str, TaskKey | None]]) -> LiveCounts:
@@ -320,32 +321,31 @@ class LiveCounts:
             else:
                 del table[state]
             if band is not None:
-                running = self.running
-                at = (band, user)
-                tasks, worth = running.get(at, _NONE_RUNNING)
-                if tasks + n:
-                    running[at] = (tasks + n, worth + n * value)
-                else:
-                    del running[at]
                 users = self.by_band_user.get(band)
                 if users is None:
                     users = self.by_band_user[band] = {}
+                    worths = self.worth_by_band_user[band] = {}
+                else:
+                    worths = self.worth_by_band_user[band]
                 left = users.get(user, 0) + n
                 if left:
                     users[user] = left
+                    worths[user] = worths.get(user, 0) + n * value
                 elif len(users) == 1:
                     del self.by_band_user[band]
+                    del self.worth_by_band_user[band]
                 else:
                     del users[user]
+                    del worths[user]
         if n < 0 and not (counts[0] or counts[1] or counts[2]):
             del by_user[user]
 
     def left_running(self, decision: Decision) -> dict[tuple[int, str], tuple[int, int]]:
         """``core.fairness.left_running`` of the tasks counted here (the snapshot's, before
-        this tick's changes are set): the running tasks less those the decision stops. A copy
-        of a table per (band, user), then a step per task the decision stops: its cost follows
+        this tick's changes are set): the running tasks less those the decision stops. The
+        tables per band and user, then a step per task the decision stops: its cost follows
         the decision's changes and the users, not the running tasks or their jobs."""
-        running = dict(self.running)
+        running = self.running()
         of_task = self.of_task
         for task_id, moved in decision.after.items():
             if moved.state not in ACTIVE_STATES:
@@ -359,6 +359,16 @@ class LiveCounts:
                         del running[at]
         return running
 
+    def running(self) -> dict[tuple[int, str], tuple[int, int]]:
+        """``{(stamped band rank, user): (active tasks, their resource value)}``."""
+        worth_by_band_user = self.worth_by_band_user
+        return {
+            (band, user): (n, worths[user])
+            for band, users in self.by_band_user.items()
+            for worths in (worth_by_band_user[band],)
+            for user, n in users.items()
+        }
+
     def published(self) -> tuple[dict, dict[str, dict[tuple[str, int, str, str, bool], int]]]:
         """``(active_counts(...), per_worker)``: copies, the caller's to keep."""
         return {
@@ -366,6 +376,3 @@ class LiveCounts:
             "by_state": dict(self.by_state),
             "by_user": {user: list(counts) for user, counts in self.by_user.items()},
         }, {worker: dict(held) for worker, held in self.per_worker.items()}
-
-
-_NONE_RUNNING = (0, 0)

@@ -229,8 +229,8 @@ def test_counts_updated_from_changes_equal_a_full_count_after_every_tick(ticks):
         assert whole.published() == counts.published()
         assert whole.of_task == counts.of_task
         # The running tasks and their value per (stamped band, user), the fairness sample's start.
-        assert counts.running == running_after(snapshot, decision, kept)
-        assert whole.running == counts_by_one.running == counts_skipping.running == counts.running
+        assert counts.running() == running_after(snapshot, decision, kept)
+        assert whole.running() == counts_by_one.running() == counts_skipping.running() == counts.running()
         assert (
             counts.published()
             == LiveCounts.of(
