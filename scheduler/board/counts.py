@@ -18,6 +18,7 @@ from itertools import chain
 from typing import NamedTuple
 
 from scheduler.core.bands import Band
+from scheduler.core.budget import resource_value
 from scheduler.core.kueue import KueueInput
 from scheduler.core.types import ACTIVE_STATES, ClusterSnapshot, Decision, JobSpec, TaskAfter, TaskSnapshot, TaskState
 
@@ -113,19 +114,20 @@ def active_counts(
 
 
 # A task's part in the counts: (job, user, stamped band rank or None, state value, worker or
-# None, the holder's kind of work: device type, variant, gang) while it is pending or active;
-# None otherwise. Pending tasks count no band, worker or kind.
-TaskKey = tuple[str, str, int | None, str, str | None, tuple[str, str, bool] | None]
+# None, the holder's kind of work: device type, variant, gang, the task's resource value) while
+# it is pending or active; None otherwise. Pending tasks count no band, worker, kind or value.
+TaskKey = tuple[str, str, int | None, str, str | None, tuple[str, str, bool] | None, int]
 
 
 def task_key(job: JobSpec, state: TaskState, band: Band | None, worker: str | None) -> TaskKey | None:
     """A task of ``job``'s part in the counts, from its state, stamped band and worker."""
     if state is PENDING:
-        return (job.id, job.user, None, PENDING_VALUE, None, None)
+        return (job.id, job.user, None, PENDING_VALUE, None, None, 0)
     if state is RUNNING or state is ASSIGNED or state is BUILDING:
         device = job.resources.device
         kind = (device.type.value, device.variant or "", job.group_by is not None)
-        return (job.id, job.user, None if band is None else int(band), state.value, worker, kind)
+        value = resource_value(job.resources)
+        return (job.id, job.user, None if band is None else int(band), state.value, worker, kind, value)
     return None
 
 
@@ -151,7 +153,10 @@ def task_keys(
     keys: list[TaskKey | None] = []
     append = keys.append
     pending_key: dict[str, TaskKey] = {}
-    heads: dict[str, tuple[str, tuple[str, str, bool]]] = {}  # job id -> (user, kind)
+    heads: dict[str, tuple[str, tuple[str, str, bool], int]] = {}  # job id -> (user, kind, value)
+    # Values once per request object (the tick's job rows share one per shape: a burst's
+    # 30,000 new jobs have a handful): id -> value, the jobs kept alive by ``jobs``.
+    value_of_request: dict[int, int] = {}
     for job_id, now in zip(job_ids, states):
         if now is None:
             append(None)
@@ -160,7 +165,7 @@ def task_keys(
         if state is PENDING:
             key = pending_key.get(job_id)
             if key is None:
-                key = pending_key[job_id] = (job_id, jobs(job_id).user, None, PENDING_VALUE, None, None)
+                key = pending_key[job_id] = (job_id, jobs(job_id).user, None, PENDING_VALUE, None, None, 0)
             append(key)
             continue
         if state is RUNNING:
@@ -175,10 +180,18 @@ def task_keys(
         head = heads.get(job_id)
         if head is None:
             job = jobs(job_id)
-            device = job.resources.device
-            head = heads[job_id] = (job.user, (device.type.value, device.variant or "", job.group_by is not None))
+            resources = job.resources
+            device = resources.device
+            worth = value_of_request.get(id(resources))
+            if worth is None:
+                worth = value_of_request[id(resources)] = resource_value(resources)
+            head = heads[job_id] = (
+                job.user,
+                (device.type.value, device.variant or "", job.group_by is not None),
+                worth,
+            )
         band = now.band
-        append((job_id, head[0], None if band is None else int(band), value, now.worker, head[1]))
+        append((job_id, head[0], None if band is None else int(band), value, now.worker, head[1], head[2]))
     return keys
 
 
@@ -195,9 +208,10 @@ class LiveCounts:
         self.by_user: dict[str, list[int]] = {}  # [pending, active, jobs with either]
         self.live_of_job: dict[str, int] = {}  # pending + active tasks
         self.per_worker: dict[str, dict[tuple[str, int, str, str, bool], int]] = {}
-        # Active tasks with a stamped band per (band rank, job): what the fairness sample's
-        # running values start from (``core.fairness.left_running``).
-        self.running: dict[tuple[int, str], int] = {}
+        # The resource value of the active tasks with a stamped band, per band rank and user
+        # (beside ``by_band_user``, which counts them): what the fairness sample's running
+        # values start from (``core.fairness.left_running``).
+        self.worth_by_band_user: dict[int, dict[str, int]] = {}
 
     @classmethod
     def of(cls, tasks: Iterable[tuple[str, TaskKey | None]]) -> LiveCounts:
@@ -254,14 +268,14 @@ class LiveCounts:
         The tables are sums, so net counts leave them as adding task by task would, and no
         count goes below zero on the way: each part's net count leaves it at its final value.
         """
-        by_job: dict[tuple[str, str, int | None, str], int] = {}
+        by_job: dict[tuple[str, str, int | None, str, int], int] = {}
         get = by_job.get
         per_worker = self.per_worker
         for key, n in net.items():
             if not n:
                 continue
-            job, user, band, state, worker, kind = key
-            at = (job, user, band, state)
+            job, user, band, state, worker, kind, value = key
+            at = (job, user, band, state, value)
             by_job[at] = get(at, 0) + n
             if worker is None or band is None:  # pending, or active with no stamped band
                 continue
@@ -277,11 +291,11 @@ class LiveCounts:
             else:
                 del held[holder]
         add = self._add
-        for (job, user, band, state), n in by_job.items():
+        for (job, user, band, state, value), n in by_job.items():
             if n:
-                add(job, user, band, state, n)
+                add(job, user, band, state, value, n)
 
-    def _add(self, job: str, user: str, band: int | None, state: str, n: int) -> None:
+    def _add(self, job: str, user: str, band: int | None, state: str, value: int, n: int) -> None:
         by_user = self.by_user
         counts = by_user.get(user)
         if counts is None:
@@ -301,43 +315,59 @@ class LiveCounts:
         else:
             counts[1] += n
             table = self.by_state
-            value = table.get(state, 0) + n
-            if value:
-                table[state] = value
+            left = table.get(state, 0) + n
+            if left:
+                table[state] = left
             else:
                 del table[state]
             if band is not None:
-                table = self.running
-                at = (band, job)
-                value = table.get(at, 0) + n
-                if value:
-                    table[at] = value
-                else:
-                    del table[at]
                 users = self.by_band_user.get(band)
                 if users is None:
                     users = self.by_band_user[band] = {}
-                value = users.get(user, 0) + n
-                if value:
-                    users[user] = value
+                    worths = self.worth_by_band_user[band] = {}
+                else:
+                    worths = self.worth_by_band_user[band]
+                left = users.get(user, 0) + n
+                if left:
+                    users[user] = left
+                    worths[user] = worths.get(user, 0) + n * value
                 elif len(users) == 1:
                     del self.by_band_user[band]
+                    del self.worth_by_band_user[band]
                 else:
                     del users[user]
+                    del worths[user]
         if n < 0 and not (counts[0] or counts[1] or counts[2]):
             del by_user[user]
 
-    def left_running(self, decision: Decision) -> dict[tuple[int, str], int]:
+    def left_running(self, decision: Decision) -> dict[tuple[int, str], tuple[int, int]]:
         """``core.fairness.left_running`` of the tasks counted here (the snapshot's, before
-        this tick's changes are set): the running tasks less those the decision stops."""
-        running = dict(self.running)
+        this tick's changes are set): the running tasks less those the decision stops. The
+        tables per band and user, then a step per task the decision stops: its cost follows
+        the decision's changes and the users, not the running tasks or their jobs."""
+        running = self.running()
         of_task = self.of_task
         for task_id, moved in decision.after.items():
             if moved.state not in ACTIVE_STATES:
                 key = of_task.get(task_id)
                 if key is not None and key[2] is not None:
-                    _bump(running, (key[2], key[0]), -1)
+                    at = (key[2], key[1])
+                    tasks, worth = running[at]
+                    if tasks > 1:
+                        running[at] = (tasks - 1, worth - key[6])
+                    else:
+                        del running[at]
         return running
+
+    def running(self) -> dict[tuple[int, str], tuple[int, int]]:
+        """``{(stamped band rank, user): (active tasks, their resource value)}``."""
+        worth_by_band_user = self.worth_by_band_user
+        return {
+            (band, user): (n, worths[user])
+            for band, users in self.by_band_user.items()
+            for worths in (worth_by_band_user[band],)
+            for user, n in users.items()
+        }
 
     def published(self) -> tuple[dict, dict[str, dict[tuple[str, int, str, str, bool], int]]]:
         """``(active_counts(...), per_worker)``: copies, the caller's to keep."""
@@ -346,11 +376,3 @@ class LiveCounts:
             "by_state": dict(self.by_state),
             "by_user": {user: list(counts) for user, counts in self.by_user.items()},
         }, {worker: dict(held) for worker, held in self.per_worker.items()}
-
-
-def _bump(table: dict, key, n: int) -> None:
-    value = table.get(key, 0) + n
-    if value:
-        table[key] = value
-    else:
-        del table[key]

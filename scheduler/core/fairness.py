@@ -28,7 +28,6 @@ The stored form is small: per band, per user, four integers (not per task).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from itertools import chain
 
 from scheduler.core.bands import Band
 from scheduler.core.budget import budget_limit, is_over_budget, resource_value
@@ -46,7 +45,7 @@ def fairness_sample(
     *,
     jobs_in_queue: Mapping[Band, list[str]] | None = None,
     job_counts: Mapping[int, Mapping[str, int]] | None = None,
-    running: Mapping[tuple[int, str], int] | None = None,
+    running: Mapping[tuple[int, str], tuple[int, int]] | None = None,
 ) -> dict:
     """The tick's fairness sample::
 
@@ -60,11 +59,12 @@ def fairness_sample(
     ``queue`` is ``pending_queue(decision)`` when the caller has it already, ``jobs_in_queue``
     its ``queued_jobs`` and ``job_counts`` their ``queued_job_counts``. ``running``, when given, is :func:`left_running` as the caller keeps
     it from tick to tick (``scheduler.board.publish``, from the counts of live work): then no
-    pass over the snapshot's tasks is made.
+    pass over the snapshot's tasks, or over the jobs that run, is made.
     """
     jobs = snapshot.jobs
-    # Counted per (band, job) first, then folded into users: the per-job work (resource value,
-    # owner) once per job. The per-task passes (the queue's jobs, counted) run at C speed.
+    # The assigned and queued tasks are counted per (band, job) first, then folded into users:
+    # the per-job work (resource value, owner) once per job. The per-task passes (the queue's
+    # jobs, counted) run at C speed. The running values come per (band, user) already.
     if running is None:
         running = left_running(snapshot, decision)
     placed: dict[tuple[int, str], int] = {}
@@ -77,16 +77,12 @@ def fairness_sample(
         jobs_in_queue = queued_jobs(queue)
     if job_counts is None:
         job_counts = queued_job_counts(jobs_in_queue)
-    waiting: dict[tuple[int, str], int] = {}
-    for rank, per_job in job_counts.items():
-        for job_id, n in per_job.items():
-            waiting[(rank, job_id)] = n
 
-    # Each job's owner and per-task value, once per job; values once per request object (the
-    # tick's job rows share one per shape: ``store.job_rows``).
+    # Each assigned or queued job's owner and per-task value, once per job; values once per
+    # request object (the tick's job rows share one per shape: ``store.job_rows``).
     facts: dict[str, tuple[str, int]] = {}
     value_of_request: dict[int, int] = {}
-    for job_id in {job_id for _, job_id in chain(running, placed, waiting)}:
+    for job_id in {job_id for _, job_id in placed}.union(*job_counts.values()):
         job = jobs.get(job_id)
         if job is None:
             facts[job_id] = (job_id.split("/", 2)[1], 0)
@@ -96,14 +92,9 @@ def fairness_sample(
             value = value_of_request[id(job.resources)] = resource_value(job.resources)
         facts[job_id] = (job.user, value)
 
-    # (band rank, user) -> [running value, pending, over, turn]
-    rows: dict[tuple[int, str], list[int]] = {}
-    for (band, job_id), n in running.items():
-        user, value = facts[job_id]
-        r = rows.get((band, user))
-        if r is None:
-            r = rows[(band, user)] = [0, 0, 0, 0]
-        r[0] += n * value
+    # (band rank, user) -> [running value, pending, over, turn]; a user running tasks worth
+    # nothing still has demand.
+    rows: dict[tuple[int, str], list[int]] = {key: [worth, 0, 0, 0] for key, (_, worth) in running.items()}
     for (band, job_id), n in placed.items():
         user, value = facts[job_id]
         r = rows.get((band, user))
@@ -112,16 +103,17 @@ def fairness_sample(
         r[0] += n * value
         r[3] = 1
     smallest: dict[int, tuple] = {}
-    for (band, job_id), n in waiting.items():
-        user, value = facts[job_id]
-        r = rows.get((band, user))
-        if r is None:
-            r = rows[(band, user)] = [0, 0, 0, 0]
-        r[1] += n
-        candidate = (value, n, job_id)
-        least = smallest.get(band)
-        if least is None or candidate < least:
-            smallest[band] = candidate
+    for band, per_job in job_counts.items():
+        for job_id, n in per_job.items():
+            user, value = facts[job_id]
+            r = rows.get((band, user))
+            if r is None:
+                r = rows[(band, user)] = [0, 0, 0, 0]
+            r[1] += n
+            candidate = (value, n, job_id)
+            least = smallest.get(band)
+            if least is None or candidate < least:
+                smallest[band] = candidate
     bands: dict[int, dict[str, list[int]]] = {}
     for (band, user), r in rows.items():
         bands.setdefault(band, {})[user] = r
@@ -154,17 +146,26 @@ def fairness_sample(
     return {"version": FAIRNESS_VERSION, "bands": out}
 
 
-def left_running(snapshot: ClusterSnapshot, decision: Decision) -> dict[tuple[int, str], int]:
-    """``{(stamped band rank, job id): tasks}`` of the tasks active at tick start that the
-    decision leaves active (not evicted, requeued with their gang or ended this tick)."""
+def left_running(snapshot: ClusterSnapshot, decision: Decision) -> dict[tuple[int, str], tuple[int, int]]:
+    """``{(stamped band rank, user): (tasks, their resource value)}`` of the tasks active at
+    tick start that the decision leaves active (not evicted, requeued with their gang or ended
+    this tick); only pairs with tasks are listed. Counted per (band, job) first, each job's
+    owner and value then looked up once."""
     active = ACTIVE_STATES
     gone = {task_id for task_id, moved in decision.after.items() if moved.state not in active}
-    running: dict[tuple[int, str], int] = {}
-    get = running.get
+    per_job: dict[tuple[int, str], int] = {}
+    get = per_job.get
     for task in snapshot.tasks:
         if task.band is not None and task.state in active and task.id not in gone:
             key = (int(task.band), task.job_id)
-            running[key] = get(key, 0) + 1
+            per_job[key] = get(key, 0) + 1
+    jobs = snapshot.jobs
+    running: dict[tuple[int, str], tuple[int, int]] = {}
+    for (band, job_id), n in per_job.items():
+        job = jobs.get(job_id)
+        user, value = (job.user, resource_value(job.resources)) if job is not None else (job_id.split("/", 2)[1], 0)
+        tasks, worth = running.get((band, user), (0, 0))
+        running[(band, user)] = (tasks + n, worth + n * value)
     return running
 
 

@@ -20,8 +20,9 @@ from hypothesis import strategies as st
 from scheduler.board.publish import _rewritten_unchanged
 from scheduler.board.counts import LiveCounts, active_counts, after_key, snapshot_key, task_keys
 from scheduler.core.bands import Band
+from scheduler.core.budget import resource_value
 from scheduler.core.decision import decide
-from scheduler.core.types import ClusterSnapshot, Decision, TaskAfter, TaskSnapshot, TaskState
+from scheduler.core.types import ACTIVE_STATES, ClusterSnapshot, Decision, TaskAfter, TaskSnapshot, TaskState
 from tests.core.builders import budget, cluster, job, worker
 
 USERS = ("alice", "bob", "carol")
@@ -35,7 +36,10 @@ event = st.one_of(
         st.sampled_from(list(Band)),
         st.integers(1, 6),
         st.integers(0, 2),
-        st.integers(1, 2),
+        st.sampled_from([0.5, 1, 2]),
+        # GiB of memory: with half a core and none, a task is worth nothing
+        # (``core.budget.resource_value``) and its user still has demand where it runs.
+        st.sampled_from([0, 1]),
     ),
     st.tuples(st.just("end"), st.integers(0, 1000), st.sampled_from(ENDS)),
     st.tuples(st.just("cancel"), st.integers(0, 1000)),
@@ -85,14 +89,15 @@ def simulated_ticks(ticks) -> Iterator[SimulatedTick]:
         for e in events:
             ids = sorted(tasks)
             if e[0] == "arrive":
-                _, user, band, replicas, gpu, cpu = e
+                _, user, band, replicas, gpu, cpu, *memory = e
+                mem = memory[0] if memory else 1
                 serial += 1
                 spec = job(
                     f"/{user}/j{serial}",
                     band=band,
                     replicas=replicas,
                     cpu=cpu,
-                    mem=1,
+                    mem=mem,
                     gpu=gpu,
                     variant="h100" if gpu else None,
                     submitted=serial,
@@ -223,6 +228,9 @@ def test_counts_updated_from_changes_equal_a_full_count_after_every_tick(ticks):
         whole = LiveCounts.of_tasks(snapshot.tasks, snapshot.jobs.__getitem__, decision.after, kept)
         assert whole.published() == counts.published()
         assert whole.of_task == counts.of_task
+        # The running tasks and their value per (stamped band, user), the fairness sample's start.
+        assert counts.running() == running_after(snapshot, decision, kept)
+        assert whole.running() == counts_by_one.running() == counts_skipping.running() == counts.running()
         assert (
             counts.published()
             == LiveCounts.of(
@@ -235,6 +243,19 @@ def test_counts_updated_from_changes_equal_a_full_count_after_every_tick(ticks):
                 for t in snapshot.tasks
             ).published()
         )
+
+
+def running_after(snapshot: ClusterSnapshot, decision: Decision, kept: set[str]) -> dict:
+    """Task by task: ``{(stamped band rank, user): (active tasks, their resource value)}``
+    after the tick's kept changes."""
+    out: dict = {}
+    for task in snapshot.tasks:
+        now = decision.after[task.id] if task.id in kept else task
+        if now.state in ACTIVE_STATES and now.band is not None:
+            spec = snapshot.jobs[task.job_id]
+            tasks, worth = out.get((int(now.band), spec.user), (0, 0))
+            out[(int(now.band), spec.user)] = (tasks + 1, worth + resource_value(spec.resources))
+    return out
 
 
 def test_the_previous_tick_s_writes_read_back_as_written_are_left_out_of_the_change_log():

@@ -127,3 +127,27 @@ def test_the_basis_reads_each_worker_s_free_capacity_by_name_whatever_the_decisi
         else:
             assert shuffled_row == row
     assert any(row[8:] != [0, 0, 0, 0] for row in basis["workers"])
+
+
+def test_the_running_values_kept_from_tick_to_tick_lose_exactly_what_the_decision_evicts():
+    # Alice's five BATCH tasks (a core and a GiB each, in two jobs) fill the workers and run,
+    # then Bob's PRODUCTION task evicts one of them: her running value in BATCH drops by that
+    # task's, not to nothing.
+    alice = ("arrive", "alice", Band.BATCH)
+    ticks = [
+        ([(*alice, 3, 0, 1, 1), (*alice, 2, 0, 1, 1)], 0xFFFF, False),
+        ([("arrive", "bob", Band.PRODUCTION, 1, 0, 1, 1)], 0xFFFF, True),
+    ]
+    counts = LiveCounts()
+    evicted = 0
+    for simulated in simulated_ticks(ticks):
+        snapshot, decision = simulated.snapshot, simulated.decision
+        set_changes(counts, simulated, one_by_one=False)
+        running = counts.left_running(decision)
+        assert running == left_running(snapshot, decision)
+        assert fairness_sample(snapshot, decision, running=running) == fairness_sample(snapshot, decision)
+        evicted += len(decision.preemptions)
+        set_kept(counts, simulated, one_by_one=False)
+    assert evicted == 1
+    value = 5 + 1  # one core and one GiB (``core.budget.resource_value``)
+    assert running[(int(Band.BATCH), "alice")] == (4, 4 * value)

@@ -112,3 +112,18 @@ def test_an_evicted_task_no_longer_counts_as_running_in_its_band():
     bands = fairness_sample(snapshot, decision)["bands"]
     assert bands["batch"]["users"]["bob"][:2] == [0, 1]  # back in the queue, running nothing
     assert bands["production"]["users"]["alice"][3] == 1
+
+
+def test_a_user_running_work_worth_nothing_still_has_demand_in_its_band():
+    workers = [worker("w1", cpu=8, mem=32)]
+    jobs = [job("/alice/tiny", cpu=0.5, mem=0), job("/bob/run", cpu=2, mem=2, submitted=1)]
+    snapshot = cluster(
+        workers,
+        jobs,
+        [running("/alice/tiny/0", "w1", band="interactive"), running("/bob/run/0", "w1", band="interactive")],
+    )
+    decision = decide(snapshot)
+    assert resource_value(snapshot.jobs["/alice/tiny"].resources) == 0
+    users = fairness_sample(snapshot, decision)["bands"]["interactive"]["users"]
+    assert users["alice"] == [0, 0, 0, 0]  # counted in the equal share: 1 / 2
+    assert len(band_rows(fairness_sample(snapshot, decision)["bands"]["interactive"])) == 2
