@@ -500,7 +500,16 @@ class DispatchIntent(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["task", "attempt_number", "kind"], name="intent_once_per_attempt_and_kind")
         ]
-        indexes = [models.Index(fields=["state", "next_try_at"]), models.Index(fields=["worker", "state"])]
+        indexes = [
+            models.Index(fields=["state", "next_try_at"]),
+            models.Index(fields=["worker", "state"]),
+            # The intents a drain has never tried, in id order (scheduler.execution.dispatcher
+            # .due_intents): without it each drain walked the primary key through every intent
+            # ever written (done and delivered ones stay) to find the first pending one.
+            models.Index(
+                fields=["id"], name="intent_fresh", condition=models.Q(state="pending", next_try_at__isnull=True)
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} attempt {self.attempt_number} of task {self.task_id} ({self.state})"
