@@ -149,10 +149,19 @@ def run(args) -> None:
         return times.user + times.system
 
     statements = [0]
+    by_statement: dict[str, list[float]] = {}
 
     def count(execute, sql, params, many, context):
         statements[0] += 1
-        return execute(sql, params, many, context)
+        if not args.statements:
+            return execute(sql, params, many, context)
+        started = time.perf_counter()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            spent = by_statement.setdefault(" ".join(sql.split())[:100], [0, 0.0])
+            spent[0] += 1
+            spent[1] += time.perf_counter() - started
 
     profiler = None
     if args.profile:
@@ -167,6 +176,8 @@ def run(args) -> None:
     print("round | placed | due | drain: delivered held done | CPU ms process + PostgreSQL | wall ms | statements")
     for r in range(-args.warm, args.rounds):
         measured = r >= 0
+        if r == 0:
+            by_statement.clear()  # the warm rounds' statements are not counted
         for _ in range(args.jobs):
             sent += 1
             submit_job(users[sent % len(users)], {"name": f"d{sent}", "command": ["true"], "cpu": 1})
@@ -206,6 +217,8 @@ def run(args) -> None:
         f"{totals[4] / n:.3f} statements; per drain: CPU {totals[1] * 1e3 / args.rounds:.1f} + "
         f"{totals[2] * 1e3 / args.rounds:.1f} ms, {totals[4] / args.rounds:.1f} statements"
     )
+    for sql, (n, seconds) in sorted(by_statement.items(), key=lambda item: -item[1][1]):
+        print(f"{n:5d} x {seconds * 1000 / n:7.2f} ms = {seconds * 1000:8.1f} ms wall: {sql}")
     if profiler is not None:
         import pstats
 
@@ -255,6 +268,7 @@ def main() -> None:
     )
     parser.add_argument("--warm", type=int, default=0, help="run: this many more rounds first, not measured")
     parser.add_argument("--profile", action="store_true", help="run: cProfile the drains")
+    parser.add_argument("--statements", action="store_true", help="run: wall time by statement")
     parser.add_argument("--sort", default="tottime")
     parser.add_argument("--top", type=int, default=35)
     parser.add_argument("--callgrind", action="store_true", help="run: count the drains' instructions")

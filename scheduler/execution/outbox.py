@@ -22,6 +22,7 @@ from scheduler.core.bands import Band
 from scheduler.core.types import Resources
 from scheduler.foundation.enqueue import enqueue
 from scheduler.models import DispatchIntent
+from scheduler.store import bulk
 from scheduler.store.job_rows import BANDS, json_value, resources_from_columns
 
 log = logging.getLogger(__name__)
@@ -187,8 +188,7 @@ class IntentRow:
 
 
 # The columns of IntentRow, in its order: the intent ``i``, its attempt ``a`` and START ``s``
-# (outer joins: either may be missing), its task ``t`` and job ``j``, its worker ``w`` (outer),
-# for the ids a subquery ``chosen`` picks.
+# (outer joins: either may be missing), its task ``t`` and job ``j``, its worker ``w`` (outer).
 _INTENT_ROW_SQL = """
 SELECT i.id, i.task_id, i.attempt_number, i.kind, i.state, i.worker_id, i.reason, i.tries, i.created_at,
        a.id, a.state, a.band, a.finished_at, s.id, s.tries,
@@ -196,8 +196,7 @@ SELECT i.id, i.task_id, i.attempt_number, i.kind, i.state, i.worker_id, i.reason
        j.id, j.name, j."user", j.replicas, j.band, j.command, j.group_by, j.route,
        j.cpu_millicores, j.memory_bytes, j.device_type, j.device_variant, j.device_count,
        w.name, w.backend, w.cpu_millicores, w.memory_bytes, w.device_type, w.device_variant, w.device_count
-FROM ({chosen}) AS chosen
-JOIN scheduler_dispatchintent i ON i.id = chosen.id
+FROM scheduler_dispatchintent i
 JOIN scheduler_task t ON t.id = i.task_id
 JOIN scheduler_job j ON j.id = t.job_id
 LEFT JOIN scheduler_worker w ON w.id = i.worker_id
@@ -207,12 +206,21 @@ LEFT JOIN scheduler_dispatchintent s ON s.task_id = i.task_id AND s.attempt_numb
 
 
 def intent_rows(chosen: str, params: Sequence) -> list[IntentRow]:
-    """The intents whose ids the query ``chosen`` selects (as ``id``, with ``%s`` parameters; it
-    applies its own order and limit), in id order, as :class:`IntentRow`: one query, rows kept
-    as values. The ids drive the query: each row is then a few index look-ups, whatever the
-    size of the outbox's history."""
+    """The intents whose ids the query ``chosen`` selects (as its one column, with ``%s``
+    parameters, in its own order and limit), in id order, as :class:`IntentRow`: two queries,
+    rows kept as values. The ids are fetched first and then looked up by primary key: one
+    query joining on the ids' subquery was planned as a hash join over every intent ever
+    written (done and delivered ones stay), growing with the outbox's history."""
     with connection.cursor() as cursor:
-        cursor.execute(_INTENT_ROW_SQL.format(chosen=chosen) + " ORDER BY i.id", params)
+        cursor.execute(chosen, params)
+        ids = [pk for (pk,) in cursor.fetchall()]
+        if not ids:
+            return []
+        if connection.vendor == "postgresql":
+            match, params = "i.id = ANY(%s::bigint[])", [bulk.id_array(ids)]
+        else:
+            match, params = f"i.id IN ({', '.join(['%s'] * len(ids))})", ids
+        cursor.execute(f"{_INTENT_ROW_SQL} WHERE {match} ORDER BY i.id", params)
         rows = [IntentRow(*row) for row in cursor.fetchall()]
     if connection.vendor != "postgresql":
         # SQLite hands datetimes back naive (stored in UTC) and JSON as its text.
