@@ -42,17 +42,23 @@ import time
 from datetime import timedelta
 from urllib.parse import urlparse
 
+# bench_api's window starts after this many ticks (its --settle-ticks default).
+BACKLOG_TICKS = 2
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/iris_bench_dispatch"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/12"
 USERS = 16
 
 
-def database_urls() -> tuple[str, str]:
-    """The run's database URL and the settled one's."""
+def database_urls() -> tuple[str, str, str]:
+    """The run's database URL, the settled one's and the backlog's."""
     url = os.environ.get("IRIS_BENCH_DATABASE_URL", DEFAULT_URL)
     parsed = urlparse(url)
-    return url, parsed._replace(path=parsed.path + "_settled").geturl()
+    return (
+        url,
+        parsed._replace(path=parsed.path + "_settled").geturl(),
+        parsed._replace(path=parsed.path + "_backlog").geturl(),
+    )
 
 
 def admin(url: str, *statements: str) -> None:
@@ -77,7 +83,7 @@ def django_on(tree: str, url: str) -> None:
 
 
 def setup(args) -> None:
-    _, settled = database_urls()
+    _, settled, backlog = database_urls()
     name = urlparse(settled).path.lstrip("/")
     admin(settled, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}"')
     django_on(args.tree, settled)
@@ -101,6 +107,14 @@ def setup(args) -> None:
     for i in range(args.settle):
         outcome = run_tick()
         print(f"settling tick {i + 1}: {outcome.assigned if outcome else '-'} placed")
+        if i + 1 == BACKLOG_TICKS:
+            # What bench_api's window starts from: its first two ticks' placements undelivered.
+            connection.close()
+            copy = urlparse(backlog).path.lstrip("/")
+            admin(
+                backlog, f'DROP DATABASE IF EXISTS "{copy}" WITH (FORCE)', f'CREATE DATABASE "{copy}" TEMPLATE "{name}"'
+            )
+            print(f"backlog database {copy} ready")
         if outcome is not None and outcome.assigned == 0:
             break
     while True:
@@ -114,9 +128,9 @@ def setup(args) -> None:
     print(f"settled database {name} ready")
 
 
-def copy_settled() -> str:
-    url, settled = database_urls()
-    name, source = (urlparse(u).path.lstrip("/") for u in (url, settled))
+def copy_settled(backlog: bool = False) -> str:
+    url, settled, backlog_url = database_urls()
+    name, source = (urlparse(u).path.lstrip("/") for u in (url, backlog_url if backlog else settled))
     admin(url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)', f'CREATE DATABASE "{name}" TEMPLATE "{source}"')
     return url
 
@@ -124,7 +138,7 @@ def copy_settled() -> str:
 def run(args) -> None:
     if args.callgrind and not args.under_callgrind:
         return run_under_callgrind(args)
-    url = copy_settled()
+    url = copy_settled(args.backlog)
     django_on(args.tree, url)
     import psutil
     from django.contrib.auth import get_user_model
@@ -172,6 +186,8 @@ def run(args) -> None:
     sent = 0
     clock = timezone.now()
     totals = [0, 0.0, 0.0, 0.0, 0]
+    if args.backlog:
+        return drain_backlog(args, backend_cpu, count, statements, by_statement, profiler, pid)
     print(f"tree {args.tree}; {args.jobs} jobs a round, {args.rounds} rounds")
     print("round | placed | due | drain: delivered held done | CPU ms process + PostgreSQL | wall ms | statements")
     for r in range(-args.warm, args.rounds):
@@ -210,23 +226,68 @@ def run(args) -> None:
         totals[2] += db
         totals[3] += wall
         totals[4] += statements[0]
-    n = max(totals[0], 1)
-    print(
-        f"all rounds: {totals[0]} intents handled; per intent: CPU {totals[1] * 1e3 / n:.3f} ms process + "
-        f"{totals[2] * 1e3 / n:.3f} ms PostgreSQL, wall {totals[3] * 1e3 / n:.3f} ms, "
-        f"{totals[4] / n:.3f} statements; per drain: CPU {totals[1] * 1e3 / args.rounds:.1f} + "
-        f"{totals[2] * 1e3 / args.rounds:.1f} ms, {totals[4] / args.rounds:.1f} statements"
-    )
-    for sql, (n, seconds) in sorted(by_statement.items(), key=lambda item: -item[1][1]):
-        print(f"{n:5d} x {seconds * 1000 / n:7.2f} ms = {seconds * 1000:8.1f} ms wall: {sql}")
-    if profiler is not None:
-        import pstats
-
-        pstats.Stats(profiler).sort_stats(args.sort).print_stats(args.top)
+    report(args, totals, args.rounds, by_statement, profiler)
     connection.close()
     import redis
 
     redis.Redis.from_url(os.environ["IRIS_REDIS_URL"]).flushdb()
+
+
+def drain_backlog(args, backend_cpu, count, statements, by_statement, profiler, pid) -> None:
+    """Drain what bench_api's first two ticks placed, drain after drain (each at most
+    ``MAX_BATCHES`` batches, as the Celery task runs it), until nothing is due."""
+    from django.db import connection
+    from django.utils import timezone
+
+    from scheduler.execution.dispatcher import drain
+    from scheduler.models import DispatchIntent
+
+    due = DispatchIntent.objects.filter(state=DispatchIntent.State.PENDING).count()
+    print(f"tree {args.tree}; the backlog of two ticks: {due} intents pending")
+    print("drain | batches | delivered held done | CPU ms process + PostgreSQL | wall ms | statements")
+    clock = timezone.now()
+    totals = [0, 0.0, 0.0, 0.0, 0]
+    for n in range(1, 100):
+        statements[0] = 0
+        db, cpu, wall = backend_cpu(), time.process_time(), time.perf_counter()
+        with connection.execute_wrapper(count):
+            if args.under_callgrind:
+                subprocess.run(["callgrind_control", "-i", "on", pid], stdout=subprocess.DEVNULL, check=True)
+            if profiler is not None:
+                profiler.enable()
+            result = drain(clock + timedelta(seconds=(n - 1) * args.interval))
+            if profiler is not None:
+                profiler.disable()
+            if args.under_callgrind:
+                subprocess.run(["callgrind_control", "-i", "off", pid], stdout=subprocess.DEVNULL, check=True)
+        cpu, db, wall = time.process_time() - cpu, backend_cpu() - db, time.perf_counter() - wall
+        if not result.batches:
+            break
+        handled = result.delivered + result.done + result.held + result.retried + result.failed + result.finished
+        print(
+            f"{n:5d} | {result.batches:7d} | {result.delivered:5d} {result.held:4d} {result.done:4d} | "
+            f"{cpu * 1000:7.1f} + {db * 1000:6.1f} | {wall * 1000:7.1f} | {statements[0]}"
+        )
+        for i, value in enumerate((handled, cpu, db, wall, statements[0])):
+            totals[i] += value
+    report(args, totals, n - 1, by_statement, profiler)
+
+
+def report(args, totals, drains: int, by_statement, profiler) -> None:
+    n = max(totals[0], 1)
+    drains = max(drains, 1)
+    print(
+        f"all drains: {totals[0]} intents handled; per intent: CPU {totals[1] * 1e3 / n:.3f} ms process + "
+        f"{totals[2] * 1e3 / n:.3f} ms PostgreSQL, wall {totals[3] * 1e3 / n:.3f} ms, "
+        f"{totals[4] / n:.3f} statements; per drain: CPU {totals[1] * 1e3 / drains:.1f} + "
+        f"{totals[2] * 1e3 / drains:.1f} ms, {totals[4] / drains:.1f} statements"
+    )
+    for sql, (calls, seconds) in sorted(by_statement.items(), key=lambda item: -item[1][1]):
+        print(f"{calls:5d} x {seconds * 1000 / calls:7.2f} ms = {seconds * 1000:8.1f} ms wall: {sql}")
+    if profiler is not None:
+        import pstats
+
+        pstats.Stats(profiler).sort_stats(args.sort).print_stats(args.top)
 
 
 def run_under_callgrind(args) -> None:
@@ -268,6 +329,9 @@ def main() -> None:
     )
     parser.add_argument("--warm", type=int, default=0, help="run: this many more rounds first, not measured")
     parser.add_argument("--profile", action="store_true", help="run: cProfile the drains")
+    parser.add_argument(
+        "--backlog", action="store_true", help="run: drain bench_api's starting backlog instead of rounds"
+    )
     parser.add_argument("--statements", action="store_true", help="run: wall time by statement")
     parser.add_argument("--sort", default="tottime")
     parser.add_argument("--top", type=int, default=35)

@@ -216,10 +216,7 @@ def intent_rows(chosen: str, params: Sequence) -> list[IntentRow]:
         ids = [pk for (pk,) in cursor.fetchall()]
         if not ids:
             return []
-        if connection.vendor == "postgresql":
-            match, params = "i.id = ANY(%s::bigint[])", [bulk.id_array(ids)]
-        else:
-            match, params = f"i.id IN ({', '.join(['%s'] * len(ids))})", ids
+        match, params = bulk.id_match("i.id", ids)
         cursor.execute(f"{_INTENT_ROW_SQL} WHERE {match} ORDER BY i.id", params)
         rows = [IntentRow(*row) for row in cursor.fetchall()]
     if connection.vendor != "postgresql":

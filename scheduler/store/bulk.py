@@ -47,6 +47,14 @@ def id_array(ids) -> str:
     return "{" + ",".join(map(str, map(int, ids))) + "}"
 
 
+def id_match(column: str, ids: Sequence[int]) -> tuple[str, list]:
+    """SQL for ``column`` being one of the integer ``ids``, and its parameters: one array
+    parameter on PostgreSQL (``= ANY``, :func:`id_array`), a placeholder per id elsewhere."""
+    if connection.vendor == "postgresql":
+        return f"{column} = ANY(%s::bigint[])", [id_array(ids)]
+    return f"{column} IN ({', '.join(['%s'] * len(ids))})", list(ids)
+
+
 @contextmanager
 def pipeline():
     """On PostgreSQL, send the statements made inside without waiting for each one's result
