@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Count, Exists, F, OuterRef, Q
+from django.db import connection
+from django.db.models import F
 from django.utils import timezone
 
 from scheduler import backends
@@ -40,16 +41,17 @@ from scheduler.execution.outbox import (
     ROOM_HELD_MESSAGE,
     START,
     STOP,
+    IntentRow,
+    intent_rows,
     start_order,
     stop_order,
     wake_held_starts,
-    with_attempts,
 )
 from scheduler.models import Attempt, DispatchIntent
 from scheduler.foundation import instruments
 from scheduler.core.constraints import request_tuple
-from scheduler.store import lease
-from scheduler.store.job_rows import device_from_columns, job_resources, resource_fields, resources_from_columns
+from scheduler.store import bulk, lease
+from scheduler.store.job_rows import device_from_columns, resources_from_columns
 from scheduler.store.states import ACTIVE_VALUES
 
 log = logging.getLogger(__name__)
@@ -131,14 +133,29 @@ def drain(
     return result
 
 
-def due_intents(now: datetime, after: int, limit: int) -> list[DispatchIntent]:
-    due = DispatchIntent.objects.filter(state=PENDING, pk__gt=after).filter(
-        Q(next_try_at__isnull=True) | Q(next_try_at__lte=now)
-    )
-    return list(with_attempts(due).order_by("pk")[:limit])
+# The ids of the due intents after an id, in id order: the first ``limit`` never tried (the
+# partial index ``intent_fresh`` holds exactly those, in id order) and the first ``limit`` whose
+# retry or recheck time has come (the ``(state, next_try_at)`` index), merged. One walk of the
+# primary key filtered by state read every intent ever written before the first due one.
+DUE_IDS_SQL = """
+SELECT id FROM (
+    SELECT id FROM scheduler_dispatchintent
+    WHERE state = %s AND next_try_at IS NULL AND id > %s ORDER BY id LIMIT %s
+) AS fresh
+UNION ALL
+SELECT id FROM (
+    SELECT id FROM scheduler_dispatchintent
+    WHERE state = %s AND next_try_at <= %s AND id > %s ORDER BY id LIMIT %s
+) AS again
+ORDER BY id LIMIT %s"""
 
 
-def blocked_placements(batch: list[DispatchIntent]) -> dict[tuple[int, int], bool]:
+def due_intents(now: datetime, after: int, limit: int) -> list[IntentRow]:
+    """The first ``limit`` pending intents after id ``after`` never tried or due again at ``now``."""
+    return intent_rows(DUE_IDS_SQL, [PENDING, after, limit, PENDING, now, after, limit, limit])
+
+
+def blocked_placements(batch: list[IntentRow]) -> dict[tuple[int, int], bool]:
     """``(job pk, worker pk)`` pairs whose STARTs must wait: the worker still holds an unfinished
     attempt of a task that a task of that job preempted (one query).
 
@@ -149,7 +166,7 @@ def blocked_placements(batch: list[DispatchIntent]) -> dict[tuple[int, int], boo
     if not starts:
         return {}
     workers = sorted({i.worker_id for i in starts})
-    jobs = sorted({i.task.job_id for i in starts})
+    jobs = sorted({i.job_id for i in starts})
     rows = (
         Attempt.objects.filter(finished_at__isnull=True, worker_id__in=workers)
         .exclude(state__in=ACTIVE_VALUES)
@@ -167,14 +184,30 @@ def blocked_placements(batch: list[DispatchIntent]) -> dict[tuple[int, int], boo
 Room = list[int]
 
 
-def job_request(job) -> tuple[int, int, int, int]:
-    """What one task of ``job`` (a row) holds on its worker, computed as the core computes it."""
-    return request_tuple(job_resources(job))
+# The unfinished attempts on some workers whose START left the outbox (or has none), counted by
+# worker and job, with the job's resource columns. The task's job and the attempt's START are
+# scalar subqueries: one index look-up each per attempt, so the statement costs what the
+# workers hold. As joins (with the START as NOT EXISTS) PostgreSQL hashed or merged the whole
+# task table and every pending START for every batch: 0.4-1.9 s a batch on bench_api's
+# starting backlog, planned on statistics that predate the backlog.
+ROOM_SQL = """
+SELECT g.worker_id, j.cpu_millicores, j.memory_bytes, j.device_type, j.device_variant, j.device_count, g.n
+FROM (
+    SELECT a.worker_id AS worker_id, (SELECT t.job_id FROM scheduler_task t WHERE t.id = a.task_id) AS job_id,
+           COUNT(*) AS n
+    FROM scheduler_attempt a
+    WHERE a.finished_at IS NULL AND {workers}
+      AND (SELECT u.id FROM scheduler_dispatchintent u
+           WHERE u.task_id = a.task_id AND u.attempt_number = a.number AND u.kind = %s AND u.state = %s
+             AND u.tries = 0) IS NULL
+    GROUP BY 1, 2
+) AS g
+JOIN scheduler_job j ON j.id = g.job_id"""
 
 
-def worker_room(batch: list[DispatchIntent]) -> dict[int, Room]:
+def worker_room(batch: list[IntentRow]) -> dict[int, Room]:
     """Per worker with never-sent STARTs in ``batch``: its capacity minus the requests of every
-    attempt that may have a process there (one query).
+    attempt that may have a process there (one query, :data:`ROOM_SQL`).
 
     That is every attempt not confirmed finished, except those whose START never left the
     outbox (pending, never tried): delivered and running attempts, and the attempts a tick ended
@@ -188,29 +221,20 @@ def worker_room(batch: list[DispatchIntent]) -> dict[int, Room]:
     """
     admitting = admitting_names()
     workers = {
-        i.worker_id: i.worker
+        i.worker_id: i
         for i in batch
-        if i.kind == START and i.worker_id is not None and i.tries == 0 and i.worker.backend not in admitting
+        if i.kind == START and i.worker_id is not None and i.tries == 0 and i.worker_backend not in admitting
     }
     if not workers:
         return {}
     room: dict[int, Room] = {}
-    for pk, worker in workers.items():
-        device = device_from_columns(worker.device_type, worker.device_variant, worker.device_count)
-        room[pk] = [worker.cpu_millicores, worker.memory_bytes, device.gpu_count, device.tpu_count]
-    never_sent = DispatchIntent.objects.filter(
-        task_id=OuterRef("task_id"), attempt_number=OuterRef("number"), kind=START, state=PENDING, tries=0
-    )
-    rows = (
-        Attempt.objects.filter(finished_at__isnull=True, worker_id__in=sorted(workers))
-        .exclude(Exists(never_sent))
-        .order_by()
-        .values_list(
-            "worker_id",
-            *resource_fields("task__job__"),
-        )
-        .annotate(n=Count("pk"))
-    )
+    for pk, i in workers.items():
+        device = device_from_columns(i.worker_device_type, i.worker_device_variant, i.worker_device_count)
+        room[pk] = [i.worker_cpu_millicores, i.worker_memory_bytes, device.gpu_count, device.tpu_count]
+    match, params = bulk.id_match("a.worker_id", sorted(workers))
+    with connection.cursor() as cursor:
+        cursor.execute(ROOM_SQL.format(workers=match), [*params, START, PENDING])
+        rows = cursor.fetchall()
     for worker_pk, cpu, mem, device_type, variant, count, n in rows:
         need = request_tuple(resources_from_columns(cpu, mem, device_type, variant, count))
         free = room[worker_pk]
@@ -219,12 +243,12 @@ def worker_room(batch: list[DispatchIntent]) -> dict[int, Room]:
     return room
 
 
-def take_room(room: dict[int, Room], intent: DispatchIntent) -> bool:
+def take_room(room: dict[int, Room], intent: IntentRow) -> bool:
     """Take the room ``intent``'s task needs on its worker, if it is free. True when taken."""
     free = room.get(intent.worker_id)
     if free is None:
         return True
-    need = job_request(intent.task.job)
+    need = request_tuple(intent.job_resources())
     if any(free[i] < need[i] for i in range(4)):
         return False
     for i in range(4):
@@ -232,42 +256,48 @@ def take_room(room: dict[int, Room], intent: DispatchIntent) -> bool:
     return True
 
 
-def deliver_batch(batch: list[DispatchIntent], now: datetime, result: DrainResult) -> None:
+# An outcome row: (intent pk, state, last error (None: keep it), next try at) for
+# ``record_outcomes``.
+Outcome = tuple[int, str, str | None, datetime | None]
+
+
+def deliver_batch(batch: list[IntentRow], now: datetime, result: DrainResult) -> None:
     blocked = blocked_placements(batch)
     room = worker_room(batch)
-    to_send: list[DispatchIntent] = []
-    done: list[int] = []
-    held: list[tuple[str, int]] = []
+    to_send: list[IntentRow] = []
+    done: set[int] = set()
+    held: list[Outcome] = []
     never_ran: set[int] = set()  # attempts that never reached a backend: finished now
     closed: set[tuple[int, int]] = set()
+    recheck = now + timedelta(seconds=HELD_RECHECK_SECONDS)
 
     for intent in batch:
-        key = (intent.task_id, intent.attempt_number)
+        key = intent.key
         if intent.kind == START:
             if intent.attempt_state not in ACTIVE_VALUES:
                 # Preempted or cancelled before it was sent: never start it.
-                done.append(intent.pk)
+                done.add(intent.pk)
                 if intent.tries == 0 and intent.attempt_pk is not None:
                     never_ran.add(intent.attempt_pk)
                     closed.add(key)
                 continue
             message = None
-            if intent.worker_id is not None and (intent.task.job_id, intent.worker_id) in blocked:
-                message = HELD_MESSAGE.format(worker=intent.worker.name)
+            if intent.worker_id is not None and (intent.job_id, intent.worker_id) in blocked:
+                message = HELD_MESSAGE.format(worker=intent.worker_name)
             elif intent.tries == 0 and not take_room(room, intent):
                 # A START tried before may already run: it is counted in the room, not held.
-                message = ROOM_HELD_MESSAGE.format(worker=intent.worker.name)
+                message = ROOM_HELD_MESSAGE.format(worker=intent.worker_name)
             if message is not None:
-                held.append((message, intent.pk))
-                result.held += 1
+                # Looked at again when an attempt on the worker finishes, or at the recheck.
+                held.append((intent.pk, PENDING, message, recheck))
                 continue
         else:
             if key in closed or intent.attempt_finished_at is not None or intent.attempt_pk is None:
-                done.append(intent.pk)
+                done.add(intent.pk)
                 continue
             if intent.start_pk is not None and intent.start_tries == 0:
                 # Its START never reached a backend, so nothing runs: no stop to send.
-                done.extend([intent.pk, intent.start_pk])
+                done.update((intent.pk, intent.start_pk))
                 never_ran.add(intent.attempt_pk)
                 closed.add(key)
                 continue
@@ -278,8 +308,8 @@ def deliver_batch(batch: list[DispatchIntent], now: datetime, result: DrainResul
         DispatchIntent.objects.filter(pk__in=[i.pk for i in to_send]).update(tries=F("tries") + 1, updated_at=now)
 
     delivered: list[int] = []
-    finished: list[DispatchIntent] = []
-    failures: list[tuple[DispatchIntent, int, str, bool]] = []
+    finished: list[IntentRow] = []
+    failures: list[tuple[IntentRow, int, str, bool]] = []
     for intent in to_send:
         tries = intent.tries + 1
         try:
@@ -296,25 +326,22 @@ def deliver_batch(batch: list[DispatchIntent], now: datetime, result: DrainResul
             elif delivery is Delivery.FINISHED and intent.kind == STOP:
                 finished.append(intent)
             else:
-                done.append(intent.pk)
+                done.add(intent.pk)
 
-    if delivered:
-        DispatchIntent.objects.filter(pk__in=delivered, state=PENDING).update(
-            state=DELIVERED, last_error="", next_try_at=None, updated_at=now
-        )
-        result.delivered += len(delivered)
-    if done:
-        DispatchIntent.objects.filter(pk__in=done, state__in=(PENDING, FAILED)).update(
-            state=DONE, next_try_at=None, updated_at=now
-        )
-        result.done += len(set(done))
-    if held:
-        # Looked at again when an attempt on the worker finishes, or at the recheck.
-        recheck = now + timedelta(seconds=HELD_RECHECK_SECONDS)
-        DispatchIntent.objects.bulk_update(
-            [DispatchIntent(pk=pk, last_error=message, next_try_at=recheck, updated_at=now) for message, pk in held],
-            ["last_error", "next_try_at", "updated_at"],
-        )
+    done.difference_update(delivered)  # cannot meet (a START sent has an active attempt); delivered wins
+    given_up = failure_outcomes(failures, now, result) if failures else []
+    record_outcomes(
+        [
+            *((pk, DELIVERED, "", None) for pk in delivered),
+            *((pk, DONE, None, None) for pk in sorted(done)),
+            *held,
+            *given_up,
+        ],
+        now,
+    )
+    result.delivered += len(delivered)
+    result.done += len(done)
+    result.held += len(held)
     if never_ran:
         ending = Attempt.objects.filter(pk__in=never_ran, finished_at__isnull=True).exclude(state__in=ACTIVE_VALUES)
         workers = list(ending.values_list("worker_id", flat=True))
@@ -322,8 +349,15 @@ def deliver_batch(batch: list[DispatchIntent], now: datetime, result: DrainResul
         # A preemptor held on a victim that never ran may start now (after the holds above:
         # one held in this batch on such a victim is due again at the next drain).
         wake_held_starts(workers)
-    if failures:
-        record_failures(failures, now, result)
+    starts = [intent for intent, _, _, gave_up in failures if gave_up and intent.kind == START]
+    if starts:
+        # The task cannot start where it was placed: end the attempt as lost, so it retries elsewhere.
+        end_attempts(
+            starts,
+            AttemptStatus.WORKER_LOST,
+            "could not be delivered to its worker; see the dispatch intent's last error",
+            now,
+        )
     if finished:
         end_attempts(
             finished, AttemptStatus.PREEMPTED, "stopped: the backend has nothing running for this attempt", now
@@ -331,12 +365,26 @@ def deliver_batch(batch: list[DispatchIntent], now: datetime, result: DrainResul
         result.finished += len(finished)
 
 
-def backend_name(intent: DispatchIntent) -> str:
+def record_outcomes(outcomes: list[Outcome], now: datetime) -> None:
+    """Write what became of a batch's intents in one statement: each row's state, last error
+    (None keeps the stored one) and next try time. Only intents still PENDING change: one a
+    tick or an agent's report closed meanwhile stays DONE."""
+    bulk.update_rows(
+        DispatchIntent._meta.db_table,
+        [("id", "bigint")],
+        [("state", "text"), ("last_error", "text"), ("next_try_at", "timestamptz"), ("updated_at", "timestamptz")],
+        [(*outcome, now) for outcome in outcomes],
+        condition=f"{DispatchIntent._meta.db_table}.state = '{PENDING}'",
+        keep_when_null=("last_error",),
+    )
+
+
+def backend_name(intent: IntentRow) -> str:
     """Where an intent goes: the backend of the worker its attempt was placed on; for an attempt
     with no worker (a backend that admits work itself, such as Kueue), the job's route."""
-    if intent.worker is not None:
-        return intent.worker.backend
-    job_route = intent.task.job.route
+    if intent.worker_backend is not None:
+        return intent.worker_backend
+    job_route = intent.job_route
     if job_route and job_route != "workers":
         return job_route
     if intent.kind == START:
@@ -344,7 +392,7 @@ def backend_name(intent: DispatchIntent) -> str:
     return "local"  # a stop with nowhere to go: the local backend reports it finished
 
 
-def send(intent: DispatchIntent) -> Delivery:
+def send(intent: IntentRow) -> Delivery:
     backend = backends.get_backend(backend_name(intent))
     if intent.kind == START:
         return backend.start(start_order(intent))
@@ -361,15 +409,18 @@ def retry_delay(tries: int) -> float:
     return min(settings.DISPATCH_RETRY_SECONDS * 2 ** max(tries - 1, 0), RETRY_MAX_SECONDS)
 
 
-def record_failures(failures: list[tuple[DispatchIntent, int, str, bool]], now: datetime, result: DrainResult) -> None:
-    updates = []
-    given_up: list[DispatchIntent] = []
-    for intent, tries, error, permanent in failures:
-        if permanent or tries >= settings.DISPATCH_MAX_TRIES:
-            updates.append(
-                DispatchIntent(pk=intent.pk, state=FAILED, next_try_at=None, last_error=error, updated_at=now)
-            )
-            given_up.append(intent)
+def failure_outcomes(
+    failures: list[tuple[IntentRow, int, str, bool]], now: datetime, result: DrainResult
+) -> list[Outcome]:
+    """Each failed delivery's outcome: retried after :func:`retry_delay`, or FAILED after
+    ``IRIS_DISPATCH_MAX_TRIES`` tries or a permanent error (logged, counted). Marks in place
+    which gave up (the tuple's last item becomes True)."""
+    outcomes: list[Outcome] = []
+    for n, (intent, tries, error, permanent) in enumerate(failures):
+        gave_up = permanent or tries >= settings.DISPATCH_MAX_TRIES
+        failures[n] = (intent, tries, error, gave_up)
+        if gave_up:
+            outcomes.append((intent.pk, FAILED, error, None))
             result.failed += 1
             log.error(
                 "dispatch gave up on %s after %d tries: %s",
@@ -377,31 +428,19 @@ def record_failures(failures: list[tuple[DispatchIntent, int, str, bool]], now: 
                 tries,
                 error,
                 extra={
-                    "task": f"{intent.task.job.name}/{intent.task.index}",
+                    "task": f"{intent.job_name}/{intent.task_index}",
                     "attempt": intent.attempt_number,
-                    "worker": intent.worker.name if intent.worker else None,
+                    "worker": intent.worker_name,
                 },
             )
         else:
-            at = now + timedelta(seconds=retry_delay(tries))
-            updates.append(
-                DispatchIntent(pk=intent.pk, state=PENDING, next_try_at=at, last_error=error, updated_at=now)
-            )
+            outcomes.append((intent.pk, PENDING, error, now + timedelta(seconds=retry_delay(tries))))
             result.retried += 1
-        instruments.record_delivery_failure(intent, gave_up=permanent or tries >= settings.DISPATCH_MAX_TRIES)
-    DispatchIntent.objects.bulk_update(updates, ["state", "next_try_at", "last_error", "updated_at"])
-    starts = [i for i in given_up if i.kind == START]
-    if starts:
-        # The task cannot start where it was placed: end the attempt as lost, so it retries elsewhere.
-        end_attempts(
-            starts,
-            AttemptStatus.WORKER_LOST,
-            "could not be delivered to its worker; see the dispatch intent's last error",
-            now,
-        )
+        instruments.record_delivery_failure(intent, gave_up=gave_up)
+    return outcomes
 
 
-def end_attempts(intents: list[DispatchIntent], status: AttemptStatus, message: str, now: datetime) -> None:
+def end_attempts(intents: list[IntentRow], status: AttemptStatus, message: str, now: datetime) -> None:
     """End the attempts of ``intents`` with ``status``, as if their backend had reported it."""
 
     apply_reports(

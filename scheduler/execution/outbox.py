@@ -8,19 +8,22 @@ tasks module.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
-from datetime import datetime, timedelta
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db import connection, transaction
+from django.db.models import Count, Q, QuerySet
 from django.utils import timezone
 
 from scheduler.backends import AttemptRef, StartOrder, StopOrder
 from scheduler.core.bands import Band
+from scheduler.core.types import Resources
 from scheduler.foundation.enqueue import enqueue
-from scheduler.models import Attempt, DispatchIntent
-from scheduler.store.job_rows import job_resources
+from scheduler.models import DispatchIntent
+from scheduler.store import bulk
+from scheduler.store.job_rows import BANDS, json_value, resources_from_columns
 
 log = logging.getLogger(__name__)
 
@@ -119,24 +122,113 @@ def close_intents(attempt_keys: Iterable[tuple[int, int]], now: datetime, *, kin
     )
 
 
-def with_attempts(intents: QuerySet[DispatchIntent]) -> QuerySet[DispatchIntent]:
-    """Intents with their task, job and worker, and their attempt's state annotated: one query."""
-    attempt = Attempt.objects.filter(task_id=OuterRef("task_id"), number=OuterRef("attempt_number"))
-    start = DispatchIntent.objects.filter(
-        task_id=OuterRef("task_id"), attempt_number=OuterRef("attempt_number"), kind=START
-    )
-    return (
-        intents.select_related("task__job", "worker")
-        .defer("task__job__submission_argv", "task__job__constraints", "worker__attributes")
-        .annotate(
-            attempt_pk=Subquery(attempt.values("pk")[:1]),
-            attempt_state=Subquery(attempt.values("state")[:1]),
-            attempt_band=Subquery(attempt.values("band")[:1]),
-            attempt_finished_at=Subquery(attempt.values("finished_at")[:1]),
-            start_pk=Subquery(start.values("pk")[:1]),
-            start_tries=Subquery(start.values("tries")[:1]),
+@dataclass(slots=True)
+class IntentRow:
+    """An intent as the dispatcher and the agents' mailboxes read it (:func:`intent_rows`): its
+    own columns, its attempt's (None when the attempt is gone), its attempt's START intent's (a
+    STOP's question: did the START ever leave?), and what its order needs of its task, job and
+    worker (the worker's columns None when the worker row is gone). Plain values, no model
+    instances: a drain reads hundreds a batch."""
+
+    pk: int
+    task_id: int
+    attempt_number: int
+    kind: str
+    state: str
+    worker_id: int | None
+    reason: str
+    tries: int
+    created_at: datetime
+    attempt_pk: int | None
+    attempt_state: str | None
+    attempt_band: int | None
+    attempt_finished_at: datetime | None
+    start_pk: int | None
+    start_tries: int | None
+    task_index: int
+    task_band: int | None
+    job_id: int
+    job_name: str
+    job_user: str
+    job_replicas: int
+    job_band: int
+    job_command: list | str | None
+    job_group_by: str | None
+    job_route: str
+    job_cpu_millicores: int
+    job_memory_bytes: int
+    job_device_type: str
+    job_device_variant: str | None
+    job_device_count: int
+    worker_name: str | None
+    worker_backend: str | None
+    worker_cpu_millicores: int | None
+    worker_memory_bytes: int | None
+    worker_device_type: str | None
+    worker_device_variant: str | None
+    worker_device_count: int | None
+
+    def __str__(self) -> str:
+        return f"{self.kind} attempt {self.attempt_number} of task {self.task_id} ({self.state})"
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """The attempt's ``(task pk, attempt number)``."""
+        return (self.task_id, self.attempt_number)
+
+    def job_resources(self) -> Resources:
+        """What one task of the intent's job asks for."""
+        return resources_from_columns(
+            self.job_cpu_millicores,
+            self.job_memory_bytes,
+            self.job_device_type,
+            self.job_device_variant,
+            self.job_device_count,
         )
-    )
+
+
+# The columns of IntentRow, in its order: the intent ``i``, its attempt ``a`` and START ``s``
+# (outer joins: either may be missing), its task ``t`` and job ``j``, its worker ``w`` (outer).
+_INTENT_ROW_SQL = """
+SELECT i.id, i.task_id, i.attempt_number, i.kind, i.state, i.worker_id, i.reason, i.tries, i.created_at,
+       a.id, a.state, a.band, a.finished_at, s.id, s.tries,
+       t."index", t.band,
+       j.id, j.name, j."user", j.replicas, j.band, j.command, j.group_by, j.route,
+       j.cpu_millicores, j.memory_bytes, j.device_type, j.device_variant, j.device_count,
+       w.name, w.backend, w.cpu_millicores, w.memory_bytes, w.device_type, w.device_variant, w.device_count
+FROM scheduler_dispatchintent i
+JOIN scheduler_task t ON t.id = i.task_id
+JOIN scheduler_job j ON j.id = t.job_id
+LEFT JOIN scheduler_worker w ON w.id = i.worker_id
+LEFT JOIN scheduler_attempt a ON a.task_id = i.task_id AND a.number = i.attempt_number
+LEFT JOIN scheduler_dispatchintent s ON s.task_id = i.task_id AND s.attempt_number = i.attempt_number AND s.kind = 'start'
+"""
+
+
+def intent_rows(chosen: str, params: Sequence) -> list[IntentRow]:
+    """The intents whose ids the query ``chosen`` selects (as its one column, with ``%s``
+    parameters, in its own order and limit), in id order, as :class:`IntentRow`: two queries,
+    rows kept as values. The ids are fetched first and then looked up by primary key: one
+    query joining on the ids' subquery was planned as a hash join over every intent ever
+    written (done and delivered ones stay), growing with the outbox's history."""
+    with connection.cursor() as cursor:
+        cursor.execute(chosen, params)
+        ids = [pk for (pk,) in cursor.fetchall()]
+        if not ids:
+            return []
+        match, params = bulk.id_match("i.id", ids)
+        cursor.execute(f"{_INTENT_ROW_SQL} WHERE {match} ORDER BY i.id", params)
+        rows = [IntentRow(*row) for row in cursor.fetchall()]
+    if connection.vendor != "postgresql":
+        # SQLite hands datetimes back naive (stored in UTC) and JSON as its text.
+        for row in rows:
+            row.created_at = aware(row.created_at)
+            row.attempt_finished_at = aware(row.attempt_finished_at)
+    return rows
+
+
+def aware(value: datetime | None) -> datetime | None:
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
 
 
 def task_environment(task: str, job: str, index: int, attempt: int, band: Band, worker: str) -> dict[str, str]:
@@ -151,37 +243,37 @@ def task_environment(task: str, job: str, index: int, attempt: int, band: Band, 
     }
 
 
-def start_order(intent: DispatchIntent) -> StartOrder:
-    """The order for a START intent loaded through :func:`with_attempts`."""
-    task = intent.task
-    job = task.job
-    stamped = getattr(intent, "attempt_band", None)
-    band = Band(stamped if stamped is not None else (task.band if task.band is not None else job.band))
-    task_name = f"{job.name}/{task.index}"
-    worker = intent.worker.name if intent.worker else ""
+def start_order(intent: IntentRow) -> StartOrder:
+    """The order for a START intent read by :func:`intent_rows`."""
+    stamped = intent.attempt_band
+    band = BANDS[
+        stamped if stamped is not None else (intent.task_band if intent.task_band is not None else intent.job_band)
+    ]
+    job, index = intent.job_name, intent.task_index
+    task_name = f"{job}/{index}"
+    worker = intent.worker_name or ""
     return StartOrder(
-        ref=AttemptRef(task.pk, intent.attempt_number),
+        ref=AttemptRef(intent.task_id, intent.attempt_number),
         task=task_name,
-        job=job.name,
-        user=job.user,
-        index=task.index,
-        replicas=job.replicas,
+        job=job,
+        user=intent.job_user,
+        index=index,
+        replicas=intent.job_replicas,
         worker=worker,
         band=band,
-        command=tuple(job.command or ()),
-        environment=task_environment(task_name, job.name, task.index, intent.attempt_number, band, worker),
-        resources=job_resources(job),
-        group_by=job.group_by or None,
+        command=tuple(json_value(intent.job_command) or ()),
+        environment=task_environment(task_name, job, index, intent.attempt_number, band, worker),
+        resources=intent.job_resources(),
+        group_by=intent.job_group_by or None,
         created_at=intent.created_at,
     )
 
 
-def stop_order(intent: DispatchIntent) -> StopOrder:
-    task = intent.task
+def stop_order(intent: IntentRow) -> StopOrder:
     return StopOrder(
-        ref=AttemptRef(task.pk, intent.attempt_number),
-        task=f"{task.job.name}/{task.index}",
-        worker=intent.worker.name if intent.worker else None,
+        ref=AttemptRef(intent.task_id, intent.attempt_number),
+        task=f"{intent.job_name}/{intent.task_index}",
+        worker=intent.worker_name,
         reason=intent.reason,
         grace_seconds=float(settings.STOP_GRACE_SECONDS),
     )

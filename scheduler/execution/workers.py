@@ -24,7 +24,7 @@ from scheduler.foundation.access import require_operator
 from scheduler.backends import AttemptRef, AttemptReport, AttemptStatus, StartOrder, StopOrder
 from scheduler.foundation.errors import InvalidArgument, NotFound
 from scheduler.execution.attempts import apply_report
-from scheduler.execution.outbox import close_intents, start_order, stop_order, with_attempts
+from scheduler.execution.outbox import close_intents, intent_rows, start_order, stop_order
 from scheduler.foundation.inputs import (
     parse_attributes,
     parse_cpu_millicores,
@@ -317,11 +317,12 @@ def mailbox(worker_pk: int, running: set[tuple[int, int]], extra_stops: list[Sto
     """Delivered intents for this worker, as orders (one query)."""
     box = Mailbox(stops=list(extra_stops))
     stopping = {(s.ref.task_pk, s.ref.attempt) for s in extra_stops}
-    intents = with_attempts(
-        DispatchIntent.objects.filter(worker_id=worker_pk, state=DispatchIntent.State.DELIVERED)
-    ).order_by("pk")[:MAILBOX_LIMIT]
+    intents = intent_rows(
+        "SELECT id FROM scheduler_dispatchintent WHERE worker_id = %s AND state = %s ORDER BY id LIMIT %s",
+        [worker_pk, DispatchIntent.State.DELIVERED, MAILBOX_LIMIT],
+    )
     for intent in intents:
-        key = (intent.task_id, intent.attempt_number)
+        key = intent.key
         if intent.kind == DispatchIntent.Kind.START:
             if intent.attempt_state in ACTIVE_VALUES and key not in running:
                 box.starts.append(start_order(intent))

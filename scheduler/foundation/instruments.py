@@ -167,10 +167,9 @@ def observe_all(histogram, amounts: list[float]) -> None:
 
 
 def intent_backend(intent) -> str:
-    """The backend label of a dispatch intent: its worker's backend, else its job's."""
-    if intent.worker is not None:
-        return intent.worker.backend
-    return getattr(intent.task.job, "backend", "") or "unknown"
+    """The backend label of a dispatch intent (an ``outbox.IntentRow``): its worker's backend,
+    "unknown" when its worker row is gone."""
+    return intent.worker_backend if intent.worker_backend is not None else "unknown"
 
 
 def record_delivery_failure(intent, *, gave_up: bool) -> None:

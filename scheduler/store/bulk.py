@@ -47,6 +47,14 @@ def id_array(ids) -> str:
     return "{" + ",".join(map(str, map(int, ids))) + "}"
 
 
+def id_match(column: str, ids: Sequence[int]) -> tuple[str, list]:
+    """SQL for ``column`` being one of the integer ``ids``, and its parameters: one array
+    parameter on PostgreSQL (``= ANY``, :func:`id_array`), a placeholder per id elsewhere."""
+    if connection.vendor == "postgresql":
+        return f"{column} = ANY(%s::bigint[])", [id_array(ids)]
+    return f"{column} IN ({', '.join(['%s'] * len(ids))})", list(ids)
+
+
 @contextmanager
 def pipeline():
     """On PostgreSQL, send the statements made inside without waiting for each one's result
@@ -121,6 +129,7 @@ def update_rows(
     condition: str = "",
     changed_only: bool = False,
     postgresql_set: str = "",
+    keep_when_null: Sequence[str] = (),
 ) -> None:
     """``UPDATE table SET columns WHERE keys match`` for each row, in one statement.
 
@@ -131,13 +140,17 @@ def update_rows(
     not know to differ. ``postgresql_set`` is one more assignment, the same for every row, on
     PostgreSQL only (the change stamp, which SQLite does not have). A key may be the row's
     ``ctid`` (type ``tid``), where the caller holds the rows locked since it read them.
+    ``keep_when_null`` names columns whose None in a row leaves the stored value as it is.
     """
     if not rows:
         return
     extra = f" AND {condition}" if condition else ""
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
-            assignments = ", ".join(f"{name} = v.{name}" for name, _ in columns)
+            assignments = ", ".join(
+                f"{name} = COALESCE(v.{name}, {table}.{name})" if name in keep_when_null else f"{name} = v.{name}"
+                for name, _ in columns
+            )
             if postgresql_set:
                 assignments += f", {postgresql_set}"
             matches = " AND ".join(f"{table}.{name} = v.{name}" for name, _ in keys)
@@ -151,7 +164,9 @@ def update_rows(
                 [_payload(rows)],
             )
         else:
-            assignments = ", ".join(f"{name} = %s" for name, _ in columns)
+            assignments = ", ".join(
+                f"{name} = COALESCE(%s, {name})" if name in keep_when_null else f"{name} = %s" for name, _ in columns
+            )
             matches = " AND ".join(f"{name} = %s" for name, _ in keys)
             n_keys = len(keys)
             if changed_only:
