@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
+from operator import itemgetter
 from typing import NamedTuple
 
 from scheduler.core.bands import Band
@@ -237,17 +238,12 @@ def index_victims(
                 if len(ranks) == 1
                 else [t for t in tasks if (requested_rank if t.band is None else int(t.band)) == rank]
             )
-            if len(same_band) == 1:
-                by_worker = ((same_band[0].worker, same_band),)
-            else:
-                # One sort on (worker, index): grouped by worker, members by index.
-                by_worker = groupby(sorted(same_band, key=worker_then_index), key=worker_of)
-            for worker, on_worker in by_worker:
+            for worker, on_worker in tasks_by_worker(same_band):
                 w = index.get(worker)
                 if w is None or not healthy[w]:
                     continue
                 variant = victim_variant(resources.device, pool.variant[w]) if auto else fixed
-                group = VictimGroup(-rank, info.value, job_id, info, variant, w, list(on_worker))
+                group = VictimGroup(-rank, info.value, job_id, info, variant, w, on_worker)
                 worker_groups = solo.get(w)
                 if worker_groups is None:
                     solo[w] = [group]
@@ -262,6 +258,26 @@ def index_victims(
         if len(worker_groups) > 1:
             worker_groups.sort(key=group_order)
     return victims
+
+
+def tasks_by_worker(tasks: Sequence[TaskSnapshot]) -> Sequence[tuple[str, list[TaskSnapshot]]]:
+    """``tasks`` (of one job, each on a worker) grouped by worker: (worker, its tasks by index)
+    per worker, each worker once, in no promised order of workers.
+
+    A job's tasks usually come by index, in one run per worker (13 tasks a run on the
+    squatters mix): then the runs are the groups, found in C without sorting; otherwise one
+    sort on (worker, index)."""
+    if len(tasks) == 1:
+        return ((tasks[0].worker, list(tasks)),)
+    indices = list(map(task_index, tasks))
+    if indices == sorted(indices):
+        runs = [(worker, list(run)) for worker, run in groupby(tasks, worker_of)]
+        if len(runs) == len(set(map(_first, runs))):
+            return runs
+    return [(worker, list(run)) for worker, run in groupby(sorted(tasks, key=worker_then_index), worker_of)]
+
+
+_first = itemgetter(0)
 
 
 def _wanted(
