@@ -23,8 +23,8 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
-from itertools import chain, groupby
-from operator import and_, attrgetter, countOf, itemgetter, or_
+from itertools import chain
+from operator import and_, itemgetter, or_
 
 from scheduler.core.bands import Band
 from scheduler.core.ordering import JobQueue
@@ -54,9 +54,6 @@ from scheduler.core.types import (
 UNLIMITED = sys.maxsize
 # Hosts of a gang group are used in this attribute's order (numeric when it parses).
 TPU_WORKER_ID_KEY = "tpu-worker-id"
-
-_worker_of = attrgetter("worker")
-_state_of = attrgetter("state")
 
 
 class WorkerPool:
@@ -135,21 +132,17 @@ class WorkerPool:
             if len(tasks) > 1 and tasks[0].worker == tasks[1].worker:
                 # Jobs whose tasks were packed onto a worker list them in runs per worker (13
                 # tasks a run on the squatters mix): each run is charged once, its count times
-                # the request, its tasks' states counted in C.
-                for worker, run in groupby(tasks, _worker_of):
+                # the request.
+                for worker, k, idle in _runs_by_worker(tasks, running):
                     w = index.get(worker)
                     if w is not None:
-                        run = list(run)
-                        k = len(run)
                         cpu[w] -= c * k
                         mem[w] -= m * k
                         if g:
                             gpu[w] -= g * k
                         if u:
                             tpu[w] -= u * k
-                        idle = k - countOf(map(_state_of, run), running)
-                        if idle:
-                            building[w] += idle
+                        building[w] += idle
                 continue
             for task in tasks:
                 w = index.get(task.worker)
@@ -223,6 +216,24 @@ class WorkerPool:
         self.mem[w] += mem
         self.gpu[w] += gpu
         self.tpu[w] += tpu
+
+
+def _runs_by_worker(tasks: Sequence[TaskSnapshot], running: TaskState) -> list[tuple[str | None, int, int]]:
+    """(worker, how many tasks, how many of them not ``running``) per run of consecutive
+    ``tasks`` on one worker, in order (a worker may come back in a later run)."""
+    runs = []
+    worker = tasks[0].worker
+    k = idle = 0
+    for task in tasks:
+        if task.worker != worker:
+            runs.append((worker, k, idle))
+            worker = task.worker
+            k = idle = 0
+        k += 1
+        if task.state is not running:
+            idle += 1
+    runs.append((worker, k, idle))
+    return runs
 
 
 @dataclass(slots=True, eq=False)

@@ -265,14 +265,25 @@ def tasks_by_worker(tasks: Sequence[TaskSnapshot]) -> Sequence[tuple[str, list[T
     per worker, each worker once, in no promised order of workers.
 
     A job's tasks usually come by index, in one run per worker (13 tasks a run on the
-    squatters mix): then the runs are the groups, found in C without sorting; otherwise one
-    sort on (worker, index)."""
+    squatters mix): then the runs are the groups, found in one pass without sorting;
+    otherwise one sort on (worker, index)."""
     if len(tasks) == 1:
         return ((tasks[0].worker, list(tasks)),)
-    indices = list(map(task_index, tasks))
-    if indices == sorted(indices):
-        runs = [(worker, list(run)) for worker, run in groupby(tasks, worker_of)]
-        if len(runs) == len(set(map(_first, runs))):
+    worker = tasks[0].worker
+    run: list[TaskSnapshot] = []
+    runs = [(worker, run)]
+    last = -1
+    for task in tasks:
+        if task.index < last:
+            break
+        last = task.index
+        if task.worker != worker:
+            worker = task.worker
+            run = []
+            runs.append((worker, run))
+        run.append(task)
+    else:
+        if len(runs) == 1 or len(runs) == len(set(map(_first, runs))):
             return runs
     return [(worker, list(run)) for worker, run in groupby(sorted(tasks, key=worker_then_index), worker_of)]
 
