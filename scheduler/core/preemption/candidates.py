@@ -21,7 +21,7 @@ from scheduler.core.budget import resource_value
 from scheduler.core.ordering import JobQueue
 from scheduler.core.placement import WorkerPool
 from scheduler.core.constraints import request_tuple
-from scheduler.core.preemption.ordering import band_of, group_order, task_index, worker_of, worker_then_index
+from scheduler.core.preemption.ordering import group_order, task_index, worker_of, worker_then_index
 from scheduler.core.types import ANY_VARIANT, Device, DeviceType, JobSpec, TaskSnapshot, TaskState
 
 # (device type, variant) of a task for variant matching; None for CPU-only work.
@@ -223,7 +223,7 @@ def index_victims(
         if squat_only and squat_ids.isdisjoint(map(worker_of, tasks)):
             continue
         requested_rank = int(job.band)
-        ranks = {requested_rank if b is None else int(b) for b in set(map(band_of, tasks))}
+        ranks = {requested_rank if b is None else int(b) for b in {t.band for t in tasks}}
         if max(ranks) <= min_rank:
             continue
         victims.victim_jobs.add(job_id)
