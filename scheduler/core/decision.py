@@ -254,8 +254,9 @@ def _job_queues(
     jobs = snapshot.jobs
     budgets, defaults = snapshot.budgets, snapshot.config.budget_defaults
     now_ms, max_tasks_per_job = snapshot.now_ms, snapshot.config.max_tasks_per_job_per_cycle
-    # (user, requested band) -> (effective band, its downgrade or None).
-    band_of: dict[tuple[str, Band], tuple[Band, Downgrade | None]] = {}
+    # user -> requested band -> (effective band, its downgrade or None). (Keyed by user, then
+    # band: a (user, band) tuple key cost a tuple, its hash and a compare per job.)
+    band_of: dict[str, dict[Band, tuple[Band, Downgrade | None]]] = {}
     by_job: dict[str, JobQueue] = {}
     expired: list[JobQueue] = []
     downgrades: dict[str, Downgrade] = {}
@@ -266,14 +267,16 @@ def _job_queues(
     shapes = book.shapes_by_identity
     for job in ordered:
         tasks = pending_by_job[job.id]
-        key = (job.user, job.band)
-        found = band_of.get(key)
+        user_bands = band_of.get(job.user)
+        if user_bands is None:
+            user_bands = band_of[job.user] = {}
+        found = user_bands.get(job.band)
         if found is None:
             band = effective_band(job.band, job.user, spend, budgets, defaults)
             downgrade = None
             if band is not job.band:
                 downgrade = Downgrade(job.band, band, spend.get(job.user, 0), budget_limit(job.user, budgets, defaults))
-            found = band_of[key] = (band, downgrade)
+            found = user_bands[job.band] = (band, downgrade)
         band, downgrade = found
         queue = by_job[job.id] = gated_queue(job, band, tasks, now_ms, max_tasks_per_job)
         if queue.expired:
