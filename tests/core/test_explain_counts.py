@@ -60,9 +60,11 @@ def plain_cause(pool: WorkerPool, shape):
 
 
 # Per worker: (free cpu, free memory, free gpus, assigned this tick, building), small values so
-# that ties with the request (exactly enough) are common.
+# that ties with the request (exactly enough) are common; free gpus below zero too (an
+# oversubscribed worker: a request of no GPU is short of it there, which the suffix maxima of
+# free memory for such requests must not miss).
 WORKER_STATE = st.tuples(
-    st.integers(0, 4), st.integers(0, 4), st.integers(0, 2), st.integers(0, MAX_ASSIGN), st.integers(0, MAX_BUILDING)
+    st.integers(0, 4), st.integers(0, 4), st.integers(-1, 2), st.integers(0, MAX_ASSIGN), st.integers(0, MAX_BUILDING)
 )
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from itertools import filterfalse, groupby, islice
+from itertools import accumulate, filterfalse, groupby, islice
 from operator import itemgetter, methodcaller
 
 from scheduler.core.bands import Band
@@ -60,6 +60,8 @@ class Explainer:
         # have no build slot, the rest by free CPU, their free CPU): the same for every shape
         # sharing the list.
         self._open: dict[int, tuple[int, int, list[int], list[int]]] = {}
+        # id(candidate list) -> :meth:`_most_memory_from`'s suffix maxima (or None).
+        self._most_memory: dict[int, list[int] | None] = {}
 
     def solo_cause(self, shape: Shape) -> tuple[Cause, bool]:
         """(why one more task of ``shape`` does not fit now, whether it would have at tick start)."""
@@ -85,7 +87,6 @@ class Explainer:
         if cause is not None:
             return cause, False
         pool = self.pool
-        ma, mb = pool.max_assign, pool.max_building
         mem, gpu, tpu = pool.mem, pool.gpu, pool.tpu
         c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
         # Per check, in check order (assignment cap, build slots, cpu, memory, gpu, tpu): how many
@@ -95,6 +96,25 @@ class Explainer:
         # Those are kept by free CPU, so the ones short of CPU are a prefix, counted by bisection.
         capped, full, open_workers, open_cpu = self._open_candidates(shape.cands)
         short_of_cpu = bisect_left(open_cpu, c)
+        if not g and not u:
+            most_memory = self._most_memory_from(shape.cands)
+            if most_memory is not None:
+                # A request of no GPU and no TPU, and no open worker short of either: each worker
+                # with enough CPU is short of memory, or has room. So there is room exactly
+                # when the most free memory among them (a suffix maximum) is enough.
+                n = len(open_workers)
+                if short_of_cpu < n and most_memory[short_of_cpu] >= m:
+                    return RoomFreedThisTick(), self._any_fits_at_start(shape.cands, shape)
+                blocked = [capped, full, short_of_cpu, n - short_of_cpu, 0, 0]
+                best = [
+                    None,
+                    None,
+                    open_cpu[short_of_cpu - 1] if short_of_cpu else None,
+                    most_memory[short_of_cpu] if short_of_cpu < n else None,
+                    None,
+                    None,
+                ]
+                return self._solo_shortage(shape, blocked, best)
         # The free amount of each other worker first short of memory, gpu, tpu (appended, not
         # counted through a helper: a call per worker cost a third of the explanations).
         short: tuple[list[int], ...] = (open_cpu[:short_of_cpu], [], [], [])
@@ -113,6 +133,16 @@ class Explainer:
                 return RoomFreedThisTick(), self._any_fits_at_start(shape.cands, shape)
         blocked = [capped, full, *(len(free) for free in short)]
         best = [None, None, *(max(free, default=None) for free in short)]
+        return self._solo_shortage(shape, blocked, best)
+
+    def _solo_shortage(self, shape: Shape, blocked: list[int], best: list[int | None]) -> tuple[Cause, bool]:
+        """The cause of a solo shape no candidate has room for, from how many candidates each
+        check (assignment cap, build slots, cpu, memory, gpu, tpu) is the first to fail and
+        the most free among those short of a resource: the largest count wins, the earlier
+        check on a tie."""
+        pool = self.pool
+        ma, mb = pool.max_assign, pool.max_building
+        c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
         fit_at_start = self._any_fits_at_start(shape.cands, shape)
         worst = max(range(6), key=lambda i: (blocked[i], -i))
         matching = len(shape.cands)
@@ -137,6 +167,24 @@ class Explainer:
             open_cpu = list(map(pool.cpu.__getitem__, open_workers))
             found = (len(cands) - len(uncapped), len(uncapped) - len(open_workers), open_workers, open_cpu)
             self._open[id(cands)] = found
+        return found
+
+    def _most_memory_from(self, cands: list[int]) -> list[int] | None:
+        """For :meth:`_open_candidates`' open workers by free CPU, the most free memory of each
+        one and those after it; None if one of them has less than no free GPU or TPU left (a
+        request of none is then short of it there). Once per candidate list."""
+        key = id(cands)
+        if key in self._most_memory:
+            return self._most_memory[key]
+        _, _, open_workers, _ = self._open_candidates(cands)
+        pool = self.pool
+        found = None
+        if not open_workers or (
+            min(map(pool.gpu.__getitem__, open_workers)) >= 0 and min(map(pool.tpu.__getitem__, open_workers)) >= 0
+        ):
+            found = list(accumulate(reversed(list(map(pool.mem.__getitem__, open_workers))), max))
+            found.reverse()
+        self._most_memory[key] = found
         return found
 
     def _count_fit_at_start(self, workers: Sequence[int], shape: Shape) -> int:
