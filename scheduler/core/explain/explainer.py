@@ -62,6 +62,8 @@ class Explainer:
         self._open: dict[int, tuple[int, int, list[int], list[int]]] = {}
         # id(candidate list) -> :meth:`_most_memory_from`'s suffix maxima (or None).
         self._most_memory: dict[int, list[int] | None] = {}
+        # id(candidate list) -> how many of its open workers requests of no GPU or TPU walked.
+        self._walked: dict[int, int] = {}
 
     def solo_cause(self, shape: Shape) -> tuple[Cause, bool]:
         """(why one more task of ``shape`` does not fit now, whether it would have at tick start)."""
@@ -96,13 +98,14 @@ class Explainer:
         # Those are kept by free CPU, so the ones short of CPU are a prefix, counted by bisection.
         capped, full, open_workers, open_cpu = self._open_candidates(shape.cands)
         short_of_cpu = bisect_left(open_cpu, c)
-        if not g and not u:
-            most_memory = self._most_memory_from(shape.cands)
-            if most_memory is not None:
+        n = len(open_workers)
+        cpu_only = not g and not u
+        if cpu_only:
+            most_memory = self._most_memory.get(id(shape.cands))
+            if most_memory:
                 # A request of no GPU and no TPU, and no open worker short of either: each worker
                 # with enough CPU is short of memory, or has room. So there is room exactly
                 # when the most free memory among them (a suffix maximum) is enough.
-                n = len(open_workers)
                 if short_of_cpu < n and most_memory[short_of_cpu] >= m:
                     return RoomFreedThisTick(), self._any_fits_at_start(shape.cands, shape)
                 blocked = [capped, full, short_of_cpu, n - short_of_cpu, 0, 0]
@@ -119,6 +122,7 @@ class Explainer:
         # counted through a helper: a call per worker cost a third of the explanations).
         short: tuple[list[int], ...] = (open_cpu[:short_of_cpu], [], [], [])
         short_mem, short_gpu, short_tpu = (free.append for free in short[1:])
+        room = False
         for w in islice(open_workers, short_of_cpu, None):
             # The remaining resource checks, unrolled (a tuple of checks per worker cost half
             # the explanation's time): the first one short counts.
@@ -130,10 +134,29 @@ class Explainer:
                 short_tpu(free)
             else:
                 # One worker with room decides the cause: the counts are not needed.
-                return RoomFreedThisTick(), self._any_fits_at_start(shape.cands, shape)
+                room = True
+                break
+        if cpu_only:
+            walked = len(short[1]) + len(short[2]) + len(short[3]) + room
+            self._note_walk(shape.cands, walked, n)
+        if room:
+            return RoomFreedThisTick(), self._any_fits_at_start(shape.cands, shape)
         blocked = [capped, full, *(len(free) for free in short)]
         best = [None, None, *(max(free, default=None) for free in short)]
         return self._solo_shortage(shape, blocked, best)
+
+    def _note_walk(self, cands: list[int], walked: int, n: int) -> None:
+        """Count the open workers of ``cands`` that requests of no GPU or TPU walked; once they
+        add up to the ``n`` open workers, the list's suffix maxima of free memory are built
+        (:meth:`_most_memory_from`) and such requests read them instead of walking. (Built for
+        every list up front, they cost more than they saved where lists have few shapes, or
+        shapes find room early: the squatters mix.)"""
+        key = id(cands)
+        if key in self._most_memory:
+            return
+        total = self._walked[key] = self._walked.get(key, 0) + walked
+        if total >= n:
+            self._most_memory_from(cands)
 
     def _solo_shortage(self, shape: Shape, blocked: list[int], best: list[int | None]) -> tuple[Cause, bool]:
         """The cause of a solo shape no candidate has room for, from how many candidates each
@@ -193,8 +216,9 @@ class Explainer:
         mb, building = pool.max_building, pool.start_building
         cpu, mem, gpu, tpu = pool.start_cpu, pool.start_mem, pool.start_gpu, pool.start_tpu
         c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
-        return sum(
-            1 for w in workers if building[w] < mb and cpu[w] >= c and mem[w] >= m and gpu[w] >= g and tpu[w] >= u
+        # A list's length, not a sum over a generator (a generator resumes once per worker).
+        return len(
+            [w for w in workers if building[w] < mb and cpu[w] >= c and mem[w] >= m and gpu[w] >= g and tpu[w] >= u]
         )
 
     def _any_fits_at_start(self, workers: Sequence[int], shape: Shape) -> bool:
@@ -223,9 +247,29 @@ class Explainer:
         largest = max((len(g.members) for g in groups), default=0)
         if largest < n:
             return GangGroupTooSmall(n, group_by, largest), False
-        fits = self.pool.fits
         big = [g for g in groups if len(g.members) >= n]
-        best = max(sum(1 for w in g.members if fits(w, shape)) for g in big)
+        # The most members of one group that one more task fits on now (``WorkerPool.fits``,
+        # inline: a method call per member cost more than its tests; thousands of groups).
+        pool = self.pool
+        ma, mb, assigned, building = pool.max_assign, pool.max_building, pool.assigned, pool.building
+        cpu, mem, gpu, tpu = pool.cpu, pool.mem, pool.gpu, pool.tpu
+        c, m, g, u = shape.cpu, shape.mem, shape.gpu, shape.tpu
+        best = 0
+        for group in big:
+            fitting = len(
+                [
+                    w
+                    for w in group.members
+                    if assigned[w] < ma
+                    and building[w] < mb
+                    and cpu[w] >= c
+                    and mem[w] >= m
+                    and gpu[w] >= g
+                    and tpu[w] >= u
+                ]
+            )
+            if fitting > best:
+                best = fitting
         fit_at_start = any(self._count_fit_at_start(g.members, shape) >= n for g in big)
         if best >= n:
             return RoomFreedThisTick(), fit_at_start
