@@ -32,7 +32,8 @@ from scheduler.core.explain import (
     explain_pending,
 )
 from scheduler.core.ordering import JobQueue, gated_queue, scheduling_order, sort_jobs
-from scheduler.core.placement import ShapeBook, WorkerPool, place
+from scheduler.core.placement import ShapeBook, place
+from scheduler.core.pool import WorkerPool
 from scheduler.core.preemption import PreemptionPass, PreemptionPlan
 from scheduler.core.types import (
     ACTIVE_STATES,

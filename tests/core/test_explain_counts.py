@@ -20,7 +20,8 @@ from scheduler.core.explain.reasons import (
     InsufficientResource,
     RoomFreedThisTick,
 )
-from scheduler.core.placement import ShapeBook, WorkerPool
+from scheduler.core.placement import ShapeBook
+from scheduler.core.pool import WorkerPool
 from scheduler.core.bands import Band
 from scheduler.core.types import ClusterSnapshot, Device, DeviceType, JobSpec, Resources, SchedulerConfig, WorkerSpec
 

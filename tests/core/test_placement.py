@@ -5,7 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.core.decision import decide
-from scheduler.core.placement import ShapeBook, WorkerPool
+from scheduler.core.placement import ShapeBook
+from scheduler.core.pool import WorkerPool
 from scheduler.core.constraints import constraint_matches
 from scheduler.core.types import TaskState
 from tests.core.builders import (

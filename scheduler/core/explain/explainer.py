@@ -12,7 +12,8 @@ from operator import itemgetter, methodcaller
 from scheduler.core.bands import Band
 from scheduler.core.feasibility import analyse_job, any_fits_when_idle, constraint_text, slice_group
 from scheduler.core.ordering import JobQueue
-from scheduler.core.placement import Placed, Shape, ShapeBook, WorkerPool
+from scheduler.core.placement import Placed, Shape, ShapeBook
+from scheduler.core.pool import WorkerPool
 from scheduler.core.types import Decision, GroupSpec, JobSpec, TaskSnapshot, WorkerSpec
 from scheduler.core.explain.reasons import (
     AssignmentCapReached,

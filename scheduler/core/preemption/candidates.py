@@ -19,7 +19,7 @@ from typing import NamedTuple
 from scheduler.core.bands import Band
 from scheduler.core.budget import resource_value
 from scheduler.core.ordering import JobQueue
-from scheduler.core.placement import WorkerPool
+from scheduler.core.pool import WorkerPool
 from scheduler.core.constraints import request_tuple
 from scheduler.core.preemption.ordering import group_order, task_index, worker_of, worker_then_index
 from scheduler.core.types import ANY_VARIANT, Device, DeviceType, JobSpec, TaskSnapshot, TaskState
