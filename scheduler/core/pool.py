@@ -7,13 +7,20 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from scheduler.core.constraints import request_tuple, worker_attributes
 from scheduler.core.types import CapacityLeft, ClusterSnapshot, DeviceType, TaskSnapshot, TaskState
 
-if TYPE_CHECKING:
-    from scheduler.core.placement import Shape
+
+class Shape(Protocol):
+    """What the pool reads of a request (``placement.Shape``): one task's resources."""
+
+    cpu: int
+    mem: int
+    gpu: int
+    tpu: int
+
 
 # A cap configured as 0 means unlimited; internally it is this (larger than any count).
 UNLIMITED = sys.maxsize
