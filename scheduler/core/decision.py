@@ -14,7 +14,7 @@ Nothing here reads the clock (``snapshot.now_ms`` is the time) or mutates the sn
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import chain
 from operator import attrgetter
@@ -126,7 +126,7 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
     plan = PreemptionPass(pool, book, by_job, jobs, active_by_job, candidates).run() if candidates else PreemptionPlan()
 
     outcome = _Outcome(snapshot, by_job, pool.ids)
-    outcome.assign(placed.tasks)
+    outcome.assign(placed.tasks, placed.ends)
     outcome.assign(plan.placements)
     outcome.expire(expired)
     outcome.evict(plan)
@@ -311,7 +311,10 @@ class _Outcome:
         self.victims_by_job: dict[str, list[str]] = {}
         self.ended_by_preemption: set[str] = set()
 
-    def assign(self, placements: Iterable[tuple[TaskSnapshot, int]]) -> None:
+    def assign(self, placements: Sequence[tuple[TaskSnapshot, int]], ends: Mapping[Band, int] | None = None) -> None:
+        """Assign each (task, worker index) of ``placements``. ``ends``: per band, in order, where
+        its placements end (the placement pass's, band after band), so each one's band is known
+        without looking up its job's queue; without it, the queue's band."""
         ids = self.worker_ids
         queues = self.queues
         after = self.after
@@ -329,20 +332,25 @@ class _Outcome:
         # instance comes from calling the class (``types._filler``: cheaper than
         # ``object.__new__(filler)``, the generic ``__new__`` wrapper).
         filler = AssignmentFiller
-        for task, w in placements:
-            band = queues[task.job_id].band
-            worker = ids[w]
-            a = filler()
-            a.task = task.id
-            a.worker = worker
-            a.band = band
-            a.__class__ = Assignment
-            append(a)
-            key = task.preemption_count * stride + 4 * w + band
-            state = shared.get(key)
-            if state is None:
-                state = shared[key] = task_after(assigned, worker, band, task.preemption_count)
-            after[task.id] = state
+        parts: list[tuple[Band | None, Sequence[tuple[TaskSnapshot, int]]]] = [(None, placements)]
+        if ends is not None:
+            starts = [0, *ends.values()]
+            parts = [(band, placements[start:end]) for (band, end), start in zip(ends.items(), starts)]
+        for fixed, part in parts:
+            for task, w in part:
+                band = queues[task.job_id].band if fixed is None else fixed
+                worker = ids[w]
+                a = filler()
+                a.task = task.id
+                a.worker = worker
+                a.band = band
+                a.__class__ = Assignment
+                append(a)
+                key = task.preemption_count * stride + 4 * w + band
+                state = shared.get(key)
+                if state is None:
+                    state = shared[key] = task_after(assigned, worker, band, task.preemption_count)
+                after[task.id] = state
 
     def expire(self, expired: Iterable[JobQueue]) -> None:
         """Every pending task of an expired job becomes UNSCHEDULABLE, and so does the job."""

@@ -366,12 +366,14 @@ class Placed:
     per band, the tasks that passed the gates and were not placed, in scheduling order, and
     ``positions``: each one's position in the whole scheduling order (all bands, 0-based). The
     preemption pass takes its candidates from ``waiting`` and the explanations walk it, so
-    neither walks the whole order again.
+    neither walks the whole order again. ``ends``: per band (in order), where its placements
+    end in ``tasks`` (bands are placed one after the other).
     """
 
     tasks: list[tuple[TaskSnapshot, int]]
     waiting: dict[Band, list[TaskSnapshot]]
     positions: dict[Band, list[int]]
+    ends: dict[Band, int]
 
 
 def place(
@@ -392,6 +394,7 @@ def place(
     out: list[tuple[TaskSnapshot, int]] = []
     waiting: dict[Band, list[TaskSnapshot]] = {}
     positions: dict[Band, list[int]] = {}
+    ends: dict[Band, int] = {}
     cpu, mem, gpu, tpu = pool.cpu, pool.mem, pool.gpu, pool.tpu
     assigned, building = pool.assigned, pool.building
     max_assign, max_building = pool.max_assign, pool.max_building
@@ -472,7 +475,8 @@ def place(
             building[w] += 1
             out.append((task, w))
         first += len(tasks)
-    return Placed(out, waiting, positions)
+        ends[band] = len(out)
+    return Placed(out, waiting, positions, ends)
 
 
 def place_gang(queue: JobQueue, pool: WorkerPool, book: ShapeBook, out: list[tuple[TaskSnapshot, int]]) -> bool:
