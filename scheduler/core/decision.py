@@ -111,7 +111,13 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
     # The reason of the tasks the per-job cap held back does not depend on placement; they are
     # put in the reasons map with the explanations, in one comprehension (see below).
     held = HeldReasons(config.max_tasks_per_job_per_cycle)
-    held_back = [(queue.held, held.reason(downgrades.get(queue.spec.id))) for queue in queues if queue.held]
+    # Most jobs run in the band they asked for: their reason is looked up once, not per job.
+    not_downgraded = held.reason(None)
+    held_back = [
+        (queue.held, not_downgraded if (downgrade := downgrades.get(queue.spec.id)) is None else held.reason(downgrade))
+        for queue in queues
+        if queue.held
+    ]
 
     unschedulable = []
     for queue in expired:
