@@ -14,7 +14,7 @@ Nothing here reads the clock (``snapshot.now_ms`` is the time) or mutates the sn
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from itertools import chain
 from operator import attrgetter
@@ -32,7 +32,8 @@ from scheduler.core.explain import (
     explain_pending,
 )
 from scheduler.core.ordering import JobQueue, gated_queue, scheduling_order, sort_jobs
-from scheduler.core.placement import ShapeBook, WorkerPool, place
+from scheduler.core.placement import ShapeBook, place
+from scheduler.core.pool import WorkerPool
 from scheduler.core.preemption import PreemptionPass, PreemptionPlan
 from scheduler.core.types import (
     ACTIVE_STATES,
@@ -110,7 +111,13 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
     # The reason of the tasks the per-job cap held back does not depend on placement; they are
     # put in the reasons map with the explanations, in one comprehension (see below).
     held = HeldReasons(config.max_tasks_per_job_per_cycle)
-    held_back = [(queue.held, held.reason(downgrades.get(queue.spec.id))) for queue in queues if queue.held]
+    # Most jobs run in the band they asked for: their reason is looked up once, not per job.
+    not_downgraded = held.reason(None)
+    held_back = [
+        (queue.held, not_downgraded if (downgrade := downgrades.get(queue.spec.id)) is None else held.reason(downgrade))
+        for queue in queues
+        if queue.held
+    ]
 
     unschedulable = []
     for queue in expired:
@@ -125,7 +132,7 @@ def _decide(snapshot: ClusterSnapshot) -> Decision:
     plan = PreemptionPass(pool, book, by_job, jobs, active_by_job, candidates).run() if candidates else PreemptionPlan()
 
     outcome = _Outcome(snapshot, by_job, pool.ids)
-    outcome.assign(placed.tasks)
+    outcome.assign(placed.tasks, placed.ends)
     outcome.assign(plan.placements)
     outcome.expire(expired)
     outcome.evict(plan)
@@ -254,8 +261,9 @@ def _job_queues(
     jobs = snapshot.jobs
     budgets, defaults = snapshot.budgets, snapshot.config.budget_defaults
     now_ms, max_tasks_per_job = snapshot.now_ms, snapshot.config.max_tasks_per_job_per_cycle
-    # (user, requested band) -> (effective band, its downgrade or None).
-    band_of: dict[tuple[str, Band], tuple[Band, Downgrade | None]] = {}
+    # user -> requested band -> (effective band, its downgrade or None). (Keyed by user, then
+    # band: a (user, band) tuple key cost a tuple, its hash and a compare per job.)
+    band_of: dict[str, dict[Band, tuple[Band, Downgrade | None]]] = {}
     by_job: dict[str, JobQueue] = {}
     expired: list[JobQueue] = []
     downgrades: dict[str, Downgrade] = {}
@@ -266,14 +274,16 @@ def _job_queues(
     shapes = book.shapes_by_identity
     for job in ordered:
         tasks = pending_by_job[job.id]
-        key = (job.user, job.band)
-        found = band_of.get(key)
+        user_bands = band_of.get(job.user)
+        if user_bands is None:
+            user_bands = band_of[job.user] = {}
+        found = user_bands.get(job.band)
         if found is None:
             band = effective_band(job.band, job.user, spend, budgets, defaults)
             downgrade = None
             if band is not job.band:
                 downgrade = Downgrade(job.band, band, spend.get(job.user, 0), budget_limit(job.user, budgets, defaults))
-            found = band_of[key] = (band, downgrade)
+            found = user_bands[job.band] = (band, downgrade)
         band, downgrade = found
         queue = by_job[job.id] = gated_queue(job, band, tasks, now_ms, max_tasks_per_job)
         if queue.expired:
@@ -307,7 +317,10 @@ class _Outcome:
         self.victims_by_job: dict[str, list[str]] = {}
         self.ended_by_preemption: set[str] = set()
 
-    def assign(self, placements: Iterable[tuple[TaskSnapshot, int]]) -> None:
+    def assign(self, placements: Sequence[tuple[TaskSnapshot, int]], ends: Mapping[Band, int] | None = None) -> None:
+        """Assign each (task, worker index) of ``placements``. ``ends``: per band, in order, where
+        its placements end (the placement pass's, band after band), so each one's band is known
+        without looking up its job's queue; without it, the queue's band."""
         ids = self.worker_ids
         queues = self.queues
         after = self.after
@@ -325,20 +338,25 @@ class _Outcome:
         # instance comes from calling the class (``types._filler``: cheaper than
         # ``object.__new__(filler)``, the generic ``__new__`` wrapper).
         filler = AssignmentFiller
-        for task, w in placements:
-            band = queues[task.job_id].band
-            worker = ids[w]
-            a = filler()
-            a.task = task.id
-            a.worker = worker
-            a.band = band
-            a.__class__ = Assignment
-            append(a)
-            key = task.preemption_count * stride + 4 * w + band
-            state = shared.get(key)
-            if state is None:
-                state = shared[key] = task_after(assigned, worker, band, task.preemption_count)
-            after[task.id] = state
+        parts: list[tuple[Band | None, Sequence[tuple[TaskSnapshot, int]]]] = [(None, placements)]
+        if ends is not None:
+            starts = [0, *ends.values()]
+            parts = [(band, placements[start:end]) for (band, end), start in zip(ends.items(), starts)]
+        for fixed, part in parts:
+            for task, w in part:
+                band = queues[task.job_id].band if fixed is None else fixed
+                worker = ids[w]
+                a = filler()
+                a.task = task.id
+                a.worker = worker
+                a.band = band
+                a.__class__ = Assignment
+                append(a)
+                key = task.preemption_count * stride + 4 * w + band
+                state = shared.get(key)
+                if state is None:
+                    state = shared[key] = task_after(assigned, worker, band, task.preemption_count)
+                after[task.id] = state
 
     def expire(self, expired: Iterable[JobQueue]) -> None:
         """Every pending task of an expired job becomes UNSCHEDULABLE, and so does the job."""

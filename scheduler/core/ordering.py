@@ -22,7 +22,7 @@ from scheduler.core.types import JobSpec, TaskSnapshot
 T = TypeVar("T")
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, init=False)
 class JobQueue:
     """One job's pending work during one tick (mutable scratch, never leaves the core).
 
@@ -32,6 +32,11 @@ class JobQueue:
     placement sets ``failed_task`` when a task of the job does not fit (the rest of the job
     then waits for the next tick; for a gang, its first task). ``gang`` says whether the job
     is coscheduled (``spec.group_by`` is set).
+
+    Built only by :func:`gated_queue`, which fills every slot: the class has no ``__init__``
+    of its own, so ``JobQueue()`` is a bare instance (a decision builds tens of thousands; the
+    dataclass ``__init__``, a Python call with nine defaulted parameters, cost more than the
+    gates, and ``object.__new__(JobQueue)`` more than the bare call).
     """
 
     spec: JobSpec
@@ -75,11 +80,6 @@ def is_expired(job: JobSpec, now_ms: int) -> bool:
     return job.scheduling_deadline_ms is not None and now_ms >= job.scheduling_deadline_ms
 
 
-# ``gated_queue`` fills a queue's slots itself: the dataclass ``__init__`` (a Python call with
-# nine defaulted parameters behind ``type.__call__``) cost more than the gates.
-_new = object.__new__
-
-
 def gated_queue(
     job: JobSpec, band: Band, tasks: Sequence[TaskSnapshot], now_ms: int, max_tasks_per_job: int
 ) -> JobQueue:
@@ -92,7 +92,7 @@ def gated_queue(
     directly: a decision builds tens of thousands of queues.)
     """
     gang = job.group_by is not None
-    queue = _new(JobQueue)
+    queue = JobQueue()
     queue.spec = job
     queue.band = band
     queue.gang = gang

@@ -2,9 +2,10 @@
 
 from scheduler.core.bands import Band
 from scheduler.core.decision import decide
+from scheduler.core.explain import Downgrade, PerJobCap
 from scheduler.core.types import JobState, TaskState
 from scheduler.core.wire import decision_to_json, snapshot_from_json
-from tests.core.builders import NOW, cluster, eq, job, placed, running, task, tpu_slice, worker
+from tests.core.builders import NOW, budget, cluster, eq, job, placed, running, task, tpu_slice, worker
 
 
 def test_effective_bands_cover_every_task_pending_at_tick_start():
@@ -138,3 +139,23 @@ def test_a_pending_gang_member_ended_by_its_gang_failing_has_no_pending_reason()
     assert decision["after"]["/bob/gang/2"]["state"] == "cosched_failed"
     assert "/bob/gang/2" not in decision["pending_reasons"]
     assert decision["jobs_after"]["/bob/gang"] == "cosched_failed"
+
+
+def test_tasks_held_back_by_the_per_job_cap_carry_their_jobs_downgrade_or_none():
+    """The per-job cap's reason is shared by every job without a downgrade; a downgraded job's
+    held tasks still say why they run in a lower band."""
+    workers = [worker("w", cpu=64, mem=256)]
+    jobs = [
+        job("/a/old", cpu=8, mem=32),
+        job("/a/big", replicas=6),
+        job("/b/big", replicas=6),
+    ]
+    snapshot = cluster(
+        workers, jobs, [running("/a/old/0", "w")], budgets=[budget("a", 10)], max_tasks_per_job_per_cycle=4
+    )
+    reasons = decide(snapshot).pending_reasons
+    a_held, b_held = reasons["/a/big/5"], reasons["/b/big/5"]
+    assert isinstance(a_held.cause, PerJobCap) and isinstance(b_held.cause, PerJobCap)
+    assert isinstance(a_held.downgrade, Downgrade)
+    assert b_held.downgrade is None
+    assert reasons["/a/big/4"] is a_held

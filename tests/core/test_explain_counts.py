@@ -20,7 +20,8 @@ from scheduler.core.explain.reasons import (
     InsufficientResource,
     RoomFreedThisTick,
 )
-from scheduler.core.placement import ShapeBook, WorkerPool
+from scheduler.core.placement import ShapeBook
+from scheduler.core.pool import WorkerPool
 from scheduler.core.bands import Band
 from scheduler.core.types import ClusterSnapshot, Device, DeviceType, JobSpec, Resources, SchedulerConfig, WorkerSpec
 
@@ -60,9 +61,11 @@ def plain_cause(pool: WorkerPool, shape):
 
 
 # Per worker: (free cpu, free memory, free gpus, assigned this tick, building), small values so
-# that ties with the request (exactly enough) are common.
+# that ties with the request (exactly enough) are common; free gpus below zero too (an
+# oversubscribed worker: a request of no GPU is short of it there, which the suffix maxima of
+# free memory for such requests must not miss).
 WORKER_STATE = st.tuples(
-    st.integers(0, 4), st.integers(0, 4), st.integers(0, 2), st.integers(0, MAX_ASSIGN), st.integers(0, MAX_BUILDING)
+    st.integers(0, 4), st.integers(0, 4), st.integers(-1, 2), st.integers(0, MAX_ASSIGN), st.integers(0, MAX_BUILDING)
 )
 
 
@@ -94,3 +97,32 @@ def test_the_solo_cause_is_the_plain_count(states, requests):
         )
         shape = book.shape_of(spec)
         assert explainer.solo_cause(shape)[0] == plain_cause(pool, shape)
+
+
+def test_requests_of_no_gpu_read_the_suffix_maxima_only_where_no_worker_is_short_of_gpus():
+    """Once requests of no GPU have walked a candidate list, later ones read its suffix maxima
+    of free memory; a worker left with less than no free GPU must still count as short of it
+    (and one with room as room), as in the plain count."""
+    for oversubscribed in (False, True):
+        states = [(4, 1, 0, 0, 0), (4, 2, 0, 0, 0), (4, 4, -1 if oversubscribed else 0, 0, 0), (1, 4, 0, 0, 0)]
+        workers = tuple(WorkerSpec(f"w{i:02d}", 4, 4, Device(DeviceType.GPU, "a100", 2)) for i in range(len(states)))
+        snapshot = ClusterSnapshot(0, SchedulerConfig(0, MAX_ASSIGN, MAX_BUILDING), {}, workers, {}, ())
+        pool = WorkerPool(snapshot, {}, ())
+        for w, (cpu, mem, gpu, assigned, building) in enumerate(states):
+            pool.cpu[w], pool.mem[w], pool.gpu[w] = cpu, mem, gpu
+            pool.assigned[w], pool.building[w] = assigned, building
+        book = ShapeBook(pool)
+        explainer = Explainer(pool, book)
+        # The first requests (no room: memory 5) walk the whole list; the later ones read the maxima.
+        for k, (cpu, mem) in enumerate([(2, 5), (2, 5), (2, 3), (2, 4), (3, 3), (1, 2), (4, 4)]):
+            spec = JobSpec(
+                f"/u/j{k}",
+                "u",
+                Band.INTERACTIVE,
+                None,
+                0,
+                0,
+                resources=Resources(cpu, mem, Device(DeviceType.GPU, None, 0)),
+            )
+            shape = book.shape_of(spec)
+            assert explainer.solo_cause(shape)[0] == plain_cause(pool, shape)

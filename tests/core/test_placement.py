@@ -5,7 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.core.decision import decide
-from scheduler.core.placement import ShapeBook, WorkerPool
+from scheduler.core.placement import ShapeBook
+from scheduler.core.pool import WorkerPool
 from scheduler.core.constraints import constraint_matches
 from scheduler.core.types import TaskState
 from tests.core.builders import (
@@ -319,3 +320,47 @@ def test_gang_groups_are_the_candidates_by_group_value_ranked_by_soft_score_then
         )
         expected = [(value, sorted(members, key=book.host_order)) for value, members in ranked]
         assert [(g.value, list(g.members)) for g in book.groups(shape, "tpu-name")] == expected
+
+
+def test_worker_pool_charges_runs_of_one_workers_tasks_as_each_task_alone():
+    """A job whose tasks come in runs on one worker is charged a run at a time: the free
+    capacity and build slots must be those of charging every task on its own (runs, split
+    runs, mixed states, unknown workers, GPU and TPU requests)."""
+    import random
+
+    from scheduler.core.decision import _group_tasks
+
+    rng = random.Random(7)
+    for _ in range(20):
+        workers = [worker(f"w{i}", cpu=1000, mem=4000, gpu=64, variant="h100") for i in range(5)]
+        jobs, tasks = [], []
+        for j in range(6):
+            spec = job(f"/u{j}/j", replicas=12, cpu=rng.choice([1, 2]), mem=rng.choice([1, 3]), gpu=rng.choice([0, 1]))
+            jobs.append(spec)
+            names = [rng.choice(["w0", "w1", "w2", "w3", "w4", "gone"]) for _ in range(4)]
+            for index in range(12):
+                state = rng.choice([TaskState.RUNNING, TaskState.RUNNING, TaskState.ASSIGNED, TaskState.BUILDING])
+                tasks.append(
+                    task(
+                        f"{spec.id}/{index}",
+                        state,
+                        names[min(index // 3, 3)] if rng.random() < 0.8 else rng.choice(names),
+                    )
+                )
+        snapshot = cluster(workers, jobs, tasks)
+        _, active_by_job, unfinished, _ = _group_tasks(snapshot.tasks)
+        pool = WorkerPool(snapshot, active_by_job, unfinished)
+        expected_cpu = [w.cpu_millicores for w in workers]
+        expected_gpu = [w.device.count for w in workers]
+        expected_building = [0] * len(workers)
+        by_id = {w.id: i for i, w in enumerate(workers)}
+        for t in tasks:
+            w = by_id.get(t.worker)
+            if w is not None:
+                resources = snapshot.jobs[t.job_id].resources
+                expected_cpu[w] -= resources.cpu_millicores
+                expected_gpu[w] -= resources.device.count
+                expected_building[w] += t.state is not TaskState.RUNNING
+        assert pool.cpu == expected_cpu
+        assert pool.gpu == expected_gpu
+        assert pool.building == expected_building

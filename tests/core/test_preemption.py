@@ -420,3 +420,28 @@ def test_a_cpu_task_may_not_evict_tpu_work_on_a_tpu_host_but_may_evict_cpu_work_
     assert not may_evict(Band.INTERACTIVE, cpu, False, Band.BATCH, tpu, False, host.device.variant)
     assert may_evict(Band.INTERACTIVE, cpu, False, Band.BATCH, cpu, False, host.device.variant)
     assert not may_evict(Band.INTERACTIVE, cpu, False, Band.INTERACTIVE, cpu, False, host.device.variant)
+
+
+def test_tasks_by_worker_groups_a_jobs_tasks_per_worker_by_index():
+    """Runs per worker taken as they come must give what one sort on (worker, index) gives:
+    tasks in runs, out of index order, a worker coming back after another, one task."""
+    import random
+    from itertools import groupby
+
+    from scheduler.core.preemption.candidates import tasks_by_worker
+    from scheduler.core.preemption.ordering import worker_of, worker_then_index
+
+    rng = random.Random(3)
+    for _ in range(200):
+        n = rng.randint(1, 12)
+        workers = [rng.choice(["w0", "w1", "w2", "w3"]) for _ in range(4)]
+        tasks = [
+            running(f"/a/j/{i}", workers[min(i // 3, 3)] if rng.random() < 0.7 else rng.choice(workers))
+            for i in range(n)
+        ]
+        if rng.random() < 0.3:
+            rng.shuffle(tasks)
+        expected = {w: list(run) for w, run in groupby(sorted(tasks, key=worker_then_index), worker_of)}
+        found = tasks_by_worker(tasks)
+        assert len(found) == len(expected)
+        assert dict(found) == expected

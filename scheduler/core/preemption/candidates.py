@@ -13,14 +13,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
+from operator import itemgetter
 from typing import NamedTuple
 
 from scheduler.core.bands import Band
 from scheduler.core.budget import resource_value
 from scheduler.core.ordering import JobQueue
-from scheduler.core.placement import WorkerPool
+from scheduler.core.pool import WorkerPool
 from scheduler.core.constraints import request_tuple
-from scheduler.core.preemption.ordering import band_of, group_order, task_index, worker_of, worker_then_index
+from scheduler.core.preemption.ordering import group_order, task_index, worker_of, worker_then_index
 from scheduler.core.types import ANY_VARIANT, Device, DeviceType, JobSpec, TaskSnapshot, TaskState
 
 # (device type, variant) of a task for variant matching; None for CPU-only work.
@@ -222,7 +223,7 @@ def index_victims(
         if squat_only and squat_ids.isdisjoint(map(worker_of, tasks)):
             continue
         requested_rank = int(job.band)
-        ranks = {requested_rank if b is None else int(b) for b in set(map(band_of, tasks))}
+        ranks = {requested_rank if b is None else int(b) for b in {t.band for t in tasks}}
         if max(ranks) <= min_rank:
             continue
         victims.victim_jobs.add(job_id)
@@ -237,17 +238,12 @@ def index_victims(
                 if len(ranks) == 1
                 else [t for t in tasks if (requested_rank if t.band is None else int(t.band)) == rank]
             )
-            if len(same_band) == 1:
-                by_worker = ((same_band[0].worker, same_band),)
-            else:
-                # One sort on (worker, index): grouped by worker, members by index.
-                by_worker = groupby(sorted(same_band, key=worker_then_index), key=worker_of)
-            for worker, on_worker in by_worker:
+            for worker, on_worker in tasks_by_worker(same_band):
                 w = index.get(worker)
                 if w is None or not healthy[w]:
                     continue
                 variant = victim_variant(resources.device, pool.variant[w]) if auto else fixed
-                group = VictimGroup(-rank, info.value, job_id, info, variant, w, list(on_worker))
+                group = VictimGroup(-rank, info.value, job_id, info, variant, w, on_worker)
                 worker_groups = solo.get(w)
                 if worker_groups is None:
                     solo[w] = [group]
@@ -262,6 +258,37 @@ def index_victims(
         if len(worker_groups) > 1:
             worker_groups.sort(key=group_order)
     return victims
+
+
+def tasks_by_worker(tasks: Sequence[TaskSnapshot]) -> Sequence[tuple[str, list[TaskSnapshot]]]:
+    """``tasks`` (of one job, each on a worker) grouped by worker: (worker, its tasks by index)
+    per worker, each worker once, in no promised order of workers.
+
+    A job's tasks usually come by index, in one run per worker (13 tasks a run on the
+    squatters mix): then the runs are the groups, found in one pass without sorting;
+    otherwise one sort on (worker, index)."""
+    if len(tasks) == 1:
+        return ((tasks[0].worker, list(tasks)),)
+    worker = tasks[0].worker
+    run: list[TaskSnapshot] = []
+    runs = [(worker, run)]
+    last = -1
+    for task in tasks:
+        if task.index < last:
+            break
+        last = task.index
+        if task.worker != worker:
+            worker = task.worker
+            run = []
+            runs.append((worker, run))
+        run.append(task)
+    else:
+        if len(runs) == 1 or len(runs) == len(set(map(_first, runs))):
+            return runs
+    return [(worker, list(run)) for worker, run in groupby(sorted(tasks, key=worker_then_index), worker_of)]
+
+
+_first = itemgetter(0)
 
 
 def _wanted(

@@ -38,7 +38,6 @@ class Slice(Protocol):
 
 
 task_index = attrgetter("index")
-band_of = attrgetter("band")
 worker_of = attrgetter("worker")
 worker_then_index = attrgetter("worker", "index")
 

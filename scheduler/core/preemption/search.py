@@ -18,7 +18,8 @@ from typing import NamedTuple
 
 from scheduler.core.bands import BANDS_IN_ORDER, Band
 from scheduler.core.ordering import JobQueue
-from scheduler.core.placement import Shape, ShapeBook, WorkerPool
+from scheduler.core.placement import Shape, ShapeBook
+from scheduler.core.pool import WorkerPool
 from scheduler.core.preemption.candidates import (
     Slice,
     VariantKey,
