@@ -2,6 +2,8 @@
 and the text rendered from the record is the text of the cause itself; positions have one
 definition (``pending_queue``)."""
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 
@@ -32,7 +34,7 @@ from scheduler.core.explain import (
     reason_record,
 )
 from scheduler.core.kueue import KueueWait
-from scheduler.core.types import TaskState
+from scheduler.core.types import Decision, TaskState
 from tests.core.builders import GIB, cluster, job, running, worker
 from tests.core.test_properties import CLUSTERS, PROPERTY
 
@@ -155,3 +157,30 @@ def test_docs_api_md_lists_every_reason_code():
     table = (Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
     codes = set(_CAUSE_TYPES) | _INSUFFICIENT | set(SHELL_TEXT) | set(KUEUE_TEXT)
     assert {code for code in codes if f"`{code}`" not in table} == set()
+
+
+def test_the_queue_keeps_each_bands_tasks_in_the_ticks_order_whatever_their_mix():
+    # Bands interleaved in the tick's order, a band with one task, one absent: each band's list
+    # is cut where its tasks end after the stable sort by band.
+    bands = {"/a/j/0": Band.BATCH, "/a/j/1": Band.SYSTEM, "/b/k/0": Band.BATCH, "/b/k/1": Band.INTERACTIVE}
+    bands.update({f"/c/m/{i}": Band.INTERACTIVE for i in range(5)})
+    order = ("/c/m/3", "/a/j/0", "/c/m/0", "/b/k/1", "/a/j/1", "/b/k/0", "/c/m/4", "/c/m/1", "/c/m/2")
+    decision = Decision(
+        spend={},
+        effective_bands=bands,
+        order=order,
+        assignments=(),
+        preemptions=(),
+        unschedulable=(),
+        pending_reasons=dict.fromkeys(order, RoomFreedThisTick()),
+        after={},
+        jobs_after={},
+    )
+    queue = pending_queue(decision)
+    assert list(queue) == [Band.SYSTEM, Band.INTERACTIVE, Band.BATCH]
+    assert queue == {
+        Band.SYSTEM: ["/a/j/1"],
+        Band.INTERACTIVE: ["/c/m/3", "/c/m/0", "/b/k/1", "/c/m/4", "/c/m/1", "/c/m/2"],
+        Band.BATCH: ["/a/j/0", "/b/k/0"],
+    }
+    assert pending_queue(replace(decision, order=(), pending_reasons={})) == {}

@@ -10,7 +10,7 @@ from scheduler.core.bands import Band
 from scheduler.core.decision import decide
 from scheduler.core.types import CPU_DEVICE, ClusterSnapshot, ConstraintOp, DeviceType, GroupSpec, TaskState
 from scheduler.core.wire import SnapshotError, decision_to_json, snapshot_from_json, snapshot_to_json, task_sort_key
-from scheduler.core.wire.write import _task_order
+from scheduler.core.wire.write import _band_names, _task_order
 from tests.core.builders import NOW, cluster, job, running, worker
 
 MINIMAL = {
@@ -269,6 +269,13 @@ def test_decision_json_from_the_jobs_task_ids_is_the_sorted_one():
     assert decision_to_json(decision, shuffled) == doc
     # Jobs that do not hold every task of the decision: the maps are sorted instead.
     assert decision_to_json(decision, replace(snapshot, jobs={"/b/k": snapshot.jobs["/b/k"]})) == doc
+    # As many effective bands as tasks in the order, one of them for a task not in it: sorted too.
+    bands = dict(decision.effective_bands)
+    del bands["/a/j/3"]
+    bands["/z/z/0"] = Band.BATCH
+    names = _band_names(bands, _task_order(snapshot))
+    assert list(names.items()) == [(task, bands[task].wire) for task in sorted(bands, key=task_sort_key)]
+    assert list(names)[-1] == "/z/z/0"
 
 
 def test_the_task_order_is_the_snapshots_own_ids_in_sorted_order():

@@ -3,10 +3,10 @@ job; and ``pending_queue``, the one definition of queue positions."""
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from itertools import accumulate, filterfalse, groupby, islice
+from itertools import accumulate, filterfalse, islice
 from operator import itemgetter, methodcaller
 
 from scheduler.core.bands import Band
@@ -432,9 +432,18 @@ def pending_queue(decision: Decision) -> dict[Band, list[str]]:
     ordered.extend(filterfalse(set(decision.order).__contains__, reasons))
     if not assigned.isdisjoint(reasons):
         ordered = [t for t in ordered if t not in assigned]
-    # Each band's tasks keep their order: a stable sort by band, then one list per band.
-    ordered.sort(key=band_of.__getitem__)
-    return {band: list(tasks) for band, tasks in groupby(ordered, key=band_of.__getitem__)}
+    # Each band's tasks keep their order: a stable sort by band, then one list per band, cut
+    # where a binary search finds the band's end (a few look-ups a band, not one a task).
+    band_at = band_of.__getitem__
+    ordered.sort(key=band_at)
+    queue = {}
+    start, count = 0, len(ordered)
+    while start < count:
+        band = band_at(ordered[start])
+        end = bisect_right(ordered, band, start, count, key=band_at)
+        queue[band] = ordered[start:end]
+        start = end
+    return queue
 
 
 _split_job = methodcaller("rpartition", "/")
