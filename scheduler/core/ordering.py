@@ -22,7 +22,7 @@ from scheduler.core.types import JobSpec, TaskSnapshot
 T = TypeVar("T")
 
 
-@dataclass(slots=True, eq=False, init=False)
+@dataclass(slots=True, eq=False, init=False, repr=False)
 class JobQueue:
     """One job's pending work during one tick (mutable scratch, never leaves the core).
 

@@ -49,7 +49,7 @@ from scheduler.core.types import (
 TPU_WORKER_ID_KEY = "tpu-worker-id"
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Shape:
     """A distinct request: per-task resources and the healthy workers its hard constraints allow.
 
@@ -80,7 +80,7 @@ class Shape:
         self.size = len(self.cands)
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Lane:
     """What the shapes sharing one candidate list share during one placement pass.
 
@@ -358,7 +358,7 @@ class ShapeBook:
         return key
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Placed:
     """What the placement pass did.
 

@@ -39,7 +39,7 @@ class Request:
     value: int
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class VictimGroup:
     """The RUNNING tasks of one solo job with one stamped band on one worker, by index.
 
@@ -66,7 +66,7 @@ class SliceMember(NamedTuple):
     worker: int
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class Slice:
     """The RUNNING tasks of one gang job, evicted together or not at all."""
 
@@ -154,7 +154,7 @@ def may_evict(
     return same_variant and not victim_gang
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class VictimIndex:
     """The running tasks some candidate could evict: per worker, its solo victim groups in
     eviction order (:func:`~scheduler.core.preemption.ordering.group_order`); gang jobs'

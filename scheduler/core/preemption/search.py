@@ -61,7 +61,7 @@ class PreemptionPlan:
 Picks = list[tuple[VictimGroup, int]]
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class _Feasible:
     """Shared by the searches for one (request, band, variant), which differ only in which
     workers their hard constraints allow.
@@ -76,7 +76,7 @@ class _Feasible:
     exact: dict[int, tuple] = field(default_factory=dict)
 
 
-@dataclass(slots=True, eq=False)
+@dataclass(slots=True, eq=False, repr=False)
 class _Search:
     """The next best eviction for one (shape, band).
 
