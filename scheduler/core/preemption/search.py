@@ -263,28 +263,17 @@ class PreemptionPass:
         return self._bounds[(rank, variant)]
 
     def _feasible(self, shape: Shape, rank: int, variant: VariantKey) -> _Feasible:
-        """The lower bounds of the workers where one task of ``shape``'s request could be made
-        to fit now (a build slot, no room yet, enough room once every eligible victim is gone).
-        Shared by every search with the same request, band and variant; workers that change
-        later are re-examined from the change log."""
+        """The lower bounds a search for one task of ``shape``'s request in band ``rank`` walks:
+        every worker with victims of ``variant`` (:meth:`_lower_bounds`), shared by every search
+        with the same request, band and variant, with the exact entries they compute.
+
+        Not filtered by whether the request could be made to fit now: the walk checks that of
+        each worker it reaches, and it reaches only the workers ranked before the answer, where
+        a filter up front checked every worker once per request."""
         key = (rank, variant, shape.cpu, shape.mem, shape.gpu, shape.tpu)
         cached = self._feasible_lists.get(key)
         if cached is None:
-            pool = self.pool
-            cpu, mem, gpu, tpu, building = pool.cpu, pool.mem, pool.gpu, pool.tpu, pool.building
-            c, m, g, u, mb = shape.cpu, shape.mem, shape.gpu, shape.tpu, pool.max_building
-            entries = [
-                entry
-                for entry in self._lower_bounds(rank, variant)
-                for _, w, _, (fc, fm, fg, ft) in (entry,)
-                if building[w] < mb
-                and (cpu[w] < c or mem[w] < m or gpu[w] < g or tpu[w] < u)
-                and cpu[w] + fc >= c
-                and mem[w] + fm >= m
-                and gpu[w] + fg >= g
-                and tpu[w] + ft >= u
-            ]
-            cached = self._feasible_lists[key] = _Feasible(entries, len(self.log))
+            cached = self._feasible_lists[key] = _Feasible(self._lower_bounds(rank, variant), len(self.log))
         return cached
 
     def _best_eviction(self, shape: Shape, rank: int, variant: VariantKey, exclude_job: str | None = None):
