@@ -311,11 +311,10 @@ class PreemptionPass:
             # A worker that changed gets its original lower bound back on the heap (still a
             # valid bound); its exact entry is computed only if that bound reaches the top.
             bound_of = self._bound_of[(rank, variant)]
-            for w in set(self.log[search.seen :]):
-                if w in members:
-                    entry = bound_of.get(w)
-                    if entry is not None:
-                        heapq.heappush(heap, entry)
+            for w in members.intersection(self.log[search.seen :]):
+                entry = bound_of.get(w)
+                if entry is not None:
+                    heapq.heappush(heap, entry)
             search.seen = len(self.log)
         pool = self.pool
         cpu, mem, gpu, tpu, building = pool.cpu, pool.mem, pool.gpu, pool.tpu, pool.building
