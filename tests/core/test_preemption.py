@@ -445,3 +445,35 @@ def test_tasks_by_worker_groups_a_jobs_tasks_per_worker_by_index():
         found = tasks_by_worker(tasks)
         assert len(found) == len(expected)
         assert dict(found) == expected
+
+
+def test_the_workers_with_squatters_are_those_with_solo_victims_left(monkeypatch):
+    """The pass's set of workers with solo victims (gangs only look at groups holding one of
+    them) loses a worker when its last victim group is evicted, and only then."""
+    import scheduler.core.decision as decision_module
+    from scheduler.core.preemption import PreemptionPass
+
+    seen = []
+
+    class Recording(PreemptionPass):
+        def run(self):
+            before = set(self.squatted)
+            plan = super().run()
+            seen.append((before, self))
+            return plan
+
+    monkeypatch.setattr(decision_module, "PreemptionPass", Recording)
+    workers = [full_host("w1"), full_host("w2")]
+    jobs = [
+        job("/v/pricey", band="batch", cpu=8, mem=40),
+        job("/v/cheap", band="batch", cpu=8, mem=10),
+        job("/a/new", band="interactive", cpu=8, mem=1),
+    ]
+    tasks = [running("/v/pricey/0", "w1"), running("/v/cheap/0", "w2")]
+    decision = decide(cluster(workers, jobs, tasks))
+    assert evicted(decision) == {"/v/cheap/0": "/a/new/0"}
+    ((before, done),) = seen
+    ids = done.pool.ids
+    assert {ids[w] for w in before} == {"w1", "w2"}
+    assert {ids[w] for w in done.squatted} == {"w1"}
+    assert done.squatted == {w for w, groups in done.solo.items() if groups}

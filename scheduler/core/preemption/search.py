@@ -137,6 +137,8 @@ class PreemptionPass:
         self.slices = victims.slices
         self.victim_jobs = victims.victim_jobs
         self.workers_by_variant = victims.workers_by_variant
+        # The workers with solo victims left (a worker leaves when its last group is evicted).
+        self.squatted = {w for w, groups in self.solo.items() if groups}
 
     # -- the pass -----------------------------------------------------------------------------
 
@@ -170,7 +172,10 @@ class PreemptionPass:
             band = BANDS_IN_ORDER[group.band]
             self.evictions.extend(Eviction(task, band, preemptor, w) for task in taken)
             if not group.members:
-                self.solo[w].remove(group)
+                left = self.solo[w]
+                left.remove(group)
+                if not left:
+                    self.squatted.discard(w)
 
     def _place(self, task: TaskSnapshot, w: int, shape: Shape) -> None:
         self.pool.take(w, shape)
@@ -263,28 +268,17 @@ class PreemptionPass:
         return self._bounds[(rank, variant)]
 
     def _feasible(self, shape: Shape, rank: int, variant: VariantKey) -> _Feasible:
-        """The lower bounds of the workers where one task of ``shape``'s request could be made
-        to fit now (a build slot, no room yet, enough room once every eligible victim is gone).
-        Shared by every search with the same request, band and variant; workers that change
-        later are re-examined from the change log."""
+        """The lower bounds a search for one task of ``shape``'s request in band ``rank`` walks:
+        every worker with victims of ``variant`` (:meth:`_lower_bounds`), shared by every search
+        with the same request, band and variant, with the exact entries they compute.
+
+        Not filtered by whether the request could be made to fit now: the walk checks that of
+        each worker it reaches, and it reaches only the workers ranked before the answer, where
+        a filter up front checked every worker once per request."""
         key = (rank, variant, shape.cpu, shape.mem, shape.gpu, shape.tpu)
         cached = self._feasible_lists.get(key)
         if cached is None:
-            pool = self.pool
-            cpu, mem, gpu, tpu, building = pool.cpu, pool.mem, pool.gpu, pool.tpu, pool.building
-            c, m, g, u, mb = shape.cpu, shape.mem, shape.gpu, shape.tpu, pool.max_building
-            entries = [
-                entry
-                for entry in self._lower_bounds(rank, variant)
-                for _, w, _, (fc, fm, fg, ft) in (entry,)
-                if building[w] < mb
-                and (cpu[w] < c or mem[w] < m or gpu[w] < g or tpu[w] < u)
-                and cpu[w] + fc >= c
-                and mem[w] + fm >= m
-                and gpu[w] + fg >= g
-                and tpu[w] + ft >= u
-            ]
-            cached = self._feasible_lists[key] = _Feasible(entries, len(self.log))
+            cached = self._feasible_lists[key] = _Feasible(self._lower_bounds(rank, variant), len(self.log))
         return cached
 
     def _best_eviction(self, shape: Shape, rank: int, variant: VariantKey, exclude_job: str | None = None):
@@ -317,11 +311,10 @@ class PreemptionPass:
             # A worker that changed gets its original lower bound back on the heap (still a
             # valid bound); its exact entry is computed only if that bound reaches the top.
             bound_of = self._bound_of[(rank, variant)]
-            for w in set(self.log[search.seen :]):
-                if w in members:
-                    entry = bound_of.get(w)
-                    if entry is not None:
-                        heapq.heappush(heap, entry)
+            for w in members.intersection(self.log[search.seen :]):
+                entry = bound_of.get(w)
+                if entry is not None:
+                    heapq.heappush(heap, entry)
             search.seen = len(self.log)
         pool = self.pool
         cpu, mem, gpu, tpu, building = pool.cpu, pool.mem, pool.gpu, pool.tpu, pool.building
@@ -405,6 +398,13 @@ class PreemptionPass:
         need dropped again, last added first (so cheaper, lower-band victims are kept). Members
         of a group are identical, so both steps work on counts per group.
         """
+        pool = self.pool
+        # Remaining deficit per resource (<= 0: covered).
+        dc = shape.cpu - pool.cpu[w]
+        dm = shape.mem - pool.mem[w]
+        dg = shape.gpu - pool.gpu[w]
+        dt = shape.tpu - pool.tpu[w]
+        # One pass finds the eligible groups and, among them, the first single victim enough.
         eligible = []
         neg_rank = -rank
         variants = None if any_variant else self._victim_variants(variant)
@@ -412,31 +412,31 @@ class PreemptionPass:
             if group.neg_band >= neg_rank:  # band <= rank, without the property call
                 break
             if (variants is None or group.variant in variants) and group.job_id != exclude_job:
+                i = group.info
+                if i.cpu >= dc and i.mem >= dm and i.gpu >= dg and i.tpu >= dt:
+                    return [(group, 1)]
                 eligible.append(group)
         if not eligible:
             return None
-        pool = self.pool
-        # Remaining deficit per resource (<= 0: covered).
-        dc = shape.cpu - pool.cpu[w]
-        dm = shape.mem - pool.mem[w]
-        dg = shape.gpu - pool.gpu[w]
-        dt = shape.tpu - pool.tpu[w]
-        for group in eligible:
-            i = group.info
-            if i.cpu >= dc and i.mem >= dm and i.gpu >= dg and i.tpu >= dt:
-                return [(group, 1)]
         picks: Picks = []
         for group in eligible:
             i = group.info
             take = len(group.members)
-            enough = 0
-            for deficit, amount in ((dc, i.cpu), (dm, i.mem), (dg, i.gpu), (dt, i.tpu)):
-                if deficit > 0:
-                    if amount <= 0:
-                        enough = take
-                        break
-                    enough = max(enough, -(-deficit // amount))
-            take = min(take, enough)
+            # As many as the largest deficit needs; all of them if one is of a resource the
+            # group does not hold.
+            if not (
+                (dc > 0 and i.cpu <= 0) or (dm > 0 and i.mem <= 0) or (dg > 0 and i.gpu <= 0) or (dt > 0 and i.tpu <= 0)
+            ):
+                enough = 0
+                if dc > 0:
+                    enough = -(-dc // i.cpu)
+                if dm > 0:
+                    enough = max(enough, -(-dm // i.mem))
+                if dg > 0:
+                    enough = max(enough, -(-dg // i.gpu))
+                if dt > 0:
+                    enough = max(enough, -(-dt // i.tpu))
+                take = min(take, enough)
             picks.append((group, take))
             dc -= i.cpu * take
             dm -= i.mem * take
@@ -450,9 +450,14 @@ class PreemptionPass:
         for group, take in reversed(picks):
             i = group.info
             drop = take
-            for surplus, amount in ((-dc, i.cpu), (-dm, i.mem), (-dg, i.gpu), (-dt, i.tpu)):
-                if amount > 0:
-                    drop = min(drop, surplus // amount)
+            if i.cpu > 0:
+                drop = min(drop, -dc // i.cpu)
+            if i.mem > 0:
+                drop = min(drop, -dm // i.mem)
+            if i.gpu > 0:
+                drop = min(drop, -dg // i.gpu)
+            if i.tpu > 0:
+                drop = min(drop, -dt // i.tpu)
             if drop:
                 dc += i.cpu * drop
                 dm += i.mem * drop
@@ -566,8 +571,8 @@ class PreemptionPass:
         key = (shape.id, group_by)
         groups = self._squat_groups.get(key)
         if groups is None:
-            solo = self.solo
-            groups = [g for g in self.book.groups(shape, group_by) if any(solo.get(w) for w in g.members)]
+            squatted = self.squatted
+            groups = [g for g in self.book.groups(shape, group_by) if not squatted.isdisjoint(g.members)]
             self._squat_groups[key] = groups
         pool = self.pool
         own = queue.spec.id
@@ -575,6 +580,8 @@ class PreemptionPass:
             (shape.cpu, shape.mem, shape.gpu, shape.tpu, n, rank, own if own in self.victim_jobs else None), {}
         )
         version = self.version
+        cpu, mem, gpu, tpu, building = pool.cpu, pool.mem, pool.gpu, pool.tpu, pool.building
+        rc, rm, rg, rt, mb = shape.cpu, shape.mem, shape.gpu, shape.tpu, pool.max_building
         for group in groups:
             members = group.members
             if len(members) < n:
@@ -586,9 +593,9 @@ class PreemptionPass:
             fitting: list[tuple[int, int]] = []
             recoverable = []
             for position, w in enumerate(members):
-                if not pool.has_build_slot(w):
+                if building[w] >= mb:
                     continue
-                if pool.has_room(w, shape):
+                if cpu[w] >= rc and mem[w] >= rm and gpu[w] >= rg and tpu[w] >= rt:
                     fitting.append((position, w))
                     continue
                 picks = self._victim_set(w, shape, rank, None, own, any_variant=True)
