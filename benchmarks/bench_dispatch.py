@@ -140,7 +140,6 @@ def run(args) -> None:
         return run_under_callgrind(args)
     url = copy_settled(args.backlog)
     django_on(args.tree, url)
-    import psutil
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.db import connection
@@ -148,19 +147,14 @@ def run(args) -> None:
 
     call_command("migrate", verbosity=0)  # the tree's own migrations, if it has more than the settled copy
 
+    from benchmarks.bench_tick import backend_cpu_seconds
     from scheduler.execution.dispatcher import drain
     from scheduler.jobs.submit import submit_job
     from scheduler.models import DispatchIntent
     from scheduler.tick.run import run_tick
 
     users = list(get_user_model().objects.filter(username__startswith="bench-").order_by("username"))
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        backend = psutil.Process(cursor.fetchone()[0])
-
-    def backend_cpu() -> float:
-        times = backend.cpu_times()
-        return times.user + times.system
+    backend_cpu = backend_cpu_seconds
 
     statements = [0]
     by_statement: dict[str, list[float]] = {}

@@ -41,23 +41,16 @@ def main() -> None:
     import django
 
     django.setup()
-    import psutil
     from django.contrib.auth import get_user_model
-    from django.db import connection
 
     from benchmarks.bench_decision import reference_seconds
+    from benchmarks.bench_tick import backend_cpu_seconds
     from scheduler.jobs.submit import submit_job
     from scheduler.tick.run import run_tick
 
     tag = uuid.uuid4().hex[:6]
     users = [get_user_model().objects.create_user(username=f"tickprof-{tag}-{u}") for u in range(USERS)]
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        backend = psutil.Process(cursor.fetchone()[0])
-
-    def backend_cpu() -> float:
-        times = backend.cpu_times()
-        return times.user + times.system
+    backend_cpu = backend_cpu_seconds
 
     def tick() -> tuple[float, float, float, int]:
         db, cpu, wall = backend_cpu(), time.process_time(), time.perf_counter()

@@ -69,19 +69,25 @@ WORKER_STATE = st.tuples(
 )
 
 
-@settings(max_examples=300, deadline=None)
-@given(
-    states=st.lists(WORKER_STATE, min_size=1, max_size=12),
-    requests=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4), st.integers(0, 2)), min_size=1, max_size=4),
-)
-def test_the_solo_cause_is_the_plain_count(states, requests):
+def pool_in(states) -> tuple[WorkerPool, ShapeBook]:
+    """A pool of identical GPU workers, each set to one of ``states`` (WORKER_STATE), and its
+    shape book."""
     workers = tuple(WorkerSpec(f"w{i:02d}", 4, 4, Device(DeviceType.GPU, "a100", 2)) for i in range(len(states)))
     snapshot = ClusterSnapshot(0, SchedulerConfig(0, MAX_ASSIGN, MAX_BUILDING), {}, workers, {}, ())
     pool = WorkerPool(snapshot, {}, ())
     for w, (cpu, mem, gpu, assigned, building) in enumerate(states):
         pool.cpu[w], pool.mem[w], pool.gpu[w] = cpu, mem, gpu
         pool.assigned[w], pool.building[w] = assigned, building
-    book = ShapeBook(pool)
+    return pool, ShapeBook(pool)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    states=st.lists(WORKER_STATE, min_size=1, max_size=12),
+    requests=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4), st.integers(0, 2)), min_size=1, max_size=4),
+)
+def test_the_solo_cause_is_the_plain_count(states, requests):
+    pool, book = pool_in(states)
     # Shapes of one candidate list (no constraints), asked in turn of one explainer: the list's
     # counts are shared between them.
     explainer = Explainer(pool, book)
@@ -105,13 +111,7 @@ def test_requests_of_no_gpu_read_the_suffix_maxima_only_where_no_worker_is_short
     (and one with room as room), as in the plain count."""
     for oversubscribed in (False, True):
         states = [(4, 1, 0, 0, 0), (4, 2, 0, 0, 0), (4, 4, -1 if oversubscribed else 0, 0, 0), (1, 4, 0, 0, 0)]
-        workers = tuple(WorkerSpec(f"w{i:02d}", 4, 4, Device(DeviceType.GPU, "a100", 2)) for i in range(len(states)))
-        snapshot = ClusterSnapshot(0, SchedulerConfig(0, MAX_ASSIGN, MAX_BUILDING), {}, workers, {}, ())
-        pool = WorkerPool(snapshot, {}, ())
-        for w, (cpu, mem, gpu, assigned, building) in enumerate(states):
-            pool.cpu[w], pool.mem[w], pool.gpu[w] = cpu, mem, gpu
-            pool.assigned[w], pool.building[w] = assigned, building
-        book = ShapeBook(pool)
+        pool, book = pool_in(states)
         explainer = Explainer(pool, book)
         # The first requests (no room: memory 5) walk the whole list; the later ones read the maxima.
         for k, (cpu, mem) in enumerate([(2, 5), (2, 5), (2, 3), (2, 4), (3, 3), (1, 2), (4, 4)]):
