@@ -329,13 +329,13 @@ def deliver_batch(batch: list[IntentRow], now: datetime, result: DrainResult) ->
                 done.add(intent.pk)
 
     done.difference_update(delivered)  # cannot meet (a START sent has an active attempt); delivered wins
-    given_up = failure_outcomes(failures, now, result) if failures else []
+    failed, undeliverable = failure_outcomes(failures, now, result)
     record_outcomes(
         [
             *((pk, DELIVERED, "", None) for pk in delivered),
             *((pk, DONE, None, None) for pk in sorted(done)),
             *held,
-            *given_up,
+            *failed,
         ],
         now,
     )
@@ -349,11 +349,10 @@ def deliver_batch(batch: list[IntentRow], now: datetime, result: DrainResult) ->
         # A preemptor held on a victim that never ran may start now (after the holds above:
         # one held in this batch on such a victim is due again at the next drain).
         wake_held_starts(workers)
-    starts = [intent for intent, _, _, gave_up in failures if gave_up and intent.kind == START]
-    if starts:
+    if undeliverable:
         # The task cannot start where it was placed: end the attempt as lost, so it retries elsewhere.
         end_attempts(
-            starts,
+            undeliverable,
             AttemptStatus.WORKER_LOST,
             "could not be delivered to its worker; see the dispatch intent's last error",
             now,
@@ -411,16 +410,18 @@ def retry_delay(tries: int) -> float:
 
 def failure_outcomes(
     failures: list[tuple[IntentRow, int, str, bool]], now: datetime, result: DrainResult
-) -> list[Outcome]:
+) -> tuple[list[Outcome], list[IntentRow]]:
     """Each failed delivery's outcome: retried after :func:`retry_delay`, or FAILED after
-    ``IRIS_DISPATCH_MAX_TRIES`` tries or a permanent error (logged, counted). Marks in place
-    which gave up (the tuple's last item becomes True)."""
+    ``IRIS_DISPATCH_MAX_TRIES`` tries or a permanent error (logged, counted); and the STARTs
+    given up on, whose attempts cannot start where they were placed."""
     outcomes: list[Outcome] = []
-    for n, (intent, tries, error, permanent) in enumerate(failures):
+    undeliverable: list[IntentRow] = []
+    for intent, tries, error, permanent in failures:
         gave_up = permanent or tries >= settings.DISPATCH_MAX_TRIES
-        failures[n] = (intent, tries, error, gave_up)
         if gave_up:
             outcomes.append((intent.pk, FAILED, error, None))
+            if intent.kind == START:
+                undeliverable.append(intent)
             result.failed += 1
             log.error(
                 "dispatch gave up on %s after %d tries: %s",
@@ -437,7 +438,7 @@ def failure_outcomes(
             outcomes.append((intent.pk, PENDING, error, now + timedelta(seconds=retry_delay(tries))))
             result.retried += 1
         instruments.record_delivery_failure(intent, gave_up=gave_up)
-    return outcomes
+    return outcomes, undeliverable
 
 
 def end_attempts(intents: list[IntentRow], status: AttemptStatus, message: str, now: datetime) -> None:
