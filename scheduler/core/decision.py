@@ -48,6 +48,7 @@ from scheduler.core.types import (
     TaskSnapshot,
     TaskState,
     Unschedulable,
+    preemption,
     task_after,
 )
 
@@ -381,12 +382,12 @@ class _Outcome:
             preemptor = eviction.preemptor
             job = self.jobs[victim.job_id]
             self.preemptions.append(
-                Preemption(
-                    victim=victim.id,
-                    preemptor=preemptor.id,
-                    worker=self.worker_ids[eviction.worker],
-                    victim_band=eviction.victim_band,
-                    preemptor_band=self.queues[preemptor.job_id].band,
+                preemption(
+                    victim.id,
+                    preemptor.id,
+                    self.worker_ids[eviction.worker],
+                    eviction.victim_band,
+                    self.queues[preemptor.job_id].band,
                 )
             )
             count = victim.preemption_count
