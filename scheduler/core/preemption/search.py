@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import NamedTuple
 
 from scheduler.core.bands import BANDS_IN_ORDER, Band
@@ -278,9 +279,11 @@ class PreemptionPass:
                 if i:
                     totals.append((r, (cpu, mem, gpu, tpu)))
             rows.append((key, w, totals))
-        # A worker's key is the same in every band: one sort on (key, worker) puts every band's
-        # entries in order (instead of one sort per band of the same entries).
-        rows.sort()
+        # A worker's key is the same in every band: one sort puts every band's entries in order
+        # (instead of one sort per band of the same entries). By the key alone: keys are unique
+        # (a task's), so (key, worker) sorts the same, and the row tuples' own comparison would
+        # compare each pair of keys twice (equal?, then less?).
+        rows.sort(key=itemgetter(0))
         per_rank: dict[int, list] = {r: [] for r in CANDIDATE_RANKS}
         for key, w, totals in rows:
             for r, free in totals:
