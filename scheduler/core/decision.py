@@ -48,6 +48,7 @@ from scheduler.core.types import (
     TaskSnapshot,
     TaskState,
     Unschedulable,
+    preemption,
     task_after,
 )
 
@@ -214,6 +215,9 @@ def _group_tasks(
     job_id = None
     queued: list[TaskSnapshot] = []
     last_index = 0
+    # The same for the active tasks' bucket (13 tasks a job run on the squatters mix).
+    active_job = None
+    active: list[TaskSnapshot] = []
     for task in tasks:
         state = task.state
         if state is pending:
@@ -232,11 +236,13 @@ def _group_tasks(
             last_index = index
             queued.append(task)
         elif state in ACTIVE_STATES:
-            bucket = active_by_job.get(task.job_id)
-            if bucket is None:
-                active_by_job[task.job_id] = [task]
-            else:
-                bucket.append(task)
+            if task.job_id != active_job:
+                active_job = task.job_id
+                found = active_by_job.get(active_job)
+                if found is None:
+                    found = active_by_job[active_job] = []
+                active = found
+            active.append(task)
         if task.unfinished_attempt_worker is not None:
             unfinished.append(task)
     return pending_by_job, active_by_job, unfinished, out_of_order
@@ -381,12 +387,12 @@ class _Outcome:
             preemptor = eviction.preemptor
             job = self.jobs[victim.job_id]
             self.preemptions.append(
-                Preemption(
-                    victim=victim.id,
-                    preemptor=preemptor.id,
-                    worker=self.worker_ids[eviction.worker],
-                    victim_band=eviction.victim_band,
-                    preemptor_band=self.queues[preemptor.job_id].band,
+                preemption(
+                    victim.id,
+                    preemptor.id,
+                    self.worker_ids[eviction.worker],
+                    eviction.victim_band,
+                    self.queues[preemptor.job_id].band,
                 )
             )
             count = victim.preemption_count

@@ -231,6 +231,28 @@ def test_group_tasks_finds_the_jobs_whose_pending_tasks_come_out_of_index_order(
     assert list(active) == ["/a/w"]
 
 
+def test_group_tasks_gathers_each_jobs_active_tasks_wherever_they_are_listed():
+    # /a/x's active tasks come in two runs with /a/y's and pending ones between: one bucket
+    # each, in listing order, jobs in order of first appearance.
+    tasks = [
+        running("/a/x/0", "w1"),
+        running("/a/x/1", "w1"),
+        task("/a/x/2", "assigned", "w2"),
+        running("/a/y/0", "w1"),
+        task("/a/x/5", "pending"),
+        task("/a/x/3", "building", "w2"),
+        task("/a/y/1", "succeeded", "w2"),
+        running("/a/y/2", "w2"),
+        running("/a/x/4", "w3"),
+    ]
+    _, active, _, _ = _group_tasks(tasks)
+    assert {job_id: [t.id for t in ts] for job_id, ts in active.items()} == {
+        "/a/x": ["/a/x/0", "/a/x/1", "/a/x/2", "/a/x/3", "/a/x/4"],
+        "/a/y": ["/a/y/0", "/a/y/2"],
+    }
+    assert list(active) == ["/a/x", "/a/y"]
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_scheduling_order_gives_each_bands_gangs_in_order_of_their_first_task(seed):
     rng = random.Random(seed)

@@ -477,3 +477,26 @@ def test_the_workers_with_squatters_are_those_with_solo_victims_left(monkeypatch
     assert {ids[w] for w in before} == {"w1", "w2"}
     assert {ids[w] for w in done.squatted} == {"w1"}
     assert done.squatted == {w for w, groups in done.solo.items() if groups}
+
+
+def test_a_group_a_gang_failed_is_searched_again_once_one_of_its_hosts_changed():
+    """``/a/g1`` finds no room on the slice's hosts even without the squatter; ``/a/g2`` then
+    evicts the whole BATCH slice and takes two hosts, which leaves room for ``/a/g3`` (``/a/g1``'s
+    request) once the squatter goes: the group that failed for the request is tried again."""
+    workers = tpu_slice("s1", hosts=4, cpu=16)
+    jobs = [
+        job("/v/slice", band="batch", replicas=4, cpu=8, tpu=4, variant="v5p", group_by="tpu-name"),
+        job("/v/squat", band="batch", cpu=6),
+        job("/a/g1", band="interactive", replicas=4, cpu=12, group_by="tpu-name"),
+        job("/a/g2", band="interactive", replicas=2, cpu=1, tpu=4, variant="v5p", group_by="tpu-name"),
+        job("/a/g3", band="interactive", replicas=4, cpu=12, group_by="tpu-name"),
+    ]
+    tasks = [running(f"/v/slice/{i}", f"s1-{i}") for i in range(4)] + [running("/v/squat/0", "s1-3")]
+    decision = decide(cluster(workers, jobs, tasks))
+    assert evicted(decision) == {
+        **{f"/v/slice/{i}": "/a/g2/0" if i != 1 else "/a/g2/1" for i in range(4)},
+        "/v/squat/0": "/a/g3/3",
+    }
+    assert {t: w for t, w in placed(decision).items() if t.startswith("/a/g3/")} == {
+        f"/a/g3/{i}": f"s1-{i}" for i in range(4)
+    }

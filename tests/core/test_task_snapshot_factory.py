@@ -1,4 +1,4 @@
-"""``types.task_snapshot``, ``job_spec``, ``task_after`` and ``worker_spec`` build the same objects as the
+"""``types.task_snapshot``, ``job_spec``, ``task_after``, ``worker_spec`` and ``preemption`` build the same objects as the
 constructors."""
 
 from __future__ import annotations
@@ -19,12 +19,14 @@ from scheduler.core.types import (
     Device,
     DeviceType,
     JobSpec,
+    Preemption,
     Resources,
     TaskAfter,
     TaskSnapshot,
     TaskState,
     WorkerSpec,
     job_spec,
+    preemption,
     task_after,
     task_snapshot,
     worker_spec,
@@ -186,5 +188,23 @@ def test_an_assignment_filled_through_its_filler_is_the_constructors_assignment(
     assert [f.name for f in fields(Assignment)] == ["task", "worker", "band"]
     assert made == Assignment(task, worker, band) and hash(made) == hash(Assignment(task, worker, band))
     assert repr(made) == repr(Assignment(task, worker, band))
+    with pytest.raises(FrozenInstanceError):
+        made.worker = "elsewhere"
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    victim=st.text(max_size=8),
+    preemptor=st.text(max_size=8),
+    worker=st.text(max_size=8),
+    victim_band=st.sampled_from(list(Band)),
+    preemptor_band=st.sampled_from(list(Band)),
+)
+def test_the_fast_preemption_is_the_constructors_preemption(victim, preemptor, worker, victim_band, preemptor_band):
+    values = (victim, preemptor, worker, victim_band, preemptor_band)
+    made, constructed = preemption(*values), Preemption(*values)
+    assert [f.name for f in fields(Preemption)] == ["victim", "preemptor", "worker", "victim_band", "preemptor_band"]
+    assert type(made) is Preemption
+    assert made == constructed and hash(made) == hash(constructed) and repr(made) == repr(constructed)
     with pytest.raises(FrozenInstanceError):
         made.worker = "elsewhere"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import NamedTuple
 
 from scheduler.core.bands import BANDS_IN_ORDER, Band
@@ -77,6 +78,28 @@ class _Feasible:
 
 
 @dataclass(slots=True, eq=False, repr=False)
+class _SquatGroups:
+    """A (shape, group_by)'s groups with squatters at its first gang's search, in placement
+    rank, and host -> the positions in ``groups`` of the groups holding it."""
+
+    groups: list
+    of_host: dict[int, list[int]]
+
+
+@dataclass(slots=True, eq=False, repr=False)
+class _SquatScan:
+    """How far one gang request (shape, group_by, size, band, excluded job) got through its
+    :class:`_SquatGroups`: ``live`` holds the positions, ascending, of the groups big enough
+    that are not known to fail. A group that fails leaves it and comes back only once one of
+    its hosts changed (the change log from ``seen`` on): whether hosts can take a gang depends
+    only on them and the request. (Testing every group's version sum on every search cost
+    a fifth of the squatters search: tens of thousands of groups that had not changed.)"""
+
+    live: list[int]
+    seen: int
+
+
+@dataclass(slots=True, eq=False, repr=False)
 class _Search:
     """The next best eviction for one (shape, band).
 
@@ -122,7 +145,8 @@ class PreemptionPass:
         self._compatible: dict[tuple, list[Slice]] = {}
         self._gang_failed: dict[tuple, int] = {}
         self._slices_by_variant: dict[VariantKey, list[Slice]] = {}
-        self._squat_groups: dict[tuple, list] = {}
+        self._squat_groups: dict[tuple, _SquatGroups] = {}
+        self._squat_scans: dict[tuple, _SquatScan] = {}
         self._variants_of: dict[VariantKey, frozenset[VariantKey]] = {}
         # (request, gang size, rank, excluded job) -> {a group's hosts: the sum of their versions
         # when they could not take the gang}: until one of them changes, they still cannot.
@@ -255,9 +279,11 @@ class PreemptionPass:
                 if i:
                     totals.append((r, (cpu, mem, gpu, tpu)))
             rows.append((key, w, totals))
-        # A worker's key is the same in every band: one sort on (key, worker) puts every band's
-        # entries in order (instead of one sort per band of the same entries).
-        rows.sort()
+        # A worker's key is the same in every band: one sort puts every band's entries in order
+        # (instead of one sort per band of the same entries). By the key alone: keys are unique
+        # (a task's), so (key, worker) sorts the same, and the row tuples' own comparison would
+        # compare each pair of keys twice (equal?, then less?).
+        rows.sort(key=itemgetter(0))
         per_rank: dict[int, list] = {r: [] for r in CANDIDATE_RANKS}
         for key, w, totals in rows:
             for r, free in totals:
@@ -568,25 +594,40 @@ class PreemptionPass:
         tasks = queue.passed
         n = len(tasks)
         group_by = queue.spec.group_by
-        key = (shape.id, group_by)
-        groups = self._squat_groups.get(key)
-        if groups is None:
+        squat = self._squat_groups.get((shape.id, group_by))
+        if squat is None:
             squatted = self.squatted
             groups = [g for g in self.book.groups(shape, group_by) if not squatted.isdisjoint(g.members)]
-            self._squat_groups[key] = groups
-        pool = self.pool
+            of_host: dict[int, list[int]] = {}
+            for i, g in enumerate(groups):
+                for w in g.members:
+                    of_host.setdefault(w, []).append(i)
+            squat = self._squat_groups[(shape.id, group_by)] = _SquatGroups(groups, of_host)
+        groups = squat.groups
         own = queue.spec.id
-        failed = self._squat_failed.setdefault(
-            (shape.cpu, shape.mem, shape.gpu, shape.tpu, n, rank, own if own in self.victim_jobs else None), {}
-        )
+        excluded = own if own in self.victim_jobs else None
+        log = self.log
+        scan = self._squat_scans.get((shape.id, group_by, n, rank, excluded))
+        if scan is None:
+            live = [i for i, g in enumerate(groups) if len(g.members) >= n]
+            scan = self._squat_scans[(shape.id, group_by, n, rank, excluded)] = _SquatScan(live, len(log))
+        elif scan.seen < len(log):
+            # The groups holding a host that changed since are back in the running.
+            back = {i for w in set(log[scan.seen :]) for i in squat.of_host.get(w, ()) if len(groups[i].members) >= n}
+            if back:
+                scan.live = sorted(back.union(scan.live))
+            scan.seen = len(log)
+        pool = self.pool
+        failed = self._squat_failed.setdefault((shape.cpu, shape.mem, shape.gpu, shape.tpu, n, rank, excluded), {})
         version = self.version
         cpu, mem, gpu, tpu, building = pool.cpu, pool.mem, pool.gpu, pool.tpu, pool.building
         rc, rm, rg, rt, mb = shape.cpu, shape.mem, shape.gpu, shape.tpu, pool.max_building
-        for group in groups:
-            members = group.members
-            if len(members) < n:
-                continue
+        live = scan.live
+        # Every group before the one a search stops at failed: it leaves ``live`` with them.
+        for j, i in enumerate(live):
+            members = groups[i].members
             # Versions only grow, so their sum changes exactly when one of the hosts changed.
+            # (Another shape with the same request may have found these hosts failing.)
             stamp = sum(map(version.__getitem__, members))
             if failed.get(members) == stamp:
                 continue
@@ -605,10 +646,12 @@ class PreemptionPass:
                     recoverable.append((count, value, position, w, picks))
             needed = n - len(fitting)
             if needed <= 0:
+                scan.live = live[j:]
                 return False
             if len(recoverable) < needed:
                 failed[members] = stamp
                 continue
+            scan.live = live[j:]
             recoverable.sort(key=host_order)
             chosen = recoverable[:needed]
             hosts = sorted(fitting + [(r[2], r[3]) for r in chosen])
@@ -620,4 +663,5 @@ class PreemptionPass:
                 self._touch(w)
             self.epoch += 1
             return True
+        scan.live = []
         return False
