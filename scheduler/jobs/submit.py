@@ -153,10 +153,13 @@ class RuleLookups:
             self._unfinished[user] = rows.count()
         return self._unfinished[user]
 
-    def lock_and_read_for(self, user: str, job_id: str, capacity: submission_rows.WorkerQuestion | None = None) -> None:
+    def lock_and_read_for(
+        self, user: str, job_id: str, capacity: submission_rows.WorkerQuestion | None = None, adding: int = 0
+    ) -> None:
         """Take the identity's submission lock (until commit), then read all one submission's
         rules read about ``user`` and ``job_id`` (budget, unfinished tasks, the id taken?) and
-        with ``capacity`` whether a registered worker fits (``fits``: the capacity warning). On
+        with ``capacity`` whether a registered worker fits (``fits``: the capacity warning);
+        ``adding``: the new job's replicas, which the unfinished tasks may be bounded for. On
         PostgreSQL: two prepared statements in one round trip with BEGIN; elsewhere the
         database's own lock, and each read made when first asked."""
         lock = f"submissions:{user}"
@@ -165,7 +168,9 @@ class RuleLookups:
             return
         limit = settings.MAX_ACTIVE_TASKS_PER_USER + 1
         at, after = timezone.now(), lock_statement(lock)
-        reads = submission_rows.rule_reads(user, job_id, count_up_to=limit, at=at, capacity=capacity, after=after)
+        reads = submission_rows.rule_reads(
+            user, job_id, count_up_to=limit, adding=adding, at=at, capacity=capacity, after=after
+        )
         self._budgets[user] = effective_budget_of(user, reads.budget_row, reads.grants)
         self._unfinished[user] = reads.unfinished
         self._existing = {job_id} if reads.id_taken else set()
@@ -283,7 +288,7 @@ def plan_submission(
     lookups = lookups if lookups is not None else RuleLookups()
     who = _identity(actor, request, lookups)
     if serialise_user:
-        lookups.lock_and_read_for(who.user, who.job_id, capacity_question(request))
+        lookups.lock_and_read_for(who.user, who.job_id, capacity_question(request), request.replicas)
     return _apply_rules(actor, request, who, lookups)
 
 

@@ -32,7 +32,10 @@ class RuleReads:
 
     budget_row: tuple[int, int] | None  # (budget_limit, max_band rank), None: the defaults apply
     grants: list[tuple[int | None, int | None]]  # (budget_limit, max_band) of each active grant
-    unfinished: int  # the identity's unfinished tasks, counted up to the bound asked for
+    # The identity's unfinished tasks counted up to the bound asked for, or, when its live jobs'
+    # replicas leave room for the ones being added under the cap, their sum (an upper bound of
+    # the count that already passes the cap's rule).
+    unfinished: int
     id_taken: bool
     worker_fits: bool | None  # the answer to the capacity question asked with the reads, if any
 
@@ -76,12 +79,20 @@ def _rule_reads_sql() -> str:
         "(SELECT array_agg(ARRAY[g.budget_limit, g.max_band]) FROM scheduler_upliftgrant g "
         f"  WHERE g.user_id = %s AND g.state = '{UpliftGrant.State.APPROVED.value}' "
         "   AND g.starts_at <= %s AND g.expires_at > %s), "
-        # Only live jobs (an unfinished task's job is never finished: see _unfinished_tasks in
-        # jobs/submit.py): the (finished_state, user) index finds them, not every job of the
-        # user's history (35-39% of the backend's CPU per submission beside a short history).
+        # The unfinished tasks, bounded first by the live jobs' replicas (a job's tasks are
+        # written with it, one per replica, so its unfinished tasks are at most its replicas):
+        # when that sum leaves room for the new job's, it is the answer, read from the job rows
+        # alone; otherwise the tasks are counted (up to the limit). Counting walked each live
+        # job's tasks, 3-4 buffers a job, most of the backend's CPU per submission for a user
+        # with a few hundred live jobs (issue 26, submit35). Only live jobs either way (an
+        # unfinished task's job is never finished: see _unfinished_tasks in jobs/submit.py), not
+        # every job of the user's history. A CASE runs its ELSE's subquery only when reached.
+        "(SELECT CASE WHEN b.jobs <= %s AND b.replicas + %s <= %s THEN b.replicas ELSE "
         "(SELECT count(*) FROM (SELECT 1 FROM scheduler_task t JOIN scheduler_job j ON j.id = t.job_id "
         f'  WHERE j.finished_state IS NULL AND j."user" = %s AND t.state IN ({_literals(NON_TERMINAL_VALUES)}) '
-        "  LIMIT %s) AS c), "
+        "  LIMIT %s) AS c) END "
+        "FROM (SELECT count(*) AS jobs, COALESCE(sum(l.replicas), 0) AS replicas FROM (SELECT replicas "
+        '  FROM scheduler_job WHERE finished_state IS NULL AND "user" = %s LIMIT %s) AS l) AS b), '
         "EXISTS (SELECT 1 FROM scheduler_job WHERE name = %s), "
         # The capacity warning's question, asked only when %s is true (an uncorrelated EXISTS is
         # an init plan, run only when the CASE reaches it).
@@ -94,19 +105,36 @@ def rule_reads(
     job_id: str,
     *,
     count_up_to: int,
+    adding: int = 0,
     at: datetime,
     capacity: WorkerQuestion | None = None,
     after: tuple[str, list] | None = None,
 ) -> RuleReads:
     """One statement: ``user``'s budget row and active grants at ``at``, its unfinished tasks
-    counted up to ``count_up_to``, whether ``job_id`` exists, and with ``capacity`` whether a
-    registered worker fits it (PostgreSQL only). With ``after`` (a statement: the identity's
+    counted up to ``count_up_to`` (or its live jobs' replicas, when they show that ``adding``
+    more fit under the cap, ``count_up_to - 1``: ``RuleReads.unfinished``), whether ``job_id``
+    exists, and with ``capacity`` whether a registered worker fits it (PostgreSQL only). With ``after`` (a statement: the identity's
     lock) that statement first, in the same round trip (``prepared.fetch_one_after``)."""
     asked = capacity if capacity is not None else WorkerQuestion(0, 0)
     read = prepared.fetch_one if after is None else partial(prepared.fetch_one_after, after)
     row, grants, unfinished, taken, fits = read(
         _rule_reads_sql(),
-        [user, user, at, at, user, count_up_to, job_id, capacity is not None, *_worker_fits_params(asked)],
+        [
+            user,
+            user,
+            at,
+            at,
+            count_up_to - 1,  # the cap
+            adding,
+            count_up_to - 1,
+            user,
+            count_up_to,
+            user,
+            count_up_to,
+            job_id,
+            capacity is not None,
+            *_worker_fits_params(asked),
+        ],
     )
     return RuleReads(
         budget_row=None if row is None else (row[0], row[1]),

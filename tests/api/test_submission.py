@@ -221,6 +221,30 @@ def test_finished_tasks_do_not_count_towards_the_active_limit(as_alice, alice, s
     assert post(as_alice, {"name": "next", "replicas": 4}).status_code == 201
 
 
+def test_a_live_jobs_finished_tasks_do_not_count_towards_the_active_limit(as_alice, alice, settings):
+    # The live jobs' replicas (5 + 9) would exceed the cap; their unfinished tasks (1 + 9) do not.
+    settings.MAX_ACTIVE_TASKS_PER_USER = 10
+    submit(alice, "wide", replicas=5)
+    Task.objects.filter(job__name="/alice/wide", index__lt=4).update(state="succeeded")
+    assert Job.objects.get(name="/alice/wide").finished_state is None
+    assert post(as_alice, {"name": "fits", "replicas": 9}).status_code == 201
+    body = rejected(post(as_alice, {"name": "over", "replicas": 1}), 429, "RESOURCE_EXHAUSTED", "replicas")
+    assert body["details"]["active_tasks"] == 10
+
+
+def test_the_cap_counts_the_tasks_of_every_live_job_past_the_cap_in_jobs(as_alice, alice, settings):
+    # Four live jobs without replicas or tasks (not writable through the API; the bound on the
+    # live jobs' replicas must not stop at the first cap + 1 of them), then one unfinished task.
+    for i in range(4):
+        submit(alice, f"empty-{i}")
+    settings.MAX_ACTIVE_TASKS_PER_USER = 3
+    Task.objects.filter(job__name__startswith="/alice/empty-").delete()
+    Job.objects.filter(name__startswith="/alice/empty-").update(replicas=0)
+    submit(alice, "one")
+    rejected(post(as_alice, {"name": "over", "replicas": 3}), 429, "RESOURCE_EXHAUSTED", "replicas")
+    assert post(as_alice, {"name": "fits", "replicas": 2}).status_code == 201
+
+
 # --- validation -----------------------------------------------------------------------------------
 
 
