@@ -156,3 +156,35 @@ def test_the_never_tried_intents_come_from_their_partial_index_not_a_walk_of_eve
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "intent_fresh" in plan
     assert "scheduler_dispatchintent_pkey" not in plan
+
+
+def explained(sql: str, params: list) -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN " + sql, params)
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's plan")
+def test_the_intents_a_tick_writes_are_left_out_of_the_state_and_worker_indexes_their_readers_still_read():
+    worker = make_worker("w1")
+    assign(make_job("/alice/a"), worker)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = %s", [DispatchIntent._meta.db_table]
+        )
+        definitions = dict(cursor.fetchall())
+    never_tried = "WHERE (NOT ((next_try_at IS NULL) AND ((state)::text = 'pending'::text)))"
+    assert definitions["intent_state_not_fresh"].endswith(never_tried)
+    assert definitions["intent_worker_not_fresh"].endswith(never_tried)
+    # Each reader's condition implies the indexes' (PostgreSQL proves it, so it reads them).
+    due_again = explained(dispatcher.DUE_IDS_SQL, ["pending", 0, 500, "pending", timezone.now(), 0, 500, 500])
+    assert "intent_state_not_fresh" in due_again
+    mailbox = "SELECT id FROM scheduler_dispatchintent WHERE worker_id = %s AND state = %s ORDER BY id LIMIT %s"
+    assert "intent_worker_not_fresh" in explained(mailbox, [worker.pk, "delivered", 100])
+    held = DispatchIntent.objects.filter(
+        worker_id__in=[worker.pk], state="pending", kind="start", tries=0, next_try_at__isnull=False
+    )
+    assert "_not_fresh" in explained(*held.query.sql_with_params())
+    failed = DispatchIntent.objects.filter(state="failed").values_list("pk")
+    assert "intent_state_not_fresh" in explained(*failed.query.sql_with_params())
