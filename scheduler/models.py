@@ -455,10 +455,11 @@ class AuditEntry(models.Model):
 
 
 class DispatchIntent(models.Model):
-    """The outbox: what must be started or stopped where, written in the same transaction as the decision
-    that needs it, delivered after commit. An intent names its attempt by (task, attempt number): delivered
-    twice, harmless (backends start an attempt at most once). Failed deliveries retry with backoff, seen by
-    operators. ``intent_fresh``: the never tried (all a tick writes; 0036); the other two: all others (0037)."""
+    """The outbox: what must be started or stopped where, written in the same transaction as the
+    decision that needs it, and delivered after commit. An intent names its attempt by (task,
+    attempt number), so delivering it twice is harmless: backends start an attempt at most once.
+    Failed deliveries retry with backoff and stay visible to operators. ``intent_fresh``: the never
+    tried (all a tick writes), a drain's due read (0036); on PostgreSQL the other two leave them out (0037)."""
 
     class Kind(models.TextChoices):
         START = "start"
@@ -498,9 +499,8 @@ class DispatchIntent(models.Model):
             models.UniqueConstraint(fields=["task", "attempt_number", "kind"], name="intent_once_per_attempt_and_kind")
         ]
         _fresh = models.Q(state="pending", next_try_at__isnull=True)
-        indexes = [models.Index(fields=["id"], name="intent_fresh", condition=_fresh)]
-        indexes.append(models.Index(fields=["state", "next_try_at"], name="intent_state_not_fresh", condition=~_fresh))
-        indexes.append(models.Index(fields=["worker", "state"], name="intent_worker_not_fresh", condition=~_fresh))
+        indexes = [models.Index(fields=["state", "next_try_at"]), models.Index(fields=["worker", "state"])]
+        indexes.append(models.Index(fields=["id"], name="intent_fresh", condition=_fresh))
 
     def __str__(self) -> str:
         return f"{self.kind} attempt {self.attempt_number} of task {self.task_id} ({self.state})"
