@@ -458,8 +458,8 @@ class DispatchIntent(models.Model):
     """The outbox: what must be started or stopped where, written in the same transaction as the
     decision that needs it, and delivered after commit. An intent names its attempt by (task,
     attempt number), so delivering it twice is harmless: backends start an attempt at most once.
-    Failed deliveries retry with backoff and stay visible to operators. ``intent_fresh``: the
-    never-tried ones in id order, a drain's due read (not a walk of all intents; migration 0036)."""
+    Failed deliveries retry with backoff and stay visible to operators. ``intent_fresh``: the never
+    tried (all a tick writes), a drain's due read (0036); on PostgreSQL the other two leave them out (0037)."""
 
     class Kind(models.TextChoices):
         START = "start"

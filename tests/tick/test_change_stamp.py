@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from scheduler.models import Attempt, Job, Task
 from scheduler.tick import run as tick_run
-from scheduler.tick.apply import current_task_states
+from scheduler.tick.apply import current_task_states, keyed_by_position, lock_jobs
 from scheduler.tick.run import run_tick
 from tests.personas import NOW_MS, make_job, make_worker
 
@@ -115,3 +116,35 @@ def test_the_lock_read_returns_each_tasks_position_and_the_write_finds_the_task_
             for pk in pks:
                 cursor.execute(f"SELECT id FROM {Task._meta.db_table} WHERE ctid = %s::tid", [positions[pk]])
                 assert cursor.fetchone() == (pk,)
+
+
+def test_the_job_lock_returns_each_jobs_position_and_the_tick_flips_and_ends_jobs_found_there():
+    jobs = [make_job(f"/bob/j{i}") for i in range(3)]
+    with transaction.atomic():
+        positions = lock_jobs({job.pk for job in jobs} | {10**9})  # the last one is not there
+        assert set(positions) == {job.pk for job in jobs}
+        with connection.cursor() as cursor:
+            for job in jobs:
+                cursor.execute(f"SELECT id FROM {Job._meta.db_table} WHERE ctid = %s::tid", [positions[job.pk]])
+                assert cursor.fetchone() == (job.pk,)
+    # Rows of jobs not locked (gone) are dropped, as an UPDATE by id would have matched nothing.
+    assert keyed_by_position([(jobs[0].pk, "running"), (10**9, "running")], positions) == [
+        (positions[jobs[0].pk], jobs[0].pk, "running")
+    ]
+
+
+def test_a_tick_that_ends_a_job_and_flips_others_writes_each_by_its_locked_position():
+    worker = make_worker("w1", cpu=4)
+    placed = make_job("/bob/placed", cpu=1)
+    # Past its scheduling deadline and too large for any worker: the tick ends it unschedulable.
+    expired = make_job("/bob/expired", cpu=64, deadline_ms=NOW_MS - 1)
+    with CaptureQueriesContext(connection) as queries:
+        outcome = run_tick(NOW_MS)
+    job_writes = [
+        q["sql"] for q in queries.captured_queries if q["sql"].startswith(f"UPDATE {Job._meta.db_table} SET state")
+    ]
+    assert len(job_writes) == 2
+    assert all(f"{Job._meta.db_table}.ctid = v.ctid" in sql for sql in job_writes)
+    assert outcome.assigned == 1 and worker
+    assert Job.objects.get(pk=placed.pk).state == "running"
+    assert Job.objects.get(pk=expired.pk).state == "unschedulable"
