@@ -9,8 +9,10 @@ downstream parses text back.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from itertools import chain, compress
+from operator import is_not, ne
 
 import orjson
 
@@ -136,56 +138,11 @@ def whatif_basis_to_json(
             else:
                 chips_left = left.gpu[i] if on_gpu else left.tpu[i]
                 rows.append([*row, left.cpu[i], left.mem[i], chips_left, left.building[i]])
-    attributes = statics.attributes
-    where_row = statics.where
-    # Who holds each worker, flat (a list of small lists costs the reader an object each), and
-    # summed over the healthy workers (what a shape matching every healthy worker reads).
-    users: list[str] = []
-    user_index: dict[str, int] = {}
-    held_rows: list[int] = []
-    on_healthy: dict[tuple[int, int, int], int] = {}
-    kinds: list[list] = []
-    kind_index: dict[tuple[str, str, bool], int] = {}
-    workers = snapshot.workers
-    cpu = DeviceType.CPU.value
-    # Each holder key's row numbers (user index, band, kind index), worked out once per key and
-    # worker variant (the kind depends on it): 59,000 held entries on 10,000 workers share some
-    # 3,800 keys (the independent snapshot).
-    codes: dict[str, dict[tuple[str, int, str, str, bool], tuple[int, int, int]]] = {}
-    for name, held in (holders or {}).items():
-        i = where_row.get(name)
-        if i is None:
-            continue  # not a worker of the snapshot (a Kubernetes task's node): no what-if matches it
-        worker = workers[i]
-        healthy = worker.healthy
-        worker_variant = worker.device.variant or ""
-        code_of = codes.get(worker_variant)
-        if code_of is None:
-            code_of = codes[worker_variant] = {}
-        for key, n in held.items():
-            code = code_of.get(key)
-            if code is None:
-                user, band, dtype, variant, gang = key
-                u = user_index.get(user)
-                if u is None:
-                    u = user_index[user] = len(users)
-                    users.append(user)
-                if dtype != cpu and (not variant or variant == ANY_VARIANT):
-                    variant = worker_variant  # work that asked for any variant runs as its worker's
-                kind = (dtype, variant, gang)
-                k = kind_index.get(kind)
-                if k is None:
-                    k = kind_index[kind] = len(kinds)
-                    kinds.append(list(kind))
-                code = code_of[key] = (u, band, k)
-            u, band, k = code
-            held_rows += (i, u, band, k, n)
-            if healthy:
-                on_healthy[code] = on_healthy.get(code, 0) + n
+    users, kinds, held_rows, on_healthy = holder_columns(statics, holders or {})
     return {
         "version": WHATIF_BASIS_VERSION,
         "queue": queue_counts(job_counts, snapshot.jobs),
-        "attributes": attributes,
+        "attributes": statics.attributes,
         "workers": rows,
         "users": users,
         "kinds": kinds,
@@ -254,3 +211,145 @@ def worker_statics(workers: tuple[WorkerSpec, ...]) -> WorkerStatics:
         on_gpu=[w.device.type is gpu for w in workers],
     )
     return kept
+
+
+# Past this share of the held workers with changed holders, a call encodes every worker afresh:
+# dropping a worker's old rows and encoding its new ones costs about twice what encoding it in
+# a fresh pass does (measured at 100,000 x 10,000: a second tick changing 34% of the workers
+# costs the same either way). A burst's or a first tick's placements change most workers.
+REENCODE_ALL_SHARE = 0.5
+
+
+@dataclass(slots=True)
+class HolderCodes:
+    """The what-if basis's holder columns as the newest call left them, kept so the next call
+    encodes only the workers whose holders changed (a churn tick changes ~1,000 of 10,000
+    workers' holders; encoding all 56,000 holder rows cost ~30 ms a tick).
+
+    ``users`` and ``kinds`` are interned in order of first appearance and only grow while this
+    is kept (a user who no longer holds anything keeps its index: no row names it); per worker,
+    ``held_of`` holds the holders its rows were encoded from (compared by value with the next
+    call's) and ``rows_of`` its rows (five numbers each, flat, the worker's index first);
+    ``on_healthy`` is the rows of the healthy workers summed per (user, band, kind)."""
+
+    statics: WorkerStatics
+    users: list[str]
+    user_index: dict[str, int]
+    kinds: list[list]
+    kind_index: dict[tuple[str, str, bool], int]
+    # Each holder key's (user index, band, kind index), per worker variant (the kind depends on it).
+    codes: dict[str, dict[tuple[str, int, str, str, bool], tuple[int, int, int]]]
+    held_of: dict[str, Mapping]
+    rows_of: dict[str, list[int]]
+    on_healthy: dict[tuple[int, int, int], int]
+
+    def drop(self, names: Iterable[str]) -> None:
+        """Forget these workers' rows, taking their part out of ``on_healthy`` (by the workers
+        of ``statics``, which encoded them)."""
+        held_of, rows_of, on_healthy, workers = self.held_of, self.rows_of, self.on_healthy, self.statics.workers
+        for name in names:
+            if held_of.pop(name, None) is None:
+                continue
+            rows = rows_of.pop(name)
+            if not rows or not workers[rows[0]].healthy:
+                continue
+            at = iter(rows)
+            for _, u, band, k, n in zip(at, at, at, at, at):
+                code = (u, band, k)
+                left = on_healthy[code] - n
+                if left:
+                    on_healthy[code] = left
+                else:
+                    del on_healthy[code]
+
+
+_holder_codes: HolderCodes | None = None
+
+
+def forget() -> None:
+    """Build the what-if basis's worker and holder columns afresh at the next call."""
+    global _statics, _holder_codes
+    _statics = None
+    _holder_codes = None
+
+
+def _kept_holder_codes(statics: WorkerStatics) -> HolderCodes:
+    """The kept :class:`HolderCodes` for ``statics``' workers: kept whole for the same statics;
+    for new statics of the same workers in the same places (a worker row changed: its spec is
+    replaced in place, ``store.cluster_rows``), less the workers whose spec is another object;
+    otherwise started afresh."""
+    global _holder_codes
+    kept = _holder_codes
+    if kept is not None and kept.statics is not statics:
+        before = kept.statics
+        if before.names != statics.names:
+            kept = None
+        else:
+            moved = compress(range(len(statics.workers)), map(is_not, before.workers, statics.workers))
+            kept.drop([statics.names[i] for i in moved])
+            kept.statics = statics
+    if kept is None:
+        kept = _holder_codes = HolderCodes(statics, [], {}, [], {}, {}, {}, {}, {})
+    return kept
+
+
+def holder_columns(
+    statics: WorkerStatics, holders: Mapping[str, Mapping[tuple[str, int, str, str, bool], int]]
+) -> tuple[list[str], list[list], list[int], dict[tuple[int, int, int], int]]:
+    """The basis's ``users``, ``kinds``, ``holders`` (flat) and ``holders_healthy`` (as a map)
+    of ``holders`` (``{worker: {holder key: active tasks}}``, not changed after the call): the
+    kept columns (:class:`HolderCodes`) with the workers whose holders differ from the kept
+    ones encoded again (all of them past ``REENCODE_ALL_SHARE``), so a tick pays per worker
+    whose holders changed, not per holder. The decoded columns equal a fresh build's (a
+    property test holds it); the interning order and the rows' order are the builder's
+    business."""
+    kept = _kept_holder_codes(statics)
+    held_of, rows_of, on_healthy = kept.held_of, kept.rows_of, kept.on_healthy
+    # The workers whose holders differ from the kept ones (compared in C), and those gone.
+    names = list(holders)
+    changed = list(compress(names, map(ne, holders.values(), map(held_of.get, names))))
+    if len(changed) > REENCODE_ALL_SHARE * len(names):
+        held_of.clear()
+        rows_of.clear()
+        on_healthy.clear()
+        changed = names
+    else:
+        kept.drop([*changed, *(held_of.keys() - holders.keys())])
+    where_row, workers = statics.where, statics.workers
+    users, user_index, kinds, kind_index, codes = kept.users, kept.user_index, kept.kinds, kept.kind_index, kept.codes
+    cpu = DeviceType.CPU.value
+    for name in changed:
+        i = where_row.get(name)
+        if i is None:
+            continue  # not a worker of the snapshot (a Kubernetes task's node): no what-if matches it
+        worker = workers[i]
+        worker_variant = worker.device.variant or ""
+        code_of = codes.get(worker_variant)
+        if code_of is None:
+            code_of = codes[worker_variant] = {}
+        healthy = worker.healthy
+        rows: list[int] = []
+        held = held_of[name] = holders[name]
+        for key, n in held.items():
+            code = code_of.get(key)
+            if code is None:
+                user, band, dtype, variant, gang = key
+                u = user_index.get(user)
+                if u is None:
+                    u = user_index[user] = len(users)
+                    users.append(user)
+                if dtype != cpu and (not variant or variant == ANY_VARIANT):
+                    variant = worker_variant  # work that asked for any variant runs as its worker's
+                kind = (dtype, variant, gang)
+                k = kind_index.get(kind)
+                if k is None:
+                    k = kind_index[kind] = len(kinds)
+                    kinds.append(list(kind))
+                code = code_of[key] = (u, band, k)
+            u, band, k = code
+            rows += (i, u, band, k, n)
+            if healthy:
+                on_healthy[code] = on_healthy.get(code, 0) + n
+        rows_of[name] = rows
+    held_rows = list(chain.from_iterable(rows_of.values()))
+    return list(users), [list(kind) for kind in kinds], held_rows, dict(on_healthy)
