@@ -23,6 +23,7 @@ from typing import Any
 
 from django.db import connection, transaction
 
+from scheduler.board import formats
 from scheduler.board.counts import LiveCounts, active_counts, task_keys
 from scheduler.board.formats import explanation_to_json, whatif_basis_to_json
 from scheduler.core.explain import pending_queue, queued_job_counts, queued_jobs
@@ -57,10 +58,12 @@ PENDING = TaskState.PENDING
 
 def forget() -> None:
     """Build the publication and count the live work afresh at the next tick (with
-    ``forget_decision``)."""
+    ``forget_decision``), the what-if basis's kept worker and holder columns with them (a web
+    process that ran a tick for an operator keeps none of it)."""
     global _published, _live
     _published = None
     _live = None
+    formats.forget()
 
 
 class Publication:

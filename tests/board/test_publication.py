@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.board import formats
+from scheduler.board import formats, publish
 from scheduler.board.counts import LiveCounts, active_counts
 from scheduler.board.formats import explanation_to_json, whatif_basis_to_json
 from scheduler.board.queue import parse_queue_index
@@ -183,3 +183,17 @@ def test_the_running_values_kept_from_tick_to_tick_lose_exactly_what_the_decisio
     assert evicted == 1
     value = 5 + 1  # one core and one GiB (``core.budget.resource_value``)
     assert running[(int(Band.BATCH), "alice")] == (4, 4 * value)
+
+
+def test_forgetting_the_publication_drops_the_basis_s_kept_worker_and_holder_columns():
+    ticks = [([("arrive", "alice", Band.BATCH, 3, 1, 1)], 0xFFFF, False)]
+    counts = LiveCounts()
+    simulated = next(simulated_ticks(ticks))
+    set_changes(counts, simulated, one_by_one=False)
+    set_kept(counts, simulated, one_by_one=False)
+    _, holders = counts.published()
+    assert holders
+    whatif_basis_to_json(simulated.snapshot, simulated.decision, {}, holders)
+    assert formats._statics is not None and formats._holder_codes is not None
+    publish.forget()
+    assert formats._statics is None and formats._holder_codes is None
