@@ -223,43 +223,62 @@ def task_writes(
     assigned_state, intent_pending = TaskState.ASSIGNED.value, DispatchIntent.State.PENDING.value
     start, stop = DispatchIntent.Kind.START.value, DispatchIntent.Kind.STOP.value
     new_attempts, intents, held = [], [], set()
-    assigned = set()
+    # Each assigned task's new attempt number (the tasks the kept pass below counts one more).
+    numbers: dict[str, int] = {}
     for a in assignments:
-        row, worker_pk = rows[a.task], worker_pks[a.worker]
+        task = a.task
+        row, worker_pk = rows[task], worker_pks[a.worker]
         pk, number = row.pk, row.attempt_count + 1
-        assigned.add(a.task)
+        numbers[task] = number
         held.add(worker_pk)
-        new_attempts.append((pk, number, worker_pk, assigned_state, int(a.band), wall, ""))
+        new_attempts.append((pk, number, worker_pk, assigned_state, _BAND_VALUES[a.band], wall, ""))
         intents.append((pk, number, start, worker_pk, intent_pending, "assigned", 0, "", wall))
     task_updates, closes, delta, jobs_active = [], [], {}, {}
+    append = task_updates.append
+    # Module constants as locals: the loop below runs once per kept change (some 30,000).
+    active_rows, active_states, state_values, band_values = (
+        _ACTIVE_ROW_STATES,
+        ACTIVE_STATES,
+        _STATE_VALUES,
+        _BAND_VALUES,
+    )
+    number_of = numbers.get
     for task_id in kept:
         after, row = after_of[task_id], rows[task_id]
         job = task_id[: task_id.rfind("/")]
         state, pk = after.state, row.pk
-        was_active, now_active = row.state in _ACTIVE_ROW_STATES, state in ACTIVE_STATES
+        was_active, now_active = row.state in active_rows, state in active_states
         if now_active:
             jobs_active[job] = True
         elif job not in jobs_active:
             jobs_active[job] = False
         worker, band = after.worker, after.band
-        worker_pk = worker_pks[worker] if worker else None
-        band_value = _BAND_VALUES[band] if band is not None else None
-        attempts = row.attempt_count + 1 if task_id in assigned else row.attempt_count
         # One tuple per row, its key first, built whole (TASK_WRITE_COLUMNS' order).
         if positions:
-            update = (
-                positions[pk],
-                pk,
-                _STATE_VALUES[state],
-                worker_pk,
-                band_value,
-                after.preemption_count,
-                attempts,
-                wall,
+            append(
+                (
+                    positions[pk],
+                    pk,
+                    state_values[state],
+                    worker_pks[worker] if worker else None,
+                    band_values[band] if band is not None else None,
+                    after.preemption_count,
+                    number_of(task_id, row.attempt_count),
+                    wall,
+                )
             )
         else:
-            update = (pk, _STATE_VALUES[state], worker_pk, band_value, after.preemption_count, attempts, wall)
-        task_updates.append(update)
+            append(
+                (
+                    pk,
+                    state_values[state],
+                    worker_pks[worker] if worker else None,
+                    band_values[band] if band is not None else None,
+                    after.preemption_count,
+                    number_of(task_id, row.attempt_count),
+                    wall,
+                )
+            )
         if was_active == now_active:
             continue
         delta[job] = delta.get(job, 0) + (1 if now_active else -1)
