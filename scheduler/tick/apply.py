@@ -253,32 +253,18 @@ def task_writes(
         elif job not in jobs_active:
             jobs_active[job] = False
         worker, band = after.worker, after.band
-        # One tuple per row, its key first, built whole (TASK_WRITE_COLUMNS' order).
-        if positions:
-            append(
-                (
-                    positions[pk],
-                    pk,
-                    state_values[state],
-                    worker_pks[worker] if worker else None,
-                    band_values[band] if band is not None else None,
-                    after.preemption_count,
-                    number_of(task_id, row.attempt_count),
-                    wall,
-                )
-            )
-        else:
-            append(
-                (
-                    pk,
-                    state_values[state],
-                    worker_pks[worker] if worker else None,
-                    band_values[band] if band is not None else None,
-                    after.preemption_count,
-                    number_of(task_id, row.attempt_count),
-                    wall,
-                )
-            )
+        # One tuple per row, its key first (TASK_WRITE_COLUMNS' order), the locked position in
+        # front where it is known.
+        update = (
+            pk,
+            state_values[state],
+            worker_pks[worker] if worker else None,
+            band_values[band] if band is not None else None,
+            after.preemption_count,
+            number_of(task_id, row.attempt_count),
+            wall,
+        )
+        append((positions[pk], *update) if positions else update)
         if was_active == now_active:
             continue
         delta[job] = delta.get(job, 0) + (1 if now_active else -1)
