@@ -226,8 +226,9 @@ class HolderCodes:
     encodes only the workers whose holders changed (a churn tick changes ~1,000 of 10,000
     workers' holders; encoding all 56,000 holder rows cost ~30 ms a tick).
 
-    ``users`` and ``kinds`` are interned in order of first appearance and only grow while this
-    is kept (a user who no longer holds anything keeps its index: no row names it); per worker,
+    ``users`` and ``kinds`` are interned in order of first appearance and grow between calls that
+    encode everything afresh (a user who no longer holds anything keeps its index until then: no
+    row names it); per worker,
     ``held_of`` holds the holders its rows were encoded from (compared by value with the next
     call's) and ``rows_of`` its rows (five numbers each, flat, the worker's index first);
     ``on_healthy`` is the rows of the healthy workers summed per (user, band, kind)."""
@@ -309,9 +310,19 @@ def holder_columns(
     names = list(holders)
     changed = list(compress(names, map(ne, holders.values(), map(held_of.get, names))))
     if len(changed) > REENCODE_ALL_SHARE * len(names):
-        held_of.clear()
-        rows_of.clear()
-        on_healthy.clear()
+        # Everything is encoded afresh: the interned users and kinds start over too, so those
+        # no row names any more (a user who holds nothing now) are not carried on for good.
+        for table in (
+            held_of,
+            rows_of,
+            on_healthy,
+            kept.users,
+            kept.user_index,
+            kept.kinds,
+            kept.kind_index,
+            kept.codes,
+        ):
+            table.clear()
         changed = names
     else:
         kept.drop([*changed, *(held_of.keys() - holders.keys())])

@@ -197,3 +197,25 @@ def test_forgetting_the_publication_drops_the_basis_s_kept_worker_and_holder_col
     assert formats._statics is not None and formats._holder_codes is not None
     publish.forget()
     assert formats._statics is None and formats._holder_codes is None
+
+
+def test_a_full_re_encode_of_the_holder_columns_forgets_users_no_worker_holds_any_more():
+    from tests.core.builders import worker
+
+    formats.forget()
+    statics = formats.worker_statics(tuple(worker(f"w{i}", cpu=4, mem=8) for i in range(4)))
+    cpu = DeviceType.CPU.value
+
+    def held(users):
+        return {f"w{i}": {(user, 2, cpu, "", False): 1} for i, user in enumerate(users)}
+
+    users, *_ = formats.holder_columns(statics, held(["ann", "ann", "bob", "bob"]))
+    assert sorted(users) == ["ann", "bob"]
+    # One worker of four changes (below REENCODE_ALL_SHARE): the kept columns are added to.
+    users, *_ = formats.holder_columns(statics, held(["ann", "ann", "bob", "cid"]))
+    assert sorted(users) == ["ann", "bob", "cid"]
+    # Three of four change: everything is encoded afresh, and ann, who holds nothing now, is gone.
+    users, _, rows, _ = formats.holder_columns(statics, held(["bob", "dee", "dee", "cid"]))
+    assert sorted(users) == ["bob", "cid", "dee"]
+    assert len(rows) == 4 * 5
+    formats.forget()
