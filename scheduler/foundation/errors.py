@@ -228,11 +228,18 @@ def is_api_path(request) -> bool:
 
 
 def handler404(request, exception=None):
-    """JSON for unknown /api/ paths; Django's own page everywhere else."""
+    """JSON for unknown /api/ paths; the console's page everywhere else, saying what was not
+    found: a view's own message ("no job named …"), else that no page has this address (Django
+    would show a message-less 404's class name, e.g. "Resolver404" for an address no route
+    matches)."""
     if is_api_path(request):
         return JsonResponse(error_body(NotFound.code, f"no API endpoint at {request.path}"), status=404)
+    from django.http import Http404
     from django.views.defaults import page_not_found
 
+    message = exception.args[0] if exception is not None and exception.args else None
+    if not (isinstance(message, str) and message):
+        exception = Http404(f"There is no page at {request.path}.")
     return page_not_found(request, exception)
 
 

@@ -139,3 +139,10 @@ def test_the_queue_job_filter_takes_the_slash_form_every_page_shows(clients, ali
     assert "/alice/tpu-probe" in page and "/bob/other" not in page
     answer = token_client(bob).get("/api/v1/queue/", {"job": "/alice/tpu-probe"}).json()
     assert [r["task"] for r in answer["results"]] == ["/alice/tpu-probe/0"]
+
+
+def test_an_address_no_page_has_says_so_not_the_resolver_s_class_name(clients):
+    response = clients["alice"].get("/whatif/")
+    page = response.content.decode()
+    assert response.status_code == 404
+    assert "There is no page at /whatif/." in page and "Resolver404" not in page
