@@ -192,6 +192,10 @@ def _set_draining(actor, name: Any, *, draining: bool) -> Worker:
 
 # Orders handed to one agent per heartbeat; the rest follow on the next one.
 MAILBOX_LIMIT = 100
+# A worker's delivered intents, oldest first: on PostgreSQL the (worker, state) index reads them
+# (migration 0037 leaves only never-tried intents out of it; tests/execution/test_drain_batches.py
+# checks the plan on both databases).
+MAILBOX_IDS_SQL = "SELECT id FROM scheduler_dispatchintent WHERE worker_id = %s AND state = %s ORDER BY id LIMIT %s"
 
 
 def check_workers(now: datetime | None = None) -> list[str]:
@@ -317,10 +321,7 @@ def mailbox(worker_pk: int, running: set[tuple[int, int]], extra_stops: list[Sto
     """Delivered intents for this worker, as orders (one query)."""
     box = Mailbox(stops=list(extra_stops))
     stopping = {(s.ref.task_pk, s.ref.attempt) for s in extra_stops}
-    intents = intent_rows(
-        "SELECT id FROM scheduler_dispatchintent WHERE worker_id = %s AND state = %s ORDER BY id LIMIT %s",
-        [worker_pk, DispatchIntent.State.DELIVERED, MAILBOX_LIMIT],
-    )
+    intents = intent_rows(MAILBOX_IDS_SQL, [worker_pk, DispatchIntent.State.DELIVERED, MAILBOX_LIMIT])
     for intent in intents:
         key = intent.key
         if intent.kind == DispatchIntent.Kind.START:

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from scheduler import backends
 from scheduler.backends import Backend, BackendError, Delivery
-from scheduler.execution import dispatcher
+from scheduler.execution import dispatcher, workers
 from scheduler.execution.dispatcher import drain
 from scheduler.jobs.cancel import cancel_job
 from scheduler.models import DispatchIntent, Worker
@@ -182,8 +182,7 @@ def test_the_intents_a_tick_writes_are_left_out_of_the_state_and_worker_indexes_
     # Each reader's condition implies the indexes' (PostgreSQL proves it, so it reads them).
     due_again = explained(dispatcher.DUE_IDS_SQL, ["pending", 0, 500, "pending", timezone.now(), 0, 500, 500])
     assert by_state in due_again
-    mailbox = "SELECT id FROM scheduler_dispatchintent WHERE worker_id = %s AND state = %s ORDER BY id LIMIT %s"
-    assert by_worker in explained(mailbox, [worker.pk, "delivered", 100])
+    assert by_worker in explained(workers.MAILBOX_IDS_SQL, [worker.pk, "delivered", 100])
     held = DispatchIntent.objects.filter(
         worker_id__in=[worker.pk], state="pending", kind="start", tries=0, next_try_at__isnull=False
     )
@@ -200,8 +199,7 @@ def test_on_sqlite_the_state_and_worker_indexes_stay_whole_so_a_workers_mailbox_
     assign(make_job("/alice/a"), worker)
     with connection.cursor() as cursor:
         cursor.execute(
-            "EXPLAIN QUERY PLAN SELECT id FROM scheduler_dispatchintent WHERE worker_id = %s AND state = %s "
-            "ORDER BY id LIMIT %s",
+            "EXPLAIN QUERY PLAN " + workers.MAILBOX_IDS_SQL,
             [worker.pk, "delivered", 100],
         )
         plan = " ".join(str(row[-1]) for row in cursor.fetchall())
