@@ -39,9 +39,26 @@ VARIANTS: dict[str, list[str]] = {
         f"task_ff{ff}": [f"ALTER TABLE scheduler_task SET (fillfactor = {ff})", "VACUUM FULL scheduler_task"]
         for ff in (90, 80, 70)
     },
+    # The preemption events without their five foreign-key constraints (each checked per row at
+    # commit; tried by writes37 and not kept: docs/benchmarks.md).
+    "events_nofk": [
+        "ALTER TABLE scheduler_preemptionevent "
+        + ", ".join(
+            f"DROP CONSTRAINT IF EXISTS scheduler_preemption_{name}_fk_scheduler"
+            for name in (
+                "victim_id_f0d5298d",
+                "tick_id_fa854b1d",
+                "preemptor_id_fc6c9915",
+                "worker_id_dbb56b18",
+                "victim_job_id_d2d35dab",
+            )
+        )
+    ],
 }
 
 PROFILED = ("first", "burst")
+# Print each UPDATE's whole plan (``--plans``), not only its first line, buffers and WAL.
+FULL_PLANS = False
 
 
 def template_name(url: str) -> str:
@@ -116,8 +133,36 @@ class StatementWal:
         for seconds, wal, sql, plan in sorted(self.rows, key=lambda row: -row[0])[:12]:
             print(f"#   {seconds * 1000:8.1f} ms  WAL {wal / 1e6:6.2f} MB  {' '.join(sql.split())[:110]}")
             keep = [line.strip() for line in plan if line.strip().startswith(("Buffers:", "WAL:", "Execution Time"))]
-            for line in plan[:1] + keep[:2] + keep[-1:]:
-                print(f"#              | {line.strip()[:130]}")
+            for line in plan if FULL_PLANS else plan[:1] + keep[:2] + keep[-1:]:
+                print(f"#              | {line.rstrip()[:160]}")
+
+
+class CommitTimer:
+    """The wall time of the tick's deferred constraint checks and of its COMMIT (the WAL flush),
+    both outside every statement: the connection's ``_commit`` is wrapped until ``stop`` to run
+    ``SET CONSTRAINTS ALL IMMEDIATE`` (which runs the checks queued so far) before committing."""
+
+    def __init__(self, connection) -> None:
+        self.connection, self.seconds, self.checks = connection, 0.0, 0.0
+        original = connection._commit
+
+        def timed():
+            # The deferred constraint checks first, as a statement of their own (what the
+            # commit would run before flushing the WAL), then the commit itself.
+            started = time.perf_counter()
+            with connection.connection.cursor() as cursor:
+                cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+            self.checks += time.perf_counter() - started
+            started = time.perf_counter()
+            try:
+                return original()
+            finally:
+                self.seconds += time.perf_counter() - started
+
+        connection._commit = timed
+
+    def stop(self) -> None:
+        del self.connection._commit
 
 
 def run_variant(url: str, variant: str, ticks: list[str]) -> None:
@@ -169,6 +214,7 @@ def run_variant(url: str, variant: str, ticks: list[str]) -> None:
             with connection.cursor() as cursor:
                 cursor.execute("CHECKPOINT")
         profile = StatementWal()
+        commits = CommitTimer(connection)
         server = backend_cpu_seconds()
         started = time.perf_counter()
         if profiled:
@@ -183,9 +229,11 @@ def run_variant(url: str, variant: str, ticks: list[str]) -> None:
             outcome = run_tick(snapshot.now_ms)
         total = time.perf_counter() - started
         server = backend_cpu_seconds() - server
+        commits.stop()
         print(
             f"# {variant} {label}: {outcome.assigned} assigned, {outcome.preempted} preempted, total {total:.2f} s, "
-            f"server cpu {server:.2f} s (profiled: {profiled})",
+            f"server cpu {server:.2f} s, deferred checks {commits.checks * 1000:.1f} ms, "
+            f"commit {commits.seconds * 1000:.1f} ms (profiled: {profiled})",
             flush=True,
         )
         if profiled:
@@ -206,7 +254,10 @@ def main() -> None:
     parser.add_argument("--build", metavar="PENDINGxWORKERS")
     parser.add_argument("--variants", nargs="*", default=[], choices=sorted(VARIANTS))
     parser.add_argument("--ticks", nargs="*", default=["first", "second", "churn", "churn", "churn", "burst"])
+    parser.add_argument("--plans", action="store_true", help="print each UPDATE's whole plan")
     args = parser.parse_args()
+    global FULL_PLANS
+    FULL_PLANS = args.plans
     url = os.environ["IRIS_BENCH_DATABASE_URL"]
     if args.build:
         build(url, args.build)

@@ -144,3 +144,35 @@ def test_insert_returning_writes_every_column_and_returns_the_new_ids_by_key():
         assert job.request == {"nested": {"deep": [1, "two", None]}}
         assert job.constraints == [{"key": "zone", "op": "in", "value": ["a", "b"]}]
         assert (job.parent_id, job.group_by, job.created_at) == (None, None, WHEN)
+
+
+@pytest.mark.postgres
+def test_update_rows_visits_the_rows_in_key_order_and_still_finds_each_by_position():
+    """On PostgreSQL the payload is sorted by the keys before the join (the tick's rows come in
+    a set's order; in the table's order a first tick's task UPDATE takes about a third less of
+    the server's CPU), and a row keyed by its locked position is still found by a Tid scan."""
+    from scheduler.models import Task
+    from scheduler.tick.apply import TASK_WRITE_COLUMNS, current_task_states
+    from scheduler.store.cluster_rows import CHANGE_STAMP
+
+    job = make_job("/alice/bulk-order", replicas=4)
+    worker = make_worker("w-bulk-order")
+    pks = list(job.tasks.order_by("index").values_list("pk", flat=True))
+    with transaction.atomic():
+        _, positions = current_task_states(pks)
+        rows = [(positions[pk], pk, "assigned", worker.pk, 2, 0, 1, WHEN) for pk in reversed(pks)]
+        keys = [("ctid", "tid"), ("id", "bigint")]
+        with CaptureQueriesContext(connection) as captured:
+            bulk.update_rows(Task._meta.db_table, keys, TASK_WRITE_COLUMNS, rows, postgresql_set=CHANGE_STAMP)
+        (statement,) = [q["sql"] for q in captured.captured_queries]
+        with connection.cursor() as cursor:
+            # As on a cluster's table (four rows are cheaper to hash whole, or to find by the
+            # primary key, than by position): the tick's UPDATE finds its rows by a Tid scan.
+            for kind in ("seqscan", "hashjoin", "mergejoin", "indexscan", "bitmapscan"):
+                cursor.execute(f"SET LOCAL enable_{kind} = off")
+            cursor.execute("EXPLAIN (COSTS OFF) " + statement)
+            plan = "\n".join(line for (line,) in cursor.fetchall())
+    assert "Sort Key: (((r.value ->> 0))::tid), (((r.value ->> 1))::bigint)" in plan, plan
+    assert "Tid Scan on scheduler_task" in plan, plan
+    written = Task.objects.filter(pk__in=pks).values_list("state", "worker_id", "attempt_count")
+    assert set(written) == {("assigned", worker.pk, 1)}
