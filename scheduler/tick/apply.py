@@ -34,7 +34,7 @@ from scheduler.core.types import ACTIVE_STATES, Assignment, Decision, JobState, 
 from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord, Worker
 from scheduler.store import bulk
 from scheduler.store.states import ACTIVE_VALUES, TERMINAL_JOB_VALUES
-from scheduler.tick.events import record_tick_events
+from scheduler.tick.events import change_event_rows, record_tick_events
 from scheduler.store.cluster_rows import CHANGE_STAMP
 from scheduler.tick.load import LoadedSnapshot
 
@@ -424,13 +424,12 @@ def apply_decision(
             condition=f"{job_table}.state IN ('{JobState.PENDING.value}', '{JobState.RUNNING.value}')",
             changed_only=True,
         )
-        # The publication is built while the last writes run.
+        # The publication and the rows of the changes' events are built while the last writes run.
         publication.build(kept, tick.pk, tick.fairness)
+        event_rows = change_event_rows(loaded, decision, kept, kept_jobs, assignments, preemptions, tick.pk, wall)
     published = publication.finish(tick.pk)
-    # The events of these changes, in this transaction (scheduler/tick/events.py).
-    record_tick_events(
-        loaded, decision, kept, kept_jobs, assignments, preemptions, tick, publication.jobs_in_queue, wall
-    )
+    # The events of this tick, in this transaction (scheduler/tick/events.py).
+    record_tick_events(event_rows, loaded.snapshot.jobs, tick, publication.jobs_in_queue, wall)
 
     duration_ms = (time.perf_counter() - started) * 1000
     TickRecord.objects.filter(pk=tick.pk).update(

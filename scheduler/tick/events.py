@@ -65,21 +65,19 @@ def _remember(memory: QueueMemory) -> None:
     _memory = memory
 
 
-def record_tick_events(
+def change_event_rows(
     loaded: LoadedSnapshot,
     decision: Decision,
     kept: AbstractSet[str],
     kept_jobs: AbstractSet[str],
     assignments: Iterable[Assignment],
     preemptions: Iterable[Preemption],
-    tick: TickRecord,
-    queue_jobs: Mapping[Band, list[str]] | None,
+    tick_pk: int,
     wall: datetime,
-) -> int:
-    """Stage this tick's events (one statement); inside the tick's transaction. ``kept_jobs``:
-    the jobs of the ``kept`` tasks. ``queue_jobs``
-    is the publication's ``queued_jobs(pending_queue(decision))`` (per band, the job of each
-    queued task in queue order), or ``None`` when the decision was reused."""
+) -> list[tuple]:
+    """The staged rows (``staged_row``'s form) of the events of the tick's kept changes: tasks
+    started, preempted, requeued and ended, jobs ended. ``kept_jobs``: the jobs of the ``kept``
+    tasks. Reads no database, so the tick builds them while its pipelined writes run."""
     jobs = loaded.snapshot.jobs
     kueue_jobs = loaded.kueue.jobs  # jobs routed to Kubernetes are not in the core's snapshot
     rows_of = loaded.tasks
@@ -99,7 +97,7 @@ def record_tick_events(
     append = rows.append
     dumps = orjson.dumps
     assigned = set()
-    started, tick_pk = kinds.STARTED, tick.pk
+    started = kinds.STARTED
     for a in assignments:
         task = a.task
         cut = task.rfind("/")
@@ -136,7 +134,7 @@ def record_tick_events(
                     job,
                     int(index),
                     attempt,
-                    tick.pk,
+                    tick_pk,
                     {
                         "worker": p.worker,
                         "attempt": attempt,
@@ -158,7 +156,7 @@ def record_tick_events(
                         job,
                         int(index),
                         attempt,
-                        tick.pk,
+                        tick_pk,
                         {"attempt": attempt, "reason": reason},
                     )
                 )
@@ -171,7 +169,7 @@ def record_tick_events(
                     job,
                     int(index),
                     attempt,
-                    tick.pk,
+                    tick_pk,
                     {
                         "attempt": attempt,
                         "outcome": after.state.value,
@@ -187,18 +185,32 @@ def record_tick_events(
         for job, state in ended:
             if job in kept_jobs and job in loaded.job_pks and loaded.job_states.get(job) not in TERMINAL_JOB_VALUES:
                 drafts.append(
-                    Draft(kinds.FINISHED, wall, user_of(job), job, tick=tick.pk, data={"outcome": state.value})
+                    Draft(kinds.FINISHED, wall, user_of(job), job, tick=tick_pk, data={"outcome": state.value})
                 )
+    rows.extend(map(staged_row, drafts))
+    return rows
+
+
+def record_tick_events(
+    change_rows: list[tuple],
+    jobs: Mapping,
+    tick: TickRecord,
+    queue_jobs: Mapping[Band, list[str]] | None,
+    wall: datetime,
+) -> int:
+    """Stage this tick's events (one statement); inside the tick's transaction: ``change_rows``
+    (:func:`change_event_rows`), then the budget limits crossed and the queue's moves (``jobs``:
+    the snapshot's). ``queue_jobs`` is the publication's ``queued_jobs(pending_queue(decision))`` (per band, the
+    job of each queued task in queue order), or ``None`` when the decision was reused."""
     previous = TickRecord.objects.filter(pk__lt=tick.pk).order_by("-pk").values_list("pk", "spend", "limits").first()
-    drafts.extend(_limit_events(tick, previous[1:] if previous else ({}, {}), wall))
+    drafts = _limit_events(tick, previous[1:] if previous else ({}, {}), wall)
     memory = _queue_memory(previous[0] if previous else None)
     if queue_jobs is not None:
         drafts.extend(_queue_events(queue_jobs, memory, jobs, tick.pk, wall))
     transaction.on_commit(partial(_remember, QueueMemory(tick.pk, memory)))
     # Readable at once, not at the next reader's poll; moved by Celery, off the tick's path.
     transaction.on_commit(request_sequencing)
-    rows.extend(map(staged_row, drafts))
-    return record_rows(rows)
+    return record_rows(change_rows + list(map(staged_row, drafts)))
 
 
 # ``Band.wire`` without the enum's name lookup, for the tens of thousands of events of a burst.
