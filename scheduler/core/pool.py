@@ -126,14 +126,21 @@ class WorkerPool:
                         tpu[w] -= u
                     if task.state is not running:
                         building[w] += 1
+        # Priced from the same memo (a burst of ended tasks leaves ~16,000 unfinished attempts).
         for task in unfinished:
             w = index.get(task.unfinished_attempt_worker)
             if w is not None:
-                c, m, g, u = request_tuple(jobs[task.job_id].resources)
-                self.cpu[w] -= c
-                self.mem[w] -= m
-                self.gpu[w] -= g
-                self.tpu[w] -= u
+                resources = jobs[task.job_id].resources
+                need = requests.get(id(resources))
+                if need is None:
+                    need = requests[id(resources)] = request_tuple(resources)
+                c, m, g, u = need
+                cpu[w] -= c
+                mem[w] -= m
+                if g:
+                    gpu[w] -= g
+                if u:
+                    tpu[w] -= u
 
         self.start_cpu = list(self.cpu)
         self.start_mem = list(self.mem)
