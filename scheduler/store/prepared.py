@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 
 def fetch(sql: str, params: Sequence = ()) -> list[tuple]:
@@ -40,16 +40,17 @@ def fetch(sql: str, params: Sequence = ()) -> list[tuple]:
     import psycopg
     from psycopg.pq import ExecStatus
 
-    connection.ensure_connection()
+    db = connections[DEFAULT_DB_ALIAS]
+    db.ensure_connection()
     started = time.monotonic()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+    with db.wrap_database_errors, psycopg.Cursor(db.connection) as cursor:
         cursor.execute(sql, params, prepare=True)
         # Whether rows came back, from the result's status: ``cursor.description`` would build a
         # column object per column first (a twentieth of a submission's web CPU, issue 26).
         result = cursor.pgresult
         rows = cursor.fetchall() if result is not None and result.status == ExecStatus.TUPLES_OK else []
-    if connection.queries_logged:
-        connection.queries_log.append({"sql": f"{sql} -- prepared", "time": f"{time.monotonic() - started:.3f}"})
+    if db.queries_logged:
+        db.queries_log.append({"sql": f"{sql} -- prepared", "time": f"{time.monotonic() - started:.3f}"})
     return rows
 
 
@@ -96,7 +97,8 @@ def fetch_one_and_commit(sql: str, params: Sequence = ()) -> tuple | None:
     transaction of its own. If ``sql`` fails, PostgreSQL skips the ``COMMIT`` (a pipeline stops
     at its first error), the error is raised and the block rolls back, as before. Inside a nested
     block (a caller's own transaction, a test's) nothing is committed here."""
-    if connection.vendor != "postgresql" or not connection.in_atomic_block or len(connection.atomic_blocks) != 1:
+    db = connections[DEFAULT_DB_ALIAS]
+    if db.vendor != "postgresql" or not db.in_atomic_block or len(db.atomic_blocks) != 1:
         return fetch_one(sql, params)
     # Django logs the COMMIT itself (when the block ends), as with any transaction.
     return _pipelined([(sql, params, True), ("COMMIT", (), False)], 0, [f"{sql} -- prepared, COMMIT pipelined"])
@@ -110,10 +112,11 @@ def _pipelined(
     the rows of the statements before ``answer`` are kept in it."""
     import psycopg
 
-    connection.ensure_connection()
+    db = connections[DEFAULT_DB_ALIAS]  # ``connection``'s object, looked up once (issue 26, submit37)
+    db.ensure_connection()
     started = time.monotonic()
-    pg = connection.connection
-    with connection.wrap_database_errors, ExitStack() as cursors:
+    pg = db.connection
+    with db.wrap_database_errors, ExitStack() as cursors:
         opened = [cursors.enter_context(psycopg.Cursor(pg)) for _ in statements]
         with pg.pipeline():
             for cursor, (sql, params, prepare) in zip(opened, statements, strict=True):
@@ -121,9 +124,9 @@ def _pipelined(
         row = opened[answer].fetchone()
         if ahead is not None:
             ahead.rows = [cursor.fetchall() for cursor in opened[:answer]]
-    if connection.queries_logged:
+    if db.queries_logged:
         took = f"{time.monotonic() - started:.3f}"
-        connection.queries_log.extend({"sql": text, "time": took} for text in logged)
+        db.queries_log.extend({"sql": text, "time": took} for text in logged)
     return row
 
 
