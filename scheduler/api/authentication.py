@@ -189,6 +189,14 @@ def remember_owner(digest: str, user) -> None:
         _owners[digest] = Owner(user.pk, user.get_username())
 
 
+def forget_owner(digest: str) -> None:
+    """The token of ``digest`` failed a check ahead: its next request takes the ordinary way
+    (which remembers it again only if it authenticates), so a token revoked since never again
+    takes its former owner's submission lock ahead of its check."""
+    with _owners_lock:
+        _owners.pop(digest, None)
+
+
 class TokenCheckAhead:
     """The API's token check of one submission, sent in the same round trip as its lock and rule
     reads instead of in one of its own before them (issue 26, ``submit37``; docs/operations.md,

@@ -37,7 +37,7 @@ from django.http import HttpResponse
 from rest_framework import exceptions
 from rest_framework.renderers import JSONRenderer
 
-from scheduler.api.authentication import TokenCheckAhead, remember_owner
+from scheduler.api.authentication import TokenCheckAhead, forget_owner, remember_owner
 from scheduler.api.parsers import JSONParser
 from scheduler.api.serializers import submitted_job_json
 from scheduler.foundation.errors import InvalidArgument, api_exception_handler
@@ -124,6 +124,7 @@ def _submit_checked_ahead(request, view, check: TokenCheckAhead) -> HttpResponse
         job = submit_job(check.actor, parse_job_request(parsed), token_check=check)
     except Exception as exc:  # noqa: BLE001 -- every error after the check becomes the API's JSON error
         if not check.verified:
+            forget_owner(check.digest)
             return None
         request.user = check.actor
         error = api_exception_handler(exc, {"view": view, "request": request})

@@ -319,13 +319,16 @@ def test_a_token_seen_before_and_changed_since_is_answered_as_drf_answers_it(per
         {"name": "hero", "command": ["true"], "priority": "system", "system_reason": "hero run"},
     ]
     statuses = []
-    for body in bodies:
-        lean, full, through_drf = _both_ways(lambda lean, body=body: _post(client(), body))
-        assert lean == full, (change, body)
-        assert through_drf == 0
-        statuses.append(lean["status"])
+    with _checks_ahead() as verify:
+        for body in bodies:
+            lean, full, through_drf = _both_ways(lambda lean, body=body: _post(client(), body))
+            assert lean == full, (change, body)
+            assert through_drf == 0
+            statuses.append(lean["status"])
     valid = change in ("renamed", "other-token")  # "replaced": the presented token is gone
     assert statuses == ([201, 400, 422, 403] if valid else [401] * 4), statuses
+    if not valid:  # a failed check forgets the token: no lock is taken ahead for it again
+        assert verify.call_count == (1 if connection.vendor == "postgresql" else 0)
     if change == "expired":  # refused and deleted, as knox does
         assert _post(client())["status"] == 401
         assert not ApiToken.objects.filter(digest=token.digest).exists()
