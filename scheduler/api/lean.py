@@ -122,6 +122,8 @@ def _submit_checked_ahead(request, view, check: TokenCheckAhead) -> HttpResponse
         if not isinstance(parsed, dict):
             return None
         job = submit_job(check.actor, parse_job_request(parsed), token_check=check)
+        request.user = check.actor
+        return _answer(submitted_job_json(job), 201)
     except Exception as exc:  # noqa: BLE001 -- every error after the check becomes the API's JSON error
         if not check.verified:
             forget_owner(check.digest)
@@ -129,8 +131,6 @@ def _submit_checked_ahead(request, view, check: TokenCheckAhead) -> HttpResponse
         request.user = check.actor
         error = api_exception_handler(exc, {"view": view, "request": request})
         return _answer(error.data, error.status_code, error.headers.items())
-    request.user = check.actor
-    return _answer(submitted_job_json(job), 201)
 
 
 def _answer(data: dict, status: int, headers=()) -> HttpResponse:
