@@ -19,6 +19,7 @@ from __future__ import annotations
 import binascii
 import copy
 import threading
+from dataclasses import dataclass
 from functools import lru_cache
 from hmac import compare_digest
 from time import monotonic
@@ -34,6 +35,7 @@ from knox.crypto import hash_token
 from knox.settings import CONSTANTS, knox_settings
 from rest_framework import exceptions
 
+from scheduler.jobs.token_ahead import Unverified
 from scheduler.models import ApiToken
 from scheduler.store import prepared
 
@@ -60,12 +62,17 @@ def tokens_with_key(token_key: str) -> list[ApiToken]:
     Django's converters, and there is no parse/plan round trip to save)."""
     if connection.vendor != "postgresql":
         return list(ApiToken.objects.filter(token_key=token_key).select_related("user"))
-    sql, token_names, user_names = _token_lookup()
+    return tokens_of_rows(prepared.fetch(_token_lookup()[0], [token_key]))
+
+
+def tokens_of_rows(rows: list[tuple]) -> list[ApiToken]:
+    """The tokens (each with its user attached) of the rows of the lookup statement (PostgreSQL)."""
+    _, token_names, user_names = _token_lookup()
     user_model = get_user_model()
     user_field = ApiToken._meta.get_field("user")
     split = len(token_names)
     tokens = []
-    for row in prepared.fetch(sql, [token_key]):
+    for row in rows:
         token = ApiToken.from_db(connection.alias, token_names, row[:split])
         user_field.set_cached_value(token, user_model.from_db(connection.alias, user_names, row[split:]))
         tokens.append(token)
@@ -154,3 +161,107 @@ class RepeatTokenScheme(ApiTokenScheme):
 
 
 set_override(RepeatTokenAuthentication, "suppress_collision_warning", True)
+
+
+# Users last authenticated by a token, keyed by the token's digest (the hash knox stores, of the
+# whole token: only its holder can hit it), at most this many (all forgotten when full). Not a
+# check: only a guess of whose token it is, which the check sent with the reads must confirm.
+TOKEN_OWNERS_KEPT = 10_000
+_owners: dict[str, Owner] = {}
+_owners_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Whom a token was last seen to authenticate: all a submission's identity needs before its
+    reads (its budget identity is the username), and nothing a rule may trust."""
+
+    pk: int
+    username: str
+    is_authenticated: bool = True
+
+
+def remember_owner(digest: str, user) -> None:
+    """``user`` authenticated with the token of ``digest`` (by knox's whole check)."""
+    with _owners_lock:
+        if len(_owners) >= TOKEN_OWNERS_KEPT:
+            _owners.clear()
+        _owners[digest] = Owner(user.pk, user.get_username())
+
+
+def forget_owner(digest: str) -> None:
+    """The token of ``digest`` failed a check ahead: its next request takes the ordinary way
+    (which remembers it again only if it authenticates), so a token revoked since never again
+    takes its former owner's submission lock ahead of its check."""
+    with _owners_lock:
+        _owners.pop(digest, None)
+
+
+class TokenCheckAhead:
+    """The API's token check of one submission, sent in the same round trip as its lock and rule
+    reads instead of in one of its own before them (issue 26, ``submit37``; docs/operations.md,
+    "The submission path").
+
+    The lock and the reads are those of the user this token authenticated last time in this
+    process (:func:`remember_owner`): :attr:`actor` is that :class:`Owner` until :meth:`verify`
+    checks the token's rows, read by the statement :func:`tokens_with_key` sends, as
+    :meth:`ApiTokenAuthentication.authenticate_credentials` checks them: the digest compared in
+    constant time, the expiry, the user active; and that the user is the one guessed (same id,
+    same username). Anything else (no such row any more, an expired token, a user made inactive
+    or renamed) is :class:`~scheduler.jobs.token_ahead.Unverified`: the caller rolls back and
+    answers the request the ordinary way, whose own token check refuses it with knox's messages
+    (and deletes an expired token) or reads it again. Nothing is trusted from the guess.
+
+    :meth:`for_request` returns None where this does not apply (no guess, knox's auto-refresh on,
+    not PostgreSQL, a header knox would refuse)."""
+
+    def __init__(self, token: str, digest: str, guessed: Owner) -> None:
+        self.token_key = token[: CONSTANTS.TOKEN_KEY_LENGTH]
+        self.digest = digest
+        self.actor = guessed
+        self.auth_token = None
+        self.verified = False
+
+    @staticmethod
+    def _token(request) -> tuple[str, str] | None:
+        if connection.vendor != "postgresql" or knox_settings.AUTO_REFRESH:
+            return None
+        try:
+            words = request.META.get("HTTP_AUTHORIZATION", "").encode("iso-8859-1").split()
+            if len(words) != 2:  # knox refuses these, with messages of their own
+                return None
+            token = words[1].decode("utf-8")
+            return token, hash_token(token)
+        except (TypeError, ValueError):  # not hex (binascii.Error), not UTF-8: knox's refusal
+            return None
+
+    @classmethod
+    def digest_of(cls, request) -> str | None:
+        """The digest of the request's token, where a check ahead applies to it."""
+        token = cls._token(request)
+        return None if token is None else token[1]
+
+    @classmethod
+    def for_request(cls, request) -> TokenCheckAhead | None:
+        token = cls._token(request)
+        guessed = None if token is None else _owners.get(token[1])
+        return None if guessed is None else cls(*token, guessed)
+
+    @property
+    def statement(self) -> tuple[str, list]:
+        return _token_lookup()[0], [self.token_key]
+
+    def verify(self, rows: list[tuple]):
+        """The user of the token, from the lookup statement's ``rows``, checked as above; the
+        :attr:`actor` from then on."""
+        now = timezone.now()
+        for auth_token in tokens_of_rows(rows):
+            if auth_token.expiry is not None and auth_token.expiry < now:
+                raise Unverified("an expired token of this key")  # knox deletes it: the ordinary way does
+            if compare_digest(self.digest, auth_token.digest):
+                user = auth_token.user
+                if not user.is_active or user.pk != self.actor.pk or user.get_username() != self.actor.username:
+                    raise Unverified("not the user guessed, or inactive")
+                self.actor, self.auth_token, self.verified = user, auth_token, True
+                return user
+        raise Unverified("no token of this digest")

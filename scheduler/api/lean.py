@@ -37,9 +37,11 @@ from django.http import HttpResponse
 from rest_framework import exceptions
 from rest_framework.renderers import JSONRenderer
 
+from scheduler.api.authentication import TokenCheckAhead, forget_owner, remember_owner
 from scheduler.api.parsers import JSONParser
 from scheduler.api.serializers import submitted_job_json
 from scheduler.foundation.errors import InvalidArgument, api_exception_handler
+from scheduler.jobs.request import parse_job_request
 from scheduler.jobs.submit import submit_job
 
 PATH = "/api/v1/jobs/"
@@ -81,19 +83,52 @@ def _view():
 def submit(request) -> HttpResponse:
     """The answer DRF's ``JobsView.post`` gives this request (see the module's docstring)."""
     view, _ = _view()
+    check = TokenCheckAhead.for_request(request)
+    if check is not None:
+        answer = _submit_checked_ahead(request, view, check)
+        if answer is not None:
+            return answer
     authenticator = view.authentication_classes[0]()
     try:
         actor, _token = authenticator.authenticate(request)
         request.user = actor
-        parsed = JSONParser().parse(
-            io.BytesIO(request.body), "application/json", {"encoding": request.encoding or settings.DEFAULT_CHARSET}
-        )
+        parsed = _body(request)
         if not isinstance(parsed, dict):
             raise InvalidArgument("expected a JSON object as the request body")
+        if (digest := TokenCheckAhead.digest_of(request)) is not None:
+            remember_owner(digest, actor)  # the next submission with this token checks it ahead
         return _answer(submitted_job_json(submit_job(actor, parsed)), 201)
     except Exception as exc:  # noqa: BLE001 -- every error becomes the API's JSON error, as in DRF
         if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
             exc.auth_header = authenticator.authenticate_header(request)
+        error = api_exception_handler(exc, {"view": view, "request": request})
+        return _answer(error.data, error.status_code, error.headers.items())
+
+
+def _body(request):
+    """The body as DRF's request parses it with the API's JSON parser."""
+    return JSONParser().parse(
+        io.BytesIO(request.body), "application/json", {"encoding": request.encoding or settings.DEFAULT_CHARSET}
+    )
+
+
+def _submit_checked_ahead(request, view, check: TokenCheckAhead) -> HttpResponse | None:
+    """The answer, with the token checked in the round trip of the submission's lock and rule
+    reads (``TokenCheckAhead``); None when the token check did not pass, or anything failed
+    before it was made: then the request is answered the ordinary way, token check first, so
+    every refusal is the one it was (issue 26, ``submit37``)."""
+    try:
+        parsed = _body(request)
+        if not isinstance(parsed, dict):
+            return None
+        job = submit_job(check.actor, parse_job_request(parsed), token_check=check)
+        request.user = check.actor
+        return _answer(submitted_job_json(job), 201)
+    except Exception as exc:  # noqa: BLE001 -- every error after the check becomes the API's JSON error
+        if not check.verified:
+            forget_owner(check.digest)
+            return None
+        request.user = check.actor
         error = api_exception_handler(exc, {"view": view, "request": request})
         return _answer(error.data, error.status_code, error.headers.items())
 

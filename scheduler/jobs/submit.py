@@ -15,6 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models.base import DEFERRED
 from django.utils import timezone
 
 from scheduler.foundation import roles
@@ -38,12 +39,14 @@ from scheduler.foundation.errors import (
     ServiceError,
 )
 from scheduler.foundation.inputs import parse_segment
+from scheduler.jobs.batch_items import batch_error, parse_batch
 from scheduler.jobs.request import JobRequest, parse_job_request
+from scheduler.jobs.token_ahead import TokenCheck, Unverified
 from scheduler.models import MAX_ID_LENGTH, Job, Task, Worker
 from scheduler.foundation import instruments
 from scheduler.store import clock
 from scheduler.store.locks import hold_until_commit, lock_statement
-from scheduler.store import bulk, submission_rows
+from scheduler.store import bulk, prepared, submission_rows
 from scheduler.store.submission_order import next_submission_ms, next_submission_times
 from scheduler.store.states import NON_TERMINAL_VALUES, TERMINAL_JOB_VALUES
 
@@ -126,7 +129,11 @@ class RuleLookups:
     budget identity (``counted``), and an id is taken once in the batch as in the table.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, token_check: TokenCheck | None = None) -> None:
+        # A token check to send with the lock and the reads (PostgreSQL): its user is ``actor``
+        # once they have been read.
+        self.token_check = token_check
+        self.actor = None
         self._parents: dict[str, Job | None] = {}
         self._budgets: dict[str, Any] = {}
         self._unfinished: dict[str, int] = {}
@@ -168,9 +175,14 @@ class RuleLookups:
             return
         limit = settings.MAX_ACTIVE_TASKS_PER_USER + 1
         at, after = timezone.now(), lock_statement(lock)
+        check = self.token_check
+        if check is not None:
+            after = prepared.Ahead([check.statement, after])
         reads = submission_rows.rule_reads(
             user, job_id, count_up_to=limit, adding=adding, at=at, capacity=capacity, after=after
         )
+        if check is not None:
+            self.actor = check.verify(after.rows[0])
         self._budgets[user] = effective_budget_of(user, reads.budget_row, reads.grants)
         self._unfinished[user] = reads.unfinished
         self._existing = {job_id} if reads.id_taken else set()
@@ -289,6 +301,8 @@ def plan_submission(
     who = _identity(actor, request, lookups)
     if serialise_user:
         lookups.lock_and_read_for(who.user, who.job_id, capacity_question(request), request.replicas)
+        if lookups.actor is not None:  # the user a token check sent with the reads confirmed
+            actor = lookups.actor
     return _apply_rules(actor, request, who, lookups)
 
 
@@ -474,21 +488,35 @@ def _log_submitted(by: str, job_id: str, user: str, band: Band, tasks: int) -> N
 
 
 @instruments.counted_submissions
-def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
+def submit_job(actor, request: JobRequest | Mapping[str, Any], *, token_check: TokenCheck | None = None) -> Job:
     """Submit a job: check every rule, then write the job and one task per replica atomically.
 
     A rejected submission writes nothing. After commit a prompt tick is requested; a broker
     outage is logged and never fails the submission (beat ticks anyway). ``job.warnings`` lists
     what the caller should know about an accepted job (:func:`capacity_warnings`).
+
+    With ``token_check`` (PostgreSQL, a job with no parent and a one-segment name), ``actor`` is
+    the user the request's token is guessed to be, and the check of the token goes in the round
+    trip of the lock and the rule reads; the job is then ``token_check.actor``'s. If that check
+    fails, or anything fails before it, :class:`Unverified` is raised and nothing is counted.
     """
     if not isinstance(request, JobRequest):
         request = parse_job_request(request)
-    lookups = RuleLookups()
+    if token_check is not None and (request.parent is not None or request.name.startswith("/")):
+        raise Unverified("the budget identity is not the token's user alone")
+    lookups = RuleLookups(token_check)
     try:
         with transaction.atomic():
             plan = plan_submission(actor, request, serialise_user=True, lookups=lookups)
+            if token_check is not None and not token_check.verified:
+                raise Unverified("the token was not checked with the reads")
+            actor = lookups.actor or actor
             job = _write_job(actor, plan)
             transaction.on_commit(request_prompt_tick, robust=True)
+    except ServiceError:
+        if token_check is not None and not token_check.verified:
+            raise Unverified("a rule failed before the token was checked") from None
+        raise
     except IntegrityError:
         # Two submissions of the same id raced past the existence check.
         raise FailedPrecondition(f"job {plan.job_id} already exists; choose another name", field="name") from None
@@ -497,6 +525,24 @@ def submit_job(actor, request: JobRequest | Mapping[str, Any]) -> Job:
     job.warnings = capacity_warnings(request, fits=lookups.fits)
     _log_submitted(actor.username, job.name, plan.user, plan.band, job.replicas)
     return job
+
+
+_TASK_JOB = Task._meta.get_field("job")
+
+
+def _written(model, alias: str, values: dict[str, Any]):
+    """The instance of a row just written on ``alias``: ``model(**values)`` (each field not in
+    ``values``, by attribute name, at its default; a generated one left unread, as there) as
+    Django builds a row it read, positionally (``from_db``: a third of the keyword path's CPU,
+    issue 26 ``submit37``)."""
+    return model.from_db(
+        alias,
+        None,
+        [
+            values[f.attname] if f.attname in values else DEFERRED if f.generated else f.get_default()
+            for f in model._meta.concrete_fields
+        ],
+    )
 
 
 def _write_job(actor, plan: SubmissionPlan) -> Job:
@@ -520,13 +566,15 @@ def _write_job(actor, plan: SubmissionPlan) -> Job:
             event=staged_fields(submitted(plan, now)),
             commit=True,  # submit_job's transaction runs nothing after it: its COMMIT goes along
         )
-        job = Job(pk=pk, created_at=now, **fields, **_timed_fields(plan, submitted_ms))
-        job._state.adding, job._state.db = False, connection.alias
+        alias = connection.alias
+        job = _written(Job, alias, {"id": pk, "created_at": now, **fields, **_timed_fields(plan, submitted_ms)})
         job.parent, job.submitted_by = plan.parent, actor
         tasks = []
         for index, task_id in enumerate(task_ids):
-            task = Task(pk=task_id, job=job, index=index, state=_PENDING_TASK, updated_at=now)
-            task._state.adding, task._state.db = False, connection.alias
+            task = _written(
+                Task, alias, {"id": task_id, "job_id": pk, "index": index, "state": _PENDING_TASK, "updated_at": now}
+            )
+            _TASK_JOB.set_cached_value(task, job)
             tasks.append(task)
         job.new_tasks = tasks
         return job
@@ -540,9 +588,6 @@ def _write_job(actor, plan: SubmissionPlan) -> Job:
     return job
 
 
-# Refused items a batch's error lists (``details.errors``); its code and message are the first's.
-MAX_LISTED_ERRORS = 100
-
 # The columns of a new task row (the others are NULL: no worker, no stamped band yet).
 _TASK_COLUMNS = [
     ("job_id", "bigint"),
@@ -553,53 +598,6 @@ _TASK_COLUMNS = [
     ("attempt_count", "integer"),
     ("updated_at", "timestamptz"),
 ]
-
-
-def item_error(index: int, exc: ServiceError) -> ServiceError:
-    """``exc`` as raised for item ``index`` of a batch: the same code, the message and
-    ``details.field`` prefixed with ``jobs[index]`` (``jobs[3].priority: ...``), ``details.index``."""
-    prefix = f"jobs[{index}]"
-    field = exc.field
-    if field and exc.message.startswith(f"{field}:"):
-        message = f"{prefix}.{exc.message}"
-    else:
-        message = f"{prefix}: {exc.message}"
-    details = {**exc.details, "index": index, "field": f"{prefix}.{field}" if field else prefix}
-    return type(exc)(message, details=details)
-
-
-def batch_error(refused: Sequence[tuple[int, ServiceError]]) -> ServiceError:
-    """The one error of a refused batch: the first refused item's (its code, status and message,
-    ``details`` with ``index`` and ``field``), with ``details.errors`` listing every refused item
-    (up to MAX_LISTED_ERRORS: ``{index, code, message, field}``) and ``details.refused`` their number."""
-    errors = [item_error(i, exc) for i, exc in refused[:MAX_LISTED_ERRORS]]
-    first = errors[0]
-    first.details["refused"] = len(refused)
-    first.details["errors"] = [
-        {"index": e.details["index"], "code": e.code, "message": e.message, "field": e.details["field"]} for e in errors
-    ]
-    return first
-
-
-def parse_batch(bodies: Any) -> list[JobRequest | ServiceError]:
-    """Each body of a batch parsed by the one job-request model, or the error it raised."""
-    if not isinstance(bodies, list | tuple) or not bodies:
-        raise InvalidArgument("expected a non-empty list of job objects, each as the body of POST jobs/", field="jobs")
-    limit = settings.MAX_JOBS_PER_BATCH
-    if len(bodies) > limit:
-        raise ResourceExhausted(
-            f"{len(bodies):,} jobs exceed the limit of {limit:,} per batch (IRIS_MAX_JOBS_PER_BATCH); "
-            f"send them in several batches",
-            field="jobs",
-            details={"limit": limit},
-        )
-    parsed: list[JobRequest | ServiceError] = []
-    for body in bodies:
-        try:
-            parsed.append(parse_job_request(body))
-        except ServiceError as exc:
-            parsed.append(exc)
-    return parsed
 
 
 def submit_jobs(actor, bodies: Any) -> list[SubmittedJob]:

@@ -25,8 +25,9 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
+from dataclasses import dataclass, field
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 
 def fetch(sql: str, params: Sequence = ()) -> list[tuple]:
@@ -39,33 +40,51 @@ def fetch(sql: str, params: Sequence = ()) -> list[tuple]:
     import psycopg
     from psycopg.pq import ExecStatus
 
-    connection.ensure_connection()
+    db = connections[DEFAULT_DB_ALIAS]
+    db.ensure_connection()
     started = time.monotonic()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+    with db.wrap_database_errors, psycopg.Cursor(db.connection) as cursor:
         cursor.execute(sql, params, prepare=True)
         # Whether rows came back, from the result's status: ``cursor.description`` would build a
         # column object per column first (a twentieth of a submission's web CPU, issue 26).
         result = cursor.pgresult
         rows = cursor.fetchall() if result is not None and result.status == ExecStatus.TUPLES_OK else []
-    if connection.queries_logged:
-        connection.queries_log.append({"sql": f"{sql} -- prepared", "time": f"{time.monotonic() - started:.3f}"})
+    if db.queries_logged:
+        db.queries_log.append({"sql": f"{sql} -- prepared", "time": f"{time.monotonic() - started:.3f}"})
     return rows
 
 
-def fetch_one_after(first: tuple[str, Sequence], sql: str, params: Sequence = ()) -> tuple | None:
-    """Run the statement ``first`` (``(sql, params)``, its rows unread), then ``sql``; the first
-    row of ``sql``. On PostgreSQL both go in one round trip (a psycopg pipeline), with the
-    transaction's BEGIN when they are its first statements: three round trips become one. The
-    server still runs them one after the other, and under READ COMMITTED ``sql`` takes its
-    snapshot only once ``first`` has finished, so ``first`` may be a lock that ``sql``'s reads
-    must follow (a submission's: issue 26)."""
+@dataclass
+class Ahead:
+    """Statements for :func:`fetch_one_after` to run first, in order, whose rows it keeps
+    (``rows``: one list per statement, filled once they have run). A submission's token check
+    rides ahead of its lock and rule reads this way (issue 26, ``submit37``)."""
+
+    statements: Sequence[tuple[str, Sequence]]
+    rows: list[list[tuple]] = field(default_factory=list)
+
+
+def fetch_one_after(first: tuple[str, Sequence] | Ahead, sql: str, params: Sequence = ()) -> tuple | None:
+    """Run the statement ``first`` (``(sql, params)``, its rows unread; or the statements of an
+    :class:`Ahead`, their rows kept in it), then ``sql``; the first row of ``sql``. On PostgreSQL
+    all go in one round trip (a psycopg pipeline), with the transaction's BEGIN when they are its
+    first statements: three round trips become one. The server still runs them one after the
+    other, and under READ COMMITTED ``sql`` takes its snapshot only once ``first`` has finished,
+    so ``first`` may be a lock that ``sql``'s reads must follow (a submission's: issue 26)."""
+    ahead = first if isinstance(first, Ahead) else None
+    statements = list(ahead.statements) if ahead is not None else [first]
     if connection.vendor != "postgresql":
-        fetch(*first)
+        rows = [fetch(*statement) for statement in statements]
+        if ahead is not None:
+            ahead.rows = rows
         return fetch_one(sql, params)
     # Nothing is read inside the pipeline: leaving it sends the statements and one Sync and
     # processes every result, so the round trip is one.
     return _pipelined(
-        [(*first, True), (sql, params, True)], 1, [f"{text} -- prepared, pipelined" for text in (first[0], sql)]
+        [*((text, values, True) for text, values in statements), (sql, params, True)],
+        len(statements),
+        [f"{text} -- prepared, pipelined" for text in (*(text for text, _ in statements), sql)],
+        ahead,
     )
 
 
@@ -78,29 +97,36 @@ def fetch_one_and_commit(sql: str, params: Sequence = ()) -> tuple | None:
     transaction of its own. If ``sql`` fails, PostgreSQL skips the ``COMMIT`` (a pipeline stops
     at its first error), the error is raised and the block rolls back, as before. Inside a nested
     block (a caller's own transaction, a test's) nothing is committed here."""
-    if connection.vendor != "postgresql" or not connection.in_atomic_block or len(connection.atomic_blocks) != 1:
+    db = connections[DEFAULT_DB_ALIAS]
+    if db.vendor != "postgresql" or not db.in_atomic_block or len(db.atomic_blocks) != 1:
         return fetch_one(sql, params)
     # Django logs the COMMIT itself (when the block ends), as with any transaction.
     return _pipelined([(sql, params, True), ("COMMIT", (), False)], 0, [f"{sql} -- prepared, COMMIT pipelined"])
 
 
-def _pipelined(statements: Sequence[tuple[str, Sequence, bool]], answer: int, logged: list[str]) -> tuple | None:
+def _pipelined(
+    statements: Sequence[tuple[str, Sequence, bool]], answer: int, logged: list[str], ahead: Ahead | None = None
+) -> tuple | None:
     """Send ``statements`` (``(sql, params, prepare)``) as one psycopg pipeline, one round trip;
-    the first row of statement ``answer``, and ``logged`` in Django's query log."""
+    the first row of statement ``answer``, and ``logged`` in Django's query log. With ``ahead``,
+    the rows of the statements before ``answer`` are kept in it."""
     import psycopg
 
-    connection.ensure_connection()
+    db = connections[DEFAULT_DB_ALIAS]  # ``connection``'s object, looked up once (issue 26, submit37)
+    db.ensure_connection()
     started = time.monotonic()
-    pg = connection.connection
-    with connection.wrap_database_errors, ExitStack() as cursors:
+    pg = db.connection
+    with db.wrap_database_errors, ExitStack() as cursors:
         opened = [cursors.enter_context(psycopg.Cursor(pg)) for _ in statements]
         with pg.pipeline():
             for cursor, (sql, params, prepare) in zip(opened, statements, strict=True):
                 cursor.execute(sql, params, prepare=prepare)
         row = opened[answer].fetchone()
-    if connection.queries_logged:
+        if ahead is not None:
+            ahead.rows = [cursor.fetchall() for cursor in opened[:answer]]
+    if db.queries_logged:
         took = f"{time.monotonic() - started:.3f}"
-        connection.queries_log.extend({"sql": text, "time": took} for text in logged)
+        db.queries_log.extend({"sql": text, "time": took} for text in logged)
     return row
 
 

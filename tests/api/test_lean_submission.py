@@ -15,7 +15,7 @@ from unittest import mock
 
 import pytest
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.test import override_settings
 from django.utils import timezone
 
@@ -234,3 +234,101 @@ def test_the_view_asks_only_what_the_lean_route_checks():
     assert JobsView.parser_classes == [JSONParser]
     assert JobsView.renderer_classes[0] is JSONRenderer
     assert settings.MIDDLEWARE[0] == LEAN
+
+
+# --- the token checked with the reads (issue 26, submit37) ------------------------------------------
+
+
+def _keyed_client(key: str):
+    """A new API client (a client builds its middleware once) sending ``Token key``."""
+    client = token_client(None)
+    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    return client
+
+
+def _seen_client(user, **token):
+    """A way to make API clients with a new token of ``user`` that this process has seen
+    authenticate (one lean submission made with it), so its next submissions check it with
+    their reads; and the token's row."""
+    _, key = ApiToken.objects.create(user=user, name="seen", **token)
+    assert _post(_keyed_client(key), {"name": f"warm-{key[:6]}", "command": ["true"]})["status"] == 201
+    return (lambda: _keyed_client(key)), ApiToken.objects.get(user=user, name="seen")
+
+
+@contextmanager
+def _checks_ahead():
+    """Counts the token checks made with a submission's reads (``TokenCheckAhead.verify``)."""
+    from scheduler.api.authentication import TokenCheckAhead
+
+    with mock.patch.object(TokenCheckAhead, "verify", autospec=True, side_effect=TokenCheckAhead.verify) as verify:
+        yield verify
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("case", [c for c in CASES if c[1] in ("alice", "bob", "ada")], ids=lambda c: c[0])
+def test_with_a_token_seen_before_every_golden_case_is_answered_as_drf_answers_it(personas, case):
+    """The token checked with the lock and the reads (PostgreSQL) answers every case as DRF does,
+    the admin's SYSTEM job included (the rules see the user the check read, not the guess)."""
+    name, persona, body, content_type = case
+    client, _ = _seen_client(personas[persona])
+    with _checks_ahead() as verify:
+        lean, full, through_drf = _both_ways(lambda lean: _answer(_send(client(), body, content_type)))
+    assert lean == full
+    assert through_drf == (1 if name in NOT_LEAN else 0)
+    if connection.vendor == "postgresql" and name not in NOT_LEAN:
+        # Checked ahead unless the body was refused first or names a parent or a full id.
+        assert verify.call_count <= 1
+
+
+@pytest.mark.django_db
+def test_a_token_seen_before_goes_with_the_reads_on_postgresql(personas):
+    client, _ = _seen_client(personas["alice"])
+    with _checks_ahead() as verify:
+        assert _post(client(), {"name": "next", "command": ["true"]})["status"] == 201
+    assert verify.call_count == (1 if connection.vendor == "postgresql" else 0)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("change", ["deleted", "expired", "inactive", "renamed", "other-token", "replaced"])
+def test_a_token_seen_before_and_changed_since_is_answered_as_drf_answers_it(personas, bob, change):
+    """What the token check refuses after the process has seen the token authenticate (it was
+    deleted, it expired, its user was made inactive), or what it cannot take as guessed (its
+    user renamed): the same answer as DRF's, for a valid body, for a body refused before any
+    read and for one refused by a rule, so no refusal says more than the 401."""
+    client, token = _seen_client(bob, expiry=timedelta(hours=1))
+    if change == "deleted":
+        token.delete()
+    elif change == "expired":
+        ApiToken.objects.filter(digest=token.digest).update(expiry=timezone.now() - timedelta(seconds=1))
+    elif change == "inactive":
+        bob.is_active = False
+        bob.save()
+    elif change == "renamed":
+        bob.username = "robert"
+        bob.save()
+    else:  # another token of the same key prefix: the check reads every token of the key
+        other = ApiToken.objects.get(digest=token.digest)
+        other.digest, other.name = "f" * len(other.digest), "other"
+        other.save(force_insert=True)
+        if change == "replaced":  # only the other one is left: the digests must differ
+            token.delete()
+    bodies = [
+        {"name": "again", "command": ["true"]},
+        {"name": "a/b", "command": ["true"]},
+        {"name": "big", "command": ["true"], "replicas": 10**9},
+        {"name": "hero", "command": ["true"], "priority": "system", "system_reason": "hero run"},
+    ]
+    statuses = []
+    with _checks_ahead() as verify:
+        for body in bodies:
+            lean, full, through_drf = _both_ways(lambda lean, body=body: _post(client(), body))
+            assert lean == full, (change, body)
+            assert through_drf == 0
+            statuses.append(lean["status"])
+    valid = change in ("renamed", "other-token")  # "replaced": the presented token is gone
+    assert statuses == ([201, 400, 422, 403] if valid else [401] * 4), statuses
+    if not valid:  # a failed check forgets the token: no lock is taken ahead for it again
+        assert verify.call_count == (1 if connection.vendor == "postgresql" else 0)
+    if change == "expired":  # refused and deleted, as knox does
+        assert _post(client())["status"] == 401
+        assert not ApiToken.objects.filter(digest=token.digest).exists()

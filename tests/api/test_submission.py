@@ -452,9 +452,9 @@ def test_a_submissions_statements_do_not_grow_with_the_users_or_the_clusters_job
 @pytest.mark.postgres
 def test_on_postgresql_a_submission_is_four_prepared_statements_and_its_transaction(as_alice):
     """Issue 26: the token, the identity's lock, the rules' reads (with the capacity warning's
-    question), the write (clock, job and tasks), each a prepared statement, the lock and the
-    reads sent together (one round trip with the transaction's BEGIN); BEGIN and COMMIT (or
-    the test's savepoint)."""
+    question), the write (clock, job and tasks), each a prepared statement, the token (once this
+    process has seen it authenticate: ``submit37``), the lock and the reads sent together (one
+    round trip with the transaction's BEGIN); BEGIN and COMMIT (or the test's savepoint)."""
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
@@ -468,9 +468,11 @@ def test_on_postgresql_a_submission_is_four_prepared_statements_and_its_transact
     prepared = [sql for sql in statements if sql.endswith(("-- prepared", "-- prepared, pipelined"))]
     assert len(prepared) == 4, statements
     pipelined = [sql for sql in prepared if sql.endswith("pipelined")]
-    assert [sql[:30] for sql in pipelined] == ["SELECT pg_advisory_xact_lock(h", "SELECT (SELECT ARRAY[b.budget_"], (
-        statements
-    )
+    assert [sql[:30] for sql in pipelined] == [
+        'SELECT t."digest", t."token_ke',
+        "SELECT pg_advisory_xact_lock(h",
+        "SELECT (SELECT ARRAY[b.budget_",
+    ], statements
     assert len(statements) - len(prepared) <= 2, statements  # BEGIN/COMMIT, or SAVEPOINT/RELEASE in a test
 
 
