@@ -103,7 +103,8 @@ def _rule_reads_sql() -> str:
         '  FROM scheduler_job WHERE finished_state IS NULL AND "user" = %s LIMIT %s) AS l) AS b) END '
         f"FROM (SELECT s.tasks, (SELECT COALESCE(sum(n.replicas), 0) FROM {Job._meta.db_table} n "
         '  WHERE n."user" = %s AND n.id > s.last_job_id) AS since '
-        f'  FROM (SELECT 1) AS one LEFT JOIN {SubmissionBound._meta.db_table} s ON s."user" = %s) AS k), '
+        # OFFSET 0: the subquery is not flattened, so ``since`` is summed once, not per use.
+        f'  FROM (SELECT 1) AS one LEFT JOIN {SubmissionBound._meta.db_table} s ON s."user" = %s OFFSET 0) AS k), '
         "EXISTS (SELECT 1 FROM scheduler_job WHERE name = %s), "
         # The capacity warning's question, asked only when %s is true (an uncorrelated EXISTS is
         # an init plan, run only when the CASE reaches it).
