@@ -14,13 +14,24 @@ from django.db.models import F
 from scheduler.backends import admissions
 from scheduler.core.kueue import settled_route
 from scheduler.core.types import ACTIVE_STATES, ClusterSnapshot, DeviceType, TaskState
-from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord, UserBudget, Worker
+from scheduler.models import (
+    Attempt,
+    DispatchIntent,
+    Job,
+    PreemptionEvent,
+    SubmissionBound,
+    Task,
+    TickRecord,
+    UserBudget,
+    Worker,
+)
 
 BATCH = 5_000
 
 
 def clear_cluster() -> None:
-    models = [PreemptionEvent, DispatchIntent, Attempt, Task, Job, Worker, UserBudget, TickRecord]
+    # SubmissionBound with the jobs: its bounds hold up to job ids that RESTART IDENTITY hands out again.
+    models = [PreemptionEvent, DispatchIntent, Attempt, Task, Job, Worker, UserBudget, TickRecord, SubmissionBound]
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             tables = ", ".join(m._meta.db_table for m in models)

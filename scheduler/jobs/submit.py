@@ -511,7 +511,7 @@ def submit_job(actor, request: JobRequest | Mapping[str, Any], *, token_check: T
             if token_check is not None and not token_check.verified:
                 raise Unverified("the token was not checked with the reads")
             actor = lookups.actor or actor
-            job = _write_job(actor, plan)
+            job = _write_job(actor, plan, lookups.unfinished(plan.user))
             transaction.on_commit(request_prompt_tick, robust=True)
     except ServiceError:
         if token_check is not None and not token_check.verified:
@@ -545,11 +545,13 @@ def _written(model, alias: str, values: dict[str, Any]):
     )
 
 
-def _write_job(actor, plan: SubmissionPlan) -> Job:
+def _write_job(actor, plan: SubmissionPlan, unfinished: int) -> Job:
     """The write step of one submission: a submission time from the submission clock, the Job
     row, one Task per replica and the job's ``submitted`` event (staged in the same transaction).
     On PostgreSQL that is one prepared statement (``store.submission_rows``), sent with the COMMIT;
-    elsewhere the model instances are saved and the event recorded. Either way the rows come back
+    elsewhere the model instances are saved and the event recorded. ``unfinished``: the identity's
+    unfinished tasks before this job, at most, as the rules read them (on PostgreSQL the statement
+    keeps that plus this job's replicas as the identity's ``SubmissionBound``). Either way the rows come back
     as model instances (``job.new_tasks``, the parent and the submitter in hand), for the answer."""
     request = plan.request
     fields = _untimed_fields(actor.pk, plan)
@@ -564,6 +566,7 @@ def _write_job(actor, plan: SubmissionPlan) -> Job:
             task_state=_PENDING_TASK,
             created_at=now,
             event=staged_fields(submitted(plan, now)),
+            bound=(plan.user, unfinished + request.replicas),
             commit=True,  # submit_job's transaction runs nothing after it: its COMMIT goes along
         )
         alias = connection.alias

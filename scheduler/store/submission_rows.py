@@ -21,7 +21,7 @@ from functools import lru_cache, partial
 
 from django.db import connection
 
-from scheduler.models import Job, StagedEvent, Task, UpliftGrant, Worker
+from scheduler.models import Job, StagedEvent, SubmissionBound, Task, UpliftGrant, Worker
 from scheduler.store import bulk, prepared
 from scheduler.store.states import NON_TERMINAL_VALUES
 
@@ -32,9 +32,10 @@ class RuleReads:
 
     budget_row: tuple[int, int] | None  # (budget_limit, max_band rank), None: the defaults apply
     grants: list[tuple[int | None, int | None]]  # (budget_limit, max_band) of each active grant
-    # The identity's unfinished tasks counted up to the bound asked for, or, when its live jobs'
-    # replicas leave room for the ones being added under the cap, their sum (an upper bound of
-    # the count that already passes the cap's rule).
+    # The identity's unfinished tasks counted up to the bound asked for, or, when its
+    # SubmissionBound (with the jobs written since) or else its live jobs' replicas leave room
+    # for the ones being added under the cap, that (an upper bound of the count that already
+    # passes the cap's rule).
     unfinished: int
     id_taken: bool
     worker_fits: bool | None  # the answer to the capacity question asked with the reads, if any
@@ -87,12 +88,23 @@ def _rule_reads_sql() -> str:
         # with a few hundred live jobs (issue 26, submit35). Only live jobs either way (an
         # unfinished task's job is never finished: see _unfinished_tasks in jobs/submit.py), not
         # every job of the user's history. A CASE runs its ELSE's subquery only when reached.
+        # Before either, the bound its last submission left (SubmissionBound: the tasks of its
+        # jobs up to one id, plus the replicas of the jobs written since, read by the (user, id)
+        # index): when that leaves room, the live jobs are not read at all. Reading them was a
+        # heap page a live job on every submission, most of the backend's CPU per submission for
+        # a user with a few hundred (issue 26, pgsub37). A CASE's later branches run only when
+        # reached.
+        "(SELECT CASE WHEN k.tasks + k.since + %s <= %s THEN k.tasks + k.since ELSE "
         "(SELECT CASE WHEN b.jobs <= %s AND b.replicas + %s <= %s THEN b.replicas ELSE "
         "(SELECT count(*) FROM (SELECT 1 FROM scheduler_task t JOIN scheduler_job j ON j.id = t.job_id "
         f'  WHERE j.finished_state IS NULL AND j."user" = %s AND t.state IN ({_literals(NON_TERMINAL_VALUES)}) '
         "  LIMIT %s) AS c) END "
         "FROM (SELECT count(*) AS jobs, COALESCE(sum(l.replicas), 0) AS replicas FROM (SELECT replicas "
-        '  FROM scheduler_job WHERE finished_state IS NULL AND "user" = %s LIMIT %s) AS l) AS b), '
+        '  FROM scheduler_job WHERE finished_state IS NULL AND "user" = %s LIMIT %s) AS l) AS b) END '
+        f"FROM (SELECT s.tasks, (SELECT COALESCE(sum(n.replicas), 0) FROM {Job._meta.db_table} n "
+        '  WHERE n."user" = %s AND n.id > s.last_job_id) AS since '
+        # OFFSET 0: the subquery is not flattened, so ``since`` is summed once, not per use.
+        f'  FROM (SELECT 1) AS one LEFT JOIN {SubmissionBound._meta.db_table} s ON s."user" = %s OFFSET 0) AS k), '
         "EXISTS (SELECT 1 FROM scheduler_job WHERE name = %s), "
         # The capacity warning's question, asked only when %s is true (an uncorrelated EXISTS is
         # an init plan, run only when the CASE reaches it).
@@ -111,8 +123,9 @@ def rule_reads(
     after: tuple[str, list] | None = None,
 ) -> RuleReads:
     """One statement: ``user``'s budget row and active grants at ``at``, its unfinished tasks
-    counted up to ``count_up_to`` (or its live jobs' replicas, when they show that ``adding``
-    more fit under the cap, ``count_up_to - 1``: ``RuleReads.unfinished``), whether ``job_id``
+    counted up to ``count_up_to`` (or an upper bound of them, when it shows that ``adding`` more
+    fit under the cap, ``count_up_to - 1``: its ``SubmissionBound`` with the jobs written since,
+    else its live jobs' replicas; ``RuleReads.unfinished``), whether ``job_id``
     exists, and with ``capacity`` whether a registered worker fits it (PostgreSQL only). With ``after`` (a statement: the identity's
     lock) that statement first, in the same round trip (``prepared.fetch_one_after``)."""
     asked = capacity if capacity is not None else WorkerQuestion(0, 0)
@@ -124,13 +137,17 @@ def rule_reads(
             user,
             at,
             at,
+            adding,
             count_up_to - 1,  # the cap
+            count_up_to - 1,
             adding,
             count_up_to - 1,
             user,
             count_up_to,
             user,
             count_up_to,
+            user,
+            user,
             job_id,
             capacity is not None,
             *_worker_fits_params(asked),
@@ -171,7 +188,11 @@ def _insert_sql() -> tuple[str, tuple[tuple[str, str, str], ...], list[tuple[str
         # every run (a custom plan for n), a tenth of its backend CPU per submission (issue 26).
         'unnest(%s::integer[]) AS i RETURNING id, "index"), '
         # The job's first event, staged by the same statement (a data-modifying CTE always runs).
-        f"staged AS (INSERT INTO {StagedEvent._meta.db_table} ({staged_names}) VALUES ({staged_values})) "
+        f"staged AS (INSERT INTO {StagedEvent._meta.db_table} ({staged_names}) VALUES ({staged_values})), "
+        # The identity's bound on its unfinished tasks, now up to this job (rule_reads).
+        f'bound AS (INSERT INTO {SubmissionBound._meta.db_table} ("user", tasks, last_job_id) '
+        "SELECT %s::varchar(150), %s::bigint, job.id FROM job "
+        '  ON CONFLICT ("user") DO UPDATE SET tasks = EXCLUDED.tasks, last_job_id = EXCLUDED.last_job_id) '
         'SELECT job.id, job.submitted_at_ms, (SELECT array_agg(id ORDER BY "index") FROM tasks) FROM job'
     )
     return sql, columns, staged
@@ -191,6 +212,7 @@ def insert_job_with_tasks(
     task_state: str,
     created_at: datetime,
     event: Mapping[str, object],
+    bound: tuple[str, int],
     commit: bool = False,
 ) -> tuple[int, int, list[int]]:
     """Write one job (its columns by attribute name in ``fields``, but the three times) and
@@ -198,7 +220,9 @@ def insert_job_with_tasks(
     in one statement. Returns the job's id, its submission time and its tasks' ids by index.
     ``root_submitted_at_ms`` None: the job is a root (its own time); ``deadline_after_ms`` None:
     no scheduling deadline. ``event``: the job's first event as a ``StagedEvent`` row's values by
-    attribute name, staged by the same statement. A taken name raises ``django.db.IntegrityError``.
+    attribute name, staged by the same statement. ``bound``: the budget identity and its
+    unfinished tasks with this job's, at most (``rule_reads``' answer plus ``replicas``), kept as
+    its ``SubmissionBound`` up to this job. A taken name raises ``django.db.IntegrityError``.
     ``commit``: the write is the last statement of the caller's transaction, whose ``COMMIT`` may
     go with it (``prepared.fetch_one_and_commit``)."""
     sql, columns, staged = _insert_sql()
@@ -219,6 +243,7 @@ def insert_job_with_tasks(
             created_at,
             list(range(replicas)),
             *(event[attname] for _, _, attname in staged),
+            *bound,
         ],
     )
     return row[0], row[1], list(row[2])
