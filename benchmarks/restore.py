@@ -14,6 +14,7 @@ from django.db.models import F
 from scheduler.backends import admissions
 from scheduler.core.kueue import settled_route
 from scheduler.core.types import ACTIVE_STATES, ClusterSnapshot, DeviceType, TaskState
+from scheduler.store.submission_order import next_submission_times
 from scheduler.models import (
     Attempt,
     DispatchIntent,
@@ -162,7 +163,8 @@ def restore_snapshot(snapshot: ClusterSnapshot) -> None:
 def churn(now_ms: int, finished: int, submitted: int, *, label: str, spread: bool = False) -> None:
     """A tick interval's worth of cluster life: ``finished`` running tasks end (their workers
     report success) and ``submitted`` new single-task CPU jobs arrive, as rows written directly.
-    ``label`` makes the new jobs' names unique. ``spread``: the tasks that end are active ones
+    ``label`` makes the new jobs' names unique; their submission times are the submission
+    clock's (``next_submission_times``). ``spread``: the tasks that end are active ones
     (the ticks' own placements too, which no agent starts here) taken a few from each worker in
     turn, rather than the first running ones by id (packed on few workers)."""
     now = datetime.fromtimestamp(now_ms / 1000, tz=UTC)
@@ -183,14 +185,18 @@ def churn(now_ms: int, finished: int, submitted: int, *, label: str, spread: boo
         state="succeeded", finished_at=now, exit_code=0
     )
     Task.objects.filter(pk__in=running).update(state="succeeded", worker=None, updated_at=now)
+    # Submission times as the submission clock hands them to jobs arriving at ``now_ms`` all at
+    # once: consecutive, after every time handed out before (no two jobs share one: see
+    # store.submission_order). Sharing ``now_ms``, as these jobs once did, no real burst can.
+    first_ms = next_submission_times(now_ms, submitted) if submitted else now_ms
     jobs = Job.objects.bulk_create(
         Job(
             name=f"/churn{i % 20}/{label}-{i}",
             user=f"churn{i % 20}",
             band=2 if i % 3 else 3,
             depth=1,
-            submitted_at_ms=now_ms,
-            root_submitted_at_ms=now_ms,
+            submitted_at_ms=first_ms + i,
+            root_submitted_at_ms=first_ms + i,
             replicas=1,
             cpu_millicores=1000,
             memory_bytes=2 * 1024**3,
