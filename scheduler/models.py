@@ -12,6 +12,7 @@ import json
 import zlib
 
 import orjson
+from isal import isal_zlib
 from django.conf import settings
 from django.db import models
 from knox.models import AbstractAuthToken
@@ -30,13 +31,12 @@ MAX_ID_LENGTH = 255
 
 def compress_json(value) -> bytes:
     """``value`` as :class:`CompressedJSONField` stores it (so a stored value can be kept and
-    written again as it is)."""
+    written again as it is), compressed by ISA-L: the tick compresses its queue and basis each tick."""
     try:
-        # orjson: a third of the standard library's time for the tick's queue explanation.
-        raw = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)
+        raw = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)  # a third of the standard library's time
     except TypeError:  # what orjson refuses (integers beyond 64 bits): the standard library
         raw = json.dumps(value, separators=(",", ":")).encode()
-    return zlib.compress(raw, 1)
+    return isal_zlib.compress(raw, 1)  # a zlib stream (zlib.decompress reads it) at ~40% of zlib's CPU
 
 
 def decompress_json(data: bytes | memoryview):
