@@ -34,7 +34,7 @@ from scheduler.core.types import ACTIVE_STATES, Assignment, Decision, JobState, 
 from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord, Worker
 from scheduler.store import bulk
 from scheduler.store.states import ACTIVE_VALUES, TERMINAL_JOB_VALUES
-from scheduler.tick.events import change_event_rows, record_tick_events
+from scheduler.tick.events import change_event_rows, read_prior, record_tick_events, state_event_rows
 from scheduler.store.cluster_rows import CHANGE_STAMP
 from scheduler.tick.load import LoadedSnapshot
 
@@ -371,8 +371,10 @@ def apply_decision(
     # The outbox, in the same transaction: start every new attempt, stop every attempt that ended.
     bulk.insert_rows(DispatchIntent._meta.db_table, INTENT_COLUMNS, writes.intents)
 
+    # What this tick's events are told apart from, read before the writes go out.
+    prior = read_prior(tick.pk)
     # The writes go out pipelined (PostgreSQL): the server executes each while Python builds the
-    # next, and the queue explanation is computed while the last ones run.
+    # next, and the publication and the events are built while the last ones run.
     with bulk.pipeline():
         # On PostgreSQL each row is found at the position its lock read returned (the id is
         # checked too), and the statement sets the change stamp itself: the task trigger lets
@@ -424,12 +426,13 @@ def apply_decision(
             condition=f"{job_table}.state IN ('{JobState.PENDING.value}', '{JobState.RUNNING.value}')",
             changed_only=True,
         )
-        # The publication and the rows of the changes' events are built while the last writes run.
+        # Built while the last writes run (no database read): the publication, and the rows of
+        # this tick's events (scheduler/tick/events.py).
         publication.build(kept, tick.pk, tick.fairness)
         event_rows = change_event_rows(loaded, decision, kept, kept_jobs, assignments, preemptions, tick.pk, wall)
+        event_rows += state_event_rows(prior, loaded.snapshot.jobs, tick, publication.jobs_in_queue, wall)
     published = publication.finish(tick.pk)
-    # The events of this tick, in this transaction (scheduler/tick/events.py).
-    record_tick_events(event_rows, loaded.snapshot.jobs, tick, publication.jobs_in_queue, wall)
+    record_tick_events(event_rows)
 
     duration_ms = (time.perf_counter() - started) * 1000
     TickRecord.objects.filter(pk=tick.pk).update(

@@ -191,26 +191,44 @@ def change_event_rows(
     return rows
 
 
-def record_tick_events(
-    change_rows: list[tuple],
-    jobs: Mapping,
-    tick: TickRecord,
-    queue_jobs: Mapping[Band, list[str]] | None,
-    wall: datetime,
-) -> int:
-    """Stage this tick's events (one statement); inside the tick's transaction: ``change_rows``
-    (:func:`change_event_rows`), then the budget limits crossed and the queue's moves (``jobs``:
-    the snapshot's). ``queue_jobs`` is the publication's ``queued_jobs(pending_queue(decision))`` (per band, the
-    job of each queued task in queue order), or ``None`` when the decision was reused."""
-    previous = TickRecord.objects.filter(pk__lt=tick.pk).order_by("-pk").values_list("pk", "spend", "limits").first()
-    drafts = _limit_events(tick, previous[1:] if previous else ({}, {}), wall)
-    memory = _queue_memory(previous[0] if previous else None)
+@dataclass(frozen=True)
+class Prior:
+    """What this tick's limit and queue events are told apart from: the previous tick record's
+    spend and limits, and what was last recorded per queued job (this process's copy)."""
+
+    spend_limits: tuple[dict, dict]
+    queue: QueueState
+
+
+def read_prior(tick_pk: int) -> Prior:
+    """The :class:`Prior` of tick ``tick_pk`` (reads the database: before the tick's pipelined
+    writes, so the rows built while they run read nothing)."""
+    previous = TickRecord.objects.filter(pk__lt=tick_pk).order_by("-pk").values_list("pk", "spend", "limits").first()
+    return Prior(previous[1:] if previous else ({}, {}), _queue_memory(previous[0] if previous else None))
+
+
+def state_event_rows(
+    prior: Prior, jobs: Mapping, tick: TickRecord, queue_jobs: Mapping[Band, list[str]] | None, wall: datetime
+) -> list[tuple]:
+    """The staged rows of the budget limits crossed and the queue's moves at this tick, told
+    apart from ``prior`` (``jobs``: the snapshot's). ``queue_jobs`` is the publication's
+    ``queued_jobs(pending_queue(decision))`` (per band, the job of each queued task in queue
+    order), or ``None`` when the decision was reused. Reads no database; what was recorded per
+    queued job is kept for the next tick once this one commits."""
+    drafts = _limit_events(tick, prior.spend_limits, wall)
+    memory = prior.queue
     if queue_jobs is not None:
         drafts.extend(_queue_events(queue_jobs, memory, jobs, tick.pk, wall))
     transaction.on_commit(partial(_remember, QueueMemory(tick.pk, memory)))
     # Readable at once, not at the next reader's poll; moved by Celery, off the tick's path.
     transaction.on_commit(request_sequencing)
-    return record_rows(change_rows + list(map(staged_row, drafts)))
+    return list(map(staged_row, drafts))
+
+
+def record_tick_events(rows: list[tuple]) -> int:
+    """Stage this tick's events, in one statement, inside the tick's transaction: ``rows`` are
+    :func:`change_event_rows`' and :func:`state_event_rows`'."""
+    return record_rows(rows)
 
 
 # ``Band.wire`` without the enum's name lookup, for the tens of thousands of events of a burst.
