@@ -43,14 +43,14 @@ def lease_state(lease: SchedulerLease, now: datetime) -> dict:
 
 def scheduler_status(now: datetime | None = None) -> dict:
     now = now or timezone.now()
-    ticks = recent_ticks(TICKS_SHOWN)
+    index = queue_index()  # first: the ticks listed beside its counts go up to its tick
+    ticks = recent_ticks(TICKS_SHOWN, up_to=index.tick_pk)
     newest = ticks[0].started_at if ticks else None
     workers: Counter = Counter()
     for backend, healthy, draining, n in (
         Worker.objects.order_by().values_list("backend", "healthy", "draining").annotate(n=Count("id"))
     ):
         workers[(backend, "unhealthy" if not healthy else "draining" if draining else "healthy")] += n
-    index = queue_index()
     counts = index.band_counts()
     outbox = intent_counts(now)
     return {

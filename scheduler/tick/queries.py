@@ -14,10 +14,14 @@ from scheduler.models import Job, PreemptionEvent, Task, TickRecord
 from scheduler.store.states import ACTIVE_VALUES
 
 
-def recent_ticks(limit: int = 20) -> list[TickRecord]:
-    return list(
-        TickRecord.objects.defer("explanation", "whatif_basis", "spend", "limits").order_by("-started_at")[:limit]
-    )
+def recent_ticks(limit: int = 20, *, up_to: int | None = None) -> list[TickRecord]:
+    """The newest ``limit`` tick records, newest first; with ``up_to``, none after that tick (a
+    page that shows the board's tick beside them: a tick committing between the two reads is
+    not in one and missing from the other)."""
+    ticks = TickRecord.objects.defer("explanation", "whatif_basis", "spend", "limits")
+    if up_to is not None:
+        ticks = ticks.filter(pk__lte=up_to)
+    return list(ticks.order_by("-started_at")[:limit])
 
 
 def task_counts_by_state() -> dict[str, int]:

@@ -61,9 +61,9 @@ def band_user_table(pending: dict[tuple[int, str], int], running: dict[tuple[int
 
 @operator_required("The scheduler state page")
 def scheduler_state(request):
-    ticks = recent_ticks(TICKS_SHOWN)
+    index = queue_index()  # first: the ticks shown beside its figures go up to its tick
+    ticks = recent_ticks(TICKS_SHOWN, up_to=index.tick_pk)
     now = timezone.now()
-    index = queue_index()
     intents = intent_counts(now)
     context = {
         "ticks": ticks,

@@ -400,6 +400,21 @@ def test_scheduler_state_running_counts_are_the_ticks_and_match_the_task_table(c
     assert f"{index.active_by_state.get('assigned', 0)} assigned" in page
 
 
+def test_scheduler_state_lists_no_tick_newer_than_the_one_its_figures_are_of(clients, over_budget, alice):
+    """Seen in the demo: "LEFT PENDING AT TICK 216" above a "Recent ticks" table whose newest row
+    was 215 (a tick committed between the page's two reads). The table goes up to the tick the
+    cards are of: a newer tick, committed but not yet read by the board, is not listed."""
+    from scheduler.board.read import queue_index
+
+    run_tick()
+    board_tick = queue_index().tick_pk
+    newer = TickRecord.objects.create(started_at=timezone.now(), now_ms=0, duration_ms=1.0)  # nothing published
+    response = clients["olivia"].get("/scheduler/")
+    listed = [tick.pk for tick in response.context["ticks"]]
+    assert listed[0] == board_tick and newer.pk not in listed
+    assert f"Left pending at tick {board_tick}" in text(response)
+
+
 def test_scheduler_state_card_and_band_table_count_running_work_as_one_number(clients, over_budget, alice, bob):
     """Issue 23: "RUNNING AT TICK 90: 15" beside a table whose running column added up to 19 (the
     tick's new assignments were in one and not the other). The card's figure is the table's
