@@ -21,7 +21,7 @@ def by_id(items: list, keys: AbstractSet[str]) -> dict[str, tuple[int, dict]] | 
     # set().union takes a dict's keys with their stored hashes: half the cost of chaining them.
     if set(map(type, items)) != DICT_TYPE or not keys.issuperset(set().union(*items)):
         return None
-    ids = list(map(dict.get, items, repeat("id")))
+    ids = list(map(dict.get, items, repeat(as_parsed(items, ("id",))[0])))
     if set(map(type, ids)) != STR_TYPE:
         return None
     parsed = dict(zip(ids, enumerate(items)))

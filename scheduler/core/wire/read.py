@@ -24,7 +24,7 @@ from scheduler.core.types import (
     SchedulerConfig,
     TaskState,
     WorkerSpec,
-    job_spec,
+    _JobSpecFiller,
     worker_spec,
 )
 from scheduler.core.wire.columns import all_job_ids, as_parsed, by_id
@@ -494,21 +494,23 @@ def _job_fast(
         if constraints is None:
             return None
     bands.setdefault(job_id, band)
-    return job_spec(
-        job_id,
-        job_id[1 : job_id.index("/", 1)] if user is None else user,
-        band,
-        parent,
-        submitted,
-        root_submitted,
-        replicas,
-        resources,
-        group_by,
-        constraints,
-        deadline,
-        retries_preemption,
-        retries_failure,
-    )
+    # job_spec(...) inline (a call less a job): its filler's slots, then the class.
+    job = _JobSpecFiller()
+    job.id = job_id
+    job.user = job_id[1 : job_id.index("/", 1)] if user is None else user
+    job.band = band
+    job.parent = parent
+    job.submitted_at_ms = submitted
+    job.root_submitted_at_ms = root_submitted
+    job.replicas = replicas
+    job.resources = resources
+    job.group_by = group_by
+    job.constraints = constraints
+    job.scheduling_deadline_ms = deadline
+    job.max_retries_preemption = retries_preemption
+    job.max_retries_failure = retries_failure
+    job.__class__ = JobSpec
+    return job
 
 
 def _constraints(raw: Any, shared: dict[object, object]) -> tuple[Constraint, ...] | None:

@@ -45,6 +45,7 @@ def _tasks(raw: Any, path: str, jobs: Mapping[str, JobSpec], worker_ids: set[str
     most = max((job.replicas for job in jobs.values()), default=0)
     # Each index a task may have, by its one spelling (no sign or leading zeros, as TASK_INDEX).
     index_of = {str(index): index for index in range(most)}
+    filler = _TaskSnapshotFiller
     items = json_list(raw, path)
     k_id, k_state, k_worker, k_unfinished, k_band, k_count = as_parsed(items, TASK_FIELDS)
     for i, item in enumerate(items):
@@ -77,7 +78,17 @@ def _tasks(raw: Any, path: str, jobs: Mapping[str, JobSpec], worker_ids: set[str
                     and count.__class__ is int
                     and count >= 0
                 ):
-                    task = task_snapshot(task_id, job_id, index, state, worker, band, count, unfinished)
+                    # task_snapshot(...) inline (a call less a task).
+                    task = filler()
+                    task.id = task_id
+                    task.job_id = job_id
+                    task.index = index
+                    task.state = state
+                    task.worker = worker
+                    task.band = band
+                    task.preemption_count = count
+                    task.unfinished_attempt_worker = unfinished
+                    task.__class__ = TaskSnapshot
         if task is None:
             task = _task(item, f"{path}[{i}]", jobs, worker_ids, listed)
         listed[task.id] = task
