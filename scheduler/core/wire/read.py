@@ -197,10 +197,12 @@ def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
     shared: dict[object, object] = {}
     items = json_list(raw, path)
     k_id, k_cpu, k_memory, k_attributes, k_healthy, k_device = as_parsed(items, WORKER_FIELDS)
+    # The allowed keys as the document spells them too: the check then matches them by identity.
+    allowed = frozenset(as_parsed(items, tuple(WORKER_KEYS)))
     for i, item in enumerate(items):
         # The common shape is checked inline; anything else (and every error) takes _worker.
         worker = None
-        if item.__class__ is dict and WORKER_KEYS.issuperset(item):
+        if item.__class__ is dict and allowed.issuperset(item):
             get = item.get
             worker_id = get(k_id)
             cpu = get(k_cpu)

@@ -48,11 +48,13 @@ def _tasks(raw: Any, path: str, jobs: Mapping[str, JobSpec], worker_ids: set[str
     filler = _TaskSnapshotFiller
     items = json_list(raw, path)
     k_id, k_state, k_worker, k_unfinished, k_band, k_count = as_parsed(items, TASK_FIELDS)
+    # The allowed keys as the document spells them too: the check then matches them by identity.
+    allowed = frozenset(as_parsed(items, tuple(TASK_KEYS)))
     for i, item in enumerate(items):
         # The common shape is checked inline; anything else (and every error) takes _task, which
         # checks the fields in order.
         task = None
-        if item.__class__ is dict and TASK_KEYS.issuperset(item):
+        if item.__class__ is dict and allowed.issuperset(item):
             get = item.get
             task_id = get(k_id)
             state = get(k_state, "pending")
