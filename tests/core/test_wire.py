@@ -482,3 +482,9 @@ def test_fields_are_looked_up_by_the_first_items_key_strings():
     spelled = as_parsed([first, {"id": 3}], ("id", "state"))
     assert spelled == ("id", "state") and spelled[0] is next(iter(first))
     assert as_parsed([], ("id",)) == ("id",) and as_parsed([["id"]], ("id",)) == ("id",)
+
+    class Key(str):
+        pass
+
+    spelled = as_parsed([{Key("id"): 1}], ("id",))
+    assert spelled == ("id",) and type(spelled[0]) is str

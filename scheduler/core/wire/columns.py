@@ -54,7 +54,7 @@ def all_job_ids(ids: Any) -> bool:
 
 def as_parsed(items: list, names: tuple[str, ...]) -> tuple[str, ...]:
     """``names`` spelled by the parser's own key strings, those of ``items[0]`` (as given where
-    it has no such key, or is not an object).
+    it has no such key of type ``str``, or is not an object).
 
     orjson gives every object the same string for a key it has seen (its key cache), but not
     the interned string of the code's literal, and its objects are dicts of the general kind:
@@ -62,5 +62,6 @@ def as_parsed(items: list, names: tuple[str, ...]) -> tuple[str, ...]:
     matches it by identity (a third fewer instructions a look-up, hundreds of thousands in a
     large snapshot). Only the cost depends on this: equal strings find the same entry."""
     first = items[0] if items and items[0].__class__ is dict else {}
-    spelled = {key: key for key in first}
+    # Only plain strings: a subclass's own hash or equality never stands in for a name.
+    spelled = {key: key for key in first if key.__class__ is str}
     return tuple(spelled.get(name, name) for name in names)
