@@ -434,3 +434,57 @@ def test_a_child_read_after_its_parent_inherits_its_band_on_the_fast_path():
     # Before its parent is read, the child is left to the in-order checks (which resolve it).
     assert _job_fast("/alice/train/eval", child, parsed, {}, {}, {}, {}) is None
     assert snapshot_from_json({"now_ms": 0, "jobs": [child, parent]}).jobs["/alice/train/eval"].band is Band.BATCH
+
+
+def test_the_readers_jobs_workers_and_tasks_are_the_constructors_whatever_the_key_strings():
+    # The fast paths build JobSpec and TaskSnapshot inline and look fields up by the parsed
+    # document's own key strings (orjson's, not the literals'): the objects are the
+    # constructors' (every slot set, the class itself), read from orjson or from plain dicts.
+    import orjson
+
+    from scheduler.core.types import JobSpec, Resources, TaskSnapshot, WorkerSpec
+
+    doc = {
+        "now_ms": 0,
+        "workers": [{"id": "w", "cpu_millicores": 1, "memory_bytes": 2, "attributes": {"zone": "a"}}],
+        "jobs": [
+            {"id": "/a/j", "band": "batch", "replicas": 3, "submitted_at_ms": 5, "max_retries_failure": 1},
+            {"id": "/a/j/c", "scheduling_deadline_ms": 9, "resources": {"cpu_millicores": 7}},
+        ],
+        "tasks": [{"id": "/a/j/1", "state": "running", "worker": "w", "band": "batch", "preemption_count": 2}],
+    }
+    for parsed in (doc, orjson.loads(orjson.dumps(doc))):
+        snapshot = snapshot_from_json(parsed)
+        parent, child = snapshot.jobs.values()
+        assert (type(parent), type(child), type(snapshot.workers[0])) == (JobSpec, JobSpec, WorkerSpec)
+        assert parent == JobSpec(
+            id="/a/j", user="a", band=Band.BATCH, parent=None, submitted_at_ms=5, root_submitted_at_ms=5, replicas=3,
+            max_retries_failure=1,
+        )  # fmt: skip
+        assert child == JobSpec(
+            id="/a/j/c", user="a", band=Band.BATCH, parent="/a/j", submitted_at_ms=0, root_submitted_at_ms=5,
+            resources=Resources(cpu_millicores=7), scheduling_deadline_ms=9,
+        )  # fmt: skip
+        assert snapshot.workers[0] == WorkerSpec(id="w", cpu_millicores=1, memory_bytes=2, attributes={"zone": "a"})
+        assert {type(task) for task in snapshot.tasks} == {TaskSnapshot}
+        assert snapshot.tasks == (
+            TaskSnapshot("/a/j/0", "/a/j", 0),
+            TaskSnapshot("/a/j/1", "/a/j", 1, TaskState.RUNNING, "w", Band.BATCH, 2),
+            TaskSnapshot("/a/j/2", "/a/j", 2),
+            TaskSnapshot("/a/j/c/0", "/a/j/c", 0),
+        )
+
+
+def test_fields_are_looked_up_by_the_first_items_key_strings():
+    from scheduler.core.wire.columns import as_parsed
+
+    first = {"".join(["i", "d"]): 1, "band": 2}
+    spelled = as_parsed([first, {"id": 3}], ("id", "state"))
+    assert spelled == ("id", "state") and spelled[0] is next(iter(first))
+    assert as_parsed([], ("id",)) == ("id",) and as_parsed([["id"]], ("id",)) == ("id",)
+
+    class Key(str):
+        pass
+
+    spelled = as_parsed([{Key("id"): 1}], ("id",))
+    assert spelled == ("id",) and type(spelled[0]) is str

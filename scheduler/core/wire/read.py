@@ -10,7 +10,6 @@ from typing import Any
 
 from scheduler.core.bands import Band
 from scheduler.core.types import (
-    ACTIVE_STATES,
     CPU_DEVICE,
     BudgetDefaults,
     BudgetSpec,
@@ -23,14 +22,12 @@ from scheduler.core.types import (
     JobSpec,
     Resources,
     SchedulerConfig,
-    TaskSnapshot,
     TaskState,
     WorkerSpec,
-    job_spec,
-    task_snapshot,
+    _JobSpecFiller,
     worker_spec,
 )
-from scheduler.core.wire.columns import all_job_ids, by_id
+from scheduler.core.wire.columns import all_job_ids, as_parsed, by_id
 from scheduler.core.wire.fields import (
     BANDS_BY_WIRE,
     SnapshotError,
@@ -45,13 +42,10 @@ from scheduler.core.wire.fields import (
     json_str,
     once_per_json_text,
 )
+from scheduler.core.wire.tasks import _tasks
 
 # A job id: "/" then at least two non-empty segments (user, name, then any children).
 JOB_ID = re.compile(r"^(?:/[^/\s]+){2,}$")
-# A task index: a decimal number without sign or leading zeros, so each task has one id.
-TASK_INDEX = re.compile(r"^(0|[1-9][0-9]*)$")
-# For error messages: the accepted task states.
-STATE_NAMES = "|".join(s.value for s in TaskState)
 # A finished task the snapshot left out is written in this state (all finished states decide alike).
 OMITTED_TASK_STATE = TaskState.SUCCEEDED
 # Top-level keys besides the format's own: a free-text description for scenario files.
@@ -187,6 +181,8 @@ def _device(raw: Any, path: str, key: str | None = None) -> Device:
 
 
 WORKER_KEYS = frozenset({"id", "healthy", "cpu_millicores", "memory_bytes", "device", "attributes"})
+# The fields the fast path reads, in the order it unpacks them (see ``columns.as_parsed``).
+WORKER_FIELDS = ("id", "cpu_millicores", "memory_bytes", "attributes", "healthy", "device")
 # A worker's usual device, compared as it is (cheaper than its JSON text): a plain CPU.
 CPU_DEVICE_JSON = {"type": "cpu"}
 # The one type an attribute's value may have.
@@ -199,16 +195,21 @@ def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
     # Devices by their JSON text (see once_per_json_text): workers repeat a few.
     devices: dict[bytes, Any] = {}
     shared: dict[object, object] = {}
-    for i, item in enumerate(json_list(raw, path)):
+    items = json_list(raw, path)
+    k_id, k_cpu, k_memory, k_attributes, k_healthy, k_device = as_parsed(items, WORKER_FIELDS)
+    # The allowed keys as the document spells them too: the check then matches them by identity.
+    allowed = frozenset(as_parsed(items, tuple(WORKER_KEYS)))
+    for i, item in enumerate(items):
         # The common shape is checked inline; anything else (and every error) takes _worker.
         worker = None
-        if item.__class__ is dict and WORKER_KEYS.issuperset(item):
-            worker_id = item.get("id")
-            cpu = item.get("cpu_millicores")
-            memory = item.get("memory_bytes")
-            attributes = item.get("attributes") or {}
-            healthy = item.get("healthy", True)
-            device = item.get("device")
+        if item.__class__ is dict and allowed.issuperset(item):
+            get = item.get
+            worker_id = get(k_id)
+            cpu = get(k_cpu)
+            memory = get(k_memory)
+            attributes = get(k_attributes) or {}
+            healthy = get(k_healthy, True)
+            device = get(k_device)
             if (
                 worker_id.__class__ is str
                 and worker_id
@@ -325,6 +326,23 @@ JOB_KEYS = frozenset(
 )
 
 
+# The fields the fast path reads, in the order it unpacks them (see ``columns.as_parsed``).
+JOB_FIELDS = (
+    "user",
+    "band",
+    "parent",
+    "submitted_at_ms",
+    "root_submitted_at_ms",
+    "replicas",
+    "resources",
+    "coscheduling",
+    "constraints",
+    "scheduling_deadline_ms",
+    "max_retries_preemption",
+    "max_retries_failure",
+)
+
+
 def _jobs(raw: Any, path: str) -> dict[str, JobSpec]:
     items = json_list(raw, path)
     # Usually every job is in its usual shape, checked a pass at a time over all of them.
@@ -358,10 +376,11 @@ def _jobs(raw: Any, path: str) -> dict[str, JobSpec]:
     # Requests and constraint lists by their JSON text (see once_per_json_text).
     requests: dict[bytes, Any] = {}
     constraint_lists: dict[bytes, Any] = {}
+    keys = as_parsed(items, JOB_FIELDS)
     for job_id, (i, item) in parsed.items():
         # The common shape is checked inline; anything else (and every error) takes _job, which
         # checks the fields in order.
-        job = _job_fast(job_id, item, parsed, bands, shared, requests, constraint_lists)
+        job = _job_fast(job_id, item, parsed, bands, shared, requests, constraint_lists, keys)
         if job is None:
             job = _job(job_id, i, item, path, parsed, band_of, shared)
         jobs[job_id] = job
@@ -393,19 +412,35 @@ def _job_fast(
     shared: dict[object, object],
     requests: dict[bytes, Any],
     constraint_lists: dict[bytes, Any],
+    keys: tuple[str, ...] = JOB_FIELDS,
 ) -> JobSpec | None:
     """The job of a well-formed ``item`` in its usual shape (a band given, or inherited from
     a parent already read; ``parent`` left out or equal to the one its id names), or None:
-    then :func:`_job` decides, and raises any error."""
+    then :func:`_job` decides, and raises any error. ``keys``: ``JOB_FIELDS`` as the document
+    spells them (``columns.as_parsed``)."""
+    (
+        k_user,
+        k_band,
+        k_parent,
+        k_submitted,
+        k_root,
+        k_replicas,
+        k_resources,
+        k_cosched,
+        k_constraints,
+        k_deadline,
+        k_retries_preemption,
+        k_retries_failure,
+    ) = keys
     get = item.get
-    submitted = get("submitted_at_ms", 0)
-    replicas = get("replicas", 1)
-    user = get("user")
-    deadline = get("scheduling_deadline_ms")
-    retries_preemption = get("max_retries_preemption", 100)
-    retries_failure = get("max_retries_failure", 0)
+    submitted = get(k_submitted, 0)
+    replicas = get(k_replicas, 1)
+    user = get(k_user)
+    deadline = get(k_deadline)
+    retries_preemption = get(k_retries_preemption, 100)
+    retries_failure = get(k_retries_failure, 0)
     if not (
-        get("root_submitted_at_ms") is None
+        get(k_root) is None
         and submitted.__class__ is int
         and submitted >= 0
         and replicas.__class__ is int
@@ -423,15 +458,15 @@ def _job_fast(
         parent = job_id.rpartition("/")[0]
         root = "/".join(job_id.split("/")[:3])
         root_item = parsed.get(root)
-        root_submitted = submitted if root_item is None else root_item[1].get("submitted_at_ms", 0)
+        root_submitted = submitted if root_item is None else root_item[1].get(k_submitted, 0)
         if root_submitted.__class__ is not int or root_submitted < 0:
             return None
     else:
         parent = None
         root_submitted = submitted
-    if "parent" in item and item["parent"] != parent:
+    if k_parent in item and item[k_parent] != parent:
         return None
-    band = get("band")
+    band = get(k_band)
     if band is None:
         band = Band.INTERACTIVE if parent is None else bands.get(parent)
     elif band.__class__ is str:
@@ -440,18 +475,18 @@ def _job_fast(
         return None
     if band is None:
         return None
-    resources = once_per_json_text(requests, get("resources"), _request, shared)
+    resources = once_per_json_text(requests, get(k_resources), _request, shared)
     if resources is None:
         return None
     group_by = None
-    cosched = get("coscheduling")
+    cosched = get(k_cosched)
     if cosched is not None:
         if cosched.__class__ is not dict or cosched.keys() != {"group_by"}:
             return None
         group_by = cosched["group_by"]
         if group_by.__class__ is not str or not group_by:
             return None
-    constraints = get("constraints")
+    constraints = get(k_constraints)
     if not constraints:
         constraints = ()
     else:
@@ -461,21 +496,23 @@ def _job_fast(
         if constraints is None:
             return None
     bands.setdefault(job_id, band)
-    return job_spec(
-        job_id,
-        job_id[1 : job_id.index("/", 1)] if user is None else user,
-        band,
-        parent,
-        submitted,
-        root_submitted,
-        replicas,
-        resources,
-        group_by,
-        constraints,
-        deadline,
-        retries_preemption,
-        retries_failure,
-    )
+    # job_spec(...) inline (a call less a job): its filler's slots, then the class.
+    job = _JobSpecFiller()
+    job.id = job_id
+    job.user = job_id[1 : job_id.index("/", 1)] if user is None else user
+    job.band = band
+    job.parent = parent
+    job.submitted_at_ms = submitted
+    job.root_submitted_at_ms = root_submitted
+    job.replicas = replicas
+    job.resources = resources
+    job.group_by = group_by
+    job.constraints = constraints
+    job.scheduling_deadline_ms = deadline
+    job.max_retries_preemption = retries_preemption
+    job.max_retries_failure = retries_failure
+    job.__class__ = JobSpec
+    return job
 
 
 def _constraints(raw: Any, shared: dict[object, object]) -> tuple[Constraint, ...] | None:
@@ -581,118 +618,6 @@ def _job(
 def _parent(job_id: str) -> str | None:
     parent = job_id.rsplit("/", 1)[0]
     return parent if parent.count("/") >= 2 else None
-
-
-# Plain dict look-ups: calling an Enum per task costs more than the rest of its validation.
-TASK_STATES_BY_VALUE = {state.value: state for state in TaskState}
-TASK_KEYS = frozenset({"id", "state", "worker", "band", "preemption_count", "unfinished_attempt_worker"})
-
-
-def _tasks(raw: Any, path: str, jobs: Mapping[str, JobSpec], worker_ids: set[str]) -> tuple[TaskSnapshot, ...]:
-    listed: dict[str, TaskSnapshot] = {}
-    states = TASK_STATES_BY_VALUE
-    bands = BANDS_BY_WIRE
-    active = ACTIVE_STATES
-    most = max((job.replicas for job in jobs.values()), default=0)
-    # Each index a task may have, by its one spelling (no sign or leading zeros, as TASK_INDEX).
-    index_of = {str(index): index for index in range(most)}
-    for i, item in enumerate(json_list(raw, path)):
-        # The common shape is checked inline; anything else (and every error) takes _task, which
-        # checks the fields in order.
-        task = None
-        if item.__class__ is dict and TASK_KEYS.issuperset(item):
-            get = item.get
-            task_id = get("id")
-            state = get("state", "pending")
-            worker = get("worker")
-            unfinished = get("unfinished_attempt_worker")
-            band = get("band")
-            count = get("preemption_count", 0)
-            if task_id.__class__ is str and state.__class__ is str and (band is None or band.__class__ is str):
-                job_id, _, index_text = task_id.rpartition("/")
-                job = jobs.get(job_id)
-                index = index_of.get(index_text)
-                state = states.get(state)
-                band = None if band is None else bands.get(band, False)
-                if (
-                    job is not None
-                    and index is not None
-                    and index < job.replicas
-                    and state is not None
-                    and band is not False
-                    and task_id not in listed
-                    and (worker is None or (worker.__class__ is str and worker in worker_ids and state in active))
-                    and (unfinished is None or (unfinished.__class__ is str and unfinished in worker_ids))
-                    and count.__class__ is int
-                    and count >= 0
-                ):
-                    task = task_snapshot(task_id, job_id, index, state, worker, band, count, unfinished)
-        if task is None:
-            task = _task(item, f"{path}[{i}]", jobs, worker_ids, listed)
-        listed[task.id] = task
-    tasks = []
-    append = tasks.append
-    pending = TaskState.PENDING
-    listed_jobs = {task.job_id for task in listed.values()}
-    # "/0", "/1", ...: a task id is its job id and one of these (cheaper than formatting each).
-    suffixes = [f"/{index}" for index in range(most)]
-    for job in jobs.values():
-        job_id = job.id
-        if job_id not in listed_jobs:
-            for index in range(job.replicas):
-                append(task_snapshot(job_id + suffixes[index], job_id, index, pending, None, None, 0, None))
-            continue
-        for index in range(job.replicas):
-            task_id = job_id + suffixes[index]
-            task = listed.get(task_id)
-            append(task if task is not None else task_snapshot(task_id, job_id, index, pending, None, None, 0, None))
-    return tuple(tasks)
-
-
-def _task(
-    item: Any, p: str, jobs: Mapping[str, JobSpec], worker_ids: set[str], listed: Mapping[str, TaskSnapshot]
-) -> TaskSnapshot:
-    """One listed task, every field checked in order (the first problem raises)."""
-    item = json_object(item, p, TASK_KEYS)
-    task_id = json_str(item.get("id"), p, "id")
-    job_id, _, index_text = task_id.rpartition("/")
-    if not TASK_INDEX.match(index_text):
-        raise fail(f"{p}.id", "expected <job id>/<index>")
-    job = jobs.get(job_id)
-    if job is None:
-        raise fail(f"{p}.id", f"no job {job_id!r} in the snapshot")
-    index = int(index_text)
-    if index >= job.replicas:
-        raise fail(f"{p}.id", f"index {index} out of range: job {job_id!r} has {job.replicas} replicas")
-    if task_id in listed:
-        raise fail(f"{p}.id", f"duplicate task id {task_id!r}")
-    state = item.get("state", "pending")
-    state = TASK_STATES_BY_VALUE.get(state) if isinstance(state, str) else None
-    if state is None:
-        raise fail(f"{p}.state", f"expected one of {STATE_NAMES}")
-    worker = item.get("worker")
-    if worker is not None:
-        worker = json_str(worker, p, "worker")
-        if worker not in worker_ids:
-            raise fail(f"{p}.worker", f"no worker {worker!r} in the snapshot")
-        if state not in ACTIVE_STATES:
-            raise fail(f"{p}.worker", f"a {state.value} task has no worker")
-    unfinished = item.get("unfinished_attempt_worker")
-    if unfinished is not None:
-        unfinished = json_str(unfinished, p, "unfinished_attempt_worker")
-        if unfinished not in worker_ids:
-            raise fail(f"{p}.unfinished_attempt_worker", f"no worker {unfinished!r} in the snapshot")
-    band = item.get("band")
-    return task_snapshot(
-        task_id,
-        job_id,
-        index,
-        state,
-        worker,
-        None if band is None else json_band(band, p, "band"),
-        json_int(item.get("preemption_count", 0), p, "preemption_count"),
-        unfinished,
-    )
 
 
 # -- snapshot to JSON ---------------------------------------------------------------------------
