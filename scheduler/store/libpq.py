@@ -37,6 +37,7 @@ _TUPLES_OK = pq.ExecStatus.TUPLES_OK
 _FATAL_ERROR = pq.ExecStatus.FATAL_ERROR
 _PIPELINE_SYNC = pq.ExecStatus.PIPELINE_SYNC
 _PIPELINE_ABORTED = pq.ExecStatus.PIPELINE_ABORTED
+_BAD = pq.ConnStatus.BAD
 
 
 def session(conn: psycopg.Connection) -> Session | None:
@@ -65,41 +66,47 @@ class Session:
     def run(self, statements: Sequence[tuple[str, Sequence, bool]], keep: int | None = None) -> list[list[tuple]]:
         """Send ``statements`` (``(sql, params, prepare)``; not prepared: a command without
         parameters, such as ``COMMIT``) in one round trip; the rows of the first ``keep`` of
-        them (all by default), one list each (empty for a statement that returns none)."""
+        them (all by default), one list each (empty for a statement that returns none). Every
+        parameter is dumped before anything is sent: a value psycopg cannot adapt sends nothing."""
         conn, pg, tx = self.conn, self.pgconn, self.tx
         keep = len(statements) if keep is None else keep
         encoding = pg._encoding
         with conn.lock:
-            pending: list[tuple[bytes, tuple] | None] = []  # per result expected: a name prepared by it
-            kinds: list[int] = []  # per result expected: -1 BEGIN or a PREPARE, else the statement's index
-            sending: dict[tuple[bytes, tuple], bytes] = {}  # names prepared by this pipeline
+            # Per result expected: the name a PREPARE creates (or None), and the statement's index (-1: BEGIN, PREPARE).
+            expected: list[tuple[tuple | None, int]] = []
+            sends: list[tuple] = []
+            if not conn.autocommit and pg.transaction_status == _IDLE:
+                sends.append((conn._get_tx_start_command(),))
+                expected.append((None, -1))
+            sending: dict[tuple[bytes, tuple], bytes] = {}  # names this call prepares
+            for index, (sql, params, prepare) in enumerate(statements):
+                if not prepare:
+                    sends.append((sql.encode(encoding),))
+                else:
+                    query, formats = _converted(sql, encoding)
+                    if len(params) != len(formats):
+                        raise psycopg.ProgrammingError(
+                            f"the query has {len(formats)} placeholders but {len(params)} parameters were passed"
+                        )
+                    dumped = tx.dump_sequence(params, formats)
+                    types = tuple(tx.types or ())
+                    key = (query, types)
+                    name = self.names.get(key) or sending.get(key)
+                    if name is None:
+                        name = sending[key] = f"iris_{next(self.numbers)}".encode()
+                        sends.append((name, query, types))
+                        expected.append(((key, name), -1))
+                    sends.append((name, dumped, list(tx.formats or ())))
+                expected.append((None, index))
             pg.enter_pipeline_mode()
             try:
-                if not conn.autocommit and pg.transaction_status == _IDLE:
-                    pg.send_query_params(conn._get_tx_start_command(), None)
-                    pending.append(None)
-                    kinds.append(-1)
-                for index, (sql, params, prepare) in enumerate(statements):
-                    if not prepare:
-                        pg.send_query_params(sql.encode(encoding), None)
+                for message in sends:
+                    if len(message) == 1:
+                        pg.send_query_params(message[0], None)
+                    elif isinstance(message[1], bytes):
+                        pg.send_prepare(*message)
                     else:
-                        query, formats, _, _ = _query2pg(sql.encode(encoding), encoding)
-                        if len(params) != len(formats):
-                            raise psycopg.ProgrammingError(
-                                f"the query has {len(formats)} placeholders but {len(params)} parameters were passed"
-                            )
-                        dumped = tx.dump_sequence(params, formats)
-                        types = tuple(tx.types or ())
-                        key = (query, types)
-                        name = self.names.get(key) or sending.get(key)
-                        if name is None:
-                            name = sending[key] = f"iris_{next(self.numbers)}".encode()
-                            pg.send_prepare(name, query, types)
-                            pending.append((key, name))
-                            kinds.append(-1)
-                        pg.send_query_prepared(name, dumped, tx.formats, 0)
-                    pending.append(None)
-                    kinds.append(index)
+                        pg.send_query_prepared(*message, 0)
                 pg.pipeline_sync()
                 conn.wait(send(pg))
                 results = []
@@ -109,11 +116,11 @@ class Session:
                         break
                     results.append(got)
             finally:
-                if pg.status != pq.ConnStatus.BAD:
+                if pg.status != _BAD:
                     pg.exit_pipeline_mode()
         rows: list[list[tuple]] = [[] for _ in range(keep)]
         failed = None
-        for got, kind, prepared in zip(results, kinds, pending, strict=True):
+        for got, (prepared, index) in zip(results, expected, strict=True):
             result = got[-1]
             status = result.status
             if status == _FATAL_ERROR:
@@ -123,9 +130,25 @@ class Session:
             elif prepared is not None:
                 key, name = prepared
                 self.names[key] = name
-            elif 0 <= kind < keep and status == _TUPLES_OK:
+            elif 0 <= index < keep and status == _TUPLES_OK:
                 tx.set_pgresult(result)
-                rows[kind] = tx.load_rows(0, result.ntuples, tuple)
+                rows[index] = tx.load_rows(0, result.ntuples, tuple)
         if failed is not None:
             raise failed
         return rows
+
+
+# (SQL, encoding) -> the statement with PostgreSQL's placeholders, and its parameters' formats.
+_conversions: dict[tuple[str, str], tuple[bytes, list]] = {}
+
+
+def _converted(sql: str, encoding: str) -> tuple[bytes, list]:
+    found = _conversions.get((sql, encoding))
+    if found is None:
+        query, formats, order, _ = _query2pg(sql.encode(encoding), encoding)
+        if order is not None:
+            raise psycopg.ProgrammingError("named placeholders are not supported here: use %s")
+        if len(_conversions) >= 1000:  # fixed statements only; a bound, not a policy
+            _conversions.clear()
+        found = _conversions[(sql, encoding)] = (query, formats)
+    return found
