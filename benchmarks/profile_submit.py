@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import io
 import json
 import os
 import pstats
@@ -40,6 +41,13 @@ def main() -> None:
         action="store_true",
         help="call the token check, the use case and the 201 body's rendering directly, without Django's "
         "handler, middleware or DRF (what a request pays beside them is the difference)",
+    )
+    parser.add_argument(
+        "--wsgi",
+        action="store_true",
+        help="call the WSGI application (iris_web.wsgi) with an environ as gunicorn builds one for bench_api.py's "
+        "request, instead of Django's test client (whose own request building is most of its cost): what a "
+        "gunicorn worker runs per submission, less gunicorn's HTTP parsing and socket calls",
     )
     parser.add_argument(
         "--perf-backend", metavar="FILE", help="record the PostgreSQL backend with `perf record -g` into FILE"
@@ -91,9 +99,53 @@ def main() -> None:
         body = json.loads(json.dumps({"name": f"p{tag}-{i}", "command": ["true"], "cpu": 1}))
         json.dumps(submitted_job_json(submit_job(actor, body))).encode()
 
+    from iris_web.wsgi import application
+
+    def wsgi(i: int) -> None:
+        body = json.dumps({"name": f"p{tag}-{i}", "command": ["true"], "cpu": 1}).encode()
+        # The headers bench_api.py's clients send, as gunicorn puts them in the environ.
+        environ = {
+            "wsgi.errors": sys.stderr,
+            "wsgi.version": (1, 0),
+            "wsgi.multithread": False,
+            "wsgi.multiprocess": True,
+            "wsgi.run_once": False,
+            "wsgi.file_wrapper": None,
+            "wsgi.input_terminated": True,
+            "SERVER_SOFTWARE": "gunicorn/23.0.0",
+            "wsgi.input": io.BytesIO(body),
+            "gunicorn.socket": None,
+            "REQUEST_METHOD": "POST",
+            "QUERY_STRING": "",
+            "RAW_URI": "/api/v1/jobs/",
+            "SERVER_PROTOCOL": "HTTP/1.1",
+            "HTTP_HOST": "127.0.0.1:8133",
+            "HTTP_ACCEPT_ENCODING": "identity",
+            "CONTENT_TYPE": "application/json",
+            "HTTP_AUTHORIZATION": f"Token {token}",
+            "CONTENT_LENGTH": str(len(body)),
+            "wsgi.url_scheme": "http",
+            "REMOTE_ADDR": "127.0.0.1",
+            "REMOTE_PORT": "40000",
+            "SERVER_NAME": "127.0.0.1",
+            "SERVER_PORT": "8133",
+            "PATH_INFO": "/api/v1/jobs/",
+            "SCRIPT_NAME": "",
+        }
+        statuses = []
+        result = application(environ, lambda status, headers, exc_info=None: statuses.append(status))
+        try:
+            answer = b"".join(result)
+        finally:
+            if hasattr(result, "close"):
+                result.close()
+        assert statuses[0].startswith("201"), (statuses, answer)
+
     def one(i: int) -> None:
         if args.direct:
             return direct(i)
+        if args.wsgi:
+            return wsgi(i)
         if args.batch:
             from benchmarks.bench_batch import sweep_body
 

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 
+from scheduler.store import libpq
+
 
 def fetch(sql: str, params: Sequence = ()) -> list[tuple]:
     """Run ``sql`` (``%s`` placeholders) with ``params``; its rows (none for a statement that
@@ -37,18 +39,23 @@ def fetch(sql: str, params: Sequence = ()) -> list[tuple]:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchall() if cursor.description else []
-    import psycopg
-    from psycopg.pq import ExecStatus
-
     db = connections[DEFAULT_DB_ALIAS]
     db.ensure_connection()
     started = time.monotonic()
-    with db.wrap_database_errors, psycopg.Cursor(db.connection) as cursor:
-        cursor.execute(sql, params, prepare=True)
-        # Whether rows came back, from the result's status: ``cursor.description`` would build a
-        # column object per column first (a twentieth of a submission's web CPU, issue 26).
-        result = cursor.pgresult
-        rows = cursor.fetchall() if result is not None and result.status == ExecStatus.TUPLES_OK else []
+    session = libpq.session(db.connection)
+    if session is not None:
+        with db.wrap_database_errors:
+            (rows,) = session.run([(sql, params, True)])
+    else:
+        import psycopg
+        from psycopg.pq import ExecStatus
+
+        with db.wrap_database_errors, psycopg.Cursor(db.connection) as cursor:
+            cursor.execute(sql, params, prepare=True)
+            # Whether rows came back, from the result's status: ``cursor.description`` would build a
+            # column object per column first (a twentieth of a submission's web CPU, issue 26).
+            result = cursor.pgresult
+            rows = cursor.fetchall() if result is not None and result.status == ExecStatus.TUPLES_OK else []
     if db.queries_logged:
         db.queries_log.append({"sql": f"{sql} -- prepared", "time": f"{time.monotonic() - started:.3f}"})
     return rows
@@ -110,20 +117,28 @@ def _pipelined(
     """Send ``statements`` (``(sql, params, prepare)``) as one psycopg pipeline, one round trip;
     the first row of statement ``answer``, and ``logged`` in Django's query log. With ``ahead``,
     the rows of the statements before ``answer`` are kept in it."""
-    import psycopg
-
     db = connections[DEFAULT_DB_ALIAS]  # ``connection``'s object, looked up once (issue 26, submit37)
     db.ensure_connection()
     started = time.monotonic()
     pg = db.connection
-    with db.wrap_database_errors, ExitStack() as cursors:
-        opened = [cursors.enter_context(psycopg.Cursor(pg)) for _ in statements]
-        with pg.pipeline():
-            for cursor, (sql, params, prepare) in zip(opened, statements, strict=True):
-                cursor.execute(sql, params, prepare=prepare)
-        row = opened[answer].fetchone()
+    session = libpq.session(pg)
+    if session is not None:
+        with db.wrap_database_errors:
+            rows = session.run(statements, keep=answer + 1)
+        row = rows[answer][0] if rows[answer] else None
         if ahead is not None:
-            ahead.rows = [cursor.fetchall() for cursor in opened[:answer]]
+            ahead.rows = rows[:answer]
+    else:
+        import psycopg
+
+        with db.wrap_database_errors, ExitStack() as cursors:
+            opened = [cursors.enter_context(psycopg.Cursor(pg)) for _ in statements]
+            with pg.pipeline():
+                for cursor, (sql, params, prepare) in zip(opened, statements, strict=True):
+                    cursor.execute(sql, params, prepare=prepare)
+            row = opened[answer].fetchone()
+            if ahead is not None:
+                ahead.rows = [cursor.fetchall() for cursor in opened[:answer]]
     if db.queries_logged:
         took = f"{time.monotonic() - started:.3f}"
         db.queries_log.extend({"sql": text, "time": took} for text in logged)

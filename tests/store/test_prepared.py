@@ -36,11 +36,16 @@ def test_on_postgresql_the_orms_own_statements_are_not_prepared():
     """Only the statements that ask are prepared: Django's cursors bind on the client."""
     from scheduler.models import Job
 
+    def prepared_texts() -> set[str]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT statement FROM pg_prepared_statements WHERE statement LIKE %s", ["%scheduler_job%"])
+            return {text for (text,) in cursor.fetchall()}
+
+    # The session's own fixed statements (store.libpq's, which outlive a test) may be there already.
+    before = prepared_texts()
     for _ in range(3):
         list(Job.objects.filter(name="/nobody/none"))
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ["%scheduler_job%"])
-        assert cursor.fetchone()[0] == 0
+    assert prepared_texts() == before
 
 
 def test_a_statement_after_another_answers_its_own_first_row():
@@ -140,3 +145,49 @@ def test_on_postgresql_a_failing_last_statement_commits_nothing_of_its_transacti
     with transaction.atomic():  # the connection is usable again
         assert prepared.fetch_one_and_commit("INSERT INTO prepared_commit (n) VALUES (%s) RETURNING n", [11]) == (11,)
     assert prepared.fetch("SELECT n FROM prepared_commit ORDER BY n") == [(9,), (11,)]
+
+
+@pytest.mark.postgres
+def test_on_postgresql_the_statements_go_on_libpq_and_psycopg_prepares_nothing_itself():
+    """Issue 26, web38: the statements are prepared by ``store.libpq`` under its own names, so
+    psycopg's own cache stays empty (and never sends its DEALLOCATE ALL on a rollback, which
+    would drop them)."""
+    for value in (1, 2):
+        assert prepared.fetch("SELECT %s::integer * 7", [value]) == [(value * 7,)]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name FROM pg_prepared_statements WHERE statement = %s", ["SELECT $1::integer * 7"])
+        [(name,)] = cursor.fetchall()
+    assert name.startswith("iris_")
+    assert not connection.connection._prepared._names
+
+
+@pytest.mark.postgres
+def test_on_postgresql_a_value_that_cannot_be_sent_sends_nothing_and_the_connection_goes_on():
+    with pytest.raises(Exception) as raised:
+        prepared.fetch("SELECT %s::text", [object()])
+    assert "adapt" in str(raised.value).lower()
+    with pytest.raises(Exception, match="placeholders"):
+        prepared.fetch("SELECT %s::integer + %s::integer", [1])
+    assert prepared.fetch_one("SELECT %s::integer + 1", [1]) == (2,)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_an_error_in_a_pipeline_is_raised_after_it_and_the_statements_stay_prepared(probe_table):
+    """A failing statement ahead of others in one round trip: the first error is raised (as
+    Django's error), the rest were skipped by the server, the connection is usable after the
+    rollback, and the statements prepared before still run by name."""
+    from django.db import IntegrityError, transaction
+
+    prepared.fetch("INSERT INTO prepared_commit (n) VALUES (%s)", [1])
+    with pytest.raises(IntegrityError), transaction.atomic():
+        prepared.fetch_one_after(("INSERT INTO prepared_commit (n) VALUES (%s)", [1]), "SELECT %s::integer", [5])
+    assert prepared.fetch("SELECT n FROM prepared_commit ORDER BY n") == [(1,)]
+    with transaction.atomic():
+        assert prepared.fetch_one_after(
+            ("INSERT INTO prepared_commit (n) VALUES (%s)", [2]), "SELECT %s::integer", [5]
+        ) == (5,)
+    assert prepared.fetch("SELECT n FROM prepared_commit ORDER BY n") == [(1,), (2,)]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ["%prepared_commit (n)%"])
+        assert cursor.fetchone()[0] == 1
