@@ -27,7 +27,6 @@ from collections.abc import Sequence
 
 import psycopg
 from psycopg import errors, pq
-from psycopg._queries import _query2pg  # psycopg's own placeholder conversion (cached)
 from psycopg.adapt import Transformer
 from psycopg.generators import fetch_many, send
 
@@ -39,12 +38,27 @@ _PIPELINE_SYNC = pq.ExecStatus.PIPELINE_SYNC
 _PIPELINE_ABORTED = pq.ExecStatus.PIPELINE_ABORTED
 _BAD = pq.ConnStatus.BAD
 
+# Two of psycopg's private names (pyproject pins psycopg's minor version). Should a release
+# move them, :func:`session` answers None and every statement takes psycopg's cursors as with
+# prepared statements off: slower, never wrong.
+try:
+    from psycopg._queries import _query2pg  # psycopg's own placeholder conversion (cached)
+
+    PRIVATE_NAMES_FOUND = hasattr(psycopg.Connection, "_get_tx_start_command")
+except ImportError:  # pragma: no cover - only with a psycopg that moved it
+    PRIVATE_NAMES_FOUND = False
+
 
 def session(conn: psycopg.Connection) -> Session | None:
     """The :class:`Session` of this psycopg connection, or None where statements are not to be
-    prepared (``prepare_threshold`` None) or the connection is not usable (psycopg's cursor
-    then raises its own error)."""
-    if conn.prepare_threshold is None or conn.pgconn.status != _OK or conn.pgconn.pipeline_status:
+    prepared (``prepare_threshold`` None), the connection is not usable (psycopg's cursor
+    then raises its own error) or this psycopg lacks the private names used here."""
+    if (
+        not PRIVATE_NAMES_FOUND
+        or conn.prepare_threshold is None
+        or conn.pgconn.status != _OK
+        or conn.pgconn.pipeline_status
+    ):
         return None
     found = getattr(conn, "_iris_session", None)  # kept on the connection: gone with it
     if found is None or found.pgconn is not conn.pgconn:

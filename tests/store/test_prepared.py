@@ -162,6 +162,29 @@ def test_on_postgresql_the_statements_go_on_libpq_and_psycopg_prepares_nothing_i
 
 
 @pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_without_psycopgs_private_names_the_statements_take_its_cursors(monkeypatch):
+    """``store.libpq`` leans on two private names of psycopg 3.3; should a release move them,
+    the same statements go through psycopg's cursors (prepared by psycopg), with the same rows."""
+    from scheduler.store import libpq
+
+    monkeypatch.setattr(libpq, "PRIVATE_NAMES_FOUND", False)
+    try:
+        connection.ensure_connection()
+        assert libpq.session(connection.connection) is None
+        for value in (1, 2, 3):
+            assert prepared.fetch("SELECT %s::integer * 13", [value]) == [(value * 13,)]
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT name FROM pg_prepared_statements WHERE statement = %s", ["SELECT $1::integer * 13"])
+            names = [name for (name,) in cursor.fetchall()]
+        assert names and not any(name.startswith("iris_") for name in names)
+    finally:
+        # psycopg's own cache is no longer empty: its next ROLLBACK would send DEALLOCATE ALL and
+        # take store.libpq's statements with it. The other tests get a connection of their own.
+        connection.close()
+
+
+@pytest.mark.postgres
 def test_on_postgresql_a_value_that_cannot_be_sent_sends_nothing_and_the_connection_goes_on():
     with pytest.raises(Exception) as raised:
         prepared.fetch("SELECT %s::text", [object()])
