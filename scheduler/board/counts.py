@@ -212,6 +212,12 @@ class LiveCounts:
         # (beside ``by_band_user``, which counts them): what the fairness sample's running
         # values start from (``core.fairness.left_running``).
         self.worth_by_band_user: dict[int, dict[str, int]] = {}
+        # What ``published`` last gave for each worker's holders (copies, never changed once
+        # given), and the workers whose holders changed since: a tick re-copies those only, and
+        # hands the same objects out again for the rest (``board.formats.holder_columns`` then
+        # tells them unchanged by identity, not by comparing every holder).
+        self._held_copies: dict[str, dict[tuple[str, int, str, str, bool], int]] = {}
+        self._touched: set[str] = set()
 
     @classmethod
     def of(cls, tasks: Iterable[tuple[str, TaskKey | None]]) -> LiveCounts:
@@ -271,6 +277,7 @@ class LiveCounts:
         by_job: dict[tuple[str, str, int | None, str, int], int] = {}
         get = by_job.get
         per_worker = self.per_worker
+        touched = self._touched.add
         for key, n in net.items():
             if not n:
                 continue
@@ -279,6 +286,7 @@ class LiveCounts:
             by_job[at] = get(at, 0) + n
             if worker is None or band is None:  # pending, or active with no stamped band
                 continue
+            touched(worker)
             held = per_worker.get(worker)
             if held is None:
                 held = per_worker[worker] = {}
@@ -372,9 +380,19 @@ class LiveCounts:
         }
 
     def published(self) -> tuple[dict, dict[str, dict[tuple[str, int, str, str, bool], int]]]:
-        """``(active_counts(...), per_worker)``: copies, the caller's to keep."""
+        """``(active_counts(...), per_worker)``: copies, the caller's to keep and not to change.
+        A worker's holders are copied again only when they changed since the last call; for the
+        rest the last call's copy is given again (the same object), in ``per_worker``'s order."""
+        per_worker, copies = self.per_worker, self._held_copies
+        for worker in self._touched:
+            held = per_worker.get(worker)
+            if held is None:
+                copies.pop(worker, None)
+            else:
+                copies[worker] = dict(held)
+        self._touched.clear()
         return {
             "by_band_user": {str(band): dict(users) for band, users in self.by_band_user.items()},
             "by_state": dict(self.by_state),
             "by_user": {user: list(counts) for user, counts in self.by_user.items()},
-        }, {worker: dict(held) for worker, held in self.per_worker.items()}
+        }, dict(zip(per_worker, map(copies.__getitem__, per_worker)))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from itertools import chain, compress
-from operator import is_not, ne
+from operator import attrgetter, is_not
 
 import orjson
 
@@ -29,6 +29,9 @@ WHATIF_BASIS_VERSION = 3
 # per task ({task: [band, requested, position, reason]}), 1 reasons as text; readers treat
 # either as unexplained (the next tick stores the queue again).
 EXPLANATION_VERSION = 3
+
+
+_band_of = attrgetter("band")
 
 
 def explanation_to_json(
@@ -74,8 +77,9 @@ def explanation_to_json(
         job_ids = jobs_in_queue[band]
         per_job = job_counts[rank]
         band_reasons = list(map(reason_of_task, task_ids))
+        reason_ids = list(map(id, band_reasons))
         # The band's distinct reason objects, by identity (kept alive by ``band_reasons``).
-        for reason_id, reason in dict(zip(map(id, band_reasons), band_reasons)).items():
+        for reason_id, reason in dict(zip(reason_ids, band_reasons)).items():
             if reason_id in index_of_reason:
                 continue
             record = reason_record(reason)
@@ -85,12 +89,18 @@ def explanation_to_json(
                 index = index_of_key[key] = len(reasons)
                 reasons.append(record)
             index_of_reason[reason_id] = index
-        requested_of_job = {
-            job_id: int(job.band) if job is not None else rank for job_id in per_job for job in (jobs.get(job_id),)
-        }
+        # Each job's requested band (the band itself for a job the snapshot lacks), in C when
+        # the snapshot has every job (always, but for work routed elsewhere).
+        # (``all``: a spec is always true, and ``None in`` would call its ``__eq__`` each.)
+        specs = list(map(jobs.get, per_job))
+        if all(specs):
+            requested = list(map(int, map(_band_of, specs)))
+        else:
+            requested = [int(job.band) if job is not None else rank for job in specs]
+        requested_of_job = dict(zip(per_job, requested))
         bands[str(rank)] = {
             "ids": task_ids if type(task_ids) is list else list(task_ids),
-            "reasons": list(map(index_of_reason.__getitem__, map(id, band_reasons))),
+            "reasons": list(map(index_of_reason.__getitem__, reason_ids)),
             "requested": list(map(requested_of_job.__getitem__, job_ids)),
         }
     return {"version": EXPLANATION_VERSION, "bands": bands, "reasons": reasons}
@@ -306,9 +316,14 @@ def holder_columns(
     business."""
     kept = _kept_holder_codes(statics)
     held_of, rows_of, on_healthy = kept.held_of, kept.rows_of, kept.on_healthy
-    # The workers whose holders differ from the kept ones (compared in C), and those gone.
+    # The workers whose holders differ from the kept ones, and those gone. A worker given the
+    # very mapping kept for it is unchanged (``LiveCounts.published`` hands out the same copy
+    # while a worker's holders stay the same): told by identity, in C; the others compared by
+    # value (a new copy of the same holders is unchanged too).
     names = list(holders)
-    changed = list(compress(names, map(ne, holders.values(), map(held_of.get, names))))
+    kept_held = list(map(held_of.get, names))
+    other = list(compress(range(len(names)), map(is_not, holders.values(), kept_held)))
+    changed = [names[i] for i in other if holders[names[i]] != kept_held[i]]
     if len(changed) > REENCODE_ALL_SHARE * len(names):
         # Everything is encoded afresh: the interned users and kinds start over too, so those
         # no row names any more (a user who holds nothing now) are not carried on for good.

@@ -430,7 +430,9 @@ def apply_decision(
         # this tick's events (scheduler/tick/events.py).
         publication.build(kept, tick.pk, tick.fairness)
         event_rows = change_event_rows(loaded, decision, kept, kept_jobs, assignments, preemptions, tick.pk, wall)
-        event_rows += state_event_rows(prior, loaded.snapshot.jobs, tick, publication.jobs_in_queue, wall)
+        event_rows += state_event_rows(
+            prior, loaded.snapshot.jobs, tick, publication.jobs_in_queue, wall, publication.job_counts
+        )
     published = publication.finish(tick.pk)
     record_tick_events(event_rows)
 

@@ -208,17 +208,24 @@ def read_prior(tick_pk: int) -> Prior:
 
 
 def state_event_rows(
-    prior: Prior, jobs: Mapping, tick: TickRecord, queue_jobs: Mapping[Band, list[str]] | None, wall: datetime
+    prior: Prior,
+    jobs: Mapping,
+    tick: TickRecord,
+    queue_jobs: Mapping[Band, list[str]] | None,
+    wall: datetime,
+    job_counts: Mapping[int, Mapping[str, int]] | None = None,
 ) -> list[tuple]:
     """The staged rows of the budget limits crossed and the queue's moves at this tick, told
     apart from ``prior`` (``jobs``: the snapshot's). ``queue_jobs`` is the publication's
     ``queued_jobs(pending_queue(decision))`` (per band, the job of each queued task in queue
-    order), or ``None`` when the decision was reused. Reads no database; what was recorded per
-    queued job is kept for the next tick once this one commits."""
+    order), or ``None`` when the decision was reused; ``job_counts`` its ``queued_job_counts``
+    when the caller has them (each band's jobs in order, without a pass over its tasks). Reads
+    no database; what was recorded per queued job is kept for the next tick once this one
+    commits."""
     drafts = _limit_events(tick, prior.spend_limits, wall)
     memory = prior.queue
     if queue_jobs is not None:
-        drafts.extend(_queue_events(queue_jobs, memory, jobs, tick.pk, wall))
+        drafts.extend(_queue_events(queue_jobs, memory, jobs, tick.pk, wall, job_counts))
     transaction.on_commit(partial(_remember, QueueMemory(tick.pk, memory)))
     # Readable at once, not at the next reader's poll; moved by Celery, off the tick's path.
     transaction.on_commit(request_sequencing)
@@ -305,10 +312,17 @@ def read_queue_state() -> QueueState:
 
 
 def _queue_events(
-    queue_jobs: Mapping[Band, list[str]], memory: QueueState, jobs: Mapping, tick_pk: int, wall: datetime
+    queue_jobs: Mapping[Band, list[str]],
+    memory: QueueState,
+    jobs: Mapping,
+    tick_pk: int,
+    wall: datetime,
+    job_counts: Mapping[int, Mapping[str, int]] | None = None,
 ) -> list[Draft]:
     """Queue events for the jobs whose band or class changed; ``memory`` becomes this tick's.
-    ``queue_jobs``: per band, in band order, the job of each queued task in queue order.
+    ``queue_jobs``: per band, in band order, the job of each queued task in queue order;
+    ``job_counts``, if given, its ``queued_job_counts`` (whose keys are each band's jobs in the
+    order of their first task).
 
     A job is in its best band's queue only (bands in order: the first that holds it), at its
     first position there. Each band's jobs, in position order, fall into runs of one position
@@ -322,7 +336,7 @@ def _queue_events(
         # Each job once, in the order of its first task, and that task's position: in C (a dict
         # built from the reversed column keeps each job's smallest position).
         first_position = dict(zip(reversed(band_jobs), range(length, 0, -1)))
-        names = list(dict.fromkeys(band_jobs))
+        names = list(dict.fromkeys(band_jobs) if job_counts is None else job_counts[rank])
         positions = list(map(first_position.__getitem__, names))
         start, cls = 0, 0
         while start < len(names):

@@ -207,6 +207,8 @@ def set_kept(counts: LiveCounts, tick: SimulatedTick, *, one_by_one: bool) -> No
 def test_counts_updated_from_changes_equal_a_full_count_after_every_tick(ticks):
     counts, counts_by_one, counts_skipping = LiveCounts(), LiveCounts(), LiveCounts()
     previous = None
+    given_before: dict = {}
+    given_repr: dict = {}
     for simulated in simulated_ticks(ticks):
         snapshot, decision, kept = simulated.snapshot, simulated.decision, simulated.kept
         set_changes(counts, simulated, one_by_one=False)
@@ -219,7 +221,16 @@ def test_counts_updated_from_changes_equal_a_full_count_after_every_tick(ticks):
         previous = simulated
 
         holders: dict = {}
-        assert counts.published() == (active_counts(snapshot, decision, kept, per_worker=holders), holders)
+        published, given = counts.published()
+        assert (published, given) == (active_counts(snapshot, decision, kept, per_worker=holders), holders)
+        # The holders are copies (never the tables), in the tables' order; a copy handed out
+        # again (the worker's holders untouched since) still equals what it was given as.
+        assert repr(given) == repr({name: dict(held) for name, held in counts.per_worker.items()})
+        for name, held in given.items():
+            assert held is not counts.per_worker[name]
+            if given_before.get(name) is held:
+                assert repr(held) == given_repr[name]
+        given_before, given_repr = given, {name: repr(held) for name, held in given.items()}
         assert counts_by_one.published() == counts.published()
         assert counts_by_one.of_task == counts.of_task
         assert counts_skipping.published() == counts.published()
@@ -281,3 +292,22 @@ def test_the_previous_tick_s_writes_read_back_as_written_are_left_out_of_the_cha
     listed = ["/a/j/0", "/a/j/1", "/a/j/2", "/a/j/3", "/a/j/4", "/a/j/5", "/a/j/6"]
     left = _rewritten_unchanged(listed, (set(written) - {"/a/j/6"}, written), rows, dict(enumerate(now)))
     assert left == ["/a/j/1", "/a/j/2", "/a/j/3", "/a/j/5", "/a/j/6"]
+
+
+def test_published_copies_a_worker_s_holders_again_only_once_they_changed():
+    band = Band.BATCH.value
+    counts = LiveCounts.of(
+        [
+            ("j/0", ("j", "ann", band, "running", "w1", ("cpu", "", False), 1)),
+            ("j/1", ("j", "ann", band, "running", "w2", ("cpu", "", False), 1)),
+        ]
+    )
+    _, first = counts.published()
+    counts.set("k/0", ("k", "bob", None, "pending", None, ("cpu", "", False), 1))  # on no worker
+    _, second = counts.published()
+    assert second == first and all(second[w] is first[w] for w in first)
+    counts.set("k/0", ("k", "bob", band, "running", "w2", ("cpu", "", False), 1))
+    counts.set("j/0", None)
+    _, third = counts.published()
+    assert third == {"w2": {("ann", band, "cpu", "", False): 1, ("bob", band, "cpu", "", False): 1}}
+    assert third["w2"] is not second["w2"] and second["w2"] == {("ann", band, "cpu", "", False): 1}

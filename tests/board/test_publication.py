@@ -86,6 +86,7 @@ def test_the_publication_kept_from_tick_to_tick_equals_a_full_rebuild_after_ever
     monkeypatch.setattr(formats, "REENCODE_ALL_SHARE", reencode_all_share)
     counts = LiveCounts()
     formats.forget()
+    publish.forget()
     for simulated in simulated_ticks(ticks):
         snapshot, decision, kept = simulated.snapshot, simulated.decision, simulated.kept
         # The counts at the tick's start: the previous tick's, with the change log set.
@@ -95,6 +96,8 @@ def test_the_publication_kept_from_tick_to_tick_equals_a_full_rebuild_after_ever
         queue = pending_queue(decision)
         jobs_in_queue = queued_jobs(queue)
         job_counts = queued_job_counts(jobs_in_queue)
+        # The tick's job column, the ids split once per process: the same.
+        assert publish.jobs_in(queue) == jobs_in_queue
 
         # Fairness: running values from the kept counts, the rest from the queue's columns.
         running = counts.left_running(decision)
@@ -219,3 +222,17 @@ def test_a_full_re_encode_of_the_holder_columns_forgets_users_no_worker_holds_an
     assert sorted(users) == ["bob", "cid", "dee"]
     assert len(rows) == 4 * 5
     formats.forget()
+
+
+def test_the_job_column_s_kept_split_ids_are_rebuilt_from_the_queue_once_past_twice_its_size():
+    publish.forget()
+    old = {Band.BATCH: [f"old-{i}/0" for i in range(3000)]}
+    assert publish.jobs_in(old) == queued_jobs(old)
+    assert len(publish._job_of) == 3000
+    queue = {Band.INTERACTIVE: ["a/0", "a/1", "b/0"], Band.BATCH: ["old-7/0", "c/2"]}
+    assert (
+        publish.jobs_in(queue) == queued_jobs(queue) == {Band.INTERACTIVE: ["a", "a", "b"], Band.BATCH: ["old-7", "c"]}
+    )
+    assert publish._job_of == {"a/0": "a", "a/1": "a", "b/0": "b", "old-7/0": "old-7", "c/2": "c"}
+    publish.forget()
+    assert publish._job_of == {}

@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from scheduler.core.bands import Band
-from scheduler.core.explain import queued_jobs
+from scheduler.core.explain import queued_job_counts, queued_jobs
 from scheduler.events import kinds
 from scheduler.events.kinds import last_position_of_class, position_class
 from scheduler.events.retention import prune_events
@@ -170,10 +170,16 @@ def test_queue_events_from_the_job_column_match_a_pass_over_every_task():
 
     expected_memory = dict(memory)
     expected = queue_events_by_task(queue, expected_memory, 7, wall)
+    before = dict(memory)
     drafts = tick_events._queue_events(queued_jobs(queue), memory, {}, 7, wall)
 
     assert [(d.kind, d.job, dict(d.data)) for d in drafts] == expected
     assert memory == expected_memory
+    # The same with the publication's job counts (each band's jobs in order, not found again).
+    jobs_in_queue = queued_jobs(queue)
+    counted = tick_events._queue_events(jobs_in_queue, before, {}, 7, wall, queued_job_counts(jobs_in_queue))
+    assert [(d.kind, d.job, dict(d.data)) for d in counted] == expected
+    assert before == expected_memory
     assert len(expected) > 20
 
 
@@ -200,8 +206,14 @@ def test_queue_events_over_long_queues_match_a_pass_over_every_task(seed):
 
     expected_memory = dict(memory)
     expected = queue_events_by_task(current, expected_memory, 7, wall)
+    before = dict(memory)
     drafts = tick_events._queue_events(queued_jobs(current), memory, {}, 7, wall)
 
     assert [(d.kind, d.job, dict(d.data)) for d in drafts] == expected
     assert memory == expected_memory
+    # The same with the publication's job counts (each band's jobs in order, not found again).
+    jobs_in_queue = queued_jobs(current)
+    counted = tick_events._queue_events(jobs_in_queue, before, {}, 7, wall, queued_job_counts(jobs_in_queue))
+    assert [(d.kind, d.job, dict(d.data)) for d in counted] == expected
+    assert before == expected_memory
     assert 0 < len(expected) < len(expected_memory) / 2  # some moved, most did not
