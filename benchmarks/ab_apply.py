@@ -1,5 +1,5 @@
 """The first tick's write phase (``apply_decision``) of two trees, alternated in one process,
-rolled back after each run: an A/B of the writes that a loaded host's drift between separate
+rolled back after each run (``--tick second``: the second tick's, after the first committed): an A/B of the writes that a loaded host's drift between separate
 benchmark runs does not swamp (the two alternate within seconds, over the same rows).
 
 Usage (from the repository root; PostgreSQL on this host; the database is recreated)::
@@ -18,6 +18,8 @@ in these figures (both roll back).
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
 import importlib.util
 import os
 import statistics
@@ -39,6 +41,12 @@ def main() -> None:
     parser.add_argument("--base", required=True, help="the other tree (its scheduler/tick/apply.py)")
     parser.add_argument("--runs", type=int, default=6, help="runs of each tree")
     parser.add_argument("--sizes", default="100000x10000")
+    parser.add_argument(
+        "--tick",
+        choices=("first", "second"),
+        default="first",
+        help="second: the first tick runs and commits (this tree), then the second is timed",
+    )
     args = parser.parse_args()
     bench_tick.open_bench_database()
     from django.db import connection, transaction
@@ -59,6 +67,14 @@ def main() -> None:
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
     forget_cluster_rows()
+    kept_counts = None
+    if args.tick == "second":
+        from scheduler.board import publish
+
+        run.run_tick(snapshot.now_ms)
+        # The first tick's counts of live work, which each timed run starts from (a run's
+        # ``publish.begin`` takes them, and a rolled-back run leaves none).
+        kept_counts = publish._live
     loaded = run.load_snapshot(snapshot.now_ms)
     decision = run.decide(loaded.snapshot)
     print(
@@ -78,6 +94,8 @@ def main() -> None:
                     "scheduler_preemptionevent, scheduler_tickrecord"
                 )
             wall = timezone.now()
+            if kept_counts is not None:
+                publish._live = dataclasses.replace(kept_counts, counts=copy.deepcopy(kept_counts.counts))
             try:
                 with transaction.atomic():
                     server = bench_tick.backend_cpu_seconds()
@@ -90,8 +108,8 @@ def main() -> None:
                 pass
             figures[name].append((elapsed, cpu, server))
             print(
-                f"| {i + 1} | {name} | {elapsed:.3f} | {cpu:.3f} | {server:.2f} | {outcome.assigned:,} | "
-                f"{outcome.preempted:,} |",
+                f"| {i + 1} | {name} | {elapsed:.3f} | {cpu:.3f} | {server:.2f} | "
+                f"{outcome.assigned:,} | {outcome.preempted:,} |",
                 flush=True,
             )
     print(f"# load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
