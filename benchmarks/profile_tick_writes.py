@@ -51,7 +51,7 @@ def install() -> None:
         (apply, ("live_job_states", "limits_sample", "task_writes")),
         (events, ("record", "record_rows")),
         (record, ("record",)),
-        (instruments, ("record_placements",)),
+        (instruments, ("record_placements", "placement_tallies", "record_placement_tallies")),
     )
     bulk.insert_rows = timed(lambda args: f"insert {args[0]}", bulk.insert_rows)
     bulk.update_rows = timed(lambda args: f"update {args[0]}", bulk.update_rows)

@@ -14,6 +14,7 @@ from collections import Counter as Tally
 from collections.abc import Callable, Collection, Iterable
 from functools import lru_cache, wraps
 from operator import attrgetter
+from typing import NamedTuple
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -117,6 +118,22 @@ def record_placements(loaded, assignments: Collection, preemptions: Iterable) ->
     """After a tick commits: its assignments (with downgrades and first-placement waits) and
     preemptions. ``loaded`` is the tick's ``LoadedSnapshot``. Counted by band, labelled once per
     band (a burst places tens of thousands of tasks in a handful of bands)."""
+    record_placement_tallies(placement_tallies(loaded, assignments, preemptions))
+
+
+class PlacementTallies(NamedTuple):
+    """What :func:`record_placement_tallies` adds to the metrics, counted by
+    :func:`placement_tallies` (the tick counts them while its writes run, and records them once
+    it commits)."""
+
+    placed: Tally  # per band
+    downgraded: Tally  # per (requested band, band)
+    waits: dict[Band, list[float]]  # per band, the waits of first placements (s)
+    evicted: Tally  # per (victim band label, preemptor band label)
+
+
+def placement_tallies(loaded, assignments: Collection, preemptions: Iterable) -> PlacementTallies:
+    """The tallies of :func:`record_placements`, in this process only (no metric written)."""
     jobs, rows = loaded.snapshot.jobs, loaded.tasks
     now_ms = loaded.snapshot.now_ms
     placed: Tally = Tally(map(_band_of, assignments))
@@ -140,14 +157,19 @@ def record_placements(loaded, assignments: Collection, preemptions: Iterable) ->
                 waits[band] = [seconds]
             else:
                 in_band.append(seconds)
-    for band, seconds in waits.items():
-        observe_all(TASK_WAIT.labels(band=band_label(band)), seconds)
-    for band, n in placed.items():
-        ASSIGNMENTS.labels(band=band_label(band)).inc(n)
-    for (requested, band), n in downgraded.items():
-        DOWNGRADES.labels(requested_band=band_label(requested), band=band_label(band)).inc(n)
     evicted = Tally((band_label(p.victim_band), band_label(p.preemptor_band)) for p in preemptions)
-    for (victim, preemptor), n in evicted.items():
+    return PlacementTallies(placed, downgraded, waits, evicted)
+
+
+def record_placement_tallies(tallies: PlacementTallies) -> None:
+    """Add a committed tick's :class:`PlacementTallies` to the metrics."""
+    for band, seconds in tallies.waits.items():
+        observe_all(TASK_WAIT.labels(band=band_label(band)), seconds)
+    for band, n in tallies.placed.items():
+        ASSIGNMENTS.labels(band=band_label(band)).inc(n)
+    for (requested, band), n in tallies.downgraded.items():
+        DOWNGRADES.labels(requested_band=band_label(requested), band=band_label(band)).inc(n)
+    for (victim, preemptor), n in tallies.evicted.items():
         PREEMPTIONS.labels(victim_band=victim, preemptor_band=preemptor).inc(n)
 
 

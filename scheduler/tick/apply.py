@@ -11,8 +11,10 @@ A report that ends a task locks its job row first too, so the two never wait on 
 a cycle.
 
 Every kind of write is one set-based statement (:mod:`scheduler.store.bulk`), so the number of
-statements per tick does not grow with the number of tasks; on PostgreSQL the inserts are COPY
-statements and the updates after them are pipelined.
+statements per tick does not grow with the number of tasks; on PostgreSQL the updates are
+pipelined and the inserts after them are COPY statements. The Python work that reads nothing
+(the publication, the events' rows, the placements' metrics) runs in a second thread while the
+server executes them (:mod:`scheduler.store.overlap`), so neither waits on the other's part.
 """
 
 from __future__ import annotations
@@ -22,17 +24,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 from functools import partial
+from contextlib import ExitStack
 from datetime import datetime
 
 from django.db import connection, transaction
 
 from scheduler.foundation import instruments
+from scheduler.foundation.instruments import PlacementTallies
 from scheduler.board import publish
 from scheduler.core.bands import Band
 from scheduler.core.budget import resource_value, spend_change
 from scheduler.core.types import ACTIVE_STATES, Assignment, Decision, JobState, Preemption, TaskState
 from scheduler.models import Attempt, DispatchIntent, Job, PreemptionEvent, Task, TickRecord, Worker
-from scheduler.store import bulk
+from scheduler.store import bulk, overlap
 from scheduler.store.states import ACTIVE_VALUES, TERMINAL_JOB_VALUES
 from scheduler.tick.events import change_event_rows, read_prior, record_tick_events, state_event_rows
 from scheduler.store.cluster_rows import CHANGE_STAMP
@@ -113,10 +117,21 @@ def current_task_states(pks: list[int]) -> tuple[dict[int, tuple[str, int | None
 
 def attempt_starts(attempts: list[tuple[int, int]]) -> dict[tuple[int, int], datetime]:
     """``{(task pk, attempt number): started_at}`` of those of the given attempts that started.
-    One statement."""
+    One statement: on PostgreSQL the pairs travel as two array parameters (:func:`bulk.id_array`)
+    matched through the (task, number) unique index, not as two lists of placeholders (a churn
+    tick preempts some 2,600 tasks)."""
     if not attempts:
         return {}
     wanted = set(attempts)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT a.task_id, a.number, a.started_at FROM {Attempt._meta.db_table} a "
+                "JOIN unnest(%s::bigint[], %s::integer[]) AS w(task_id, number) "
+                "ON a.task_id = w.task_id AND a.number = w.number WHERE a.started_at IS NOT NULL",
+                [bulk.id_array(task for task, _ in wanted), bulk.id_array(number for _, number in wanted)],
+            )
+            return {(task, number): at for task, number, at in cursor.fetchall()}
     rows = Attempt.objects.filter(
         task_id__in={task for task, _ in attempts},
         number__in={number for _, number in attempts},
@@ -149,13 +164,29 @@ TASK_WRITE_COLUMNS: list[bulk.Column] = [
 ]
 
 
-def preemption_rows(loaded: LoadedSnapshot, preemptions: list, tick_pk: int, wall: datetime) -> list[tuple]:
+def victim_starts(loaded: LoadedSnapshot, preemptions: list) -> dict[tuple[int, int], datetime]:
+    """When each preemption's victim's evicted attempt started (:func:`attempt_starts`)."""
+    rows = loaded.tasks
+    return attempt_starts(
+        [(rows[p.victim].pk, rows[p.victim].attempt_count) for p in preemptions if p.preemptor in rows]
+    )
+
+
+def preemption_rows(
+    loaded: LoadedSnapshot,
+    preemptions: list,
+    tick_pk: int,
+    wall: datetime,
+    starts: Mapping[tuple[int, int], datetime] | None = None,
+) -> list[tuple]:
     """The preemption events' rows. Each carries its victim's user and job, and the work the eviction
     lost: the victim's resource value × how long its evicted attempt had run (0 if it never
-    started), so the history and the fairness page read the event alone."""
+    started), so the history and the fairness page read the event alone. ``starts``: the
+    victims' :func:`victim_starts`, when read already."""
     rows, jobs = loaded.tasks, loaded.snapshot.jobs
+    if starts is None:
+        starts = victim_starts(loaded, preemptions)
     preemptions = [p for p in preemptions if p.preemptor in rows]
-    starts = attempt_starts([(rows[p.victim].pk, rows[p.victim].attempt_count) for p in preemptions])
     out = []
     for p in preemptions:
         victim = rows[p.victim]
@@ -178,6 +209,22 @@ def preemption_rows(loaded: LoadedSnapshot, preemptions: list, tick_pk: int, wal
             )
         )
     return out
+
+
+# The columns of a preemption event's row (preemption_rows).
+PREEMPTION_COLUMNS: list[bulk.Column] = [
+    ("tick_id", "bigint"),
+    ("victim_id", "bigint"),
+    ("preemptor_id", "bigint"),
+    ("victim_band", "smallint"),
+    ("preemptor_band", "smallint"),
+    ("worker_id", "bigint"),
+    ("reason", "text"),
+    ("created_at", "timestamptz"),
+    ("victim_user", "text"),
+    ("lost_point_ms", "bigint"),
+    ("victim_job_id", "bigint"),
+]
 
 
 # The columns of an outbox row: a start for each new attempt, a stop for each that ended.
@@ -301,6 +348,16 @@ def apply_decision(
     loaded: LoadedSnapshot, decision: Decision, wall: datetime, started: float, decide_ms: float
 ) -> TickOutcome:
     """Write the decision. Must run inside ``transaction.atomic``."""
+    # The record first (its id names the tick in the rows below); what is known only once the
+    # rows are written, or built beside the writes, is set at the end.
+    tick = TickRecord.objects.create(
+        started_at=wall,
+        now_ms=loaded.snapshot.now_ms,
+        duration_ms=0,
+        decide_ms=decide_ms,
+        spend=dict(decision.spend),
+        limits=limits_sample(loaded, decision),
+    )
     rows = loaded.tasks
     changed = [t for t in decision.after if t in rows]
     changed_rows = list(map(rows.__getitem__, changed))
@@ -331,120 +388,62 @@ def apply_decision(
     preemptions = [p for p in decision.preemptions if p.victim in kept]
     expired = [u for u in decision.unschedulable if u.task in kept]
     writes = task_writes(loaded, decision, kept, assignments, preemptions, positions, wall)
-    publication = publish.begin(
-        loaded.snapshot, decision, loaded.kueue, publish.TaskRows(loaded.tasks, loaded.task_snapshots, loaded.changes)
-    )
-    tick = TickRecord.objects.create(
-        started_at=wall,
-        now_ms=loaded.snapshot.now_ms,
-        duration_ms=0,
-        decide_ms=decide_ms,
-        spend=dict(decision.spend),
-        spend_change=spend_change(loaded.snapshot.jobs, writes.started_minus_stopped),
-        limits=limits_sample(loaded, decision),
-        **publication.record_fields(),
-    )
-
+    kept_jobs = writes.jobs_active.keys()
     if kept:  # a tick that writes no task change sends no payload
         bulk.keep_payloads_in_memory()
     hold_workers(writes.held_workers)
-    # New rows go in by COPY on PostgreSQL (bulk.insert_rows), which psycopg cannot run in a
-    # pipeline: before it. Nothing inserted here is touched by the updates below.
-    bulk.insert_rows(Attempt._meta.db_table, NEW_ATTEMPT_COLUMNS, writes.new_attempts)
-    bulk.insert_rows(
-        PreemptionEvent._meta.db_table,
-        [
-            ("tick_id", "bigint"),
-            ("victim_id", "bigint"),
-            ("preemptor_id", "bigint"),
-            ("victim_band", "smallint"),
-            ("preemptor_band", "smallint"),
-            ("worker_id", "bigint"),
-            ("reason", "text"),
-            ("created_at", "timestamptz"),
-            ("victim_user", "text"),
-            ("lost_point_ms", "bigint"),
-            ("victim_job_id", "bigint"),
-        ],
-        preemption_rows(loaded, preemptions, tick.pk, wall),
-    )
-    # The outbox, in the same transaction: start every new attempt, stop every attempt that ended.
-    bulk.insert_rows(DispatchIntent._meta.db_table, INTENT_COLUMNS, writes.intents)
-
-    # What this tick's events are told apart from, read before the writes go out.
+    # What this tick's events are told apart from, and when the evicted attempts started (for
+    # the preemption events' lost work), read before the writes go out.
     prior = read_prior(tick.pk)
-    # The writes go out pipelined (PostgreSQL): the server executes each while Python builds the
-    # next, and the publication and the events are built while the last ones run.
-    with bulk.pipeline():
-        # On PostgreSQL each row is found at the position its lock read returned (the id is
-        # checked too), and the statement sets the change stamp itself: the task trigger lets
-        # such an update through without its per-row call (migration 0031).
-        bulk.update_rows(
-            Task._meta.db_table,
-            [("ctid", "tid"), ("id", "bigint")] if positions else [("id", "bigint")],
-            TASK_WRITE_COLUMNS,
-            writes.task_updates,
-            postgresql_set=CHANGE_STAMP,
-        )
-        # The attempt of a task leaving ASSIGNED/BUILDING/RUNNING keeps holding its worker's capacity
-        # (finished_at stays empty) until the worker confirms the process ended.
-        bulk.update_rows(
-            Attempt._meta.db_table,
-            [("task_id", "bigint"), ("number", "integer")],
-            [("state", "text"), ("error", "text")],
-            writes.attempt_closes,
-        )
-        job_table = Job._meta.db_table
-        kept_jobs = writes.jobs_active.keys()
-        terminal = ", ".join(f"'{value}'" for value in TERMINAL_JOB_VALUES)
-        ended = [
-            (loaded.job_pks[job], state.value, wall)
-            for job, state in decision.jobs_after.items()
-            if job in loaded.job_pks and job in kept_jobs
-        ]
-        bulk.update_rows(
-            job_table,
-            job_keys(job_positions),
-            [("state", "text"), ("finished_at", "timestamptz")],
-            keyed_by_position(ended, job_positions),
-            condition=f"{job_table}.state NOT IN ({terminal})",
-        )
-        # A live job is RUNNING while any of its tasks is active, PENDING otherwise (a job whose only
-        # task was preempted back to the queue is pending again). Written only where the row's
-        # state differs: the rows the tick keeps do not follow these flips (migration 0025). The
-        # jobs just ended are left out: that write made them finished (or found them so), which
-        # this one's condition would skip, and moved their rows from the positions locked.
-        ended_pks = {pk for pk, _, _ in ended}
-        bulk.update_rows(
-            job_table,
-            job_keys(job_positions),
-            [("state", "text")],
-            keyed_by_position(
-                [row for row in live_job_states(loaded, kept, writes.jobs_active) if row[0] not in ended_pks],
-                job_positions,
-            ),
-            condition=f"{job_table}.state IN ('{JobState.PENDING.value}', '{JobState.RUNNING.value}')",
-            changed_only=True,
-        )
-        # Built while the last writes run (no database read): the publication, and the rows of
-        # this tick's events (scheduler/tick/events.py).
-        publication.build(kept, tick.pk, tick.fairness)
-        event_rows = change_event_rows(loaded, decision, kept, kept_jobs, assignments, preemptions, tick.pk, wall)
-        event_rows += state_event_rows(
+    starts = victim_starts(loaded, preemptions)
+
+    def publication_and_events(publication: publish.Publication) -> tuple[dict, list[tuple], PlacementTallies]:
+        # No database read: the tick record's figures, the publication, the rows of this tick's
+        # events (scheduler/tick/events.py), and the placements' metrics, recorded at commit.
+        fields = publication.record_fields()
+        fields["spend_change"] = spend_change(loaded.snapshot.jobs, writes.started_minus_stopped)
+        publication.build(kept, tick.pk, fields["fairness"])
+        rows = change_event_rows(loaded, decision, kept, kept_jobs, assignments, preemptions, tick.pk, wall)
+        rows += state_event_rows(
             prior, loaded.snapshot.jobs, tick, publication.jobs_in_queue, wall, publication.job_counts
         )
+        return fields, rows, instruments.placement_tallies(loaded, assignments, preemptions)
+
+    # The server and this process work at once (PostgreSQL): the UPDATEs go out pipelined, and
+    # the server executes them while this thread starts the publication; then it is built, with
+    # the events' rows, in a second thread (scheduler/store/overlap.py) while this one waits on
+    # the UPDATEs and then on the COPYs.
+    with ExitStack() as beside:
+        with bulk.pipeline():
+            write_updates(loaded, decision, kept, writes, job_positions, positions, wall)
+            publication = publish.begin(
+                loaded.snapshot,
+                decision,
+                loaded.kueue,
+                publish.TaskRows(loaded.tasks, loaded.task_snapshots, loaded.changes),
+            )
+            rest = beside.enter_context(overlap.alongside(partial(publication_and_events, publication)))
+            preempted = preemption_rows(loaded, preemptions, tick.pk, wall, starts)
+        # New rows go in by COPY on PostgreSQL (bulk.insert_rows), which psycopg cannot run in a
+        # pipeline: after it. None of the rows updated above is inserted here.
+        bulk.insert_rows(Attempt._meta.db_table, NEW_ATTEMPT_COLUMNS, writes.new_attempts)
+        bulk.insert_rows(PreemptionEvent._meta.db_table, PREEMPTION_COLUMNS, preempted)
+        # The outbox, in the same transaction: start every new attempt, stop every attempt that ended.
+        bulk.insert_rows(DispatchIntent._meta.db_table, INTENT_COLUMNS, writes.intents)
+        record_fields, event_rows, placements = rest.result()
     published = publication.finish(tick.pk)
     record_tick_events(event_rows)
 
     duration_ms = (time.perf_counter() - started) * 1000
     TickRecord.objects.filter(pk=tick.pk).update(
+        **record_fields,
         **published,
         duration_ms=duration_ms,
         assigned=len(assignments),
         preempted=len(preemptions),
         expired=len(expired),
     )
-    transaction.on_commit(partial(instruments.record_placements, loaded, assignments, preemptions))
+    transaction.on_commit(partial(instruments.record_placement_tallies, placements))
     return TickOutcome(
         tick_id=tick.pk,
         decision=decision,
@@ -453,6 +452,69 @@ def apply_decision(
         expired=len(expired),
         skipped_conflicts=skipped,
         duration_ms=duration_ms,
+    )
+
+
+def write_updates(
+    loaded: LoadedSnapshot,
+    decision: Decision,
+    kept: set[str],
+    writes: TaskWrites,
+    job_positions: Mapping[int, str],
+    positions: Mapping[int, str],
+    wall: datetime,
+) -> None:
+    """The tick's UPDATEs of tasks, attempts and jobs for the kept changes (``positions``,
+    ``job_positions``: the locked rows' ``ctid``, when known)."""
+    # On PostgreSQL each row is found at the position its lock read returned (the id is
+    # checked too), and the statement sets the change stamp itself: the task trigger lets
+    # such an update through without its per-row call (migration 0031).
+    bulk.update_rows(
+        Task._meta.db_table,
+        [("ctid", "tid"), ("id", "bigint")] if positions else [("id", "bigint")],
+        TASK_WRITE_COLUMNS,
+        writes.task_updates,
+        postgresql_set=CHANGE_STAMP,
+    )
+    # The attempt of a task leaving ASSIGNED/BUILDING/RUNNING keeps holding its worker's capacity
+    # (finished_at stays empty) until the worker confirms the process ended.
+    bulk.update_rows(
+        Attempt._meta.db_table,
+        [("task_id", "bigint"), ("number", "integer")],
+        [("state", "text"), ("error", "text")],
+        writes.attempt_closes,
+    )
+    job_table = Job._meta.db_table
+    kept_jobs = writes.jobs_active.keys()
+    terminal = ", ".join(f"'{value}'" for value in TERMINAL_JOB_VALUES)
+    ended = [
+        (loaded.job_pks[job], state.value, wall)
+        for job, state in decision.jobs_after.items()
+        if job in loaded.job_pks and job in kept_jobs
+    ]
+    bulk.update_rows(
+        job_table,
+        job_keys(job_positions),
+        [("state", "text"), ("finished_at", "timestamptz")],
+        keyed_by_position(ended, job_positions),
+        condition=f"{job_table}.state NOT IN ({terminal})",
+    )
+    # A live job is RUNNING while any of its tasks is active, PENDING otherwise (a job whose only
+    # task was preempted back to the queue is pending again). Written only where the row's
+    # state differs: the rows the tick keeps do not follow these flips (migration 0025). The
+    # jobs just ended are left out: that write made them finished (or found them so), which
+    # this one's condition would skip, and moved their rows from the positions locked.
+    ended_pks = {pk for pk, _, _ in ended}
+    bulk.update_rows(
+        job_table,
+        job_keys(job_positions),
+        [("state", "text")],
+        keyed_by_position(
+            [row for row in live_job_states(loaded, kept, writes.jobs_active) if row[0] not in ended_pks],
+            job_positions,
+        ),
+        condition=f"{job_table}.state IN ('{JobState.PENDING.value}', '{JobState.RUNNING.value}')",
+        changed_only=True,
     )
 
 
