@@ -184,7 +184,16 @@ def supervisor_of(key: str) -> int:
 
 
 def writers_running(folder: Path, number: int) -> bool:
-    return all((folder / f"{name}-{number}").exists() for name in WRITERS)
+    """Every writer of attempt ``number`` has written a time (its shell creates the file before
+    ``date`` writes: a writer killed in between would leave it empty)."""
+    return all(_written(folder / f"{name}-{number}") for name in WRITERS)
+
+
+def _written(path: Path) -> bool:
+    try:
+        return bool(path.read_text().split())
+    except FileNotFoundError:
+        return False
 
 
 def last_write_ns(folder: Path, number: int) -> int:
