@@ -180,9 +180,9 @@ def _device(raw: Any, path: str, key: str | None = None) -> Device:
     return Device(type=device_type, variant=variant, count=json_int(raw["count"], path, "count"))
 
 
-WORKER_KEYS = frozenset({"id", "healthy", "cpu_millicores", "memory_bytes", "device", "attributes"})
 # The fields the fast path reads, in the order it unpacks them (see ``columns.as_parsed``).
 WORKER_FIELDS = ("id", "cpu_millicores", "memory_bytes", "attributes", "healthy", "device")
+WORKER_KEYS = frozenset(WORKER_FIELDS)
 # A worker's usual device, compared as it is (cheaper than its JSON text): a plain CPU.
 CPU_DEVICE_JSON = {"type": "cpu"}
 # The one type an attribute's value may have.
@@ -198,7 +198,7 @@ def _workers(raw: Any, path: str) -> tuple[WorkerSpec, ...]:
     items = json_list(raw, path)
     k_id, k_cpu, k_memory, k_attributes, k_healthy, k_device = as_parsed(items, WORKER_FIELDS)
     # The allowed keys as the document spells them too: the check then matches them by identity.
-    allowed = frozenset(as_parsed(items, tuple(WORKER_KEYS)))
+    allowed = frozenset(as_parsed(items, WORKER_FIELDS))
     for i, item in enumerate(items):
         # The common shape is checked inline; anything else (and every error) takes _worker.
         worker = None
@@ -307,25 +307,6 @@ def _constraint(raw: Any, path: str) -> Constraint:
 RESOURCE_KEYS = frozenset({"cpu_millicores", "memory_bytes", "device"})
 # A job's request when it gives none.
 DEFAULT_REQUEST = Resources()
-JOB_KEYS = frozenset(
-    {
-        "id",
-        "user",
-        "band",
-        "parent",
-        "submitted_at_ms",
-        "root_submitted_at_ms",
-        "replicas",
-        "resources",
-        "coscheduling",
-        "constraints",
-        "scheduling_deadline_ms",
-        "max_retries_preemption",
-        "max_retries_failure",
-    }
-)
-
-
 # The fields the fast path reads, in the order it unpacks them (see ``columns.as_parsed``).
 JOB_FIELDS = (
     "user",
@@ -341,6 +322,7 @@ JOB_FIELDS = (
     "max_retries_preemption",
     "max_retries_failure",
 )
+JOB_KEYS = frozenset(("id", *JOB_FIELDS))
 
 
 def _jobs(raw: Any, path: str) -> dict[str, JobSpec]:
