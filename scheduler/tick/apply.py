@@ -177,15 +177,13 @@ def preemption_rows(
     preemptions: list,
     tick_pk: int,
     wall: datetime,
-    starts: Mapping[tuple[int, int], datetime] | None = None,
+    starts: Mapping[tuple[int, int], datetime],
 ) -> list[tuple]:
     """The preemption events' rows. Each carries its victim's user and job, and the work the eviction
     lost: the victim's resource value × how long its evicted attempt had run (0 if it never
     started), so the history and the fairness page read the event alone. ``starts``: the
-    victims' :func:`victim_starts`, when read already."""
+    victims' :func:`victim_starts`, read before the writes."""
     rows, jobs = loaded.tasks, loaded.snapshot.jobs
-    if starts is None:
-        starts = victim_starts(loaded, preemptions)
     preemptions = [p for p in preemptions if p.preemptor in rows]
     out = []
     for p in preemptions:
